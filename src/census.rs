@@ -1,0 +1,176 @@
+//! The census: each replica learns `(index, replicas)` from an interval counter
+//! (seed document 002), including its random-skew extension.
+//!
+//! Pure; the coordinator does the Redis step and feeds the replies in.
+//!
+//! ```text
+//!  unix time ──┬──────────────┬──────────────┬──────────────┬──▶
+//!              │  interval n  │  interval n+1│  interval n+2│
+//!  replica A   │   ▲ INCR c:n=1   ▲ INCR c:n+1=1, GET c:n=2 → emit (0, 2)
+//!  replica B   │      ▲ INCR c:n=2    ▲ INCR c:n+1=2, GET c:n=2 → emit (1, 2)
+//!              └─ each replica runs at interval start + its own random skew
+//! ```
+//!
+//! `number = ceil(now / interval)`; a replica's index for interval n is its INCR
+//! result minus one; interval n's replica count is read during n+1. The first
+//! result is known between one and two intervals after start. A result is only
+//! emitted from two consecutive intervals, so a replica that missed one (Redis
+//! down) waits for a clean pair instead of mixing stale numbers.
+
+use std::time::Duration;
+
+use crate::store::CensusReply;
+
+/// A replica's place among its peers, valid for one interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CensusView {
+    /// 0-based; unique among replicas that counted in the same interval.
+    pub index: u64,
+    /// How many replicas counted in that interval.
+    pub replicas: u64,
+    /// The interval number the view describes.
+    pub interval: u64,
+}
+
+/// `ceil(now / interval)`, both in milliseconds.
+pub fn interval_number(now_ms: u64, interval_ms: u64) -> u64 {
+    now_ms.div_ceil(interval_ms.max(1))
+}
+
+/// Milliseconds from `now_ms` to the next instant `k * interval + skew` (> now).
+pub fn delay_to_next_run(now_ms: u64, interval_ms: u64, skew_ms: u64) -> u64 {
+    let interval_ms = interval_ms.max(1);
+    let skew_ms = skew_ms % interval_ms;
+    // How far `now` is past the last `k * interval + skew`.
+    let past = (now_ms % interval_ms + interval_ms - skew_ms) % interval_ms;
+    interval_ms - past
+}
+
+/// The extension's random constant skew: `random() * interval / 2`.
+pub fn random_skew(interval: Duration) -> Duration {
+    interval.mul_f64(rand::random::<f64>() / 2.0)
+}
+
+/// The algorithm's state: the index counted in the previous interval.
+#[derive(Debug, Default, Clone)]
+pub struct Census {
+    pending: Option<(u64, u64)>,
+    current: Option<CensusView>,
+}
+
+impl Census {
+    /// Feeds the reply of the step for interval `number`; returns the view when
+    /// one can be emitted.
+    pub fn step(&mut self, number: u64, reply: CensusReply) -> Option<CensusView> {
+        let emitted = match (self.pending, reply.previous) {
+            (Some((n, index)), Some(replicas)) if n + 1 == number && index < replicas => {
+                Some(CensusView {
+                    index,
+                    replicas,
+                    interval: n,
+                })
+            }
+            _ => None,
+        };
+        self.pending = Some((number, reply.counter.saturating_sub(1)));
+        if emitted.is_some() {
+            self.current = emitted;
+        }
+        emitted
+    }
+
+    /// The last emitted view.
+    pub fn current(&self) -> Option<CensusView> {
+        self.current
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_numbers_and_schedule() {
+        assert_eq!(interval_number(10_000, 5_000), 2);
+        assert_eq!(interval_number(10_001, 5_000), 3);
+        assert_eq!(delay_to_next_run(10_000, 5_000, 0), 5_000);
+        assert_eq!(delay_to_next_run(10_000, 5_000, 1_000), 1_000);
+        assert_eq!(delay_to_next_run(11_500, 5_000, 1_000), 4_500);
+        for now in [0, 1, 4_999, 123_456_789] {
+            let d = delay_to_next_run(now, 5_000, 700);
+            assert!(d > 0 && d <= 5_000);
+            assert_eq!((now + d) % 5_000, 700);
+        }
+        let s = random_skew(Duration::from_secs(4));
+        assert!(s <= Duration::from_secs(2));
+    }
+
+    #[test]
+    fn three_replicas_learn_distinct_indexes() {
+        let mut replicas = [Census::default(), Census::default(), Census::default()];
+        // Interval 10: each INCRs in turn; previous counter unknown.
+        for (i, c) in replicas.iter_mut().enumerate() {
+            assert_eq!(
+                c.step(
+                    10,
+                    CensusReply {
+                        counter: i as u64 + 1,
+                        previous: None
+                    }
+                ),
+                None
+            );
+        }
+        // Interval 11: arrival order changes; the emitted index is interval 10's.
+        let order = [2, 0, 1];
+        let mut seen = Vec::new();
+        for (k, &i) in order.iter().enumerate() {
+            let v = replicas[i]
+                .step(
+                    11,
+                    CensusReply {
+                        counter: k as u64 + 1,
+                        previous: Some(3),
+                    },
+                )
+                .unwrap();
+            assert_eq!((v.index, v.replicas, v.interval), (i as u64, 3, 10));
+            seen.push(v.index);
+        }
+        seen.sort();
+        assert_eq!(seen, [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_missed_interval_emits_nothing() {
+        let mut c = Census::default();
+        c.step(
+            10,
+            CensusReply {
+                counter: 1,
+                previous: None,
+            },
+        );
+        assert_eq!(
+            c.step(
+                12,
+                CensusReply {
+                    counter: 1,
+                    previous: Some(2)
+                }
+            ),
+            None
+        );
+        let v = c
+            .step(
+                13,
+                CensusReply {
+                    counter: 1,
+                    previous: Some(1),
+                },
+            )
+            .unwrap();
+        assert_eq!((v.index, v.replicas, v.interval), (0, 1, 12));
+        assert_eq!(c.current(), Some(v));
+    }
+}

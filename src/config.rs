@@ -1,0 +1,661 @@
+//! Daemon configuration: defaults, environment variables and validation.
+//!
+//! Pure. `main.rs` parses the command line (clap) into [`RawConfig`]; [`resolve`]
+//! layers flag over environment over default and validates everything, so an
+//! invalid value fails at start with a message naming the flag, the variable and
+//! the value. Names and defaults follow scientificideas/distributor so that its
+//! deployments keep working unchanged.
+
+use std::time::Duration;
+
+use crate::keys::check_table_key;
+
+/// One setting: its flag, the environment variables that may carry it (first wins),
+/// its default (if any) and its help text. Rendered into `--help` and the README.
+pub struct Setting {
+    pub flag: &'static str,
+    pub env: &'static [&'static str],
+    pub default: Option<&'static str>,
+    pub help: &'static str,
+}
+
+macro_rules! settings {
+    ($($id:ident: $flag:literal, [$($env:literal),*], $default:expr, $help:literal;)*) => {
+        /// Every setting, in help order.
+        pub const SETTINGS: &[Setting] = &[
+            $(Setting { flag: $flag, env: &[$($env),*], default: $default, help: $help },)*
+        ];
+        /// Raw values as given on the command line (`None` = not given).
+        #[derive(Debug, Clone, Default)]
+        pub struct RawConfig {
+            $(pub $id: Option<String>,)*
+        }
+        impl RawConfig {
+            fn get(&self, flag: &str) -> Option<&String> {
+                match flag {
+                    $($flag => self.$id.as_ref(),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+settings! {
+    services_namespaces: "services-namespaces", ["SERVICES_NAMESPACE", "SERVICES_NAMESPACES"],
+        Some("sys-robots-list,sys-parsers-lists"),
+        "Comma-separated services list keys; each list is a group that splits all units";
+    workunits_namespace: "workunits-namespace", ["WORKUNITS_NAMESPACE"], Some("sys-channels"),
+        "Work units list key";
+    distribution_namespace: "distribution-namespace", ["DISTRIBUTION_NAMESPACE"],
+        Some("sys-matching-table"), "Matching table hash key; coordination keys share its slot";
+    poll_interval: "poll-interval", ["POLL_INTERVAL"], Some("1000ms"),
+        "How often the holder reads the lists, pings every member and updates the table";
+    ping_timeout: "ping-timeout", ["PING_TIMEOUT"], Some("1000ms"),
+        "Deadline of one ping, connection included";
+    redis_url: "redis-url", ["REDIS_URL"], Some("redis://127.0.0.1:6379"),
+        "Redis URL (redis://[user:pass@]host:port[/db])";
+    redis_addrs: "redis-addrs", ["REDIS_ADDRS"], None,
+        "Go-style Redis host:port; overrides the host of --redis-url when given";
+    redis_pass: "redis-pass", ["REDIS_PASS", "REDIS_PASSWORD"], None,
+        "Redis password (prefer the environment to the command line)";
+    failure_threshold: "failure-threshold", ["FAILURE_THRESHOLD"], Some("1"),
+        "Consecutive failed pings before a member loses its units";
+    forget_after: "forget-after", ["FORGET_AFTER"], None,
+        "Remove a member from its services list after failing this long (off if unset)";
+    lease_ttl: "lease-ttl", ["LEASE_TTL"], Some("2s"),
+        "Lease duration: a standby takes over at most this long after the holder dies";
+    lease_renew_interval: "lease-renew-interval", ["LEASE_RENEW_INTERVAL"], Some("500ms"),
+        "How often the holder renews the lease";
+    lease_renew_deadline: "lease-renew-deadline", ["LEASE_RENEW_DEADLINE"], Some("1500ms"),
+        "The holder stops acting when it has not renewed for this long (< lease-ttl)";
+    lease_retry_interval: "lease-retry-interval", ["LEASE_RETRY_INTERVAL"], Some("500ms"),
+        "Longest wait between a standby's acquisition attempts";
+    census_interval: "census-interval", ["CENSUS_INTERVAL"], Some("5s"),
+        "Census interval; keep it well above the clock skew between replicas";
+    replica_id: "replica-id", ["REPLICA_ID"], None,
+        "This replica's name in status output (default: hostname-pid)";
+    ka_time: "ka-time", ["KA_TIME"], Some("10s"), "gRPC keepalive ping interval towards members";
+    ka_timeout: "ka-timeout", ["KA_TIMEOUT"], Some("20s"), "gRPC keepalive timeout";
+    ka_permit_without_stream: "ka-permit-without-stream", ["KA_PERMIT_WITHOUT_STREAM"],
+        Some("false"), "Send keepalive pings with no call in flight";
+    log: "log", ["LOG"], Some("info"), "Log level when RUST_LOG is unset";
+    config_type: "config-type", ["CONFIG_TYPE"], Some("args"),
+        "Accepted for compatibility; flags and environment are always both read (flag wins)";
+}
+
+/// Lease timing; see the holder timeline in `coordinator.rs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTiming {
+    pub ttl: Duration,
+    pub renew_interval: Duration,
+    pub renew_deadline: Duration,
+    pub retry_interval: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub while_idle: bool,
+}
+
+/// A validated daemon configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub redis_url: String,
+    pub services_namespaces: Vec<String>,
+    pub workunits_namespace: String,
+    pub distribution_namespace: String,
+    pub poll_interval: Duration,
+    pub ping_timeout: Duration,
+    pub failure_threshold: u32,
+    pub forget_after: Option<Duration>,
+    pub lease: LeaseTiming,
+    pub census_interval: Duration,
+    pub replica_id: String,
+    pub keepalive: Keepalive,
+    pub log: String,
+}
+
+impl Config {
+    /// The defaults, for embedders and tests; the daemon goes through [`resolve`].
+    pub fn new(
+        redis_url: &str,
+        services_namespaces: &[&str],
+        workunits_namespace: &str,
+        distribution_namespace: &str,
+    ) -> Config {
+        let mut c = resolve(&RawConfig::default(), &|_| None).expect("defaults are valid");
+        c.redis_url = redis_url.to_string();
+        c.services_namespaces = services_namespaces.iter().map(|s| s.to_string()).collect();
+        c.workunits_namespace = workunits_namespace.to_string();
+        c.distribution_namespace = distribution_namespace.to_string();
+        c
+    }
+
+    /// The Redis URL with any password replaced, for logs and status output.
+    pub fn redis_url_redacted(&self) -> String {
+        redact_url(&self.redis_url)
+    }
+}
+
+/// A configuration error, naming the setting and the offending value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid -{flag} (env {env}) value {value:?}: {reason}")]
+pub struct ConfigError {
+    pub flag: &'static str,
+    pub env: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+/// Rewrites Go-style single-dash long flags (`-poll-interval=1s`) to clap's
+/// `--poll-interval=1s`. Single-letter flags (`-h`) and values are left alone.
+pub fn normalize_go_flags(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest_are_values = false;
+    for (i, arg) in args.into_iter().enumerate() {
+        if i == 0 || rest_are_values {
+            out.push(arg);
+            continue;
+        }
+        if arg == "--" {
+            rest_are_values = true;
+            out.push(arg);
+            continue;
+        }
+        let name_len = arg[1.min(arg.len())..]
+            .split('=')
+            .next()
+            .map_or(0, str::len);
+        if arg.starts_with('-') && !arg.starts_with("--") && name_len > 1 {
+            let name = &arg[1..];
+            if name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+                out.push(format!("-{arg}"));
+                continue;
+            }
+        }
+        out.push(arg);
+    }
+    out
+}
+
+/// Parses a Go-style duration: `500ms`, `2s`, `1m30s`, `1.5h`, `250us`, `0`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return Err(format!(
+                "expected a number at {rest:?} (example: 500ms, 2s, 1m30s)"
+            ));
+        }
+        let number: f64 = rest[..num_len]
+            .parse()
+            .map_err(|_| format!("bad number {:?}", &rest[..num_len]))?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let nanos_per = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            "" => return Err("missing unit (ns, us, ms, s, m, h)".into()),
+            other => return Err(format!("unknown unit {other:?} (ns, us, ms, s, m, h)")),
+        };
+        rest = &rest[unit_len..];
+        total += number * nanos_per;
+    }
+    if !total.is_finite() || total > u64::MAX as f64 {
+        return Err("duration too large".into());
+    }
+    Ok(Duration::from_nanos(total.round() as u64))
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "t" | "true" | "yes" => Ok(true),
+        "0" | "f" | "false" | "no" => Ok(false),
+        _ => Err("expected true or false".into()),
+    }
+}
+
+/// Replaces the password of a `redis://user:pass@host` URL with `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((auth, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => format!("{scheme}://***@{host}"),
+    }
+}
+
+/// Percent-encodes a password for use in a Redis URL.
+fn encode_userinfo(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Layers flag over environment over default, then validates.
+pub fn resolve(
+    raw: &RawConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let lookup = |flag: &'static str| -> (Option<String>, &'static Setting) {
+        let s = SETTINGS
+            .iter()
+            .find(|s| s.flag == flag)
+            .expect("known setting");
+        let value = raw
+            .get(flag)
+            .cloned()
+            .or_else(|| s.env.iter().find_map(|e| env(e)))
+            .or_else(|| s.default.map(str::to_string));
+        (value, s)
+    };
+    let err = |s: &'static Setting, value: &str, reason: String| ConfigError {
+        flag: s.flag,
+        env: s.env[0],
+        value: value.to_string(),
+        reason,
+    };
+    let text = |flag| lookup(flag).0;
+    let duration =
+        |flag: &'static str, allow_zero: bool| -> Result<Option<Duration>, ConfigError> {
+            let (value, s) = lookup(flag);
+            let Some(v) = value else { return Ok(None) };
+            let d = parse_duration(&v).map_err(|e| err(s, &v, e))?;
+            if d.is_zero() && !allow_zero {
+                return Err(err(s, &v, "must be greater than zero".into()));
+            }
+            Ok(Some(d))
+        };
+    let required = |flag: &'static str| -> Result<Duration, ConfigError> {
+        Ok(duration(flag, false)?.expect("has a default"))
+    };
+    let setting = |flag: &'static str| SETTINGS.iter().find(|s| s.flag == flag).expect("known");
+
+    let (services, s) = lookup("services-namespaces");
+    let services = services.unwrap_or_default();
+    let services_namespaces: Vec<String> = services
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(str::to_string)
+        .collect();
+    if services_namespaces.is_empty() {
+        return Err(err(
+            s,
+            &services,
+            "needs at least one services list key".into(),
+        ));
+    }
+    let workunits_namespace = text("workunits-namespace").unwrap_or_default();
+    if workunits_namespace.is_empty() {
+        return Err(err(
+            setting("workunits-namespace"),
+            "",
+            "must not be empty".into(),
+        ));
+    }
+    let (table, s) = lookup("distribution-namespace");
+    let distribution_namespace = table.unwrap_or_default();
+    check_table_key(&distribution_namespace)
+        .map_err(|e| err(s, &distribution_namespace, e.into()))?;
+    for key in services_namespaces.iter().chain([&workunits_namespace]) {
+        if *key == distribution_namespace {
+            return Err(err(
+                s,
+                key,
+                "must differ from the services and work units keys".into(),
+            ));
+        }
+    }
+
+    let poll_interval = required("poll-interval")?;
+    let ping_timeout = required("ping-timeout")?;
+    let (threshold, s) = lookup("failure-threshold");
+    let threshold = threshold.unwrap_or_default();
+    let failure_threshold: u32 = threshold
+        .parse()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| err(s, &threshold, "expected a whole number >= 1".into()))?;
+    let forget_after = duration("forget-after", false)?;
+
+    let lease = LeaseTiming {
+        ttl: required("lease-ttl")?,
+        renew_interval: required("lease-renew-interval")?,
+        renew_deadline: required("lease-renew-deadline")?,
+        retry_interval: required("lease-retry-interval")?,
+    };
+    let ttl_ms = lease.ttl.as_millis();
+    if ttl_ms < 10 {
+        return Err(err(
+            setting("lease-ttl"),
+            &format!("{:?}", lease.ttl),
+            "must be at least 10ms".into(),
+        ));
+    }
+    if lease.renew_deadline >= lease.ttl {
+        let v = text("lease-renew-deadline").unwrap_or_default();
+        return Err(err(
+            setting("lease-renew-deadline"),
+            &v,
+            format!(
+                "must be shorter than -lease-ttl ({:?}) so the holder steps down before its lease can expire",
+                lease.ttl
+            ),
+        ));
+    }
+    if lease.renew_interval >= lease.renew_deadline {
+        let v = text("lease-renew-interval").unwrap_or_default();
+        return Err(err(
+            setting("lease-renew-interval"),
+            &v,
+            format!(
+                "must be shorter than -lease-renew-deadline ({:?}) so a renewal can be retried",
+                lease.renew_deadline
+            ),
+        ));
+    }
+    let census_interval = required("census-interval")?;
+    if census_interval < Duration::from_millis(100) {
+        return Err(err(
+            setting("census-interval"),
+            &format!("{census_interval:?}"),
+            "must be at least 100ms".into(),
+        ));
+    }
+
+    let (url, s) = lookup("redis-url");
+    let mut redis_url = url.unwrap_or_default();
+    if let Some(addrs) = text("redis-addrs") {
+        let first = addrs
+            .split(',')
+            .map(str::trim)
+            .find(|a| !a.is_empty())
+            .unwrap_or("");
+        if first.is_empty() || first.contains('/') || !first.contains(':') {
+            return Err(err(
+                setting("redis-addrs"),
+                &addrs,
+                "expected host:port".into(),
+            ));
+        }
+        if addrs.split(',').filter(|a| !a.trim().is_empty()).count() > 1 {
+            return Err(err(
+                setting("redis-addrs"),
+                &addrs,
+                "several nodes (Redis Cluster) are not supported yet; give one node".into(),
+            ));
+        }
+        redis_url = format!("redis://{first}");
+    }
+    if !(redis_url.starts_with("redis://") || redis_url.starts_with("rediss://")) {
+        return Err(err(
+            s,
+            &redact_url(&redis_url),
+            "expected redis://host:port".into(),
+        ));
+    }
+    if let Some(pass) = text("redis-pass").filter(|p| !p.is_empty()) {
+        let (scheme, rest) = redis_url.split_once("://").expect("checked above");
+        let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+        let user = rest
+            .rsplit_once('@')
+            .and_then(|(a, _)| a.split(':').next())
+            .unwrap_or("");
+        redis_url = format!("{scheme}://{user}:{}@{host}", encode_userinfo(&pass));
+    }
+
+    let keepalive = Keepalive {
+        interval: required("ka-time")?,
+        timeout: required("ka-timeout")?,
+        while_idle: {
+            let (v, s) = lookup("ka-permit-without-stream");
+            let v = v.unwrap_or_default();
+            parse_bool(&v).map_err(|e| err(s, &v, e))?
+        },
+    };
+    let replica_id = text("replica-id")
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(default_replica_id);
+    let (config_type, s) = lookup("config-type");
+    let config_type = config_type.unwrap_or_default();
+    if !matches!(config_type.as_str(), "args" | "env") {
+        return Err(err(s, &config_type, "expected args or env".into()));
+    }
+
+    Ok(Config {
+        redis_url,
+        services_namespaces,
+        workunits_namespace,
+        distribution_namespace,
+        poll_interval,
+        ping_timeout,
+        failure_threshold,
+        forget_after,
+        lease,
+        census_interval,
+        replica_id,
+        keepalive,
+        log: text("log").unwrap_or_default(),
+    })
+}
+
+fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "replica".into());
+    format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults_match_the_go_implementation() {
+        let c = resolve(&RawConfig::default(), &no_env).unwrap();
+        assert_eq!(
+            c.services_namespaces,
+            ["sys-robots-list", "sys-parsers-lists"]
+        );
+        assert_eq!(c.workunits_namespace, "sys-channels");
+        assert_eq!(c.distribution_namespace, "sys-matching-table");
+        assert_eq!(c.poll_interval, Duration::from_millis(1000));
+        assert_eq!(c.ping_timeout, Duration::from_millis(1000));
+        assert_eq!(c.failure_threshold, 1);
+        assert_eq!(c.forget_after, None);
+        assert!(
+            c.lease.renew_interval < c.lease.renew_deadline && c.lease.renew_deadline < c.lease.ttl
+        );
+    }
+
+    #[test]
+    fn flag_beats_env_beats_default_and_both_env_names_work() {
+        let env = |k: &str| match k {
+            "SERVICES_NAMESPACES" => Some("from-plural".to_string()),
+            "POLL_INTERVAL" => Some("250ms".to_string()),
+            "PING_TIMEOUT" => Some("300ms".to_string()),
+            _ => None,
+        };
+        let raw = RawConfig {
+            ping_timeout: Some("2s".into()),
+            ..Default::default()
+        };
+        let c = resolve(&raw, &env).unwrap();
+        assert_eq!(c.services_namespaces, ["from-plural"]);
+        assert_eq!(c.poll_interval, Duration::from_millis(250));
+        assert_eq!(c.ping_timeout, Duration::from_secs(2));
+        let env2 = |k: &str| match k {
+            "SERVICES_NAMESPACE" => Some("singular".to_string()),
+            "SERVICES_NAMESPACES" => Some("plural".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            resolve(&RawConfig::default(), &env2)
+                .unwrap()
+                .services_namespaces,
+            ["singular"]
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_the_flag_and_value() {
+        let bad = |raw: RawConfig| resolve(&raw, &no_env).unwrap_err();
+        let e = bad(RawConfig {
+            poll_interval: Some("fast".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            (e.flag, e.env, e.value.as_str()),
+            ("poll-interval", "POLL_INTERVAL", "fast")
+        );
+        assert!(
+            e.to_string()
+                .starts_with("invalid -poll-interval (env POLL_INTERVAL) value \"fast\""),
+            "{e}"
+        );
+        let e = bad(RawConfig {
+            ping_timeout: Some("0s".into()),
+            ..Default::default()
+        });
+        assert_eq!(e.flag, "ping-timeout");
+        let e = bad(RawConfig {
+            lease_renew_deadline: Some("3s".into()),
+            ..Default::default()
+        });
+        assert_eq!(e.flag, "lease-renew-deadline");
+        let e = bad(RawConfig {
+            failure_threshold: Some("0".into()),
+            ..Default::default()
+        });
+        assert_eq!(e.flag, "failure-threshold");
+        let e = bad(RawConfig {
+            services_namespaces: Some(" , ".into()),
+            ..Default::default()
+        });
+        assert_eq!(e.flag, "services-namespaces");
+        let e = bad(RawConfig {
+            distribution_namespace: Some("a{}b".into()),
+            ..Default::default()
+        });
+        assert_eq!(e.flag, "distribution-namespace");
+        let e = bad(RawConfig {
+            redis_url: Some("http://x".into()),
+            ..Default::default()
+        });
+        assert_eq!(e.flag, "redis-url");
+        let e = bad(RawConfig {
+            ka_permit_without_stream: Some("maybe".into()),
+            ..Default::default()
+        });
+        assert_eq!(e.flag, "ka-permit-without-stream");
+    }
+
+    #[test]
+    fn redis_addrs_and_password() {
+        let raw = RawConfig {
+            redis_addrs: Some("10.0.0.5:6380".into()),
+            redis_pass: Some("p@ss:w/rd".into()),
+            ..Default::default()
+        };
+        let c = resolve(&raw, &no_env).unwrap();
+        assert_eq!(c.redis_url, "redis://:p%40ss%3Aw%2Frd@10.0.0.5:6380");
+        assert_eq!(c.redis_url_redacted(), "redis://:***@10.0.0.5:6380");
+        assert_eq!(redact_url("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+    }
+
+    #[test]
+    fn go_style_flags_are_normalized() {
+        let args = [
+            "distributor",
+            "-poll-interval=500ms",
+            "-ping-timeout",
+            "1s",
+            "-h",
+            "--log",
+            "debug",
+            "-5",
+        ];
+        let out = normalize_go_flags(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            out,
+            [
+                "distributor",
+                "--poll-interval=500ms",
+                "--ping-timeout",
+                "1s",
+                "-h",
+                "--log",
+                "debug",
+                "-5"
+            ]
+        );
+    }
+
+    #[test]
+    fn durations() {
+        let ms = |s: &str| parse_duration(s).map(|d| d.as_millis());
+        assert_eq!(ms("500ms"), Ok(500));
+        assert_eq!(ms("2s"), Ok(2000));
+        assert_eq!(ms("1m30s"), Ok(90_000));
+        assert_eq!(ms("1.5h"), Ok(5_400_000));
+        assert_eq!(ms("0"), Ok(0));
+        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+        assert!(parse_duration("10").unwrap_err().contains("missing unit"));
+        assert!(parse_duration("10d").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("ms").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn duration_round_trip(ms in 0u64..10_000_000) {
+            prop_assert_eq!(parse_duration(&format!("{ms}ms")).unwrap(), Duration::from_millis(ms));
+            let (s, rest) = (ms / 1000, ms % 1000);
+            prop_assert_eq!(parse_duration(&format!("{s}s{rest}ms")).unwrap(), Duration::from_millis(ms));
+        }
+
+        #[test]
+        fn parse_duration_never_panics(s in "\\PC{0,12}") {
+            let _ = parse_duration(&s);
+        }
+    }
+}

@@ -1,0 +1,754 @@
+//! The coordinator: one replica's state machine, standby or holder.
+//!
+//! It only decides; Redis IO goes through [`Store`], gRPC through [`Pinger`], and
+//! the table comes from the pure [`MatchingTable::solve`]. One `tokio::select!`
+//! loop turns timers, notifications and finished cycles into [`Event`]s, and an
+//! explicit `match (state, event)` gives the transitions:
+//!
+//! ```text
+//!                 acquired (SET NX PX, epoch+1) + liveness loaded
+//!      ┌─────────┐ ─────────────────────────────────────────▶ ┌────────┐
+//!  ──▶ │ Standby │                                             │ Holder │──┐ poll timer:
+//!      └─────────┘ ◀───────────────────────────────────────── └────────┘  │ read, ping,
+//!        ▲   │ lease timer / release notification:   renewal refused,   ◀─┘ solve, write
+//!        └───┘ try again when the lease expires      deadline passed,       if changed
+//!                                                    or write fenced
+//! ```
+//!
+//! Guarantees:
+//! - only a holder whose lease is locally valid (see [`crate::lease`]) writes, and
+//!   Redis re-checks token and epoch on every write;
+//! - the table is written only when its digest differs from the stored one, so a
+//!   new holder with the same inputs writes nothing (no reshuffle, no new
+//!   generation) and a Redis that lost its data gets the table back;
+//! - a failed read never produces a write: the last table stays;
+//! - on shutdown the in-flight cycle is dropped and the lease released, which
+//!   wakes the standbys at once.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::census::{self, Census, CensusView};
+use crate::config::Config;
+use crate::error::StoreError;
+use crate::inputs::{self, Inputs};
+use crate::lease::{self, HeldLease};
+use crate::liveness::{HealthChanges, Liveness};
+use crate::pinger::{PingFailure, Pinger};
+use crate::store::{Acquisition, Commit, Committed, Notification, Store};
+use crate::table::MatchingTable;
+use crate::unix_ms;
+
+/// Whether this replica currently acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    #[default]
+    Standby,
+    Holder,
+}
+
+/// What a replica knows, for status output and embedders.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    pub replica_id: String,
+    pub role: Role,
+    /// This replica's epoch while it holds the lease, else the last one it saw.
+    pub epoch: u64,
+    /// The holder as last seen (this replica's id while it holds).
+    pub holder: Option<String>,
+    pub census: Option<CensusView>,
+    /// Highest table generation seen.
+    pub generation: u64,
+    /// Unix ms of this replica's last table write.
+    pub last_write_ms: Option<u64>,
+    /// Per group: (name, live, failed), from the last cycle.
+    pub groups: Vec<(String, usize, usize)>,
+    pub units: usize,
+    pub invalid_inputs: usize,
+    pub cycles: u64,
+    pub table_writes: u64,
+    pub fenced_writes: u64,
+    pub lease_acquisitions: u64,
+}
+
+/// A running replica. Dropping it shuts it down gracefully in the background.
+pub struct Distributor {
+    status: watch::Receiver<Status>,
+    cancel: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Distributor {
+    /// Starts a replica. Redis is connected lazily: an unreachable Redis is retried,
+    /// never fatal.
+    pub fn start(config: Config) -> Result<Distributor, StoreError> {
+        let store = Store::open(
+            &config.redis_url,
+            &config.distribution_namespace,
+            op_timeout(&config),
+        )?;
+        let (tx, rx) = watch::channel(Status {
+            replica_id: config.replica_id.clone(),
+            ..Status::default()
+        });
+        let cancel = CancellationToken::new();
+        let coordinator = Coordinator::new(config, store, tx);
+        let task = tokio::spawn(coordinator.run(cancel.clone()));
+        Ok(Distributor {
+            status: rx,
+            cancel,
+            task: Some(task),
+        })
+    }
+
+    pub fn status(&self) -> watch::Receiver<Status> {
+        self.status.clone()
+    }
+
+    /// Stops acting, releases the lease (waking the standbys) and waits for it.
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Stops at once without releasing anything, like a crash: the lease lapses
+    /// after its TTL. For failure tests.
+    pub fn abort(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Distributor {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Runs a replica until `shutdown` resolves, then shuts it down gracefully.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StoreError> {
+    let d = Distributor::start(config)?;
+    shutdown.await;
+    d.shutdown().await;
+    Ok(())
+}
+
+fn op_timeout(config: &Config) -> Duration {
+    // A lease call must come back well before the renew deadline.
+    (config.lease.renew_deadline - config.lease.renew_interval)
+        .clamp(Duration::from_millis(50), Duration::from_secs(2))
+}
+
+enum State {
+    Standby { next_attempt: Instant },
+    Holder(Box<Holding>),
+}
+
+struct Holding {
+    lease: HeldLease,
+    liveness: Liveness,
+    /// Liveness changes not yet persisted (a failed write is retried with the next).
+    unsaved: HealthChanges,
+    next_cycle: Instant,
+    memo: Option<Memo>,
+}
+
+/// The last solved table and the key of its inputs, to skip re-solving.
+#[derive(Clone)]
+struct Memo {
+    key: u128,
+    table: Arc<MatchingTable>,
+}
+
+enum Event {
+    Shutdown,
+    LeaseTimer,
+    Released,
+    Notified(Notification),
+    CycleTimer,
+    CycleDone(Box<Result<CycleReport, StoreError>>),
+    CensusTimer,
+}
+
+struct CycleReport {
+    epoch: u64,
+    inputs: Inputs,
+    failures: Vec<(String, PingFailure)>,
+    liveness: Liveness,
+    changes: HealthChanges,
+    transitions: Vec<(String, bool)>,
+    memo: Memo,
+    stored_digest: Option<String>,
+    stored_generation: u64,
+}
+
+struct Coordinator {
+    config: Config,
+    store: Store,
+    pinger: Pinger,
+    status: watch::Sender<Status>,
+    census: Census,
+    census_skew: Duration,
+    epoch_floor: u64,
+    generation_floor: u64,
+    known_rejections: HashSet<String>,
+    read_failing: bool,
+}
+
+impl Coordinator {
+    fn new(config: Config, store: Store, status: watch::Sender<Status>) -> Coordinator {
+        let pinger = Pinger::new(config.ping_timeout, Some(config.keepalive));
+        let census_skew = census::random_skew(config.census_interval);
+        Coordinator {
+            config,
+            store,
+            pinger,
+            status,
+            census: Census::default(),
+            census_skew,
+            epoch_floor: 0,
+            generation_floor: 0,
+            known_rejections: HashSet::new(),
+            read_failing: false,
+        }
+    }
+
+    fn next_census(&self) -> Instant {
+        let delay = census::delay_to_next_run(
+            unix_ms(),
+            self.config.census_interval.as_millis() as u64,
+            self.census_skew.as_millis() as u64,
+        );
+        Instant::now() + Duration::from_millis(delay)
+    }
+
+    async fn run(mut self, cancel: CancellationToken) {
+        let keys = self.store.keys().clone();
+        let mut notifications = self.store.subscribe(
+            vec![keys.lease_channel.clone(), keys.table_channel.clone()],
+            cancel.child_token(),
+        );
+        let mut state = State::Standby {
+            next_attempt: Instant::now(),
+        };
+        let mut cycle: Option<JoinHandle<Result<CycleReport, StoreError>>> = None;
+        let mut next_census = self.next_census();
+        tracing::info!(replica = %self.config.replica_id, table = %keys.table, "replica started as standby");
+
+        loop {
+            let (lease_at, cycle_at) = match &state {
+                State::Standby { next_attempt } => (*next_attempt, None),
+                State::Holder(h) => (h.lease.next_renewal(), Some(h.next_cycle)),
+            };
+            let event = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Event::Shutdown,
+                r = join(&mut cycle), if cycle.is_some() => {
+                    cycle = None;
+                    Event::CycleDone(Box::new(r))
+                }
+                _ = sleep_until(lease_at) => Event::LeaseTimer,
+                n = notifications.recv() => match n {
+                    Some(Notification::Message(ch, _)) if ch == keys.lease_channel => Event::Released,
+                    Some(n) => Event::Notified(n),
+                    // The subscriber only stops on cancellation.
+                    None => Event::Shutdown,
+                },
+                _ = sleep_until(cycle_at.unwrap_or(lease_at)), if cycle_at.is_some() && cycle.is_none() => Event::CycleTimer,
+                _ = sleep_until(next_census) => Event::CensusTimer,
+            };
+
+            state = match (state, event) {
+                (state, Event::Shutdown) => {
+                    if let Some(c) = cycle.take() {
+                        c.abort();
+                    }
+                    if let State::Holder(h) = state {
+                        self.release(&h.lease).await;
+                    }
+                    tracing::info!(replica = %self.config.replica_id, "replica stopped");
+                    return;
+                }
+                (state, Event::CensusTimer) => {
+                    self.census_step().await;
+                    next_census = self.next_census();
+                    state
+                }
+                (state, Event::Notified(Notification::Message(_, payload))) => {
+                    // A table write by some holder: keep generations increasing even
+                    // if Redis loses its data and this replica writes next.
+                    if let Ok(g) = payload.parse::<u64>() {
+                        self.generation_floor = self.generation_floor.max(g);
+                        self.status.send_if_modified(|s| bump(&mut s.generation, g));
+                    }
+                    state
+                }
+                (state, Event::Notified(Notification::Subscribed)) => state,
+                (State::Standby { .. }, Event::LeaseTimer | Event::Released) => {
+                    self.try_acquire().await
+                }
+                (State::Standby { next_attempt }, Event::CycleTimer) => {
+                    State::Standby { next_attempt }
+                }
+                (State::Standby { next_attempt }, Event::CycleDone(_)) => {
+                    // A cycle of an earlier holding; its results are void.
+                    State::Standby { next_attempt }
+                }
+                (State::Holder(h), Event::Released) => State::Holder(h),
+                (State::Holder(h), Event::LeaseTimer) => {
+                    let next = self.renew(h).await;
+                    if matches!(next, State::Standby { .. })
+                        && let Some(c) = cycle.take()
+                    {
+                        c.abort();
+                    }
+                    next
+                }
+                (State::Holder(mut h), Event::CycleTimer) => {
+                    if h.lease.may_act(Instant::now()) {
+                        cycle = Some(tokio::spawn(self.cycle_task(&h)));
+                    }
+                    let poll = self.config.poll_interval;
+                    h.next_cycle = (h.next_cycle + poll).max(Instant::now());
+                    State::Holder(h)
+                }
+                (State::Holder(h), Event::CycleDone(report)) => self.finish_cycle(h, *report).await,
+            };
+        }
+    }
+
+    fn step_down(&mut self, why: &str, epoch: u64) -> State {
+        tracing::warn!(replica = %self.config.replica_id, epoch, reason = why, "stepping down to standby");
+        self.status.send_modify(|s| {
+            s.role = Role::Standby;
+            s.holder = None;
+        });
+        State::Standby {
+            next_attempt: Instant::now() + self.config.lease.retry_interval,
+        }
+    }
+
+    async fn try_acquire(&mut self) -> State {
+        let timing = self.config.lease;
+        let sent_at = Instant::now();
+        let attempt = self
+            .store
+            .acquire(
+                timing.ttl,
+                self.epoch_floor,
+                &self.config.replica_id,
+                unix_ms(),
+            )
+            .await;
+        match attempt {
+            Ok(Acquisition::Acquired(grant)) => {
+                self.epoch_floor = self.epoch_floor.max(grant.epoch);
+                let lease = HeldLease::new(grant, timing, sent_at);
+                match self.store.load_liveness().await {
+                    Ok((stored, generation)) => {
+                        let (liveness, bad) =
+                            Liveness::restore(self.config.failure_threshold, stored);
+                        for (member, value) in bad {
+                            tracing::warn!(key = %self.store.keys().liveness, member, value, "ignoring unreadable liveness entry");
+                        }
+                        self.generation_floor = self.generation_floor.max(generation);
+                        tracing::info!(
+                            replica = %self.config.replica_id,
+                            epoch = lease.epoch(),
+                            known_members = liveness.iter().count(),
+                            "lease acquired; acting as holder"
+                        );
+                        self.status.send_modify(|s| {
+                            s.role = Role::Holder;
+                            s.epoch = lease.epoch();
+                            s.holder = Some(self.config.replica_id.clone());
+                            s.lease_acquisitions += 1;
+                            bump(&mut s.generation, generation);
+                        });
+                        State::Holder(Box::new(Holding {
+                            lease,
+                            liveness,
+                            unsaved: HealthChanges::default(),
+                            next_cycle: Instant::now(),
+                            memo: None,
+                        }))
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, retryable = e.is_retryable(), "could not load liveness state; giving the lease back");
+                        self.release(&lease).await;
+                        State::Standby {
+                            next_attempt: Instant::now() + timing.retry_interval,
+                        }
+                    }
+                }
+            }
+            Ok(Acquisition::Held {
+                pttl,
+                holder,
+                epoch,
+            }) => {
+                self.epoch_floor = self.epoch_floor.max(epoch);
+                self.status.send_if_modified(|s| {
+                    let changed = s.holder.as_deref() != Some(holder.as_str()) || s.epoch != epoch;
+                    s.holder = (!holder.is_empty()).then(|| holder.clone());
+                    s.epoch = epoch;
+                    changed
+                });
+                State::Standby {
+                    next_attempt: lease::next_attempt(Instant::now(), pttl, timing.retry_interval),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, kind = e.kind(), "lease acquisition failed; will retry");
+                State::Standby {
+                    next_attempt: Instant::now() + timing.retry_interval,
+                }
+            }
+        }
+    }
+
+    async fn renew(&mut self, mut h: Box<Holding>) -> State {
+        let now = Instant::now();
+        let epoch = h.lease.epoch();
+        if !h.lease.may_act(now) {
+            return self.step_down("could not renew the lease within the renew deadline", epoch);
+        }
+        let budget = h.lease.renewal_budget(now);
+        match self
+            .store
+            .renew(&h.lease.grant, self.config.lease.ttl, budget)
+            .await
+        {
+            Ok(true) => {
+                h.lease.renewed(now);
+                State::Holder(h)
+            }
+            Ok(false) => self.step_down("lease lost: another replica holds it now", epoch),
+            Err(e) => {
+                tracing::warn!(error = %e, kind = e.kind(), epoch, "lease renewal failed; retrying until the renew deadline");
+                h.lease.renewal_failed(Instant::now());
+                if h.lease.may_act(Instant::now()) {
+                    State::Holder(h)
+                } else {
+                    self.step_down("could not renew the lease within the renew deadline", epoch)
+                }
+            }
+        }
+    }
+
+    async fn release(&self, lease: &HeldLease) {
+        match self.store.release(&lease.grant).await {
+            Ok(true) => tracing::info!(epoch = lease.epoch(), "lease released"),
+            Ok(false) => tracing::info!(epoch = lease.epoch(), "lease was no longer ours"),
+            Err(e) => {
+                tracing::warn!(error = %e, epoch = lease.epoch(), "could not release the lease; it will lapse")
+            }
+        }
+    }
+
+    async fn census_step(&mut self) {
+        let interval = self.config.census_interval;
+        let number = census::interval_number(unix_ms(), interval.as_millis() as u64);
+        let report = match self.census.current() {
+            Some(v) => format!("{} {} {}", v.index, v.replicas, unix_ms()),
+            None => format!("- - {}", unix_ms()),
+        };
+        match self
+            .store
+            .census_step(number, interval, &self.config.replica_id, &report)
+            .await
+        {
+            Ok(reply) => {
+                let before = self.census.current();
+                if let Some(view) = self.census.step(number, reply) {
+                    if before.map(|b| (b.index, b.replicas)) != Some((view.index, view.replicas)) {
+                        tracing::info!(
+                            index = view.index,
+                            replicas = view.replicas,
+                            "census changed"
+                        );
+                    }
+                    self.status.send_modify(|s| s.census = Some(view));
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "census step failed"),
+        }
+    }
+
+    /// The IO half of a cycle, run as its own task so renewals never wait on it.
+    fn cycle_task(
+        &self,
+        h: &Holding,
+    ) -> impl Future<Output = Result<CycleReport, StoreError>> + Send + 'static {
+        let store = self.store.clone();
+        let pinger = self.pinger.clone();
+        let services = self.config.services_namespaces.clone();
+        let units_key = self.config.workunits_namespace.clone();
+        let mut liveness = h.liveness.clone();
+        let memo = h.memo.clone();
+        let epoch = h.lease.epoch();
+        async move {
+            let snapshot = store.read_snapshot(&services, &units_key).await?;
+            let inputs = inputs::normalize(&snapshot.raw);
+            let members: Vec<String> = inputs.members().map(str::to_string).collect();
+            let reports = pinger.ping_all(&members).await;
+            let listed: HashSet<&str> = inputs.members().collect();
+            pinger.retain(&listed);
+
+            let was_live: HashSet<String> = members
+                .iter()
+                .filter(|m| liveness.is_live(m))
+                .cloned()
+                .collect();
+            let malformed = inputs
+                .groups
+                .iter()
+                .flat_map(|g| g.malformed.iter().map(String::as_str));
+            let results = reports
+                .iter()
+                .map(|r| (r.member.as_str(), r.result.is_ok()))
+                .chain(malformed.clone().map(|m| (m, false)));
+            let all_listed = inputs.members().chain(malformed);
+            let changes = liveness.observe(results, all_listed, unix_ms());
+            let transitions = members
+                .iter()
+                .filter(|m| liveness.is_live(m) != was_live.contains(*m))
+                .map(|m| (m.clone(), liveness.is_live(m)))
+                .collect();
+            let failures = reports
+                .into_iter()
+                .filter_map(|r| r.result.err().map(|e| (r.member, e)))
+                .collect();
+
+            let key = inputs_key(&inputs, &liveness);
+            let memo = match memo {
+                Some(m) if m.key == key => m,
+                _ => {
+                    let (inp, live) = (inputs.clone(), liveness.clone());
+                    let table = tokio::task::spawn_blocking(move || {
+                        MatchingTable::solve(&inp, |m| live.is_live(m))
+                    })
+                    .await
+                    .expect("solving the table does not panic");
+                    Memo {
+                        key,
+                        table: Arc::new(table),
+                    }
+                }
+            };
+            Ok(CycleReport {
+                epoch,
+                inputs,
+                failures,
+                liveness,
+                changes,
+                transitions,
+                memo,
+                stored_digest: snapshot.stored_digest,
+                stored_generation: snapshot.stored_generation,
+            })
+        }
+    }
+
+    async fn finish_cycle(
+        &mut self,
+        mut h: Box<Holding>,
+        report: Result<CycleReport, StoreError>,
+    ) -> State {
+        let report = match report {
+            Ok(r) => {
+                if self.read_failing {
+                    tracing::info!("redis reads recovered");
+                    self.read_failing = false;
+                }
+                r
+            }
+            Err(e) => {
+                if !self.read_failing || !e.is_retryable() {
+                    tracing::warn!(error = %e, kind = e.kind(), "cycle skipped: could not read inputs; keeping the last table");
+                }
+                self.read_failing = true;
+                return State::Holder(h);
+            }
+        };
+        if report.epoch != h.lease.epoch() {
+            return State::Holder(h);
+        }
+        self.log_inputs(&report);
+
+        h.liveness = report.liveness;
+        h.unsaved.merge(report.changes);
+        let table = report.memo.table.clone();
+        h.memo = Some(report.memo);
+        self.generation_floor = self.generation_floor.max(report.stored_generation);
+        let digest = table.digest();
+        let table_changed = report.stored_digest.as_deref() != Some(digest.as_str());
+
+        if (table_changed || !h.unsaved.is_empty()) && h.lease.may_act(Instant::now()) {
+            let commit = Commit {
+                table: table_changed.then_some(&*table),
+                health: &h.unsaved,
+                generation_floor: self.generation_floor,
+                holder_id: &self.config.replica_id,
+                now_ms: unix_ms(),
+            };
+            match self.store.commit(&h.lease.grant, &commit).await {
+                Ok(Committed::Written { generation }) => {
+                    h.unsaved = HealthChanges::default();
+                    if let Some(g) = generation {
+                        self.generation_floor = self.generation_floor.max(g);
+                        tracing::info!(
+                            epoch = h.lease.epoch(),
+                            generation = g,
+                            members = table.len(),
+                            assignments = table.assignments(),
+                            units = report.inputs.units.len(),
+                            "matching table written"
+                        );
+                        self.status.send_modify(|s| {
+                            bump(&mut s.generation, g);
+                            s.last_write_ms = Some(unix_ms());
+                            s.table_writes += 1;
+                        });
+                    }
+                }
+                Ok(Committed::Fenced { reason }) => {
+                    self.status.send_modify(|s| s.fenced_writes += 1);
+                    let epoch = h.lease.epoch();
+                    tracing::warn!(
+                        epoch,
+                        reason,
+                        "table write rejected by redis: this replica is no longer the holder"
+                    );
+                    return self.step_down("write fenced", epoch);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, kind = e.kind(), "table write failed; will retry next cycle");
+                }
+            }
+        }
+        if let Some(after) = self.config.forget_after {
+            self.forget(&h, &report.inputs, after).await;
+        }
+        self.status.send_modify(|s| {
+            s.cycles += 1;
+            s.units = report.inputs.units.len();
+            s.invalid_inputs = report.inputs.rejections.len();
+            s.groups = report
+                .inputs
+                .groups
+                .iter()
+                .map(|g| {
+                    let live = g.members.iter().filter(|m| h.liveness.is_live(m)).count();
+                    (
+                        g.name.clone(),
+                        live,
+                        g.members.len() + g.malformed.len() - live,
+                    )
+                })
+                .collect();
+        });
+        State::Holder(h)
+    }
+
+    fn log_inputs(&mut self, report: &CycleReport) {
+        let current: HashSet<String> = report
+            .inputs
+            .rejections
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        for r in &report.inputs.rejections {
+            let text = r.to_string();
+            if !self.known_rejections.contains(&text) {
+                tracing::warn!(kind = r.kind(), "invalid input: {text}");
+            }
+        }
+        self.known_rejections = current;
+        let reasons: std::collections::HashMap<&str, &PingFailure> = report
+            .failures
+            .iter()
+            .map(|(m, f)| (m.as_str(), f))
+            .collect();
+        for (member, live) in &report.transitions {
+            if *live {
+                tracing::info!(member, "member answers: it gets work");
+            } else {
+                let reason = reasons
+                    .get(member.as_str())
+                    .map(|f| f.to_string())
+                    .unwrap_or_default();
+                tracing::warn!(member, reason, "member failing: its work is redistributed");
+            }
+        }
+    }
+
+    async fn forget(&self, h: &Holding, inputs: &Inputs, after: Duration) {
+        let doomed = h.liveness.forgettable(unix_ms(), after.as_millis() as u64);
+        for member in doomed {
+            for group in &inputs.groups {
+                if (group.members.contains(&member) || group.malformed.contains(&member))
+                    && h.lease.may_act(Instant::now())
+                {
+                    match self.store.forget(&group.name, &member).await {
+                        Ok(_) => {
+                            tracing::info!(member, list = %group.name, "forgot a long-failing member")
+                        }
+                        Err(e) => tracing::warn!(error = %e, member, "could not forget member"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn bump(slot: &mut u64, value: u64) -> bool {
+    let changed = value > *slot;
+    *slot = (*slot).max(value);
+    changed
+}
+
+async fn join<T>(handle: &mut Option<JoinHandle<T>>) -> T
+where
+    T: Send + 'static,
+{
+    match handle {
+        Some(h) => match h.await {
+            Ok(v) => v,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Identifies what the table depends on: the live members of each group and the
+/// units. Equal keys mean an equal table, so solving can be skipped.
+fn inputs_key(inputs: &Inputs, liveness: &Liveness) -> u128 {
+    let mut h = Xxh3::new();
+    let mut put = |tag: u8, s: &str| {
+        h.update(&[tag]);
+        h.update(&(s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    for g in &inputs.groups {
+        put(1, &g.name);
+        for m in g.members.iter().filter(|m| liveness.is_live(m)) {
+            put(2, m);
+        }
+    }
+    for u in &inputs.units {
+        put(3, u);
+    }
+    h.digest128()
+}

@@ -1,0 +1,73 @@
+//! Library errors, classified retryable or fatal.
+//!
+//! The daemon never exits on a [`StoreError`]: a retryable one is retried with
+//! backoff on the next tick; a non-retryable one (a key of the wrong type, a
+//! permission error) is logged, counted and skipped, keeping the last table.
+
+use std::time::Duration;
+
+/// Errors of the Redis store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The server did not answer in time.
+    #[error("redis did not answer {op} within {timeout:?}")]
+    Timeout { op: &'static str, timeout: Duration },
+    /// A key holds another Redis type than the protocol expects.
+    #[error("key {key:?} holds a {actual}, expected a {expected}")]
+    WrongType {
+        key: String,
+        expected: &'static str,
+        actual: String,
+    },
+    /// Any other error reported by redis-rs (connection, server, protocol).
+    #[error("redis {op} failed: {source}")]
+    Redis {
+        op: &'static str,
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A reply of an unexpected shape (a script from another version?).
+    #[error("unexpected reply to {op}: {detail}")]
+    Reply { op: &'static str, detail: String },
+}
+
+impl StoreError {
+    /// Whether the same call may succeed later without anyone changing anything.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Timeout { .. } => true,
+            StoreError::WrongType { .. } | StoreError::Reply { .. } => false,
+            StoreError::Redis { source, .. } => {
+                use redis::RetryMethod::*;
+                !matches!(source.retry_method(), NoRetry) || source.is_io_error()
+            }
+        }
+    }
+
+    /// A short label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Timeout { .. } => "timeout",
+            StoreError::WrongType { .. } => "wrong_type",
+            StoreError::Reply { .. } => "reply",
+            StoreError::Redis { source, .. } if source.is_io_error() => "io",
+            StoreError::Redis { source, .. } if source.code() == Some("NOPERM") => "no_permission",
+            StoreError::Redis { .. } => "server",
+        }
+    }
+}
+
+/// Errors of the member library.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error("invalid member address {addr:?}: {reason}")]
+    Address { addr: String, reason: &'static str },
+    #[error("failed to listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -1,0 +1,138 @@
+//! Redis key and channel names, all derived from the table key.
+//!
+//! Guarantee: every coordination key lands in the same Redis Cluster hash slot as
+//! the matching table itself, so one Lua script may check the lease and replace the
+//! table atomically on a cluster as on a single node.
+//!
+//! Redis Cluster hashes only the part of a key between the first `{` and the next
+//! `}` (when that part is non-empty). So:
+//!
+//! ```text
+//! table key                 coordination prefix   example key
+//! sys-matching-table        {sys-matching-table}  {sys-matching-table}:lease
+//! app:{tenant7}:table       app:{tenant7}:table   app:{tenant7}:table:lease
+//! ```
+//!
+//! A table key without a hash tag is wrapped in braces; one with a hash tag is used
+//! as it is, since its tag already decides the slot.
+
+/// All keys and channels of one distribution (one matching table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    /// The matching table: a hash, field = member id, value = comma-joined units.
+    pub table: String,
+    /// The lease: a string holding the holder's random token, with a PX expiry.
+    pub lease: String,
+    /// The fencing epoch: an integer incremented by every lease acquisition.
+    pub epoch: String,
+    /// Table metadata: a hash (`generation`, `digest`, `epoch`, `holder`, ...).
+    pub meta: String,
+    /// Liveness state of every listed member, so that it survives a failover.
+    pub liveness: String,
+    /// The census: replica id → "index replicas unix_ms", as last seen by each replica.
+    pub replicas: String,
+    /// Pub/sub channel: the new generation, published after every table write.
+    pub table_channel: String,
+    /// Pub/sub channel: the released epoch, published when a holder lets go.
+    pub lease_channel: String,
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(table: &str) -> Self {
+        let prefix = if hash_tag(table).is_some() {
+            table.to_string()
+        } else {
+            format!("{{{table}}}")
+        };
+        let k = |suffix: &str| format!("{prefix}:{suffix}");
+        Keys {
+            table: table.to_string(),
+            lease: k("lease"),
+            epoch: k("epoch"),
+            meta: k("meta"),
+            liveness: k("liveness"),
+            replicas: k("replicas"),
+            table_channel: k("changed"),
+            lease_channel: k("released"),
+            prefix,
+        }
+    }
+
+    /// The census counter of interval number `n` (seed 002: `{name}:{number}`).
+    pub fn census(&self, n: u64) -> String {
+        format!("{}:census:{n}", self.prefix)
+    }
+}
+
+/// Checks that coordination keys can share the table key's slot.
+///
+/// A key with braces but no usable hash tag (`a{}b`, `a{b`) is hashed whole, and no
+/// suffixed key can hash to the same slot, so such a table key is refused.
+pub fn check_table_key(key: &str) -> Result<(), &'static str> {
+    if key.is_empty() {
+        return Err("must not be empty");
+    }
+    if hash_tag(key).is_none() && (key.contains('{') || key.contains('}')) {
+        return Err(
+            "has braces but no non-empty {hash tag}; coordination keys could not share its cluster slot",
+        );
+    }
+    Ok(())
+}
+
+/// The part of `key` that Redis Cluster hashes, if the key has a hash tag.
+pub fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let close = key[open + 1..].find('}')?;
+    let tag = &key[open + 1..open + 1 + close];
+    (!tag.is_empty()).then_some(tag)
+}
+
+/// The bytes Redis Cluster feeds to CRC16 for `key`.
+pub fn slot_input(key: &str) -> &str {
+    hash_tag(key).unwrap_or(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_table_key_is_wrapped() {
+        let k = Keys::new("sys-matching-table");
+        assert_eq!(k.lease, "{sys-matching-table}:lease");
+        assert_eq!(k.census(42), "{sys-matching-table}:census:42");
+        assert_eq!(slot_input(&k.lease), "sys-matching-table");
+        assert_eq!(slot_input(&k.table), "sys-matching-table");
+    }
+
+    #[test]
+    fn tagged_table_key_keeps_its_tag() {
+        let k = Keys::new("app:{t7}:table");
+        assert_eq!(k.meta, "app:{t7}:table:meta");
+        for key in [
+            &k.table,
+            &k.lease,
+            &k.epoch,
+            &k.meta,
+            &k.liveness,
+            &k.replicas,
+        ] {
+            assert_eq!(slot_input(key), "t7");
+        }
+    }
+
+    #[test]
+    fn empty_braces_are_not_a_tag() {
+        assert_eq!(hash_tag("a{}b"), None);
+        assert_eq!(hash_tag("a{b"), None);
+        assert_eq!(hash_tag("{x}{y}"), Some("x"));
+        // Such keys cannot share a slot with anything derived from them.
+        assert!(check_table_key("a{}b").is_err());
+        assert!(check_table_key("a{b").is_err());
+        assert!(check_table_key("").is_err());
+        assert!(check_table_key("a{b}c").is_ok());
+        assert!(check_table_key("sys-matching-table").is_ok());
+    }
+}

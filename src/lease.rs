@@ -1,0 +1,178 @@
+//! Lease timing, pure: when the holder renews, when it must stop acting, and
+//! when a standby tries again.
+//!
+//! The holder measures everything from the moment it *sent* its last successful
+//! renewal; Redis started the new TTL later than that, so the local view is
+//! always the more pessimistic one (client-go's rule: renew deadline < lease
+//! duration):
+//!
+//! ```text
+//!  sent  renew      renew      renew deadline           ttl
+//!   │   interval   interval          │                   │
+//!   ├─────┼──────────┼───────────────┼───────────────────┤
+//!   ▲     ▲ retries while failing...  ▲ stops acting     ▲ Redis may expire the
+//!   │                                   (no writes)        lease; a standby
+//!   last successful renewal                                 takes over from here
+//! ```
+//!
+//! Between "stops acting" and "expires" nobody writes: no overlap, at the price
+//! of a short gap. Even if a paused process wakes up late and tries anyway, the
+//! write script checks token and epoch inside Redis and rejects it.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::LeaseTiming;
+use crate::store::LeaseGrant;
+
+/// The lease as its holder sees it.
+#[derive(Debug, Clone)]
+pub struct HeldLease {
+    pub grant: LeaseGrant,
+    timing: LeaseTiming,
+    renewed_at: Instant,
+    next_renewal: Instant,
+}
+
+impl HeldLease {
+    /// A lease acquired by a call sent at `sent_at`.
+    pub fn new(grant: LeaseGrant, timing: LeaseTiming, sent_at: Instant) -> HeldLease {
+        HeldLease {
+            grant,
+            timing,
+            renewed_at: sent_at,
+            next_renewal: sent_at + timing.renew_interval,
+        }
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.grant.epoch
+    }
+
+    /// A renewal sent at `sent_at` succeeded.
+    pub fn renewed(&mut self, sent_at: Instant) {
+        self.renewed_at = self.renewed_at.max(sent_at);
+        self.next_renewal = self.renewed_at + self.timing.renew_interval;
+    }
+
+    /// A renewal failed without an answer (timeout, connection): retry soon, so
+    /// that one lost packet does not cost the lease.
+    pub fn renewal_failed(&mut self, now: Instant) {
+        let soon = now + (self.timing.renew_interval / 4).max(Duration::from_millis(10));
+        self.next_renewal = soon.min(self.acts_until());
+    }
+
+    pub fn next_renewal(&self) -> Instant {
+        self.next_renewal
+    }
+
+    /// The holder must not act (ping, write) from this instant on.
+    pub fn acts_until(&self) -> Instant {
+        self.renewed_at + self.timing.renew_deadline
+    }
+
+    pub fn may_act(&self, now: Instant) -> bool {
+        now < self.acts_until()
+    }
+
+    /// How long a renewal call may take and still be useful.
+    pub fn renewal_budget(&self, now: Instant) -> Duration {
+        self.acts_until()
+            .saturating_duration_since(now)
+            .max(Duration::from_millis(1))
+    }
+}
+
+/// When a standby should try again, given what the failed attempt told it.
+///
+/// If Redis said when the lease expires, try right then (plus a millisecond),
+/// so that a crashed holder is replaced about one TTL after its last renewal;
+/// never wait longer than the retry interval, in case the holder released it.
+pub fn next_attempt(now: Instant, held_pttl: Option<Duration>, retry: Duration) -> Instant {
+    let wait = match held_pttl {
+        Some(pttl) => (pttl + Duration::from_millis(1)).min(retry),
+        None => retry,
+    };
+    now + wait
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing() -> LeaseTiming {
+        LeaseTiming {
+            ttl: Duration::from_millis(2000),
+            renew_interval: Duration::from_millis(500),
+            renew_deadline: Duration::from_millis(1500),
+            retry_interval: Duration::from_millis(500),
+        }
+    }
+
+    fn grant() -> LeaseGrant {
+        LeaseGrant {
+            token: "t".into(),
+            epoch: 7,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn holder_stops_acting_before_the_ttl_can_expire() {
+        let t0 = Instant::now();
+        let mut lease = HeldLease::new(grant(), timing(), t0);
+        assert_eq!(lease.next_renewal(), t0 + Duration::from_millis(500));
+        tokio::time::advance(Duration::from_millis(1499)).await;
+        assert!(lease.may_act(Instant::now()));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!lease.may_act(Instant::now()), "renew deadline reached");
+        assert!(lease.acts_until() < t0 + timing().ttl);
+
+        lease.renewed(Instant::now());
+        assert!(lease.may_act(Instant::now()));
+        assert_eq!(lease.acts_until(), t0 + Duration::from_millis(3000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_renewals_are_retried_before_the_deadline() {
+        let t0 = Instant::now();
+        let mut lease = HeldLease::new(grant(), timing(), t0);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        lease.renewal_failed(Instant::now());
+        assert_eq!(lease.next_renewal(), t0 + Duration::from_millis(625));
+        tokio::time::advance(Duration::from_millis(990)).await;
+        lease.renewal_failed(Instant::now());
+        assert_eq!(
+            lease.next_renewal(),
+            lease.acts_until(),
+            "never scheduled past the deadline"
+        );
+        assert_eq!(
+            lease.renewal_budget(Instant::now()),
+            Duration::from_millis(10)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn late_answers_never_move_the_lease_backwards() {
+        let t0 = Instant::now();
+        let mut lease = HeldLease::new(grant(), timing(), t0 + Duration::from_millis(100));
+        lease.renewed(t0);
+        assert_eq!(lease.acts_until(), t0 + Duration::from_millis(1600));
+    }
+
+    #[test]
+    fn standby_tries_when_the_lease_expires() {
+        let now = Instant::now();
+        let retry = Duration::from_millis(500);
+        assert_eq!(
+            next_attempt(now, Some(Duration::from_millis(120)), retry),
+            now + Duration::from_millis(121)
+        );
+        assert_eq!(
+            next_attempt(now, Some(Duration::from_secs(5)), retry),
+            now + retry
+        );
+        assert_eq!(next_attempt(now, None, retry), now + retry);
+    }
+}

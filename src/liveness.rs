@@ -1,0 +1,300 @@
+//! Per-member liveness: who may receive work, from the history of ping results.
+//!
+//! Pure. The holder feeds one observation per member per cycle; the state is
+//! persisted in Redis (`{table}:liveness`) so that a new holder after a failover
+//! starts from the same view and writes the same table, not a reshuffle.
+//!
+//! Rules:
+//! - a member is live once it has answered at least one ping, until it fails
+//!   `threshold` consecutive pings (default 1: the seed's "every unsuccessful
+//!   request is a denial");
+//! - one answer makes it live again;
+//! - the failure counter saturates at `threshold`, and `failing_since` is set once,
+//!   so a member that stays dead changes nothing: idle cycles write nothing.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// The liveness state of one member, as persisted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Health {
+    /// Has it ever answered? A member that never answered gets no work.
+    pub answered: bool,
+    /// Consecutive failed pings, saturated at the threshold.
+    pub failures: u32,
+    /// Unix milliseconds of the first failure of the current streak.
+    pub failing_since_ms: Option<u64>,
+}
+
+impl Health {
+    /// Persisted form: `answered failures failing_since_ms` (0 = not failing).
+    pub fn encode(&self) -> String {
+        format!(
+            "{} {} {}",
+            u8::from(self.answered),
+            self.failures,
+            self.failing_since_ms.unwrap_or(0)
+        )
+    }
+
+    pub fn decode(s: &str) -> Option<Health> {
+        let mut it = s.split(' ');
+        let answered = match it.next()? {
+            "0" => false,
+            "1" => true,
+            _ => return None,
+        };
+        let failures = it.next()?.parse().ok()?;
+        let since: u64 = it.next()?.parse().ok()?;
+        if it.next().is_some() {
+            return None;
+        }
+        Some(Health {
+            answered,
+            failures,
+            failing_since_ms: (since != 0).then_some(since),
+        })
+    }
+}
+
+/// Liveness of every listed member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Liveness {
+    threshold: u32,
+    members: HashMap<String, Health>,
+}
+
+/// What changed in one cycle, to persist: upserts and removals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HealthChanges {
+    pub set: BTreeMap<String, Health>,
+    pub removed: Vec<String>,
+}
+
+impl HealthChanges {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.removed.is_empty()
+    }
+
+    /// Folds `later` into `self`, so unsaved changes can be retried with the next
+    /// write: the last word on each member wins.
+    pub fn merge(&mut self, later: HealthChanges) {
+        for m in &later.removed {
+            self.set.remove(m);
+        }
+        for m in later.set.keys() {
+            self.removed.retain(|r| r != m);
+        }
+        self.set.extend(later.set);
+        self.removed.extend(later.removed);
+        self.removed.sort();
+        self.removed.dedup();
+    }
+}
+
+impl Liveness {
+    pub fn new(threshold: u32) -> Liveness {
+        Liveness {
+            threshold: threshold.max(1),
+            members: HashMap::new(),
+        }
+    }
+
+    /// Restores persisted state; entries that do not parse are ignored (and re-learnt
+    /// from the next ping), and reported back so the caller can log them.
+    pub fn restore(
+        threshold: u32,
+        stored: impl IntoIterator<Item = (String, String)>,
+    ) -> (Liveness, Vec<(String, String)>) {
+        let mut live = Liveness::new(threshold);
+        let mut bad = Vec::new();
+        for (member, value) in stored {
+            match Health::decode(&value) {
+                Some(mut h) => {
+                    h.failures = h.failures.min(live.threshold);
+                    live.members.insert(member, h);
+                }
+                None => bad.push((member, value)),
+            }
+        }
+        (live, bad)
+    }
+
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    pub fn is_live(&self, member: &str) -> bool {
+        self.members
+            .get(member)
+            .is_some_and(|h| h.answered && h.failures < self.threshold)
+    }
+
+    pub fn health(&self, member: &str) -> Option<Health> {
+        self.members.get(member).copied()
+    }
+
+    /// Applies one cycle of ping results. `listed` is every member still listed
+    /// (including malformed ones, which never answer); state of members no longer
+    /// listed is dropped. Returns what changed.
+    pub fn observe<'a>(
+        &mut self,
+        results: impl IntoIterator<Item = (&'a str, bool)>,
+        listed: impl IntoIterator<Item = &'a str>,
+        now_ms: u64,
+    ) -> HealthChanges {
+        let mut changes = HealthChanges::default();
+        for (member, ok) in results {
+            let before = self.members.get(member).copied();
+            let mut h = before.unwrap_or_default();
+            if ok {
+                h = Health {
+                    answered: true,
+                    failures: 0,
+                    failing_since_ms: None,
+                };
+            } else {
+                h.failures = (h.failures + 1).min(self.threshold);
+                h.failing_since_ms.get_or_insert(now_ms);
+            }
+            if before != Some(h) {
+                self.members.insert(member.to_string(), h);
+                changes.set.insert(member.to_string(), h);
+            }
+        }
+        let listed: std::collections::HashSet<&str> = listed.into_iter().collect();
+        let gone: Vec<String> = self
+            .members
+            .keys()
+            .filter(|m| !listed.contains(m.as_str()))
+            .cloned()
+            .collect();
+        for m in gone {
+            self.members.remove(&m);
+            changes.set.remove(&m);
+            changes.removed.push(m);
+        }
+        changes.removed.sort();
+        changes
+    }
+
+    /// Members that have been failing for at least `after_ms`, for `--forget-after`.
+    pub fn forgettable(&self, now_ms: u64, after_ms: u64) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, h)| {
+                h.failing_since_ms
+                    .is_some_and(|s| now_ms.saturating_sub(s) >= after_ms)
+            })
+            .map(|(m, _)| m.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Health)> {
+        self.members.iter().map(|(m, h)| (m.as_str(), h))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_threshold_is_one_failure() {
+        let mut l = Liveness::new(1);
+        assert!(!l.is_live("a"), "never answered");
+        l.observe([("a", true)], ["a"], 1);
+        assert!(l.is_live("a"));
+        l.observe([("a", false)], ["a"], 2);
+        assert!(!l.is_live("a"));
+        l.observe([("a", true)], ["a"], 3);
+        assert!(l.is_live("a"), "one answer brings it back");
+    }
+
+    #[test]
+    fn threshold_and_saturation() {
+        let mut l = Liveness::new(3);
+        l.observe([("a", true)], ["a"], 0);
+        for t in 1..=2 {
+            let c = l.observe([("a", false)], ["a"], t);
+            assert!(!c.is_empty());
+            assert!(l.is_live("a"), "failure {t} of 3");
+        }
+        assert!(!l.observe([("a", false)], ["a"], 3).is_empty());
+        assert!(!l.is_live("a"));
+        // Dead and staying dead: nothing changes, nothing to write.
+        assert!(l.observe([("a", false)], ["a"], 4).is_empty());
+        assert_eq!(l.health("a").unwrap().failing_since_ms, Some(1));
+        // Never answered: failing from the first ping, yet not live below threshold.
+        l.observe([("b", false)], ["a", "b"], 5);
+        assert!(!l.is_live("b"));
+    }
+
+    #[test]
+    fn unlisted_members_are_dropped() {
+        let mut l = Liveness::new(1);
+        l.observe([("a", true), ("b", true)], ["a", "b"], 0);
+        let c = l.observe([("a", true)], ["a"], 1);
+        assert_eq!(c.removed, ["b"]);
+        assert!(c.set.is_empty());
+        assert!(l.health("b").is_none());
+    }
+
+    #[test]
+    fn persisted_state_round_trips() {
+        let mut l = Liveness::new(2);
+        l.observe(
+            [("a", true), ("b", false), ("c", true)],
+            ["a", "b", "c"],
+            10,
+        );
+        l.observe([("c", false)], ["a", "b", "c"], 11);
+        let stored: Vec<(String, String)> =
+            l.iter().map(|(m, h)| (m.to_string(), h.encode())).collect();
+        let (r, bad) =
+            Liveness::restore(2, stored.into_iter().chain([("x".into(), "junk".into())]));
+        assert_eq!(bad, [("x".to_string(), "junk".to_string())]);
+        assert_eq!(r, l);
+        for m in ["a", "b", "c"] {
+            assert_eq!(r.is_live(m), l.is_live(m), "{m}");
+        }
+        assert_eq!(
+            Health::decode("1 0 0"),
+            Some(Health {
+                answered: true,
+                failures: 0,
+                failing_since_ms: None
+            })
+        );
+        assert_eq!(Health::decode("1 0 0 9"), None);
+    }
+
+    #[test]
+    fn unsaved_changes_merge_last_word_wins() {
+        let h = |f| Health {
+            answered: true,
+            failures: f,
+            failing_since_ms: None,
+        };
+        let mut a = HealthChanges {
+            set: [("x".into(), h(1))].into(),
+            removed: vec!["y".into()],
+        };
+        a.merge(HealthChanges {
+            set: [("y".into(), h(0))].into(),
+            removed: vec!["x".into()],
+        });
+        assert_eq!(a.set.keys().collect::<Vec<_>>(), ["y"]);
+        assert_eq!(a.removed, ["x"]);
+    }
+
+    #[test]
+    fn forgettable_after_duration() {
+        let mut l = Liveness::new(1);
+        l.observe([("a", false), ("b", true)], ["a", "b"], 1_000);
+        assert!(l.forgettable(1_500, 1_000).is_empty());
+        assert_eq!(l.forgettable(2_000, 1_000), ["a"]);
+    }
+}

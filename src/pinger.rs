@@ -1,0 +1,187 @@
+//! All gRPC: the holder's concurrent pinger and the members' ping responder.
+//!
+//! The RPC is `/proto.GRPCPinger/Ping(google.protobuf.Empty) -> Empty`, exactly as
+//! scientificideas/distributor defines it (see `proto/pinger.proto`), so its Go
+//! workers keep answering.
+//!
+//! Guarantees of [`Pinger::ping_all`]:
+//! - every member is pinged concurrently, each with its own deadline covering
+//!   connection and call, so one dead or hung member never delays the others: a
+//!   round takes at most about one ping timeout whatever the fleet size;
+//! - channels are cached per member and reused across rounds (HTTP/2 keeps the
+//!   connection; tonic reconnects on its own when a member comes back);
+//! - an address that cannot be a gRPC endpoint fails without any network IO.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::config::Keepalive;
+use crate::inputs::check_member_addr;
+use crate::proto::grpc_pinger_client::GrpcPingerClient;
+use crate::proto::grpc_pinger_server::{GrpcPinger, GrpcPingerServer};
+
+/// Why a ping failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PingFailure {
+    /// The address cannot be dialled at all.
+    Malformed(&'static str),
+    /// No answer within the ping timeout (a hung or overloaded member).
+    Timeout,
+    /// Connection refused, reset, or otherwise unavailable.
+    Unavailable(String),
+    /// The member answered with a gRPC error status.
+    Status(tonic::Code, String),
+}
+
+impl PingFailure {
+    /// A short label for metrics and logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PingFailure::Malformed(_) => "malformed",
+            PingFailure::Timeout => "timeout",
+            PingFailure::Unavailable(_) => "unavailable",
+            PingFailure::Status(..) => "status",
+        }
+    }
+}
+
+impl std::fmt::Display for PingFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PingFailure::Malformed(why) => write!(f, "malformed address: {why}"),
+            PingFailure::Timeout => write!(f, "no answer within the ping timeout"),
+            PingFailure::Unavailable(why) => write!(f, "unavailable: {why}"),
+            PingFailure::Status(code, msg) => write!(f, "answered {code:?}: {msg}"),
+        }
+    }
+}
+
+/// The result of pinging one member.
+#[derive(Debug, Clone)]
+pub struct PingReport {
+    pub member: String,
+    /// Round-trip time on success.
+    pub result: Result<Duration, PingFailure>,
+}
+
+/// The holder's pinger. Cheap to clone; clones share the channel cache.
+#[derive(Clone)]
+pub struct Pinger {
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    timeout: Duration,
+    keepalive: Option<Keepalive>,
+}
+
+impl Pinger {
+    pub fn new(timeout: Duration, keepalive: Option<Keepalive>) -> Pinger {
+        Pinger {
+            channels: Arc::default(),
+            timeout,
+            keepalive,
+        }
+    }
+
+    fn channel(&self, member: &str) -> Result<Channel, PingFailure> {
+        let mut cache = self.channels.lock().expect("pinger cache poisoned");
+        if let Some(ch) = cache.get(member) {
+            return Ok(ch.clone());
+        }
+        check_member_addr(member.as_bytes()).map_err(PingFailure::Malformed)?;
+        let mut ep = Endpoint::from_shared(format!("http://{member}"))
+            .map_err(|_| PingFailure::Malformed("not a valid URI authority"))?
+            .connect_timeout(self.timeout)
+            .timeout(self.timeout)
+            .tcp_nodelay(true);
+        if let Some(ka) = self.keepalive {
+            ep = ep
+                .http2_keep_alive_interval(ka.interval)
+                .keep_alive_timeout(ka.timeout)
+                .keep_alive_while_idle(ka.while_idle);
+        }
+        let ch = ep.connect_lazy();
+        cache.insert(member.to_string(), ch.clone());
+        Ok(ch)
+    }
+
+    /// Pings one member, bounded by the ping timeout.
+    pub async fn ping(&self, member: &str) -> Result<Duration, PingFailure> {
+        let channel = self.channel(member)?;
+        let started = Instant::now();
+        let call = async move {
+            GrpcPingerClient::new(channel)
+                .ping(tonic::Request::new(()))
+                .await
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Err(_) => Err(PingFailure::Timeout),
+            Ok(Ok(_)) => Ok(started.elapsed()),
+            Ok(Err(status)) => Err(classify(status)),
+        }
+    }
+
+    /// Pings every member concurrently.
+    pub async fn ping_all(&self, members: &[String]) -> Vec<PingReport> {
+        let pings = members.iter().map(|m| async move {
+            PingReport {
+                member: m.clone(),
+                result: self.ping(m).await,
+            }
+        });
+        futures::future::join_all(pings).await
+    }
+
+    /// Drops cached channels of members that are no longer listed.
+    pub fn retain(&self, listed: &HashSet<&str>) {
+        self.channels
+            .lock()
+            .expect("pinger cache poisoned")
+            .retain(|m, _| listed.contains(m.as_str()));
+    }
+}
+
+fn classify(status: tonic::Status) -> PingFailure {
+    match status.code() {
+        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => PingFailure::Timeout,
+        tonic::Code::Unavailable | tonic::Code::Unknown if is_transport(&status) => {
+            let mut why = status.message().to_string();
+            let mut source = std::error::Error::source(&status);
+            while let Some(s) = source {
+                why = s.to_string();
+                source = s.source();
+            }
+            if why.contains("timed out") {
+                PingFailure::Timeout
+            } else {
+                PingFailure::Unavailable(why)
+            }
+        }
+        code => PingFailure::Status(code, status.message().to_string()),
+    }
+}
+
+fn is_transport(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable || std::error::Error::source(status).is_some()
+}
+
+/// The member side: answers every ping while the member is up.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PingResponder;
+
+#[tonic::async_trait]
+impl GrpcPinger for PingResponder {
+    async fn ping(
+        &self,
+        _request: tonic::Request<()>,
+    ) -> Result<tonic::Response<()>, tonic::Status> {
+        Ok(tonic::Response::new(()))
+    }
+}
+
+/// The ping service, to add to a worker's own tonic server.
+pub fn ping_service() -> GrpcPingerServer<PingResponder> {
+    GrpcPingerServer::new(PingResponder)
+}

@@ -1,0 +1,663 @@
+//! All Redis access, behind a small API. The Lua scripts sit beside this file.
+//!
+//! Guarantees:
+//! - the matching table is only ever written by `commit.lua`, which checks the
+//!   lease token and the fencing epoch inside Redis and replaces the whole hash
+//!   atomically: a stale holder's write is rejected by Redis itself, and readers
+//!   never see a half-written table;
+//! - every call is bounded by a timeout and returns a classified [`StoreError`];
+//!   nothing here retries on its own, so the caller's state machine decides;
+//! - reads of one cycle are one pipelined round trip.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::StoreError;
+use crate::inputs::RawInputs;
+use crate::keys::Keys;
+use crate::liveness::HealthChanges;
+use crate::table::MatchingTable;
+
+/// Default bound of one Redis call.
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(2);
+
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    commit: Script,
+    register: Script,
+}
+
+/// A handle to one distribution's keys in Redis. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    client: redis::Client,
+    conn: ConnectionManager,
+    keys: Arc<Keys>,
+    scripts: Arc<Scripts>,
+    op_timeout: Duration,
+}
+
+/// The proof of holding the lease that every fenced call carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseGrant {
+    pub token: String,
+    pub epoch: u64,
+}
+
+/// The outcome of an acquisition attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquisition {
+    Acquired(LeaseGrant),
+    /// Someone else holds it; it expires in `pttl` at the latest.
+    Held {
+        pttl: Option<Duration>,
+        holder: String,
+        epoch: u64,
+    },
+}
+
+/// What a holder reads at the start of a cycle.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub raw: RawInputs,
+    /// Digest of the stored table, as its writer recorded it.
+    pub stored_digest: Option<String>,
+    pub stored_generation: u64,
+}
+
+/// What a holder writes at the end of a cycle.
+#[derive(Debug, Clone)]
+pub struct Commit<'a> {
+    /// The new table, or `None` to write only liveness changes.
+    pub table: Option<&'a MatchingTable>,
+    pub health: &'a HealthChanges,
+    pub generation_floor: u64,
+    pub holder_id: &'a str,
+    pub now_ms: u64,
+}
+
+/// The outcome of a fenced write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Committed {
+    /// Written; `generation` is the new table generation, if the table was written.
+    Written { generation: Option<u64> },
+    /// Rejected by Redis: the lease (`"lease"`) or epoch (`"epoch"`) moved on.
+    Fenced { reason: String },
+}
+
+/// A message from one of the notification channels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notification {
+    /// `(channel, payload)`.
+    Message(String, String),
+    /// The subscription was (re-)established: messages may have been missed.
+    Subscribed,
+}
+
+/// One census step's reply: our counter value this interval, and the previous
+/// interval's final count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CensusReply {
+    pub counter: u64,
+    pub previous: Option<u64>,
+}
+
+fn redis_err(op: &'static str) -> impl FnOnce(redis::RedisError) -> StoreError {
+    move |source| StoreError::Redis { op, source }
+}
+
+fn reply_err(op: &'static str, v: &Value) -> StoreError {
+    StoreError::Reply {
+        op,
+        detail: format!("{v:?}"),
+    }
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+fn bytes_list(v: Value) -> Vec<Vec<u8>> {
+    match v {
+        Value::Array(items) => items
+            .into_iter()
+            .filter_map(|i| match i {
+                Value::BulkString(b) => Some(b),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl Store {
+    /// Creates a store without connecting: the first call connects, and a Redis
+    /// that is down at start is just a retryable error, never a crash.
+    pub fn open(url: &str, table_key: &str, op_timeout: Duration) -> Result<Store, StoreError> {
+        let client = redis::Client::open(url).map_err(redis_err("open"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(op_timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+            .map_err(redis_err("open"))?;
+        Ok(Store {
+            client,
+            conn,
+            keys: Arc::new(Keys::new(table_key)),
+            scripts: Arc::new(Scripts {
+                acquire: Script::new(include_str!("store/acquire.lua")),
+                renew: Script::new(include_str!("store/renew.lua")),
+                release: Script::new(include_str!("store/release.lua")),
+                commit: Script::new(include_str!("store/commit.lua")),
+                register: Script::new(include_str!("store/register.lua")),
+            }),
+            op_timeout,
+        })
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(r) => r.map_err(redis_err(op)),
+            Err(_) => Err(StoreError::Timeout { op, timeout }),
+        }
+    }
+
+    /// Names the first of `keys` that is not of type `expected`, for a WRONGTYPE reply.
+    async fn find_wrong_type(&self, keys: &[&str], expected: &'static str) -> Option<StoreError> {
+        let mut pipe = redis::pipe();
+        for k in keys {
+            pipe.cmd("TYPE").arg(*k);
+        }
+        let mut conn = self.conn.clone();
+        let types: Vec<String> = self
+            .bounded("TYPE", self.op_timeout, pipe.query_async(&mut conn))
+            .await
+            .ok()?;
+        keys.iter()
+            .zip(types)
+            .find(|(_, t)| t != expected && t != "none")
+            .map(|(k, t)| StoreError::WrongType {
+                key: k.to_string(),
+                expected,
+                actual: t,
+            })
+    }
+
+    async fn classify(&self, e: StoreError, keys: &[&str], expected: &'static str) -> StoreError {
+        match &e {
+            StoreError::Redis { source, .. } if source.code() == Some("WRONGTYPE") => {
+                self.find_wrong_type(keys, expected).await.unwrap_or(e)
+            }
+            _ => e,
+        }
+    }
+
+    /// Reads every services list, the work units and the stored table's digest and
+    /// generation, in one pipelined round trip.
+    pub async fn read_snapshot(
+        &self,
+        services: &[String],
+        units_key: &str,
+    ) -> Result<Snapshot, StoreError> {
+        let mut pipe = redis::pipe();
+        for key in services {
+            pipe.cmd("LRANGE").arg(key).arg(0).arg(-1);
+        }
+        pipe.cmd("LRANGE").arg(units_key).arg(0).arg(-1);
+        pipe.cmd("HMGET")
+            .arg(&self.keys.meta)
+            .arg("digest")
+            .arg("generation");
+        let mut conn = self.conn.clone();
+        let replies: Vec<Value> = match self
+            .bounded("read lists", self.op_timeout, pipe.query_async(&mut conn))
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let mut keys: Vec<&str> = services.iter().map(String::as_str).collect();
+                keys.push(units_key);
+                let e = self.classify(e, &keys, "list").await;
+                if let StoreError::Redis { source, .. } = &e
+                    && source.code() == Some("WRONGTYPE")
+                {
+                    return Err(self
+                        .find_wrong_type(&[&self.keys.meta], "hash")
+                        .await
+                        .unwrap_or(e));
+                }
+                return Err(e);
+            }
+        };
+        if replies.len() != services.len() + 2 {
+            return Err(StoreError::Reply {
+                op: "read lists",
+                detail: format!("{} replies", replies.len()),
+            });
+        }
+        let mut it = replies.into_iter();
+        let groups = services
+            .iter()
+            .map(|k| (k.clone(), bytes_list(it.next().expect("counted"))))
+            .collect();
+        let units = bytes_list(it.next().expect("counted"));
+        let meta = it.next().expect("counted");
+        let (stored_digest, stored_generation) = match &meta {
+            Value::Array(v) if v.len() == 2 => (text(&v[0]), int(&v[1]).unwrap_or(0).max(0) as u64),
+            other => return Err(reply_err("read meta", other)),
+        };
+        Ok(Snapshot {
+            raw: RawInputs {
+                groups,
+                units_key: units_key.to_string(),
+                units,
+            },
+            stored_digest,
+            stored_generation,
+        })
+    }
+
+    /// Tries to take the lease with a fresh random token.
+    pub async fn acquire(
+        &self,
+        ttl: Duration,
+        epoch_floor: u64,
+        holder_id: &str,
+        now_ms: u64,
+    ) -> Result<Acquisition, StoreError> {
+        let token = format!("{:032x}", rand::random::<u128>());
+        let mut conn = self.conn.clone();
+        let mut inv = self.scripts.acquire.prepare_invoke();
+        inv.key(&self.keys.lease)
+            .key(&self.keys.epoch)
+            .key(&self.keys.meta)
+            .arg(&token)
+            .arg(ttl.as_millis() as u64)
+            .arg(epoch_floor)
+            .arg(holder_id)
+            .arg(now_ms);
+        let v: Value = self
+            .bounded(
+                "acquire lease",
+                self.op_timeout,
+                inv.invoke_async(&mut conn),
+            )
+            .await?;
+        let Value::Array(items) = &v else {
+            return Err(reply_err("acquire lease", &v));
+        };
+        match items.as_slice() {
+            [ok, epoch] if int(ok) == Some(1) => {
+                let epoch = int(epoch).ok_or_else(|| reply_err("acquire lease", &v))? as u64;
+                Ok(Acquisition::Acquired(LeaseGrant { token, epoch }))
+            }
+            [ok, pttl, holder, epoch] if int(ok) == Some(0) => Ok(Acquisition::Held {
+                pttl: int(pttl)
+                    .filter(|p| *p >= 0)
+                    .map(|p| Duration::from_millis(p as u64)),
+                holder: text(holder).unwrap_or_default(),
+                epoch: int(epoch).unwrap_or(0).max(0) as u64,
+            }),
+            _ => Err(reply_err("acquire lease", &v)),
+        }
+    }
+
+    /// Extends the lease; `Ok(false)` means it is no longer ours.
+    pub async fn renew(
+        &self,
+        grant: &LeaseGrant,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut inv = self.scripts.renew.prepare_invoke();
+        inv.key(&self.keys.lease)
+            .key(&self.keys.epoch)
+            .arg(&grant.token)
+            .arg(grant.epoch)
+            .arg(ttl.as_millis() as u64);
+        let n: i64 = self
+            .bounded("renew lease", timeout, inv.invoke_async(&mut conn))
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Gives the lease up and notifies standbys; `Ok(false)` if it was not ours.
+    pub async fn release(&self, grant: &LeaseGrant) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut inv = self.scripts.release.prepare_invoke();
+        inv.key(&self.keys.lease)
+            .key(&self.keys.meta)
+            .arg(&grant.token)
+            .arg(grant.epoch)
+            .arg(&self.keys.lease_channel);
+        let n: i64 = self
+            .bounded(
+                "release lease",
+                self.op_timeout,
+                inv.invoke_async(&mut conn),
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// The fenced, atomic write of the table and/or liveness changes.
+    pub async fn commit(
+        &self,
+        grant: &LeaseGrant,
+        c: &Commit<'_>,
+    ) -> Result<Committed, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut inv = self.scripts.commit.prepare_invoke();
+        inv.key(&self.keys.table)
+            .key(&self.keys.meta)
+            .key(&self.keys.epoch)
+            .key(&self.keys.lease)
+            .key(&self.keys.liveness);
+        let digest = c.table.map(MatchingTable::digest).unwrap_or_default();
+        let rows = c.table.map_or(0, MatchingTable::len);
+        inv.arg(&grant.token)
+            .arg(grant.epoch)
+            .arg(c.generation_floor)
+            .arg(&digest)
+            .arg(c.now_ms)
+            .arg(c.holder_id)
+            .arg(&self.keys.table_channel)
+            .arg(if c.table.is_some() { "1" } else { "0" })
+            .arg(rows)
+            .arg(c.health.set.len())
+            .arg(c.health.removed.len());
+        if let Some(t) = c.table {
+            for (member, units) in t.rows() {
+                inv.arg(member).arg(units);
+            }
+        }
+        for (member, h) in &c.health.set {
+            inv.arg(member).arg(h.encode());
+        }
+        for member in &c.health.removed {
+            inv.arg(member);
+        }
+        // A big table takes longer to transfer than a lease renewal.
+        let timeout = self.op_timeout + Duration::from_millis((rows as u64) / 10);
+        let v: Value = match self
+            .bounded("write table", timeout, inv.invoke_async(&mut conn))
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                let keys = [
+                    self.keys.table.as_str(),
+                    self.keys.liveness.as_str(),
+                    self.keys.meta.as_str(),
+                ];
+                return Err(self.classify(e, &keys, "hash").await);
+            }
+        };
+        let Value::Array(items) = &v else {
+            return Err(reply_err("write table", &v));
+        };
+        match items.as_slice() {
+            [ok, g] if int(ok) == Some(1) => {
+                let g = int(g).ok_or_else(|| reply_err("write table", &v))?;
+                Ok(Committed::Written {
+                    generation: (g >= 0).then_some(g as u64),
+                })
+            }
+            [ok, reason] if int(ok) == Some(0) => Ok(Committed::Fenced {
+                reason: text(reason).unwrap_or_default(),
+            }),
+            _ => Err(reply_err("write table", &v)),
+        }
+    }
+
+    /// Persisted liveness of every member, and the stored generation.
+    pub async fn load_liveness(&self) -> Result<(HashMap<String, String>, u64), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(&self.keys.liveness);
+        pipe.cmd("HGET").arg(&self.keys.meta).arg("generation");
+        let mut conn = self.conn.clone();
+        let (map, generation): (HashMap<String, String>, Option<u64>) = match self
+            .bounded(
+                "read liveness",
+                self.op_timeout,
+                pipe.query_async(&mut conn),
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let keys = [self.keys.liveness.as_str(), self.keys.meta.as_str()];
+                return Err(self.classify(e, &keys, "hash").await);
+            }
+        };
+        Ok((map, generation.unwrap_or(0)))
+    }
+
+    /// Removes a long-failing member from its services list (`--forget-after`).
+    pub async fn forget(&self, services_key: &str, member: &str) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let n: i64 = self
+            .bounded(
+                "forget member",
+                self.op_timeout,
+                redis::cmd("LREM")
+                    .arg(services_key)
+                    .arg(0)
+                    .arg(member)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// One census step (seed 002): `INCR` this interval's counter, read the previous
+    /// interval's, and record this replica's last result for `status`.
+    pub async fn census_step(
+        &self,
+        number: u64,
+        interval: Duration,
+        replica_id: &str,
+        report: &str,
+    ) -> Result<CensusReply, StoreError> {
+        let key = self.keys.census(number);
+        let keep = (interval * 3).as_millis() as u64;
+        let mut pipe = redis::pipe();
+        pipe.cmd("INCR").arg(&key);
+        pipe.cmd("PEXPIRE").arg(&key).arg(keep).ignore();
+        pipe.cmd("GET")
+            .arg(self.keys.census(number.saturating_sub(1)));
+        pipe.cmd("HSET")
+            .arg(&self.keys.replicas)
+            .arg(replica_id)
+            .arg(report)
+            .ignore();
+        pipe.cmd("PEXPIRE")
+            .arg(&self.keys.replicas)
+            .arg(keep * 4)
+            .ignore();
+        let mut conn = self.conn.clone();
+        let (counter, previous): (u64, Option<u64>) = self
+            .bounded("census", self.op_timeout, pipe.query_async(&mut conn))
+            .await?;
+        Ok(CensusReply { counter, previous })
+    }
+
+    /// Adds `member` to `services_key` unless it is listed already (atomic).
+    pub async fn register(&self, services_key: &str, member: &str) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut inv = self.scripts.register.prepare_invoke();
+        inv.key(services_key).arg(member);
+        match self
+            .bounded(
+                "register",
+                self.op_timeout,
+                inv.invoke_async::<i64>(&mut conn),
+            )
+            .await
+        {
+            Ok(n) => Ok(n == 1),
+            Err(e) => Err(self.classify(e, &[services_key], "list").await),
+        }
+    }
+
+    /// Removes every occurrence of `member` from `services_key`.
+    pub async fn deregister(&self, services_key: &str, member: &str) -> Result<bool, StoreError> {
+        self.forget(services_key, member).await
+    }
+
+    /// A member's row and the table generation, read atomically.
+    pub async fn read_row(&self, member: &str) -> Result<(Option<String>, u64), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("HGET").arg(&self.keys.table).arg(member);
+        pipe.cmd("HGET").arg(&self.keys.meta).arg("generation");
+        let mut conn = self.conn.clone();
+        match self
+            .bounded(
+                "read row",
+                self.op_timeout,
+                pipe.query_async::<(Option<String>, Option<u64>)>(&mut conn),
+            )
+            .await
+        {
+            Ok((row, g)) => Ok((row, g.unwrap_or(0))),
+            Err(e) => {
+                let keys = [self.keys.table.as_str(), self.keys.meta.as_str()];
+                Err(self.classify(e, &keys, "hash").await)
+            }
+        }
+    }
+
+    /// The whole stored table.
+    pub async fn read_table(&self) -> Result<MatchingTable, StoreError> {
+        let mut conn = self.conn.clone();
+        let rows: HashMap<String, String> = match self
+            .bounded(
+                "read table",
+                self.op_timeout,
+                redis::cmd("HGETALL")
+                    .arg(&self.keys.table)
+                    .query_async(&mut conn),
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Err(self.classify(e, &[&self.keys.table], "hash").await),
+        };
+        Ok(MatchingTable::from_rows(rows))
+    }
+
+    /// Subscribes to `channels` on a dedicated connection, forever: on any error it
+    /// reconnects with backoff and sends [`Notification::Subscribed`] again, since
+    /// messages published meanwhile are lost. Ends when `cancel` fires or the
+    /// receiver is dropped.
+    pub fn subscribe(
+        &self,
+        channels: Vec<String>,
+        cancel: CancellationToken,
+    ) -> mpsc::Receiver<Notification> {
+        let (tx, rx) = mpsc::channel(64);
+        let client = self.client.clone();
+        let op_timeout = self.op_timeout;
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(50);
+            loop {
+                let session = subscription(&client, &channels, &tx, op_timeout);
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tx.closed() => return,
+                    r = session => {
+                        if let Err(e) = r {
+                            tracing::debug!(error = %e, "notification subscription lost; reconnecting");
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        });
+        rx
+    }
+}
+
+/// One subscription session; returns when the connection fails.
+async fn subscription(
+    client: &redis::Client,
+    channels: &[String],
+    tx: &mpsc::Sender<Notification>,
+    op_timeout: Duration,
+) -> Result<(), StoreError> {
+    use futures::StreamExt;
+    let pubsub = match tokio::time::timeout(op_timeout, client.get_async_pubsub()).await {
+        Ok(r) => r.map_err(redis_err("subscribe"))?,
+        Err(_) => {
+            return Err(StoreError::Timeout {
+                op: "subscribe",
+                timeout: op_timeout,
+            });
+        }
+    };
+    let (mut sink, mut stream) = pubsub.split();
+    for ch in channels {
+        sink.subscribe(ch).await.map_err(redis_err("subscribe"))?;
+    }
+    if tx.send(Notification::Subscribed).await.is_err() {
+        return Ok(());
+    }
+    // A silent network partition never ends the stream; a periodic PING does.
+    let mut probe = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            msg = stream.next() => {
+                let Some(msg) = msg else { return Ok(()) };
+                let payload = String::from_utf8_lossy(msg.get_payload_bytes()).into_owned();
+                if tx.send(Notification::Message(msg.get_channel_name().to_string(), payload)).await.is_err() {
+                    return Ok(());
+                }
+            }
+            _ = probe.tick() => {
+                match tokio::time::timeout(op_timeout, sink.ping::<Value>()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(redis_err("subscribe ping")(e)),
+                    Err(_) => return Err(StoreError::Timeout { op: "subscribe ping", timeout: op_timeout }),
+                }
+            }
+        }
+    }
+}
