@@ -73,6 +73,10 @@ pub struct Status {
     pub units: usize,
     pub invalid_inputs: usize,
     pub cycles: u64,
+    /// Cycles that could not read their inputs (the table was kept).
+    pub failed_cycles: u64,
+    /// The last error of a cycle, cleared by the next good one.
+    pub last_error: Option<String>,
     pub table_writes: u64,
     pub fenced_writes: u64,
     pub lease_acquisitions: u64,
@@ -578,6 +582,10 @@ impl Coordinator {
                     tracing::warn!(error = %e, kind = e.kind(), "cycle skipped: could not read inputs; keeping the last table");
                 }
                 self.read_failing = true;
+                self.status.send_modify(|s| {
+                    s.failed_cycles += 1;
+                    s.last_error = Some(e.to_string());
+                });
                 return State::Holder(h);
             }
         };
@@ -642,6 +650,7 @@ impl Coordinator {
         }
         self.status.send_modify(|s| {
             s.cycles += 1;
+            s.last_error = None;
             s.units = report.inputs.units.len();
             s.invalid_inputs = report.inputs.rejections.len();
             s.groups = report

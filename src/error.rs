@@ -44,6 +44,18 @@ impl StoreError {
         }
     }
 
+    /// The server's error code (`WRONGTYPE`, `NOPERM`, ...), also inside a
+    /// pipeline's or a transaction's failure.
+    pub fn server_code(&self) -> Option<&'static str> {
+        let StoreError::Redis { source, .. } = self else {
+            return None;
+        };
+        let errors = source.clone().into_server_errors()?;
+        ["WRONGTYPE", "NOPERM", "NOSCRIPT", "READONLY", "LOADING"]
+            .into_iter()
+            .find(|code| errors.iter().any(|(_, e)| e.code() == *code))
+    }
+
     /// A short label for metrics and logs.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -51,7 +63,7 @@ impl StoreError {
             StoreError::WrongType { .. } => "wrong_type",
             StoreError::Reply { .. } => "reply",
             StoreError::Redis { source, .. } if source.is_io_error() => "io",
-            StoreError::Redis { source, .. } if source.code() == Some("NOPERM") => "no_permission",
+            StoreError::Redis { .. } if self.server_code() == Some("NOPERM") => "no_permission",
             StoreError::Redis { .. } => "server",
         }
     }

@@ -216,12 +216,10 @@ impl Store {
     }
 
     async fn classify(&self, e: StoreError, keys: &[&str], expected: &'static str) -> StoreError {
-        match &e {
-            StoreError::Redis { source, .. } if source.code() == Some("WRONGTYPE") => {
-                self.find_wrong_type(keys, expected).await.unwrap_or(e)
-            }
-            _ => e,
+        if e.server_code() == Some("WRONGTYPE") {
+            return self.find_wrong_type(keys, expected).await.unwrap_or(e);
         }
+        e
     }
 
     /// Reads every services list, the work units and the stored table's digest and

@@ -1,0 +1,174 @@
+//! Bad input never crashes the daemon and never loses, empties or half-writes
+//! a table: it is skipped, reported, and the rest goes on.
+
+use std::time::Duration;
+
+use distributor::Role;
+
+use crate::support::*;
+
+async fn holder_status(fleet: &Fleet) -> distributor::Status {
+    let i = fleet.wait_for_holder().await;
+    fleet.statuses()[i].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_units_are_skipped_and_counted() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let good = units(6);
+    let mut raw = good.clone();
+    raw.extend(["".to_string(), "has,comma".to_string(), good[0].clone()]);
+    fleet.set_units(&raw).await;
+    fleet.add_member().await;
+    fleet.add_member().await;
+    fleet.add_replica();
+    let table = fleet.wait_for_table(&good, Duration::from_secs(10)).await;
+    assert_eq!(table.assignments(), 6);
+    wait_for("invalid inputs counted", Duration::from_secs(5), || async {
+        holder_status(&fleet).await.invalid_inputs == 2
+    })
+    .await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_addresses_count_as_failing() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let units = units(8);
+    fleet.set_units(&units).await;
+    for bad in ["not-an-address", "host:99999", "http://x:1", "127.0.0.1:1"] {
+        let () = fleet.redis.cmd(&["RPUSH", SERVICES, bad]).await;
+    }
+    fleet.add_member().await;
+    fleet.add_replica();
+    let table = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    assert_eq!(table.len(), 1, "only the real member has work: {table:?}");
+    wait_for(
+        "3 malformed + 1 refused counted as failed",
+        Duration::from_secs(5),
+        || async { holder_status(&fleet).await.groups == vec![(SERVICES.to_string(), 1, 4)] },
+    )
+    .await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_the_wrong_type_keeps_the_last_table() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let units = units(10);
+    fleet.set_units(&units).await;
+    fleet.add_member().await;
+    fleet.add_member().await;
+    fleet.add_replica();
+    let before = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let generation = fleet.generation().await;
+    let failed = holder_status(&fleet).await.failed_cycles;
+
+    let () = fleet.redis.cmd(&["DEL", UNITS]).await;
+    let () = fleet.redis.cmd(&["SET", UNITS, "oops"]).await;
+    // Several cycles fail to read; the replica stays holder, the error names
+    // the key and its type, and the table stays as it was.
+    wait_for("three failed cycles", Duration::from_secs(5), || async {
+        holder_status(&fleet).await.failed_cycles >= failed + 3
+    })
+    .await;
+    let s = holder_status(&fleet).await;
+    assert_eq!(s.role, Role::Holder);
+    let error = s.last_error.unwrap_or_default();
+    assert!(
+        error.contains("\"test-units\" holds a string, expected a list"),
+        "{error}"
+    );
+    assert_eq!(fleet.table().await, before);
+    assert_eq!(fleet.generation().await, generation);
+
+    // Fixed by the operator: work resumes.
+    let () = fleet.redis.cmd(&["DEL", UNITS]).await;
+    fleet.set_units(&units[..5]).await;
+    fleet
+        .wait_for_table(&units[..5], Duration::from_secs(5))
+        .await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_lists_give_an_empty_table() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let units = units(4);
+    fleet.set_units(&units).await;
+    fleet.add_member().await;
+    fleet.add_replica();
+    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+
+    // No units: every row goes (a worker's HGET returns nil: no work).
+    fleet.set_units(&[]).await;
+    wait_for("empty table", Duration::from_secs(5), || async {
+        fleet.table().await.is_empty()
+    })
+    .await;
+    let exists: u64 = fleet.redis.cmd(&["EXISTS", TABLE]).await;
+    assert_eq!(exists, 0);
+
+    // Units back, then no services: empty again.
+    fleet.set_units(&units).await;
+    fleet.wait_for_table(&units, Duration::from_secs(5)).await;
+    let () = fleet.redis.cmd(&["DEL", SERVICES]).await;
+    let m = fleet.members[0].take().unwrap();
+    m.abort();
+    wait_for("empty table", Duration::from_secs(5), || async {
+        fleet.table().await.is_empty()
+    })
+    .await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_lists_with_duplicates_are_handled() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let units = units(100_000);
+    let mut raw = units.clone();
+    raw.extend(std::iter::repeat_n(units[0].clone(), 50_000));
+    fleet.set_units(&raw).await;
+    for _ in 0..5 {
+        fleet.add_member().await;
+    }
+    fleet.add_replica();
+    let table = fleet.wait_for_table(&units, Duration::from_secs(60)).await;
+    assert_eq!(table.assignments(), 100_000);
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_listed_in_two_groups_is_kept_in_one() {
+    let redis = RedisServer::start();
+    let mut fleet = Fleet::new(redis);
+    fleet.config.services_namespaces = vec!["zeta".into(), "alpha".into()];
+    let units = units(6);
+    fleet.set_units(&units).await;
+    let mut opts = fleet.member_options();
+    opts.services_key = "alpha".into();
+    let shared = distributor::Member::start(opts).await.unwrap();
+    let () = fleet.redis.cmd(&["RPUSH", "zeta", shared.id()]).await;
+    let mut opts = fleet.member_options();
+    opts.services_key = "zeta".into();
+    let z = distributor::Member::start(opts).await.unwrap();
+    fleet.add_replica();
+    // alpha sorts first: the shared member works for alpha (all 6 units), and
+    // zeta's own member gets all 6 for zeta.
+    wait_for(
+        "both groups split all units",
+        Duration::from_secs(10),
+        || async {
+            let t = fleet.table().await;
+            t.units_of(shared.id()).len() == 6 && t.units_of(z.id()).len() == 6
+        },
+    )
+    .await;
+    wait_for("duplicate reported", Duration::from_secs(5), || async {
+        holder_status(&fleet).await.invalid_inputs == 1
+    })
+    .await;
+    shared.shutdown().await;
+    z.shutdown().await;
+    fleet.shutdown().await;
+}

@@ -1,0 +1,176 @@
+//! Fencing: Redis itself rejects a write from anyone but the current holder.
+
+use std::time::Duration;
+
+use distributor::MatchingTable;
+use distributor::liveness::HealthChanges;
+use distributor::store::{Acquisition, Commit, Committed, Store};
+
+use crate::support::*;
+
+fn table(rows: &[(&str, &str)]) -> MatchingTable {
+    MatchingTable::from_rows(rows.iter().map(|(a, b)| (a.to_string(), b.to_string())))
+}
+
+#[tokio::test]
+async fn a_stale_holder_cannot_write() {
+    let redis = RedisServer::start();
+    let store = Store::open(&redis.url(), TABLE, Duration::from_secs(2)).unwrap();
+    let ttl = Duration::from_secs(30);
+    let Acquisition::Acquired(a) = store.acquire(ttl, 0, "a", 1).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(a.epoch, 1);
+    let held = store.acquire(ttl, 0, "b", 2).await.unwrap();
+    assert!(
+        matches!(held, Acquisition::Held { ref holder, epoch: 1, pttl: Some(_) } if holder == "a"),
+        "{held:?}"
+    );
+
+    let none = HealthChanges::default();
+    let commit = |t: &'static [(&'static str, &'static str)]| (table(t), none.clone());
+    let (t1, h1) = commit(&[("w1", "x,y")]);
+    let c = Commit {
+        table: Some(&t1),
+        health: &h1,
+        generation_floor: 0,
+        holder_id: "a",
+        now_ms: 3,
+    };
+    assert_eq!(
+        store.commit(&a, &c).await.unwrap(),
+        Committed::Written {
+            generation: Some(1)
+        }
+    );
+
+    // The lease lapses (a paused process); b takes over with a new epoch.
+    let () = redis.cmd(&["DEL", &format!("{{{TABLE}}}:lease")]).await;
+    let Acquisition::Acquired(b) = store.acquire(ttl, 0, "b", 4).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(b.epoch, 2);
+
+    // a wakes up and tries to write: rejected inside Redis, table untouched.
+    let (t2, h2) = commit(&[("w1", "stale")]);
+    let stale = Commit {
+        table: Some(&t2),
+        health: &h2,
+        generation_floor: 0,
+        holder_id: "a",
+        now_ms: 5,
+    };
+    assert_eq!(
+        store.commit(&a, &stale).await.unwrap(),
+        Committed::Fenced {
+            reason: "lease".into()
+        }
+    );
+    assert_eq!(store.read_table().await.unwrap(), t1);
+    assert!(!store.renew(&a, ttl, Duration::from_secs(1)).await.unwrap());
+    assert!(
+        !store.release(&a).await.unwrap(),
+        "a cannot release b's lease"
+    );
+
+    // Right token, wrong epoch: also rejected.
+    let forged = distributor::store::LeaseGrant {
+        token: b.token.clone(),
+        epoch: 1,
+    };
+    assert_eq!(
+        store.commit(&forged, &stale).await.unwrap(),
+        Committed::Fenced {
+            reason: "epoch".into()
+        }
+    );
+
+    // b writes: the whole hash is replaced, stale fields included.
+    let (t3, h3) = commit(&[("w2", "x"), ("w3", "y")]);
+    let c = Commit {
+        table: Some(&t3),
+        health: &h3,
+        generation_floor: 0,
+        holder_id: "b",
+        now_ms: 6,
+    };
+    assert_eq!(
+        store.commit(&b, &c).await.unwrap(),
+        Committed::Written {
+            generation: Some(2)
+        }
+    );
+    assert_eq!(store.read_table().await.unwrap(), t3);
+    let digest: String = redis
+        .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "digest"])
+        .await;
+    assert_eq!(digest, t3.digest());
+    assert!(store.release(&b).await.unwrap());
+}
+
+#[tokio::test]
+async fn epochs_and_generations_survive_redis_data_loss() {
+    let mut redis = RedisServer::start();
+    let store = Store::open(&redis.url(), TABLE, Duration::from_secs(2)).unwrap();
+    let ttl = Duration::from_secs(30);
+    redis.restart();
+    // The caller remembers epoch 7 and generation 41 from before the loss.
+    let got = loop {
+        match store.acquire(ttl, 7, "a", 1).await {
+            Ok(Acquisition::Acquired(g)) => break g,
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => assert!(e.is_retryable(), "{e}"),
+        }
+    };
+    assert_eq!(got.epoch, 8);
+    let none = HealthChanges::default();
+    let t = table(&[("w", "u")]);
+    let c = Commit {
+        table: Some(&t),
+        health: &none,
+        generation_floor: 41,
+        holder_id: "a",
+        now_ms: 1,
+    };
+    assert_eq!(
+        store.commit(&got, &c).await.unwrap(),
+        Committed::Written {
+            generation: Some(42)
+        }
+    );
+}
+
+#[tokio::test]
+async fn big_tables_are_written_in_one_script_call() {
+    let redis = RedisServer::start();
+    let store = Store::open(&redis.url(), TABLE, Duration::from_secs(5)).unwrap();
+    let Acquisition::Acquired(g) = store
+        .acquire(Duration::from_secs(30), 0, "a", 1)
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    // More fields than Lua's unpack() takes at once: the script must chunk.
+    let rows: Vec<(String, String)> = (0..20_000)
+        .map(|i| (format!("m{i}:1"), format!("u{i}")))
+        .collect();
+    let t = MatchingTable::from_rows(rows);
+    let none = HealthChanges::default();
+    let c = Commit {
+        table: Some(&t),
+        health: &none,
+        generation_floor: 0,
+        holder_id: "a",
+        now_ms: 1,
+    };
+    assert_eq!(
+        store.commit(&g, &c).await.unwrap(),
+        Committed::Written {
+            generation: Some(1)
+        }
+    );
+    let n: usize = redis.cmd(&["HLEN", TABLE]).await;
+    assert_eq!(n, 20_000);
+    assert_eq!(store.read_table().await.unwrap(), t);
+}

@@ -1,0 +1,11 @@
+//! Integration tests: real `redis-server`, real gRPC over loopback, replicas and
+//! members in-process. One binary keeps link time down.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bad_input;
+mod compat;
+mod failover;
+mod fencing;
+mod table;

@@ -1,0 +1,176 @@
+//! The table is correct, follows members that die and join, and reaches members.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_five_members_get_the_solvers_table() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let units = units(23);
+    fleet.set_units(&units).await;
+    for _ in 0..5 {
+        fleet.add_member().await;
+    }
+    for _ in 0..3 {
+        fleet.add_replica();
+    }
+    let table = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+
+    // A partition of all units over the five members, balanced within one.
+    let mut all: Vec<&str> = table.rows().values().flat_map(|v| v.split(',')).collect();
+    all.sort();
+    assert_eq!(all, units.iter().map(String::as_str).collect::<Vec<_>>());
+    let sizes: Vec<usize> = table
+        .rows()
+        .values()
+        .map(|v| v.split(',').count())
+        .collect();
+    assert_eq!(sizes.len(), 5);
+    assert!(
+        sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1,
+        "{sizes:?}"
+    );
+
+    // Every member's watch receiver shows exactly its own row.
+    for m in fleet.members.iter().flatten() {
+        let want: Vec<String> = table
+            .units_of(m.id())
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut rx = m.assignment();
+        wait_for("member sees its row", Duration::from_secs(5), || {
+            let ok = rx.borrow_and_update().units == want;
+            async move { ok }
+        })
+        .await;
+        assert!(rx.borrow().generation >= 1);
+    }
+    let holder = fleet.wait_for_holder().await;
+    assert_eq!(
+        fleet
+            .statuses()
+            .iter()
+            .filter(|s| s.role == distributor::Role::Holder)
+            .count(),
+        1
+    );
+    assert!(fleet.statuses()[holder].table_writes >= 1);
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_member_loses_its_units_and_a_new_member_gets_some() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let units = units(40);
+    fleet.set_units(&units).await;
+    for _ in 0..5 {
+        fleet.add_member().await;
+    }
+    fleet.add_replica();
+    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+
+    // Crash one member: poll 100 ms + ping timeout 250 ms + slack.
+    let victim = fleet.member_id(2);
+    fleet.members[2].take().unwrap().abort();
+    let started = tokio::time::Instant::now();
+    let table = fleet.wait_for_table(&units, Duration::from_secs(5)).await;
+    assert!(table.units_of(&victim).is_empty());
+    eprintln!(
+        "member death reflected in the table after {:?}",
+        started.elapsed()
+    );
+    // It stays listed: the distributor does not LREM a failing member.
+    let listed: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+    assert!(listed.contains(&victim), "{listed:?}");
+
+    // A new member joins and gets its share.
+    let i = fleet.add_member().await;
+    let table = fleet.wait_for_table(&units, Duration::from_secs(5)).await;
+    assert!(!table.units_of(&fleet.member_id(i)).is_empty());
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_answers_again_comes_back() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let units = units(10);
+    fleet.set_units(&units).await;
+    // A member at a fixed port, so it can come back at the same address.
+    let port = free_port();
+    let mut opts = fleet.member_options();
+    opts.listen = ([127, 0, 0, 1], port).into();
+    fleet.members.push(Some(
+        distributor::Member::start(opts.clone()).await.unwrap(),
+    ));
+    fleet.add_member().await;
+    fleet.add_replica();
+    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let id = fleet.member_id(0);
+
+    fleet.members[0].take().unwrap().abort();
+    fleet.wait_for_table(&units, Duration::from_secs(5)).await;
+    assert!(fleet.table().await.units_of(&id).is_empty());
+
+    fleet.members[0] = Some(distributor::Member::start(opts).await.unwrap());
+    let table = fleet.wait_for_table(&units, Duration::from_secs(5)).await;
+    assert!(!table.units_of(&id).is_empty());
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn census_reports_three_replicas() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    for _ in 0..3 {
+        fleet.add_replica();
+    }
+    // Census interval 400 ms: the first result comes within two intervals.
+    wait_for(
+        "every replica counts 3 replicas",
+        Duration::from_secs(10),
+        || {
+            let s = fleet.statuses();
+            async move { s.iter().all(|s| s.census.is_some_and(|c| c.replicas == 3)) }
+        },
+    )
+    .await;
+    let mut indexes: Vec<u64> = fleet
+        .statuses()
+        .iter()
+        .map(|s| s.census.unwrap().index)
+        .collect();
+    indexes.sort();
+    // Views may come from different intervals, but indexes are always < replicas.
+    assert!(indexes.iter().all(|i| *i < 3), "{indexes:?}");
+    let recorded: std::collections::HashMap<String, String> = fleet
+        .redis
+        .cmd(&["HGETALL", &format!("{{{TABLE}}}:replicas")])
+        .await;
+    assert_eq!(recorded.len(), 3, "{recorded:?}");
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_cycles_write_nothing() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let units = units(30);
+    fleet.set_units(&units).await;
+    for _ in 0..3 {
+        fleet.add_member().await;
+    }
+    let r = fleet.add_replica();
+    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let generation = fleet.generation().await;
+    let writes = fleet.statuses()[r].table_writes;
+    let cycles = fleet.statuses()[r].cycles;
+    // Let at least ten more cycles run.
+    wait_for("ten more cycles", Duration::from_secs(10), || {
+        let c = fleet.statuses()[r].cycles;
+        async move { c >= cycles + 10 }
+    })
+    .await;
+    assert_eq!(fleet.generation().await, generation);
+    assert_eq!(fleet.statuses()[r].table_writes, writes);
+    fleet.shutdown().await;
+}

@@ -1,0 +1,319 @@
+//! Test fixtures shared by every integration test: a real `redis-server` that dies
+//! on drop and restarts on the same port, an in-process fleet of replicas and
+//! members, and event-waiting helpers. Never copy these; extend them here.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use distributor::config::Config;
+use distributor::{Distributor, MatchingTable, Member, MemberOptions, Role, Status};
+use tokio::time::Instant;
+
+/// A `redis-server` on a free loopback port, without persistence.
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let port = free_port();
+        let mut server = RedisServer { port, child: None };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/test installs it)");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL: the data is gone, like a crash of a Redis without persistence.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts again, empty, on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    pub async fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut c = self.conn().await;
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query_async(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub const SERVICES: &str = "test-services";
+pub const UNITS: &str = "test-units";
+pub const TABLE: &str = "test-table";
+
+/// A fast configuration for tests: failures show within a few hundred ms.
+pub fn fast_config(redis_url: &str, replica: &str) -> Config {
+    let mut c = Config::new(redis_url, &[SERVICES], UNITS, TABLE);
+    c.replica_id = replica.to_string();
+    c.poll_interval = Duration::from_millis(100);
+    c.ping_timeout = Duration::from_millis(250);
+    c.lease.ttl = Duration::from_millis(1000);
+    c.lease.renew_interval = Duration::from_millis(200);
+    c.lease.renew_deadline = Duration::from_millis(700);
+    c.lease.retry_interval = Duration::from_millis(300);
+    c.census_interval = Duration::from_millis(400);
+    c
+}
+
+/// Polls `cond` every 20 ms until it holds; panics with `what` after `limit`.
+/// Limits are generous upper bounds for liveness, not speed claims.
+pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Replicas and members sharing one Redis.
+pub struct Fleet {
+    pub redis: RedisServer,
+    pub replicas: Vec<Option<Distributor>>,
+    pub members: Vec<Option<Member>>,
+    pub config: Config,
+}
+
+impl Fleet {
+    pub fn new(redis: RedisServer) -> Fleet {
+        let config = fast_config(&redis.url(), "r0");
+        Fleet {
+            redis,
+            replicas: vec![],
+            members: vec![],
+            config,
+        }
+    }
+
+    pub fn add_replica(&mut self) -> usize {
+        let mut c = self.config.clone();
+        c.replica_id = format!("replica-{}", self.replicas.len());
+        self.replicas.push(Some(Distributor::start(c).unwrap()));
+        self.replicas.len() - 1
+    }
+
+    pub async fn add_member(&mut self) -> usize {
+        let m = Member::start(self.member_options()).await.unwrap();
+        self.members.push(Some(m));
+        self.members.len() - 1
+    }
+
+    pub fn member_options(&self) -> MemberOptions {
+        let mut o = MemberOptions::new(
+            &self.redis.url(),
+            SERVICES,
+            TABLE,
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+        );
+        o.reregister_interval = Duration::from_millis(300);
+        o.poll_interval = Duration::from_millis(300);
+        o
+    }
+
+    pub fn member_id(&self, i: usize) -> String {
+        self.members[i].as_ref().unwrap().id().to_string()
+    }
+
+    pub fn live_member_ids(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .flatten()
+            .map(|m| m.id().to_string())
+            .collect()
+    }
+
+    pub async fn set_units(&self, units: &[String]) {
+        let mut c = self.redis.conn().await;
+        let mut p = redis::pipe();
+        p.atomic().del(UNITS).ignore();
+        if !units.is_empty() {
+            p.rpush(UNITS, units).ignore();
+        }
+        let () = p.query_async(&mut c).await.unwrap();
+    }
+
+    pub fn statuses(&self) -> Vec<Status> {
+        self.replicas
+            .iter()
+            .flatten()
+            .map(|r| r.status().borrow().clone())
+            .collect()
+    }
+
+    /// The index of the replica that currently acts as holder, if exactly one does.
+    pub fn holder(&self) -> Option<usize> {
+        let holders: Vec<usize> = self
+            .replicas
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .filter(|r| r.status().borrow().role == Role::Holder)
+                    .map(|_| i)
+            })
+            .collect();
+        (holders.len() == 1).then(|| holders[0])
+    }
+
+    pub async fn wait_for_holder(&self) -> usize {
+        wait_for("a single holder", Duration::from_secs(10), || async {
+            self.holder().is_some()
+        })
+        .await;
+        self.holder().unwrap()
+    }
+
+    pub async fn table(&self) -> MatchingTable {
+        let rows: std::collections::HashMap<String, String> =
+            self.redis.cmd(&["HGETALL", TABLE]).await;
+        MatchingTable::from_rows(rows)
+    }
+
+    pub async fn generation(&self) -> u64 {
+        let g: Option<u64> = self
+            .redis
+            .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "generation"])
+            .await;
+        g.unwrap_or(0)
+    }
+
+    /// The table the pure solver gives for these live members and units.
+    pub fn expected(members: &[String], units: &[String]) -> MatchingTable {
+        let inputs = distributor::inputs::Inputs {
+            groups: vec![distributor::inputs::Group {
+                name: SERVICES.into(),
+                members: {
+                    let mut m = members.to_vec();
+                    m.sort();
+                    m
+                },
+                malformed: vec![],
+            }],
+            units: {
+                let mut u = units.to_vec();
+                u.sort();
+                u.dedup();
+                u
+            },
+            rejections: vec![],
+        };
+        MatchingTable::solve(&inputs, |_| true)
+    }
+
+    /// Waits until the stored table is exactly the solver's for the live members.
+    pub async fn wait_for_table(&self, units: &[String], limit: Duration) -> MatchingTable {
+        let expected = Fleet::expected(&self.live_member_ids(), units);
+        let deadline = Instant::now() + limit;
+        loop {
+            let last = self.table().await;
+            if last == expected {
+                return last;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "table did not converge within {limit:?}\nexpected {expected:?}\nlast {last:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn shutdown(mut self) {
+        for m in self.members.drain(..).flatten() {
+            m.shutdown().await;
+        }
+        for r in self.replicas.drain(..).flatten() {
+            r.shutdown().await;
+        }
+    }
+}
+
+pub fn units(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("unit-{i:04}")).collect()
+}
