@@ -45,10 +45,10 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
-                }
+            if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection())
+                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+            {
+                return;
             }
             assert!(
                 std::time::Instant::now() < deadline,
