@@ -19,7 +19,11 @@ struct Args {
     /// The services list (group) to join.
     #[arg(long, env = "SERVICES_KEY", default_value = "sys-robots-list")]
     services_key: String,
-    #[arg(long, env = "DISTRIBUTION_NAMESPACE", default_value = "sys-matching-table")]
+    #[arg(
+        long,
+        env = "DISTRIBUTION_NAMESPACE",
+        default_value = "sys-matching-table"
+    )]
     table: String,
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -31,10 +35,17 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     let args = Args::parse();
-    let mut opts = MemberOptions::new(&args.redis_url, &args.services_key, &args.table, args.listen);
+    let mut opts = MemberOptions::new(
+        &args.redis_url,
+        &args.services_key,
+        &args.table,
+        args.listen,
+    );
     opts.advertise = args.advertise;
     let member = Member::start(opts).await?;
     println!("worker {} serving; waiting for work", member.id());

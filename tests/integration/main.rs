@@ -8,4 +8,5 @@ mod bad_input;
 mod compat;
 mod failover;
 mod fencing;
+mod process;
 mod table;

@@ -174,3 +174,29 @@ async fn idle_cycles_write_nothing() {
     assert_eq!(fleet.statuses()[r].table_writes, writes);
     fleet.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_after_prunes_long_failing_members() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.forget_after = Some(Duration::from_millis(500));
+    let units = units(6);
+    fleet.set_units(&units).await;
+    fleet.add_member().await;
+    fleet.add_member().await;
+    fleet.add_replica();
+    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let victim = fleet.member_id(0);
+    fleet.members[0].take().unwrap().abort();
+    wait_for(
+        "the dead member is removed from its list",
+        Duration::from_secs(10),
+        || async {
+            let listed: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+            !listed.contains(&victim)
+        },
+    )
+    .await;
+    let listed: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+    assert_eq!(listed, [fleet.member_id(1)], "the live member stays");
+    fleet.shutdown().await;
+}

@@ -1,0 +1,136 @@
+//! The real binary: flags, signals, and failover between OS processes.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::support::*;
+
+fn daemon(redis: &RedisServer, replica: &str, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_distributor"))
+        .args([
+            &format!("-redis-url={}", redis.url()),
+            &format!("-services-namespaces={SERVICES}"),
+            "-workunits-namespace",
+            UNITS,
+            &format!("--distribution-namespace={TABLE}"),
+            "-poll-interval=100ms",
+            "-ping-timeout=250ms",
+            "-lease-ttl=1s",
+            "-lease-renew-interval=200ms",
+            "-lease-renew-deadline=700ms",
+            "-lease-retry-interval=300ms",
+            &format!("-replica-id={replica}"),
+        ])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+async fn holder(redis: &RedisServer) -> Option<String> {
+    let h: Option<String> = redis
+        .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "holder"])
+        .await;
+    h.filter(|h| !h.is_empty())
+}
+
+async fn epoch(redis: &RedisServer) -> u64 {
+    let e: Option<u64> = redis.cmd(&["GET", &format!("{{{TABLE}}}:epoch")]).await;
+    e.unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_over_and_sigkill_fails_over_between_processes() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let units = units(30);
+    fleet.set_units(&units).await;
+    for _ in 0..3 {
+        fleet.add_member().await;
+    }
+    let mut children: Vec<(String, Child)> = (0..3)
+        .map(|i| (format!("p{i}"), daemon(&fleet.redis, &format!("p{i}"), &[])))
+        .collect();
+    let before = fleet.wait_for_table(&units, Duration::from_secs(15)).await;
+    let generation = fleet.generation().await;
+
+    // SIGTERM: the holder releases; a standby takes over by notification.
+    let first = holder(&fleet.redis).await.unwrap();
+    let e1 = epoch(&fleet.redis).await;
+    let idx = children.iter().position(|(n, _)| *n == first).unwrap();
+    let (_, mut child) = children.remove(idx);
+    let started = tokio::time::Instant::now();
+    signal(&child, "-TERM");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "clean exit on SIGTERM: {status:?}");
+    wait_for("takeover after SIGTERM", Duration::from_secs(5), || async {
+        epoch(&fleet.redis).await > e1 && holder(&fleet.redis).await.is_some_and(|h| h != first)
+    })
+    .await;
+    eprintln!("SIGTERM handover: {:?} (ttl 1s)", started.elapsed());
+
+    // SIGKILL: nothing released; a standby takes over after about one TTL.
+    let second = holder(&fleet.redis).await.unwrap();
+    let e2 = epoch(&fleet.redis).await;
+    let idx = children.iter().position(|(n, _)| *n == second).unwrap();
+    let (_, mut child) = children.remove(idx);
+    let started = tokio::time::Instant::now();
+    signal(&child, "-KILL");
+    child.wait().unwrap();
+    wait_for(
+        "takeover after SIGKILL",
+        Duration::from_secs(10),
+        || async { epoch(&fleet.redis).await > e2 },
+    )
+    .await;
+    eprintln!("SIGKILL failover: {:?} (ttl 1s)", started.elapsed());
+
+    // Same members, same units: the table never changed.
+    assert_eq!(fleet.table().await, before);
+    assert_eq!(fleet.generation().await, generation);
+    for (_, mut c) in children {
+        signal(&c, "-TERM");
+        c.wait().unwrap();
+    }
+    fleet.shutdown().await;
+}
+
+#[test]
+fn invalid_flags_fail_at_start_naming_the_flag() {
+    for (args, needle) in [
+        (
+            vec!["-poll-interval=fast"],
+            "invalid -poll-interval (env POLL_INTERVAL) value \"fast\"",
+        ),
+        (
+            vec!["--lease-ttl", "1s", "--lease-renew-deadline", "2s"],
+            "-lease-renew-deadline",
+        ),
+        (vec!["-failure-threshold=0"], "-failure-threshold"),
+        (vec!["-services-namespaces="], "-services-namespaces"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_distributor"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_distributor"))
+        .env("PING_TIMEOUT", "soon")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PING_TIMEOUT"));
+}
