@@ -206,7 +206,9 @@ struct Coordinator {
     epoch_floor: u64,
     generation_floor: u64,
     known_rejections: HashSet<String>,
+    /// Redis trouble is logged once per streak, not once per retry.
     read_failing: bool,
+    acquire_failing: bool,
 }
 
 impl Coordinator {
@@ -224,6 +226,7 @@ impl Coordinator {
             generation_floor: 0,
             known_rejections: HashSet::new(),
             read_failing: false,
+            acquire_failing: false,
         }
     }
 
@@ -413,7 +416,9 @@ impl Coordinator {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, kind = e.kind(), "lease acquisition failed; will retry");
+                if !std::mem::replace(&mut self.acquire_failing, true) || !e.is_retryable() {
+                    tracing::warn!(error = %e, kind = e.kind(), "lease acquisition failed; retrying every retry interval");
+                }
                 State::Standby {
                     next_attempt: Instant::now() + timing.retry_interval,
                 }
