@@ -82,6 +82,30 @@ async fn a_key_of_the_wrong_type_keeps_the_last_table() {
     assert_eq!(fleet.table().await, before);
     assert_eq!(fleet.generation().await, generation);
 
+    // The same for a services list of the wrong type.
+    let () = fleet.redis.cmd(&["DEL", UNITS]).await;
+    fleet.set_units(&units).await;
+    let members: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+    let () = fleet.redis.cmd(&["DEL", SERVICES]).await;
+    let () = fleet.redis.cmd(&["HSET", SERVICES, "not", "a list"]).await;
+    let failed = holder_status(&fleet).await.failed_cycles;
+    wait_for(
+        "failed cycles on the services key",
+        Duration::from_secs(5),
+        || async {
+            let s = holder_status(&fleet).await;
+            s.failed_cycles >= failed + 3
+                && s.last_error
+                    .is_some_and(|e| e.contains("\"test-services\" holds a hash, expected a list"))
+        },
+    )
+    .await;
+    assert_eq!(fleet.table().await, before);
+    let () = fleet.redis.cmd(&["DEL", SERVICES]).await;
+    for m in &members {
+        let () = fleet.redis.cmd(&["RPUSH", SERVICES, m]).await;
+    }
+
     // Fixed by the operator: work resumes.
     let () = fleet.redis.cmd(&["DEL", UNITS]).await;
     fleet.set_units(&units[..5]).await;

@@ -136,6 +136,15 @@ async fn redis_losing_its_data_heals() {
     let generation = fleet.generation().await;
     let epoch = fleet.statuses().iter().map(|s| s.epoch).max().unwrap();
 
+    // Redis goes away: the holder cannot renew and stops acting before its lease
+    // could expire; nobody crashes.
+    fleet.redis.kill();
+    wait_for(
+        "every replica steps down",
+        Duration::from_secs(5),
+        || async { fleet.statuses().iter().all(|s| s.role == Role::Standby) },
+    )
+    .await;
     fleet.redis.restart();
     // The unit list is written by "some other process": it writes it again.
     fleet.set_units(&units).await;
