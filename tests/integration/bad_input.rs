@@ -54,13 +54,8 @@ async fn malformed_addresses_count_as_failing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_the_wrong_type_keeps_the_last_table() {
-    let mut fleet = Fleet::new(RedisServer::start());
     let units = units(10);
-    fleet.set_units(&units).await;
-    fleet.add_member().await;
-    fleet.add_member().await;
-    fleet.add_replica();
-    let before = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (fleet, before) = Fleet::converged(|_| {}, 2, 1, &units).await;
     let generation = fleet.generation().await;
     let failed = holder_status(&fleet).await.failed_cycles;
 
@@ -117,12 +112,8 @@ async fn a_key_of_the_wrong_type_keeps_the_last_table() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_lists_give_an_empty_table() {
-    let mut fleet = Fleet::new(RedisServer::start());
     let units = units(4);
-    fleet.set_units(&units).await;
-    fleet.add_member().await;
-    fleet.add_replica();
-    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (mut fleet, _) = Fleet::converged(|_| {}, 1, 1, &units).await;
 
     // No units: every row goes (a worker's HGET returns nil: no work).
     fleet.set_units(&[]).await;

@@ -9,16 +9,8 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_is_replaced_without_a_reshuffle() {
-    let mut fleet = Fleet::new(RedisServer::start());
     let units = units(50);
-    fleet.set_units(&units).await;
-    for _ in 0..5 {
-        fleet.add_member().await;
-    }
-    for _ in 0..3 {
-        fleet.add_replica();
-    }
-    let before = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (mut fleet, before) = Fleet::converged(|_| {}, 5, 3, &units).await;
     let generation = fleet.generation().await;
     let old = fleet.wait_for_holder().await;
     let old_epoch = fleet.statuses()[old].epoch;
@@ -45,16 +37,8 @@ async fn killed_holder_is_replaced_without_a_reshuffle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_hands_over_at_once() {
-    let mut fleet = Fleet::new(RedisServer::start());
     let units = units(20);
-    fleet.set_units(&units).await;
-    for _ in 0..3 {
-        fleet.add_member().await;
-    }
-    for _ in 0..3 {
-        fleet.add_replica();
-    }
-    let before = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (mut fleet, before) = Fleet::converged(|_| {}, 3, 3, &units).await;
     let old = fleet.wait_for_holder().await;
     let lease: Option<String> = fleet
         .redis
@@ -78,19 +62,10 @@ async fn graceful_shutdown_hands_over_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn liveness_survives_failover() {
-    let mut fleet = Fleet::new(RedisServer::start());
     // Three strikes: a fresh holder without the stored history would count a
     // dead member's first failure as 1 of 3 and give it work again.
-    fleet.config.failure_threshold = 3;
     let units = units(30);
-    fleet.set_units(&units).await;
-    for _ in 0..4 {
-        fleet.add_member().await;
-    }
-    for _ in 0..2 {
-        fleet.add_replica();
-    }
-    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (mut fleet, _) = Fleet::converged(|c| c.failure_threshold = 3, 4, 2, &units).await;
     let dead = fleet.member_id(0);
     fleet.members[0].take().unwrap().abort();
     let without = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
@@ -123,16 +98,8 @@ async fn liveness_survives_failover() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_losing_its_data_heals() {
-    let mut fleet = Fleet::new(RedisServer::start());
     let units = units(20);
-    fleet.set_units(&units).await;
-    for _ in 0..3 {
-        fleet.add_member().await;
-    }
-    for _ in 0..2 {
-        fleet.add_replica();
-    }
-    let before = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (mut fleet, before) = Fleet::converged(|_| {}, 3, 2, &units).await;
     let generation = fleet.generation().await;
     let epoch = fleet.statuses().iter().map(|s| s.epoch).max().unwrap();
 

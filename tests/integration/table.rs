@@ -6,16 +6,8 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_five_members_get_the_solvers_table() {
-    let mut fleet = Fleet::new(RedisServer::start());
     let units = units(23);
-    fleet.set_units(&units).await;
-    for _ in 0..5 {
-        fleet.add_member().await;
-    }
-    for _ in 0..3 {
-        fleet.add_replica();
-    }
-    let table = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (fleet, table) = Fleet::converged(|_| {}, 5, 3, &units).await;
 
     // A partition of all units over the five members, balanced within one.
     let mut all: Vec<&str> = table.rows().values().flat_map(|v| v.split(',')).collect();
@@ -62,14 +54,8 @@ async fn three_replicas_five_members_get_the_solvers_table() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_member_loses_its_units_and_a_new_member_gets_some() {
-    let mut fleet = Fleet::new(RedisServer::start());
     let units = units(40);
-    fleet.set_units(&units).await;
-    for _ in 0..5 {
-        fleet.add_member().await;
-    }
-    fleet.add_replica();
-    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (mut fleet, _) = Fleet::converged(|_| {}, 5, 1, &units).await;
 
     // Crash one member: poll 100 ms + ping timeout 250 ms + slack.
     let victim = fleet.member_id(2);
@@ -177,14 +163,14 @@ async fn idle_cycles_write_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forget_after_prunes_long_failing_members() {
-    let mut fleet = Fleet::new(RedisServer::start());
-    fleet.config.forget_after = Some(Duration::from_millis(500));
     let units = units(6);
-    fleet.set_units(&units).await;
-    fleet.add_member().await;
-    fleet.add_member().await;
-    fleet.add_replica();
-    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (mut fleet, _) = Fleet::converged(
+        |c| c.forget_after = Some(Duration::from_millis(500)),
+        2,
+        1,
+        &units,
+    )
+    .await;
     let victim = fleet.member_id(0);
     fleet.members[0].take().unwrap().abort();
     wait_for(

@@ -172,6 +172,27 @@ impl Fleet {
         }
     }
 
+    /// A fresh Redis with `units`, `members` members and `replicas` replicas
+    /// (configured by `tune`), returned once the table is the solver's.
+    pub async fn converged(
+        tune: impl FnOnce(&mut Config),
+        members: usize,
+        replicas: usize,
+        units: &[String],
+    ) -> (Fleet, MatchingTable) {
+        let mut fleet = Fleet::new(RedisServer::start());
+        tune(&mut fleet.config);
+        fleet.set_units(units).await;
+        for _ in 0..members {
+            fleet.add_member().await;
+        }
+        for _ in 0..replicas {
+            fleet.add_replica();
+        }
+        let table = fleet.wait_for_table(units, Duration::from_secs(10)).await;
+        (fleet, table)
+    }
+
     pub fn add_replica(&mut self) -> usize {
         let mut c = self.config.clone();
         c.replica_id = format!("replica-{}", self.replicas.len());
