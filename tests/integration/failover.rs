@@ -3,7 +3,11 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use distributor::Role;
+use distributor::proto::grpc_pinger_server::{GrpcPinger, GrpcPingerServer};
 
 use crate::support::*;
 
@@ -60,39 +64,112 @@ async fn graceful_shutdown_hands_over_at_once() {
     fleet.shutdown().await;
 }
 
+/// A worker whose ping answers can be switched off and on.
+struct FlakyWorker {
+    addr: String,
+    healthy: Arc<AtomicBool>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct Flaky(Arc<AtomicBool>);
+
+#[tonic::async_trait]
+impl GrpcPinger for Flaky {
+    async fn ping(&self, _: tonic::Request<()>) -> Result<tonic::Response<()>, tonic::Status> {
+        if self.0.load(Ordering::SeqCst) {
+            Ok(tonic::Response::new(()))
+        } else {
+            Err(tonic::Status::unavailable("switched off by the test"))
+        }
+    }
+}
+
+impl FlakyWorker {
+    async fn start(fleet: &Fleet) -> FlakyWorker {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let healthy = Arc::new(AtomicBool::new(true));
+        let service = GrpcPingerServer::new(Flaky(healthy.clone()));
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        let () = fleet.redis.cmd(&["RPUSH", SERVICES, &addr]).await;
+        FlakyWorker {
+            addr,
+            healthy,
+            server,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn liveness_survives_failover() {
-    // Three strikes: a fresh holder without the stored history would count a
-    // dead member's first failure as 1 of 3 and give it work again.
+    // Five strikes. A worker that misses a ping or two keeps its units; a new
+    // holder must know it answered before, or it would count the miss as "never
+    // answered" and reshuffle.
     let units = units(30);
-    let (mut fleet, _) = Fleet::converged(|c| c.failure_threshold = 3, 4, 2, &units).await;
-    let dead = fleet.member_id(0);
-    fleet.members[0].take().unwrap().abort();
-    let without = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.failure_threshold = 5;
+    fleet.set_units(&units).await;
+    let flaky = FlakyWorker::start(&fleet).await;
+    for _ in 0..3 {
+        fleet.add_member().await;
+    }
+    for _ in 0..2 {
+        fleet.add_replica();
+    }
+    let before = fleet
+        .wait_for_table_with(&units, &[flaky.addr.clone()], Duration::from_secs(10))
+        .await;
+    assert!(!before.units_of(&flaky.addr).is_empty());
     let generation = fleet.generation().await;
-
     let old = fleet.wait_for_holder().await;
+    let stored: Option<String> = fleet
+        .redis
+        .cmd(&["HGET", &format!("{{{TABLE}}}:liveness"), &flaky.addr])
+        .await;
+    assert_eq!(stored.as_deref(), Some("1 0 0"), "answered, no failures");
+
+    // Crash the holder, and let the flaky worker miss the new holder's first pings.
     fleet.replicas[old].take().unwrap().abort();
-    // Watch the table through the takeover and a few cycles of the new holder.
+    flaky.healthy.store(false, Ordering::SeqCst);
+    let successor = fleet.replicas.iter().flatten().next().unwrap();
+    let mut status = successor.status();
+    let mut sampler = tokio::time::interval(Duration::from_millis(10));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let t = fleet.table().await;
-        assert!(
-            t.units_of(&dead).is_empty(),
-            "dead member got work back after failover: {t:?}"
-        );
-        assert_eq!(t, without);
-        if fleet
-            .statuses()
-            .iter()
-            .any(|s| s.role == Role::Holder && s.cycles >= 5)
-        {
-            break;
+        tokio::select! {
+            _ = status.changed() => {
+                let s = status.borrow_and_update().clone();
+                if s.role == Role::Holder && s.cycles >= 1 {
+                    flaky.healthy.store(true, Ordering::SeqCst);
+                }
+                if s.role == Role::Holder && s.cycles >= 8 {
+                    break;
+                }
+            }
+            _ = sampler.tick() => {}
         }
+        let t = fleet.table().await;
+        assert_eq!(t, before, "the table changed across the failover");
         assert!(tokio::time::Instant::now() < deadline, "no new holder");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let stored: Option<String> = fleet
+        .redis
+        .cmd(&["HGET", &format!("{{{TABLE}}}:liveness"), &flaky.addr])
+        .await;
+    assert_eq!(
+        stored.as_deref(),
+        Some("1 0 0"),
+        "it missed pings and recovered"
+    );
     assert_eq!(fleet.generation().await, generation);
+    flaky.server.abort();
     fleet.shutdown().await;
 }
 

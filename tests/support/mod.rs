@@ -310,7 +310,19 @@ impl Fleet {
 
     /// Waits until the stored table is exactly the solver's for the live members.
     pub async fn wait_for_table(&self, units: &[String], limit: Duration) -> MatchingTable {
-        let expected = Fleet::expected(&self.live_member_ids(), units);
+        self.wait_for_table_with(units, &[], limit).await
+    }
+
+    /// The same, with `extra` live members that are not `Member`s of this fleet.
+    pub async fn wait_for_table_with(
+        &self,
+        units: &[String],
+        extra: &[String],
+        limit: Duration,
+    ) -> MatchingTable {
+        let mut live = self.live_member_ids();
+        live.extend(extra.iter().cloned());
+        let expected = Fleet::expected(&live, units);
         let deadline = Instant::now() + limit;
         loop {
             let last = self.table().await;
