@@ -124,7 +124,11 @@ async fn liveness_survives_failover() {
         fleet.add_replica();
     }
     let before = fleet
-        .wait_for_table_with(&units, &[flaky.addr.clone()], Duration::from_secs(10))
+        .wait_for_table_with(
+            &units,
+            std::slice::from_ref(&flaky.addr),
+            Duration::from_secs(10),
+        )
         .await;
     assert!(!before.units_of(&flaky.addr).is_empty());
     let generation = fleet.generation().await;
