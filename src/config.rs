@@ -79,6 +79,11 @@ settings! {
     ka_timeout: "ka-timeout", ["KA_TIMEOUT"], Some("20s"), "gRPC keepalive timeout";
     ka_permit_without_stream: "ka-permit-without-stream", ["KA_PERMIT_WITHOUT_STREAM"],
         Some("false"), "Send keepalive pings with no call in flight";
+    http_addr: "http-addr", ["HTTP_ADDR"], Some("0.0.0.0:9090"),
+        "Address of /metrics, /healthz, /readyz and /version; `off` disables it";
+    prom_port: "prom-port", ["PROM_PORT"], None,
+        "Go-compatible: serve the HTTP endpoints on 0.0.0.0:<port> (overrides -http-addr)";
+    log_format: "log-format", ["LOG_FORMAT"], Some("text"), "Log format: text or json";
     log: "log", ["LOG"], Some("info"), "Log level when RUST_LOG is unset";
     config_type: "config-type", ["CONFIG_TYPE"], Some("args"),
         "Accepted for compatibility; flags and environment are always both read (flag wins)";
@@ -116,8 +121,10 @@ pub struct Config {
     pub replica_id: String,
     pub keepalive: Keepalive,
     pub log: String,
+    /// Where the operations HTTP server listens; `None` when disabled.
+    pub http_addr: Option<std::net::SocketAddr>,
+    pub log_json: bool,
 }
-
 impl Config {
     /// The defaults, for embedders and tests; the daemon goes through [`resolve`].
     pub fn new(
@@ -453,6 +460,29 @@ pub fn resolve(
         return Err(err(s, &config_type, "expected args or env".into()));
     }
 
+    let http_addr = match (text("prom-port"), lookup("http-addr")) {
+        (Some(port), _) => {
+            let s = setting("prom-port");
+            let port: u16 = port
+                .parse()
+                .map_err(|_| err(s, &port, "expected a port number".into()))?;
+            Some(std::net::SocketAddr::from(([0, 0, 0, 0], port)))
+        }
+        (None, (Some(v), _)) if v == "off" || v.is_empty() => None,
+        (None, (Some(v), s)) => Some(
+            v.parse()
+                .map_err(|_| err(s, &v, "expected ip:port or off".into()))?,
+        ),
+        (None, (None, _)) => None,
+    };
+    let (format, s) = lookup("log-format");
+    let format = format.unwrap_or_default();
+    let log_json = match format.as_str() {
+        "text" => false,
+        "json" => true,
+        _ => return Err(err(s, &format, "expected text or json".into())),
+    };
+
     Ok(Config {
         redis_url,
         services_namespaces,
@@ -467,6 +497,8 @@ pub fn resolve(
         replica_id,
         keepalive,
         log: text("log").unwrap_or_default(),
+        http_addr,
+        log_json,
     })
 }
 
@@ -582,10 +614,49 @@ mod tests {
         });
         assert_eq!(e.flag, "redis-url");
         let e = bad(RawConfig {
+            http_addr: Some("localhost".into()),
+            ..Default::default()
+        });
+        assert_eq!(e.flag, "http-addr");
+        let e = bad(RawConfig {
+            prom_port: Some("99999".into()),
+            ..Default::default()
+        });
+        assert_eq!(e.flag, "prom-port");
+        let e = bad(RawConfig {
+            log_format: Some("xml".into()),
+            ..Default::default()
+        });
+        assert_eq!(e.flag, "log-format");
+        let e = bad(RawConfig {
             ka_permit_without_stream: Some("maybe".into()),
             ..Default::default()
         });
         assert_eq!(e.flag, "ka-permit-without-stream");
+    }
+
+    #[test]
+    fn http_address() {
+        let addr = |raw: RawConfig| {
+            resolve(&raw, &no_env)
+                .unwrap()
+                .http_addr
+                .map(|a| a.to_string())
+        };
+        assert_eq!(addr(RawConfig::default()).as_deref(), Some("0.0.0.0:9090"));
+        assert_eq!(
+            addr(RawConfig {
+                http_addr: Some("off".into()),
+                ..Default::default()
+            }),
+            None
+        );
+        let go = RawConfig {
+            prom_port: Some("9100".into()),
+            http_addr: Some("127.0.0.1:1".into()),
+            ..Default::default()
+        };
+        assert_eq!(addr(go).as_deref(), Some("0.0.0.0:9100"));
     }
 
     #[test]

@@ -41,6 +41,7 @@ use crate::error::StoreError;
 use crate::inputs::{self, Inputs};
 use crate::lease::{self, HeldLease};
 use crate::liveness::{HealthChanges, Liveness};
+use crate::metrics::Metrics;
 use crate::pinger::{PingFailure, Pinger};
 use crate::store::{Acquisition, Commit, Committed, Notification, Store};
 use crate::table::MatchingTable;
@@ -72,6 +73,10 @@ pub struct Status {
     pub groups: Vec<(String, usize, usize)>,
     pub units: usize,
     pub invalid_inputs: usize,
+    /// Invalid inputs of the last cycle by kind (`unit`, `address`, `duplicate_member`).
+    pub invalid_by_kind: Vec<(&'static str, usize)>,
+    /// Unix ms of the last successful Redis call, for readiness.
+    pub redis_ok_ms: Option<u64>,
     pub cycles: u64,
     /// Cycles that could not read their inputs (the table was kept).
     pub failed_cycles: u64,
@@ -85,6 +90,7 @@ pub struct Status {
 /// A running replica. Dropping it shuts it down gracefully in the background.
 pub struct Distributor {
     status: watch::Receiver<Status>,
+    metrics: Arc<Metrics>,
     cancel: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
@@ -103,10 +109,12 @@ impl Distributor {
             ..Status::default()
         });
         let cancel = CancellationToken::new();
-        let coordinator = Coordinator::new(config, store, tx);
+        let metrics = Arc::new(Metrics::new());
+        let coordinator = Coordinator::new(config, store, tx, metrics.clone());
         let task = tokio::spawn(coordinator.run(cancel.clone()));
         Ok(Distributor {
             status: rx,
+            metrics,
             cancel,
             task: Some(task),
         })
@@ -114,6 +122,11 @@ impl Distributor {
 
     pub fn status(&self) -> watch::Receiver<Status> {
         self.status.clone()
+    }
+
+    /// This replica's metrics, for `/metrics`.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
     }
 
     /// Stops acting, releases the lease (waking the standbys) and waits for it.
@@ -164,6 +177,7 @@ struct Holding {
     /// Liveness changes not yet persisted (a failed write is retried with the next).
     unsaved: HealthChanges,
     next_cycle: Instant,
+    cycle_started: Instant,
     memo: Option<Memo>,
 }
 
@@ -201,6 +215,7 @@ struct Coordinator {
     store: Store,
     pinger: Pinger,
     status: watch::Sender<Status>,
+    metrics: Arc<Metrics>,
     census: Census,
     census_skew: Duration,
     epoch_floor: u64,
@@ -212,7 +227,12 @@ struct Coordinator {
 }
 
 impl Coordinator {
-    fn new(config: Config, store: Store, status: watch::Sender<Status>) -> Coordinator {
+    fn new(
+        config: Config,
+        store: Store,
+        status: watch::Sender<Status>,
+        metrics: Arc<Metrics>,
+    ) -> Coordinator {
         let pinger = Pinger::new(config.ping_timeout, Some(config.keepalive));
         let census_skew = census::random_skew(config.census_interval);
         Coordinator {
@@ -220,6 +240,7 @@ impl Coordinator {
             store,
             pinger,
             status,
+            metrics,
             census: Census::default(),
             census_skew,
             epoch_floor: 0,
@@ -227,6 +248,22 @@ impl Coordinator {
             known_rejections: HashSet::new(),
             read_failing: false,
             acquire_failing: false,
+        }
+    }
+
+    /// Changes the status and keeps the gauges in step with it.
+    fn update(&self, f: impl FnOnce(&mut Status)) {
+        self.status.send_modify(|s| {
+            f(s);
+            self.metrics.sync(s);
+        });
+    }
+
+    /// Counts a Redis error; a successful call marks Redis as reachable.
+    fn redis_result<T>(&self, r: &Result<T, StoreError>) {
+        match r {
+            Ok(_) => self.update(|s| s.redis_ok_ms = Some(unix_ms())),
+            Err(e) => self.metrics.redis_error(e.kind()),
         }
     }
 
@@ -296,7 +333,9 @@ impl Coordinator {
                     // if Redis loses its data and this replica writes next.
                     if let Ok(g) = payload.parse::<u64>() {
                         self.generation_floor = self.generation_floor.max(g);
-                        self.status.send_if_modified(|s| bump(&mut s.generation, g));
+                        if g > self.status.borrow().generation {
+                            self.update(|s| s.generation = g);
+                        }
                     }
                     state
                 }
@@ -323,6 +362,7 @@ impl Coordinator {
                 }
                 (State::Holder(mut h), Event::CycleTimer) => {
                     if h.lease.may_act(Instant::now()) {
+                        h.cycle_started = Instant::now();
                         cycle = Some(tokio::spawn(self.cycle_task(&h)));
                     }
                     let poll = self.config.poll_interval;
@@ -334,9 +374,10 @@ impl Coordinator {
         }
     }
 
-    fn step_down(&mut self, why: &str, epoch: u64) -> State {
+    fn step_down(&mut self, transition: &'static str, why: &str, epoch: u64) -> State {
+        self.metrics.lease(transition);
         tracing::warn!(replica = %self.config.replica_id, epoch, reason = why, "stepping down to standby");
-        self.status.send_modify(|s| {
+        self.update(|s| {
             s.role = Role::Standby;
             s.holder = None;
         });
@@ -357,11 +398,18 @@ impl Coordinator {
                 unix_ms(),
             )
             .await;
+        self.redis_result(&attempt);
+        if attempt.is_ok() && std::mem::take(&mut self.acquire_failing) {
+            tracing::info!("redis reachable again");
+        }
         match attempt {
             Ok(Acquisition::Acquired(grant)) => {
                 self.epoch_floor = self.epoch_floor.max(grant.epoch);
                 let lease = HeldLease::new(grant, timing, sent_at);
-                match self.store.load_liveness().await {
+                self.metrics.lease("acquired");
+                let loaded = self.store.load_liveness().await;
+                self.redis_result(&loaded);
+                match loaded {
                     Ok((stored, generation)) => {
                         let (liveness, bad) =
                             Liveness::restore(self.config.failure_threshold, stored);
@@ -375,7 +423,7 @@ impl Coordinator {
                             known_members = liveness.iter().count(),
                             "lease acquired; acting as holder"
                         );
-                        self.status.send_modify(|s| {
+                        self.update(|s| {
                             s.role = Role::Holder;
                             s.epoch = lease.epoch();
                             s.holder = Some(self.config.replica_id.clone());
@@ -387,6 +435,7 @@ impl Coordinator {
                             liveness,
                             unsaved: HealthChanges::default(),
                             next_cycle: Instant::now(),
+                            cycle_started: Instant::now(),
                             memo: None,
                         }))
                     }
@@ -405,11 +454,9 @@ impl Coordinator {
                 epoch,
             }) => {
                 self.epoch_floor = self.epoch_floor.max(epoch);
-                self.status.send_if_modified(|s| {
-                    let changed = s.holder.as_deref() != Some(holder.as_str()) || s.epoch != epoch;
+                self.update(|s| {
                     s.holder = (!holder.is_empty()).then(|| holder.clone());
                     s.epoch = epoch;
-                    changed
                 });
                 State::Standby {
                     next_attempt: lease::next_attempt(Instant::now(), pttl, timing.retry_interval),
@@ -430,34 +477,48 @@ impl Coordinator {
         let now = Instant::now();
         let epoch = h.lease.epoch();
         if !h.lease.may_act(now) {
-            return self.step_down("could not renew the lease within the renew deadline", epoch);
+            return self.step_down(
+                "lapsed",
+                "could not renew the lease within the renew deadline",
+                epoch,
+            );
         }
         let budget = h.lease.renewal_budget(now);
-        match self
+        let renewal = self
             .store
             .renew(&h.lease.grant, self.config.lease.ttl, budget)
-            .await
-        {
+            .await;
+        self.redis_result(&renewal);
+        match renewal {
             Ok(true) => {
                 h.lease.renewed(now);
                 State::Holder(h)
             }
-            Ok(false) => self.step_down("lease lost: another replica holds it now", epoch),
+            Ok(false) => self.step_down("lost", "lease lost: another replica holds it now", epoch),
             Err(e) => {
                 tracing::warn!(error = %e, kind = e.kind(), epoch, "lease renewal failed; retrying until the renew deadline");
                 h.lease.renewal_failed(Instant::now());
                 if h.lease.may_act(Instant::now()) {
                     State::Holder(h)
                 } else {
-                    self.step_down("could not renew the lease within the renew deadline", epoch)
+                    self.step_down(
+                        "lapsed",
+                        "could not renew the lease within the renew deadline",
+                        epoch,
+                    )
                 }
             }
         }
     }
 
     async fn release(&self, lease: &HeldLease) {
-        match self.store.release(&lease.grant).await {
-            Ok(true) => tracing::info!(epoch = lease.epoch(), "lease released"),
+        let released = self.store.release(&lease.grant).await;
+        self.redis_result(&released);
+        match released {
+            Ok(true) => {
+                self.metrics.lease("released");
+                tracing::info!(epoch = lease.epoch(), "lease released");
+            }
             Ok(false) => tracing::info!(epoch = lease.epoch(), "lease was no longer ours"),
             Err(e) => {
                 tracing::warn!(error = %e, epoch = lease.epoch(), "could not release the lease; it will lapse")
@@ -472,11 +533,12 @@ impl Coordinator {
             Some(v) => format!("{} {} {}", v.index, v.replicas, unix_ms()),
             None => format!("- - {}", unix_ms()),
         };
-        match self
+        let step = self
             .store
             .census_step(number, interval, &self.config.replica_id, &report)
-            .await
-        {
+            .await;
+        self.redis_result(&step);
+        match step {
             Ok(reply) => {
                 let before = self.census.current();
                 if let Some(view) = self.census.step(number, reply) {
@@ -487,7 +549,7 @@ impl Coordinator {
                             "census changed"
                         );
                     }
-                    self.status.send_modify(|s| s.census = Some(view));
+                    self.update(|s| s.census = Some(view));
                 }
             }
             Err(e) => tracing::debug!(error = %e, "census step failed"),
@@ -501,6 +563,7 @@ impl Coordinator {
     ) -> impl Future<Output = Result<CycleReport, StoreError>> + Send + 'static {
         let store = self.store.clone();
         let pinger = self.pinger.clone();
+        let metrics = self.metrics.clone();
         let services = self.config.services_namespaces.clone();
         let units_key = self.config.workunits_namespace.clone();
         let mut liveness = h.liveness.clone();
@@ -511,6 +574,12 @@ impl Coordinator {
             let inputs = inputs::normalize(&snapshot.raw);
             let members: Vec<String> = inputs.members().map(str::to_string).collect();
             let reports = pinger.ping_all(&members).await;
+            for r in &reports {
+                match &r.result {
+                    Ok(rtt) => metrics.ping_ok(*rtt),
+                    Err(f) => metrics.ping_failed(f.reason()),
+                }
+            }
             let listed: HashSet<&str> = inputs.members().collect();
             pinger.retain(&listed);
 
@@ -574,8 +643,11 @@ impl Coordinator {
         mut h: Box<Holding>,
         report: Result<CycleReport, StoreError>,
     ) -> State {
+        let took = h.cycle_started.elapsed();
+        self.redis_result(&report);
         let report = match report {
             Ok(r) => {
+                self.metrics.cycle("ok", took);
                 if self.read_failing {
                     tracing::info!("redis reads recovered");
                     self.read_failing = false;
@@ -587,7 +659,8 @@ impl Coordinator {
                     tracing::warn!(error = %e, kind = e.kind(), "cycle skipped: could not read inputs; keeping the last table");
                 }
                 self.read_failing = true;
-                self.status.send_modify(|s| {
+                self.metrics.cycle("read_error", took);
+                self.update(|s| {
                     s.failed_cycles += 1;
                     s.last_error = Some(e.to_string());
                 });
@@ -615,11 +688,17 @@ impl Coordinator {
                 holder_id: &self.config.replica_id,
                 now_ms: unix_ms(),
             };
-            match self.store.commit(&h.lease.grant, &commit).await {
+            let committed = self.store.commit(&h.lease.grant, &commit).await;
+            self.redis_result(&committed);
+            match committed {
                 Ok(Committed::Written { generation }) => {
                     h.unsaved = HealthChanges::default();
                     if let Some(g) = generation {
                         self.generation_floor = self.generation_floor.max(g);
+                        self.metrics.table_writes.inc();
+                        let bytes: usize =
+                            table.rows().iter().map(|(m, v)| m.len() + v.len()).sum();
+                        self.metrics.table_bytes.set(bytes as u64);
                         tracing::info!(
                             epoch = h.lease.epoch(),
                             generation = g,
@@ -628,7 +707,7 @@ impl Coordinator {
                             units = report.inputs.units.len(),
                             "matching table written"
                         );
-                        self.status.send_modify(|s| {
+                        self.update(|s| {
                             bump(&mut s.generation, g);
                             s.last_write_ms = Some(unix_ms());
                             s.table_writes += 1;
@@ -636,14 +715,15 @@ impl Coordinator {
                     }
                 }
                 Ok(Committed::Fenced { reason }) => {
-                    self.status.send_modify(|s| s.fenced_writes += 1);
+                    self.metrics.fenced_writes.inc();
+                    self.update(|s| s.fenced_writes += 1);
                     let epoch = h.lease.epoch();
                     tracing::warn!(
                         epoch,
                         reason,
                         "table write rejected by redis: this replica is no longer the holder"
                     );
-                    return self.step_down("write fenced", epoch);
+                    return self.step_down("fenced", "write fenced", epoch);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, kind = e.kind(), "table write failed; will retry next cycle");
@@ -653,11 +733,25 @@ impl Coordinator {
         if let Some(after) = self.config.forget_after {
             self.forget(&h, &report.inputs, after).await;
         }
-        self.status.send_modify(|s| {
+        self.update(|s| {
             s.cycles += 1;
             s.last_error = None;
             s.units = report.inputs.units.len();
             s.invalid_inputs = report.inputs.rejections.len();
+            s.invalid_by_kind = ["unit", "address", "duplicate_member"]
+                .into_iter()
+                .map(|k| {
+                    (
+                        k,
+                        report
+                            .inputs
+                            .rejections
+                            .iter()
+                            .filter(|r| r.kind() == k)
+                            .count(),
+                    )
+                })
+                .collect();
             s.groups = report
                 .inputs
                 .groups
@@ -714,7 +808,9 @@ impl Coordinator {
                 if (group.members.contains(&member) || group.malformed.contains(&member))
                     && h.lease.may_act(Instant::now())
                 {
-                    match self.store.forget(&group.name, &member).await {
+                    let forgotten = self.store.forget(&group.name, &member).await;
+                    self.redis_result(&forgotten);
+                    match forgotten {
                         Ok(_) => {
                             tracing::info!(member, list = %group.name, "forgot a long-failing member")
                         }

@@ -1,6 +1,7 @@
 //! The `distributor` daemon: flags and signals live here, the work in the library.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -53,6 +54,12 @@ struct Cli {
     ka_permit_without_stream: Option<String>,
     #[arg(long, value_name = "LEVEL")]
     log: Option<String>,
+    #[arg(long, value_name = "IP:PORT|off")]
+    http_addr: Option<String>,
+    #[arg(long, value_name = "PORT")]
+    prom_port: Option<String>,
+    #[arg(long, value_name = "text|json")]
+    log_format: Option<String>,
     #[arg(long, value_name = "args|env")]
     config_type: Option<String>,
 }
@@ -80,6 +87,9 @@ impl From<Cli> for RawConfig {
             ka_timeout: c.ka_timeout,
             ka_permit_without_stream: c.ka_permit_without_stream,
             log: c.log,
+            http_addr: c.http_addr,
+            prom_port: c.prom_port,
+            log_format: c.log_format,
             config_type: c.config_type,
         }
     }
@@ -96,7 +106,14 @@ fn main() -> ExitCode {
         }
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    if config.log_json {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -108,22 +125,65 @@ fn main() -> ExitCode {
 
 fn run(config: distributor::Config) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
-    runtime.block_on(async {
-        tracing::info!(
-            replica = %config.replica_id,
-            redis = %config.redis_url_redacted(),
-            services = ?config.services_namespaces,
-            workunits = %config.workunits_namespace,
-            table = %config.distribution_namespace,
-            poll_interval = ?config.poll_interval,
-            ping_timeout = ?config.ping_timeout,
-            lease_ttl = ?config.lease.ttl,
-            "starting"
-        );
-        distributor::coordinator::run(config, shutdown_signal())
-            .await
-            .context("failed to run the distributor")
-    })
+    runtime.block_on(serve(config))
+}
+
+/// Runs the replica and its HTTP endpoints until SIGTERM or Ctrl-C, then shuts
+/// down in order: stop acting and release the lease (standbys take over at
+/// once), then stop the HTTP server, each step with a deadline.
+async fn serve(config: distributor::Config) -> anyhow::Result<()> {
+    tracing::info!(
+        replica = %config.replica_id,
+        redis = %config.redis_url_redacted(),
+        services = ?config.services_namespaces,
+        workunits = %config.workunits_namespace,
+        table = %config.distribution_namespace,
+        poll_interval = ?config.poll_interval,
+        ping_timeout = ?config.ping_timeout,
+        lease_ttl = ?config.lease.ttl,
+        http = ?config.http_addr,
+        "starting"
+    );
+    let listener =
+        match config.http_addr {
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("failed to listen on {addr} (-http-addr / -prom-port)")
+            })?),
+            None => None,
+        };
+    let redis_fresh = config.census_interval * 2 + config.lease.ttl;
+    let replica =
+        distributor::Distributor::start(config).context("failed to start the distributor")?;
+    let stop_http = tokio_util::sync::CancellationToken::new();
+    let http = listener.map(|listener| {
+        let (status, metrics, stop) = (replica.status(), replica.metrics(), stop_http.clone());
+        tokio::spawn(distributor::http::serve(
+            listener,
+            status,
+            metrics,
+            redis_fresh,
+            stop.cancelled_owned(),
+        ))
+    });
+
+    shutdown_signal().await;
+    if tokio::time::timeout(Duration::from_secs(5), replica.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown: the lease was not released within 5s; it will lapse");
+    }
+    stop_http.cancel();
+    if let Some(http) = http {
+        match tokio::time::timeout(Duration::from_secs(2), http).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "http server failed"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "http server task failed"),
+            Err(_) => tracing::warn!("shutdown: http server did not drain within 2s"),
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

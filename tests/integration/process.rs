@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::support::*;
 
-fn daemon(redis: &RedisServer, replica: &str, extra: &[&str]) -> Child {
+fn daemon(redis: &RedisServer, replica: &str, http_port: u16) -> Child {
     Command::new(env!("CARGO_BIN_EXE_distributor"))
         .args([
             &format!("-redis-url={}", redis.url()),
@@ -19,9 +19,10 @@ fn daemon(redis: &RedisServer, replica: &str, extra: &[&str]) -> Child {
             "-lease-renew-interval=200ms",
             "-lease-renew-deadline=700ms",
             "-lease-retry-interval=300ms",
+            "-census-interval=500ms",
             &format!("-replica-id={replica}"),
         ])
-        .args(extra)
+        .arg(format!("-http-addr=127.0.0.1:{http_port}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -58,14 +59,54 @@ async fn sigterm_hands_over_and_sigkill_fails_over_between_processes() {
     for _ in 0..3 {
         fleet.add_member().await;
     }
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let mut children: Vec<(String, Child)> = (0..3)
-        .map(|i| (format!("p{i}"), daemon(&fleet.redis, &format!("p{i}"), &[])))
+        .map(|i| {
+            (
+                format!("p{i}"),
+                daemon(&fleet.redis, &format!("p{i}"), ports[i]),
+            )
+        })
         .collect();
     let before = fleet.wait_for_table(&units, Duration::from_secs(15)).await;
     let generation = fleet.generation().await;
 
-    // SIGTERM: the holder releases; a standby takes over by notification.
+    // Every replica reports itself on /metrics; exactly the holder says holder=1.
     let first = holder(&fleet.redis).await.unwrap();
+    let port_of = |name: &str| ports[name[1..].parse::<usize>().unwrap()];
+    assert_eq!(holder_gauges(&ports).await, names_to_gauges(&first));
+    let (code, body) = http_get(port_of(&first), "/version").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains(env!("CARGO_PKG_VERSION")), "{body}");
+    assert_eq!(http_get(port_of(&first), "/healthz").await.unwrap().0, 200);
+    wait_for("ready", Duration::from_secs(10), || async {
+        http_get(port_of(&first), "/readyz")
+            .await
+            .is_ok_and(|(c, _)| c == 200)
+    })
+    .await;
+    let samples = parse_metrics(&http_get(port_of(&first), "/metrics").await.unwrap().1);
+    assert_eq!(
+        metric(
+            &samples,
+            "distributor_members",
+            &[("group", SERVICES), ("state", "live")]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(metric(&samples, "distributor_work_units", &[]), Some(30.0));
+    assert!(metric(&samples, "distributor_table_writes_total", &[]).unwrap() >= 1.0);
+    assert!(metric(&samples, "distributor_ping_duration_seconds_count", &[]).unwrap() >= 3.0);
+    assert_eq!(
+        metric(
+            &samples,
+            "distributor_lease_transitions_total",
+            &[("transition", "acquired")]
+        ),
+        Some(1.0)
+    );
+
+    // SIGTERM: the holder releases; a standby takes over by notification.
     let e1 = epoch(&fleet.redis).await;
     let idx = children.iter().position(|(n, _)| *n == first).unwrap();
     let (_, mut child) = children.remove(idx);
@@ -78,6 +119,21 @@ async fn sigterm_hands_over_and_sigkill_fails_over_between_processes() {
     })
     .await;
     eprintln!("SIGTERM handover: {:?} (ttl 1s)", started.elapsed());
+    // The gauge moves to the new holder.
+    let live_ports: Vec<u16> = children.iter().map(|(n, _)| port_of(n)).collect();
+    let now_holder = holder(&fleet.redis).await.unwrap();
+    wait_for(
+        "holder gauge follows the lease",
+        Duration::from_secs(5),
+        || async {
+            holder_gauges(&live_ports).await
+                == children
+                    .iter()
+                    .map(|(n, _)| u8::from(*n == now_holder))
+                    .collect::<Vec<_>>()
+        },
+    )
+    .await;
 
     // SIGKILL: nothing released; a standby takes over after about one TTL.
     let second = holder(&fleet.redis).await.unwrap();
@@ -103,6 +159,25 @@ async fn sigterm_hands_over_and_sigkill_fails_over_between_processes() {
         c.wait().unwrap();
     }
     fleet.shutdown().await;
+}
+
+/// `distributor_holder` of each replica, in port order.
+async fn holder_gauges(ports: &[u16]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &p in ports {
+        let body = http_get(p, "/metrics")
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        out.push(metric(&parse_metrics(&body), "distributor_holder", &[]).unwrap_or(-1.0) as u8);
+    }
+    out
+}
+
+fn names_to_gauges(holder: &str) -> Vec<u8> {
+    (0..3)
+        .map(|i| u8::from(format!("p{i}") == holder))
+        .collect()
 }
 
 #[test]

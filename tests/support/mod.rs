@@ -350,3 +350,94 @@ impl Fleet {
 pub fn units(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("unit-{i:04}")).collect()
 }
+
+/// A minimal HTTP/1.0 GET against loopback: (status code, body).
+pub async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await?;
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((code, body.to_string()))
+}
+
+/// One sample of the Prometheus/OpenMetrics text format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// Parses the text exposition format; panics on a malformed line, so a test
+/// fails on output Prometheus would reject.
+pub fn parse_metrics(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("no value: {line:?}"));
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value in {line:?}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_string(), Default::default()),
+            Some((name, rest)) => {
+                let rest = rest
+                    .strip_suffix('}')
+                    .unwrap_or_else(|| panic!("unclosed labels: {line:?}"));
+                let mut labels = std::collections::BTreeMap::new();
+                for pair in rest.split("\",").filter(|p| !p.is_empty()) {
+                    let (k, v) = pair
+                        .split_once("=\"")
+                        .unwrap_or_else(|| panic!("bad label in {line:?}"));
+                    labels.insert(k.to_string(), v.trim_end_matches('"').to_string());
+                }
+                (name.to_string(), labels)
+            }
+        };
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "bad metric name in {line:?}"
+        );
+        out.push(Sample {
+            name,
+            labels,
+            value,
+        });
+    }
+    out
+}
+
+/// The value of the one sample named `name` whose labels include `labels`.
+pub fn metric(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let matching: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .collect();
+    assert!(
+        matching.len() <= 1,
+        "several samples match {name} {labels:?}: {matching:?}"
+    );
+    matching.first().map(|s| s.value)
+}

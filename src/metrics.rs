@@ -1,0 +1,293 @@
+//! Prometheus metrics of one replica.
+//!
+//! All instruments live in one [`Metrics`] value that the coordinator updates
+//! as things happen; [`Metrics::encode`] renders the text exposition format for
+//! `/metrics`. Names follow Prometheus conventions: `distributor_` prefix,
+//! `_total` for counters, `_seconds` for durations, labels for the dimension.
+//! No label ever carries a secret or an unbounded value (member addresses are
+//! not labels: a fleet of 10,000 members must not create 10,000 series).
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::coordinator::{Role, Status};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupState {
+    pub group: String,
+    /// `live` or `failed`.
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Kind {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Reason {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Transition {
+    pub transition: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Outcome {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Build {
+    pub version: &'static str,
+}
+
+/// Every metric of a replica.
+pub struct Metrics {
+    registry: Registry,
+    pub holder: Gauge,
+    pub epoch: Gauge,
+    pub generation: Gauge,
+    pub census_replicas: Gauge,
+    pub census_index: Gauge,
+    pub members: Family<GroupState, Gauge>,
+    pub work_units: Gauge,
+    pub invalid_inputs: Family<Kind, Gauge>,
+    pub table_writes: Counter,
+    pub fenced_writes: Counter,
+    pub ping_duration: Histogram,
+    pub ping_failures: Family<Reason, Counter>,
+    pub cycle_duration: Histogram,
+    pub cycles: Family<Outcome, Counter>,
+    pub lease_transitions: Family<Transition, Counter>,
+    pub redis_errors: Family<Kind, Counter>,
+    pub table_bytes: Gauge<u64, AtomicU64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut r = Registry::with_prefix("distributor");
+        let holder = Gauge::default();
+        r.register(
+            "holder",
+            "1 while this replica holds the lease and acts",
+            holder.clone(),
+        );
+        let epoch = Gauge::default();
+        r.register(
+            "epoch",
+            "Fencing epoch held, or last seen while standby",
+            epoch.clone(),
+        );
+        let generation = Gauge::default();
+        r.register(
+            "generation",
+            "Highest matching table generation seen",
+            generation.clone(),
+        );
+        let census_replicas = Gauge::default();
+        r.register(
+            "census_replicas",
+            "Replicas counted by the census",
+            census_replicas.clone(),
+        );
+        let census_index = Gauge::default();
+        r.register(
+            "census_index",
+            "This replica's census index",
+            census_index.clone(),
+        );
+        let members = Family::<GroupState, Gauge>::default();
+        r.register(
+            "members",
+            "Listed members per group by state (holder only)",
+            members.clone(),
+        );
+        let work_units = Gauge::default();
+        r.register(
+            "work_units",
+            "Distinct valid work units (holder only)",
+            work_units.clone(),
+        );
+        let invalid_inputs = Family::<Kind, Gauge>::default();
+        r.register(
+            "invalid_inputs",
+            "Invalid list entries in the last cycle, by kind",
+            invalid_inputs.clone(),
+        );
+        let table_writes = Counter::default();
+        r.register(
+            "table_writes",
+            "Matching table writes",
+            table_writes.clone(),
+        );
+        let fenced_writes = Counter::default();
+        r.register(
+            "fenced_writes",
+            "Writes rejected by Redis because the lease moved on",
+            fenced_writes.clone(),
+        );
+        let ping_duration = Histogram::new([
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        ]);
+        r.register_with_unit(
+            "ping_duration",
+            "Round-trip time of successful pings",
+            prometheus_client::registry::Unit::Seconds,
+            ping_duration.clone(),
+        );
+        let ping_failures = Family::<Reason, Counter>::default();
+        r.register(
+            "ping_failures",
+            "Failed pings by reason",
+            ping_failures.clone(),
+        );
+        let cycle_duration = Histogram::new([
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+        ]);
+        r.register_with_unit(
+            "cycle_duration",
+            "Holder cycle duration: read, ping, solve",
+            prometheus_client::registry::Unit::Seconds,
+            cycle_duration.clone(),
+        );
+        let cycles = Family::<Outcome, Counter>::default();
+        r.register("cycles", "Holder cycles by outcome", cycles.clone());
+        let lease_transitions = Family::<Transition, Counter>::default();
+        r.register(
+            "lease_transitions",
+            "Lease transitions of this replica",
+            lease_transitions.clone(),
+        );
+        let redis_errors = Family::<Kind, Counter>::default();
+        r.register("redis_errors", "Redis errors by kind", redis_errors.clone());
+        let table_bytes = Gauge::<u64, AtomicU64>::default();
+        r.register_with_unit(
+            "table_size",
+            "Bytes of member ids and rows in the last table written",
+            prometheus_client::registry::Unit::Bytes,
+            table_bytes.clone(),
+        );
+        let build = Family::<Build, Gauge>::default();
+        build
+            .get_or_create(&Build {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        r.register("build_info", "Build information", build);
+        Metrics {
+            registry: r,
+            holder,
+            epoch,
+            generation,
+            census_replicas,
+            census_index,
+            members,
+            work_units,
+            invalid_inputs,
+            table_writes,
+            fenced_writes,
+            ping_duration,
+            ping_failures,
+            cycle_duration,
+            cycles,
+            lease_transitions,
+            redis_errors,
+            table_bytes,
+        }
+    }
+
+    /// The text exposition format (OpenMetrics, which Prometheus scrapes).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
+        out
+    }
+
+    pub fn lease(&self, transition: &'static str) {
+        self.lease_transitions
+            .get_or_create(&Transition { transition })
+            .inc();
+    }
+
+    pub fn redis_error(&self, kind: &'static str) {
+        self.redis_errors.get_or_create(&Kind { kind }).inc();
+    }
+
+    pub fn ping_ok(&self, rtt: Duration) {
+        self.ping_duration.observe(rtt.as_secs_f64());
+    }
+
+    pub fn ping_failed(&self, reason: &'static str) {
+        self.ping_failures.get_or_create(&Reason { reason }).inc();
+    }
+
+    pub fn cycle(&self, outcome: &'static str, took: Duration) {
+        self.cycles.get_or_create(&Outcome { outcome }).inc();
+        self.cycle_duration.observe(took.as_secs_f64());
+    }
+
+    /// Replaces the per-group member gauges (groups may come and go).
+    pub fn set_members(&self, groups: &[(String, usize, usize)]) {
+        self.members.clear();
+        for (group, live, failed) in groups {
+            self.members
+                .get_or_create(&GroupState {
+                    group: group.clone(),
+                    state: "live",
+                })
+                .set(*live as i64);
+            self.members
+                .get_or_create(&GroupState {
+                    group: group.clone(),
+                    state: "failed",
+                })
+                .set(*failed as i64);
+        }
+    }
+
+    /// Sets every gauge that mirrors the replica's status.
+    pub fn sync(&self, s: &Status) {
+        self.holder.set(i64::from(s.role == Role::Holder));
+        self.epoch.set(s.epoch as i64);
+        self.generation.set(s.generation as i64);
+        if let Some(c) = s.census {
+            self.census_replicas.set(c.replicas as i64);
+            self.census_index.set(c.index as i64);
+        }
+        if s.role == Role::Holder {
+            self.work_units.set(s.units as i64);
+            self.set_members(&s.groups);
+            for kind in ["unit", "address", "duplicate_member"] {
+                let n: usize = s
+                    .invalid_by_kind
+                    .iter()
+                    .filter(|(k, _)| *k == kind)
+                    .map(|(_, n)| n)
+                    .sum();
+                self.invalid_inputs
+                    .get_or_create(&Kind { kind })
+                    .set(n as i64);
+            }
+        } else {
+            // Only the holder observes members; a standby's view would be stale.
+            self.members.clear();
+        }
+    }
+}
