@@ -396,6 +396,7 @@ impl Coordinator {
                 self.epoch_floor,
                 &self.config.replica_id,
                 unix_ms(),
+                self.config.failure_threshold,
             )
             .await;
         self.redis_result(&attempt);

@@ -15,6 +15,7 @@
 //!  config    settings
 //! ```
 
+pub mod admin;
 pub mod census;
 pub mod config;
 pub mod coordinator;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use distributor::config::{self, RawConfig};
 use tracing_subscriber::EnvFilter;
 
@@ -14,58 +14,121 @@ use tracing_subscriber::EnvFilter;
 #[derive(Parser, Debug)]
 #[command(name = "distributor", version)]
 struct Cli {
-    #[arg(long, value_name = "KEYS")]
+    #[command(flatten)]
+    flags: Flags,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Operator commands; without one, `distributor` runs the daemon.
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Lease holder, epoch, generation, census and per-group members.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One row per member: units and share, with balance and totals.
+    Table {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect or edit a services list (a group).
+    Services {
+        #[command(subcommand)]
+        op: ServicesOp,
+    },
+    /// Inspect or edit the work units list.
+    Workunits {
+        #[command(subcommand)]
+        op: UnitsOp,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ServicesOp {
+    /// Members of one group, or of every configured group.
+    List { group: Option<String> },
+    /// Add a member address to a group (once).
+    Add { group: String, addr: String },
+    /// Remove a member address from a group.
+    Remove { group: String, addr: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum UnitsOp {
+    List,
+    /// Add units that are not listed yet.
+    Add {
+        #[arg(required = true)]
+        units: Vec<String>,
+    },
+    /// Remove units.
+    Remove {
+        #[arg(required = true)]
+        units: Vec<String>,
+    },
+    /// Replace the whole list, atomically.
+    Set {
+        units: Vec<String>,
+    },
+}
+
+/// Daemon settings; every one also reads an environment variable (README).
+#[derive(clap::Args, Debug)]
+struct Flags {
+    #[arg(long, global = true, value_name = "KEYS")]
     services_namespaces: Option<String>,
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, global = true, value_name = "KEY")]
     workunits_namespace: Option<String>,
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, global = true, value_name = "KEY")]
     distribution_namespace: Option<String>,
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, global = true, value_name = "DURATION")]
     poll_interval: Option<String>,
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, global = true, value_name = "DURATION")]
     ping_timeout: Option<String>,
-    #[arg(long, value_name = "URL")]
+    #[arg(long, global = true, value_name = "URL")]
     redis_url: Option<String>,
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, global = true, value_name = "HOST:PORT")]
     redis_addrs: Option<String>,
-    #[arg(long, value_name = "PASSWORD")]
+    #[arg(long, global = true, value_name = "PASSWORD")]
     redis_pass: Option<String>,
-    #[arg(long, value_name = "N")]
+    #[arg(long, global = true, value_name = "N")]
     failure_threshold: Option<String>,
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, global = true, value_name = "DURATION")]
     forget_after: Option<String>,
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, global = true, value_name = "DURATION")]
     lease_ttl: Option<String>,
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, global = true, value_name = "DURATION")]
     lease_renew_interval: Option<String>,
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, global = true, value_name = "DURATION")]
     lease_renew_deadline: Option<String>,
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, global = true, value_name = "DURATION")]
     lease_retry_interval: Option<String>,
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, global = true, value_name = "DURATION")]
     census_interval: Option<String>,
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME")]
     replica_id: Option<String>,
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, global = true, value_name = "DURATION")]
     ka_time: Option<String>,
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, global = true, value_name = "DURATION")]
     ka_timeout: Option<String>,
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     ka_permit_without_stream: Option<String>,
-    #[arg(long, value_name = "LEVEL")]
+    #[arg(long, global = true, value_name = "LEVEL")]
     log: Option<String>,
-    #[arg(long, value_name = "IP:PORT|off")]
+    #[arg(long, global = true, value_name = "IP:PORT|off")]
     http_addr: Option<String>,
-    #[arg(long, value_name = "PORT")]
+    #[arg(long, global = true, value_name = "PORT")]
     prom_port: Option<String>,
-    #[arg(long, value_name = "text|json")]
+    #[arg(long, global = true, value_name = "text|json")]
     log_format: Option<String>,
-    #[arg(long, value_name = "args|env")]
+    #[arg(long, global = true, value_name = "args|env")]
     config_type: Option<String>,
 }
 
-impl From<Cli> for RawConfig {
-    fn from(c: Cli) -> RawConfig {
+impl From<Flags> for RawConfig {
+    fn from(c: Flags) -> RawConfig {
         RawConfig {
             services_namespaces: c.services_namespaces,
             workunits_namespace: c.workunits_namespace,
@@ -95,10 +158,26 @@ impl From<Cli> for RawConfig {
     }
 }
 
+/// Parses the command line, with each flag's help, environment variables and
+/// default taken from the one settings table that the README documents.
+fn parse_cli(args: Vec<String>) -> Cli {
+    let mut cmd = Cli::command();
+    for s in config::SETTINGS {
+        let default = s
+            .default
+            .map(|d| format!(" [default: {d}]"))
+            .unwrap_or_default();
+        let help = format!("{} [env: {}]{default}", s.help, s.env.join(", "));
+        cmd = cmd.mut_arg(s.flag.replace('-', "_"), |a| a.help(help));
+    }
+    let matches = cmd.get_matches_from(args);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> ExitCode {
     let args = config::normalize_go_flags(std::env::args());
-    let cli = Cli::parse_from(args);
-    let config = match config::resolve(&cli.into(), &|k| std::env::var(k).ok()) {
+    let cli = parse_cli(args);
+    let config = match config::resolve(&cli.flags.into(), &|k| std::env::var(k).ok()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("distributor: {e}");
@@ -113,6 +192,15 @@ fn main() -> ExitCode {
             .init();
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    if let Some(command) = cli.command {
+        return match admin(config, command) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("distributor: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
     }
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
@@ -184,6 +272,148 @@ async fn serve(config: distributor::Config) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Runs one operator command against Redis and prints its result.
+fn admin(config: distributor::Config, command: Command) -> anyhow::Result<()> {
+    use distributor::inputs::check_member_addr;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")?;
+    runtime.block_on(async {
+        let table = &config.distribution_namespace;
+        let store =
+            distributor::store::Store::open(&config.redis_url, table, Duration::from_secs(3))
+                .context("failed to open the redis connection")?;
+        let units_key = &config.workunits_namespace;
+        let text = |raw: Vec<Vec<u8>>| {
+            raw.into_iter()
+                .map(|r| String::from_utf8_lossy(&r).into_owned())
+        };
+        match command {
+            Command::Status { json } => {
+                let o = store
+                    .read_overview(&config.services_namespaces, units_key)
+                    .await
+                    .context("failed to read the status")?;
+                let report = distributor::admin::status(&o, table, distributor::unix_ms());
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", distributor::admin::render_status(&report));
+                }
+            }
+            Command::Table { json } => {
+                let o = store
+                    .read_overview(&[], units_key)
+                    .await
+                    .context("failed to read the table")?;
+                let report = distributor::admin::table(&o, table);
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", distributor::admin::render_table(&report));
+                }
+            }
+            Command::Services {
+                op: ServicesOp::List { group },
+            } => {
+                let groups = group
+                    .map(|g| vec![g])
+                    .unwrap_or(config.services_namespaces.clone());
+                for g in groups {
+                    let members = store
+                        .list(&g)
+                        .await
+                        .with_context(|| format!("failed to read {g:?}"))?;
+                    for m in text(members) {
+                        println!("{g}\t{m}");
+                    }
+                }
+            }
+            Command::Services {
+                op: ServicesOp::Add { group, addr },
+            } => {
+                check_member_addr(addr.as_bytes())
+                    .map_err(|why| anyhow::anyhow!("invalid member address {addr:?}: {why}"))?;
+                let added = store
+                    .add_once(&group, &addr)
+                    .await
+                    .with_context(|| format!("failed to add to {group:?}"))?;
+                println!("{}", if added { "added" } else { "already listed" });
+            }
+            Command::Services {
+                op: ServicesOp::Remove { group, addr },
+            } => {
+                let n = store
+                    .remove_all(&group, &addr)
+                    .await
+                    .with_context(|| format!("failed to remove from {group:?}"))?;
+                println!("removed {n}");
+            }
+            Command::Workunits { op: UnitsOp::List } => {
+                let units = store
+                    .list(units_key)
+                    .await
+                    .with_context(|| format!("failed to read {units_key:?}"))?;
+                for u in text(units) {
+                    println!("{u}");
+                }
+            }
+            Command::Workunits {
+                op: UnitsOp::Add { units },
+            } => {
+                check_units(&units)?;
+                let mut added = 0;
+                for u in &units {
+                    added += usize::from(
+                        store
+                            .add_once(units_key, u)
+                            .await
+                            .with_context(|| update(units_key))?,
+                    );
+                }
+                println!("added {added}");
+            }
+            Command::Workunits {
+                op: UnitsOp::Remove { units },
+            } => {
+                let mut removed = 0;
+                for u in &units {
+                    removed += store
+                        .remove_all(units_key, u)
+                        .await
+                        .with_context(|| update(units_key))?;
+                }
+                println!("removed {removed}");
+            }
+            Command::Workunits {
+                op: UnitsOp::Set { units },
+            } => {
+                check_units(&units)?;
+                store
+                    .replace_list(units_key, &units)
+                    .await
+                    .with_context(|| update(units_key))?;
+                println!("set {} units", units.len());
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The daemon's own rule for units, so the CLI never writes one it would skip.
+fn check_units(units: &[String]) -> anyhow::Result<()> {
+    for u in units {
+        distributor::inputs::check_unit(u.as_bytes())
+            .map_err(|why| anyhow::anyhow!("invalid work unit {u:?}: {why}"))?;
+    }
+    Ok(())
+}
+
+fn update(key: &str) -> String {
+    format!("failed to update {key:?}")
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -102,6 +102,19 @@ pub enum Notification {
     Subscribed,
 }
 
+/// What `distributor status` and `distributor table` show, read in one go.
+#[derive(Debug, Clone, Default)]
+pub struct Overview {
+    pub meta: std::collections::BTreeMap<String, String>,
+    pub lease_pttl: Option<Duration>,
+    pub epoch: u64,
+    pub replicas: std::collections::BTreeMap<String, String>,
+    pub liveness: std::collections::BTreeMap<String, String>,
+    pub table: std::collections::BTreeMap<String, String>,
+    pub units: Vec<Vec<u8>>,
+    pub groups: Vec<(String, Vec<Vec<u8>>)>,
+}
+
 /// One census step's reply: our counter value this interval, and the previous
 /// interval's final count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,6 +307,7 @@ impl Store {
         epoch_floor: u64,
         holder_id: &str,
         now_ms: u64,
+        failure_threshold: u32,
     ) -> Result<Acquisition, StoreError> {
         let token = format!("{:032x}", rand::random::<u128>());
         let mut conn = self.conn.clone();
@@ -305,7 +319,8 @@ impl Store {
             .arg(ttl.as_millis() as u64)
             .arg(epoch_floor)
             .arg(holder_id)
-            .arg(now_ms);
+            .arg(now_ms)
+            .arg(failure_threshold);
         let v: Value = self
             .bounded(
                 "acquire lease",
@@ -515,19 +530,23 @@ impl Store {
 
     /// Adds `member` to `services_key` unless it is listed already (atomic).
     pub async fn register(&self, services_key: &str, member: &str) -> Result<bool, StoreError> {
+        self.push_once(services_key, member, "LPUSH").await
+    }
+
+    async fn push_once(&self, key: &str, value: &str, push: &str) -> Result<bool, StoreError> {
         let mut conn = self.conn.clone();
         let mut inv = self.scripts.register.prepare_invoke();
-        inv.key(services_key).arg(member);
-        match self
+        inv.key(key).arg(value).arg(push);
+        let added = self
             .bounded(
-                "register",
+                "add to list",
                 self.op_timeout,
                 inv.invoke_async::<i64>(&mut conn),
             )
-            .await
-        {
+            .await;
+        match added {
             Ok(n) => Ok(n == 1),
-            Err(e) => Err(self.classify(e, &[services_key], "list").await),
+            Err(e) => Err(self.classify(e, &[key], "list").await),
         }
     }
 
@@ -576,6 +595,133 @@ impl Store {
             Err(e) => return Err(self.classify(e, &[&self.keys.table], "hash").await),
         };
         Ok(MatchingTable::from_rows(rows))
+    }
+
+    /// Everything an operator asks about, in one pipelined round trip.
+    pub async fn read_overview(
+        &self,
+        services: &[String],
+        units_key: &str,
+    ) -> Result<Overview, StoreError> {
+        let k = &self.keys;
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(&k.meta);
+        pipe.cmd("PTTL").arg(&k.lease);
+        pipe.cmd("GET").arg(&k.epoch);
+        pipe.cmd("HGETALL").arg(&k.replicas);
+        pipe.cmd("HGETALL").arg(&k.liveness);
+        pipe.cmd("HGETALL").arg(&k.table);
+        pipe.cmd("LRANGE").arg(units_key).arg(0).arg(-1);
+        for key in services {
+            pipe.cmd("LRANGE").arg(key).arg(0).arg(-1);
+        }
+        let mut conn = self.conn.clone();
+        let replies: Vec<Value> = match self
+            .bounded(
+                "read overview",
+                self.op_timeout,
+                pipe.query_async(&mut conn),
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let hashes = [
+                    k.meta.as_str(),
+                    k.replicas.as_str(),
+                    k.liveness.as_str(),
+                    k.table.as_str(),
+                ];
+                let e = self.classify(e, &hashes, "hash").await;
+                let mut lists: Vec<&str> = services.iter().map(String::as_str).collect();
+                lists.push(units_key);
+                return Err(self.classify(e, &lists, "list").await);
+            }
+        };
+        let mut it = replies.into_iter();
+        let mut next = || it.next().unwrap_or(Value::Nil);
+        let map = |v: Value| -> std::collections::BTreeMap<String, String> {
+            redis::from_redis_value(v).unwrap_or_default()
+        };
+        let meta = map(next());
+        let pttl = int(&next())
+            .filter(|p| *p >= 0)
+            .map(|p| Duration::from_millis(p as u64));
+        let epoch = int(&next()).unwrap_or(0).max(0) as u64;
+        let replicas = map(next());
+        let liveness = map(next());
+        let table = map(next());
+        let units = bytes_list(next());
+        let groups = services
+            .iter()
+            .map(|key| (key.clone(), bytes_list(next())))
+            .collect();
+        Ok(Overview {
+            meta,
+            lease_pttl: pttl,
+            epoch,
+            replicas,
+            liveness,
+            table,
+            units,
+            groups,
+        })
+    }
+
+    /// A list's entries, as bytes (entries need not be UTF-8).
+    pub async fn list(&self, key: &str) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("LRANGE").arg(key).arg(0).arg(-1).to_owned();
+        match self
+            .bounded(
+                "read list",
+                self.op_timeout,
+                cmd.query_async::<Value>(&mut conn),
+            )
+            .await
+        {
+            Ok(v) => Ok(bytes_list(v)),
+            Err(e) => Err(self.classify(e, &[key], "list").await),
+        }
+    }
+
+    /// Appends `value` to the list `key` unless it is there already (atomic).
+    pub async fn add_once(&self, key: &str, value: &str) -> Result<bool, StoreError> {
+        self.push_once(key, value, "RPUSH").await
+    }
+
+    /// Removes every occurrence of `value` from the list `key`.
+    pub async fn remove_all(&self, key: &str, value: &str) -> Result<usize, StoreError> {
+        let mut conn = self.conn.clone();
+        let cmd = redis::cmd("LREM").arg(key).arg(0).arg(value).to_owned();
+        match self
+            .bounded(
+                "remove from list",
+                self.op_timeout,
+                cmd.query_async::<usize>(&mut conn),
+            )
+            .await
+        {
+            Ok(n) => Ok(n),
+            Err(e) => Err(self.classify(e, &[key], "list").await),
+        }
+    }
+
+    /// Replaces the whole list `key` with `values`, atomically.
+    pub async fn replace_list(&self, key: &str, values: &[String]) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("DEL").arg(key).ignore();
+        for chunk in values.chunks(1000) {
+            pipe.cmd("RPUSH").arg(key).arg(chunk).ignore();
+        }
+        let mut conn = self.conn.clone();
+        self.bounded(
+            "replace list",
+            self.op_timeout,
+            pipe.query_async::<()>(&mut conn),
+        )
+        .await
     }
 
     /// Subscribes to `channels` on a dedicated connection, forever: on any error it

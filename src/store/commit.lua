@@ -37,7 +37,7 @@ if ARGV[8] == '1' then
   local current = tonumber(redis.call('HGET', KEYS[2], 'generation') or '0')
   generation = math.max(current, tonumber(ARGV[3])) + 1
   redis.call('HSET', KEYS[2], 'generation', generation, 'digest', ARGV[4],
-    'epoch', ARGV[2], 'holder', ARGV[6], 'written_at_ms', ARGV[5], 'members', n_rows)
+    'epoch', ARGV[2], 'writer', ARGV[6], 'written_at_ms', ARGV[5], 'members', n_rows)
 end
 apply('HSET', KEYS[5], set_at, del_at - 1)
 apply('HDEL', KEYS[5], del_at, del_at + n_del - 1)

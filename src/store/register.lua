@@ -1,10 +1,11 @@
 -- Add a member to its services list once: atomic and idempotent, unlike the
 -- check-then-push of the Go implementation, which could add it twice.
--- KEYS: services list
--- ARGV: member address
+-- Also used by `distributor services|workunits add`.
+-- KEYS: the list
+-- ARGV: the entry, then LPUSH or RPUSH (members prepend, as the Go workers did)
 -- Returns 1 when added, 0 when already listed.
 if redis.call('LPOS', KEYS[1], ARGV[1]) then
   return 0
 end
-redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call(ARGV[2], KEYS[1], ARGV[1])
 return 1

@@ -17,11 +17,11 @@ async fn a_stale_holder_cannot_write() {
     let redis = RedisServer::start();
     let store = Store::open(&redis.url(), TABLE, Duration::from_secs(2)).unwrap();
     let ttl = Duration::from_secs(30);
-    let Acquisition::Acquired(a) = store.acquire(ttl, 0, "a", 1).await.unwrap() else {
+    let Acquisition::Acquired(a) = store.acquire(ttl, 0, "a", 1, 1).await.unwrap() else {
         panic!()
     };
     assert_eq!(a.epoch, 1);
-    let held = store.acquire(ttl, 0, "b", 2).await.unwrap();
+    let held = store.acquire(ttl, 0, "b", 2, 1).await.unwrap();
     assert!(
         matches!(held, Acquisition::Held { ref holder, epoch: 1, pttl: Some(_) } if holder == "a"),
         "{held:?}"
@@ -46,7 +46,7 @@ async fn a_stale_holder_cannot_write() {
 
     // The lease lapses (a paused process); b takes over with a new epoch.
     let () = redis.cmd(&["DEL", &format!("{{{TABLE}}}:lease")]).await;
-    let Acquisition::Acquired(b) = store.acquire(ttl, 0, "b", 4).await.unwrap() else {
+    let Acquisition::Acquired(b) = store.acquire(ttl, 0, "b", 4, 1).await.unwrap() else {
         panic!()
     };
     assert_eq!(b.epoch, 2);
@@ -116,7 +116,7 @@ async fn epochs_and_generations_survive_redis_data_loss() {
     redis.restart();
     // The caller remembers epoch 7 and generation 41 from before the loss.
     let got = loop {
-        match store.acquire(ttl, 7, "a", 1).await {
+        match store.acquire(ttl, 7, "a", 1, 1).await {
             Ok(Acquisition::Acquired(g)) => break g,
             Ok(other) => panic!("{other:?}"),
             Err(e) => assert!(e.is_retryable(), "{e}"),
@@ -145,7 +145,7 @@ async fn big_tables_are_written_in_one_script_call() {
     let redis = RedisServer::start();
     let store = Store::open(&redis.url(), TABLE, Duration::from_secs(5)).unwrap();
     let Acquisition::Acquired(g) = store
-        .acquire(Duration::from_secs(30), 0, "a", 1)
+        .acquire(Duration::from_secs(30), 0, "a", 1, 1)
         .await
         .unwrap()
     else {

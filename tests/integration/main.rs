@@ -5,6 +5,7 @@
 mod support;
 
 mod bad_input;
+mod cli;
 mod compat;
 mod failover;
 mod fencing;

@@ -1,0 +1,443 @@
+//! Operator reports: what `distributor status` and `distributor table` print.
+//!
+//! Pure: an [`Overview`] read from Redis in, serializable reports and their text
+//! rendering out. Nothing here prints a secret: reports hold key names, member
+//! addresses, counts and replica ids, never the Redis URL.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::inputs::{check_member_addr, check_unit};
+use crate::liveness::Health;
+use crate::store::Overview;
+use crate::table::{MatchingTable, decode_row};
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StatusReport {
+    pub table: String,
+    pub generation: u64,
+    pub last_write: Option<LastWrite>,
+    pub lease: LeaseReport,
+    /// Replicas as recorded by their census steps.
+    pub replicas: Vec<ReplicaReport>,
+    pub groups: Vec<GroupReport>,
+    pub work_units: usize,
+    pub invalid_work_units: usize,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LastWrite {
+    pub unix_ms: u64,
+    pub by: String,
+    pub epoch: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LeaseReport {
+    /// The current holder, if the lease is held.
+    pub holder: Option<String>,
+    pub epoch: u64,
+    pub expires_in_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ReplicaReport {
+    pub id: String,
+    pub index: Option<u64>,
+    pub replicas: Option<u64>,
+    pub seen_ms_ago: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GroupReport {
+    pub name: String,
+    pub live: Vec<MemberReport>,
+    pub failed: Vec<MemberReport>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MemberReport {
+    pub id: String,
+    pub units: usize,
+    /// Why it gets no work, for failed members.
+    pub reason: Option<String>,
+    pub failing_for_ms: Option<u64>,
+}
+
+/// Builds the status report from what Redis holds.
+pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
+    let num = |k: &str| o.meta.get(k).and_then(|v| v.parse::<u64>().ok());
+    let threshold = num("failure_threshold").unwrap_or(1).max(1) as u32;
+    let last_write = num("written_at_ms").map(|unix_ms| LastWrite {
+        unix_ms,
+        by: o.meta.get("writer").cloned().unwrap_or_default(),
+        epoch: num("epoch").unwrap_or(0),
+    });
+    let holder = o
+        .lease_pttl
+        .and(o.meta.get("holder").filter(|h| !h.is_empty()).cloned());
+    let replicas = o
+        .replicas
+        .iter()
+        .map(|(id, v)| {
+            let mut it = v.split(' ');
+            let index = it.next().and_then(|x| x.parse().ok());
+            let replicas = it.next().and_then(|x| x.parse().ok());
+            let seen = it.next().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+            ReplicaReport {
+                id: id.clone(),
+                index,
+                replicas,
+                seen_ms_ago: now_ms.saturating_sub(seen),
+            }
+        })
+        .collect();
+    let mut groups = Vec::new();
+    let mut seen_members = std::collections::BTreeSet::new();
+    for (name, entries) in &o.groups {
+        let mut g = GroupReport {
+            name: name.clone(),
+            live: vec![],
+            failed: vec![],
+        };
+        let mut distinct = std::collections::BTreeSet::new();
+        for raw in entries {
+            let id = String::from_utf8_lossy(raw).into_owned();
+            if !distinct.insert(id.clone()) {
+                continue;
+            }
+            let units = o.table.get(&id).map_or(0, |v| decode_row(v).len());
+            let mut m = MemberReport {
+                id: id.clone(),
+                units,
+                reason: None,
+                failing_for_ms: None,
+            };
+            if let Err(why) = check_member_addr(raw) {
+                m.reason = Some(format!("malformed address: {why}"));
+                g.failed.push(m);
+                continue;
+            }
+            if !seen_members.insert(id.clone()) {
+                m.reason = Some("listed in another group too; works for the first by name".into());
+                g.failed.push(m);
+                continue;
+            }
+            match o.liveness.get(&id).and_then(|v| Health::decode(v)) {
+                Some(h) if h.answered && h.failures < threshold => g.live.push(m),
+                Some(h) => {
+                    m.failing_for_ms = h.failing_since_ms.map(|s| now_ms.saturating_sub(s));
+                    m.reason = Some(if h.answered {
+                        format!("{} failed pings in a row", h.failures)
+                    } else {
+                        "has never answered a ping".into()
+                    });
+                    g.failed.push(m);
+                }
+                None => {
+                    m.reason = Some("not pinged yet".into());
+                    g.failed.push(m);
+                }
+            }
+        }
+        groups.push(g);
+    }
+    let mut units = std::collections::BTreeSet::new();
+    let mut invalid = 0;
+    for raw in &o.units {
+        match check_unit(raw) {
+            Ok(u) => {
+                units.insert(u);
+            }
+            Err(_) => invalid += 1,
+        }
+    }
+    StatusReport {
+        table: table_key.to_string(),
+        generation: num("generation").unwrap_or(0),
+        last_write,
+        lease: LeaseReport {
+            holder,
+            epoch: o.epoch,
+            expires_in_ms: o.lease_pttl.map(|d| d.as_millis() as u64),
+        },
+        replicas,
+        groups,
+        work_units: units.len(),
+        invalid_work_units: invalid,
+    }
+}
+
+fn ago(ms: u64) -> String {
+    if ms < 10_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        format!("{}s", ms / 1000)
+    }
+}
+
+/// Renders the status report for a terminal.
+pub fn render_status(r: &StatusReport) -> String {
+    let mut out = String::new();
+    let write = match &r.last_write {
+        Some(w) => format!(
+            "written by {} at epoch {}",
+            if w.by.is_empty() { "?" } else { &w.by },
+            w.epoch
+        ),
+        None => "never written".into(),
+    };
+    out += &format!(
+        "table {}  generation {}  {}\n",
+        r.table, r.generation, write
+    );
+    out += &match (&r.lease.holder, r.lease.expires_in_ms) {
+        (Some(h), Some(ms)) => format!(
+            "lease held by {h}, epoch {}, expires in {}\n",
+            r.lease.epoch,
+            ago(ms)
+        ),
+        (None, Some(ms)) => format!(
+            "lease held, epoch {}, expires in {}\n",
+            r.lease.epoch,
+            ago(ms)
+        ),
+        _ => format!(
+            "lease free (last epoch {}): no replica is acting\n",
+            r.lease.epoch
+        ),
+    };
+    out += &format!("replicas ({}):\n", r.replicas.len());
+    for rep in &r.replicas {
+        let place = match (rep.index, rep.replicas) {
+            (Some(i), Some(n)) => format!("index {i} of {n}"),
+            _ => "census pending".into(),
+        };
+        let role = if r.lease.holder.as_deref() == Some(rep.id.as_str()) {
+            "  holder"
+        } else {
+            ""
+        };
+        out += &format!(
+            "  {:<24} {:<16} seen {} ago{}\n",
+            rep.id,
+            place,
+            ago(rep.seen_ms_ago),
+            role
+        );
+    }
+    for g in &r.groups {
+        out += &format!(
+            "group {}: {} live, {} failed\n",
+            g.name,
+            g.live.len(),
+            g.failed.len()
+        );
+        for m in &g.live {
+            out += &format!("  live    {:<28} {} units\n", m.id, m.units);
+        }
+        for m in &g.failed {
+            let since = m
+                .failing_for_ms
+                .map(|ms| format!(", for {}", ago(ms)))
+                .unwrap_or_default();
+            out += &format!(
+                "  failed  {:<28} {}{}\n",
+                m.id,
+                m.reason.as_deref().unwrap_or(""),
+                since
+            );
+        }
+    }
+    out += &format!(
+        "work units: {} valid, {} invalid\n",
+        r.work_units, r.invalid_work_units
+    );
+    out
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TableReport {
+    pub table: String,
+    pub generation: u64,
+    pub rows: Vec<TableRow>,
+    pub members: usize,
+    pub assignments: usize,
+    pub min: usize,
+    pub max: usize,
+    /// `max - min`: 0 or 1 in a single group, by construction.
+    pub balance: usize,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TableRow {
+    pub member: String,
+    pub units: usize,
+    /// Percent of all assignments.
+    pub share: f64,
+}
+
+pub fn table(o: &Overview, table_key: &str) -> TableReport {
+    let t = MatchingTable::from_rows(o.table.clone());
+    let counts: BTreeMap<&str, usize> = t
+        .rows()
+        .iter()
+        .map(|(m, v)| (m.as_str(), decode_row(v).len()))
+        .collect();
+    let assignments: usize = counts.values().sum();
+    let rows = counts
+        .iter()
+        .map(|(m, n)| TableRow {
+            member: m.to_string(),
+            units: *n,
+            share: if assignments == 0 {
+                0.0
+            } else {
+                100.0 * *n as f64 / assignments as f64
+            },
+        })
+        .collect();
+    let min = counts.values().copied().min().unwrap_or(0);
+    let max = counts.values().copied().max().unwrap_or(0);
+    TableReport {
+        table: table_key.to_string(),
+        generation: o
+            .meta
+            .get("generation")
+            .and_then(|g| g.parse().ok())
+            .unwrap_or(0),
+        rows,
+        members: counts.len(),
+        assignments,
+        min,
+        max,
+        balance: max - min,
+    }
+}
+
+pub fn render_table(r: &TableReport) -> String {
+    let mut out = format!("{:<32} {:>8} {:>8}\n", "member", "units", "share");
+    for row in &r.rows {
+        out += &format!("{:<32} {:>8} {:>7.2}%\n", row.member, row.units, row.share);
+    }
+    out += &format!(
+        "{} members, {} assignments, min {} max {} (balance {}), generation {}\n",
+        r.members, r.assignments, r.min, r.max, r.balance, r.generation
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn overview() -> Overview {
+        let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+        Overview {
+            meta: [
+                s("generation", "7"),
+                s("holder", "r1"),
+                s("written_at_ms", "1000"),
+                s("epoch", "3"),
+                s("writer", "r1"),
+                s("failure_threshold", "2"),
+            ]
+            .into(),
+            lease_pttl: Some(Duration::from_millis(1500)),
+            epoch: 3,
+            replicas: [s("r1", "0 2 9000"), s("r2", "- - 9500")].into(),
+            liveness: [
+                s("h:1", "1 0 0"),
+                s("h:2", "1 1 8000"),
+                s("h:3", "1 2 5000"),
+                s("h:4", "0 1 9000"),
+            ]
+            .into(),
+            table: [s("h:1", "a,b"), s("h:2", "c")].into(),
+            units: ["a", "b", "c", "", "x,y"]
+                .iter()
+                .map(|u| u.as_bytes().to_vec())
+                .collect(),
+            groups: vec![(
+                "g".into(),
+                ["h:1", "h:2", "h:3", "h:4", "h:5", "bad", "h:1"]
+                    .iter()
+                    .map(|m| m.as_bytes().to_vec())
+                    .collect(),
+            )],
+        }
+    }
+
+    #[test]
+    fn status_sorts_members_into_live_and_failed_with_reasons() {
+        let r = status(&overview(), "t", 10_000);
+        assert_eq!(r.generation, 7);
+        assert_eq!(r.lease.holder.as_deref(), Some("r1"));
+        assert_eq!(r.lease.expires_in_ms, Some(1500));
+        assert_eq!(r.work_units, 3);
+        assert_eq!(r.invalid_work_units, 2);
+        let g = &r.groups[0];
+        let ids = |v: &[MemberReport]| v.iter().map(|m| m.id.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            ids(&g.live),
+            ["h:1", "h:2"],
+            "one failure of two is still live"
+        );
+        assert_eq!(ids(&g.failed), ["h:3", "h:4", "h:5", "bad"]);
+        assert_eq!(
+            g.failed[0].reason.as_deref(),
+            Some("2 failed pings in a row")
+        );
+        assert_eq!(g.failed[0].failing_for_ms, Some(5000));
+        assert_eq!(
+            g.failed[1].reason.as_deref(),
+            Some("has never answered a ping")
+        );
+        assert_eq!(g.failed[2].reason.as_deref(), Some("not pinged yet"));
+        assert!(
+            g.failed[3]
+                .reason
+                .as_deref()
+                .unwrap()
+                .starts_with("malformed address")
+        );
+        assert_eq!(
+            r.replicas[0],
+            ReplicaReport {
+                id: "r1".into(),
+                index: Some(0),
+                replicas: Some(2),
+                seen_ms_ago: 1000
+            }
+        );
+        assert_eq!(r.replicas[1].index, None);
+        let text = render_status(&r);
+        assert!(text.contains("lease held by r1, epoch 3"), "{text}");
+        assert!(text.contains("group g: 2 live, 4 failed"), "{text}");
+    }
+
+    #[test]
+    fn a_free_lease_has_no_holder() {
+        let mut o = overview();
+        o.lease_pttl = None;
+        let r = status(&o, "t", 10_000);
+        assert_eq!(r.lease.holder, None);
+        assert!(render_status(&r).contains("lease free"));
+    }
+
+    #[test]
+    fn table_report_counts_shares_and_balance() {
+        let r = table(&overview(), "t");
+        assert_eq!(r.members, 2);
+        assert_eq!(r.assignments, 3);
+        assert_eq!((r.min, r.max, r.balance), (1, 2, 1));
+        assert!((r.rows[0].share - 66.666).abs() < 0.01);
+        let text = render_table(&r);
+        assert!(
+            text.contains("2 members, 3 assignments, min 1 max 2 (balance 1), generation 7"),
+            "{text}"
+        );
+    }
+}

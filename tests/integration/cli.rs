@@ -1,0 +1,174 @@
+//! The operator CLI against a real Redis: every subcommand, errors included.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use crate::support::*;
+
+fn cli(redis_url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_distributor"))
+        .args([
+            &format!("-redis-url={redis_url}"),
+            &format!("-services-namespaces={SERVICES},other-group"),
+            &format!("-workunits-namespace={UNITS}"),
+            &format!("-distribution-namespace={TABLE}"),
+        ])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(out: Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "should fail: {needle}");
+    assert!(
+        stderr.contains(needle),
+        "{stderr:?} should contain {needle:?}"
+    );
+}
+
+#[tokio::test]
+async fn services_and_workunits_edit_the_lists_with_the_daemons_validation() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    assert_eq!(
+        ok(cli(&url, &["services", "add", SERVICES, "10.0.0.1:7001"])),
+        "added\n"
+    );
+    assert_eq!(
+        ok(cli(&url, &["services", "add", SERVICES, "10.0.0.1:7001"])),
+        "already listed\n"
+    );
+    ok(cli(
+        &url,
+        &["services", "add", "other-group", "10.0.0.2:7001"],
+    ));
+    fails(
+        cli(&url, &["services", "add", SERVICES, "no-port"]),
+        "invalid member address \"no-port\": missing ':port'",
+    );
+    assert_eq!(
+        ok(cli(&url, &["services", "list"])),
+        format!("{SERVICES}\t10.0.0.1:7001\nother-group\t10.0.0.2:7001\n")
+    );
+    assert_eq!(
+        ok(cli(
+            &url,
+            &["services", "remove", SERVICES, "10.0.0.1:7001"]
+        )),
+        "removed 1\n"
+    );
+    assert_eq!(ok(cli(&url, &["services", "list", SERVICES])), "");
+
+    assert_eq!(
+        ok(cli(&url, &["workunits", "set", "a", "b", "c"])),
+        "set 3 units\n"
+    );
+    assert_eq!(ok(cli(&url, &["workunits", "add", "c", "d"])), "added 1\n");
+    fails(
+        cli(&url, &["workunits", "add", "x,y"]),
+        "invalid work unit \"x,y\": contains ','",
+    );
+    fails(
+        cli(&url, &["workunits", "set", "ok", ""]),
+        "invalid work unit \"\": empty",
+    );
+    assert_eq!(ok(cli(&url, &["workunits", "remove", "a"])), "removed 1\n");
+    assert_eq!(ok(cli(&url, &["workunits", "list"])), "b\nc\nd\n");
+    let stored: Vec<String> = redis.cmd(&["LRANGE", UNITS, "0", "-1"]).await;
+    assert_eq!(
+        stored,
+        ["b", "c", "d"],
+        "the rejected commands wrote nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_table_describe_a_running_fleet() {
+    let units = units(10);
+    let (fleet, table) = Fleet::converged(|_| {}, 3, 2, &units).await;
+    let url = fleet.redis.url();
+    let holder = fleet.wait_for_holder().await;
+    let holder_id = fleet.statuses()[holder].replica_id.clone();
+    wait_for(
+        "census recorded for both replicas",
+        Duration::from_secs(10),
+        || async {
+            let r: std::collections::HashMap<String, String> = fleet
+                .redis
+                .cmd(&["HGETALL", &format!("{{{TABLE}}}:replicas")])
+                .await;
+            // "index replicas unix_ms": both must have seen a full interval with both.
+            r.len() == 2 && r.values().all(|v| v.split(' ').nth(1) == Some("2"))
+        },
+    )
+    .await;
+
+    let text = ok(cli(&url, &["status"]));
+    assert!(
+        text.contains(&format!("lease held by {holder_id}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("group {SERVICES}: 3 live, 0 failed")),
+        "{text}"
+    );
+    // Indexes are per interval and the two lines may describe neighbouring
+    // intervals, so only the count is stable.
+    assert_eq!(text.matches(" of 2 ").count(), 2, "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(cli(&url, &["status", "--json"]))).unwrap();
+    assert_eq!(json["lease"]["holder"], holder_id.as_str());
+    assert_eq!(json["work_units"], 10);
+    assert_eq!(json["groups"][0]["live"].as_array().unwrap().len(), 3);
+    assert_eq!(json["replicas"].as_array().unwrap().len(), 2);
+
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(cli(&url, &["table", "--json"]))).unwrap();
+    assert_eq!(json["members"], 3);
+    assert_eq!(json["assignments"], 10);
+    assert_eq!(json["balance"], 1);
+    let rows = json["rows"].as_array().unwrap();
+    for row in rows {
+        let member = row["member"].as_str().unwrap();
+        assert_eq!(row["units"], table.units_of(member).len());
+    }
+    let text = ok(cli(&url, &["table"]));
+    assert!(
+        text.contains("3 members, 10 assignments, min 3 max 4 (balance 1)"),
+        "{text}"
+    );
+    fleet.shutdown().await;
+}
+
+#[tokio::test]
+async fn unreachable_redis_and_wrong_types_fail_clearly() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let () = redis.cmd(&["SET", UNITS, "not a list"]).await;
+    fails(
+        cli(&url, &["workunits", "list"]),
+        "\"test-units\" holds a string, expected a list",
+    );
+    fails(
+        cli(&url, &["status"]),
+        "\"test-units\" holds a string, expected a list",
+    );
+    let () = redis.cmd(&["SET", TABLE, "not a hash"]).await;
+    fails(
+        cli(&url, &["table"]),
+        "\"test-table\" holds a string, expected a hash",
+    );
+    redis.kill();
+    fails(cli(&url, &["status"]), "failed to read the status");
+    fails(
+        cli(&url, &["services", "add", SERVICES, "h:1"]),
+        "failed to add",
+    );
+}
