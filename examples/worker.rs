@@ -34,11 +34,10 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    // Standard OTEL_* variables turn on span export: pings traced by the
+    // distributor then show this worker's handling in the same trace.
+    let provider = distributor::telemetry::tracer_provider(true, &|k| std::env::var(k).ok())?;
+    let telemetry = distributor::telemetry::init("info", false, provider);
     let args = Args::parse();
     let mut opts = MemberOptions::new(
         &args.redis_url,
@@ -73,5 +72,6 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("worker {} shutting down", member.id());
     member.shutdown().await;
+    telemetry.shutdown(std::time::Duration::from_secs(3)).await;
     Ok(())
 }

@@ -84,6 +84,8 @@ settings! {
     prom_port: "prom-port", ["PROM_PORT"], None,
         "Go-compatible: serve the HTTP endpoints on 0.0.0.0:<port> (overrides -http-addr)";
     log_format: "log-format", ["LOG_FORMAT"], Some("text"), "Log format: text or json";
+    traces: "traces", ["OTEL_TRACES_EXPORTER"], Some("otlp"),
+        "Span export: otlp (when OTEL_EXPORTER_OTLP_ENDPOINT is set) or none";
     log: "log", ["LOG"], Some("info"), "Log level when RUST_LOG is unset";
     config_type: "config-type", ["CONFIG_TYPE"], Some("args"),
         "Accepted for compatibility; flags and environment are always both read (flag wins)";
@@ -124,6 +126,8 @@ pub struct Config {
     /// Where the operations HTTP server listens; `None` when disabled.
     pub http_addr: Option<std::net::SocketAddr>,
     pub log_json: bool,
+    /// Export spans over OTLP when the standard environment names an endpoint.
+    pub traces: bool,
 }
 impl Config {
     /// The defaults, for embedders and tests; the daemon goes through [`resolve`].
@@ -483,6 +487,13 @@ pub fn resolve(
         _ => return Err(err(s, &format, "expected text or json".into())),
     };
 
+    let (traces, s) = lookup("traces");
+    let traces = traces.unwrap_or_default();
+    let traces = match traces.as_str() {
+        "otlp" => true,
+        "none" => false,
+        _ => return Err(err(s, &traces, "expected otlp or none".into())),
+    };
     Ok(Config {
         redis_url,
         services_namespaces,
@@ -499,6 +510,7 @@ pub fn resolve(
         log: text("log").unwrap_or_default(),
         http_addr,
         log_json,
+        traces,
     })
 }
 

@@ -33,6 +33,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
+use tracing::field::Empty;
+use tracing::{Instrument as _, Span, info_span};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::census::{self, Census, CensusView};
@@ -46,6 +48,25 @@ use crate::pinger::{PingFailure, Pinger};
 use crate::store::{Acquisition, Commit, Committed, Notification, Store};
 use crate::table::MatchingTable;
 use crate::unix_ms;
+
+/// A short span for one lease transition, so it shows in the trace view.
+fn lease_span(replica: &str, transition: &'static str, epoch: u64) -> Span {
+    info_span!(
+        "lease",
+        replica,
+        transition,
+        epoch,
+        otel.status_code = Empty,
+        otel.status_message = Empty
+    )
+}
+
+/// Marks a span failed, for the trace view (`otel.status_code` is read by
+/// tracing-opentelemetry).
+fn mark_error(span: &Span, message: &str) {
+    span.record("otel.status_code", "ERROR");
+    span.record("otel.status_message", message);
+}
 
 /// Whether this replica currently acts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -178,6 +199,8 @@ struct Holding {
     unsaved: HealthChanges,
     next_cycle: Instant,
     cycle_started: Instant,
+    /// The span of the cycle in flight; closed when its results are written.
+    cycle_span: Span,
     memo: Option<Memo>,
 }
 
@@ -363,7 +386,21 @@ impl Coordinator {
                 (State::Holder(mut h), Event::CycleTimer) => {
                     if h.lease.may_act(Instant::now()) {
                         h.cycle_started = Instant::now();
-                        cycle = Some(tokio::spawn(self.cycle_task(&h)));
+                        h.cycle_span = info_span!(
+                            "cycle",
+                            replica = %self.config.replica_id,
+                            epoch = h.lease.epoch(),
+                            members = Empty,
+                            live = Empty,
+                            failed = Empty,
+                            units = Empty,
+                            changed = Empty,
+                            generation = Empty,
+                            otel.status_code = Empty,
+                            otel.status_message = Empty,
+                        );
+                        let task = self.cycle_task(&h).instrument(h.cycle_span.clone());
+                        cycle = Some(tokio::spawn(task));
                     }
                     let poll = self.config.poll_interval;
                     h.next_cycle = (h.next_cycle + poll).max(Instant::now());
@@ -376,7 +413,9 @@ impl Coordinator {
 
     fn step_down(&mut self, transition: &'static str, why: &str, epoch: u64) -> State {
         self.metrics.lease(transition);
-        tracing::warn!(replica = %self.config.replica_id, epoch, reason = why, "stepping down to standby");
+        lease_span(&self.config.replica_id, transition, epoch).in_scope(|| {
+            tracing::warn!(replica = %self.config.replica_id, epoch, reason = why, "stepping down to standby")
+        });
         self.update(|s| {
             s.role = Role::Standby;
             s.holder = None;
@@ -418,11 +457,15 @@ impl Coordinator {
                             tracing::warn!(key = %self.store.keys().liveness, member, value, "ignoring unreadable liveness entry");
                         }
                         self.generation_floor = self.generation_floor.max(generation);
-                        tracing::info!(
-                            replica = %self.config.replica_id,
-                            epoch = lease.epoch(),
-                            known_members = liveness.iter().count(),
-                            "lease acquired; acting as holder"
+                        lease_span(&self.config.replica_id, "acquired", lease.epoch()).in_scope(
+                            || {
+                                tracing::info!(
+                                    replica = %self.config.replica_id,
+                                    epoch = lease.epoch(),
+                                    known_members = liveness.iter().count(),
+                                    "lease acquired; acting as holder"
+                                )
+                            },
                         );
                         self.update(|s| {
                             s.role = Role::Holder;
@@ -437,6 +480,7 @@ impl Coordinator {
                             unsaved: HealthChanges::default(),
                             next_cycle: Instant::now(),
                             cycle_started: Instant::now(),
+                            cycle_span: Span::none(),
                             memo: None,
                         }))
                     }
@@ -497,7 +541,11 @@ impl Coordinator {
             }
             Ok(false) => self.step_down("lost", "lease lost: another replica holds it now", epoch),
             Err(e) => {
-                tracing::warn!(error = %e, kind = e.kind(), epoch, "lease renewal failed; retrying until the renew deadline");
+                let span = lease_span(&self.config.replica_id, "renew_failed", epoch);
+                mark_error(&span, &e.to_string());
+                span.in_scope(|| {
+                    tracing::warn!(error = %e, kind = e.kind(), epoch, "lease renewal failed; retrying until the renew deadline")
+                });
                 h.lease.renewal_failed(Instant::now());
                 if h.lease.may_act(Instant::now()) {
                     State::Holder(h)
@@ -518,7 +566,8 @@ impl Coordinator {
         match released {
             Ok(true) => {
                 self.metrics.lease("released");
-                tracing::info!(epoch = lease.epoch(), "lease released");
+                lease_span(&self.config.replica_id, "released", lease.epoch())
+                    .in_scope(|| tracing::info!(epoch = lease.epoch(), "lease released"));
             }
             Ok(false) => tracing::info!(epoch = lease.epoch(), "lease was no longer ours"),
             Err(e) => {
@@ -544,11 +593,8 @@ impl Coordinator {
                 let before = self.census.current();
                 if let Some(view) = self.census.step(number, reply) {
                     if before.map(|b| (b.index, b.replicas)) != Some((view.index, view.replicas)) {
-                        tracing::info!(
-                            index = view.index,
-                            replicas = view.replicas,
-                            "census changed"
-                        );
+                        info_span!("census", replica = %self.config.replica_id, index = view.index, replicas = view.replicas)
+                            .in_scope(|| tracing::info!(index = view.index, replicas = view.replicas, "census changed"));
                     }
                     self.update(|s| s.census = Some(view));
                 }
@@ -571,16 +617,61 @@ impl Coordinator {
         let memo = h.memo.clone();
         let epoch = h.lease.epoch();
         async move {
-            let snapshot = store.read_snapshot(&services, &units_key).await?;
+            let read = info_span!(
+                "read_inputs",
+                lists = services.len() + 1,
+                otel.status_code = Empty,
+                otel.status_message = Empty
+            );
+            let snapshot = match store
+                .read_snapshot(&services, &units_key)
+                .instrument(read.clone())
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    mark_error(&read, &e.to_string());
+                    mark_error(&Span::current(), &e.to_string());
+                    return Err(e);
+                }
+            };
+            drop(read);
             let inputs = inputs::normalize(&snapshot.raw);
             let members: Vec<String> = inputs.members().map(str::to_string).collect();
-            let reports = pinger.ping_all(&members).await;
+            let ping = info_span!(
+                "ping",
+                members = members.len(),
+                ok = Empty,
+                failed = Empty,
+                otel.status_code = Empty,
+                otel.status_message = Empty
+            );
+            let reports = pinger.ping_all(&members).instrument(ping.clone()).await;
+            let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
             for r in &reports {
                 match &r.result {
                     Ok(rtt) => metrics.ping_ok(*rtt),
-                    Err(f) => metrics.ping_failed(f.reason()),
+                    Err(f) => {
+                        metrics.ping_failed(f.reason());
+                        *reasons.entry(f.reason()).or_default() += 1;
+                    }
                 }
             }
+            let failed: usize = reasons.values().sum();
+            ping.record("ok", reports.len() - failed);
+            ping.record("failed", failed);
+            if failed > 0 {
+                ping.in_scope(|| {
+                    for (reason, count) in &reasons {
+                        tracing::warn!(reason, count, "pings failed");
+                    }
+                });
+                mark_error(
+                    &ping,
+                    &format!("{failed} of {} pings failed", reports.len()),
+                );
+            }
+            drop(ping);
             let listed: HashSet<&str> = inputs.members().collect();
             pinger.retain(&listed);
 
@@ -614,8 +705,13 @@ impl Coordinator {
                 Some(m) if m.key == key => m,
                 _ => {
                     let (inp, live) = (inputs.clone(), liveness.clone());
+                    let assign = info_span!(
+                        "assign",
+                        units = inputs.units.len(),
+                        groups = inputs.groups.len()
+                    );
                     let table = tokio::task::spawn_blocking(move || {
-                        MatchingTable::solve(&inp, |m| live.is_live(m))
+                        assign.in_scope(|| MatchingTable::solve(&inp, |m| live.is_live(m)))
                     })
                     .await
                     .expect("solving the table does not panic");
@@ -645,6 +741,8 @@ impl Coordinator {
         report: Result<CycleReport, StoreError>,
     ) -> State {
         let took = h.cycle_started.elapsed();
+        // Closed (and exported) when this function returns.
+        let span = std::mem::replace(&mut h.cycle_span, Span::none());
         self.redis_result(&report);
         let report = match report {
             Ok(r) => {
@@ -671,7 +769,7 @@ impl Coordinator {
         if report.epoch != h.lease.epoch() {
             return State::Holder(h);
         }
-        self.log_inputs(&report);
+        span.in_scope(|| self.log_inputs(&report));
 
         h.liveness = report.liveness;
         h.unsaved.merge(report.changes);
@@ -680,6 +778,29 @@ impl Coordinator {
         self.generation_floor = self.generation_floor.max(report.stored_generation);
         let digest = table.digest();
         let table_changed = report.stored_digest.as_deref() != Some(digest.as_str());
+        let groups: Vec<(String, usize, usize)> = report
+            .inputs
+            .groups
+            .iter()
+            .map(|g| {
+                let live = g.members.iter().filter(|m| h.liveness.is_live(m)).count();
+                (
+                    g.name.clone(),
+                    live,
+                    g.members.len() + g.malformed.len() - live,
+                )
+            })
+            .collect();
+        span.record("members", groups.iter().map(|g| g.1 + g.2).sum::<usize>());
+        span.record("live", groups.iter().map(|g| g.1).sum::<usize>());
+        span.record("failed", groups.iter().map(|g| g.2).sum::<usize>());
+        span.record("units", report.inputs.units.len());
+        span.record("changed", table_changed);
+        span.in_scope(|| {
+            for (group, live, failed) in &groups {
+                tracing::info!(group, live, failed, "group");
+            }
+        });
 
         if (table_changed || !h.unsaved.is_empty()) && h.lease.may_act(Instant::now()) {
             let commit = Commit {
@@ -689,7 +810,35 @@ impl Coordinator {
                 holder_id: &self.config.replica_id,
                 now_ms: unix_ms(),
             };
-            let committed = self.store.commit(&h.lease.grant, &commit).await;
+            let write = info_span!(
+                parent: &span,
+                "write_table",
+                epoch = h.lease.epoch(),
+                table = table_changed,
+                rows = table.len(),
+                health_changes = h.unsaved.set.len() + h.unsaved.removed.len(),
+                generation = Empty,
+                otel.status_code = Empty,
+                otel.status_message = Empty,
+            );
+            let committed = self
+                .store
+                .commit(&h.lease.grant, &commit)
+                .instrument(write.clone())
+                .await;
+            match &committed {
+                Ok(Committed::Written {
+                    generation: Some(g),
+                }) => {
+                    write.record("generation", g);
+                    span.record("generation", g);
+                }
+                Ok(Committed::Written { generation: None }) => {}
+                Ok(Committed::Fenced { reason }) => {
+                    mark_error(&write, &format!("fenced by redis: {reason}"))
+                }
+                Err(e) => mark_error(&write, &e.to_string()),
+            }
             self.redis_result(&committed);
             match committed {
                 Ok(Committed::Written { generation }) => {
@@ -700,14 +849,16 @@ impl Coordinator {
                         let bytes: usize =
                             table.rows().iter().map(|(m, v)| m.len() + v.len()).sum();
                         self.metrics.table_bytes.set(bytes as u64);
-                        tracing::info!(
-                            epoch = h.lease.epoch(),
-                            generation = g,
-                            members = table.len(),
-                            assignments = table.assignments(),
-                            units = report.inputs.units.len(),
-                            "matching table written"
-                        );
+                        span.in_scope(|| {
+                            tracing::info!(
+                                epoch = h.lease.epoch(),
+                                generation = g,
+                                members = table.len(),
+                                assignments = table.assignments(),
+                                units = report.inputs.units.len(),
+                                "matching table written"
+                            )
+                        });
                         self.update(|s| {
                             bump(&mut s.generation, g);
                             s.last_write_ms = Some(unix_ms());
@@ -753,19 +904,7 @@ impl Coordinator {
                     )
                 })
                 .collect();
-            s.groups = report
-                .inputs
-                .groups
-                .iter()
-                .map(|g| {
-                    let live = g.members.iter().filter(|m| h.liveness.is_live(m)).count();
-                    (
-                        g.name.clone(),
-                        live,
-                        g.members.len() + g.malformed.len() - live,
-                    )
-                })
-                .collect();
+            s.groups = groups;
         });
         State::Holder(h)
     }

@@ -31,6 +31,7 @@ pub mod pinger;
 pub mod ring;
 pub mod store;
 pub mod table;
+pub mod telemetry;
 
 /// Generated from `proto/pinger.proto`: package `proto`, service `GRPCPinger`.
 #[allow(clippy::all, missing_docs)]

@@ -6,7 +6,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use distributor::config::{self, RawConfig};
-use tracing_subscriber::EnvFilter;
 
 /// Splits a changing list of work units among live workers; a drop-in
 /// replacement for scientificideas/distributor. Every flag also reads an
@@ -123,6 +122,8 @@ struct Flags {
     prom_port: Option<String>,
     #[arg(long, global = true, value_name = "text|json")]
     log_format: Option<String>,
+    #[arg(long, global = true, value_name = "otlp|none")]
+    traces: Option<String>,
     #[arg(long, global = true, value_name = "args|env")]
     config_type: Option<String>,
 }
@@ -153,6 +154,7 @@ impl From<Flags> for RawConfig {
             http_addr: c.http_addr,
             prom_port: c.prom_port,
             log_format: c.log_format,
+            traces: c.traces,
             config_type: c.config_type,
         }
     }
@@ -184,16 +186,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log));
-    if config.log_json {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
     if let Some(command) = cli.command {
+        // Operator commands log nothing but warnings, and never export spans.
+        distributor::telemetry::init("warn", false, None);
         return match admin(config, command) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -213,7 +208,16 @@ fn main() -> ExitCode {
 
 fn run(config: distributor::Config) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
-    runtime.block_on(serve(config))
+    runtime.block_on(async {
+        // The OTLP/gRPC exporter needs the runtime, so telemetry starts here.
+        let provider =
+            distributor::telemetry::tracer_provider(config.traces, &|k| std::env::var(k).ok())
+                .context("failed to configure OpenTelemetry export")?;
+        let telemetry = distributor::telemetry::init(&config.log, config.log_json, provider);
+        let result = serve(config).await;
+        telemetry.shutdown(Duration::from_secs(3)).await;
+        result
+    })
 }
 
 /// Runs the replica and its HTTP endpoints until SIGTERM or Ctrl-C, then shuts

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{MemberError, StoreError};
 use crate::inputs::check_member_addr;
-use crate::pinger::{PingResponder, ping_service};
+use crate::pinger::PingResponder;
 use crate::proto::grpc_pinger_server::GrpcPingerServer;
 use crate::store::{Notification, Store};
 use crate::table::decode_row;
@@ -122,10 +122,11 @@ impl Member {
         let server = {
             let serving = serving.clone();
             let incoming = TcpListenerStream::new(listener);
+            let pinger = GrpcPingerServer::new(PingResponder::new(&id));
             tokio::spawn(async move {
                 let result = tonic::transport::Server::builder()
                     .add_service(health_service)
-                    .add_service(ping_service())
+                    .add_service(pinger)
                     .serve_with_incoming_shutdown(incoming, serving.cancelled())
                     .await;
                 if let Err(e) = result {

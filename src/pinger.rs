@@ -111,11 +111,11 @@ impl Pinger {
     pub async fn ping(&self, member: &str) -> Result<Duration, PingFailure> {
         let channel = self.channel(member)?;
         let started = Instant::now();
-        let call = async move {
-            GrpcPingerClient::new(channel)
-                .ping(tonic::Request::new(()))
-                .await
-        };
+        // Carries the current (ping) span as `traceparent`, so the member's
+        // handling joins the distributor's trace.
+        let mut request = tonic::Request::new(());
+        crate::telemetry::inject(request.metadata_mut());
+        let call = async move { GrpcPingerClient::new(channel).ping(request).await };
         match tokio::time::timeout(self.timeout, call).await {
             Err(_) => Err(PingFailure::Timeout),
             Ok(Ok(_)) => Ok(started.elapsed()),
@@ -168,20 +168,39 @@ fn is_transport(status: &tonic::Status) -> bool {
 }
 
 /// The member side: answers every ping while the member is up.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct PingResponder;
+#[derive(Debug, Default, Clone)]
+pub struct PingResponder {
+    member: Option<Arc<str>>,
+}
+
+impl PingResponder {
+    /// A responder that names `member` in its trace spans.
+    pub fn new(member: &str) -> PingResponder {
+        PingResponder {
+            member: Some(member.into()),
+        }
+    }
+}
 
 #[tonic::async_trait]
 impl GrpcPinger for PingResponder {
     async fn ping(
         &self,
-        _request: tonic::Request<()>,
+        request: tonic::Request<()>,
     ) -> Result<tonic::Response<()>, tonic::Status> {
+        // Only traced pings make a span: 10,000 members pinged every second
+        // must not flood a collector with root spans.
+        if request.metadata().contains_key("traceparent") {
+            let member = self.member.as_deref().unwrap_or("");
+            let span = tracing::info_span!("member_ping", member);
+            crate::telemetry::extract(request.metadata(), &span);
+            span.in_scope(|| tracing::debug!(member, "ping answered"));
+        }
         Ok(tonic::Response::new(()))
     }
 }
 
 /// The ping service, to add to a worker's own tonic server.
 pub fn ping_service() -> GrpcPingerServer<PingResponder> {
-    GrpcPingerServer::new(PingResponder)
+    GrpcPingerServer::new(PingResponder::default())
 }

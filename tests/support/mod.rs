@@ -3,6 +3,8 @@
 //! members, and event-waiting helpers. Never copy these; extend them here.
 #![allow(dead_code)]
 
+pub mod otlp;
+
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
