@@ -86,6 +86,8 @@ settings! {
     log_format: "log-format", ["LOG_FORMAT"], Some("text"), "Log format: text or json";
     traces: "traces", ["OTEL_TRACES_EXPORTER"], Some("otlp"),
         "Span export: otlp (when OTEL_EXPORTER_OTLP_ENDPOINT is set) or none";
+    max_list_entries: "max-list-entries", ["MAX_LIST_ENTRIES"], Some("2000000"),
+        "Longest services or work-units list read; a longer one skips the cycle with an error";
     log: "log", ["LOG"], Some("info"), "Log level when RUST_LOG is unset";
     config_type: "config-type", ["CONFIG_TYPE"], Some("args"),
         "Accepted for compatibility; flags and environment are always both read (flag wins)";
@@ -128,6 +130,8 @@ pub struct Config {
     pub log_json: bool,
     /// Export spans over OTLP when the standard environment names an endpoint.
     pub traces: bool,
+    /// Bound on every list read, so a runaway producer cannot make a cycle unbounded.
+    pub max_list_entries: usize,
 }
 impl Config {
     /// The defaults, for embedders and tests; the daemon goes through [`resolve`].
@@ -494,6 +498,13 @@ pub fn resolve(
         "none" => false,
         _ => return Err(err(s, &traces, "expected otlp or none".into())),
     };
+    let (max, s) = lookup("max-list-entries");
+    let max = max.unwrap_or_default();
+    let max_list_entries: usize = max
+        .parse()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| err(s, &max, "expected a whole number >= 1".into()))?;
     Ok(Config {
         redis_url,
         services_namespaces,
@@ -511,6 +522,7 @@ pub fn resolve(
         http_addr,
         log_json,
         traces,
+        max_list_entries,
     })
 }
 

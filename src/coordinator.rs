@@ -613,6 +613,7 @@ impl Coordinator {
         let metrics = self.metrics.clone();
         let services = self.config.services_namespaces.clone();
         let units_key = self.config.workunits_namespace.clone();
+        let max_entries = self.config.max_list_entries;
         let mut liveness = h.liveness.clone();
         let memo = h.memo.clone();
         let epoch = h.lease.epoch();
@@ -624,7 +625,7 @@ impl Coordinator {
                 otel.status_message = Empty
             );
             let snapshot = match store
-                .read_snapshot(&services, &units_key)
+                .read_snapshot(&services, &units_key, max_entries)
                 .instrument(read.clone())
                 .await
             {

@@ -19,6 +19,9 @@ pub enum StoreError {
         expected: &'static str,
         actual: String,
     },
+    /// A list holds more entries than `-max-list-entries` allows.
+    #[error("list {key:?} has more than {limit} entries (-max-list-entries); refusing to read it")]
+    TooLong { key: String, limit: usize },
     /// Any other error reported by redis-rs (connection, server, protocol).
     #[error("redis {op} failed: {source}")]
     Redis {
@@ -36,7 +39,9 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::Timeout { .. } => true,
-            StoreError::WrongType { .. } | StoreError::Reply { .. } => false,
+            StoreError::WrongType { .. }
+            | StoreError::Reply { .. }
+            | StoreError::TooLong { .. } => false,
             StoreError::Redis { source, .. } => {
                 use redis::RetryMethod::*;
                 !matches!(source.retry_method(), NoRetry) || source.is_io_error()
@@ -61,6 +66,7 @@ impl StoreError {
         match self {
             StoreError::Timeout { .. } => "timeout",
             StoreError::WrongType { .. } => "wrong_type",
+            StoreError::TooLong { .. } => "too_long",
             StoreError::Reply { .. } => "reply",
             StoreError::Redis { source, .. } if source.is_io_error() => "io",
             StoreError::Redis { .. } if self.server_code() == Some("NOPERM") => "no_permission",

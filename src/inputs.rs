@@ -123,7 +123,8 @@ pub fn excerpt(raw: &[u8]) -> String {
     }
 }
 
-/// Checks a work unit: non-empty UTF-8 without `,`, at most [`MAX_UNIT_BYTES`].
+/// Checks a work unit: non-empty UTF-8 without `,` or control characters, at
+/// most [`MAX_UNIT_BYTES`].
 pub fn check_unit(raw: &[u8]) -> Result<&str, &'static str> {
     if raw.is_empty() {
         return Err("empty");
@@ -134,6 +135,10 @@ pub fn check_unit(raw: &[u8]) -> Result<&str, &'static str> {
     let unit = std::str::from_utf8(raw).map_err(|_| "not UTF-8")?;
     if unit.contains(',') {
         return Err("contains ',' (the table's separator)");
+    }
+    // Control characters break line-based tools and terminals reading the table.
+    if unit.chars().any(char::is_control) {
+        return Err("contains control characters");
     }
     Ok(unit)
 }

@@ -124,6 +124,8 @@ struct Flags {
     log_format: Option<String>,
     #[arg(long, global = true, value_name = "otlp|none")]
     traces: Option<String>,
+    #[arg(long, global = true, value_name = "N")]
+    max_list_entries: Option<String>,
     #[arg(long, global = true, value_name = "args|env")]
     config_type: Option<String>,
 }
@@ -155,6 +157,7 @@ impl From<Flags> for RawConfig {
             prom_port: c.prom_port,
             log_format: c.log_format,
             traces: c.traces,
+            max_list_entries: c.max_list_entries,
             config_type: c.config_type,
         }
     }

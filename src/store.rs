@@ -26,6 +26,10 @@ use crate::table::MatchingTable;
 
 /// Default bound of one Redis call.
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound of a read that may carry whole lists (a million units is ~10 MB).
+/// Such reads never hold up the lease: they run on their own connection and,
+/// in the holder, in the cycle task.
+pub const BULK_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Scripts {
     acquire: Script,
@@ -39,7 +43,11 @@ struct Scripts {
 #[derive(Clone)]
 pub struct Store {
     client: redis::Client,
+    /// Lease calls and writes: small, latency-critical.
     conn: ConnectionManager,
+    /// Cycle and operator reads, which may carry megabytes; on their own
+    /// connection so a big reply never queues a lease renewal behind it.
+    bulk: ConnectionManager,
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
     op_timeout: Duration,
@@ -171,14 +179,20 @@ impl Store {
         let client = redis::Client::open(url).map_err(redis_err("open"))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(op_timeout))
+            // Every call is bounded by its own deadline here (see `bounded`); the
+            // library's default 500 ms would cut a big read short.
+            .set_response_timeout(None)
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+            .map_err(redis_err("open"))?;
+        let bulk = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(redis_err("open"))?;
         Ok(Store {
             client,
             conn,
+            bulk,
             keys: Arc::new(Keys::new(table_key)),
             scripts: Arc::new(Scripts {
                 acquire: Script::new(include_str!("store/acquire.lua")),
@@ -237,23 +251,26 @@ impl Store {
 
     /// Reads every services list, the work units and the stored table's digest and
     /// generation, in one pipelined round trip.
+    ///
+    /// A list longer than `max_entries` is an error naming it, not a partial
+    /// read: reading one entry more than the limit tells without a round trip.
     pub async fn read_snapshot(
         &self,
         services: &[String],
         units_key: &str,
+        max_entries: usize,
     ) -> Result<Snapshot, StoreError> {
         let mut pipe = redis::pipe();
-        for key in services {
-            pipe.cmd("LRANGE").arg(key).arg(0).arg(-1);
+        for key in services.iter().map(String::as_str).chain([units_key]) {
+            pipe.cmd("LRANGE").arg(key).arg(0).arg(max_entries);
         }
-        pipe.cmd("LRANGE").arg(units_key).arg(0).arg(-1);
         pipe.cmd("HMGET")
             .arg(&self.keys.meta)
             .arg("digest")
             .arg("generation");
-        let mut conn = self.conn.clone();
+        let mut conn = self.bulk.clone();
         let replies: Vec<Value> = match self
-            .bounded("read lists", self.op_timeout, pipe.query_async(&mut conn))
+            .bounded("read lists", BULK_TIMEOUT, pipe.query_async(&mut conn))
             .await
         {
             Ok(r) => r,
@@ -261,15 +278,8 @@ impl Store {
                 let mut keys: Vec<&str> = services.iter().map(String::as_str).collect();
                 keys.push(units_key);
                 let e = self.classify(e, &keys, "list").await;
-                if let StoreError::Redis { source, .. } = &e
-                    && source.code() == Some("WRONGTYPE")
-                {
-                    return Err(self
-                        .find_wrong_type(&[&self.keys.meta], "hash")
-                        .await
-                        .unwrap_or(e));
-                }
-                return Err(e);
+                // Every list is a list: then the metadata hash is the odd one out.
+                return Err(self.classify(e, &[&self.keys.meta], "hash").await);
             }
         };
         if replies.len() != services.len() + 2 {
@@ -279,11 +289,19 @@ impl Store {
             });
         }
         let mut it = replies.into_iter();
-        let groups = services
-            .iter()
-            .map(|k| (k.clone(), bytes_list(it.next().expect("counted"))))
-            .collect();
-        let units = bytes_list(it.next().expect("counted"));
+        let mut lists = Vec::with_capacity(services.len() + 1);
+        for key in services.iter().map(String::as_str).chain([units_key]) {
+            let entries = bytes_list(it.next().expect("counted"));
+            if entries.len() > max_entries {
+                return Err(StoreError::TooLong {
+                    key: key.to_string(),
+                    limit: max_entries,
+                });
+            }
+            lists.push((key.to_string(), entries));
+        }
+        let units = lists.pop().expect("the units list").1;
+        let groups = lists;
         let meta = it.next().expect("counted");
         let (stored_digest, stored_generation) = match &meta {
             Value::Array(v) if v.len() == 2 => (text(&v[0]), int(&v[1]).unwrap_or(0).max(0) as u64),
@@ -580,11 +598,11 @@ impl Store {
 
     /// The whole stored table.
     pub async fn read_table(&self) -> Result<MatchingTable, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.bulk.clone();
         let rows: HashMap<String, String> = match self
             .bounded(
                 "read table",
-                self.op_timeout,
+                BULK_TIMEOUT,
                 redis::cmd("HGETALL")
                     .arg(&self.keys.table)
                     .query_async(&mut conn),
@@ -615,13 +633,9 @@ impl Store {
         for key in services {
             pipe.cmd("LRANGE").arg(key).arg(0).arg(-1);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.bulk.clone();
         let replies: Vec<Value> = match self
-            .bounded(
-                "read overview",
-                self.op_timeout,
-                pipe.query_async(&mut conn),
-            )
+            .bounded("read overview", BULK_TIMEOUT, pipe.query_async(&mut conn))
             .await
         {
             Ok(r) => r,
@@ -670,12 +684,12 @@ impl Store {
 
     /// A list's entries, as bytes (entries need not be UTF-8).
     pub async fn list(&self, key: &str) -> Result<Vec<Vec<u8>>, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.bulk.clone();
         let cmd = redis::cmd("LRANGE").arg(key).arg(0).arg(-1).to_owned();
         match self
             .bounded(
                 "read list",
-                self.op_timeout,
+                BULK_TIMEOUT,
                 cmd.query_async::<Value>(&mut conn),
             )
             .await

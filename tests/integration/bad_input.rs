@@ -187,3 +187,86 @@ async fn a_member_listed_in_two_groups_is_kept_in_one() {
     z.shutdown().await;
     fleet.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_list_contents_are_bounded_and_reported() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let good = units(5);
+    let mut c = fleet.redis.conn().await;
+    let () = redis::cmd("RPUSH")
+        .arg(UNITS)
+        .arg(&good)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // A million copies of one unit, a 1 MB unit, terminal escape codes.
+    for _ in 0..10 {
+        let dups = vec![good[0].as_str(); 100_000];
+        let () = redis::cmd("RPUSH")
+            .arg(UNITS)
+            .arg(&dups)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let big = "x".repeat(1 << 20);
+    let () = redis::cmd("RPUSH")
+        .arg(UNITS)
+        .arg(&big)
+        .arg("evil\u{1b}[31m")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // Members: a 1 MB address, and an address whose port speaks Redis, not gRPC.
+    let redis_port = format!("127.0.0.1:{}", fleet.redis.port());
+    let () = redis::cmd("RPUSH")
+        .arg(SERVICES)
+        .arg(&big)
+        .arg(&redis_port)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    fleet.add_member().await;
+    fleet.add_member().await;
+    fleet.add_replica();
+
+    let table = fleet.wait_for_table(&good, Duration::from_secs(30)).await;
+    assert_eq!(table.assignments(), 5);
+    assert!(table.units_of(&redis_port).is_empty());
+    wait_for(
+        "hostile entries counted",
+        Duration::from_secs(10),
+        || async {
+            let s = holder_status(&fleet).await;
+            // big unit + escape codes; big address; the Redis port answers no ping.
+            s.invalid_by_kind == vec![("unit", 2), ("address", 1), ("duplicate_member", 0)]
+                && s.groups == vec![(SERVICES.to_string(), 2, 2)]
+        },
+    )
+    .await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_over_the_limit_skips_the_cycle_and_keeps_the_table() {
+    let units = units(40);
+    let (fleet, before) = Fleet::converged(|c| c.max_list_entries = 50, 2, 1, &units).await;
+    let generation = fleet.generation().await;
+    let more: Vec<String> = (0..20).map(|i| format!("extra-{i}")).collect();
+    let mut all = units.clone();
+    all.extend(more);
+    fleet.set_units(&all).await;
+    wait_for("the limit is reported", Duration::from_secs(5), || async {
+        holder_status(&fleet).await.last_error.is_some_and(|e| {
+            e.contains("\"test-units\" has more than 50 entries (-max-list-entries)")
+        })
+    })
+    .await;
+    assert_eq!(fleet.table().await, before);
+    assert_eq!(fleet.generation().await, generation);
+    fleet.set_units(&units[..30]).await;
+    fleet
+        .wait_for_table(&units[..30], Duration::from_secs(5))
+        .await;
+    fleet.shutdown().await;
+}

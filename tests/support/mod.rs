@@ -44,13 +44,31 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (scripts/test installs it)");
+        let pid = child.id();
         self.child = Some(child);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
+            // The server answering must be ours: a port taken meanwhile by another
+            // test's server would otherwise make two tests share one Redis.
             if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection())
-                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+                && let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut c)
             {
+                assert!(
+                    info.contains(&format!("process_id:{pid}\r\n")),
+                    "port {} is served by another redis-server",
+                    self.port
+                );
                 return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "redis-server on port {} exited at start: {status}",
+                    self.port
+                );
             }
             assert!(
                 std::time::Instant::now() < deadline,
@@ -109,12 +127,20 @@ impl Drop for RedisServer {
     }
 }
 
+/// A loopback port that is free now and that no other test in this process
+/// was given. Ports come from 10000..30000, below Linux's ephemeral range, so
+/// the kernel does not hand them out to connections meanwhile.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = std::process::id().wrapping_mul(7919);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 10_000 + (base.wrapping_add(n) % 20_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 pub const SERVICES: &str = "test-services";
