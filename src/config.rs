@@ -59,6 +59,10 @@ settings! {
         "Go-style Redis host:port; overrides the host of --redis-url when given";
     redis_pass: "redis-pass", ["REDIS_PASS", "REDIS_PASSWORD"], None,
         "Redis password (prefer the environment to the command line)";
+    redis_password_file: "redis-password-file", ["REDIS_PASSWORD_FILE"], None,
+        "File holding the Redis password (a trailing newline is ignored)";
+    redis_user: "redis-user", ["REDIS_USER", "REDIS_USERNAME"], None,
+        "Redis ACL user name (with -redis-pass or -redis-password-file)";
     failure_threshold: "failure-threshold", ["FAILURE_THRESHOLD"], Some("1"),
         "Consecutive failed pings before a member loses its units";
     forget_after: "forget-after", ["FORGET_AFTER"], None,
@@ -440,14 +444,29 @@ pub fn resolve(
             "expected redis://host:port".into(),
         ));
     }
-    if let Some(pass) = text("redis-pass").filter(|p| !p.is_empty()) {
+    // The password may come from the URL, -redis-pass / REDIS_PASSWORD, or a
+    // file (so it never has to sit on a command line); the last two win.
+    let file_pass = match lookup("redis-password-file") {
+        (Some(path), s) if !path.is_empty() => {
+            let raw = std::fs::read_to_string(&path)
+                .map_err(|e| err(s, &path, format!("cannot read it: {e}")))?;
+            Some(raw.trim_end_matches(['\r', '\n']).to_string())
+        }
+        _ => None,
+    };
+    let pass = text("redis-pass").filter(|p| !p.is_empty()).or(file_pass);
+    let user = text("redis-user").filter(|u| !u.is_empty());
+    if pass.is_some() || user.is_some() {
         let (scheme, rest) = redis_url.split_once("://").expect("checked above");
-        let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
-        let user = rest
-            .rsplit_once('@')
-            .and_then(|(a, _)| a.split(':').next())
-            .unwrap_or("");
-        redis_url = format!("{scheme}://{user}:{}@{host}", encode_userinfo(&pass));
+        let (auth, host) = rest.rsplit_once('@').unwrap_or(("", rest));
+        let (url_user, url_pass) = auth.split_once(':').unwrap_or((auth, ""));
+        let user = user
+            .map(|u| encode_userinfo(&u))
+            .unwrap_or_else(|| url_user.to_string());
+        let pass = pass
+            .map(|p| encode_userinfo(&p))
+            .unwrap_or_else(|| url_pass.to_string());
+        redis_url = format!("{scheme}://{user}:{pass}@{host}");
     }
 
     let keepalive = Keepalive {
@@ -681,6 +700,42 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(addr(go).as_deref(), Some("0.0.0.0:9100"));
+    }
+
+    #[test]
+    fn password_from_a_file_and_acl_user() {
+        let dir = std::env::temp_dir().join(format!("distributor-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("redis-password");
+        std::fs::write(&file, "s3cr:t\n").unwrap();
+        let env = |k: &str| match k {
+            "REDIS_PASSWORD_FILE" => Some(file.display().to_string()),
+            "REDIS_USER" => Some("distributor".to_string()),
+            _ => None,
+        };
+        let c = resolve(&RawConfig::default(), &env).unwrap();
+        assert_eq!(c.redis_url, "redis://distributor:s3cr%3At@127.0.0.1:6379");
+        assert_eq!(
+            c.redis_url_redacted(),
+            "redis://distributor:***@127.0.0.1:6379"
+        );
+        // A user in the URL stays when only the password comes from elsewhere.
+        let raw = RawConfig {
+            redis_url: Some("redis://app@h:1".into()),
+            redis_pass: Some("p".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve(&raw, &no_env).unwrap().redis_url,
+            "redis://app:p@h:1"
+        );
+        let missing = RawConfig {
+            redis_password_file: Some("/nonexistent/pw".into()),
+            ..Default::default()
+        };
+        let e = resolve(&missing, &no_env).unwrap_err();
+        assert_eq!(e.flag, "redis-password-file");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -92,6 +92,10 @@ struct Flags {
     redis_addrs: Option<String>,
     #[arg(long, global = true, value_name = "PASSWORD")]
     redis_pass: Option<String>,
+    #[arg(long, global = true, value_name = "FILE")]
+    redis_password_file: Option<String>,
+    #[arg(long, global = true, value_name = "USER")]
+    redis_user: Option<String>,
     #[arg(long, global = true, value_name = "N")]
     failure_threshold: Option<String>,
     #[arg(long, global = true, value_name = "DURATION")]
@@ -141,6 +145,8 @@ impl From<Flags> for RawConfig {
             redis_url: c.redis_url,
             redis_addrs: c.redis_addrs,
             redis_pass: c.redis_pass,
+            redis_password_file: c.redis_password_file,
+            redis_user: c.redis_user,
             failure_threshold: c.failure_threshold,
             forget_after: c.forget_after,
             lease_ttl: c.lease_ttl,

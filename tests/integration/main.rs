@@ -10,4 +10,5 @@ mod compat;
 mod failover;
 mod fencing;
 mod process;
+mod security;
 mod table;

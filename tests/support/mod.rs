@@ -18,12 +18,23 @@ use tokio::time::Instant;
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// With extra `redis-server` arguments (e.g. `--requirepass`, TLS).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
         let port = free_port();
-        let mut server = RedisServer { port, child: None };
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut server = RedisServer {
+            port,
+            child: None,
+            extra,
+        };
         server.spawn();
         server
     }
@@ -40,6 +51,7 @@ impl RedisServer {
                 "--appendonly",
                 "no",
             ])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -50,7 +62,8 @@ impl RedisServer {
         loop {
             // The server answering must be ours: a port taken meanwhile by another
             // test's server would otherwise make two tests share one Redis.
-            if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection())
+            if let Ok(mut c) =
+                redis::Client::open(self.admin_url()).and_then(|c| c.get_connection())
                 && let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut c)
             {
                 assert!(
@@ -87,6 +100,19 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The URL with the default user's password, when `--requirepass` was given.
+    pub fn admin_url(&self) -> String {
+        let pass = self
+            .extra
+            .iter()
+            .skip_while(|a| *a != "--requirepass")
+            .nth(1);
+        match pass {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}", self.port),
+            None => self.url(),
+        }
+    }
+
     /// SIGKILL: the data is gone, like a crash of a Redis without persistence.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -102,7 +128,7 @@ impl RedisServer {
     }
 
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url())
+        redis::Client::open(self.admin_url())
             .unwrap()
             .get_multiplexed_async_connection()
             .await
@@ -236,7 +262,7 @@ impl Fleet {
 
     pub fn member_options(&self) -> MemberOptions {
         let mut o = MemberOptions::new(
-            &self.redis.url(),
+            &self.config.redis_url,
             SERVICES,
             TABLE,
             SocketAddr::from(([127, 0, 0, 1], 0)),
