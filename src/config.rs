@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use crate::keys::check_table_key;
+use crate::tls::TlsFiles;
 
 /// One setting: its flag, the environment variables that may carry it (first wins),
 /// its default (if any) and its help text. Rendered into `--help` and the README.
@@ -63,6 +64,20 @@ settings! {
         "File holding the Redis password (a trailing newline is ignored)";
     redis_user: "redis-user", ["REDIS_USER", "REDIS_USERNAME"], None,
         "Redis ACL user name (with -redis-pass or -redis-password-file)";
+    redis_tls: "redis-tls", ["REDIS_TLS"], Some("false"),
+        "Go-compatible: use TLS to Redis (same as a rediss:// URL)";
+    redis_tls_ca: "redis-tls-ca", ["REDIS_TLS_CA"], None,
+        "Comma-separated PEM CA files to verify Redis (default: system roots)";
+    redis_rootca_certs: "redis-rootca-certs", ["REDIS_ROOTCA_CERTS"], None,
+        "Go-compatible alias of -redis-tls-ca";
+    redis_tls_cert: "redis-tls-cert", ["REDIS_TLS_CERT"], None, "PEM client certificate for Redis (mTLS)";
+    redis_tls_key: "redis-tls-key", ["REDIS_TLS_KEY"], None, "PEM client key for Redis (mTLS)";
+    ping_tls_ca: "ping-tls-ca", ["PING_TLS_CA"], None,
+        "PEM CA that signs members' certificates; turns on TLS for pings";
+    ping_tls_cert: "ping-tls-cert", ["PING_TLS_CERT"], None, "PEM client certificate for pings (mTLS)";
+    ping_tls_key: "ping-tls-key", ["PING_TLS_KEY"], None, "PEM client key for pings (mTLS)";
+    ping_tls_domain: "ping-tls-domain", ["PING_TLS_DOMAIN"], None,
+        "Name to verify in members' certificates instead of their address";
     failure_threshold: "failure-threshold", ["FAILURE_THRESHOLD"], Some("1"),
         "Consecutive failed pings before a member loses its units";
     forget_after: "forget-after", ["FORGET_AFTER"], None,
@@ -136,6 +151,17 @@ pub struct Config {
     pub traces: bool,
     /// Bound on every list read, so a runaway producer cannot make a cycle unbounded.
     pub max_list_entries: usize,
+    /// Custom CA / client certificate for `rediss://`.
+    pub redis_tls: TlsFiles,
+    /// TLS for pings, when configured.
+    pub ping_tls: Option<PingTls>,
+}
+
+/// TLS for the holder's pings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PingTls {
+    pub files: TlsFiles,
+    pub domain: Option<String>,
 }
 impl Config {
     /// The defaults, for embedders and tests; the daemon goes through [`resolve`].
@@ -469,6 +495,67 @@ pub fn resolve(
         redis_url = format!("{scheme}://{user}:{pass}@{host}");
     }
 
+    // TLS to Redis: a rediss:// URL or -redis-tls, optionally with our own CA
+    // and a client certificate. Files are read now, so a bad path fails here.
+    let (tls_flag, s) = lookup("redis-tls");
+    let tls_flag = tls_flag.unwrap_or_default();
+    if parse_bool(&tls_flag).map_err(|e| err(s, &tls_flag, e))? && redis_url.starts_with("redis://")
+    {
+        redis_url = redis_url.replacen("redis://", "rediss://", 1);
+    }
+    let paths = |flag: &'static str| -> Vec<std::path::PathBuf> {
+        text(flag)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(Into::into)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut ca = paths("redis-tls-ca");
+    ca.extend(paths("redis-rootca-certs"));
+    let redis_tls = TlsFiles {
+        ca,
+        cert: text("redis-tls-cert")
+            .filter(|p| !p.is_empty())
+            .map(Into::into),
+        key: text("redis-tls-key")
+            .filter(|p| !p.is_empty())
+            .map(Into::into),
+    };
+    if !redis_tls.is_empty() {
+        let s = setting("redis-tls-ca");
+        if !redis_url.starts_with("rediss://") {
+            return Err(err(
+                s,
+                "",
+                "TLS files need a rediss:// URL or -redis-tls".into(),
+            ));
+        }
+        redis_tls.load().map_err(|e| err(s, "", e.to_string()))?;
+    }
+    let ping_files = TlsFiles {
+        ca: paths("ping-tls-ca"),
+        cert: text("ping-tls-cert")
+            .filter(|p| !p.is_empty())
+            .map(Into::into),
+        key: text("ping-tls-key")
+            .filter(|p| !p.is_empty())
+            .map(Into::into),
+    };
+    let ping_tls = if ping_files.is_empty() {
+        None
+    } else {
+        let s = setting("ping-tls-ca");
+        crate::tls::ping_client(&ping_files, None).map_err(|e| err(s, "", e.to_string()))?;
+        Some(PingTls {
+            files: ping_files,
+            domain: text("ping-tls-domain").filter(|d| !d.is_empty()),
+        })
+    };
+
     let keepalive = Keepalive {
         interval: required("ka-time")?,
         timeout: required("ka-timeout")?,
@@ -542,6 +629,8 @@ pub fn resolve(
         log_json,
         traces,
         max_list_entries,
+        redis_tls,
+        ping_tls,
     })
 }
 

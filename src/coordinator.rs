@@ -120,10 +120,11 @@ impl Distributor {
     /// Starts a replica. Redis is connected lazily: an unreachable Redis is retried,
     /// never fatal.
     pub fn start(config: Config) -> Result<Distributor, StoreError> {
-        let store = Store::open(
+        let store = Store::open_tls(
             &config.redis_url,
             &config.distribution_namespace,
             op_timeout(&config),
+            &config.redis_tls,
         )?;
         let (tx, rx) = watch::channel(Status {
             replica_id: config.replica_id.clone(),
@@ -256,7 +257,16 @@ impl Coordinator {
         status: watch::Sender<Status>,
         metrics: Arc<Metrics>,
     ) -> Coordinator {
-        let pinger = Pinger::new(config.ping_timeout, Some(config.keepalive));
+        let mut pinger = Pinger::new(config.ping_timeout, Some(config.keepalive));
+        if let Some(tls) = &config.ping_tls {
+            // Validated by config::resolve; a failure here is a file changed since.
+            match crate::tls::ping_client(&tls.files, tls.domain.as_deref()) {
+                Ok(cfg) => pinger = pinger.with_tls(cfg),
+                Err(e) => {
+                    tracing::error!(error = %e, "ping TLS unusable; pinging without it would be refused")
+                }
+            }
+        }
         let census_skew = census::random_skew(config.census_interval);
         Coordinator {
             config,

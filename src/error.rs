@@ -88,4 +88,6 @@ pub enum MemberError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("member TLS: {0}")]
+    Tls(crate::tls::TlsError),
 }

@@ -32,6 +32,7 @@ pub mod ring;
 pub mod store;
 pub mod table;
 pub mod telemetry;
+pub mod tls;
 
 /// Generated from `proto/pinger.proto`: package `proto`, service `GRPCPinger`.
 #[allow(clippy::all, missing_docs)]

@@ -96,6 +96,24 @@ struct Flags {
     redis_password_file: Option<String>,
     #[arg(long, global = true, value_name = "USER")]
     redis_user: Option<String>,
+    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    redis_tls: Option<String>,
+    #[arg(long, global = true, value_name = "FILES")]
+    redis_tls_ca: Option<String>,
+    #[arg(long, global = true, value_name = "FILES")]
+    redis_rootca_certs: Option<String>,
+    #[arg(long, global = true, value_name = "FILE")]
+    redis_tls_cert: Option<String>,
+    #[arg(long, global = true, value_name = "FILE")]
+    redis_tls_key: Option<String>,
+    #[arg(long, global = true, value_name = "FILE")]
+    ping_tls_ca: Option<String>,
+    #[arg(long, global = true, value_name = "FILE")]
+    ping_tls_cert: Option<String>,
+    #[arg(long, global = true, value_name = "FILE")]
+    ping_tls_key: Option<String>,
+    #[arg(long, global = true, value_name = "NAME")]
+    ping_tls_domain: Option<String>,
     #[arg(long, global = true, value_name = "N")]
     failure_threshold: Option<String>,
     #[arg(long, global = true, value_name = "DURATION")]
@@ -147,6 +165,15 @@ impl From<Flags> for RawConfig {
             redis_pass: c.redis_pass,
             redis_password_file: c.redis_password_file,
             redis_user: c.redis_user,
+            redis_tls: c.redis_tls,
+            redis_tls_ca: c.redis_tls_ca,
+            redis_rootca_certs: c.redis_rootca_certs,
+            redis_tls_cert: c.redis_tls_cert,
+            redis_tls_key: c.redis_tls_key,
+            ping_tls_ca: c.ping_tls_ca,
+            ping_tls_cert: c.ping_tls_cert,
+            ping_tls_key: c.ping_tls_key,
+            ping_tls_domain: c.ping_tls_domain,
             failure_threshold: c.failure_threshold,
             forget_after: c.forget_after,
             lease_ttl: c.lease_ttl,
@@ -296,9 +323,13 @@ fn admin(config: distributor::Config, command: Command) -> anyhow::Result<()> {
         .context("failed to start the async runtime")?;
     runtime.block_on(async {
         let table = &config.distribution_namespace;
-        let store =
-            distributor::store::Store::open(&config.redis_url, table, Duration::from_secs(3))
-                .context("failed to open the redis connection")?;
+        let store = distributor::store::Store::open_tls(
+            &config.redis_url,
+            table,
+            Duration::from_secs(3),
+            &config.redis_tls,
+        )
+        .context("failed to open the redis connection")?;
         let units_key = &config.workunits_namespace;
         let text = |raw: Vec<Vec<u8>>| {
             raw.into_iter()

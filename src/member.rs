@@ -29,6 +29,7 @@ use crate::pinger::PingResponder;
 use crate::proto::grpc_pinger_server::GrpcPingerServer;
 use crate::store::{Notification, Store};
 use crate::table::decode_row;
+use crate::tls::TlsFiles;
 
 /// This member's share of the work, as of one table generation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,6 +56,11 @@ pub struct MemberOptions {
     pub reregister_interval: Duration,
     /// Fallback `HGET` polling, in case a notification is lost.
     pub poll_interval: Duration,
+    /// Custom CA / client certificate for a `rediss://` URL.
+    pub redis_tls: TlsFiles,
+    /// Serve the ping over TLS with this certificate and key; with a CA, also
+    /// require the distributor's client certificate (mTLS).
+    pub tls: Option<TlsFiles>,
 }
 
 impl MemberOptions {
@@ -72,6 +78,8 @@ impl MemberOptions {
             advertise: None,
             reregister_interval: Duration::from_secs(5),
             poll_interval: Duration::from_secs(1),
+            redis_tls: TlsFiles::default(),
+            tls: None,
         }
     }
 }
@@ -111,7 +119,19 @@ impl Member {
             addr: id.clone(),
             reason,
         })?;
-        let store = Store::open(&opts.redis_url, &opts.table_key, Duration::from_secs(2))?;
+        let store = Store::open_tls(
+            &opts.redis_url,
+            &opts.table_key,
+            Duration::from_secs(2),
+            &opts.redis_tls,
+        )?;
+        let mut server = tonic::transport::Server::builder();
+        if let Some(files) = &opts.tls {
+            let tls = crate::tls::ping_server(files).map_err(MemberError::Tls)?;
+            server = server
+                .tls_config(tls)
+                .map_err(|e| MemberError::Tls(crate::tls::TlsError::Rejected(e.to_string())))?;
+        }
 
         let cancel = CancellationToken::new();
         let serving = CancellationToken::new();
@@ -124,7 +144,7 @@ impl Member {
             let incoming = TcpListenerStream::new(listener);
             let pinger = GrpcPingerServer::new(PingResponder::new(&id));
             tokio::spawn(async move {
-                let result = tonic::transport::Server::builder()
+                let result = server
                     .add_service(health_service)
                     .add_service(pinger)
                     .serve_with_incoming_shutdown(incoming, serving.cancelled())

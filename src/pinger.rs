@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::config::Keepalive;
 use crate::inputs::check_member_addr;
@@ -33,6 +33,8 @@ pub enum PingFailure {
     Timeout,
     /// Connection refused, reset, or otherwise unavailable.
     Unavailable(String),
+    /// The TLS handshake failed: wrong or missing certificate on either side.
+    Tls(String),
     /// The member answered with a gRPC error status.
     Status(tonic::Code, String),
 }
@@ -44,6 +46,7 @@ impl PingFailure {
             PingFailure::Malformed(_) => "malformed",
             PingFailure::Timeout => "timeout",
             PingFailure::Unavailable(_) => "unavailable",
+            PingFailure::Tls(_) => "tls",
             PingFailure::Status(..) => "status",
         }
     }
@@ -55,6 +58,7 @@ impl std::fmt::Display for PingFailure {
             PingFailure::Malformed(why) => write!(f, "malformed address: {why}"),
             PingFailure::Timeout => write!(f, "no answer within the ping timeout"),
             PingFailure::Unavailable(why) => write!(f, "unavailable: {why}"),
+            PingFailure::Tls(why) => write!(f, "TLS handshake failed: {why}"),
             PingFailure::Status(code, msg) => write!(f, "answered {code:?}: {msg}"),
         }
     }
@@ -74,6 +78,7 @@ pub struct Pinger {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     timeout: Duration,
     keepalive: Option<Keepalive>,
+    tls: Option<ClientTlsConfig>,
 }
 
 impl Pinger {
@@ -82,7 +87,14 @@ impl Pinger {
             channels: Arc::default(),
             timeout,
             keepalive,
+            tls: None,
         }
+    }
+
+    /// Pings over TLS (mTLS when the config carries an identity).
+    pub fn with_tls(mut self, tls: ClientTlsConfig) -> Pinger {
+        self.tls = Some(tls);
+        self
     }
 
     fn channel(&self, member: &str) -> Result<Channel, PingFailure> {
@@ -91,11 +103,17 @@ impl Pinger {
             return Ok(ch.clone());
         }
         check_member_addr(member.as_bytes()).map_err(PingFailure::Malformed)?;
-        let mut ep = Endpoint::from_shared(format!("http://{member}"))
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut ep = Endpoint::from_shared(format!("{scheme}://{member}"))
             .map_err(|_| PingFailure::Malformed("not a valid URI authority"))?
             .connect_timeout(self.timeout)
             .timeout(self.timeout)
             .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            ep = ep
+                .tls_config(tls.clone())
+                .map_err(|_| PingFailure::Malformed("TLS configuration rejected"))?;
+        }
         if let Some(ka) = self.keepalive {
             ep = ep
                 .http2_keep_alive_interval(ka.interval)
@@ -155,12 +173,21 @@ fn classify(status: tonic::Status) -> PingFailure {
             }
             if why.contains("timed out") {
                 PingFailure::Timeout
+            } else if is_tls_failure(&why) {
+                PingFailure::Tls(why)
             } else {
                 PingFailure::Unavailable(why)
             }
         }
         code => PingFailure::Status(code, status.message().to_string()),
     }
+}
+
+fn is_tls_failure(why: &str) -> bool {
+    let why = why.to_ascii_lowercase();
+    ["certificate", "tls", "handshake", "unknownissuer", "alert"]
+        .iter()
+        .any(|k| why.contains(k))
 }
 
 fn is_transport(status: &tonic::Status) -> bool {

@@ -176,7 +176,17 @@ impl Store {
     /// Creates a store without connecting: the first call connects, and a Redis
     /// that is down at start is just a retryable error, never a crash.
     pub fn open(url: &str, table_key: &str, op_timeout: Duration) -> Result<Store, StoreError> {
-        let client = redis::Client::open(url).map_err(redis_err("open"))?;
+        Store::open_tls(url, table_key, op_timeout, &crate::tls::TlsFiles::default())
+    }
+
+    /// The same, with a custom CA and/or client certificate for `rediss://`.
+    pub fn open_tls(
+        url: &str,
+        table_key: &str,
+        op_timeout: Duration,
+        tls: &crate::tls::TlsFiles,
+    ) -> Result<Store, StoreError> {
+        let client = crate::tls::redis_client(url, tls).map_err(redis_err("open"))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(op_timeout))
             // Every call is bounded by its own deadline here (see `bounded`); the

@@ -12,3 +12,4 @@ mod fencing;
 mod process;
 mod security;
 mod table;
+mod tls;
