@@ -94,7 +94,17 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         })
         .collect();
     let mut groups = Vec::new();
-    let mut seen_members = std::collections::BTreeSet::new();
+    // A member listed in two groups works for the first by name, as in the daemon.
+    let mut owner: BTreeMap<String, &str> = BTreeMap::new();
+    let mut by_name: Vec<&(String, Vec<Vec<u8>>)> = o.groups.iter().collect();
+    by_name.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, entries) in by_name {
+        for raw in entries {
+            owner
+                .entry(String::from_utf8_lossy(raw).into_owned())
+                .or_insert(name.as_str());
+        }
+    }
     for (name, entries) in &o.groups {
         let mut g = GroupReport {
             name: name.clone(),
@@ -119,7 +129,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
                 g.failed.push(m);
                 continue;
             }
-            if !seen_members.insert(id.clone()) {
+            if owner.get(&id).is_some_and(|g| *g != name.as_str()) {
                 m.reason = Some("listed in another group too; works for the first by name".into());
                 g.failed.push(m);
                 continue;

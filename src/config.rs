@@ -461,7 +461,14 @@ pub fn resolve(
                 "several nodes (Redis Cluster) are not supported yet; give one node".into(),
             ));
         }
-        redis_url = format!("redis://{first}");
+        // Only the host changes: scheme (TLS), user, password and db stay.
+        let (scheme, rest) = redis_url.split_once("://").unwrap_or(("redis", ""));
+        let (auth, host_and_db) = match rest.rsplit_once('@') {
+            Some((a, h)) => (format!("{a}@"), h),
+            None => (String::new(), rest),
+        };
+        let db = host_and_db.find('/').map_or("", |i| &host_and_db[i..]);
+        redis_url = format!("{scheme}://{auth}{first}{db}");
     }
     if !(redis_url.starts_with("redis://") || redis_url.starts_with("rediss://")) {
         return Err(err(
@@ -825,6 +832,19 @@ mod tests {
         let e = resolve(&missing, &no_env).unwrap_err();
         assert_eq!(e.flag, "redis-password-file");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn redis_addrs_replaces_only_the_host() {
+        let raw = RawConfig {
+            redis_url: Some("rediss://app:pw@old:6379/3".into()),
+            redis_addrs: Some("new:6380".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve(&raw, &no_env).unwrap().redis_url,
+            "rediss://app:pw@new:6380/3"
+        );
     }
 
     #[test]

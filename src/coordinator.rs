@@ -45,7 +45,7 @@ use crate::lease::{self, HeldLease};
 use crate::liveness::{HealthChanges, Liveness};
 use crate::metrics::Metrics;
 use crate::pinger::{PingFailure, Pinger};
-use crate::store::{Acquisition, Commit, Committed, Notification, Store};
+use crate::store::{Acquisition, Claim, Commit, Committed, LeaseGrant, Notification, Store};
 use crate::table::MatchingTable;
 use crate::unix_ms;
 
@@ -195,6 +195,8 @@ enum State {
 
 struct Holding {
     lease: HeldLease,
+    /// The lease's local deadline, for the cycle task's last check before writing.
+    acts_until: watch::Sender<Instant>,
     liveness: Liveness,
     /// Liveness changes not yet persisted (a failed write is retried with the next).
     unsaved: HealthChanges,
@@ -215,7 +217,8 @@ struct Memo {
 enum Event {
     Shutdown,
     LeaseTimer,
-    Released,
+    /// A holder released the lease; the payload is its epoch.
+    Released(String),
     Notified(Notification),
     CycleTimer,
     CycleDone(Box<Result<CycleReport, StoreError>>),
@@ -227,11 +230,286 @@ struct CycleReport {
     inputs: Inputs,
     failures: Vec<(String, PingFailure)>,
     liveness: Liveness,
-    changes: HealthChanges,
+    /// Liveness changes still to persist (empty after a successful write).
+    unsaved: HealthChanges,
     transitions: Vec<(String, bool)>,
     memo: Memo,
-    stored_digest: Option<String>,
-    stored_generation: u64,
+    /// Per group: (name, live, failed).
+    groups: Vec<(String, usize, usize)>,
+    write: Write,
+    generation_floor: u64,
+    /// (member, list) pairs removed by `-forget-after`.
+    forgotten: Vec<(String, String)>,
+}
+
+/// What became of a cycle's write.
+enum Write {
+    /// Nothing changed: nothing written.
+    Unchanged,
+    /// The lease is past its renew deadline locally: nothing written.
+    NotActing,
+    Written {
+        generation: Option<u64>,
+    },
+    /// Redis rejected it: the lease moved on.
+    Fenced(String),
+    Failed(StoreError),
+}
+
+/// Everything a cycle task needs, owned, so it runs beside the state machine.
+struct CycleContext {
+    store: Store,
+    pinger: Pinger,
+    metrics: Arc<Metrics>,
+    services: Vec<String>,
+    units_key: String,
+    max_entries: usize,
+    replica_id: String,
+    forget_after: Option<Duration>,
+    grant: LeaseGrant,
+    acts_until: watch::Receiver<Instant>,
+    generation_floor: u64,
+}
+
+impl CycleContext {
+    fn may_act(&self) -> bool {
+        Instant::now() < *self.acts_until.borrow()
+    }
+
+    async fn run(
+        self,
+        mut liveness: Liveness,
+        mut unsaved: HealthChanges,
+        memo: Option<Memo>,
+    ) -> Result<CycleReport, StoreError> {
+        let read = info_span!(
+            "read_inputs",
+            lists = self.services.len() + 1,
+            otel.status_code = Empty,
+            otel.status_message = Empty
+        );
+        let snapshot = match self
+            .store
+            .read_snapshot(&self.services, &self.units_key, self.max_entries)
+            .instrument(read.clone())
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                mark_error(&read, &e.to_string());
+                mark_error(&Span::current(), &e.to_string());
+                return Err(e);
+            }
+        };
+        drop(read);
+        let inputs = inputs::normalize(&snapshot.raw);
+        let members: Vec<String> = inputs.members().map(str::to_string).collect();
+
+        let ping = info_span!(
+            "ping",
+            members = members.len(),
+            ok = Empty,
+            failed = Empty,
+            otel.status_code = Empty,
+            otel.status_message = Empty
+        );
+        let reports = self
+            .pinger
+            .ping_all(&members)
+            .instrument(ping.clone())
+            .await;
+        let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
+        for r in &reports {
+            match &r.result {
+                Ok(rtt) => self.metrics.ping_ok(*rtt),
+                Err(f) => {
+                    self.metrics.ping_failed(f.reason());
+                    *reasons.entry(f.reason()).or_default() += 1;
+                }
+            }
+        }
+        let failed: usize = reasons.values().sum();
+        ping.record("ok", reports.len() - failed);
+        ping.record("failed", failed);
+        if failed > 0 {
+            ping.in_scope(|| {
+                for (reason, count) in &reasons {
+                    tracing::warn!(reason, count, "pings failed");
+                }
+            });
+            mark_error(
+                &ping,
+                &format!("{failed} of {} pings failed", reports.len()),
+            );
+        }
+        drop(ping);
+        let listed: HashSet<&str> = inputs.members().collect();
+        self.pinger.retain(&listed);
+
+        let was_live: HashSet<String> = members
+            .iter()
+            .filter(|m| liveness.is_live(m))
+            .cloned()
+            .collect();
+        let malformed = inputs
+            .groups
+            .iter()
+            .flat_map(|g| g.malformed.iter().map(String::as_str));
+        let results = reports
+            .iter()
+            .map(|r| (r.member.as_str(), r.result.is_ok()))
+            .chain(malformed.clone().map(|m| (m, false)));
+        let all_listed = inputs.members().chain(malformed);
+        unsaved.merge(liveness.observe(results, all_listed, unix_ms()));
+        let transitions = members
+            .iter()
+            .filter(|m| liveness.is_live(m) != was_live.contains(*m))
+            .map(|m| (m.clone(), liveness.is_live(m)))
+            .collect();
+        let failures = reports
+            .into_iter()
+            .filter_map(|r| r.result.err().map(|e| (r.member, e)))
+            .collect();
+
+        let key = inputs_key(&inputs, &liveness);
+        let memo = match memo {
+            Some(m) if m.key == key => m,
+            _ => {
+                let (inp, live) = (inputs.clone(), liveness.clone());
+                let assign = info_span!(
+                    "assign",
+                    units = inputs.units.len(),
+                    groups = inputs.groups.len()
+                );
+                let table = tokio::task::spawn_blocking(move || {
+                    assign.in_scope(|| MatchingTable::solve(&inp, |m| live.is_live(m)))
+                })
+                .await
+                .expect("solving the table does not panic");
+                Memo {
+                    key,
+                    table: Arc::new(table),
+                }
+            }
+        };
+
+        let table = memo.table.clone();
+        let table_changed = snapshot.stored_digest.as_deref() != Some(table.digest().as_str());
+        let groups: Vec<(String, usize, usize)> = inputs
+            .groups
+            .iter()
+            .map(|g| {
+                let live = g.members.iter().filter(|m| liveness.is_live(m)).count();
+                (
+                    g.name.clone(),
+                    live,
+                    g.members.len() + g.malformed.len() - live,
+                )
+            })
+            .collect();
+        let cycle = Span::current();
+        cycle.record("members", groups.iter().map(|g| g.1 + g.2).sum::<usize>());
+        cycle.record("live", groups.iter().map(|g| g.1).sum::<usize>());
+        cycle.record("failed", groups.iter().map(|g| g.2).sum::<usize>());
+        cycle.record("units", inputs.units.len());
+        cycle.record("changed", table_changed);
+        for (group, live, failed) in &groups {
+            tracing::info!(group, live, failed, "group");
+        }
+
+        let mut generation_floor = self.generation_floor.max(snapshot.stored_generation);
+        let write = if !table_changed && unsaved.is_empty() {
+            Write::Unchanged
+        } else if !self.may_act() {
+            Write::NotActing
+        } else {
+            let commit = Commit {
+                table: table_changed.then_some(&*table),
+                health: &unsaved,
+                generation_floor,
+                holder_id: &self.replica_id,
+                now_ms: unix_ms(),
+            };
+            let span = info_span!(
+                "write_table",
+                epoch = self.grant.epoch,
+                table = table_changed,
+                rows = table.len(),
+                health_changes = unsaved.set.len() + unsaved.removed.len(),
+                generation = Empty,
+                otel.status_code = Empty,
+                otel.status_message = Empty,
+            );
+            match self
+                .store
+                .commit(&self.grant, &commit)
+                .instrument(span.clone())
+                .await
+            {
+                Ok(Committed::Written { generation }) => {
+                    if let Some(g) = generation {
+                        span.record("generation", g);
+                        cycle.record("generation", g);
+                        generation_floor = generation_floor.max(g);
+                    }
+                    unsaved = HealthChanges::default();
+                    Write::Written { generation }
+                }
+                Ok(Committed::Fenced { reason }) => {
+                    mark_error(&span, &format!("fenced by redis: {reason}"));
+                    Write::Fenced(reason)
+                }
+                Err(e) => {
+                    mark_error(&span, &e.to_string());
+                    Write::Failed(e)
+                }
+            }
+        };
+
+        let mut forgotten = Vec::new();
+        if let Some(after) = self.forget_after
+            && !matches!(write, Write::Fenced(_) | Write::NotActing)
+            && self.may_act()
+        {
+            let doomed: HashSet<String> = liveness
+                .forgettable(unix_ms(), after.as_millis() as u64)
+                .into_iter()
+                .collect();
+            let pairs: Vec<(String, String)> = inputs
+                .groups
+                .iter()
+                .flat_map(|g| {
+                    g.members
+                        .iter()
+                        .chain(&g.malformed)
+                        .filter(|m| doomed.contains(*m))
+                        .map(|m| (g.name.clone(), m.clone()))
+                })
+                .collect();
+            if !pairs.is_empty() {
+                match self.store.forget_many(&pairs).await {
+                    Ok(removed) => {
+                        forgotten = removed.into_iter().map(|(list, m)| (m, list)).collect()
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not forget long-failing members"),
+                }
+            }
+        }
+
+        Ok(CycleReport {
+            epoch: self.grant.epoch,
+            inputs,
+            failures,
+            liveness,
+            unsaved,
+            transitions,
+            memo,
+            groups,
+            write,
+            generation_floor,
+            forgotten,
+        })
+    }
 }
 
 struct Coordinator {
@@ -248,6 +526,8 @@ struct Coordinator {
     /// Redis trouble is logged once per streak, not once per retry.
     read_failing: bool,
     acquire_failing: bool,
+    /// The epoch this replica last released, to ignore its own notification.
+    released_epoch: Option<u64>,
 }
 
 impl Coordinator {
@@ -281,6 +561,7 @@ impl Coordinator {
             known_rejections: HashSet::new(),
             read_failing: false,
             acquire_failing: false,
+            released_epoch: None,
         }
     }
 
@@ -336,7 +617,7 @@ impl Coordinator {
                 }
                 _ = sleep_until(lease_at) => Event::LeaseTimer,
                 n = notifications.recv() => match n {
-                    Some(Notification::Message(ch, _)) if ch == keys.lease_channel => Event::Released,
+                    Some(Notification::Message(ch, epoch)) if ch == keys.lease_channel => Event::Released(epoch),
                     Some(n) => Event::Notified(n),
                     // The subscriber only stops on cancellation.
                     None => Event::Shutdown,
@@ -373,8 +654,15 @@ impl Coordinator {
                     state
                 }
                 (state, Event::Notified(Notification::Subscribed)) => state,
-                (State::Standby { .. }, Event::LeaseTimer | Event::Released) => {
-                    self.try_acquire().await
+                (State::Standby { .. }, Event::LeaseTimer) => self.try_acquire().await,
+                (State::Standby { next_attempt }, Event::Released(epoch)) => {
+                    // Our own release (we stepped down) is no reason to come back at
+                    // once: that would spin if whatever made us step down persists.
+                    if epoch.parse().ok() == self.released_epoch {
+                        State::Standby { next_attempt }
+                    } else {
+                        self.try_acquire().await
+                    }
                 }
                 (State::Standby { next_attempt }, Event::CycleTimer) => {
                     State::Standby { next_attempt }
@@ -383,7 +671,7 @@ impl Coordinator {
                     // A cycle of an earlier holding; its results are void.
                     State::Standby { next_attempt }
                 }
-                (State::Holder(h), Event::Released) => State::Holder(h),
+                (State::Holder(h), Event::Released(_)) => State::Holder(h),
                 (State::Holder(h), Event::LeaseTimer) => {
                     let next = self.renew(h).await;
                     if matches!(next, State::Standby { .. })
@@ -416,16 +704,36 @@ impl Coordinator {
                     h.next_cycle = (h.next_cycle + poll).max(Instant::now());
                     State::Holder(h)
                 }
-                (State::Holder(h), Event::CycleDone(report)) => self.finish_cycle(h, *report).await,
+                (State::Holder(h), Event::CycleDone(report)) => self.finish_cycle(h, *report),
             };
         }
     }
 
-    fn step_down(&mut self, transition: &'static str, why: &str, epoch: u64) -> State {
+    /// Stops acting. A lease that lapsed locally may still be ours in Redis:
+    /// give it back (best effort, fenced by its token) so that a standby need
+    /// not wait out the TTL.
+    fn step_down(
+        &mut self,
+        transition: &'static str,
+        why: &str,
+        lease: Option<&HeldLease>,
+    ) -> State {
+        let epoch = lease.map_or(0, HeldLease::epoch);
         self.metrics.lease(transition);
         lease_span(&self.config.replica_id, transition, epoch).in_scope(|| {
             tracing::warn!(replica = %self.config.replica_id, epoch, reason = why, "stepping down to standby")
         });
+        if let Some(lease) = lease.filter(|_| transition == "lapsed") {
+            let (store, grant) = (self.store.clone(), lease.grant.clone());
+            self.released_epoch = Some(grant.epoch);
+            tokio::spawn(async move {
+                if let Ok(true) = store.release(&grant).await {
+                    tracing::info!(epoch = grant.epoch, "lapsed lease given back");
+                }
+            });
+        }
+        // A standby pings nobody: drop the cached connections to members.
+        self.pinger.retain(&HashSet::new());
         self.update(|s| {
             s.role = Role::Standby;
             s.holder = None;
@@ -438,16 +746,15 @@ impl Coordinator {
     async fn try_acquire(&mut self) -> State {
         let timing = self.config.lease;
         let sent_at = Instant::now();
-        let attempt = self
-            .store
-            .acquire(
-                timing.ttl,
-                self.epoch_floor,
-                &self.config.replica_id,
-                unix_ms(),
-                self.config.failure_threshold,
-            )
-            .await;
+        let claim = Claim {
+            ttl: timing.ttl,
+            epoch_floor: self.epoch_floor,
+            generation_floor: self.generation_floor,
+            holder_id: &self.config.replica_id,
+            now_ms: unix_ms(),
+            failure_threshold: self.config.failure_threshold,
+        };
+        let attempt = self.store.acquire(&claim).await;
         self.redis_result(&attempt);
         if attempt.is_ok() && std::mem::take(&mut self.acquire_failing) {
             tracing::info!("redis reachable again");
@@ -457,51 +764,46 @@ impl Coordinator {
                 self.epoch_floor = self.epoch_floor.max(grant.epoch);
                 let lease = HeldLease::new(grant, timing, sent_at);
                 self.metrics.lease("acquired");
+                // Liveness history lets this holder write the same table as the
+                // last one. If it cannot be read, start without it (logged):
+                // giving the lease back would only make every replica retry.
                 let loaded = self.store.load_liveness().await;
                 self.redis_result(&loaded);
-                match loaded {
-                    Ok((stored, generation)) => {
-                        let (liveness, bad) =
-                            Liveness::restore(self.config.failure_threshold, stored);
-                        for (member, value) in bad {
-                            tracing::warn!(key = %self.store.keys().liveness, member, value, "ignoring unreadable liveness entry");
-                        }
-                        self.generation_floor = self.generation_floor.max(generation);
-                        lease_span(&self.config.replica_id, "acquired", lease.epoch()).in_scope(
-                            || {
-                                tracing::info!(
-                                    replica = %self.config.replica_id,
-                                    epoch = lease.epoch(),
-                                    known_members = liveness.iter().count(),
-                                    "lease acquired; acting as holder"
-                                )
-                            },
-                        );
-                        self.update(|s| {
-                            s.role = Role::Holder;
-                            s.epoch = lease.epoch();
-                            s.holder = Some(self.config.replica_id.clone());
-                            s.lease_acquisitions += 1;
-                            bump(&mut s.generation, generation);
-                        });
-                        State::Holder(Box::new(Holding {
-                            lease,
-                            liveness,
-                            unsaved: HealthChanges::default(),
-                            next_cycle: Instant::now(),
-                            cycle_started: Instant::now(),
-                            cycle_span: Span::none(),
-                            memo: None,
-                        }))
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, retryable = e.is_retryable(), "could not load liveness state; giving the lease back");
-                        self.release(&lease).await;
-                        State::Standby {
-                            next_attempt: Instant::now() + timing.retry_interval,
-                        }
-                    }
+                let (stored, generation) = loaded.unwrap_or_else(|e| {
+                    tracing::error!(error = %e, key = %self.store.keys().liveness, "could not load liveness history; starting without it");
+                    Default::default()
+                });
+                let (liveness, bad) = Liveness::restore(self.config.failure_threshold, stored);
+                for (member, value) in bad {
+                    tracing::warn!(key = %self.store.keys().liveness, member, value, "ignoring unreadable liveness entry");
                 }
+                self.generation_floor = self.generation_floor.max(generation);
+                lease_span(&self.config.replica_id, "acquired", lease.epoch()).in_scope(|| {
+                    tracing::info!(
+                        replica = %self.config.replica_id,
+                        epoch = lease.epoch(),
+                        known_members = liveness.iter().count(),
+                        "lease acquired; acting as holder"
+                    )
+                });
+                self.update(|s| {
+                    s.role = Role::Holder;
+                    s.epoch = lease.epoch();
+                    s.holder = Some(self.config.replica_id.clone());
+                    s.lease_acquisitions += 1;
+                    bump(&mut s.generation, generation);
+                });
+                let (acts_until, _) = watch::channel(lease.acts_until());
+                State::Holder(Box::new(Holding {
+                    lease,
+                    acts_until,
+                    liveness,
+                    unsaved: HealthChanges::default(),
+                    next_cycle: Instant::now(),
+                    cycle_started: Instant::now(),
+                    cycle_span: Span::none(),
+                    memo: None,
+                }))
             }
             Ok(Acquisition::Held {
                 pttl,
@@ -535,7 +837,7 @@ impl Coordinator {
             return self.step_down(
                 "lapsed",
                 "could not renew the lease within the renew deadline",
-                epoch,
+                Some(&h.lease),
             );
         }
         let budget = h.lease.renewal_budget(now);
@@ -547,9 +849,14 @@ impl Coordinator {
         match renewal {
             Ok(true) => {
                 h.lease.renewed(now);
+                h.acts_until.send_replace(h.lease.acts_until());
                 State::Holder(h)
             }
-            Ok(false) => self.step_down("lost", "lease lost: another replica holds it now", epoch),
+            Ok(false) => self.step_down(
+                "lost",
+                "lease lost: another replica holds it now",
+                Some(&h.lease),
+            ),
             Err(e) => {
                 let span = lease_span(&self.config.replica_id, "renew_failed", epoch);
                 mark_error(&span, &e.to_string());
@@ -563,7 +870,7 @@ impl Coordinator {
                     self.step_down(
                         "lapsed",
                         "could not renew the lease within the renew deadline",
-                        epoch,
+                        Some(&h.lease),
                     )
                 }
             }
@@ -614,139 +921,33 @@ impl Coordinator {
     }
 
     /// The IO half of a cycle, run as its own task so renewals never wait on it.
+    /// One holder cycle, run as its own task so renewals never wait on it:
+    /// read, ping, solve, and write if the table or liveness changed. The write
+    /// is fenced by Redis; the task also checks the lease is locally valid
+    /// (`acts_until`) right before writing.
     fn cycle_task(
         &self,
         h: &Holding,
     ) -> impl Future<Output = Result<CycleReport, StoreError>> + Send + 'static {
-        let store = self.store.clone();
-        let pinger = self.pinger.clone();
-        let metrics = self.metrics.clone();
-        let services = self.config.services_namespaces.clone();
-        let units_key = self.config.workunits_namespace.clone();
-        let max_entries = self.config.max_list_entries;
-        let mut liveness = h.liveness.clone();
-        let memo = h.memo.clone();
-        let epoch = h.lease.epoch();
-        async move {
-            let read = info_span!(
-                "read_inputs",
-                lists = services.len() + 1,
-                otel.status_code = Empty,
-                otel.status_message = Empty
-            );
-            let snapshot = match store
-                .read_snapshot(&services, &units_key, max_entries)
-                .instrument(read.clone())
-                .await
-            {
-                Ok(s) => s,
-                Err(e) => {
-                    mark_error(&read, &e.to_string());
-                    mark_error(&Span::current(), &e.to_string());
-                    return Err(e);
-                }
-            };
-            drop(read);
-            let inputs = inputs::normalize(&snapshot.raw);
-            let members: Vec<String> = inputs.members().map(str::to_string).collect();
-            let ping = info_span!(
-                "ping",
-                members = members.len(),
-                ok = Empty,
-                failed = Empty,
-                otel.status_code = Empty,
-                otel.status_message = Empty
-            );
-            let reports = pinger.ping_all(&members).instrument(ping.clone()).await;
-            let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
-            for r in &reports {
-                match &r.result {
-                    Ok(rtt) => metrics.ping_ok(*rtt),
-                    Err(f) => {
-                        metrics.ping_failed(f.reason());
-                        *reasons.entry(f.reason()).or_default() += 1;
-                    }
-                }
-            }
-            let failed: usize = reasons.values().sum();
-            ping.record("ok", reports.len() - failed);
-            ping.record("failed", failed);
-            if failed > 0 {
-                ping.in_scope(|| {
-                    for (reason, count) in &reasons {
-                        tracing::warn!(reason, count, "pings failed");
-                    }
-                });
-                mark_error(
-                    &ping,
-                    &format!("{failed} of {} pings failed", reports.len()),
-                );
-            }
-            drop(ping);
-            let listed: HashSet<&str> = inputs.members().collect();
-            pinger.retain(&listed);
-
-            let was_live: HashSet<String> = members
-                .iter()
-                .filter(|m| liveness.is_live(m))
-                .cloned()
-                .collect();
-            let malformed = inputs
-                .groups
-                .iter()
-                .flat_map(|g| g.malformed.iter().map(String::as_str));
-            let results = reports
-                .iter()
-                .map(|r| (r.member.as_str(), r.result.is_ok()))
-                .chain(malformed.clone().map(|m| (m, false)));
-            let all_listed = inputs.members().chain(malformed);
-            let changes = liveness.observe(results, all_listed, unix_ms());
-            let transitions = members
-                .iter()
-                .filter(|m| liveness.is_live(m) != was_live.contains(*m))
-                .map(|m| (m.clone(), liveness.is_live(m)))
-                .collect();
-            let failures = reports
-                .into_iter()
-                .filter_map(|r| r.result.err().map(|e| (r.member, e)))
-                .collect();
-
-            let key = inputs_key(&inputs, &liveness);
-            let memo = match memo {
-                Some(m) if m.key == key => m,
-                _ => {
-                    let (inp, live) = (inputs.clone(), liveness.clone());
-                    let assign = info_span!(
-                        "assign",
-                        units = inputs.units.len(),
-                        groups = inputs.groups.len()
-                    );
-                    let table = tokio::task::spawn_blocking(move || {
-                        assign.in_scope(|| MatchingTable::solve(&inp, |m| live.is_live(m)))
-                    })
-                    .await
-                    .expect("solving the table does not panic");
-                    Memo {
-                        key,
-                        table: Arc::new(table),
-                    }
-                }
-            };
-            Ok(CycleReport {
-                epoch,
-                inputs,
-                failures,
-                liveness,
-                changes,
-                transitions,
-                memo,
-                stored_digest: snapshot.stored_digest,
-                stored_generation: snapshot.stored_generation,
-            })
-        }
+        let ctx = CycleContext {
+            store: self.store.clone(),
+            pinger: self.pinger.clone(),
+            metrics: self.metrics.clone(),
+            services: self.config.services_namespaces.clone(),
+            units_key: self.config.workunits_namespace.clone(),
+            max_entries: self.config.max_list_entries,
+            replica_id: self.config.replica_id.clone(),
+            forget_after: self.config.forget_after,
+            grant: h.lease.grant.clone(),
+            acts_until: h.acts_until.subscribe(),
+            generation_floor: self.generation_floor,
+        };
+        let (liveness, unsaved, memo) = (h.liveness.clone(), h.unsaved.clone(), h.memo.clone());
+        ctx.run(liveness, unsaved, memo)
     }
 
-    async fn finish_cycle(
+    /// Takes a finished cycle's results into the holder's state.
+    fn finish_cycle(
         &mut self,
         mut h: Box<Holding>,
         report: Result<CycleReport, StoreError>,
@@ -758,15 +959,16 @@ impl Coordinator {
         let report = match report {
             Ok(r) => {
                 self.metrics.cycle("ok", took);
-                if self.read_failing {
+                if std::mem::take(&mut self.read_failing) {
                     tracing::info!("redis reads recovered");
-                    self.read_failing = false;
                 }
                 r
             }
             Err(e) => {
                 if !self.read_failing || !e.is_retryable() {
-                    tracing::warn!(error = %e, kind = e.kind(), "cycle skipped: could not read inputs; keeping the last table");
+                    span.in_scope(|| {
+                        tracing::warn!(error = %e, kind = e.kind(), "cycle skipped: could not read inputs; keeping the last table")
+                    });
                 }
                 self.read_failing = true;
                 self.metrics.cycle("read_error", took);
@@ -781,141 +983,83 @@ impl Coordinator {
             return State::Holder(h);
         }
         span.in_scope(|| self.log_inputs(&report));
-
         h.liveness = report.liveness;
-        h.unsaved.merge(report.changes);
+        h.unsaved = report.unsaved;
         let table = report.memo.table.clone();
         h.memo = Some(report.memo);
-        self.generation_floor = self.generation_floor.max(report.stored_generation);
-        let digest = table.digest();
-        let table_changed = report.stored_digest.as_deref() != Some(digest.as_str());
-        let groups: Vec<(String, usize, usize)> = report
-            .inputs
-            .groups
-            .iter()
-            .map(|g| {
-                let live = g.members.iter().filter(|m| h.liveness.is_live(m)).count();
-                (
-                    g.name.clone(),
-                    live,
-                    g.members.len() + g.malformed.len() - live,
-                )
-            })
-            .collect();
-        span.record("members", groups.iter().map(|g| g.1 + g.2).sum::<usize>());
-        span.record("live", groups.iter().map(|g| g.1).sum::<usize>());
-        span.record("failed", groups.iter().map(|g| g.2).sum::<usize>());
-        span.record("units", report.inputs.units.len());
-        span.record("changed", table_changed);
-        span.in_scope(|| {
-            for (group, live, failed) in &groups {
-                tracing::info!(group, live, failed, "group");
+        self.generation_floor = self.generation_floor.max(report.generation_floor);
+        for (member, list) in &report.forgotten {
+            span.in_scope(|| {
+                tracing::info!(member, list, "forgot a long-failing member (-forget-after)")
+            });
+        }
+        match report.write {
+            Write::Unchanged | Write::NotActing => {}
+            Write::Written { generation: None } => {}
+            Write::Written {
+                generation: Some(g),
+            } => {
+                self.generation_floor = self.generation_floor.max(g);
+                self.metrics.table_writes.inc();
+                let bytes: usize = table.rows().iter().map(|(m, v)| m.len() + v.len()).sum();
+                self.metrics.table_bytes.set(bytes as u64);
+                span.in_scope(|| {
+                    tracing::info!(
+                        epoch = h.lease.epoch(),
+                        generation = g,
+                        members = table.len(),
+                        assignments = table.assignments(),
+                        units = report.inputs.units.len(),
+                        "matching table written"
+                    )
+                });
+                self.update(|s| {
+                    bump(&mut s.generation, g);
+                    s.last_write_ms = Some(unix_ms());
+                    s.table_writes += 1;
+                });
             }
-        });
-
-        if (table_changed || !h.unsaved.is_empty()) && h.lease.may_act(Instant::now()) {
-            let commit = Commit {
-                table: table_changed.then_some(&*table),
-                health: &h.unsaved,
-                generation_floor: self.generation_floor,
-                holder_id: &self.config.replica_id,
-                now_ms: unix_ms(),
-            };
-            let write = info_span!(
-                parent: &span,
-                "write_table",
-                epoch = h.lease.epoch(),
-                table = table_changed,
-                rows = table.len(),
-                health_changes = h.unsaved.set.len() + h.unsaved.removed.len(),
-                generation = Empty,
-                otel.status_code = Empty,
-                otel.status_message = Empty,
-            );
-            let committed = self
-                .store
-                .commit(&h.lease.grant, &commit)
-                .instrument(write.clone())
-                .await;
-            match &committed {
-                Ok(Committed::Written {
-                    generation: Some(g),
-                }) => {
-                    write.record("generation", g);
-                    span.record("generation", g);
-                }
-                Ok(Committed::Written { generation: None }) => {}
-                Ok(Committed::Fenced { reason }) => {
-                    mark_error(&write, &format!("fenced by redis: {reason}"))
-                }
-                Err(e) => mark_error(&write, &e.to_string()),
-            }
-            self.redis_result(&committed);
-            match committed {
-                Ok(Committed::Written { generation }) => {
-                    h.unsaved = HealthChanges::default();
-                    if let Some(g) = generation {
-                        self.generation_floor = self.generation_floor.max(g);
-                        self.metrics.table_writes.inc();
-                        let bytes: usize =
-                            table.rows().iter().map(|(m, v)| m.len() + v.len()).sum();
-                        self.metrics.table_bytes.set(bytes as u64);
-                        span.in_scope(|| {
-                            tracing::info!(
-                                epoch = h.lease.epoch(),
-                                generation = g,
-                                members = table.len(),
-                                assignments = table.assignments(),
-                                units = report.inputs.units.len(),
-                                "matching table written"
-                            )
-                        });
-                        self.update(|s| {
-                            bump(&mut s.generation, g);
-                            s.last_write_ms = Some(unix_ms());
-                            s.table_writes += 1;
-                        });
-                    }
-                }
-                Ok(Committed::Fenced { reason }) => {
-                    self.metrics.fenced_writes.inc();
-                    self.update(|s| s.fenced_writes += 1);
-                    let epoch = h.lease.epoch();
+            Write::Fenced(reason) => {
+                self.metrics.fenced_writes.inc();
+                self.update(|s| s.fenced_writes += 1);
+                let epoch = h.lease.epoch();
+                span.in_scope(|| {
                     tracing::warn!(
                         epoch,
                         reason,
                         "table write rejected by redis: this replica is no longer the holder"
-                    );
-                    return self.step_down("fenced", "write fenced", epoch);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, kind = e.kind(), "table write failed; will retry next cycle");
-                }
+                    )
+                });
+                drop(span);
+                let _ = epoch;
+                return self.step_down("fenced", "write fenced", Some(&h.lease));
+            }
+            Write::Failed(e) => {
+                self.metrics.redis_error(e.kind());
+                span.in_scope(|| tracing::warn!(error = %e, kind = e.kind(), "table write failed; will retry next cycle"));
             }
         }
-        if let Some(after) = self.config.forget_after {
-            self.forget(&h, &report.inputs, after).await;
-        }
+        let by_kind = ["unit", "address", "duplicate_member"]
+            .into_iter()
+            .map(|k| {
+                (
+                    k,
+                    report
+                        .inputs
+                        .rejections
+                        .iter()
+                        .filter(|r| r.kind() == k)
+                        .count(),
+                )
+            })
+            .collect();
         self.update(|s| {
             s.cycles += 1;
             s.last_error = None;
             s.units = report.inputs.units.len();
             s.invalid_inputs = report.inputs.rejections.len();
-            s.invalid_by_kind = ["unit", "address", "duplicate_member"]
-                .into_iter()
-                .map(|k| {
-                    (
-                        k,
-                        report
-                            .inputs
-                            .rejections
-                            .iter()
-                            .filter(|r| r.kind() == k)
-                            .count(),
-                    )
-                })
-                .collect();
-            s.groups = groups;
+            s.invalid_by_kind = by_kind;
+            s.groups = report.groups;
         });
         State::Holder(h)
     }
@@ -948,26 +1092,6 @@ impl Coordinator {
                     .map(|f| f.to_string())
                     .unwrap_or_default();
                 tracing::warn!(member, reason, "member failing: its work is redistributed");
-            }
-        }
-    }
-
-    async fn forget(&self, h: &Holding, inputs: &Inputs, after: Duration) {
-        let doomed = h.liveness.forgettable(unix_ms(), after.as_millis() as u64);
-        for member in doomed {
-            for group in &inputs.groups {
-                if (group.members.contains(&member) || group.malformed.contains(&member))
-                    && h.lease.may_act(Instant::now())
-                {
-                    let forgotten = self.store.forget(&group.name, &member).await;
-                    self.redis_result(&forgotten);
-                    match forgotten {
-                        Ok(_) => {
-                            tracing::info!(member, list = %group.name, "forgot a long-failing member")
-                        }
-                        Err(e) => tracing::warn!(error = %e, member, "could not forget member"),
-                    }
-                }
             }
         }
     }

@@ -162,8 +162,14 @@ pub fn check_member_addr(raw: &[u8]) -> Result<&str, &'static str> {
     }
     if let Some(inner) = host.strip_prefix('[') {
         let inner = inner.strip_suffix(']').ok_or("unclosed '[' in IPv6 host")?;
-        inner.parse::<Ipv6Addr>().map_err(|_| "bad IPv6 address")?;
+        let ip = inner.parse::<Ipv6Addr>().map_err(|_| "bad IPv6 address")?;
+        if ip.is_unspecified() {
+            return Err("unspecified address [::] cannot be dialled");
+        }
     } else {
+        if host == "0.0.0.0" {
+            return Err("unspecified address 0.0.0.0 cannot be dialled");
+        }
         if host.is_empty() {
             return Err("empty host");
         }
@@ -308,6 +314,11 @@ mod tests {
             ("h st:80", "host has characters outside [A-Za-z0-9._-]"),
             ("[::1:80", "unclosed '[' in IPv6 host"),
             ("[zz]:80", "bad IPv6 address"),
+            (
+                "0.0.0.0:80",
+                "unspecified address 0.0.0.0 cannot be dialled",
+            ),
+            ("[::]:80", "unspecified address [::] cannot be dialled"),
         ] {
             assert_eq!(check_member_addr(bad.as_bytes()), Err(why), "{bad:?}");
         }

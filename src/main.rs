@@ -242,7 +242,34 @@ fn main() -> ExitCode {
     }
 }
 
+/// Lifts the soft open-files limit to the hard one: one cached channel per
+/// member means 10,000 members need 10,000 descriptors, and running out would
+/// make every ping fail at once.
+fn raise_open_files_limit() {
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed in.
+    unsafe {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            let wanted = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) != 0 {
+                tracing::warn!(
+                    soft = lim.rlim_cur,
+                    hard = lim.rlim_max,
+                    "could not raise the open-files limit"
+                );
+            }
+        }
+    }
+}
+
 fn run(config: distributor::Config) -> anyhow::Result<()> {
+    raise_open_files_limit();
     let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
     runtime.block_on(async {
         // The OTLP/gRPC exporter needs the runtime, so telemetry starts here.

@@ -111,10 +111,17 @@ impl Member {
                 addr: opts.listen,
                 source,
             })?;
-        let id = opts
-            .advertise
-            .clone()
-            .unwrap_or_else(|| local_addr.to_string());
+        // A wildcard listen address is not an address others can dial.
+        let id = match &opts.advertise {
+            Some(a) => a.clone(),
+            None if local_addr.ip().is_unspecified() => {
+                return Err(MemberError::Address {
+                    addr: local_addr.to_string(),
+                    reason: "listening on all interfaces: set `advertise` to the address others dial",
+                });
+            }
+            None => local_addr.to_string(),
+        };
         check_member_addr(id.as_bytes()).map_err(|reason| MemberError::Address {
             addr: id.clone(),
             reason,

@@ -31,6 +31,18 @@ pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(2);
 /// in the holder, in the cycle task.
 pub const BULK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The two connections, replaced wholesale after a timeout: a connection that
+/// went silent (a partition, no RST) never errors by itself, so without this
+/// every later call would wait on it until the kernel gives up, minutes later.
+struct Links {
+    config: ConnectionManagerConfig,
+    /// Lease calls and writes: small, latency-critical.
+    lease: std::sync::Mutex<ConnectionManager>,
+    /// Cycle and operator reads, which may carry megabytes; on their own
+    /// connection so a big reply never queues a lease renewal behind it.
+    bulk: std::sync::Mutex<ConnectionManager>,
+}
+
 struct Scripts {
     acquire: Script,
     renew: Script,
@@ -43,11 +55,7 @@ struct Scripts {
 #[derive(Clone)]
 pub struct Store {
     client: redis::Client,
-    /// Lease calls and writes: small, latency-critical.
-    conn: ConnectionManager,
-    /// Cycle and operator reads, which may carry megabytes; on their own
-    /// connection so a big reply never queues a lease renewal behind it.
-    bulk: ConnectionManager,
+    links: Arc<Links>,
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
     op_timeout: Duration,
@@ -58,6 +66,20 @@ pub struct Store {
 pub struct LeaseGrant {
     pub token: String,
     pub epoch: u64,
+}
+
+/// What a replica brings to an acquisition attempt.
+#[derive(Debug, Clone)]
+pub struct Claim<'a> {
+    pub ttl: Duration,
+    /// Highest epoch this replica has seen (keeps epochs increasing across data loss).
+    pub epoch_floor: u64,
+    /// Highest table generation this replica has seen.
+    pub generation_floor: u64,
+    pub holder_id: &'a str,
+    pub now_ms: u64,
+    /// Recorded in the metadata so operators' tools can judge liveness.
+    pub failure_threshold: u32,
 }
 
 /// The outcome of an acquisition attempt.
@@ -195,14 +217,18 @@ impl Store {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-            .map_err(redis_err("open"))?;
-        let bulk = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(redis_err("open"))?;
+        let lazy = || {
+            ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                .map_err(redis_err("open"))
+        };
+        let links = Links {
+            lease: std::sync::Mutex::new(lazy()?),
+            bulk: std::sync::Mutex::new(lazy()?),
+            config: config.clone(),
+        };
         Ok(Store {
-            client,
-            conn,
-            bulk,
+            client: client.clone(),
+            links: Arc::new(links),
             keys: Arc::new(Keys::new(table_key)),
             scripts: Arc::new(Scripts {
                 acquire: Script::new(include_str!("store/acquire.lua")),
@@ -219,6 +245,25 @@ impl Store {
         &self.keys
     }
 
+    fn conn(&self) -> ConnectionManager {
+        self.links.lease.lock().expect("links poisoned").clone()
+    }
+
+    fn bulk(&self) -> ConnectionManager {
+        self.links.bulk.lock().expect("links poisoned").clone()
+    }
+
+    /// Drops both connections for fresh ones (connected lazily on next use).
+    fn reconnect(&self) {
+        let fresh = || {
+            ConnectionManager::new_lazy_with_config(self.client.clone(), self.links.config.clone())
+        };
+        if let (Ok(lease), Ok(bulk)) = (fresh(), fresh()) {
+            *self.links.lease.lock().expect("links poisoned") = lease;
+            *self.links.bulk.lock().expect("links poisoned") = bulk;
+        }
+    }
+
     async fn bounded<T>(
         &self,
         op: &'static str,
@@ -227,7 +272,11 @@ impl Store {
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(timeout, fut).await {
             Ok(r) => r.map_err(redis_err(op)),
-            Err(_) => Err(StoreError::Timeout { op, timeout }),
+            Err(_) => {
+                tracing::debug!(op, ?timeout, "redis call timed out; reconnecting");
+                self.reconnect();
+                Err(StoreError::Timeout { op, timeout })
+            }
         }
     }
 
@@ -237,7 +286,7 @@ impl Store {
         for k in keys {
             pipe.cmd("TYPE").arg(*k);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let types: Vec<String> = self
             .bounded("TYPE", self.op_timeout, pipe.query_async(&mut conn))
             .await
@@ -274,11 +323,12 @@ impl Store {
         for key in services.iter().map(String::as_str).chain([units_key]) {
             pipe.cmd("LRANGE").arg(key).arg(0).arg(max_entries);
         }
-        pipe.cmd("HMGET")
-            .arg(&self.keys.meta)
-            .arg("digest")
-            .arg("generation");
-        let mut conn = self.bulk.clone();
+        pipe.cmd("EVAL")
+            .arg(include_str!("store/table_state.lua"))
+            .arg(2)
+            .arg(&self.keys.table)
+            .arg(&self.keys.meta);
+        let mut conn = self.bulk();
         let replies: Vec<Value> = match self
             .bounded("read lists", BULK_TIMEOUT, pipe.query_async(&mut conn))
             .await
@@ -287,9 +337,7 @@ impl Store {
             Err(e) => {
                 let mut keys: Vec<&str> = services.iter().map(String::as_str).collect();
                 keys.push(units_key);
-                let e = self.classify(e, &keys, "list").await;
-                // Every list is a list: then the metadata hash is the odd one out.
-                return Err(self.classify(e, &[&self.keys.meta], "hash").await);
+                return Err(self.classify(e, &keys, "list").await);
             }
         };
         if replies.len() != services.len() + 2 {
@@ -329,26 +377,20 @@ impl Store {
     }
 
     /// Tries to take the lease with a fresh random token.
-    pub async fn acquire(
-        &self,
-        ttl: Duration,
-        epoch_floor: u64,
-        holder_id: &str,
-        now_ms: u64,
-        failure_threshold: u32,
-    ) -> Result<Acquisition, StoreError> {
+    pub async fn acquire(&self, claim: &Claim<'_>) -> Result<Acquisition, StoreError> {
         let token = format!("{:032x}", rand::random::<u128>());
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let mut inv = self.scripts.acquire.prepare_invoke();
         inv.key(&self.keys.lease)
             .key(&self.keys.epoch)
             .key(&self.keys.meta)
             .arg(&token)
-            .arg(ttl.as_millis() as u64)
-            .arg(epoch_floor)
-            .arg(holder_id)
-            .arg(now_ms)
-            .arg(failure_threshold);
+            .arg(claim.ttl.as_millis() as u64)
+            .arg(claim.epoch_floor)
+            .arg(claim.holder_id)
+            .arg(claim.now_ms)
+            .arg(claim.failure_threshold)
+            .arg(claim.generation_floor);
         let v: Value = self
             .bounded(
                 "acquire lease",
@@ -371,6 +413,20 @@ impl Store {
                 holder: text(holder).unwrap_or_default(),
                 epoch: int(epoch).unwrap_or(0).max(0) as u64,
             }),
+            [ok, key] if int(ok) == Some(-1) => {
+                let key = text(key).unwrap_or_default();
+                let mut conn = self.conn();
+                let actual: String = redis::cmd("TYPE")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap_or_default();
+                Err(StoreError::WrongType {
+                    key,
+                    expected: "string",
+                    actual,
+                })
+            }
             _ => Err(reply_err("acquire lease", &v)),
         }
     }
@@ -382,7 +438,7 @@ impl Store {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<bool, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let mut inv = self.scripts.renew.prepare_invoke();
         inv.key(&self.keys.lease)
             .key(&self.keys.epoch)
@@ -397,7 +453,7 @@ impl Store {
 
     /// Gives the lease up and notifies standbys; `Ok(false)` if it was not ours.
     pub async fn release(&self, grant: &LeaseGrant) -> Result<bool, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let mut inv = self.scripts.release.prepare_invoke();
         inv.key(&self.keys.lease)
             .key(&self.keys.meta)
@@ -420,7 +476,7 @@ impl Store {
         grant: &LeaseGrant,
         c: &Commit<'_>,
     ) -> Result<Committed, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let mut inv = self.scripts.commit.prepare_invoke();
         inv.key(&self.keys.table)
             .key(&self.keys.meta)
@@ -489,7 +545,7 @@ impl Store {
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(&self.keys.liveness);
         pipe.cmd("HGET").arg(&self.keys.meta).arg("generation");
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let (map, generation): (HashMap<String, String>, Option<u64>) = match self
             .bounded(
                 "read liveness",
@@ -509,7 +565,7 @@ impl Store {
 
     /// Removes a long-failing member from its services list (`--forget-after`).
     pub async fn forget(&self, services_key: &str, member: &str) -> Result<bool, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let n: i64 = self
             .bounded(
                 "forget member",
@@ -522,6 +578,32 @@ impl Store {
             )
             .await?;
         Ok(n > 0)
+    }
+
+    /// Removes each `(list, member)` pair in one pipelined round trip; returns
+    /// the pairs that were actually listed.
+    pub async fn forget_many(
+        &self,
+        pairs: &[(String, String)],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let mut pipe = redis::pipe();
+        for (list, member) in pairs {
+            pipe.cmd("LREM").arg(list).arg(0).arg(member);
+        }
+        let mut conn = self.conn();
+        let removed: Vec<i64> = self
+            .bounded(
+                "forget members",
+                self.op_timeout,
+                pipe.query_async(&mut conn),
+            )
+            .await?;
+        Ok(pairs
+            .iter()
+            .zip(removed)
+            .filter(|(_, n)| *n > 0)
+            .map(|(p, _)| p.clone())
+            .collect())
     }
 
     /// One census step (seed 002): `INCR` this interval's counter, read the previous
@@ -549,10 +631,38 @@ impl Store {
             .arg(&self.keys.replicas)
             .arg(keep * 4)
             .ignore();
-        let mut conn = self.conn.clone();
-        let (counter, previous): (u64, Option<u64>) = self
+        pipe.cmd("HGETALL").arg(&self.keys.replicas);
+        let mut conn = self.conn();
+        let (counter, previous, seen): (u64, Option<u64>, HashMap<String, String>) = self
             .bounded("census", self.op_timeout, pipe.query_async(&mut conn))
             .await?;
+        // Replicas that stopped reporting (restarted under a new id, scaled
+        // down) leave entries behind; drop those silent for 10 intervals.
+        let now = crate::unix_ms();
+        let stale: Vec<&String> = seen
+            .iter()
+            .filter(|(_, v)| {
+                let at = v
+                    .rsplit(' ')
+                    .next()
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .unwrap_or(0);
+                now.saturating_sub(at) > (interval * 10).as_millis() as u64
+            })
+            .map(|(id, _)| id)
+            .collect();
+        if !stale.is_empty() {
+            let _: Result<i64, _> = self
+                .bounded(
+                    "census prune",
+                    self.op_timeout,
+                    redis::cmd("HDEL")
+                        .arg(&self.keys.replicas)
+                        .arg(&stale)
+                        .query_async(&mut conn),
+                )
+                .await;
+        }
         Ok(CensusReply { counter, previous })
     }
 
@@ -562,7 +672,7 @@ impl Store {
     }
 
     async fn push_once(&self, key: &str, value: &str, push: &str) -> Result<bool, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let mut inv = self.scripts.register.prepare_invoke();
         inv.key(key).arg(value).arg(push);
         let added = self
@@ -589,7 +699,7 @@ impl Store {
         pipe.atomic();
         pipe.cmd("HGET").arg(&self.keys.table).arg(member);
         pipe.cmd("HGET").arg(&self.keys.meta).arg("generation");
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         match self
             .bounded(
                 "read row",
@@ -608,7 +718,7 @@ impl Store {
 
     /// The whole stored table.
     pub async fn read_table(&self) -> Result<MatchingTable, StoreError> {
-        let mut conn = self.bulk.clone();
+        let mut conn = self.bulk();
         let rows: HashMap<String, String> = match self
             .bounded(
                 "read table",
@@ -643,7 +753,7 @@ impl Store {
         for key in services {
             pipe.cmd("LRANGE").arg(key).arg(0).arg(-1);
         }
-        let mut conn = self.bulk.clone();
+        let mut conn = self.bulk();
         let replies: Vec<Value> = match self
             .bounded("read overview", BULK_TIMEOUT, pipe.query_async(&mut conn))
             .await
@@ -694,7 +804,7 @@ impl Store {
 
     /// A list's entries, as bytes (entries need not be UTF-8).
     pub async fn list(&self, key: &str) -> Result<Vec<Vec<u8>>, StoreError> {
-        let mut conn = self.bulk.clone();
+        let mut conn = self.bulk();
         let cmd = redis::cmd("LRANGE").arg(key).arg(0).arg(-1).to_owned();
         match self
             .bounded(
@@ -716,7 +826,7 @@ impl Store {
 
     /// Removes every occurrence of `value` from the list `key`.
     pub async fn remove_all(&self, key: &str, value: &str) -> Result<usize, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         let cmd = redis::cmd("LREM").arg(key).arg(0).arg(value).to_owned();
         match self
             .bounded(
@@ -739,7 +849,7 @@ impl Store {
         for chunk in values.chunks(1000) {
             pipe.cmd("RPUSH").arg(key).arg(chunk).ignore();
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         self.bounded(
             "replace list",
             self.op_timeout,
@@ -803,7 +913,15 @@ async fn subscription(
     };
     let (mut sink, mut stream) = pubsub.split();
     for ch in channels {
-        sink.subscribe(ch).await.map_err(redis_err("subscribe"))?;
+        match tokio::time::timeout(op_timeout, sink.subscribe(ch)).await {
+            Ok(r) => r.map_err(redis_err("subscribe"))?,
+            Err(_) => {
+                return Err(StoreError::Timeout {
+                    op: "subscribe",
+                    timeout: op_timeout,
+                });
+            }
+        }
     }
     if tx.send(Notification::Subscribed).await.is_err() {
         return Ok(());

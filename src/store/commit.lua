@@ -14,6 +14,16 @@ if redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return {0, 'epoch'}
 end
 
+-- The metadata and liveness hashes are ours and derived: a wrong type (an
+-- operator's mistake) is reset here, so the writes below cannot fail halfway.
+-- The table itself is deleted before it is written, whatever its type.
+for _, key in ipairs({KEYS[2], KEYS[5]}) do
+  local t = redis.call('TYPE', key).ok
+  if t ~= 'hash' and t ~= 'none' then
+    redis.call('DEL', key)
+  end
+end
+
 -- HSET/HDEL in chunks: Lua's unpack() is limited to a few thousand values.
 local CHUNK = 1000
 local function apply(cmd, key, first, last)

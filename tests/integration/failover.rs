@@ -213,3 +213,89 @@ async fn redis_losing_its_data_heals() {
     );
     fleet.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_go_silent_are_replaced() {
+    // Replicas reach Redis through a proxy; their connections then go silent
+    // (no RST, as in a partition) while new connections would work.
+    let redis = RedisServer::start();
+    let proxy = FreezableProxy::start(redis.port()).await;
+    let mut fleet = Fleet::new(redis);
+    fleet.config.redis_url = format!("redis://127.0.0.1:{}", proxy.port);
+    let units = units(12);
+    fleet.set_units(&units).await;
+    for _ in 0..3 {
+        fleet.add_member().await;
+    }
+    for _ in 0..2 {
+        fleet.add_replica();
+    }
+    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let epoch: u64 = fleet
+        .redis
+        .cmd(&["GET", &format!("{{{TABLE}}}:epoch")])
+        .await;
+
+    proxy.freeze_existing();
+    // The replicas notice through their call deadlines, reconnect, and a holder
+    // acts again: a member's death is reflected.
+    fleet.members[0].take().unwrap().abort();
+    fleet.wait_for_table(&units, Duration::from_secs(15)).await;
+    wait_for("a holder again", Duration::from_secs(10), || async {
+        fleet.holder().is_some()
+    })
+    .await;
+    let now: u64 = fleet
+        .redis
+        .cmd(&["GET", &format!("{{{TABLE}}}:epoch")])
+        .await;
+    assert!(now >= epoch);
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_table_is_written_again_and_bad_own_keys_are_reset() {
+    let units = units(10);
+    let (fleet, before) = Fleet::converged(|_| {}, 3, 2, &units).await;
+    let generation = fleet.generation().await;
+    // An operator deletes the table (or Redis evicts it): inputs did not change,
+    // yet the holder must notice and write it again.
+    let () = fleet.redis.cmd(&["DEL", TABLE]).await;
+    wait_for("the table is back", Duration::from_secs(5), || async {
+        fleet.table().await == before
+    })
+    .await;
+    assert!(fleet.generation().await > generation);
+    // Our own liveness hash of the wrong type is reset by the next write, not
+    // an endless error; and nobody spins on the lease.
+    let epoch: u64 = fleet
+        .redis
+        .cmd(&["GET", &format!("{{{TABLE}}}:epoch")])
+        .await;
+    let () = fleet
+        .redis
+        .cmd(&["SET", &format!("{{{TABLE}}}:liveness"), "junk"])
+        .await;
+    let () = fleet
+        .redis
+        .cmd(&["SET", &format!("{{{TABLE}}}:meta"), "junk"])
+        .await;
+    wait_for("metadata rewritten", Duration::from_secs(5), || async {
+        let t: String = fleet
+            .redis
+            .cmd(&["TYPE", &format!("{{{TABLE}}}:meta")])
+            .await;
+        t == "hash"
+    })
+    .await;
+    assert_eq!(fleet.table().await, before);
+    let now: u64 = fleet
+        .redis
+        .cmd(&["GET", &format!("{{{TABLE}}}:epoch")])
+        .await;
+    assert!(
+        now <= epoch + 1,
+        "epoch {epoch} -> {now}: replicas churned the lease"
+    );
+    fleet.shutdown().await;
+}

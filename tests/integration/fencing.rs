@@ -4,9 +4,20 @@ use std::time::Duration;
 
 use distributor::MatchingTable;
 use distributor::liveness::HealthChanges;
-use distributor::store::{Acquisition, Commit, Committed, Store};
+use distributor::store::{Acquisition, Claim, Commit, Committed, Store};
 
 use crate::support::*;
+
+fn claim(ttl: Duration, epoch_floor: u64, holder_id: &str, now_ms: u64) -> Claim<'_> {
+    Claim {
+        ttl,
+        epoch_floor,
+        generation_floor: 0,
+        holder_id,
+        now_ms,
+        failure_threshold: 1,
+    }
+}
 
 fn table(rows: &[(&str, &str)]) -> MatchingTable {
     MatchingTable::from_rows(rows.iter().map(|(a, b)| (a.to_string(), b.to_string())))
@@ -17,11 +28,11 @@ async fn a_stale_holder_cannot_write() {
     let redis = RedisServer::start();
     let store = Store::open(&redis.url(), TABLE, Duration::from_secs(2)).unwrap();
     let ttl = Duration::from_secs(30);
-    let Acquisition::Acquired(a) = store.acquire(ttl, 0, "a", 1, 1).await.unwrap() else {
+    let Acquisition::Acquired(a) = store.acquire(&claim(ttl, 0, "a", 1)).await.unwrap() else {
         panic!()
     };
     assert_eq!(a.epoch, 1);
-    let held = store.acquire(ttl, 0, "b", 2, 1).await.unwrap();
+    let held = store.acquire(&claim(ttl, 0, "b", 2)).await.unwrap();
     assert!(
         matches!(held, Acquisition::Held { ref holder, epoch: 1, pttl: Some(_) } if holder == "a"),
         "{held:?}"
@@ -46,7 +57,7 @@ async fn a_stale_holder_cannot_write() {
 
     // The lease lapses (a paused process); b takes over with a new epoch.
     let () = redis.cmd(&["DEL", &format!("{{{TABLE}}}:lease")]).await;
-    let Acquisition::Acquired(b) = store.acquire(ttl, 0, "b", 4, 1).await.unwrap() else {
+    let Acquisition::Acquired(b) = store.acquire(&claim(ttl, 0, "b", 4)).await.unwrap() else {
         panic!()
     };
     assert_eq!(b.epoch, 2);
@@ -116,7 +127,7 @@ async fn epochs_and_generations_survive_redis_data_loss() {
     redis.restart();
     // The caller remembers epoch 7 and generation 41 from before the loss.
     let got = loop {
-        match store.acquire(ttl, 7, "a", 1, 1).await {
+        match store.acquire(&claim(ttl, 7, "a", 1)).await {
             Ok(Acquisition::Acquired(g)) => break g,
             Ok(other) => panic!("{other:?}"),
             Err(e) => assert!(e.is_retryable(), "{e}"),
@@ -145,7 +156,7 @@ async fn big_tables_are_written_in_one_script_call() {
     let redis = RedisServer::start();
     let store = Store::open(&redis.url(), TABLE, Duration::from_secs(5)).unwrap();
     let Acquisition::Acquired(g) = store
-        .acquire(Duration::from_secs(30), 0, "a", 1, 1)
+        .acquire(&claim(Duration::from_secs(30), 0, "a", 1))
         .await
         .unwrap()
     else {
@@ -173,4 +184,72 @@ async fn big_tables_are_written_in_one_script_call() {
     let n: usize = redis.cmd(&["HLEN", TABLE]).await;
     assert_eq!(n, 20_000);
     assert_eq!(store.read_table().await.unwrap(), t);
+}
+
+#[tokio::test]
+async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
+    let redis = RedisServer::start();
+    let store = Store::open(&redis.url(), TABLE, Duration::from_secs(2)).unwrap();
+    let ttl = Duration::from_secs(30);
+    // After a data loss a fresh replica acquires epoch 1, while another replica
+    // still remembers epoch 42 and generation 100.
+    let Acquisition::Acquired(fresh) = store.acquire(&claim(ttl, 0, "fresh", 1)).await.unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(fresh.epoch, 1);
+    let veteran = Claim {
+        generation_floor: 100,
+        ..claim(ttl, 42, "veteran", 2)
+    };
+    let held = store.acquire(&veteran).await.unwrap();
+    assert!(
+        matches!(held, Acquisition::Held { epoch: 42, .. }),
+        "{held:?}"
+    );
+    // The low epoch is fenced: it can neither renew nor write.
+    assert!(
+        !store
+            .renew(&fresh, ttl, Duration::from_secs(1))
+            .await
+            .unwrap()
+    );
+    let none = HealthChanges::default();
+    let t = table(&[("w", "u")]);
+    let c = Commit {
+        table: Some(&t),
+        health: &none,
+        generation_floor: 0,
+        holder_id: "fresh",
+        now_ms: 3,
+    };
+    assert_eq!(
+        store.commit(&fresh, &c).await.unwrap(),
+        Committed::Fenced {
+            reason: "epoch".into()
+        }
+    );
+    let g: u64 = redis
+        .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "generation"])
+        .await;
+    assert_eq!(g, 100, "the generation floor is recorded too");
+    // Once the lease is free, the next epoch is above everything seen.
+    let () = redis.cmd(&["DEL", &format!("{{{TABLE}}}:lease")]).await;
+    let Acquisition::Acquired(next) = store.acquire(&veteran).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(next.epoch, 43);
+    let c = Commit {
+        table: Some(&t),
+        health: &none,
+        generation_floor: 0,
+        holder_id: "veteran",
+        now_ms: 4,
+    };
+    assert_eq!(
+        store.commit(&next, &c).await.unwrap(),
+        Committed::Written {
+            generation: Some(101)
+        }
+    );
 }

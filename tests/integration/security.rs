@@ -16,7 +16,7 @@ async fn create_acl_user(redis: &RedisServer) {
     let acl = format!(
         "ACL SETUSER distributor on >{PASSWORD} resetkeys ~{SERVICES} ~{UNITS} ~{TABLE} ~{{{TABLE}}}:* \
          resetchannels &{{{TABLE}}}:* -@all +get +set +del +incr +pexpire +pttl +type \
-         +hset +hget +hmget +hgetall +hdel +lrange +lpos +lpush +rpush +lrem \
+         +hset +hget +hmget +hgetall +hdel +hlen +lrange +lpos +lpush +rpush +lrem \
          +eval +evalsha +script|load +multi +exec +publish +subscribe +ping"
     );
     let args: Vec<&str> = acl.split_whitespace().collect();

@@ -496,3 +496,79 @@ pub fn metric(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option
     );
     matching.first().map(|s| s.value)
 }
+
+/// A TCP proxy on loopback whose existing connections can be frozen: bytes
+/// stop flowing but nothing is closed, like a silent network partition.
+/// Connections accepted after a freeze flow normally.
+pub struct FreezableProxy {
+    pub port: u16,
+    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    born: u64,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if generation.load(std::sync::atomic::Ordering::SeqCst) != born {
+            // Frozen: keep both sockets open and never forward again.
+            std::future::pending::<()>().await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+impl FreezableProxy {
+    pub async fn start(target_port: u16) -> FreezableProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let shared = generation.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let born = shared.load(std::sync::atomic::Ordering::SeqCst);
+                let generation = shared.clone();
+                tokio::spawn(async move {
+                    let Ok(server) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", target_port)).await
+                    else {
+                        return;
+                    };
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    let up = tokio::spawn(pump(cr, sw, generation.clone(), born));
+                    let down = tokio::spawn(pump(sr, cw, generation, born));
+                    let _ = tokio::join!(up, down);
+                });
+            }
+        });
+        FreezableProxy {
+            port,
+            generation,
+            task,
+        }
+    }
+
+    /// Freezes every connection open now; new connections still work.
+    pub fn freeze_existing(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for FreezableProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
