@@ -60,6 +60,8 @@ settings! {
         "Go-style Redis host:port; overrides the host of --redis-url when given";
     redis_pass: "redis-pass", ["REDIS_PASS", "REDIS_PASSWORD"], None,
         "Redis password (prefer the environment to the command line)";
+    redis_cluster: "redis-cluster", ["REDIS_CLUSTER"], Some("false"),
+        "Redis Cluster mode with a single seed node (several nodes always mean cluster)";
     redis_password_file: "redis-password-file", ["REDIS_PASSWORD_FILE"], None,
         "File holding the Redis password (a trailing newline is ignored)";
     redis_user: "redis-user", ["REDIS_USER", "REDIS_USERNAME"], None,
@@ -155,6 +157,8 @@ pub struct Config {
     pub redis_tls: TlsFiles,
     /// TLS for pings, when configured.
     pub ping_tls: Option<PingTls>,
+    /// Redis Cluster mode (several seed URLs in `redis_url`, or forced).
+    pub redis_cluster: bool,
 }
 
 /// TLS for the holder's pings.
@@ -181,7 +185,20 @@ impl Config {
 
     /// The Redis URL with any password replaced, for logs and status output.
     pub fn redis_url_redacted(&self) -> String {
-        redact_url(&self.redis_url)
+        self.redis_url
+            .split(',')
+            .map(redact_url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// How the store reaches Redis.
+    pub fn redis_options(&self) -> crate::store::RedisOptions {
+        crate::store::RedisOptions {
+            cluster: self.redis_cluster,
+            tls: self.redis_tls.clone(),
+            ..crate::store::RedisOptions::from_urls(&self.redis_url)
+        }
     }
 }
 
@@ -440,42 +457,51 @@ pub fn resolve(
     }
 
     let (url, s) = lookup("redis-url");
-    let mut redis_url = url.unwrap_or_default();
+    let redis_url = url.unwrap_or_default();
+    // One URL, or several seed nodes of a Redis Cluster (comma-separated).
+    let mut urls: Vec<String> = redis_url
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .collect();
+    if urls.is_empty() {
+        return Err(err(s, "", "expected redis://host:port".into()));
+    }
     if let Some(addrs) = text("redis-addrs") {
-        let first = addrs
+        let hosts: Vec<&str> = addrs
             .split(',')
             .map(str::trim)
-            .find(|a| !a.is_empty())
-            .unwrap_or("");
-        if first.is_empty() || first.contains('/') || !first.contains(':') {
+            .filter(|a| !a.is_empty())
+            .collect();
+        if hosts.is_empty() || hosts.iter().any(|h| h.contains('/') || !h.contains(':')) {
             return Err(err(
                 setting("redis-addrs"),
                 &addrs,
-                "expected host:port".into(),
-            ));
-        }
-        if addrs.split(',').filter(|a| !a.trim().is_empty()).count() > 1 {
-            return Err(err(
-                setting("redis-addrs"),
-                &addrs,
-                "several nodes (Redis Cluster) are not supported yet; give one node".into(),
+                "expected host:port[,host:port...]".into(),
             ));
         }
         // Only the host changes: scheme (TLS), user, password and db stay.
-        let (scheme, rest) = redis_url.split_once("://").unwrap_or(("redis", ""));
+        let template = urls[0].clone();
+        let (scheme, rest) = template.split_once("://").unwrap_or(("redis", ""));
         let (auth, host_and_db) = match rest.rsplit_once('@') {
             Some((a, h)) => (format!("{a}@"), h),
             None => (String::new(), rest),
         };
         let db = host_and_db.find('/').map_or("", |i| &host_and_db[i..]);
-        redis_url = format!("{scheme}://{auth}{first}{db}");
+        urls = hosts
+            .iter()
+            .map(|h| format!("{scheme}://{auth}{h}{db}"))
+            .collect();
     }
-    if !(redis_url.starts_with("redis://") || redis_url.starts_with("rediss://")) {
-        return Err(err(
-            s,
-            &redact_url(&redis_url),
-            "expected redis://host:port".into(),
-        ));
+    for url in &urls {
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(err(
+                s,
+                &redact_url(url),
+                "expected redis://host:port".into(),
+            ));
+        }
     }
     // The password may come from the URL, -redis-pass / REDIS_PASSWORD, or a
     // file (so it never has to sit on a command line); the last two win.
@@ -489,27 +515,35 @@ pub fn resolve(
     };
     let pass = text("redis-pass").filter(|p| !p.is_empty()).or(file_pass);
     let user = text("redis-user").filter(|u| !u.is_empty());
-    if pass.is_some() || user.is_some() {
-        let (scheme, rest) = redis_url.split_once("://").expect("checked above");
-        let (auth, host) = rest.rsplit_once('@').unwrap_or(("", rest));
-        let (url_user, url_pass) = auth.split_once(':').unwrap_or((auth, ""));
-        let user = user
-            .map(|u| encode_userinfo(&u))
-            .unwrap_or_else(|| url_user.to_string());
-        let pass = pass
-            .map(|p| encode_userinfo(&p))
-            .unwrap_or_else(|| url_pass.to_string());
-        redis_url = format!("{scheme}://{user}:{pass}@{host}");
-    }
-
-    // TLS to Redis: a rediss:// URL or -redis-tls, optionally with our own CA
-    // and a client certificate. Files are read now, so a bad path fails here.
     let (tls_flag, s) = lookup("redis-tls");
     let tls_flag = tls_flag.unwrap_or_default();
-    if parse_bool(&tls_flag).map_err(|e| err(s, &tls_flag, e))? && redis_url.starts_with("redis://")
-    {
-        redis_url = redis_url.replacen("redis://", "rediss://", 1);
+    let force_tls = parse_bool(&tls_flag).map_err(|e| err(s, &tls_flag, e))?;
+    for url in &mut urls {
+        if pass.is_some() || user.is_some() {
+            let (scheme, rest) = url.split_once("://").expect("checked above");
+            let (auth, host) = rest.rsplit_once('@').unwrap_or(("", rest));
+            let (url_user, url_pass) = auth.split_once(':').unwrap_or((auth, ""));
+            let user = user
+                .as_deref()
+                .map(encode_userinfo)
+                .unwrap_or_else(|| url_user.to_string());
+            let pass = pass
+                .as_deref()
+                .map(encode_userinfo)
+                .unwrap_or_else(|| url_pass.to_string());
+            *url = format!("{scheme}://{user}:{pass}@{host}");
+        }
+        // TLS to Redis: a rediss:// URL or -redis-tls.
+        if force_tls && url.starts_with("redis://") {
+            *url = url.replacen("redis://", "rediss://", 1);
+        }
     }
+    let (cluster, s) = lookup("redis-cluster");
+    let cluster = cluster.unwrap_or_default();
+    let redis_cluster = parse_bool(&cluster).map_err(|e| err(s, &cluster, e))? || urls.len() > 1;
+    let redis_url = urls.join(",");
+
+    // Our own CA and a client certificate; files are read now, so a bad path fails here.
     let paths = |flag: &'static str| -> Vec<std::path::PathBuf> {
         text(flag)
             .map(|v| {
@@ -534,7 +568,7 @@ pub fn resolve(
     };
     if !redis_tls.is_empty() {
         let s = setting("redis-tls-ca");
-        if !redis_url.starts_with("rediss://") {
+        if !urls.iter().all(|u| u.starts_with("rediss://")) {
             return Err(err(
                 s,
                 "",
@@ -638,6 +672,7 @@ pub fn resolve(
         max_list_entries,
         redis_tls,
         ping_tls,
+        redis_cluster,
     })
 }
 
@@ -845,6 +880,37 @@ mod tests {
             resolve(&raw, &no_env).unwrap().redis_url,
             "rediss://app:pw@new:6380/3"
         );
+    }
+
+    #[test]
+    fn several_nodes_mean_cluster() {
+        let raw = RawConfig {
+            redis_addrs: Some("a:7000, b:7001,c:7002".into()),
+            redis_pass: Some("pw".into()),
+            ..Default::default()
+        };
+        let c = resolve(&raw, &no_env).unwrap();
+        assert!(c.redis_cluster);
+        assert_eq!(
+            c.redis_url,
+            "redis://:pw@a:7000,redis://:pw@b:7001,redis://:pw@c:7002"
+        );
+        assert_eq!(
+            c.redis_url_redacted(),
+            "redis://:***@a:7000,redis://:***@b:7001,redis://:***@c:7002"
+        );
+        assert_eq!(c.redis_options().urls.len(), 3);
+        let one = RawConfig {
+            redis_cluster: Some("true".into()),
+            ..Default::default()
+        };
+        let c = resolve(&one, &no_env).unwrap();
+        assert!(c.redis_cluster && c.redis_options().is_cluster());
+        let bad = RawConfig {
+            redis_url: Some("redis://a:1,http://b:2".into()),
+            ..Default::default()
+        };
+        assert_eq!(resolve(&bad, &no_env).unwrap_err().flag, "redis-url");
     }
 
     #[test]

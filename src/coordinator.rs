@@ -120,11 +120,10 @@ impl Distributor {
     /// Starts a replica. Redis is connected lazily: an unreachable Redis is retried,
     /// never fatal.
     pub fn start(config: Config) -> Result<Distributor, StoreError> {
-        let store = Store::open_tls(
-            &config.redis_url,
+        let store = Store::connect(
+            &config.redis_options(),
             &config.distribution_namespace,
             op_timeout(&config),
-            &config.redis_tls,
         )?;
         let (tx, rx) = watch::channel(Status {
             replica_id: config.replica_id.clone(),
@@ -809,8 +808,11 @@ impl Coordinator {
                 pttl,
                 holder,
                 epoch,
+                generation,
             }) => {
                 self.epoch_floor = self.epoch_floor.max(epoch);
+                // Notifications can be missed; every attempt refreshes the floor.
+                self.generation_floor = self.generation_floor.max(generation);
                 self.update(|s| {
                     s.holder = (!holder.is_empty()).then(|| holder.clone());
                     s.epoch = epoch;

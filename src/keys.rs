@@ -94,9 +94,36 @@ pub fn slot_input(key: &str) -> &str {
     hash_tag(key).unwrap_or(key)
 }
 
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash-tag part, mod 16384.
+pub fn slot(key: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in slot_input(key).as_bytes() {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_match_redis_cluster() {
+        // Values from `CLUSTER KEYSLOT` on a real cluster.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("bar"), 5061);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("123456789"), 0x31C3, "the CRC16 check value");
+        let k = Keys::new("sys-matching-table");
+        assert_eq!(slot(&k.lease), slot(&k.table));
+    }
 
     #[test]
     fn plain_table_key_is_wrapped() {

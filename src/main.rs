@@ -92,6 +92,8 @@ struct Flags {
     redis_addrs: Option<String>,
     #[arg(long, global = true, value_name = "PASSWORD")]
     redis_pass: Option<String>,
+    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    redis_cluster: Option<String>,
     #[arg(long, global = true, value_name = "FILE")]
     redis_password_file: Option<String>,
     #[arg(long, global = true, value_name = "USER")]
@@ -163,6 +165,7 @@ impl From<Flags> for RawConfig {
             redis_url: c.redis_url,
             redis_addrs: c.redis_addrs,
             redis_pass: c.redis_pass,
+            redis_cluster: c.redis_cluster,
             redis_password_file: c.redis_password_file,
             redis_user: c.redis_user,
             redis_tls: c.redis_tls,
@@ -350,11 +353,10 @@ fn admin(config: distributor::Config, command: Command) -> anyhow::Result<()> {
         .context("failed to start the async runtime")?;
     runtime.block_on(async {
         let table = &config.distribution_namespace;
-        let store = distributor::store::Store::open_tls(
-            &config.redis_url,
+        let store = distributor::store::Store::connect(
+            &config.redis_options(),
             table,
             Duration::from_secs(3),
-            &config.redis_tls,
         )
         .context("failed to open the redis connection")?;
         let units_key = &config.workunits_namespace;

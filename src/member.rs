@@ -58,6 +58,9 @@ pub struct MemberOptions {
     pub poll_interval: Duration,
     /// Custom CA / client certificate for a `rediss://` URL.
     pub redis_tls: TlsFiles,
+    /// Redis Cluster mode with one seed URL (several comma-separated URLs in
+    /// `redis_url` always mean a cluster).
+    pub redis_cluster: bool,
     /// Serve the ping over TLS with this certificate and key; with a CA, also
     /// require the distributor's client certificate (mTLS).
     pub tls: Option<TlsFiles>,
@@ -79,6 +82,7 @@ impl MemberOptions {
             reregister_interval: Duration::from_secs(5),
             poll_interval: Duration::from_secs(1),
             redis_tls: TlsFiles::default(),
+            redis_cluster: false,
             tls: None,
         }
     }
@@ -126,11 +130,14 @@ impl Member {
             addr: id.clone(),
             reason,
         })?;
-        let store = Store::open_tls(
-            &opts.redis_url,
+        let store = Store::connect(
+            &crate::store::RedisOptions {
+                cluster: opts.redis_cluster,
+                tls: opts.redis_tls.clone(),
+                ..crate::store::RedisOptions::from_urls(&opts.redis_url)
+            },
             &opts.table_key,
             Duration::from_secs(2),
-            &opts.redis_tls,
         )?;
         let mut server = tonic::transport::Server::builder();
         if let Some(files) = &opts.tls {

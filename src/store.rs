@@ -31,16 +31,133 @@ pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(2);
 /// in the holder, in the cycle task.
 pub const BULK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How to reach Redis: one node, or a Redis Cluster through seed nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RedisOptions {
+    /// One URL, or several seed nodes (which means cluster mode).
+    pub urls: Vec<String>,
+    /// Cluster mode even with one seed node.
+    pub cluster: bool,
+    pub tls: crate::tls::TlsFiles,
+}
+
+impl RedisOptions {
+    /// From a URL or a comma-separated list of node URLs.
+    pub fn from_urls(urls: &str) -> RedisOptions {
+        RedisOptions {
+            urls: urls
+                .split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_string)
+                .collect(),
+            ..RedisOptions::default()
+        }
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.cluster || self.urls.len() > 1
+    }
+}
+
+/// One logical connection: a single node's multiplexed connection that
+/// reconnects by itself, or a Redis Cluster connection (connected on first use,
+/// routing each command by its key's slot).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(Arc<ClusterLink>),
+}
+
+/// A cluster client and its connection, made on first use.
+struct ClusterLink {
+    client: redis::cluster::ClusterClient,
+    cell: tokio::sync::OnceCell<redis::cluster_async::ClusterConnection>,
+}
+
+impl Conn {
+    async fn cluster(
+        client: &redis::cluster::ClusterClient,
+        cell: &tokio::sync::OnceCell<redis::cluster_async::ClusterConnection>,
+    ) -> redis::RedisResult<redis::cluster_async::ClusterConnection> {
+        cell.get_or_try_init(|| client.get_async_connection())
+            .await
+            .cloned()
+    }
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(link) => Box::pin(async move {
+                Conn::cluster(&link.client, &link.cell)
+                    .await?
+                    .req_packed_command(cmd)
+                    .await
+            }),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(link) => Box::pin(async move {
+                Conn::cluster(&link.client, &link.cell)
+                    .await?
+                    .req_packed_commands(pipeline, offset, count)
+                    .await
+            }),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(_) => 0,
+        }
+    }
+}
+
+/// How to make a fresh [`Conn`].
+enum Dialer {
+    Single {
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+    },
+    Cluster(redis::cluster::ClusterClient),
+}
+
+impl Dialer {
+    fn dial(&self) -> redis::RedisResult<Conn> {
+        match self {
+            Dialer::Single { client, config } => {
+                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                    .map(Conn::Single)
+            }
+            Dialer::Cluster(client) => Ok(Conn::Cluster(Arc::new(ClusterLink {
+                client: client.clone(),
+                cell: tokio::sync::OnceCell::new(),
+            }))),
+        }
+    }
+}
+
 /// The two connections, replaced wholesale after a timeout: a connection that
 /// went silent (a partition, no RST) never errors by itself, so without this
 /// every later call would wait on it until the kernel gives up, minutes later.
 struct Links {
-    config: ConnectionManagerConfig,
+    dialer: Dialer,
     /// Lease calls and writes: small, latency-critical.
-    lease: std::sync::Mutex<ConnectionManager>,
+    lease: std::sync::Mutex<Conn>,
     /// Cycle and operator reads, which may carry megabytes; on their own
     /// connection so a big reply never queues a lease renewal behind it.
-    bulk: std::sync::Mutex<ConnectionManager>,
+    bulk: std::sync::Mutex<Conn>,
 }
 
 struct Scripts {
@@ -86,11 +203,13 @@ pub struct Claim<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquisition {
     Acquired(LeaseGrant),
-    /// Someone else holds it; it expires in `pttl` at the latest.
+    /// Someone else holds it; it expires in `pttl` at the latest. `epoch` and
+    /// `generation` are the current ones, so standbys keep their floors up to date.
     Held {
         pttl: Option<Duration>,
         holder: String,
         epoch: u64,
+        generation: u64,
     },
 }
 
@@ -202,32 +321,77 @@ impl Store {
     }
 
     /// The same, with a custom CA and/or client certificate for `rediss://`.
+    /// A comma-separated list of URLs means a Redis Cluster.
     pub fn open_tls(
         url: &str,
         table_key: &str,
         op_timeout: Duration,
         tls: &crate::tls::TlsFiles,
     ) -> Result<Store, StoreError> {
-        let client = crate::tls::redis_client(url, tls).map_err(redis_err("open"))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(op_timeout))
-            // Every call is bounded by its own deadline here (see `bounded`); the
-            // library's default 500 ms would cut a big read short.
-            .set_response_timeout(None)
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500));
-        let lazy = || {
-            ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-                .map_err(redis_err("open"))
+        let opts = RedisOptions {
+            tls: tls.clone(),
+            ..RedisOptions::from_urls(url)
+        };
+        Store::connect(&opts, table_key, op_timeout)
+    }
+
+    /// Creates a store without connecting: the first call connects.
+    pub fn connect(
+        opts: &RedisOptions,
+        table_key: &str,
+        op_timeout: Duration,
+    ) -> Result<Store, StoreError> {
+        let first = opts
+            .urls
+            .first()
+            .map(String::as_str)
+            .unwrap_or("redis://127.0.0.1:6379");
+        // Pub/sub goes through one node: classic PUBLISH reaches every node of a
+        // cluster, so any node's subscribers see it.
+        let client = crate::tls::redis_client(first, &opts.tls).map_err(redis_err("open"))?;
+        let dialer = if opts.is_cluster() {
+            crate::tls::install_crypto_provider();
+            let mut b = redis::cluster::ClusterClientBuilder::new(opts.urls.clone())
+                .connection_timeout(op_timeout)
+                .response_timeout(BULK_TIMEOUT)
+                .retries(2);
+            if !opts.tls.is_empty() {
+                let m = opts.tls.load().map_err(|e| StoreError::Reply {
+                    op: "open",
+                    detail: e.to_string(),
+                })?;
+                b = b.certs(redis::TlsCertificates {
+                    client_tls: m.identity.map(|(client_cert, client_key)| {
+                        redis::ClientTlsConfig {
+                            client_cert,
+                            client_key,
+                        }
+                    }),
+                    root_cert: m.ca,
+                });
+            }
+            Dialer::Cluster(b.build().map_err(redis_err("open"))?)
+        } else {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(op_timeout))
+                // Every call is bounded by its own deadline here (see `bounded`); the
+                // library's default 500 ms would cut a big read short.
+                .set_response_timeout(None)
+                .set_number_of_retries(1)
+                .set_min_delay(Duration::from_millis(50))
+                .set_max_delay(Duration::from_millis(500));
+            Dialer::Single {
+                client: client.clone(),
+                config,
+            }
         };
         let links = Links {
-            lease: std::sync::Mutex::new(lazy()?),
-            bulk: std::sync::Mutex::new(lazy()?),
-            config: config.clone(),
+            lease: std::sync::Mutex::new(dialer.dial().map_err(redis_err("open"))?),
+            bulk: std::sync::Mutex::new(dialer.dial().map_err(redis_err("open"))?),
+            dialer,
         };
         Ok(Store {
-            client: client.clone(),
+            client,
             links: Arc::new(links),
             keys: Arc::new(Keys::new(table_key)),
             scripts: Arc::new(Scripts {
@@ -245,20 +409,17 @@ impl Store {
         &self.keys
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Conn {
         self.links.lease.lock().expect("links poisoned").clone()
     }
 
-    fn bulk(&self) -> ConnectionManager {
+    fn bulk(&self) -> Conn {
         self.links.bulk.lock().expect("links poisoned").clone()
     }
 
     /// Drops both connections for fresh ones (connected lazily on next use).
     fn reconnect(&self) {
-        let fresh = || {
-            ConnectionManager::new_lazy_with_config(self.client.clone(), self.links.config.clone())
-        };
-        if let (Ok(lease), Ok(bulk)) = (fresh(), fresh()) {
+        if let (Ok(lease), Ok(bulk)) = (self.links.dialer.dial(), self.links.dialer.dial()) {
             *self.links.lease.lock().expect("links poisoned") = lease;
             *self.links.bulk.lock().expect("links poisoned") = bulk;
         }
@@ -280,17 +441,67 @@ impl Store {
         }
     }
 
+    /// Runs `cmds` pipelined: one round trip on a single node; on a cluster, one
+    /// pipeline per slot, all at once (a cluster pipeline must stay in one
+    /// slot). Replies come back in the order of `cmds`. Each command is given
+    /// with the key that routes it.
+    async fn pipelined(
+        &self,
+        conn: Conn,
+        op: &'static str,
+        timeout: Duration,
+        cmds: Vec<(String, redis::Cmd)>,
+    ) -> Result<Vec<Value>, StoreError> {
+        let run = async move {
+            if let Conn::Single(_) = conn {
+                let mut pipe = redis::pipe();
+                for (_, cmd) in &cmds {
+                    pipe.add_command(cmd.clone());
+                }
+                let mut conn = conn;
+                return pipe.query_async::<Vec<Value>>(&mut conn).await;
+            }
+            let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+            for (i, (key, _)) in cmds.iter().enumerate() {
+                by_slot.entry(crate::keys::slot(key)).or_default().push(i);
+            }
+            let batches = by_slot.into_values().map(|idx| {
+                let mut pipe = redis::pipe();
+                for &i in &idx {
+                    pipe.add_command(cmds[i].1.clone());
+                }
+                let mut conn = conn.clone();
+                async move {
+                    pipe.query_async::<Vec<Value>>(&mut conn)
+                        .await
+                        .map(|v| (idx, v))
+                }
+            });
+            let mut out = vec![Value::Nil; cmds.len()];
+            for batch in futures::future::join_all(batches).await {
+                let (idx, values) = batch?;
+                for (i, v) in idx.into_iter().zip(values) {
+                    out[i] = v;
+                }
+            }
+            Ok(out)
+        };
+        self.bounded(op, timeout, run).await
+    }
+
     /// Names the first of `keys` that is not of type `expected`, for a WRONGTYPE reply.
     async fn find_wrong_type(&self, keys: &[&str], expected: &'static str) -> Option<StoreError> {
-        let mut pipe = redis::pipe();
-        for k in keys {
-            pipe.cmd("TYPE").arg(*k);
-        }
-        let mut conn = self.conn();
+        let cmds = keys
+            .iter()
+            .map(|k| (k.to_string(), redis::cmd("TYPE").arg(*k).to_owned()))
+            .collect();
         let types: Vec<String> = self
-            .bounded("TYPE", self.op_timeout, pipe.query_async(&mut conn))
+            .pipelined(self.conn(), "TYPE", self.op_timeout, cmds)
             .await
-            .ok()?;
+            .ok()?
+            .iter()
+            .map(|v| text(v).unwrap_or_default())
+            .collect();
         keys.iter()
             .zip(types)
             .find(|(_, t)| t != expected && t != "none")
@@ -319,18 +530,30 @@ impl Store {
         units_key: &str,
         max_entries: usize,
     ) -> Result<Snapshot, StoreError> {
-        let mut pipe = redis::pipe();
-        for key in services.iter().map(String::as_str).chain([units_key]) {
-            pipe.cmd("LRANGE").arg(key).arg(0).arg(max_entries);
-        }
-        pipe.cmd("EVAL")
+        let mut cmds: Vec<(String, redis::Cmd)> = services
+            .iter()
+            .map(String::as_str)
+            .chain([units_key])
+            .map(|key| {
+                (
+                    key.to_string(),
+                    redis::cmd("LRANGE")
+                        .arg(key)
+                        .arg(0)
+                        .arg(max_entries)
+                        .to_owned(),
+                )
+            })
+            .collect();
+        let state = redis::cmd("EVAL")
             .arg(include_str!("store/table_state.lua"))
             .arg(2)
             .arg(&self.keys.table)
-            .arg(&self.keys.meta);
-        let mut conn = self.bulk();
-        let replies: Vec<Value> = match self
-            .bounded("read lists", BULK_TIMEOUT, pipe.query_async(&mut conn))
+            .arg(&self.keys.meta)
+            .to_owned();
+        cmds.push((self.keys.table.clone(), state));
+        let replies = match self
+            .pipelined(self.bulk(), "read lists", BULK_TIMEOUT, cmds)
             .await
         {
             Ok(r) => r,
@@ -406,12 +629,13 @@ impl Store {
                 let epoch = int(epoch).ok_or_else(|| reply_err("acquire lease", &v))? as u64;
                 Ok(Acquisition::Acquired(LeaseGrant { token, epoch }))
             }
-            [ok, pttl, holder, epoch] if int(ok) == Some(0) => Ok(Acquisition::Held {
+            [ok, pttl, holder, epoch, generation] if int(ok) == Some(0) => Ok(Acquisition::Held {
                 pttl: int(pttl)
                     .filter(|p| *p >= 0)
                     .map(|p| Duration::from_millis(p as u64)),
                 holder: text(holder).unwrap_or_default(),
                 epoch: int(epoch).unwrap_or(0).max(0) as u64,
+                generation: int(generation).unwrap_or(0).max(0) as u64,
             }),
             [ok, key] if int(ok) == Some(-1) => {
                 let key = text(key).unwrap_or_default();
@@ -586,22 +810,22 @@ impl Store {
         &self,
         pairs: &[(String, String)],
     ) -> Result<Vec<(String, String)>, StoreError> {
-        let mut pipe = redis::pipe();
-        for (list, member) in pairs {
-            pipe.cmd("LREM").arg(list).arg(0).arg(member);
-        }
-        let mut conn = self.conn();
-        let removed: Vec<i64> = self
-            .bounded(
-                "forget members",
-                self.op_timeout,
-                pipe.query_async(&mut conn),
-            )
+        let cmds = pairs
+            .iter()
+            .map(|(list, member)| {
+                (
+                    list.clone(),
+                    redis::cmd("LREM").arg(list).arg(0).arg(member).to_owned(),
+                )
+            })
+            .collect();
+        let removed = self
+            .pipelined(self.conn(), "forget members", self.op_timeout, cmds)
             .await?;
         Ok(pairs
             .iter()
             .zip(removed)
-            .filter(|(_, n)| *n > 0)
+            .filter(|(_, n)| int(n).unwrap_or(0) > 0)
             .map(|(p, _)| p.clone())
             .collect())
     }
@@ -742,20 +966,25 @@ impl Store {
         units_key: &str,
     ) -> Result<Overview, StoreError> {
         let k = &self.keys;
-        let mut pipe = redis::pipe();
-        pipe.cmd("HGETALL").arg(&k.meta);
-        pipe.cmd("PTTL").arg(&k.lease);
-        pipe.cmd("GET").arg(&k.epoch);
-        pipe.cmd("HGETALL").arg(&k.replicas);
-        pipe.cmd("HGETALL").arg(&k.liveness);
-        pipe.cmd("HGETALL").arg(&k.table);
-        pipe.cmd("LRANGE").arg(units_key).arg(0).arg(-1);
-        for key in services {
-            pipe.cmd("LRANGE").arg(key).arg(0).arg(-1);
-        }
-        let mut conn = self.bulk();
-        let replies: Vec<Value> = match self
-            .bounded("read overview", BULK_TIMEOUT, pipe.query_async(&mut conn))
+        let on = |cmd: &str, key: &str| (key.to_string(), redis::cmd(cmd).arg(key).to_owned());
+        let range = |key: &str| {
+            (
+                key.to_string(),
+                redis::cmd("LRANGE").arg(key).arg(0).arg(-1).to_owned(),
+            )
+        };
+        let mut cmds = vec![
+            on("HGETALL", &k.meta),
+            on("PTTL", &k.lease),
+            on("GET", &k.epoch),
+            on("HGETALL", &k.replicas),
+            on("HGETALL", &k.liveness),
+            on("HGETALL", &k.table),
+            range(units_key),
+        ];
+        cmds.extend(services.iter().map(|key| range(key)));
+        let replies = match self
+            .pipelined(self.bulk(), "read overview", BULK_TIMEOUT, cmds)
             .await
         {
             Ok(r) => r,

@@ -1,7 +1,7 @@
 -- Acquire the lease if nobody holds it, and open a new fencing epoch.
 -- KEYS: lease, epoch, meta
 -- ARGV: token, ttl_ms, epoch_floor, holder_id, now_ms, failure_threshold, generation_floor
--- Returns {1, epoch} when acquired, {0, pttl_ms, holder, epoch} otherwise,
+-- Returns {1, epoch} when acquired, {0, pttl_ms, holder, epoch, generation} otherwise,
 -- {-1, key} when a key this script must not touch has the wrong type.
 --
 -- The floors are the highest epoch and generation the caller has seen. If
@@ -40,4 +40,5 @@ if epoch < floor then
   epoch = floor
 end
 local holder = redis.call('HGET', KEYS[3], 'holder') or ''
-return {0, redis.call('PTTL', KEYS[1]), holder, epoch}
+local generation = tonumber(redis.call('HGET', KEYS[3], 'generation') or '0')
+return {0, redis.call('PTTL', KEYS[1]), holder, epoch, generation}

@@ -34,7 +34,7 @@ async fn a_stale_holder_cannot_write() {
     assert_eq!(a.epoch, 1);
     let held = store.acquire(&claim(ttl, 0, "b", 2)).await.unwrap();
     assert!(
-        matches!(held, Acquisition::Held { ref holder, epoch: 1, pttl: Some(_) } if holder == "a"),
+        matches!(held, Acquisition::Held { ref holder, epoch: 1, pttl: Some(_), generation: 0 } if holder == "a"),
         "{held:?}"
     );
 

@@ -6,6 +6,7 @@ mod support;
 
 mod bad_input;
 mod cli;
+mod cluster;
 mod compat;
 mod failover;
 mod fencing;

@@ -572,3 +572,114 @@ impl Drop for FreezableProxy {
         self.task.abort();
     }
 }
+
+/// A real Redis Cluster of `masters` nodes on loopback (no replicas), created
+/// with `redis-cli --cluster create`. Nodes die with it.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    dirs: Vec<std::path::PathBuf>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize) -> RedisCluster {
+        let mut nodes = Vec::new();
+        let mut dirs = Vec::new();
+        for _ in 0..masters {
+            // The cluster bus listens on port + 10000: both must be free.
+            let port = loop {
+                let p = free_port();
+                if TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+                    break p;
+                }
+            };
+            let dir = std::env::temp_dir()
+                .join(format!("distributor-cluster-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let extra: Vec<String> = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+                "--dir",
+                dir.to_str().unwrap(),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let mut server = RedisServer {
+                port,
+                child: None,
+                extra,
+            };
+            server.spawn();
+            nodes.push(server);
+            dirs.push(dir);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli must be installed");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        for n in &nodes {
+            loop {
+                let mut c = redis::Client::open(n.url())
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).unwrap();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "cluster did not become ok: {info}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        RedisCluster { nodes, dirs }
+    }
+
+    /// Every node's URL, comma-separated: what `-redis-url` takes for a cluster.
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(RedisServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A cluster connection for the test's own reads and writes.
+    pub async fn conn(&self) -> redis::cluster_async::ClusterConnection {
+        let urls: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
+        redis::cluster::ClusterClient::new(urls)
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            n.kill();
+        }
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Redis Cluster: the core scenarios against a real 3-master cluster. The
+//! lists live in other slots than the table; coordination keys share its slot.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use distributor::keys::slot;
+use distributor::store::{Acquisition, Claim, Commit, Committed, RedisOptions, Store};
+use distributor::{Distributor, MatchingTable, Member, MemberOptions, Role};
+use redis::AsyncCommands;
+
+use crate::support::*;
+
+struct ClusterFleet {
+    cluster: RedisCluster,
+    config: distributor::Config,
+    replicas: Vec<Option<Distributor>>,
+    members: Vec<Option<Member>>,
+}
+
+impl ClusterFleet {
+    async fn start(members: usize, replicas: usize, units: &[String]) -> ClusterFleet {
+        let cluster = RedisCluster::start(3);
+        // The point of the exercise: lists and table in different slots.
+        assert_ne!(slot(SERVICES), slot(TABLE));
+        assert_ne!(slot(UNITS), slot(TABLE));
+        let mut config = fast_config(&cluster.urls(), "c");
+        config.redis_cluster = true;
+        let mut c = cluster.conn().await;
+        let () = c.rpush(UNITS, units).await.unwrap();
+        let mut fleet = ClusterFleet {
+            cluster,
+            config,
+            replicas: vec![],
+            members: vec![],
+        };
+        for _ in 0..members {
+            let mut o = MemberOptions::new(
+                &fleet.cluster.urls(),
+                SERVICES,
+                TABLE,
+                ([127, 0, 0, 1], 0).into(),
+            );
+            o.reregister_interval = Duration::from_millis(300);
+            o.poll_interval = Duration::from_millis(300);
+            fleet.members.push(Some(Member::start(o).await.unwrap()));
+        }
+        for i in 0..replicas {
+            let mut c = fleet.config.clone();
+            c.replica_id = format!("cluster-replica-{i}");
+            fleet.replicas.push(Some(Distributor::start(c).unwrap()));
+        }
+        fleet
+    }
+
+    async fn table(&self) -> MatchingTable {
+        let mut c = self.cluster.conn().await;
+        let rows: HashMap<String, String> = c.hgetall(TABLE).await.unwrap();
+        MatchingTable::from_rows(rows)
+    }
+
+    async fn generation(&self) -> u64 {
+        let mut c = self.cluster.conn().await;
+        let g: Option<u64> = c
+            .hget(format!("{{{TABLE}}}:meta"), "generation")
+            .await
+            .unwrap();
+        g.unwrap_or(0)
+    }
+
+    async fn wait_for_table(&self, units: &[String]) -> MatchingTable {
+        let live: Vec<String> = self
+            .members
+            .iter()
+            .flatten()
+            .map(|m| m.id().to_string())
+            .collect();
+        let expected = Fleet::expected(&live, units);
+        wait_for(
+            "the solver's table on the cluster",
+            Duration::from_secs(15),
+            || async { self.table().await == expected },
+        )
+        .await;
+        expected
+    }
+
+    fn holder(&self) -> Option<usize> {
+        let h: Vec<usize> = self
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r.as_ref()
+                    .is_some_and(|r| r.status().borrow().role == Role::Holder)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        (h.len() == 1).then(|| h[0])
+    }
+
+    async fn shutdown(mut self) {
+        for m in self.members.drain(..).flatten() {
+            m.shutdown().await;
+        }
+        for r in self.replicas.drain(..).flatten() {
+            r.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_table_member_death_and_holder_failover() {
+    let units = units(30);
+    let mut fleet = ClusterFleet::start(4, 3, &units).await;
+    let before = fleet.wait_for_table(&units).await;
+
+    // A member dies: its units move, on the cluster too.
+    fleet.members[0].take().unwrap().abort();
+    let after_death = fleet.wait_for_table(&units).await;
+    assert_ne!(after_death, before);
+
+    // The holder crashes: the standby takes over with the identical table.
+    wait_for("a holder", Duration::from_secs(10), || async {
+        fleet.holder().is_some()
+    })
+    .await;
+    let generation = fleet.generation().await;
+    let old = fleet.holder().unwrap();
+    let old_epoch = fleet.replicas[old]
+        .as_ref()
+        .unwrap()
+        .status()
+        .borrow()
+        .epoch;
+    fleet.replicas[old].take().unwrap().abort();
+    wait_for(
+        "a new holder with a few cycles",
+        Duration::from_secs(10),
+        || async {
+            fleet.replicas.iter().flatten().any(|r| {
+                let s = r.status().borrow().clone();
+                s.role == Role::Holder && s.epoch > old_epoch && s.cycles >= 3
+            })
+        },
+    )
+    .await;
+    assert_eq!(fleet.table().await, after_death);
+    assert_eq!(
+        fleet.generation().await,
+        generation,
+        "no reshuffle, no write"
+    );
+    // A graceful stop hands over by notification (classic pub/sub crosses the
+    // cluster bus), well before a retry interval (300 ms) or the TTL (1 s).
+    let h = fleet.holder().unwrap();
+    let epoch = fleet.replicas[h].as_ref().unwrap().status().borrow().epoch;
+    fleet.replicas[h].take().unwrap().shutdown().await;
+    let started = tokio::time::Instant::now();
+    wait_for("handover", Duration::from_secs(5), || async {
+        fleet.replicas.iter().flatten().any(|r| {
+            let s = r.status().borrow().clone();
+            s.role == Role::Holder && s.epoch > epoch
+        })
+    })
+    .await;
+    let handover = started.elapsed();
+    assert!(
+        handover < Duration::from_millis(250),
+        "handover took {handover:?}: no notification?"
+    );
+    assert_eq!(fleet.table().await, after_death);
+    // The census works on the cluster too.
+    wait_for("census", Duration::from_secs(10), || async {
+        fleet
+            .replicas
+            .iter()
+            .flatten()
+            .all(|r| r.status().borrow().census.is_some())
+    })
+    .await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test]
+async fn cluster_fences_a_stale_holder() {
+    let cluster = RedisCluster::start(3);
+    let opts = RedisOptions {
+        cluster: true,
+        ..RedisOptions::from_urls(&cluster.urls())
+    };
+    let store = Store::connect(&opts, TABLE, Duration::from_secs(2)).unwrap();
+    let claim = |id| Claim {
+        ttl: Duration::from_secs(30),
+        epoch_floor: 0,
+        generation_floor: 0,
+        holder_id: id,
+        now_ms: 1,
+        failure_threshold: 1,
+    };
+    let Acquisition::Acquired(a) = store.acquire(&claim("a")).await.unwrap() else {
+        panic!()
+    };
+    let mut c = cluster.conn().await;
+    let () = c.del(format!("{{{TABLE}}}:lease")).await.unwrap();
+    let Acquisition::Acquired(b) = store.acquire(&claim("b")).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(b.epoch, a.epoch + 1);
+    let none = distributor::liveness::HealthChanges::default();
+    let t = MatchingTable::from_rows([("w:1".to_string(), "u".to_string())]);
+    let commit = |id| Commit {
+        table: Some(&t),
+        health: &none,
+        generation_floor: 0,
+        holder_id: id,
+        now_ms: 2,
+    };
+    assert_eq!(
+        store.commit(&a, &commit("a")).await.unwrap(),
+        Committed::Fenced {
+            reason: "lease".into()
+        }
+    );
+    assert_eq!(
+        store.commit(&b, &commit("b")).await.unwrap(),
+        Committed::Written {
+            generation: Some(1)
+        }
+    );
+    // Multi-slot reads work: lists in other slots, table state in the table's.
+    let () = c.rpush(UNITS, "x").await.unwrap();
+    let snap = store
+        .read_snapshot(&[SERVICES.to_string()], UNITS, 100)
+        .await
+        .unwrap();
+    assert_eq!(snap.raw.units, [b"x".to_vec()]);
+    assert_eq!(snap.stored_digest, Some(t.digest()));
+    assert_eq!(
+        store.read_row("w:1").await.unwrap(),
+        (Some("u".to_string()), 1)
+    );
+}
