@@ -3,6 +3,7 @@
 //! members, and event-waiting helpers. Never copy these; extend them here.
 #![allow(dead_code)]
 
+pub mod docker;
 pub mod otlp;
 pub mod pki;
 

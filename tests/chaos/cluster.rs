@@ -1,0 +1,703 @@
+//! One scenario's cluster: Redis and 3 distributor replicas as containers of
+//! the local images, example workers as processes, the invariant checker, and
+//! the measured timings.
+//!
+//! Two topologies:
+//! - **host**: every container shares the host network, everything talks over
+//!   127.0.0.1 (Redis on a free port, each replica's HTTP on its own port);
+//! - **bridge**: Redis and the replicas sit on a user-defined bridge network
+//!   that the test creates, so that one replica can be cut off from Redis with
+//!   `docker network disconnect`. Redis and the replicas' HTTP ports are
+//!   published on 127.0.0.1; the workers listen on the host's address on that
+//!   bridge, which both the host and the containers reach.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+use distributor::MatchingTable;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+use tokio::time::Instant;
+
+use crate::checker::{Checker, Sample};
+use crate::support::docker::{self, BridgeNetwork, Process, bollard};
+use crate::support::{Fleet, SERVICES, TABLE, UNITS, free_port, http_get, metric, parse_metrics};
+
+/// The replicas' timings: fast, and as the README requires
+/// (renew interval < renew deadline < TTL).
+pub const REPLICA_ENV: &[(&str, &str)] = &[
+    ("SERVICES_NAMESPACE", SERVICES),
+    ("WORKUNITS_NAMESPACE", UNITS),
+    ("DISTRIBUTION_NAMESPACE", TABLE),
+    ("POLL_INTERVAL", "200ms"),
+    ("PING_TIMEOUT", "200ms"),
+    ("LEASE_TTL", "1s"),
+    ("LEASE_RENEW_INTERVAL", "200ms"),
+    ("LEASE_RENEW_DEADLINE", "700ms"),
+    ("LEASE_RETRY_INTERVAL", "300ms"),
+    ("CENSUS_INTERVAL", "1s"),
+    ("LOG_FORMAT", "json"),
+    ("LOG", "info"),
+    ("OTEL_TRACES_EXPORTER", "none"),
+];
+
+/// Slack on top of the TTL for a takeover after a crash.
+pub const FAILOVER_SLACK: Duration = Duration::from_millis(1500);
+
+pub struct Options {
+    pub bridge: bool,
+    pub workers: usize,
+    pub units: usize,
+}
+
+impl Options {
+    pub fn host(workers: usize) -> Options {
+        Options {
+            bridge: false,
+            workers,
+            units: 40,
+        }
+    }
+}
+
+pub struct Replica {
+    pub id: String,
+    pub name: String,
+    pub http_port: u16,
+    pub container: ContainerAsync<GenericImage>,
+}
+
+pub struct Worker {
+    pub id: String,
+    pub process: Option<Process>,
+    log: PathBuf,
+}
+
+pub struct Redis {
+    pub container: ContainerAsync<GenericImage>,
+    /// Published on (or, on the host network, listening on) 127.0.0.1.
+    pub port: u16,
+}
+
+/// Measured durations by what they measure, printed at the end.
+#[derive(Default)]
+pub struct Timings(Vec<(&'static str, Duration)>);
+
+impl Timings {
+    pub fn record(&mut self, what: &'static str, d: Duration) {
+        say(&format!("  {what}: {}", ms(d)));
+        self.0.push((what, d));
+    }
+
+    pub fn report(&self, scenario: &str) -> String {
+        let mut by: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
+        for (w, d) in &self.0 {
+            by.entry(w).or_default().push(*d);
+        }
+        let mut out = String::new();
+        for (what, mut ds) in by {
+            ds.sort();
+            out.push_str(&format!(
+                "chaos timing | {scenario:<26} | {what:<40} | n={:<2} | min {:>7} | median {:>7} | max {:>7}\n",
+                ds.len(),
+                ms(ds[0]),
+                ms(ds[ds.len() / 2]),
+                ms(ds[ds.len() - 1]),
+            ));
+        }
+        out
+    }
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
+}
+
+/// Writes to the real stderr, past libtest's output capture, so that progress
+/// and timings show in `cargo test` output even when the test passes.
+pub fn say(text: &str) {
+    use std::io::Write;
+    let mut e = std::io::stderr().lock();
+    let _ = writeln!(e, "{text}");
+}
+
+pub struct Cluster {
+    pub docker: bollard::Docker,
+    pub scenario: String,
+    pub replicas: Vec<Replica>,
+    pub redis: Redis,
+    pub workers: Vec<Worker>,
+    pub units: Vec<String>,
+    pub checker: Checker,
+    pub timings: Timings,
+    pub network: Option<BridgeNetwork>,
+    started: Instant,
+    /// Worker logs; removed when the scenario passes.
+    dir: PathBuf,
+}
+
+impl Cluster {
+    /// Starts Redis and the checker, the units, the workers, then 3 replicas,
+    /// and returns once the table is the expected one (then the checker is armed).
+    pub async fn start(docker: &bollard::Docker, scenario: &str, opts: Options) -> Cluster {
+        let started = Instant::now();
+        let prefix = format!("chaos-{}-{scenario}", std::process::id());
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&prefix);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+
+        let network = if opts.bridge {
+            Some(BridgeNetwork::create(docker, &format!("{prefix}-net")).await)
+        } else {
+            None
+        };
+        let redis_port = free_port();
+        let redis_name = format!("{prefix}-redis");
+        let req = docker::local(&docker::redis_image(), &redis_name);
+        let req = match &network {
+            None => docker::host_network(req).with_cmd([
+                "/usr/local/bin/redis-server",
+                "--port",
+                &redis_port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]),
+            Some(net) => {
+                docker::publish_on_loopback(req.with_network(net.name.clone()), redis_port, 6379)
+                    .with_cmd([
+                        "/usr/local/bin/redis-server",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--protected-mode",
+                        "no",
+                    ])
+            }
+        };
+        let redis = Redis {
+            container: docker::start(req).await,
+            port: redis_port,
+        };
+        let redis_url = format!("redis://127.0.0.1:{redis_port}");
+        wait_redis(&redis_url).await;
+        let checker = Checker::start(&redis_url);
+
+        let mut cluster = Cluster {
+            docker: docker.clone(),
+            scenario: scenario.to_string(),
+            replicas: Vec::new(),
+            redis,
+            workers: Vec::new(),
+            units: crate::support::units(opts.units),
+            checker,
+            timings: Timings::default(),
+            network,
+            started,
+            dir: dir.clone(),
+        };
+        cluster.write_units().await;
+
+        let host = cluster
+            .network
+            .as_ref()
+            .map(|n| n.gateway.clone())
+            .unwrap_or_else(|| "127.0.0.1".into());
+        for i in 0..opts.workers {
+            let id = format!("{host}:{}", free_port());
+            cluster.workers.push(Worker {
+                id,
+                process: None,
+                log: dir.join(format!("worker-{i}.log")),
+            });
+            cluster.start_worker(i);
+        }
+
+        let inside_redis = match &cluster.network {
+            None => redis_url.clone(),
+            Some(_) => format!("redis://{redis_name}:6379"),
+        };
+        for i in 1..=3 {
+            let id = format!("r{i}");
+            let name = format!("{prefix}-{id}");
+            let http_port = free_port();
+            let mut req = docker::local(&docker::distributor_image(), &name)
+                .with_env_var("REDIS_URL", inside_redis.clone())
+                .with_env_var("REPLICA_ID", id.clone());
+            for (k, v) in REPLICA_ENV {
+                req = req.with_env_var(*k, *v);
+            }
+            let req = match &cluster.network {
+                None => docker::host_network(
+                    req.with_env_var("HTTP_ADDR", format!("127.0.0.1:{http_port}")),
+                ),
+                Some(net) => docker::publish_on_loopback(
+                    req.with_env_var("HTTP_ADDR", "0.0.0.0:9090")
+                        .with_network(net.name.clone()),
+                    http_port,
+                    9090,
+                ),
+            };
+            let container = docker::start(req).await;
+            cluster.replicas.push(Replica {
+                id,
+                name,
+                http_port,
+                container,
+            });
+        }
+        for i in 0..cluster.replicas.len() {
+            cluster.wait_healthy(i).await;
+        }
+        let replicas = cluster
+            .replicas
+            .iter()
+            .map(|r| (r.id.clone(), r.http_port))
+            .collect();
+        cluster.checker.monitor_holders(replicas);
+        let t = Instant::now();
+        cluster
+            .wait_table("the first table", Duration::from_secs(30), t)
+            .await;
+        cluster.checker.arm();
+        say(&format!(
+            "[{scenario}] converged: redis :{redis_port}, replicas {:?}, {} workers, {} units, in {}",
+            cluster
+                .replicas
+                .iter()
+                .map(|r| format!("{}@:{}", r.id, r.http_port))
+                .collect::<Vec<_>>(),
+            cluster.workers.len(),
+            cluster.units.len(),
+            ms(started.elapsed())
+        ));
+        cluster
+    }
+
+    pub fn redis_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.redis.port)
+    }
+
+    /// Rewrites the units list, as the producer ("another process") does.
+    pub async fn write_units(&self) {
+        let mut c = connect(&self.redis_url()).await;
+        let mut p = redis::pipe();
+        p.atomic()
+            .del(UNITS)
+            .ignore()
+            .rpush(UNITS, &self.units)
+            .ignore();
+        let () = p.query_async(&mut c).await.unwrap();
+    }
+
+    pub fn start_worker(&mut self, i: usize) {
+        let w = &mut self.workers[i];
+        assert!(w.process.is_none(), "worker {i} already runs");
+        let mut cmd = Command::new(docker::worker_binary());
+        cmd.args(["--listen", &w.id])
+            .env(
+                "REDIS_URL",
+                format!("redis://127.0.0.1:{}", self.redis.port),
+            )
+            .env("SERVICES_KEY", SERVICES)
+            .env("DISTRIBUTION_NAMESPACE", TABLE)
+            .env("RUST_LOG", "info");
+        w.process = Some(Process::spawn(cmd, w.log.clone()));
+        self.checker.worker(&w.id, true);
+    }
+
+    /// SIGKILL: the worker stops answering at once and never deregisters.
+    pub fn kill_worker(&mut self, i: usize) {
+        let w = &mut self.workers[i];
+        self.checker.worker(&w.id, false);
+        let mut p = w.process.take().expect("a running worker");
+        assert!(
+            p.kill(),
+            "worker {} had died by itself:\n{}",
+            w.id,
+            p.tail(20)
+        );
+    }
+
+    pub fn running_workers(&self) -> Vec<String> {
+        self.workers
+            .iter()
+            .filter(|w| w.process.is_some())
+            .map(|w| w.id.clone())
+            .collect()
+    }
+
+    /// The solver's table for the running workers and the units.
+    pub fn expected(&self) -> MatchingTable {
+        Fleet::expected(&self.running_workers(), &self.units)
+    }
+
+    fn check_workers(&mut self) {
+        for w in &mut self.workers {
+            if let Some(p) = w.process.as_mut() {
+                assert!(
+                    p.running(),
+                    "worker {} died by itself:\n{}",
+                    w.id,
+                    p.tail(20)
+                );
+            }
+        }
+    }
+
+    /// Waits until a sample taken after `since` shows exactly the expected table
+    /// with every running worker registered; returns the time from `since` to
+    /// that sample.
+    pub async fn wait_table(&mut self, what: &str, limit: Duration, since: Instant) -> Duration {
+        let expected = self.expected();
+        let running = self.running_workers();
+        let sample = self
+            .wait_sample(what, limit, since, |s| {
+                s.matching_table() == expected && running.iter().all(|w| s.services.contains(w))
+            })
+            .await;
+        sample.sent.unwrap().duration_since(since)
+    }
+
+    /// Waits for the first sample after `since` that satisfies `pred`, failing
+    /// at once on an invariant violation or a worker that died by itself.
+    pub async fn wait_sample(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        since: Instant,
+        pred: impl Fn(&Sample) -> bool,
+    ) -> Sample {
+        let deadline = Instant::now() + limit;
+        loop {
+            self.checker.assert_ok();
+            self.check_workers();
+            if let Some(s) = self.checker.find(since, &pred) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "[{}] timed out after {limit:?} waiting for: {what}\nlast sample:\n{}",
+                self.scenario,
+                self.checker
+                    .last()
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "none".into())
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Polls `probe` every 20 ms until `ok` accepts its value, checking the
+    /// invariants meanwhile.
+    pub async fn wait_until<T, F, Fut>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut probe: F,
+        ok: impl Fn(T) -> bool,
+    ) where
+        T: std::fmt::Debug + Clone,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let deadline = Instant::now() + limit;
+        loop {
+            self.checker.assert_ok();
+            let v = probe().await;
+            if ok(v.clone()) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "[{}] timed out after {limit:?} waiting for: {what} (last: {v:?})",
+                self.scenario
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Lets `d` pass while the checker keeps checking.
+    pub async fn observe(&mut self, d: Duration) {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            self.checker.assert_ok();
+            self.check_workers();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.checker.assert_ok();
+    }
+
+    pub async fn redis_conn(&self) -> redis::aio::MultiplexedConnection {
+        connect(&self.redis_url()).await
+    }
+
+    /// The replica holding the lease in the latest sample, and its epoch.
+    pub async fn holder(&mut self) -> (usize, u64) {
+        let s = self.holder_sample().await;
+        self.holder_of(&s)
+    }
+
+    /// A fresh sample that shows a lease holder.
+    pub async fn holder_sample(&mut self) -> Sample {
+        self.wait_sample(
+            "a lease holder",
+            Duration::from_secs(10),
+            Instant::now(),
+            |s| s.holder().is_some(),
+        )
+        .await
+    }
+
+    pub fn holder_of(&self, s: &Sample) -> (usize, u64) {
+        let id = s.holder().expect("a holder");
+        let i = self
+            .replicas
+            .iter()
+            .position(|r| r.id == id)
+            .unwrap_or_else(|| panic!("holder {id} is no replica of this test"));
+        (i, s.epoch.expect("an epoch with the lease"))
+    }
+
+    /// Waits for a lease with an epoch above `old` held by another replica than
+    /// `old_holder`; returns (replica, epoch, time from `since`).
+    pub async fn wait_new_holder(
+        &mut self,
+        old_holder: Option<usize>,
+        old: u64,
+        limit: Duration,
+        since: Instant,
+    ) -> (usize, u64, Duration) {
+        let old_id = old_holder.map(|i| self.replicas[i].id.clone());
+        let s = self
+            .wait_sample("a new holder", limit, since, |s| {
+                s.epoch.is_some_and(|e| e > old)
+                    && s.holder().is_some_and(|h| Some(h) != old_id.as_deref())
+            })
+            .await;
+        let (i, e) = self.holder_of(&s);
+        (i, e, s.sent.unwrap().duration_since(since))
+    }
+
+    /// The replica's `/metrics`, if it answers.
+    pub async fn metrics(&self, i: usize) -> Option<Vec<crate::support::Sample>> {
+        match tokio::time::timeout(
+            Duration::from_millis(500),
+            http_get(self.replicas[i].http_port, "/metrics"),
+        )
+        .await
+        {
+            Ok(Ok((200, body))) => Some(parse_metrics(&body)),
+            _ => None,
+        }
+    }
+
+    pub async fn gauge(&self, i: usize, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.metrics(i)
+            .await
+            .map(|m| metric(&m, name, labels).unwrap_or(0.0))
+    }
+
+    pub async fn wait_healthy(&self, i: usize) {
+        self.wait_http(i, "/healthz").await;
+    }
+
+    pub async fn wait_ready(&self, i: usize) {
+        self.wait_http(i, "/readyz").await;
+    }
+
+    async fn wait_http(&self, i: usize, path: &str) {
+        let port = self.replicas[i].http_port;
+        let what = format!("{} answers {path} with 200", self.replicas[i].id);
+        self.wait_until(
+            &what,
+            Duration::from_secs(20),
+            || async move {
+                match tokio::time::timeout(Duration::from_millis(500), http_get(port, path)).await {
+                    Ok(Ok((code, _))) => code,
+                    _ => 0,
+                }
+            },
+            |code| code == 200,
+        )
+        .await;
+    }
+
+    pub async fn kill_replica(&self, i: usize) {
+        docker::signal(&self.docker, self.replicas[i].container.id(), "SIGKILL").await;
+    }
+
+    /// `docker start` again (same name, ports and settings), then /healthz.
+    pub async fn start_replica(&self, i: usize) {
+        self.replicas[i]
+            .container
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("could not restart {}: {e}", self.replicas[i].id));
+        self.wait_healthy(i).await;
+    }
+
+    /// `docker stop`: SIGTERM, SIGKILL after 10 s; returns the exit code.
+    pub async fn stop_replica(&self, i: usize) -> Option<i64> {
+        let c = &self.replicas[i].container;
+        c.stop_with_timeout(Some(10))
+            .await
+            .unwrap_or_else(|e| panic!("could not stop {}: {e}", self.replicas[i].id));
+        docker::exit_code(&self.docker, c.id()).await
+    }
+
+    pub async fn replica_running(&self, i: usize) -> bool {
+        docker::is_running(&self.docker, self.replicas[i].container.id()).await
+    }
+
+    /// The replica's JSON log records (with the process's own timestamps).
+    pub async fn log_records(&self, i: usize) -> Vec<LogRecord> {
+        docker::logs(&self.docker, self.replicas[i].container.id())
+            .await
+            .into_iter()
+            .filter_map(|l| LogRecord::parse(&l.text))
+            .collect()
+    }
+
+    pub async fn kill_redis(&self) {
+        docker::signal(&self.docker, self.redis.container.id(), "SIGKILL").await;
+    }
+
+    /// Starts the killed Redis container again: same port, no data.
+    pub async fn restart_redis(&self) {
+        self.redis
+            .container
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("could not restart redis: {e}"));
+        wait_redis(&self.redis_url()).await;
+    }
+
+    /// Stops the checker, fails on any violation, prints the timings, and
+    /// removes everything.
+    pub async fn finish(mut self) {
+        self.checker.stop().await;
+        self.checker.assert_ok();
+        let summary = self.checker.summary();
+        say(&format!(
+            "[{}] passed in {}; checker: {summary}",
+            self.scenario,
+            ms(self.started.elapsed())
+        ));
+        say(self.timings.report(&self.scenario).trim_end());
+        for w in &mut self.workers {
+            if let Some(mut p) = w.process.take() {
+                p.kill();
+            }
+        }
+        for r in std::mem::take(&mut self.replicas) {
+            let _ = r.container.rm().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Prints what helps to understand a failure: every log tail.
+    async fn dump(&self) {
+        say(&format!(
+            "[{}] FAILED; logs follow (worker logs kept in {})",
+            self.scenario,
+            self.dir.display()
+        ));
+        for r in &self.replicas {
+            let lines = docker::logs(&self.docker, r.container.id()).await;
+            say(&format!(
+                "--- replica {} (last 40 of {} lines)",
+                r.id,
+                lines.len()
+            ));
+            for l in &lines[lines.len().saturating_sub(40)..] {
+                say(&l.text);
+            }
+        }
+        for w in &self.workers {
+            let text = std::fs::read_to_string(&w.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            say(&format!("--- worker {} (last 10 lines)", w.id));
+            for l in &lines[lines.len().saturating_sub(10)..] {
+                say(l);
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::block_in_place(|| handle.block_on(self.dump()));
+        }
+        // Then the fields drop in order: replicas and Redis (testcontainers
+        // removes the containers), workers (killed), the network (removed).
+    }
+}
+
+async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("redis at {url}: {e}"))
+}
+
+/// Waits until Redis answers PING (a container needs a moment).
+async fn wait_redis(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ok = async {
+            let client = redis::Client::open(url).ok()?;
+            let mut c = tokio::time::timeout(
+                Duration::from_millis(500),
+                client.get_multiplexed_async_connection(),
+            )
+            .await
+            .ok()?
+            .ok()?;
+            redis::cmd("PING").query_async::<String>(&mut c).await.ok()
+        }
+        .await;
+        if ok.is_some() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "redis at {url} did not answer");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One JSON log record of a replica.
+#[derive(Debug, Clone)]
+pub struct LogRecord {
+    pub at: SystemTime,
+    pub message: String,
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl LogRecord {
+    fn parse(line: &str) -> Option<LogRecord> {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        let at = docker::parse_rfc3339(v.get("timestamp")?.as_str()?)?;
+        let fields = v.get("fields")?.as_object()?.clone();
+        Some(LogRecord {
+            at,
+            message: fields.get("message")?.as_str()?.to_string(),
+            fields,
+        })
+    }
+
+    pub fn field(&self, k: &str) -> String {
+        match self.fields.get(k) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+            None => String::new(),
+        }
+    }
+}
