@@ -8,11 +8,11 @@ use std::time::Duration;
 use crate::support::otlp::Collector;
 use crate::support::*;
 
-const ADMIN_PASSWORD: &str = "admin-Pa55-never-logged";
-const PASSWORD: &str = "dist-S3cret-never-logged";
+pub(crate) const ADMIN_PASSWORD: &str = "admin-Pa55-never-logged";
+pub(crate) const PASSWORD: &str = "dist-S3cret-never-logged";
 
 /// The minimal ACL of the README, for the test's key names.
-async fn create_acl_user(redis: &RedisServer) {
+pub(crate) async fn create_acl_user(redis: &RedisServer) {
     let acl = format!(
         "ACL SETUSER distributor on >{PASSWORD} resetkeys ~{SERVICES} ~{UNITS} ~{TABLE} ~{{{TABLE}}}:* \
          resetchannels &{{{TABLE}}}:* -@all +get +set +del +incr +pexpire +pttl +type \

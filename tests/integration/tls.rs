@@ -7,11 +7,14 @@ use std::time::Duration;
 use distributor::config::PingTls;
 use distributor::tls::TlsFiles;
 
+use crate::security::{ADMIN_PASSWORD, PASSWORD, create_acl_user};
 use crate::support::pki::Pki;
 use crate::support::*;
 
+/// TLS with client certificates *and* a restricted ACL user: the core
+/// scenarios (table, member death, holder crash) on a production-like Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_over_mutual_tls() {
+async fn redis_over_mutual_tls_with_an_acl_user() {
     let pki = Pki::new("redis");
     let (server_cert, server_key) = pki.issue("redis-server", &["127.0.0.1", "localhost"]);
     let (client_cert, client_key) = pki.issue("distributor", &["distributor"]);
@@ -32,9 +35,12 @@ async fn redis_over_mutual_tls() {
         &ca_s,
         "--tls-auth-clients",
         "yes",
+        "--requirepass",
+        ADMIN_PASSWORD,
     ]);
+    create_acl_user(&redis).await;
     let mut fleet = Fleet::new(redis);
-    fleet.config.redis_url = format!("rediss://127.0.0.1:{tls_port}");
+    fleet.config.redis_url = format!("rediss://distributor:{PASSWORD}@127.0.0.1:{tls_port}");
     let files = TlsFiles {
         ca: vec![pki.ca()],
         cert: Some(client_cert.clone()),
@@ -51,7 +57,22 @@ async fn redis_over_mutual_tls() {
             .push(Some(distributor::Member::start(opts).await.unwrap()));
     }
     fleet.add_replica();
+    fleet.add_replica();
     fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    fleet.members[0].take().unwrap().abort();
+    let table = fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let holder = fleet.wait_for_holder().await;
+    let generation = fleet.generation().await;
+    fleet.replicas[holder].take().unwrap().abort();
+    wait_for("a new holder over TLS", Duration::from_secs(10), || async {
+        fleet
+            .statuses()
+            .iter()
+            .any(|s| s.role == distributor::Role::Holder && s.cycles >= 3)
+    })
+    .await;
+    assert_eq!(fleet.table().await, table);
+    assert_eq!(fleet.generation().await, generation);
 
     // Without a client certificate the TLS port refuses us.
     let no_cert = TlsFiles {
