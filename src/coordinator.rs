@@ -26,6 +26,8 @@
 //!   wakes the standbys at once.
 
 use std::collections::HashSet;
+
+use futures::StreamExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,7 +46,7 @@ use crate::inputs::{self, Inputs};
 use crate::lease::{self, HeldLease};
 use crate::liveness::{HealthChanges, Liveness};
 use crate::metrics::Metrics;
-use crate::pinger::{PingFailure, Pinger};
+use crate::pinger::{PingFailure, PingReport, Pinger};
 use crate::store::{Acquisition, Claim, Commit, Committed, LeaseGrant, Notification, Store};
 use crate::table::MatchingTable;
 use crate::unix_ms;
@@ -203,6 +205,9 @@ struct Holding {
     cycle_started: Instant,
     /// The span of the cycle in flight; closed when its results are written.
     cycle_span: Span,
+    /// Pings still running from the last cycle, for the next one.
+    in_flight: InFlight,
+    in_flight_members: HashSet<String>,
     memo: Option<Memo>,
 }
 
@@ -239,6 +244,9 @@ struct CycleReport {
     generation_floor: u64,
     /// (member, list) pairs removed by `-forget-after`.
     forgotten: Vec<(String, String)>,
+    /// Pings still running (hung members): collected by the next cycle.
+    in_flight: InFlight,
+    in_flight_members: HashSet<String>,
 }
 
 /// What became of a cycle's write.
@@ -255,6 +263,15 @@ enum Write {
     Failed(StoreError),
 }
 
+/// Pings still in flight when a cycle ended; the next cycle collects them
+/// instead of pinging those members again.
+type InFlight = futures::stream::FuturesUnordered<JoinHandle<PingReport>>;
+
+/// How long a cycle waits for fast ping results before acting on them. A
+/// refused connection answers in about a millisecond; a hung member only when
+/// the ping timeout expires, which must not delay everyone else.
+const FIRST_PHASE: Duration = Duration::from_millis(50);
+
 /// Everything a cycle task needs, owned, so it runs beside the state machine.
 struct CycleContext {
     store: Store,
@@ -268,6 +285,9 @@ struct CycleContext {
     grant: LeaseGrant,
     acts_until: watch::Receiver<Instant>,
     generation_floor: u64,
+    /// Pings of earlier cycles still running, and their members.
+    carried: InFlight,
+    carried_members: HashSet<String>,
 }
 
 impl CycleContext {
@@ -276,10 +296,10 @@ impl CycleContext {
     }
 
     async fn run(
-        self,
+        mut self,
         mut liveness: Liveness,
         mut unsaved: HealthChanges,
-        memo: Option<Memo>,
+        mut memo: Option<Memo>,
     ) -> Result<CycleReport, StoreError> {
         let read = info_span!(
             "read_inputs",
@@ -303,7 +323,30 @@ impl CycleContext {
         drop(read);
         let inputs = inputs::normalize(&snapshot.raw);
         let members: Vec<String> = inputs.members().map(str::to_string).collect();
+        let was_live: HashSet<String> = members
+            .iter()
+            .filter(|m| liveness.is_live(m))
+            .cloned()
+            .collect();
+        let listed: Vec<String> = inputs
+            .members()
+            .chain(
+                inputs
+                    .groups
+                    .iter()
+                    .flat_map(|g| g.malformed.iter().map(String::as_str)),
+            )
+            .map(str::to_string)
+            .collect();
+        let mut stored_digest = snapshot.stored_digest.clone();
+        let mut generation_floor = self.generation_floor.max(snapshot.stored_generation);
 
+        // Pings settle in two phases, so that one hung member (which takes the
+        // whole ping timeout) never delays what the others already told us:
+        //
+        //   0 ─── answers and refusals ──▶ grace: apply what is known, write if changed
+        //         (a refusal takes ~1 ms)        pending pings keep their old state
+        //   grace ── slow answers, timeouts ──▶ all done: apply the rest, write if changed
         let ping = info_span!(
             "ping",
             members = members.len(),
@@ -312,23 +355,74 @@ impl CycleContext {
             otel.status_code = Empty,
             otel.status_message = Empty
         );
-        let reports = self
-            .pinger
-            .ping_all(&members)
-            .instrument(ping.clone())
-            .await;
-        let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
-        for r in &reports {
+        // Members whose ping from an earlier cycle still runs (hung ones) are
+        // not pinged again: that ping's result is collected when it comes.
+        let carried = std::mem::take(&mut self.carried);
+        let mut pending_members = std::mem::take(&mut self.carried_members);
+        let fresh: Vec<String> = members
+            .iter()
+            .filter(|m| !pending_members.contains(*m))
+            .cloned()
+            .collect();
+        let mut pending = ping.in_scope(|| self.pinger.ping_tasks(&fresh));
+        pending_members.extend(fresh);
+        for task in carried {
+            pending.push(task);
+        }
+        // Act on what is known after a short grace, so one hung member (which
+        // answers only when its ping times out) never delays the others:
+        //
+        //   0 ── answers, refusals (~1 ms) ──▶ grace: apply, solve, write if changed
+        //                                      still running: carried to the next cycle,
+        //                                      whose state stays as it was meanwhile
+        let grace = tokio::time::sleep(FIRST_PHASE);
+        tokio::pin!(grace);
+        let mut all_reports: Vec<PingReport> = Vec::with_capacity(members.len());
+        loop {
+            tokio::select! {
+                r = pending.next() => match r {
+                    Some(Ok(report)) => {
+                        pending_members.remove(&report.member);
+                        all_reports.push(report);
+                    }
+                    // A ping task that panicked or was cancelled: its member is
+                    // simply pinged again next cycle.
+                    Some(Err(_)) => {}
+                    None => break,
+                },
+                _ = &mut grace => break,
+            }
+        }
+        pending_members.retain(|m| !all_reports.iter().any(|r| &r.member == m));
+        for r in &all_reports {
             match &r.result {
                 Ok(rtt) => self.metrics.ping_ok(*rtt),
-                Err(f) => {
-                    self.metrics.ping_failed(f.reason());
-                    *reasons.entry(f.reason()).or_default() += 1;
-                }
+                Err(f) => self.metrics.ping_failed(f.reason()),
+            }
+        }
+        let results = all_reports
+            .iter()
+            .map(|r| (r.member.as_str(), r.result.is_ok()));
+        unsaved.merge(liveness.observe(results, listed.iter().map(String::as_str), unix_ms()));
+        let (m, write) = self
+            .settle(
+                &inputs,
+                &liveness,
+                &mut unsaved,
+                memo.take(),
+                &mut stored_digest,
+                &mut generation_floor,
+            )
+            .await;
+        memo = Some(m);
+        let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
+        for r in &all_reports {
+            if let Err(f) = &r.result {
+                *reasons.entry(f.reason()).or_default() += 1;
             }
         }
         let failed: usize = reasons.values().sum();
-        ping.record("ok", reports.len() - failed);
+        ping.record("ok", all_reports.len() - failed);
         ping.record("failed", failed);
         if failed > 0 {
             ping.in_scope(|| {
@@ -338,62 +432,22 @@ impl CycleContext {
             });
             mark_error(
                 &ping,
-                &format!("{failed} of {} pings failed", reports.len()),
+                &format!("{failed} of {} pings failed", all_reports.len()),
             );
         }
         drop(ping);
-        let listed: HashSet<&str> = inputs.members().collect();
-        self.pinger.retain(&listed);
+        let listed_now: HashSet<&str> = inputs.members().collect();
+        self.pinger.retain(&listed_now);
 
-        let was_live: HashSet<String> = members
-            .iter()
-            .filter(|m| liveness.is_live(m))
-            .cloned()
-            .collect();
-        let malformed = inputs
-            .groups
-            .iter()
-            .flat_map(|g| g.malformed.iter().map(String::as_str));
-        let results = reports
-            .iter()
-            .map(|r| (r.member.as_str(), r.result.is_ok()))
-            .chain(malformed.clone().map(|m| (m, false)));
-        let all_listed = inputs.members().chain(malformed);
-        unsaved.merge(liveness.observe(results, all_listed, unix_ms()));
         let transitions = members
             .iter()
             .filter(|m| liveness.is_live(m) != was_live.contains(*m))
             .map(|m| (m.clone(), liveness.is_live(m)))
             .collect();
-        let failures = reports
+        let failures = all_reports
             .into_iter()
             .filter_map(|r| r.result.err().map(|e| (r.member, e)))
             .collect();
-
-        let key = inputs_key(&inputs, &liveness);
-        let memo = match memo {
-            Some(m) if m.key == key => m,
-            _ => {
-                let (inp, live) = (inputs.clone(), liveness.clone());
-                let assign = info_span!(
-                    "assign",
-                    units = inputs.units.len(),
-                    groups = inputs.groups.len()
-                );
-                let table = tokio::task::spawn_blocking(move || {
-                    assign.in_scope(|| MatchingTable::solve(&inp, |m| live.is_live(m)))
-                })
-                .await
-                .expect("solving the table does not panic");
-                Memo {
-                    key,
-                    table: Arc::new(table),
-                }
-            }
-        };
-
-        let table = memo.table.clone();
-        let table_changed = snapshot.stored_digest.as_deref() != Some(table.digest().as_str());
         let groups: Vec<(String, usize, usize)> = inputs
             .groups
             .iter()
@@ -411,59 +465,18 @@ impl CycleContext {
         cycle.record("live", groups.iter().map(|g| g.1).sum::<usize>());
         cycle.record("failed", groups.iter().map(|g| g.2).sum::<usize>());
         cycle.record("units", inputs.units.len());
-        cycle.record("changed", table_changed);
+        cycle.record(
+            "changed",
+            matches!(
+                write,
+                Write::Written {
+                    generation: Some(_)
+                }
+            ),
+        );
         for (group, live, failed) in &groups {
             tracing::info!(group, live, failed, "group");
         }
-
-        let mut generation_floor = self.generation_floor.max(snapshot.stored_generation);
-        let write = if !table_changed && unsaved.is_empty() {
-            Write::Unchanged
-        } else if !self.may_act() {
-            Write::NotActing
-        } else {
-            let commit = Commit {
-                table: table_changed.then_some(&*table),
-                health: &unsaved,
-                generation_floor,
-                holder_id: &self.replica_id,
-                now_ms: unix_ms(),
-            };
-            let span = info_span!(
-                "write_table",
-                epoch = self.grant.epoch,
-                table = table_changed,
-                rows = table.len(),
-                health_changes = unsaved.set.len() + unsaved.removed.len(),
-                generation = Empty,
-                otel.status_code = Empty,
-                otel.status_message = Empty,
-            );
-            match self
-                .store
-                .commit(&self.grant, &commit)
-                .instrument(span.clone())
-                .await
-            {
-                Ok(Committed::Written { generation }) => {
-                    if let Some(g) = generation {
-                        span.record("generation", g);
-                        cycle.record("generation", g);
-                        generation_floor = generation_floor.max(g);
-                    }
-                    unsaved = HealthChanges::default();
-                    Write::Written { generation }
-                }
-                Ok(Committed::Fenced { reason }) => {
-                    mark_error(&span, &format!("fenced by redis: {reason}"));
-                    Write::Fenced(reason)
-                }
-                Err(e) => {
-                    mark_error(&span, &e.to_string());
-                    Write::Failed(e)
-                }
-            }
-        };
 
         let mut forgotten = Vec::new();
         if let Some(after) = self.forget_after
@@ -502,12 +515,100 @@ impl CycleContext {
             liveness,
             unsaved,
             transitions,
-            memo,
+            memo: memo.expect("settled at least once"),
             groups,
             write,
             generation_floor,
             forgotten,
+            in_flight: pending,
+            in_flight_members: pending_members,
         })
+    }
+
+    /// Solves the table for what is known now and writes it (fenced) if it or
+    /// the liveness history changed.
+    async fn settle(
+        &self,
+        inputs: &Inputs,
+        liveness: &Liveness,
+        unsaved: &mut HealthChanges,
+        memo: Option<Memo>,
+        stored_digest: &mut Option<String>,
+        generation_floor: &mut u64,
+    ) -> (Memo, Write) {
+        let key = inputs_key(inputs, liveness);
+        let memo = match memo {
+            Some(m) if m.key == key => m,
+            _ => {
+                let (inp, live) = (inputs.clone(), liveness.clone());
+                let assign = info_span!(
+                    "assign",
+                    units = inputs.units.len(),
+                    groups = inputs.groups.len()
+                );
+                let table = tokio::task::spawn_blocking(move || {
+                    assign.in_scope(|| MatchingTable::solve(&inp, |m| live.is_live(m)))
+                })
+                .await
+                .expect("solving the table does not panic");
+                Memo {
+                    key,
+                    table: Arc::new(table),
+                }
+            }
+        };
+        let table = memo.table.clone();
+        let digest = table.digest();
+        let table_changed = stored_digest.as_deref() != Some(digest.as_str());
+        if !table_changed && unsaved.is_empty() {
+            return (memo, Write::Unchanged);
+        }
+        if !self.may_act() {
+            return (memo, Write::NotActing);
+        }
+        let commit = Commit {
+            table: table_changed.then_some(&*table),
+            health: unsaved,
+            generation_floor: *generation_floor,
+            holder_id: &self.replica_id,
+            now_ms: unix_ms(),
+        };
+        let span = info_span!(
+            "write_table",
+            epoch = self.grant.epoch,
+            table = table_changed,
+            rows = table.len(),
+            health_changes = unsaved.set.len() + unsaved.removed.len(),
+            generation = Empty,
+            otel.status_code = Empty,
+            otel.status_message = Empty,
+        );
+        let outcome = match self
+            .store
+            .commit(&self.grant, &commit)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(Committed::Written { generation }) => {
+                if let Some(g) = generation {
+                    span.record("generation", g);
+                    Span::current().record("generation", g);
+                    *generation_floor = (*generation_floor).max(g);
+                    *stored_digest = Some(digest);
+                }
+                *unsaved = HealthChanges::default();
+                Write::Written { generation }
+            }
+            Ok(Committed::Fenced { reason }) => {
+                mark_error(&span, &format!("fenced by redis: {reason}"));
+                Write::Fenced(reason)
+            }
+            Err(e) => {
+                mark_error(&span, &e.to_string());
+                Write::Failed(e)
+            }
+        };
+        (memo, outcome)
     }
 }
 
@@ -696,7 +797,7 @@ impl Coordinator {
                             otel.status_code = Empty,
                             otel.status_message = Empty,
                         );
-                        let task = self.cycle_task(&h).instrument(h.cycle_span.clone());
+                        let task = self.cycle_task(&mut h).instrument(h.cycle_span.clone());
                         cycle = Some(tokio::spawn(task));
                     }
                     let poll = self.config.poll_interval;
@@ -801,6 +902,8 @@ impl Coordinator {
                     next_cycle: Instant::now(),
                     cycle_started: Instant::now(),
                     cycle_span: Span::none(),
+                    in_flight: InFlight::new(),
+                    in_flight_members: HashSet::new(),
                     memo: None,
                 }))
             }
@@ -929,7 +1032,7 @@ impl Coordinator {
     /// (`acts_until`) right before writing.
     fn cycle_task(
         &self,
-        h: &Holding,
+        h: &mut Holding,
     ) -> impl Future<Output = Result<CycleReport, StoreError>> + Send + 'static {
         let ctx = CycleContext {
             store: self.store.clone(),
@@ -943,6 +1046,8 @@ impl Coordinator {
             grant: h.lease.grant.clone(),
             acts_until: h.acts_until.subscribe(),
             generation_floor: self.generation_floor,
+            carried: std::mem::take(&mut h.in_flight),
+            carried_members: std::mem::take(&mut h.in_flight_members),
         };
         let (liveness, unsaved, memo) = (h.liveness.clone(), h.unsaved.clone(), h.memo.clone());
         ctx.run(liveness, unsaved, memo)
@@ -987,6 +1092,8 @@ impl Coordinator {
         span.in_scope(|| self.log_inputs(&report));
         h.liveness = report.liveness;
         h.unsaved = report.unsaved;
+        h.in_flight = report.in_flight;
+        h.in_flight_members = report.in_flight_members;
         let table = report.memo.table.clone();
         h.memo = Some(report.memo);
         self.generation_floor = self.generation_floor.max(report.generation_floor);

@@ -64,6 +64,10 @@ impl std::fmt::Display for PingFailure {
     }
 }
 
+/// The longest a first contact with a member (connection, TLS, ping) may take,
+/// when that is more than the ping timeout.
+pub const FIRST_CONTACT: Duration = Duration::from_secs(2);
+
 /// The result of pinging one member.
 #[derive(Debug, Clone)]
 pub struct PingReport {
@@ -75,7 +79,8 @@ pub struct PingReport {
 /// The holder's pinger. Cheap to clone; clones share the channel cache.
 #[derive(Clone)]
 pub struct Pinger {
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// Per member: its channel, and whether it has answered on it yet.
+    channels: Arc<Mutex<HashMap<String, (Channel, bool)>>>,
     timeout: Duration,
     keepalive: Option<Keepalive>,
     tls: Option<ClientTlsConfig>,
@@ -97,17 +102,17 @@ impl Pinger {
         self
     }
 
-    fn channel(&self, member: &str) -> Result<Channel, PingFailure> {
+    fn channel(&self, member: &str) -> Result<(Channel, bool), PingFailure> {
         let mut cache = self.channels.lock().expect("pinger cache poisoned");
-        if let Some(ch) = cache.get(member) {
-            return Ok(ch.clone());
+        if let Some((ch, answered)) = cache.get(member) {
+            return Ok((ch.clone(), *answered));
         }
         check_member_addr(member.as_bytes()).map_err(PingFailure::Malformed)?;
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let mut ep = Endpoint::from_shared(format!("{scheme}://{member}"))
             .map_err(|_| PingFailure::Malformed("not a valid URI authority"))?
-            .connect_timeout(self.timeout)
-            .timeout(self.timeout)
+            .connect_timeout(self.timeout.max(FIRST_CONTACT))
+            .timeout(self.timeout.max(FIRST_CONTACT))
             .tcp_nodelay(true);
         if let Some(tls) = &self.tls {
             ep = ep
@@ -121,22 +126,41 @@ impl Pinger {
                 .keep_alive_while_idle(ka.while_idle);
         }
         let ch = ep.connect_lazy();
-        cache.insert(member.to_string(), ch.clone());
-        Ok(ch)
+        cache.insert(member.to_string(), (ch.clone(), false));
+        Ok((ch, false))
     }
 
     /// Pings one member, bounded by the ping timeout.
     pub async fn ping(&self, member: &str) -> Result<Duration, PingFailure> {
-        let channel = self.channel(member)?;
+        let (channel, answered) = self.channel(member)?;
+        // A first contact also opens the connection (and TLS): thousands of
+        // them at once, as when a new holder takes over, take longer than a
+        // ping, and must not make live members look dead.
+        let timeout = if answered {
+            self.timeout
+        } else {
+            self.timeout.max(FIRST_CONTACT)
+        };
         let started = Instant::now();
         // Carries the current (ping) span as `traceparent`, so the member's
         // handling joins the distributor's trace.
         let mut request = tonic::Request::new(());
         crate::telemetry::inject(request.metadata_mut());
         let call = async move { GrpcPingerClient::new(channel).ping(request).await };
-        match tokio::time::timeout(self.timeout, call).await {
+        match tokio::time::timeout(timeout, call).await {
             Err(_) => Err(PingFailure::Timeout),
-            Ok(Ok(_)) => Ok(started.elapsed()),
+            Ok(Ok(_)) => {
+                if !answered
+                    && let Some(entry) = self
+                        .channels
+                        .lock()
+                        .expect("pinger cache poisoned")
+                        .get_mut(member)
+                {
+                    entry.1 = true;
+                }
+                Ok(started.elapsed())
+            }
             Ok(Err(status)) => Err(classify(status)),
         }
     }
@@ -150,6 +174,29 @@ impl Pinger {
             }
         });
         futures::future::join_all(pings).await
+    }
+
+    /// Pings every member concurrently, each in its own task (in the current
+    /// span), so a ping keeps going even while nobody awaits its result; results
+    /// arrive as they complete.
+    pub fn ping_tasks(
+        &self,
+        members: &[String],
+    ) -> futures::stream::FuturesUnordered<tokio::task::JoinHandle<PingReport>> {
+        use tracing::Instrument as _;
+        members
+            .iter()
+            .map(|m| {
+                let (pinger, member) = (self.clone(), m.clone());
+                tokio::spawn(
+                    async move {
+                        let result = pinger.ping(&member).await;
+                        PingReport { member, result }
+                    }
+                    .in_current_span(),
+                )
+            })
+            .collect()
     }
 
     /// Drops cached channels of members that are no longer listed.

@@ -186,3 +186,44 @@ async fn forget_after_prunes_long_failing_members() {
     assert_eq!(listed, [fleet.member_id(1)], "the live member stays");
     fleet.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_member_does_not_delay_detecting_a_dead_one() {
+    // A "hung" member: it accepts connections and never answers, so its ping
+    // only fails when the (long) ping timeout expires.
+    let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hung_addr = hung.local_addr().unwrap().to_string();
+    let sink = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = hung.accept().await {
+            held.push(s);
+        }
+    });
+    let units = units(20);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.ping_timeout = Duration::from_secs(5);
+    fleet.set_units(&units).await;
+    // Listed from the start: every cycle includes its never-ending ping.
+    let () = fleet.redis.cmd(&["RPUSH", SERVICES, &hung_addr]).await;
+    for _ in 0..3 {
+        fleet.add_member().await;
+    }
+    fleet.add_replica();
+    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+
+    // A member dies while every cycle now waits 5 s on the hung one.
+    let dead = fleet.member_id(0);
+    fleet.members[0].take().unwrap().abort();
+    let started = tokio::time::Instant::now();
+    // If cycles waited for every ping, this would take up to the 5 s timeout.
+    wait_for(
+        "the dead member loses its units",
+        Duration::from_secs(4),
+        || async { fleet.table().await.units_of(&dead).is_empty() },
+    )
+    .await;
+    eprintln!("detected behind a hung member in {:?}", started.elapsed());
+    assert!(fleet.table().await.units_of(&hung_addr).is_empty());
+    sink.abort();
+    fleet.shutdown().await;
+}
