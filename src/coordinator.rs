@@ -393,7 +393,6 @@ impl CycleContext {
                 _ = &mut grace => break,
             }
         }
-        pending_members.retain(|m| !all_reports.iter().any(|r| &r.member == m));
         for r in &all_reports {
             match &r.result {
                 Ok(rtt) => self.metrics.ping_ok(*rtt),
