@@ -4,15 +4,22 @@
 //! <= 1 GiB.
 //!
 //! The 10,000 x 1,000,000 case takes most of a second per call, too slow
-//! for criterion's repeated sampling, so it runs once, timed with `Instant`,
-//! and only when `RING_BENCH_LARGE=1`, keeping a default `cargo bench` to
-//! about half a minute. To measure its peak memory alone, skip the criterion
-//! cases with a filter that matches none of them:
+//! for criterion's repeated sampling, so it runs 3 times, timed with
+//! `Instant`, and only when `RING_BENCH_LARGE=1`, keeping a default
+//! `cargo bench` to about half a minute. It prints min / median / max and the
+//! process's peak RSS (`VmHWM`) right after. To measure its peak memory alone,
+//! skip the summary below and the criterion cases (a filter that matches none):
 //!
 //! ```text
 //! cargo bench --bench ring --no-run   # prints the bench executable
-//! RING_BENCH_LARGE=1 /usr/bin/time -v target/release/deps/ring-<hash> no-such-bench
+//! RING_BENCH_LARGE=1 RING_BENCH_SUMMARY=0 /usr/bin/time -v target/release/deps/ring-<hash> no-such-bench
 //! ```
+//!
+//! Before criterion, a timed summary runs every case a fixed number of times
+//! with `Instant` and prints min / median / max with PASS or MISS against the
+//! targets, then a growth table (10 members x {1k, 10k, 100k} units and
+//! {10, 100, 1,000, 10,000} members x 100k units). `RING_BENCH_SUMMARY=0`
+//! skips it. Results and the machine they were measured on: `BENCHMARKS.md`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -58,26 +65,125 @@ fn bench_assign(c: &mut Criterion) {
     group.finish();
 }
 
-/// One timed run of 10,000 members x 1,000,000 units (50 million points).
+/// Min, median and max of `samples`, in ms.
+fn spread(samples: &mut [f64]) -> (f64, f64, f64) {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let n = samples.len();
+    let median = if n % 2 == 1 {
+        samples[n / 2]
+    } else {
+        (samples[n / 2 - 1] + samples[n / 2]) / 2.0
+    };
+    (samples[0], median, samples[n - 1])
+}
+
+/// Times `runs` calls of `assign` for `members` x `units`, in ms.
+fn time_case(members: usize, units: usize, runs: usize) -> Vec<f64> {
+    let member_names = names("worker", members);
+    let unit_names = names("unit", units);
+    let (m, u) = (refs(&member_names), refs(&unit_names));
+    // One untimed call warms the allocator and caches.
+    black_box(assign(black_box(&m), black_box(&u)));
+    (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            let table = assign(black_box(&m), black_box(&u));
+            let elapsed = start.elapsed();
+            drop(black_box(table));
+            elapsed.as_secs_f64() * 1e3
+        })
+        .collect()
+}
+
+fn print_line(label: &str, samples: &mut [f64], target_ms: Option<f64>) {
+    let n = samples.len();
+    let (min, median, max) = spread(samples);
+    let verdict = match target_ms {
+        None => "info".to_string(),
+        Some(t) => format!(
+            "target: max <= {t} ms  {}",
+            if max <= t { "PASS" } else { "MISS" }
+        ),
+    };
+    println!(
+        "RESULT ring: assign {label:<18} n={n:<3} min={min:>9.3} median={median:>9.3} max={max:>9.3} ms  {verdict}"
+    );
+}
+
+/// The targets with min / median / max, then how time grows.
+fn summary() {
+    println!(
+        "ring summary ({} cores)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    for (members, units, runs, target) in [(10, 1_000, 200, 1.0), (1_000, 100_000, 15, 100.0)] {
+        let mut t = time_case(members, units, runs);
+        print_line(&format!("{members}x{units}"), &mut t, Some(target));
+    }
+    println!("growth (median ms; per unit in ns):");
+    println!("| members | units | min ms | median ms | max ms | ns per unit |");
+    println!("|---|---|---|---|---|---|");
+    for (members, units, runs) in [
+        (10, 1_000, 100),
+        (10, 10_000, 30),
+        (10, 100_000, 10),
+        (100, 100_000, 10),
+        (1_000, 100_000, 10),
+        (10_000, 100_000, 10),
+    ] {
+        let mut t = time_case(members, units, runs);
+        let (min, median, max) = spread(&mut t);
+        println!(
+            "| {members} | {units} | {min:.3} | {median:.3} | {max:.3} | {:.0} |",
+            median * 1e6 / units as f64
+        );
+    }
+}
+
+/// Timed runs of 10,000 members x 1,000,000 units (50 million points).
 fn run_large() {
     let member_names = names("worker", 10_000);
     let unit_names = names("unit", 1_000_000);
     let (members, units) = (refs(&member_names), refs(&unit_names));
-    let start = Instant::now();
-    let table = assign(black_box(&members), black_box(&units));
-    let elapsed = start.elapsed();
-    let sizes = || table.values().map(Vec::len);
-    assert_eq!(sizes().sum::<usize>(), units.len());
-    assert_eq!((sizes().min(), sizes().max()), (Some(100), Some(100)));
+    let mut samples = Vec::new();
+    for _ in 0..3 {
+        let start = Instant::now();
+        let table = assign(black_box(&members), black_box(&units));
+        let elapsed = start.elapsed();
+        let sizes = || table.values().map(Vec::len);
+        assert_eq!(sizes().sum::<usize>(), units.len());
+        assert_eq!((sizes().min(), sizes().max()), (Some(100), Some(100)));
+        println!(
+            "assign/10000x1000000 (single run): {:.3} s",
+            elapsed.as_secs_f64()
+        );
+        samples.push(elapsed.as_secs_f64() * 1e3);
+    }
+    print_line("10000x1000000", &mut samples, Some(2000.0));
+    let peak_kb = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
     println!(
-        "assign/10000x1000000 (single run): {:.3} s",
-        elapsed.as_secs_f64()
+        "RESULT ring: peak RSS after 10000x1000000: {peak_kb} kB (whole process, inputs included)  target: <= 1048576 kB  {}",
+        if peak_kb > 0 && peak_kb <= 1_048_576 {
+            "PASS"
+        } else {
+            "MISS"
+        }
     );
 }
 
 fn main() {
     if std::env::var_os("RING_BENCH_LARGE").is_some_and(|v| v == "1") {
         run_large();
+    }
+    if std::env::var_os("RING_BENCH_SUMMARY").is_none_or(|v| v != "0") {
+        summary();
     }
     let mut criterion = Criterion::default().configure_from_args();
     bench_assign(&mut criterion);

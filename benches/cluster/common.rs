@@ -1,0 +1,831 @@
+//! Shared pieces of the cluster benchmarks: a private `redis-server`, child
+//! processes (gRPC ping servers, real `Member`s, `distributor` replicas),
+//! statistics and PASS/MISS reporting.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write as _};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Set in the environment of a child process started from this same binary.
+pub const CHILD_ENV: &str = "DISTRIBUTOR_BENCH_CHILD";
+
+pub const SERVICES: &str = "bench-services";
+pub const UNITS: &str = "bench-units";
+pub const TABLE: &str = "bench-table";
+
+pub fn meta_key() -> String {
+    format!("{{{TABLE}}}:meta")
+}
+
+pub fn epoch_key() -> String {
+    format!("{{{TABLE}}}:epoch")
+}
+
+// ---------------------------------------------------------------------------
+// Results
+
+/// Bounds a figure must stay within; `None` means "reported, no target".
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Target {
+    pub median: Option<f64>,
+    pub max: Option<f64>,
+}
+
+impl Target {
+    pub fn none() -> Target {
+        Target::default()
+    }
+    pub fn max(v: f64) -> Target {
+        Target {
+            median: None,
+            max: Some(v),
+        }
+    }
+    pub fn median_max(median: f64, max: f64) -> Target {
+        Target {
+            median: Some(median),
+            max: Some(max),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub name: String,
+    pub unit: &'static str,
+    pub n: usize,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    pub target: Target,
+    pub verdict: Option<bool>,
+}
+
+static RESULTS: Mutex<Vec<Line>> = Mutex::new(Vec::new());
+
+pub fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+fn fmt_num(v: f64) -> String {
+    if v.is_nan() {
+        "-".into()
+    } else if v.abs() >= 100.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Records and prints one figure: min/median/max of `samples` and its verdict.
+pub fn report(name: &str, unit: &'static str, samples: &[f64], target: Target) -> Option<bool> {
+    let mut s: Vec<f64> = samples.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let (min, med, max) = if s.is_empty() {
+        (f64::NAN, f64::NAN, f64::NAN)
+    } else {
+        (s[0], median(&s), s[s.len() - 1])
+    };
+    let verdict = if target.median.is_none() && target.max.is_none() {
+        None
+    } else {
+        Some(
+            !s.is_empty()
+                && target.median.is_none_or(|t| med <= t)
+                && target.max.is_none_or(|t| max <= t),
+        )
+    };
+    let line = Line {
+        name: name.to_string(),
+        unit,
+        n: s.len(),
+        min,
+        median: med,
+        max,
+        target,
+        verdict,
+    };
+    println!("{}", render(&line));
+    RESULTS.lock().unwrap().push(line);
+    verdict
+}
+
+/// Records a single measured value (n = 1).
+pub fn report_one(name: &str, unit: &'static str, value: f64, target: Target) -> Option<bool> {
+    report(name, unit, &[value], target)
+}
+
+pub fn target_text(t: &Target, unit: &str) -> String {
+    match (t.median, t.max) {
+        (None, None) => "-".into(),
+        (Some(m), None) => format!("median <= {} {unit}", fmt_num(m)),
+        (None, Some(x)) => format!("max <= {} {unit}", fmt_num(x)),
+        (Some(m), Some(x)) => format!("median <= {}, max <= {} {unit}", fmt_num(m), fmt_num(x)),
+    }
+}
+
+fn verdict_text(v: Option<bool>) -> &'static str {
+    match v {
+        None => "info",
+        Some(true) => "PASS",
+        Some(false) => "MISS",
+    }
+}
+
+fn render(l: &Line) -> String {
+    format!(
+        "RESULT {:<58} n={:<3} min={:>9} median={:>9} max={:>9} {:<6} target: {:<28} {}",
+        l.name,
+        l.n,
+        fmt_num(l.min),
+        fmt_num(l.median),
+        fmt_num(l.max),
+        l.unit,
+        target_text(&l.target, l.unit),
+        verdict_text(l.verdict)
+    )
+}
+
+/// Prints every recorded figure again, as a Markdown table.
+pub fn print_summary() {
+    let lines = RESULTS.lock().unwrap();
+    println!("\n## Summary (Markdown)\n");
+    println!("| figure | n | min | median | max | unit | target | verdict |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for l in lines.iter() {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            l.name,
+            l.n,
+            fmt_num(l.min),
+            fmt_num(l.median),
+            fmt_num(l.max),
+            l.unit,
+            target_text(&l.target, l.unit),
+            verdict_text(l.verdict)
+        );
+    }
+    let missed = lines.iter().filter(|l| l.verdict == Some(false)).count();
+    let passed = lines.iter().filter(|l| l.verdict == Some(true)).count();
+    println!("\n{passed} PASS, {missed} MISS");
+}
+
+pub fn section(title: &str) {
+    println!("\n=== {title}");
+    note(&format!("load average at start: {}", loadavg()));
+}
+
+/// `/proc/loadavg`'s 1, 5 and 15 minute figures: other work on the machine
+/// shows here and skews every figure.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+pub fn note(text: &str) {
+    println!("    {text}");
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// A deterministic pseudo-random sequence (splitmix64), for kill phases.
+/// `BENCH_SEED` (default 0), mixed into every trial's random delays: the same
+/// seed draws the same delays, so repeating a run does not resample them.
+pub fn seed() -> u64 {
+    std::env::var("BENCH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `[0, upper)`.
+    pub fn below(&mut self, upper: Duration) -> Duration {
+        let n = upper.as_micros().max(1) as u64;
+        Duration::from_micros(self.next() % n)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// CPU time
+
+/// User + system CPU time of a process (all its threads), from `/proc`.
+pub fn cpu_time(pid: u32) -> Duration {
+    let path = format!("/proc/{pid}/stat");
+    let Ok(stat) = std::fs::read_to_string(path) else {
+        return Duration::ZERO;
+    };
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let total = ticks(11) + ticks(12);
+    Duration::from_secs_f64(total as f64 / clock_ticks() as f64)
+}
+
+pub fn self_cpu() -> Duration {
+    cpu_time(std::process::id())
+}
+
+fn clock_ticks() -> u64 {
+    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100)
+    })
+}
+
+/// Peak resident set size of this process so far, in kB.
+pub fn peak_rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The soft limit on open files of this process (children inherit it).
+pub fn fd_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Raises the soft open-files limit to the hard one (children inherit it).
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain get/setrlimit on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// Whether 10,000 connections fit; says why not otherwise.
+pub fn enough_fds(what: &str) -> bool {
+    let limit = fd_limit();
+    if limit < 12_000 {
+        println!(
+            "RESULT {what}: SKIPPED, open-files limit is {limit} (hard limit included); 10,000 members need >= 12,000"
+        );
+        return false;
+    }
+    true
+}
+
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+// ---------------------------------------------------------------------------
+// Redis
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A private `redis-server` on a free loopback port, without persistence.
+pub struct RedisServer {
+    port: u16,
+    child: Child,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--maxclients",
+                "20000",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/bench installs it)");
+        let server = RedisServer { port, child };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut c) = redis::Client::open(server.url()).and_then(|c| c.get_connection())
+                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+            {
+                return server;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `INFO <section>` as a map of `field -> value`.
+pub async fn info(
+    conn: &mut redis::aio::MultiplexedConnection,
+    section: &str,
+) -> HashMap<String, String> {
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .unwrap();
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// Calls per command from `INFO commandstats` (`cmdstat_get:calls=3,...`).
+pub fn command_calls(info: &HashMap<String, String>) -> HashMap<String, (u64, u64)> {
+    info.iter()
+        .filter_map(|(k, v)| {
+            let cmd = k.strip_prefix("cmdstat_")?;
+            let field = |name: &str| {
+                v.split(',')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                    .and_then(|x| x.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            Some((cmd.to_string(), (field("calls"), field("usec"))))
+        })
+        .collect()
+}
+
+pub fn num(info: &HashMap<String, String>, key: &str) -> u64 {
+    info.get(key).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+pub async fn hexists(conn: &mut redis::aio::MultiplexedConnection, member: &str) -> bool {
+    redis::cmd("HEXISTS")
+        .arg(TABLE)
+        .arg(member)
+        .query_async(conn)
+        .await
+        .unwrap_or(false)
+}
+
+pub async fn generation(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let g: Option<u64> = redis::cmd("HGET")
+        .arg(meta_key())
+        .arg("generation")
+        .query_async(conn)
+        .await
+        .unwrap_or(None);
+    g.unwrap_or(0)
+}
+
+pub async fn set_list(conn: &mut redis::aio::MultiplexedConnection, key: &str, values: &[String]) {
+    let mut p = redis::pipe();
+    p.atomic().del(key).ignore();
+    for chunk in values.chunks(10_000) {
+        p.rpush(key, chunk).ignore();
+    }
+    let () = p.query_async(conn).await.unwrap();
+}
+
+pub fn unit_names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("unit-{i:08}")).collect()
+}
+
+/// Polls `cond` every `every` until it holds; `false` if `limit` passed first.
+pub async fn wait_until<F, Fut>(limit: Duration, every: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Child processes
+
+/// A child process that is SIGKILLed and reaped on drop.
+pub struct Proc {
+    child: Child,
+    pub pid: u32,
+    pub name: String,
+}
+
+impl Proc {
+    /// Sends a signal with the `kill` system call, e.g. `libc::SIGSTOP`.
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) with a pid we spawned and have not reaped yet.
+        let rc = unsafe { libc::kill(self.pid as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "kill({}, {sig}) failed", self.pid);
+    }
+
+    /// SIGKILL, sent directly with the `kill` system call.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    pub fn wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.wait().ok()
+    }
+
+    pub fn cpu(&self) -> Duration {
+        cpu_time(self.pid)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_self(mode: &[&str]) -> (Proc, BufReader<std::process::ChildStdout>) {
+    let exe = std::env::current_exe().expect("own executable");
+    let mut child = Command::new(exe)
+        .env(CHILD_ENV, mode.join(" "))
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn a child of the bench binary");
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let pid = child.id();
+    (
+        Proc {
+            child,
+            pid,
+            name: mode.join(" "),
+        },
+        out,
+    )
+}
+
+/// A process serving `n` gRPC ping servers on loopback; returns their addresses.
+pub fn spawn_servers(n: usize) -> (Proc, Vec<String>) {
+    let (proc, mut out) = spawn_self(&["servers", &n.to_string()]);
+    let mut addrs = Vec::with_capacity(n);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if out.read_line(&mut line).unwrap() == 0 {
+            panic!("ping server child exited early");
+        }
+        let l = line.trim();
+        if l == "READY" {
+            break;
+        }
+        if let Some(port) = l.strip_prefix("PORT ") {
+            addrs.push(format!("127.0.0.1:{port}"));
+        }
+    }
+    assert_eq!(addrs.len(), n);
+    (proc, addrs)
+}
+
+/// Several ping-server processes with `total` servers between them.
+pub fn spawn_server_fleet(total: usize, processes: usize) -> (Vec<Proc>, Vec<String>) {
+    let per = total.div_ceil(processes.max(1));
+    let mut procs = Vec::new();
+    let mut addrs = Vec::new();
+    let mut left = total;
+    while left > 0 {
+        let n = per.min(left);
+        let (p, a) = spawn_servers(n);
+        procs.push(p);
+        addrs.extend(a);
+        left -= n;
+    }
+    (procs, addrs)
+}
+
+/// A process running one real [`distributor::Member`] (registers itself);
+/// returns it with the member id.
+pub fn spawn_member(redis_url: &str) -> (Proc, String) {
+    let (mut proc, mut out) = spawn_self(&["member", redis_url]);
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let id = line
+        .trim()
+        .strip_prefix("ID ")
+        .unwrap_or_else(|| panic!("member child said {line:?}"))
+        .to_string();
+    proc.name = id.clone();
+    (proc, id)
+}
+
+/// Lease and cycle timing of a `distributor` replica process.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub poll: Duration,
+    pub ping_timeout: Duration,
+    pub ttl: Duration,
+    pub renew_interval: Duration,
+    pub renew_deadline: Duration,
+    pub retry_interval: Duration,
+    pub census: Duration,
+}
+
+impl Timing {
+    /// The daemon's defaults, with the poll interval and ping timeout given.
+    pub fn defaults(poll: Duration, ping_timeout: Duration) -> Timing {
+        Timing {
+            poll,
+            ping_timeout,
+            ttl: Duration::from_secs(2),
+            renew_interval: Duration::from_millis(500),
+            renew_deadline: Duration::from_millis(1500),
+            retry_interval: Duration::from_millis(500),
+            census: Duration::from_secs(5),
+        }
+    }
+}
+
+fn go_duration(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+pub fn distributor_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_distributor"))
+}
+
+pub fn log_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join("distributor-bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A `distributor` daemon process with its `/metrics` on a free port.
+pub struct Replica {
+    pub proc: Proc,
+    pub name: String,
+    pub http_port: u16,
+}
+
+pub fn spawn_replica(redis_url: &str, name: &str, t: &Timing) -> Replica {
+    let http_port = free_port();
+    let log = std::fs::File::create(log_dir().join(format!("{name}.log"))).unwrap();
+    let child = Command::new(distributor_bin())
+        .args([
+            format!("-redis-url={redis_url}"),
+            format!("-services-namespaces={SERVICES}"),
+            format!("-workunits-namespace={UNITS}"),
+            format!("-distribution-namespace={TABLE}"),
+            format!("-poll-interval={}", go_duration(t.poll)),
+            format!("-ping-timeout={}", go_duration(t.ping_timeout)),
+            format!("-lease-ttl={}", go_duration(t.ttl)),
+            format!("-lease-renew-interval={}", go_duration(t.renew_interval)),
+            format!("-lease-renew-deadline={}", go_duration(t.renew_deadline)),
+            format!("-lease-retry-interval={}", go_duration(t.retry_interval)),
+            format!("-census-interval={}", go_duration(t.census)),
+            format!("-replica-id={name}"),
+            format!("-http-addr=127.0.0.1:{http_port}"),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("spawn the distributor binary");
+    let pid = child.id();
+    Replica {
+        proc: Proc {
+            child,
+            pid,
+            name: name.to_string(),
+        },
+        name: name.to_string(),
+        http_port,
+    }
+}
+
+/// A minimal HTTP/1.0 GET against loopback: the body, if the status is 200.
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| body.to_string())
+        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+}
+
+/// The value of the first sample of `name` whose label text contains `labels`.
+pub fn metric(body: &str, name: &str, labels: &str) -> Option<f64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            let series = l.rsplit_once(' ').map_or("", |(s, _)| s);
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            n == name && rest.contains(labels)
+        })
+        .and_then(|l| l.rsplit_once(' '))
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// The sum of every sample of `name` (all label sets).
+pub fn metric_sum(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, v) = l.rsplit_once(' ')?;
+            let n = series.split_once('{').map_or(series, |(n, _)| n);
+            (n == name).then(|| v.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
+
+/// `distributor_cycle_duration_seconds` (sum, count) of a replica.
+pub async fn cycle_histogram(port: u16) -> Option<(f64, f64)> {
+    let body = http_get(port, "/metrics").await?;
+    Some((
+        metric(&body, "distributor_cycle_duration_seconds_sum", "").unwrap_or(0.0),
+        metric(&body, "distributor_cycle_duration_seconds_count", "").unwrap_or(0.0),
+    ))
+}
+
+/// `distributor_cycles_total{outcome="ok"}` of a replica (0 before its first cycle).
+pub async fn cycles_ok(port: u16) -> Option<f64> {
+    let body = http_get(port, "/metrics").await?;
+    Some(metric(&body, "distributor_cycles_total", "outcome=\"ok\"").unwrap_or(0.0))
+}
+
+// ---------------------------------------------------------------------------
+// Child mode: this binary started by itself
+
+pub fn child_main(mode: &str) {
+    let args: Vec<&str> = mode.split(' ').collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    match args.as_slice() {
+        ["servers", n] => rt.block_on(child_servers(n.parse().unwrap())),
+        ["member", url] => rt.block_on(child_member(url)),
+        _ => panic!("unknown child mode {mode:?}"),
+    }
+}
+
+/// Resolves when the parent closes our stdin (or dies).
+async fn stdin_closed() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        let _ = tx.send(());
+    });
+    let _ = rx.await;
+}
+
+/// `n` ping servers behind one tonic server, built like `Member::start` builds
+/// its own: `serve_with_incoming` over tonic's `TcpIncoming` with TCP_NODELAY
+/// on accepted connections (without it, the first answer on a new connection
+/// waits for a delayed ACK, about 40 ms; see BENCHMARKS.md). If `Member`
+/// changes how it accepts connections, do the same here.
+async fn child_servers(n: usize) {
+    use tonic::transport::server::TcpIncoming;
+    let mut streams = Vec::with_capacity(n);
+    let mut out = std::io::stdout().lock();
+    for _ in 0..n {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        writeln!(out, "PORT {}", l.local_addr().unwrap().port()).unwrap();
+        streams.push(TcpIncoming::from(l).with_nodelay(Some(true)));
+    }
+    writeln!(out, "READY").unwrap();
+    out.flush().unwrap();
+    drop(out);
+    let incoming = futures::stream::select_all(streams);
+    let server = tonic::transport::Server::builder()
+        .add_service(distributor::pinger::ping_service())
+        .serve_with_incoming(incoming);
+    tokio::select! {
+        r = server => r.unwrap(),
+        _ = stdin_closed() => {}
+    }
+}
+
+async fn child_member(url: &str) {
+    let mut opts = distributor::MemberOptions::new(
+        url,
+        SERVICES,
+        TABLE,
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+    );
+    opts.reregister_interval = Duration::from_secs(5);
+    let member = distributor::Member::start(opts).await.unwrap();
+    println!("ID {}", member.id());
+    std::io::stdout().flush().unwrap();
+    stdin_closed().await;
+    member.shutdown().await;
+}

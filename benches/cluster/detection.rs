@@ -1,0 +1,221 @@
+//! Target 3: detection latency, poll 500 ms and ping timeout 500 ms, measured
+//! from the signal to the moment the matching table (`HEXISTS`, polled every
+//! millisecond) no longer lists the worker.
+//!
+//! - killed: SIGKILL of a real `Member` process (connection refused from then on);
+//! - hung: SIGSTOP of one (the connection stays open, pings time out);
+//! - killed while another is hung: SIGKILL of one worker while another one
+//!   is SIGSTOPped, i.e. whether one dead worker delays the others' checks.
+//!
+//! Every trial waits a random 0-500 ms first, so kills land at random points of
+//! the holder's cycle. The delays come from a fixed seed (`BENCH_SEED`, default
+//! 0), so a repeated run draws the same ones; another seed draws others. Victims are real worker processes (this binary in
+//! `member` mode, the `Member` library); the rest of a large fleet are plain
+//! ping servers, several per process, listed with `RPUSH`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common::*;
+
+const POLL: Duration = Duration::from_millis(500);
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
+const VICTIMS: usize = 4;
+
+struct Fleet {
+    redis: RedisServer,
+    conn: redis::aio::MultiplexedConnection,
+    _servers: Vec<Proc>,
+    members: Vec<(Proc, String)>,
+    replica: Replica,
+}
+
+impl Fleet {
+    async fn start(workers: usize, units: usize) -> Fleet {
+        let redis = RedisServer::start();
+        let mut conn = redis.conn().await;
+        set_list(&mut conn, UNITS, &unit_names(units)).await;
+        let plain = workers - VICTIMS;
+        let (servers, addrs) = if plain > 0 {
+            spawn_server_fleet(plain, plain.div_ceil(500))
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        if !addrs.is_empty() {
+            set_list(&mut conn, SERVICES, &addrs).await;
+        }
+        let members = (0..VICTIMS).map(|_| spawn_member(&redis.url())).collect();
+        let replica = spawn_replica(
+            &redis.url(),
+            &format!("detect-{workers}"),
+            &Timing::defaults(POLL, PING_TIMEOUT),
+        );
+        let fleet = Fleet {
+            redis,
+            conn,
+            _servers: servers,
+            members,
+            replica,
+        };
+        let c = fleet.conn.clone();
+        let ok = wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
+            let mut c = c.clone();
+            async move {
+                let n: usize = redis::cmd("HLEN")
+                    .arg(TABLE)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap_or(0);
+                n == workers
+            }
+        })
+        .await;
+        assert!(ok, "the table did not list all {workers} workers");
+        fleet
+    }
+
+    /// Waits until member `i` has its row.
+    async fn present(&mut self, i: usize) {
+        let id = self.members[i].1.clone();
+        let c = self.conn.clone();
+        let ok = wait_until(Duration::from_secs(20), Duration::from_millis(5), || {
+            let (mut c, id) = (c.clone(), id.clone());
+            async move { hexists(&mut c, &id).await }
+        })
+        .await;
+        assert!(ok, "worker {id} did not get a row");
+    }
+
+    /// Milliseconds from `t0` until member `i` has no row (polled every 1 ms).
+    async fn gone_after(&mut self, i: usize, t0: Instant) -> f64 {
+        let id = self.members[i].1.clone();
+        let deadline = t0 + Duration::from_secs(20);
+        loop {
+            if !hexists(&mut self.conn, &id).await {
+                return ms(t0.elapsed());
+            }
+            assert!(Instant::now() < deadline, "worker {id} was never dropped");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Replaces killed member `i` with a fresh process (and unlists the dead one).
+    async fn replace(&mut self, i: usize) {
+        let dead = self.members[i].1.clone();
+        let _: i64 = redis::cmd("LREM")
+            .arg(SERVICES)
+            .arg(0)
+            .arg(&dead)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        self.members[i] = spawn_member(&self.redis.url());
+        self.present(i).await;
+    }
+
+    async fn cycle_histogram(&self) -> Option<(f64, f64)> {
+        cycle_histogram(self.replica.http_port).await
+    }
+
+    /// Mean duration of the cycles of a quiet 3 s window.
+    async fn idle_cycle_ms(&self) -> Option<f64> {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (s0, c0) = self.cycle_histogram().await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (s1, c1) = self.cycle_histogram().await?;
+        (c1 > c0).then(|| (s1 - s0) / (c1 - c0) * 1e3)
+    }
+}
+
+pub async fn run() {
+    section("detection latency, poll 500 ms, ping timeout 500 ms (target 3)");
+    // (workers, units, killed trials, hung trials, killed-while-hung trials)
+    for (workers, units, killed, hung, mixed) in [
+        (10, 1_000, 25, 10, 6),
+        (1_000, 10_000, 25, 10, 6),
+        (1_000, 100_000, 15, 0, 0),
+    ] {
+        scenario(workers, units, killed, hung, mixed).await;
+    }
+}
+
+async fn scenario(workers: usize, units: usize, killed: usize, hung: usize, mixed: usize) {
+    let mut f = Fleet::start(workers, units).await;
+    let mut rng = Rng::new(0x5eed ^ workers as u64 ^ units as u64 ^ seed().rotate_left(32));
+    let label = format!("{workers} workers x {units} units");
+    if let Some(c) = f.idle_cycle_ms().await {
+        note(&format!(
+            "idle holder cycle (read + ping, no solve or write), {label}: mean {c:.1} ms"
+        ));
+    }
+
+    // Killed: connection refused.
+    let mut lat = Vec::new();
+    for trial in 0..killed {
+        let i = trial % VICTIMS;
+        f.present(i).await;
+        tokio::time::sleep(rng.below(POLL)).await;
+        let t0 = Instant::now();
+        f.members[i].0.kill();
+        lat.push(f.gone_after(i, t0).await);
+        f.replace(i).await;
+    }
+    report(
+        &format!("detect: SIGKILL, {label}"),
+        "ms",
+        &lat,
+        Target::median_max(300.0, 600.0),
+    );
+
+    // Hung: SIGSTOP, the connection stays up and pings time out.
+    let mut lat = Vec::new();
+    for trial in 0..hung {
+        let i = trial % VICTIMS;
+        f.present(i).await;
+        tokio::time::sleep(rng.below(POLL)).await;
+        let t0 = Instant::now();
+        f.members[i].0.signal(libc::SIGSTOP);
+        lat.push(f.gone_after(i, t0).await);
+        f.members[i].0.signal(libc::SIGCONT);
+    }
+    let bound = ms(POLL + PING_TIMEOUT) + 100.0;
+    if hung > 0 {
+        report(
+            &format!("detect: SIGSTOP, {label}"),
+            "ms",
+            &lat,
+            Target::max(bound),
+        );
+    }
+
+    // Killed while another worker is hung: does one dead worker delay the others?
+    let mut lat = Vec::new();
+    for trial in 0..mixed {
+        let (h, k) = (trial % VICTIMS, (trial + 1) % VICTIMS);
+        f.present(h).await;
+        f.present(k).await;
+        f.members[h].0.signal(libc::SIGSTOP);
+        let t = Instant::now();
+        f.gone_after(h, t).await;
+        tokio::time::sleep(rng.below(POLL)).await;
+        let t0 = Instant::now();
+        f.members[k].0.kill();
+        lat.push(f.gone_after(k, t0).await);
+        f.members[h].0.signal(libc::SIGCONT);
+        f.replace(k).await;
+    }
+    if mixed > 0 {
+        report(
+            &format!("detect: SIGKILL while another is SIGSTOPped, {label}"),
+            "ms",
+            &lat,
+            Target::median_max(300.0, 600.0),
+        );
+    }
+    let cpu = f.replica.proc.cpu();
+    note(&format!(
+        "holder CPU over the {label} run: {:.1} s",
+        cpu.as_secs_f64()
+    ));
+}

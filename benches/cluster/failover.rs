@@ -1,0 +1,379 @@
+//! Target 4: failover between `distributor` processes. Three replicas, ten
+//! members, 1,000 units, poll 500 ms.
+//!
+//! "New holder's first cycle" is the first increment of a standby's
+//! `distributor_cycles_total{outcome="ok"}` after the signal, i.e. the moment
+//! a new holder has read the inputs, acted on the pings answered within the
+//! cycle's 50 ms grace (slower ones carry over to the next cycle) and written
+//! the table if it changed (the counter moves after the cycle's write; with
+//! unchanged inputs nothing is written). The bench
+//! polls `GET {table}:epoch` and both standbys' `/metrics` every ~2 ms, so
+//! figures are late by at most one poll. The time to acquisition (epoch + 1)
+//! is reported beside it.
+//!
+//! Then, with 10,000 members (four ping-server processes) and two replicas,
+//! SIGTERM handovers at ping timeouts of 500 ms and 1 s: the time to the new
+//! holder's first cycle, how many pings of its first seconds fail, and whether
+//! the table loses rows or is rewritten (it should not: same members, same
+//! units).
+//!
+//! SIGKILL lands at a random point of the renewal period, so the lease has
+//! between TTL - renew interval and TTL left. Signals are sent with kill(2)
+//! right after the clock starts.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common::*;
+
+const POLL: Duration = Duration::from_millis(500);
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
+const REPLICAS: usize = 3;
+const KILL_TRIALS: usize = 6;
+const TERM_TRIALS: usize = 8;
+
+struct Cluster {
+    redis: RedisServer,
+    conn: redis::aio::MultiplexedConnection,
+    replicas: Vec<Replica>,
+    timing: Timing,
+    spawned: usize,
+}
+
+impl Cluster {
+    fn respawn(&mut self, i: usize) {
+        self.spawned += 1;
+        let name = format!("fo-{}-{}", self.timing.ttl.as_millis(), self.spawned);
+        self.replicas[i] = spawn_replica(&self.redis.url(), &name, &self.timing);
+    }
+
+    async fn holder(&mut self) -> Option<usize> {
+        let h: Option<String> = redis::cmd("HGET")
+            .arg(meta_key())
+            .arg("holder")
+            .query_async(&mut self.conn)
+            .await
+            .ok()?;
+        let h = h?;
+        self.replicas.iter().position(|r| r.name == h)
+    }
+
+    async fn epoch(&mut self) -> u64 {
+        let e: Option<u64> = redis::cmd("GET")
+            .arg(epoch_key())
+            .query_async(&mut self.conn)
+            .await
+            .unwrap_or(None);
+        e.unwrap_or(0)
+    }
+
+    /// Waits for a holder that has cycled, and for every replica's /metrics.
+    async fn settled(&mut self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            assert!(Instant::now() < deadline, "no settled holder");
+            if let Some(h) = self.holder().await
+                && cycles_ok(self.replicas[h].http_port)
+                    .await
+                    .is_some_and(|c| c >= 1.0)
+            {
+                let mut all_up = true;
+                for r in &self.replicas {
+                    all_up &= cycles_ok(r.http_port).await.is_some();
+                }
+                if all_up {
+                    return h;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+pub async fn run() {
+    section("failover between distributor processes (target 4)");
+    let fast = Timing {
+        ttl: Duration::from_secs(1),
+        renew_interval: Duration::from_millis(200),
+        renew_deadline: Duration::from_millis(700),
+        retry_interval: Duration::from_millis(300),
+        ..Timing::defaults(POLL, PING_TIMEOUT)
+    };
+    let default = Timing::defaults(POLL, PING_TIMEOUT);
+    for timing in [fast, default] {
+        setting(timing).await;
+    }
+    if enough_fds("failover at 10,000 members") {
+        for timeout in [Duration::from_millis(500), Duration::from_secs(1)] {
+            large_fleet(timeout).await;
+        }
+    }
+}
+
+/// SIGTERM handover with 10,000 members: a standby has no gRPC connections, so
+/// the new holder's first cycle opens 10,000 of them. Does it still answer
+/// within the target, and does it mistake slow connects for dead members (and
+/// rewrite the table without them, which the lease design means to avoid)?
+async fn large_fleet(ping_timeout: Duration) {
+    const MEMBERS: usize = 10_000;
+    const TRIALS: usize = 2;
+    let redis = RedisServer::start();
+    let mut conn = redis.conn().await;
+    set_list(&mut conn, UNITS, &unit_names(100_000)).await;
+    let (servers, addrs) = spawn_server_fleet(MEMBERS, 4);
+    set_list(&mut conn, SERVICES, &addrs).await;
+    let timing = Timing::defaults(Duration::from_secs(1), ping_timeout);
+    let label = format!(
+        "10,000 members x 100,000 units, poll 1 s, ping timeout {} ms",
+        ping_timeout.as_millis()
+    );
+    note(&label);
+    let mut c = Cluster {
+        redis,
+        conn,
+        replicas: Vec::new(),
+        timing,
+        spawned: 0,
+    };
+    for _ in 0..2 {
+        c.spawned += 1;
+        let name = format!("big-{}-{}", ping_timeout.as_millis(), c.spawned);
+        c.replicas
+            .push(spawn_replica(&c.redis.url(), &name, &timing));
+    }
+    let mut to_cycle = Vec::new();
+    let mut to_acquire = Vec::new();
+    let mut own = Vec::new();
+    let mut dropped = Vec::new();
+    let mut writes = Vec::new();
+    let mut failures = Vec::new();
+    for _ in 0..TRIALS {
+        stable(&mut c, MEMBERS).await;
+        let h = c.settled().await;
+        let s = 1 - h;
+        let port = c.replicas[s].http_port;
+        let body = http_get(port, "/metrics").await.unwrap_or_default();
+        let cycles0 = metric(&body, "distributor_cycles_total", "outcome=\"ok\"").unwrap_or(0.0);
+        let fails0 = metric_sum(&body, "distributor_ping_failures_total");
+        let writes0 = metric(&body, "distributor_table_writes_total", "").unwrap_or(0.0);
+        let hist0 = cycle_histogram(port).await.unwrap_or_default();
+        let e0 = c.epoch().await;
+        let mut acquired = None;
+        let t0 = Instant::now();
+        c.replicas[h].proc.signal(libc::SIGTERM);
+        let first = loop {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no new holder");
+            if acquired.is_none() && c.epoch().await > e0 {
+                acquired = Some(ms(t0.elapsed()));
+            }
+            if cycles_ok(port).await.is_some_and(|n| n > cycles0) {
+                break ms(t0.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        to_cycle.push(first);
+        to_acquire.push(acquired.unwrap_or(first));
+        // The new holder's own measure of its first cycle (read, ping, solve, write).
+        if let Some((sum, count)) = cycle_histogram(port).await
+            && count > hist0.1
+        {
+            own.push((sum - hist0.0) / (count - hist0.1) * 1e3);
+        }
+        // Watch the table for a few cycles: rows should never go missing.
+        let mut fewest = MEMBERS;
+        let until = Instant::now() + Duration::from_secs(4);
+        while Instant::now() < until {
+            let n: usize = redis::cmd("HLEN")
+                .arg(TABLE)
+                .query_async(&mut c.conn)
+                .await
+                .unwrap_or(0);
+            fewest = fewest.min(n);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let body = http_get(port, "/metrics").await.unwrap_or_default();
+        dropped.push((MEMBERS - fewest) as f64);
+        writes.push(metric(&body, "distributor_table_writes_total", "").unwrap_or(0.0) - writes0);
+        failures.push(metric_sum(&body, "distributor_ping_failures_total") - fails0);
+        let _ = c.replicas[h].proc.wait();
+        c.respawn(h);
+    }
+    let t = ping_timeout.as_millis();
+    report(
+        &format!("failover: SIGTERM -> first cycle, 10,000 members, timeout {t} ms"),
+        "ms",
+        &to_cycle,
+        Target::max(100.0),
+    );
+    report(
+        &format!("failover: SIGTERM -> lease acquired (epoch+1), 10,000 members, timeout {t} ms"),
+        "ms",
+        &to_acquire,
+        Target::none(),
+    );
+    report(
+        &format!("failover: new holder's first cycle duration, 10,000 members, timeout {t} ms"),
+        "ms",
+        &own,
+        Target::none(),
+    );
+    report(
+        &format!("failover: 10,000 members, timeout {t} ms: failed pings, new holder's first 4 s"),
+        "pings",
+        &failures,
+        Target::none(),
+    );
+    report(
+        &format!("failover: 10,000 members, timeout {t} ms: rows missing from the table"),
+        "rows",
+        &dropped,
+        Target::max(0.0),
+    );
+    report(
+        &format!("failover: 10,000 members, timeout {t} ms: table writes by the new holder"),
+        "writes",
+        &writes,
+        Target::max(0.0),
+    );
+    drop(c);
+    drop(servers);
+}
+
+/// Waits until the table lists every member and has not changed for 3 s.
+async fn stable(c: &mut Cluster, members: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = (0, 0);
+    let mut since = Instant::now();
+    loop {
+        assert!(Instant::now() < deadline, "the table never settled");
+        let n: usize = redis::cmd("HLEN")
+            .arg(TABLE)
+            .query_async(&mut c.conn)
+            .await
+            .unwrap_or(0);
+        let g = generation(&mut c.conn).await;
+        if (n, g) != last {
+            last = (n, g);
+            since = Instant::now();
+        } else if n == members && since.elapsed() >= Duration::from_secs(3) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn setting(timing: Timing) {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn().await;
+    set_list(&mut conn, UNITS, &unit_names(1_000)).await;
+    let (servers, addrs) = spawn_servers(10);
+    set_list(&mut conn, SERVICES, &addrs).await;
+    let mut c = Cluster {
+        redis,
+        conn,
+        replicas: Vec::new(),
+        timing,
+        spawned: 0,
+    };
+    for _ in 0..REPLICAS {
+        c.spawned += 1;
+        let name = format!("fo-{}-{}", timing.ttl.as_millis(), c.spawned);
+        c.replicas
+            .push(spawn_replica(&c.redis.url(), &name, &timing));
+    }
+    let ttl = ms(timing.ttl);
+    let label = format!(
+        "TTL {} ms (renew {} ms, deadline {} ms, retry {} ms)",
+        ttl,
+        timing.renew_interval.as_millis(),
+        timing.renew_deadline.as_millis(),
+        timing.retry_interval.as_millis()
+    );
+    note(&label);
+    let mut rng = Rng::new(0xfa11 ^ timing.ttl.as_millis() as u64 ^ seed().rotate_left(32));
+
+    for (signal, trials) in [("SIGKILL", KILL_TRIALS), ("SIGTERM", TERM_TRIALS)] {
+        let mut to_cycle = Vec::new();
+        let mut to_acquire = Vec::new();
+        let mut own = Vec::new();
+        for _ in 0..trials {
+            let h = c.settled().await;
+            let standbys: Vec<usize> = (0..REPLICAS).filter(|&i| i != h).collect();
+            let mut before = Vec::new();
+            let mut hist = Vec::new();
+            for &s in &standbys {
+                before.push(cycles_ok(c.replicas[s].http_port).await.unwrap_or(0.0));
+                hist.push(
+                    cycle_histogram(c.replicas[s].http_port)
+                        .await
+                        .unwrap_or_default(),
+                );
+            }
+            let e0 = c.epoch().await;
+            tokio::time::sleep(rng.below(timing.renew_interval)).await;
+            let t0 = Instant::now();
+            if signal == "SIGKILL" {
+                c.replicas[h].proc.kill();
+            } else {
+                c.replicas[h].proc.signal(libc::SIGTERM);
+            }
+            let deadline = t0 + timing.ttl + Duration::from_secs(10);
+            let mut acquired = None;
+            let (first_cycle, winner) = 'watch: loop {
+                assert!(Instant::now() < deadline, "no new holder cycled");
+                if acquired.is_none() && c.epoch().await > e0 {
+                    acquired = Some(ms(t0.elapsed()));
+                }
+                for (k, &s) in standbys.iter().enumerate() {
+                    if cycles_ok(c.replicas[s].http_port)
+                        .await
+                        .is_some_and(|n| n > before[k])
+                    {
+                        break 'watch (ms(t0.elapsed()), k);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            to_cycle.push(first_cycle);
+            // The new holder's own measure of that first cycle (read, ping, solve).
+            if let Some((sum, count)) =
+                cycle_histogram(c.replicas[standbys[winner]].http_port).await
+                && count > hist[winner].1
+            {
+                own.push((sum - hist[winner].0) / (count - hist[winner].1) * 1e3);
+            }
+            to_acquire.push(acquired.unwrap_or(first_cycle));
+            let exit = c.replicas[h].proc.wait();
+            if signal == "SIGTERM" {
+                assert!(exit.is_some_and(|s| s.success()), "unclean exit on SIGTERM");
+            }
+            c.respawn(h);
+        }
+        let target = if signal == "SIGKILL" {
+            Target::max(ttl + 100.0)
+        } else {
+            Target::max(100.0)
+        };
+        report(
+            &format!("failover: {signal} -> new holder's first cycle, TTL {ttl} ms"),
+            "ms",
+            &to_cycle,
+            target,
+        );
+        report(
+            &format!("failover: {signal} -> lease acquired (epoch+1), TTL {ttl} ms"),
+            "ms",
+            &to_acquire,
+            Target::none(),
+        );
+        report(
+            &format!("failover: {signal}, new holder's first cycle duration, TTL {ttl} ms"),
+            "ms",
+            &own,
+            Target::none(),
+        );
+    }
+    drop(c);
+    drop(servers);
+}

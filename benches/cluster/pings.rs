@@ -1,0 +1,147 @@
+//! Target 2: ping fan-out. One holder's `Pinger` (this process) pings 10,000
+//! real gRPC servers on loopback (4 server processes of 2,500) once per
+//! "cycle"; every cycle must finish within 1 s on 2 cores. Pings go out as the
+//! holder sends them (`Pinger::ping_tasks`, one task per ping); a cycle here
+//! lasts until the last of them has answered or failed.
+
+use std::time::Duration;
+
+use distributor::pinger::{PingReport, Pinger};
+use futures::StreamExt as _;
+use tokio::time::Instant;
+
+use crate::common::*;
+
+const MEMBERS: usize = 10_000;
+const SERVER_PROCESSES: usize = 4;
+const CYCLES: usize = 10;
+
+/// Pings `members` the way the holder does, and waits for every result.
+async fn ping_cycle(pinger: &Pinger, members: &[String]) -> Vec<PingReport> {
+    pinger
+        .ping_tasks(members)
+        .map(|r| r.expect("a ping task panicked"))
+        .collect()
+        .await
+}
+
+pub async fn run() {
+    section("ping fan-out: 10,000 gRPC servers on loopback, one pinger (target 2)");
+    if !enough_fds("pings") {
+        return;
+    }
+    let (servers, addrs) = spawn_server_fleet(MEMBERS, SERVER_PROCESSES);
+    note(&format!(
+        "{} servers in {} processes; pinger = distributor::pinger::Pinger (1 s timeout, default keepalive)",
+        addrs.len(),
+        servers.len()
+    ));
+    let keepalive = distributor::Config::new("redis://127.0.0.1", &["s"], "u", "t").keepalive;
+    let pinger = Pinger::new(Duration::from_secs(1), Some(keepalive));
+
+    // Cold: the first round opens 10,000 HTTP/2 connections.
+    let cpu0 = self_cpu();
+    let t = Instant::now();
+    let reports = ping_cycle(&pinger, &addrs).await;
+    let cold = t.elapsed();
+    let cold_cpu = self_cpu() - cpu0;
+    let cold_failed = reports.iter().filter(|r| r.result.is_err()).count();
+    report_one(
+        "pings: first cycle, 10,000 (connects included)",
+        "ms",
+        ms(cold),
+        Target::none(),
+    );
+    note(&format!(
+        "first cycle: {cold_failed} failed pings, pinger CPU {:.0} ms ({:.0} us per ping incl. connect)",
+        ms(cold_cpu),
+        cold_cpu.as_secs_f64() * 1e6 / MEMBERS as f64
+    ));
+
+    // A new holder with the 500 ms timeout used elsewhere: its first cycle
+    // connects to everyone. A first contact has `pinger::FIRST_CONTACT` (2 s),
+    // not the ping timeout; a connect slower than that counts as a failure.
+    let fresh = Pinger::new(Duration::from_millis(500), Some(keepalive));
+    let t = Instant::now();
+    let reports = ping_cycle(&fresh, &addrs).await;
+    let cold_500 = t.elapsed();
+    let failed_500 = reports.iter().filter(|r| r.result.is_err()).count();
+    report_one(
+        "pings: first cycle, 10,000, 500 ms timeout: failed pings",
+        "pings",
+        failed_500 as f64,
+        Target::none(),
+    );
+    note(&format!(
+        "first cycle of a fresh 500 ms pinger took {:.0} ms; {failed_500} of {MEMBERS} pings failed",
+        ms(cold_500)
+    ));
+    drop(fresh);
+
+    // Warm cycles, one per second as a holder with a 1 s poll interval would.
+    for size in [100, 1_000] {
+        let mut walls = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            let r = ping_cycle(&pinger, &addrs[..size]).await;
+            walls.push(ms(t.elapsed()));
+            assert!(r.iter().all(|r| r.result.is_ok()), "a ping failed");
+        }
+        report(
+            &format!("pings: warm cycle, {size} members"),
+            "ms",
+            &walls,
+            Target::none(),
+        );
+    }
+    let mut walls = Vec::new();
+    let mut cpu_per_ping = Vec::new();
+    let mut server_cpu_per_ping = Vec::new();
+    let mut rates = Vec::new();
+    let mut failed = 0;
+    let mut next = Instant::now();
+    for _ in 0..CYCLES {
+        tokio::time::sleep_until(next).await;
+        next += Duration::from_secs(1);
+        let c0 = self_cpu();
+        let s0: Duration = servers.iter().map(Proc::cpu).sum();
+        let t = Instant::now();
+        let r = ping_cycle(&pinger, &addrs).await;
+        let wall = t.elapsed();
+        let c = self_cpu() - c0;
+        let s: Duration = servers.iter().map(Proc::cpu).sum::<Duration>() - s0;
+        failed += r.iter().filter(|r| r.result.is_err()).count();
+        walls.push(ms(wall));
+        rates.push(MEMBERS as f64 / wall.as_secs_f64());
+        cpu_per_ping.push(c.as_secs_f64() * 1e6 / MEMBERS as f64);
+        server_cpu_per_ping.push(s.as_secs_f64() * 1e6 / MEMBERS as f64);
+    }
+    report(
+        "pings: warm cycle, 10,000 members (wall)",
+        "ms",
+        &walls,
+        Target::max(1000.0),
+    );
+    report(
+        "pings: throughput within a 10,000 cycle",
+        "pings/s",
+        &rates,
+        Target::none(),
+    );
+    report(
+        "pings: pinger CPU per ping (holder side)",
+        "us",
+        &cpu_per_ping,
+        Target::none(),
+    );
+    report(
+        "pings: server CPU per ping (4 server processes)",
+        "us",
+        &server_cpu_per_ping,
+        Target::none(),
+    );
+    note(&format!(
+        "{failed} failed pings in {CYCLES} warm cycles of {MEMBERS}; CPU from /proc/<pid>/stat (10 ms ticks)"
+    ));
+    drop(servers);
+}

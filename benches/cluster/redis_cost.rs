@@ -1,0 +1,335 @@
+//! Target 5: what the holder costs Redis, from `INFO all` deltas (commandstats,
+//! `total_reads_processed`, net bytes, and the dirty counter
+//! `rdb_changes_since_last_save`). One `distributor` process (no standbys),
+//! poll 500 ms, ping timeout 500 ms, lease renewal every 500 ms, census every
+//! 5 s; members are plain ping servers listed with `RPUSH`, so nothing but the
+//! replica and this bench talks to Redis. Fleets: 10 x 1,000 and
+//! 1,000 x 100,000, then 10,000 x 1,000,000 with the daemon's defaults (poll and
+//! ping timeout 1 s; `BENCH_HUGE=0` skips it).
+//!
+//! - Round trips of a cycle: the read pipeline (one `LRANGE` per list, here
+//!   two, and the `table_state.lua` check) plus the commit scripts; this is
+//!   the figure held against the target. As a cross-check, Redis counts one
+//!   read event per request it receives (`total_reads_processed`; a small
+//!   pipeline is one event, a multi-megabyte request several): "all-in"
+//!   divides every read event of the window (cycles, lease renewals every
+//!   500 ms, census, the pub/sub keepalive PING; minus this bench's own INFO)
+//!   by the number of cycles, so it depends on the renewal and poll
+//!   intervals, not on the fleet.
+//! - Writes: the dirty counter counts every key modification. Renewals (one
+//!   `PEXPIRE` each) and census steps (`INCR`, `HSET`, two `PEXPIRE`) are
+//!   subtracted; what is left was written by cycles.
+//! - Renewals = `PEXPIRE` calls - 2 x `INCR` calls (census); commit scripts =
+//!   `EVALSHA` calls - renewals (a lone replica makes no acquisition attempts
+//!   once it holds the lease). Commands run inside scripts count in
+//!   commandstats too, which is what makes this bookkeeping possible.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::common::*;
+
+const POLL: Duration = Duration::from_millis(500);
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
+
+struct Snap {
+    calls: HashMap<String, (u64, u64)>,
+    info: HashMap<String, String>,
+    cycles: f64,
+    ping_failures: f64,
+    pings_ok: f64,
+    cycle_seconds: f64,
+    at: Instant,
+}
+
+struct Delta {
+    cycles: f64,
+    ping_failures: f64,
+    pings_ok: f64,
+    cycle_seconds: f64,
+    secs: f64,
+    reads: f64,
+    dirty: f64,
+    net_in: f64,
+    net_out: f64,
+    renewals: f64,
+    census: f64,
+    commits: f64,
+    read_pipelines: f64,
+    commit_usec: f64,
+}
+
+struct Fleet {
+    _redis: RedisServer,
+    conn: redis::aio::MultiplexedConnection,
+    _servers: Vec<Proc>,
+    addrs: Vec<String>,
+    replica: Replica,
+}
+
+impl Fleet {
+    async fn snap(&mut self) -> Snap {
+        let body = http_get(self.replica.http_port, "/metrics")
+            .await
+            .unwrap_or_default();
+        let info = info(&mut self.conn, "all").await;
+        Snap {
+            calls: command_calls(&info),
+            info,
+            cycles: metric(&body, "distributor_cycles_total", "outcome=\"ok\"").unwrap_or(0.0),
+            ping_failures: metric_sum(&body, "distributor_ping_failures_total"),
+            pings_ok: metric(&body, "distributor_ping_duration_seconds_count", "").unwrap_or(0.0),
+            cycle_seconds: metric(&body, "distributor_cycle_duration_seconds_sum", "")
+                .unwrap_or(0.0),
+            at: Instant::now(),
+        }
+    }
+
+    async fn table_bytes(&self) -> f64 {
+        let body = http_get(self.replica.http_port, "/metrics")
+            .await
+            .unwrap_or_default();
+        metric(&body, "distributor_table_size_bytes", "").unwrap_or(0.0)
+    }
+
+    async fn wait_cycles(&self, n: f64) {
+        let port = self.replica.http_port;
+        let start = cycles_ok(port).await.unwrap_or(0.0);
+        let ok = wait_until(
+            Duration::from_secs(30),
+            Duration::from_millis(20),
+            || async move { cycles_ok(port).await.unwrap_or(0.0) >= start + n },
+        )
+        .await;
+        assert!(ok, "the holder stopped cycling");
+    }
+}
+
+fn delta(a: &Snap, b: &Snap) -> Delta {
+    let calls = |c: &str| {
+        let x = b.calls.get(c).map_or(0, |v| v.0);
+        let y = a.calls.get(c).map_or(0, |v| v.0);
+        x.saturating_sub(y) as f64
+    };
+    let usec = |c: &str| {
+        let x = b.calls.get(c).map_or(0, |v| v.1);
+        let y = a.calls.get(c).map_or(0, |v| v.1);
+        x.saturating_sub(y) as f64
+    };
+    let stat = |k: &str| num(&b.info, k).saturating_sub(num(&a.info, k)) as f64;
+    let census = calls("incr");
+    let renewals = calls("pexpire") - 2.0 * census;
+    // Scripts run by EVALSHA: renewals and commits (a lone holder acquires
+    // nothing). The read pipeline's table check is a plain EVAL.
+    let commits = calls("evalsha") - renewals;
+    Delta {
+        cycles: b.cycles - a.cycles,
+        ping_failures: b.ping_failures - a.ping_failures,
+        pings_ok: b.pings_ok - a.pings_ok,
+        cycle_seconds: b.cycle_seconds - a.cycle_seconds,
+        secs: (b.at - a.at).as_secs_f64(),
+        // The second INFO's own request is counted before it reports.
+        reads: stat("total_reads_processed") - 1.0,
+        dirty: stat("rdb_changes_since_last_save"),
+        net_in: stat("total_net_input_bytes"),
+        net_out: stat("total_net_output_bytes"),
+        renewals,
+        census,
+        commits,
+        // One LRANGE per list: one services list and the units list.
+        read_pipelines: calls("lrange") / 2.0,
+        commit_usec: usec("evalsha"),
+    }
+}
+
+pub async fn run() {
+    section("redis cost of idle and changed cycles (target 5)");
+    let fast = Timing::defaults(POLL, Duration::from_millis(500));
+    for (members, units, changes) in [(10, 1_000, 2), (1_000, 100_000, 2)] {
+        fleet_cost(members, units, changes, fast).await;
+    }
+    if std::env::var_os("BENCH_HUGE").is_none_or(|v| v != "0") && enough_fds("redis_cost huge") {
+        // The daemon's defaults, poll 1 s and ping timeout 1 s; BENCH_HUGE_FAST=1
+        // tries the 500 ms settings of the smaller fleets instead.
+        let huge = if std::env::var_os("BENCH_HUGE_FAST").is_some_and(|v| v == "1") {
+            fast
+        } else {
+            Timing::defaults(Duration::from_secs(1), Duration::from_secs(1))
+        };
+        fleet_cost(10_000, 1_000_000, 1, huge).await;
+    }
+}
+
+async fn fleet_cost(members: usize, units: usize, change_rounds: usize, timing: Timing) {
+    let label = format!(
+        "{members} x {units}{}",
+        if timing.poll == POLL {
+            String::new()
+        } else {
+            format!(", poll {} ms", timing.poll.as_millis())
+        }
+    );
+    let redis = RedisServer::start();
+    let mut conn = redis.conn().await;
+    set_list(&mut conn, UNITS, &unit_names(units)).await;
+    let (servers, addrs) = spawn_server_fleet(members, members.div_ceil(2_500));
+    set_list(&mut conn, SERVICES, &addrs).await;
+    let replica = spawn_replica(&redis.url(), &format!("cost-{members}"), &timing);
+    let mut f = Fleet {
+        _redis: redis,
+        conn,
+        _servers: servers,
+        addrs,
+        replica,
+    };
+    let c = f.conn.clone();
+    let ok = wait_until(Duration::from_secs(180), Duration::from_millis(50), || {
+        let mut c = c.clone();
+        async move {
+            let n: usize = redis::cmd("HLEN")
+                .arg(TABLE)
+                .query_async(&mut c)
+                .await
+                .unwrap_or(0);
+            n == members
+        }
+    })
+    .await;
+    assert!(ok, "the table did not list all {members} members");
+    f.wait_cycles(3.0).await;
+
+    // Idle: nothing changes.
+    let cpu0 = f.replica.proc.cpu();
+    let a = f.snap().await;
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let b = f.snap().await;
+    let cpu = f.replica.proc.cpu() - cpu0;
+    let d = delta(&a, &b);
+    let per = |x: f64| x / d.cycles;
+    note(&format!(
+        "{label} idle window: {:.1} s, {} cycles, {} renewals, {} census steps, {} read events, \
+         {} key writes (dirty), {} commit scripts, {} read pipelines",
+        d.secs, d.cycles, d.renewals, d.census, d.reads, d.dirty, d.commits, d.read_pipelines
+    ));
+    report_one(
+        &format!("redis: idle round trips per cycle, {label}"),
+        "RT",
+        per(d.read_pipelines + d.commits),
+        Target::max(4.0),
+    );
+    report_one(
+        &format!("redis: idle read events per cycle, all-in, {label}"),
+        "RT",
+        per(d.reads),
+        Target::none(),
+    );
+    let cycle_writes = d.dirty - d.renewals - 4.0 * d.census;
+    report_one(
+        &format!("redis: idle key writes per cycle, by cycles, {label}"),
+        "writes",
+        per(cycle_writes),
+        Target::max(0.0),
+    );
+    report_one(
+        &format!("redis: idle key writes per second, lease+census, {label}"),
+        "writes/s",
+        d.dirty / d.secs,
+        Target::none(),
+    );
+    report_one(
+        &format!("redis: idle bytes read from Redis per cycle, {label}"),
+        "bytes",
+        per(d.net_out),
+        Target::none(),
+    );
+    report_one(
+        &format!("redis: idle holder CPU per cycle, {label}"),
+        "ms",
+        ms(cpu) / d.cycles,
+        Target::none(),
+    );
+    note(&format!(
+        "{label} idle: mean cycle (read + ping, until the write decision) {:.1} ms; \
+         {} ping failures in the window",
+        d.cycle_seconds / d.cycles * 1e3,
+        d.ping_failures
+    ));
+    // Pings whose result a cycle took in (answered within its 50 ms grace, or
+    // carried from the one before), per cycle; each member once would be `members`.
+    report_one(
+        &format!("redis: idle ping results per cycle, {label}"),
+        "pings",
+        per(d.pings_ok + d.ping_failures),
+        Target::none(),
+    );
+
+    // Changed cycles: add a unit, remove it, drop a member, list it again.
+    let mut scripts = Vec::new();
+    let mut bytes = Vec::new();
+    let mut script_ms = Vec::new();
+    let mut ping_failures = 0.0;
+    for round in 0..change_rounds {
+        let extra = format!("unit-extra-{round}");
+        let member = f.addrs[round % f.addrs.len()].clone();
+        let changes: [(&str, &str, &str, &str); 4] = [
+            ("RPUSH", UNITS, "", &extra),
+            ("LREM", UNITS, "0", &extra),
+            ("LREM", SERVICES, "0", &member),
+            ("RPUSH", SERVICES, "", &member),
+        ];
+        for (cmd, key, count, value) in changes {
+            let g0 = generation(&mut f.conn).await;
+            let a = f.snap().await;
+            let mut c = redis::cmd(cmd);
+            c.arg(key);
+            if !count.is_empty() {
+                c.arg(count);
+            }
+            c.arg(value);
+            let _: i64 = c.query_async(&mut f.conn).await.unwrap();
+            let conn = f.conn.clone();
+            let ok = wait_until(Duration::from_secs(20), Duration::from_millis(1), || {
+                let mut c = conn.clone();
+                async move { generation(&mut c).await > g0 }
+            })
+            .await;
+            assert!(ok, "no table write after {cmd} {key} {value}");
+            // Two more cycles would show any follow-up write.
+            f.wait_cycles(2.0).await;
+            let b = f.snap().await;
+            let d = delta(&a, &b);
+            scripts.push(d.commits);
+            // Idle traffic in the window (renewals, cycle reads) is a few hundred bytes.
+            bytes.push(d.net_in);
+            script_ms.push(d.commit_usec / 1e3);
+            ping_failures += d.ping_failures;
+        }
+    }
+    if change_rounds > 0 {
+        report(
+            &format!("redis: commit scripts per change, {label}"),
+            "scripts",
+            &scripts,
+            Target::max(1.0),
+        );
+        report(
+            &format!("redis: bytes sent to Redis per change, {label}"),
+            "bytes",
+            &bytes,
+            Target::none(),
+        );
+        report(
+            &format!("redis: script time in Redis per change, {label}"),
+            "ms",
+            &script_ms,
+            Target::none(),
+        );
+        note(&format!(
+            "{label}: table size (member + row bytes) {:.0} bytes; every change rewrites the whole hash; \
+             {ping_failures} ping failures during the change windows",
+            f.table_bytes().await
+        ));
+    }
+}
