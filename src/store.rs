@@ -787,23 +787,6 @@ impl Store {
         Ok((map, generation.unwrap_or(0)))
     }
 
-    /// Removes a long-failing member from its services list (`--forget-after`).
-    pub async fn forget(&self, services_key: &str, member: &str) -> Result<bool, StoreError> {
-        let mut conn = self.conn();
-        let n: i64 = self
-            .bounded(
-                "forget member",
-                self.op_timeout,
-                redis::cmd("LREM")
-                    .arg(services_key)
-                    .arg(0)
-                    .arg(member)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        Ok(n > 0)
-    }
-
     /// Removes each `(list, member)` pair in one pipelined round trip; returns
     /// the pairs that were actually listed.
     pub async fn forget_many(
@@ -914,7 +897,7 @@ impl Store {
 
     /// Removes every occurrence of `member` from `services_key`.
     pub async fn deregister(&self, services_key: &str, member: &str) -> Result<bool, StoreError> {
-        self.forget(services_key, member).await
+        Ok(self.remove_all(services_key, member).await? > 0)
     }
 
     /// A member's row and the table generation, read atomically.
