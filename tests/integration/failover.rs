@@ -220,17 +220,9 @@ async fn connections_that_go_silent_are_replaced() {
     // (no RST, as in a partition) while new connections would work.
     let redis = RedisServer::start();
     let proxy = FreezableProxy::start(redis.port()).await;
-    let mut fleet = Fleet::new(redis);
-    fleet.config.redis_url = format!("redis://127.0.0.1:{}", proxy.port);
+    let url = format!("redis://127.0.0.1:{}", proxy.port);
     let units = units(12);
-    fleet.set_units(&units).await;
-    for _ in 0..3 {
-        fleet.add_member().await;
-    }
-    for _ in 0..2 {
-        fleet.add_replica();
-    }
-    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (mut fleet, _) = Fleet::converged_on(redis, |c| c.redis_url = url, 3, 2, &units).await;
     let epoch: u64 = fleet
         .redis
         .cmd(&["GET", &format!("{{{TABLE}}}:epoch")])

@@ -28,20 +28,9 @@ pub(crate) async fn create_acl_user(redis: &RedisServer) {
 async fn an_acl_user_with_the_documented_permissions_is_enough() {
     let redis = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]);
     create_acl_user(&redis).await;
-    let mut fleet = Fleet::new(redis);
-    fleet.config.redis_url = format!(
-        "redis://distributor:{PASSWORD}@127.0.0.1:{}",
-        fleet.redis.port()
-    );
+    let url = format!("redis://distributor:{PASSWORD}@127.0.0.1:{}", redis.port());
     let units = units(12);
-    fleet.set_units(&units).await;
-    for _ in 0..3 {
-        fleet.add_member().await;
-    }
-    for _ in 0..2 {
-        fleet.add_replica();
-    }
-    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let (mut fleet, _) = Fleet::converged_on(redis, |c| c.redis_url = url, 3, 2, &units).await;
     wait_for("census and holder", Duration::from_secs(10), || async {
         let s = fleet.statuses();
         s.iter()

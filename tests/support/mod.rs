@@ -236,7 +236,18 @@ impl Fleet {
         replicas: usize,
         units: &[String],
     ) -> (Fleet, MatchingTable) {
-        let mut fleet = Fleet::new(RedisServer::start());
+        Fleet::converged_on(RedisServer::start(), tune, members, replicas, units).await
+    }
+
+    /// The same on a Redis the test prepared (a password, a proxy in front).
+    pub async fn converged_on(
+        redis: RedisServer,
+        tune: impl FnOnce(&mut Config),
+        members: usize,
+        replicas: usize,
+        units: &[String],
+    ) -> (Fleet, MatchingTable) {
+        let mut fleet = Fleet::new(redis);
         tune(&mut fleet.config);
         fleet.set_units(units).await;
         for _ in 0..members {
