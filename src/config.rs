@@ -109,6 +109,16 @@ settings! {
         "Span export: otlp (when OTEL_EXPORTER_OTLP_ENDPOINT is set) or none";
     max_list_entries: "max-list-entries", ["MAX_LIST_ENTRIES"], Some("2000000"),
         "Longest services or work-units list read; a longer one skips the cycle with an error";
+    max_list_bytes: "max-list-bytes", ["MAX_LIST_BYTES"], Some("256MiB"),
+        "Largest list read, in bytes of Redis memory (MEMORY USAGE); a larger one skips the cycle with an error";
+    mass_failure_percent: "mass-failure-percent", ["MASS_FAILURE_PERCENT"], Some("50"),
+        "When more than this percent of a group's live members fail at once, the holder keeps their units until another replica or -mass-failure-confirm confirms it (100: off)";
+    mass_failure_confirm: "mass-failure-confirm", ["MASS_FAILURE_CONFIRM"], Some("10s"),
+        "How long a mass failure that no other replica confirmed is held before the holder acts on it";
+    redis_wait_replicas: "redis-wait-replicas", ["REDIS_WAIT_REPLICAS"], Some("0"),
+        "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
+    redis_wait_timeout: "redis-wait-timeout", ["REDIS_WAIT_TIMEOUT"], Some("100ms"),
+        "How long to wait for those acknowledgements";
     log: "log", ["LOG"], Some("info"), "Log level when RUST_LOG is unset";
     config_type: "config-type", ["CONFIG_TYPE"], Some("args"),
         "Accepted for compatibility; flags and environment are always both read (flag wins)";
@@ -153,6 +163,16 @@ pub struct Config {
     pub traces: bool,
     /// Bound on every list read, so a runaway producer cannot make a cycle unbounded.
     pub max_list_entries: usize,
+    /// Bound on the bytes of every list read (Redis' `MEMORY USAGE`).
+    pub max_list_bytes: u64,
+    /// A group in which more than this percent of the live members fail in one
+    /// cycle is a mass failure: held until confirmed (100 turns the guard off).
+    pub mass_failure_percent: u32,
+    /// How long a lone holder holds an unconfirmed mass failure.
+    pub mass_failure_confirm: Duration,
+    /// Redis replicas that must acknowledge (WAIT) lease and table writes.
+    pub redis_wait_replicas: u32,
+    pub redis_wait_timeout: Duration,
     /// Custom CA / client certificate for `rediss://`.
     pub redis_tls: TlsFiles,
     /// TLS for pings, when configured.
@@ -287,6 +307,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("duration too large".into());
     }
     Ok(Duration::from_nanos(total.round() as u64))
+}
+
+/// Parses a size: a whole number of bytes, or with a unit `B`, `KiB`, `MiB`,
+/// `GiB` (also `KB`, `MB`, `GB`, taken as powers of 1024).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "KB" | "K" => 1 << 10,
+        "MiB" | "MB" | "M" => 1 << 20,
+        "GiB" | "GB" | "G" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
 }
 
 fn parse_bool(s: &str) -> Result<bool, String> {
@@ -652,6 +689,28 @@ pub fn resolve(
         .ok()
         .filter(|n| *n >= 1)
         .ok_or_else(|| err(s, &max, "expected a whole number >= 1".into()))?;
+    let (bytes, s) = lookup("max-list-bytes");
+    let bytes = bytes.unwrap_or_default();
+    let max_list_bytes = parse_bytes(&bytes)
+        .filter(|n| *n >= 1024)
+        .ok_or_else(|| err(s, &bytes, "expected a size >= 1KiB, such as 256MiB".into()))?;
+    let (percent, s) = lookup("mass-failure-percent");
+    let percent = percent.unwrap_or_default();
+    let mass_failure_percent: u32 = percent
+        .trim_end_matches('%')
+        .parse()
+        .ok()
+        .filter(|n| *n <= 100)
+        .ok_or_else(|| err(s, &percent, "expected a whole number from 0 to 100".into()))?;
+    let mass_failure_confirm = required("mass-failure-confirm")?;
+    let (replicas, s) = lookup("redis-wait-replicas");
+    let replicas = replicas.unwrap_or_default();
+    let redis_wait_replicas: u32 = replicas
+        .parse()
+        .ok()
+        .filter(|n| *n <= 64)
+        .ok_or_else(|| err(s, &replicas, "expected a whole number from 0 to 64".into()))?;
+    let redis_wait_timeout = required("redis-wait-timeout")?;
     Ok(Config {
         redis_url,
         services_namespaces,
@@ -670,6 +729,11 @@ pub fn resolve(
         log_json,
         traces,
         max_list_entries,
+        max_list_bytes,
+        mass_failure_percent,
+        mass_failure_confirm,
+        redis_wait_replicas,
+        redis_wait_timeout,
         redis_tls,
         ping_tls,
         redis_cluster,

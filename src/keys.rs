@@ -31,6 +31,9 @@ pub struct Keys {
     pub liveness: String,
     /// The census: replica id → "index replicas unix_ms", as last seen by each replica.
     pub replicas: String,
+    /// Members a holder suspects of a mass failure that it has not acted on:
+    /// member → "replica epoch since_ms", so that the next holder can confirm.
+    pub suspects: String,
     /// Pub/sub channel: the new generation, published after every table write.
     pub table_channel: String,
     /// Pub/sub channel: the released epoch, published when a holder lets go.
@@ -53,10 +56,20 @@ impl Keys {
             meta: k("meta"),
             liveness: k("liveness"),
             replicas: k("replicas"),
+            suspects: k("suspects"),
             table_channel: k("changed"),
             lease_channel: k("released"),
             prefix,
         }
+    }
+
+    /// Whether `key` is the table or one of its coordination keys (present or
+    /// future: everything under the coordination prefix is reserved).
+    pub fn is_reserved(&self, key: &str) -> bool {
+        key == self.table
+            || key
+                .strip_prefix(self.prefix.as_str())
+                .is_some_and(|rest| rest.starts_with(':'))
     }
 
     /// The census counter of interval number `n` (seed 002: `{name}:{number}`).
@@ -123,6 +136,26 @@ mod tests {
         assert_eq!(slot("123456789"), 0x31C3, "the CRC16 check value");
         let k = Keys::new("sys-matching-table");
         assert_eq!(slot(&k.lease), slot(&k.table));
+    }
+
+    #[test]
+    fn coordination_keys_are_reserved() {
+        let k = Keys::new("sys-matching-table");
+        for key in [
+            &k.table,
+            &k.lease,
+            &k.epoch,
+            &k.meta,
+            &k.suspects,
+            &k.census(7),
+        ] {
+            assert!(k.is_reserved(key), "{key}");
+        }
+        assert!(!k.is_reserved("sys-channels"));
+        assert!(!k.is_reserved("{sys-matching-table}"));
+        let tagged = Keys::new("app:{t7}:table");
+        assert!(tagged.is_reserved("app:{t7}:table:lease"));
+        assert!(!tagged.is_reserved("app:{t7}:tablex"));
     }
 
     #[test]

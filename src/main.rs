@@ -150,6 +150,16 @@ struct Flags {
     traces: Option<String>,
     #[arg(long, global = true, value_name = "N")]
     max_list_entries: Option<String>,
+    #[arg(long, global = true, value_name = "SIZE")]
+    max_list_bytes: Option<String>,
+    #[arg(long, global = true, value_name = "PERCENT")]
+    mass_failure_percent: Option<String>,
+    #[arg(long, global = true, value_name = "DURATION")]
+    mass_failure_confirm: Option<String>,
+    #[arg(long, global = true, value_name = "N")]
+    redis_wait_replicas: Option<String>,
+    #[arg(long, global = true, value_name = "DURATION")]
+    redis_wait_timeout: Option<String>,
     #[arg(long, global = true, value_name = "args|env")]
     config_type: Option<String>,
 }
@@ -194,6 +204,11 @@ impl From<Flags> for RawConfig {
             log_format: c.log_format,
             traces: c.traces,
             max_list_entries: c.max_list_entries,
+            max_list_bytes: c.max_list_bytes,
+            mass_failure_percent: c.mass_failure_percent,
+            mass_failure_confirm: c.mass_failure_confirm,
+            redis_wait_replicas: c.redis_wait_replicas,
+            redis_wait_timeout: c.redis_wait_timeout,
             config_type: c.config_type,
         }
     }
