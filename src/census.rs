@@ -46,6 +46,41 @@ pub fn delay_to_next_run(now_ms: u64, interval_ms: u64, skew_ms: u64) -> u64 {
     interval_ms - past
 }
 
+/// When one replica runs its census steps: at `k * interval + skew`, Unix ms.
+///
+/// A step's interval number comes from the instant it was *scheduled* for,
+/// never from the clock after the sleep: a timer that fires a millisecond
+/// early or late at an interval boundary would otherwise count one interval
+/// twice (and every replica would see one replica too many), or skip one.
+/// Each run is scheduled strictly after the previous one, so numbers never
+/// repeat even if the wall clock steps back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    interval_ms: u64,
+    skew_ms: u64,
+}
+
+impl Schedule {
+    pub fn new(interval: Duration, skew: Duration) -> Schedule {
+        let interval_ms = (interval.as_millis() as u64).max(1);
+        Schedule {
+            interval_ms,
+            skew_ms: skew.as_millis() as u64 % interval_ms,
+        }
+    }
+
+    /// The first run strictly after `t_ms`.
+    pub fn next_after(&self, t_ms: u64) -> u64 {
+        t_ms + delay_to_next_run(t_ms, self.interval_ms, self.skew_ms)
+    }
+
+    /// The interval number of a run scheduled at `at_ms` (seed 002:
+    /// `ceil(now / interval)`, with `now` the scheduled instant).
+    pub fn number(&self, at_ms: u64) -> u64 {
+        interval_number(at_ms, self.interval_ms)
+    }
+}
+
 /// The extension's random constant skew: `random() * interval / 2`.
 pub fn random_skew(interval: Duration) -> Duration {
     interval.mul_f64(rand::random::<f64>() / 2.0)
@@ -103,6 +138,39 @@ mod tests {
         }
         let s = random_skew(Duration::from_secs(4));
         assert!(s <= Duration::from_secs(2));
+    }
+
+    #[test]
+    fn numbers_come_from_the_schedule_not_from_the_clock_after_the_sleep() {
+        // Skew 0: runs fall exactly on interval boundaries, where a timer that
+        // fires a millisecond late would read the next interval's number from
+        // the clock, and the next run (a millisecond early) the same one again.
+        let s = Schedule::new(Duration::from_millis(1000), Duration::ZERO);
+        let mut last = 0;
+        let mut numbers = Vec::new();
+        let mut from_clock = Vec::new();
+        for (k, jitter) in [1i64, -1, 2, -2, 0, 1, -1].into_iter().enumerate() {
+            let now = 10_000 + k as u64 * 1000;
+            let at = s.next_after(now.max(last));
+            let woke = (at as i64 + jitter) as u64;
+            numbers.push(s.number(at));
+            from_clock.push(interval_number(woke, 1000));
+            last = at;
+        }
+        assert!(
+            numbers.windows(2).all(|w| w[1] == w[0] + 1),
+            "one number per run, consecutive: {numbers:?}"
+        );
+        let mut seen = from_clock.clone();
+        seen.dedup();
+        assert_ne!(
+            seen.len(),
+            from_clock.len(),
+            "the clock after the sleep repeats one: {from_clock:?}"
+        );
+        // A wall clock that steps back never brings a number back.
+        let at = s.next_after(last.max(last - 5_000));
+        assert!(s.number(at) > *numbers.last().unwrap());
     }
 
     #[test]

@@ -31,7 +31,7 @@ use futures::StreamExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -41,13 +41,16 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::census::{self, Census, CensusView};
 use crate::config::Config;
-use crate::error::StoreError;
+use crate::error::{StartError, StoreError};
 use crate::inputs::{self, Inputs};
 use crate::lease::{self, HeldLease};
 use crate::liveness::{HealthChanges, Liveness};
 use crate::metrics::Metrics;
 use crate::pinger::{PingFailure, PingReport, Pinger};
-use crate::store::{Acquisition, Claim, Commit, Committed, LeaseGrant, Notification, Store};
+use crate::store::{
+    Acquisition, Claim, Commit, Committed, LeaseGrant, ListLimits, Notification, Renewal, Snapshot,
+    Store,
+};
 use crate::table::MatchingTable;
 use crate::unix_ms;
 
@@ -98,8 +101,10 @@ pub struct Status {
     pub invalid_inputs: usize,
     /// Invalid inputs of the last cycle by kind (`unit`, `address`, `duplicate_member`).
     pub invalid_by_kind: Vec<(&'static str, usize)>,
-    /// Unix ms of the last successful Redis call, for readiness.
-    pub redis_ok_ms: Option<u64>,
+    /// When Redis last answered, for readiness.
+    pub redis_ok_at: Option<Instant>,
+    /// When the coordinator's loop last turned, for health.
+    pub heartbeat: Option<Instant>,
     pub cycles: u64,
     /// Cycles that could not read their inputs (the table was kept).
     pub failed_cycles: u64,
@@ -108,6 +113,9 @@ pub struct Status {
     pub table_writes: u64,
     pub fenced_writes: u64,
     pub lease_acquisitions: u64,
+    /// Why no replica can hold the lease, when its key is not a replica's
+    /// (no TTL, another type): seen by the last acquisition attempt.
+    pub lease_problem: Option<String>,
 }
 
 /// A running replica. Dropping it shuts it down gracefully in the background.
@@ -119,9 +127,15 @@ pub struct Distributor {
 }
 
 impl Distributor {
-    /// Starts a replica. Redis is connected lazily: an unreachable Redis is retried,
-    /// never fatal.
-    pub fn start(config: Config) -> Result<Distributor, StoreError> {
+    /// Starts a replica. Redis is connected lazily: an unreachable Redis is
+    /// retried, never fatal. Unusable ping TLS files, or lease timings that
+    /// break the holder's safety rule, are.
+    pub fn start(config: Config) -> Result<Distributor, StartError> {
+        check_timing(&config).map_err(StartError::Config)?;
+        let mut pinger = Pinger::new(config.ping_timeout, Some(config.keepalive));
+        if let Some(tls) = &config.ping_tls {
+            pinger = pinger.with_tls(crate::tls::ping_client(&tls.files, tls.domain.as_deref())?);
+        }
         let store = Store::connect(
             &config.redis_options(),
             &config.distribution_namespace,
@@ -133,7 +147,7 @@ impl Distributor {
         });
         let cancel = CancellationToken::new();
         let metrics = Arc::new(Metrics::new());
-        let coordinator = Coordinator::new(config, store, tx, metrics.clone());
+        let coordinator = Coordinator::new(config, store, pinger, tx, metrics.clone());
         let task = tokio::spawn(coordinator.run(cancel.clone()));
         Ok(Distributor {
             status: rx,
@@ -175,18 +189,36 @@ impl Drop for Distributor {
     }
 }
 
-/// Runs a replica until `shutdown` resolves, then shuts it down gracefully.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StoreError> {
-    let d = Distributor::start(config)?;
-    shutdown.await;
-    d.shutdown().await;
-    Ok(())
-}
-
 fn op_timeout(config: &Config) -> Duration {
     // A lease call must come back well before the renew deadline.
-    (config.lease.renew_deadline - config.lease.renew_interval)
-        .clamp(Duration::from_millis(50), Duration::from_secs(2))
+    (config
+        .lease
+        .renew_deadline
+        .saturating_sub(config.lease.renew_interval))
+    .clamp(Duration::from_millis(50), Duration::from_secs(2))
+}
+
+/// The timing rules the holder's safety rests on (the daemon's `config`
+/// checks them too, with flag names; embedders build `Config` by hand).
+fn check_timing(c: &Config) -> Result<(), String> {
+    let l = &c.lease;
+    if !(l.renew_interval < l.renew_deadline && l.renew_deadline < l.ttl) {
+        return Err(format!(
+            "lease timing must satisfy renew interval ({:?}) < renew deadline ({:?}) < ttl ({:?})",
+            l.renew_interval, l.renew_deadline, l.ttl
+        ));
+    }
+    for (what, d) in [
+        ("poll interval", c.poll_interval),
+        ("ping timeout", c.ping_timeout),
+        ("lease retry interval", l.retry_interval),
+        ("census interval", c.census_interval),
+    ] {
+        if d.is_zero() {
+            return Err(format!("{what} must be greater than zero"));
+        }
+    }
+    Ok(())
 }
 
 enum State {
@@ -225,8 +257,13 @@ enum Event {
     Released(String),
     Notified(Notification),
     CycleTimer,
-    CycleDone(Box<Result<CycleReport, StoreError>>),
-    CensusTimer,
+    CycleDone(Box<Result<CycleReport, CycleError>>),
+    /// A census step finished: the view it emitted, if any.
+    Census(Result<Option<CensusView>, StoreError>),
+    /// The generation re-read after a table-change notification.
+    Floor(Result<u64, StoreError>),
+    /// The notification subscriber ended on its own.
+    SubscriptionLost,
 }
 
 struct CycleReport {
@@ -247,6 +284,31 @@ struct CycleReport {
     /// Pings still running (hung members): collected by the next cycle.
     in_flight: InFlight,
     in_flight_members: HashSet<String>,
+}
+
+/// Why a cycle did not produce a table; either way the last one stays.
+#[derive(Debug, thiserror::Error)]
+enum CycleError {
+    #[error(transparent)]
+    Read(StoreError),
+    #[error(
+        "every one of the {entries} entries of list {key:?} is invalid, {}; keeping the last table",
+        first.as_deref().unwrap_or("")
+    )]
+    Inputs {
+        key: String,
+        entries: usize,
+        first: Option<String>,
+    },
+}
+
+impl CycleError {
+    fn kind(&self) -> &'static str {
+        match self {
+            CycleError::Read(e) => e.kind(),
+            CycleError::Inputs { .. } => "invalid_input",
+        }
+    }
 }
 
 /// What became of a cycle's write.
@@ -279,7 +341,7 @@ struct CycleContext {
     metrics: Arc<Metrics>,
     services: Vec<String>,
     units_key: String,
-    max_entries: usize,
+    limits: ListLimits,
     replica_id: String,
     forget_after: Option<Duration>,
     grant: LeaseGrant,
@@ -300,7 +362,7 @@ impl CycleContext {
         mut liveness: Liveness,
         mut unsaved: HealthChanges,
         mut memo: Option<Memo>,
-    ) -> Result<CycleReport, StoreError> {
+    ) -> Result<CycleReport, CycleError> {
         let read = info_span!(
             "read_inputs",
             lists = self.services.len() + 1,
@@ -309,7 +371,7 @@ impl CycleContext {
         );
         let snapshot = match self
             .store
-            .read_snapshot(&self.services, &self.units_key, self.max_entries)
+            .read_snapshot(&self.services, &self.units_key, self.limits)
             .instrument(read.clone())
             .await
         {
@@ -317,11 +379,29 @@ impl CycleContext {
             Err(e) => {
                 mark_error(&read, &e.to_string());
                 mark_error(&Span::current(), &e.to_string());
-                return Err(e);
+                return Err(CycleError::Read(e));
             }
         };
         drop(read);
-        let inputs = inputs::normalize(&snapshot.raw);
+        let Snapshot {
+            raw,
+            stored_digest,
+            stored_generation,
+        } = snapshot;
+        let inputs = inputs::normalize(&raw);
+        // A units list whose every entry is invalid is a broken producer, not
+        // "no work": keep the last table (an empty list still means no units).
+        if !raw.units.is_empty() && inputs.units.is_empty() {
+            let e = CycleError::Inputs {
+                key: raw.units_key.clone(),
+                entries: raw.units.len(),
+                first: inputs.rejections.first().map(ToString::to_string),
+            };
+            mark_error(&Span::current(), &e.to_string());
+            return Err(e);
+        }
+        // The raw lists can be as big as the inputs: free them before solving.
+        drop(raw);
         let members: Vec<String> = inputs.members().map(str::to_string).collect();
         let was_live: HashSet<String> = members
             .iter()
@@ -338,8 +418,8 @@ impl CycleContext {
             )
             .map(str::to_string)
             .collect();
-        let mut stored_digest = snapshot.stored_digest.clone();
-        let mut generation_floor = self.generation_floor.max(snapshot.stored_generation);
+        let mut stored_digest = stored_digest;
+        let mut generation_floor = self.generation_floor.max(stored_generation);
 
         // Pings settle in two phases, so that one hung member (which takes the
         // whole ping timeout) never delays what the others already told us:
@@ -424,9 +504,11 @@ impl CycleContext {
         ping.record("ok", all_reports.len() - failed);
         ping.record("failed", failed);
         if failed > 0 {
+            // Every cycle while a member stays down: debug only. Its failure is
+            // logged once, when it changes state.
             ping.in_scope(|| {
                 for (reason, count) in &reasons {
-                    tracing::warn!(reason, count, "pings failed");
+                    tracing::debug!(reason, count, "pings failed");
                 }
             });
             mark_error(
@@ -474,7 +556,7 @@ impl CycleContext {
             ),
         );
         for (group, live, failed) in &groups {
-            tracing::info!(group, live, failed, "group");
+            tracing::debug!(group, live, failed, "group");
         }
 
         let mut forgotten = Vec::new();
@@ -558,7 +640,7 @@ impl CycleContext {
         };
         let table = memo.table.clone();
         let digest = table.digest();
-        let table_changed = stored_digest.as_deref() != Some(digest.as_str());
+        let table_changed = stored_digest.as_deref() != Some(digest);
         if !table_changed && unsaved.is_empty() {
             return (memo, Write::Unchanged);
         }
@@ -593,7 +675,7 @@ impl CycleContext {
                     span.record("generation", g);
                     Span::current().record("generation", g);
                     *generation_floor = (*generation_floor).max(g);
-                    *stored_digest = Some(digest);
+                    *stored_digest = Some(digest.to_string());
                 }
                 *unsaved = HealthChanges::default();
                 Write::Written { generation }
@@ -617,13 +699,15 @@ struct Coordinator {
     pinger: Pinger,
     status: watch::Sender<Status>,
     metrics: Arc<Metrics>,
-    census: Census,
-    census_skew: Duration,
     epoch_floor: u64,
     generation_floor: u64,
-    known_rejections: HashSet<String>,
+    /// Fingerprints of the invalid entries already logged.
+    known_rejections: HashSet<u64>,
     /// Redis trouble is logged once per streak, not once per retry.
     read_failing: bool,
+    /// The last failed cycle's error: a streak of the same one is logged once.
+    last_cycle_error: Option<String>,
+    write_failing: bool,
     acquire_failing: bool,
     /// The epoch this replica last released, to ignore its own notification.
     released_epoch: Option<u64>,
@@ -633,32 +717,22 @@ impl Coordinator {
     fn new(
         config: Config,
         store: Store,
+        pinger: Pinger,
         status: watch::Sender<Status>,
         metrics: Arc<Metrics>,
     ) -> Coordinator {
-        let mut pinger = Pinger::new(config.ping_timeout, Some(config.keepalive));
-        if let Some(tls) = &config.ping_tls {
-            // Validated by config::resolve; a failure here is a file changed since.
-            match crate::tls::ping_client(&tls.files, tls.domain.as_deref()) {
-                Ok(cfg) => pinger = pinger.with_tls(cfg),
-                Err(e) => {
-                    tracing::error!(error = %e, "ping TLS unusable; pinging without it would be refused")
-                }
-            }
-        }
-        let census_skew = census::random_skew(config.census_interval);
         Coordinator {
             config,
             store,
             pinger,
             status,
             metrics,
-            census: Census::default(),
-            census_skew,
             epoch_floor: 0,
             generation_floor: 0,
             known_rejections: HashSet::new(),
             read_failing: false,
+            last_cycle_error: None,
+            write_failing: false,
             acquire_failing: false,
             released_epoch: None,
         }
@@ -675,34 +749,44 @@ impl Coordinator {
     /// Counts a Redis error; a successful call marks Redis as reachable.
     fn redis_result<T>(&self, r: &Result<T, StoreError>) {
         match r {
-            Ok(_) => self.update(|s| s.redis_ok_ms = Some(unix_ms())),
+            Ok(_) => self.update(|s| s.redis_ok_at = Some(Instant::now())),
             Err(e) => self.metrics.redis_error(e.kind()),
         }
     }
 
-    fn next_census(&self) -> Instant {
-        let delay = census::delay_to_next_run(
-            unix_ms(),
-            self.config.census_interval.as_millis() as u64,
-            self.census_skew.as_millis() as u64,
-        );
-        Instant::now() + Duration::from_millis(delay)
-    }
-
     async fn run(mut self, cancel: CancellationToken) {
         let keys = self.store.keys().clone();
-        let mut notifications = self.store.subscribe(
-            vec![keys.lease_channel.clone(), keys.table_channel.clone()],
-            cancel.child_token(),
-        );
+        let channels = vec![keys.lease_channel.clone(), keys.table_channel.clone()];
+        let mut notifications = self.store.subscribe(channels.clone(), cancel.child_token());
+        // Background steps that must never hold up a renewal report back here.
+        let (census_tx, mut census_rx) = mpsc::channel(4);
+        let census = tokio::spawn(census_task(
+            self.store.clone(),
+            self.config.replica_id.clone(),
+            self.config.census_interval,
+            census_tx,
+        ));
+        let _census = AbortOnDrop(census);
+        let (floor_tx, mut floor_rx) = mpsc::channel(1);
+        let (hint_tx, hint_rx) = mpsc::channel(1);
+        let _floors = AbortOnDrop(tokio::spawn(generation_task(
+            self.store.clone(),
+            hint_rx,
+            floor_tx,
+        )));
         let mut state = State::Standby {
             next_attempt: Instant::now(),
         };
-        let mut cycle: Option<JoinHandle<Result<CycleReport, StoreError>>> = None;
-        let mut next_census = self.next_census();
+        let mut cycle: Option<JoinHandle<Result<CycleReport, CycleError>>> = None;
         tracing::info!(replica = %self.config.replica_id, table = %keys.table, "replica started as standby");
 
         loop {
+            // Liveness for /healthz: this loop still turns. Written without
+            // waking the status receivers.
+            self.status.send_if_modified(|s| {
+                s.heartbeat = Some(Instant::now());
+                false
+            });
             let (lease_at, cycle_at) = match &state {
                 State::Standby { next_attempt } => (*next_attempt, None),
                 State::Holder(h) => (h.lease.next_renewal(), Some(h.next_cycle)),
@@ -718,11 +802,11 @@ impl Coordinator {
                 n = notifications.recv() => match n {
                     Some(Notification::Message(ch, epoch)) if ch == keys.lease_channel => Event::Released(epoch),
                     Some(n) => Event::Notified(n),
-                    // The subscriber only stops on cancellation.
-                    None => Event::Shutdown,
+                    None => Event::SubscriptionLost,
                 },
                 _ = sleep_until(cycle_at.unwrap_or(lease_at)), if cycle_at.is_some() && cycle.is_none() => Event::CycleTimer,
-                _ = sleep_until(next_census) => Event::CensusTimer,
+                Some(step) = census_rx.recv() => Event::Census(step),
+                Some(floor) = floor_rx.recv() => Event::Floor(floor),
             };
 
             state = match (state, event) {
@@ -736,23 +820,45 @@ impl Coordinator {
                     tracing::info!(replica = %self.config.replica_id, "replica stopped");
                     return;
                 }
-                (state, Event::CensusTimer) => {
-                    self.census_step().await;
-                    next_census = self.next_census();
+                (state, Event::SubscriptionLost) => {
+                    // The subscriber task ended without being cancelled (it
+                    // never should): subscribe again rather than stop acting.
+                    tracing::error!("the notification subscription ended; subscribing again");
+                    notifications = self.store.subscribe(channels.clone(), cancel.child_token());
                     state
                 }
-                (state, Event::Notified(Notification::Message(_, payload))) => {
-                    // A table write by some holder: keep generations increasing even
-                    // if Redis loses its data and this replica writes next.
-                    if let Ok(g) = payload.parse::<u64>() {
-                        self.generation_floor = self.generation_floor.max(g);
-                        if g > self.status.borrow().generation {
-                            self.update(|s| s.generation = g);
-                        }
+                (state, Event::Census(step)) => {
+                    self.redis_result(&step);
+                    if let Ok(Some(view)) = step {
+                        self.update(|s| s.census = Some(view));
                     }
                     state
                 }
-                (state, Event::Notified(Notification::Subscribed)) => state,
+                (state, Event::Floor(floor)) => {
+                    self.redis_result(&floor);
+                    match floor {
+                        Ok(g) => {
+                            self.generation_floor = self.generation_floor.max(g);
+                            self.update(|s| {
+                                bump(&mut s.generation, g);
+                            });
+                        }
+                        Err(e) => tracing::debug!(error = %e, "could not re-read the generation"),
+                    }
+                    state
+                }
+                // A table write by some holder: a hint to re-read the
+                // generation from Redis (its payload is not trusted: any client
+                // allowed to publish could send anything). A hint that finds a
+                // read pending is dropped: that read covers it.
+                (state, Event::Notified(Notification::Message(..))) => {
+                    let _ = hint_tx.try_send(());
+                    state
+                }
+                (state, Event::Notified(Notification::Subscribed)) => {
+                    let _ = hint_tx.try_send(());
+                    state
+                }
                 (State::Standby { .. }, Event::LeaseTimer) => self.try_acquire().await,
                 (State::Standby { next_attempt }, Event::Released(epoch)) => {
                     // Our own release (we stepped down) is no reason to come back at
@@ -886,6 +992,7 @@ impl Coordinator {
                     )
                 });
                 self.update(|s| {
+                    s.lease_problem = None;
                     s.role = Role::Holder;
                     s.epoch = lease.epoch();
                     s.holder = Some(self.config.replica_id.clone());
@@ -911,13 +1018,27 @@ impl Coordinator {
                 holder,
                 epoch,
                 generation,
+                foreign,
             }) => {
                 self.epoch_floor = self.epoch_floor.max(epoch);
-                // Notifications can be missed; every attempt refreshes the floor.
+                // Every attempt refreshes the floors: notifications are hints
+                // only (anyone may publish on their channels), and can be missed.
                 self.generation_floor = self.generation_floor.max(generation);
+                if let Some(why) = &foreign
+                    && self.status.borrow().lease_problem.as_ref() != Some(why)
+                {
+                    self.metrics.lease("foreign");
+                    tracing::warn!(
+                        key = %self.store.keys().lease,
+                        problem = %why,
+                        "the lease key was not written by a replica; it was given a TTL and will lapse"
+                    );
+                }
                 self.update(|s| {
                     s.holder = (!holder.is_empty()).then(|| holder.clone());
                     s.epoch = epoch;
+                    bump(&mut s.generation, generation);
+                    s.lease_problem = foreign.clone();
                 });
                 State::Standby {
                     next_attempt: lease::next_attempt(Instant::now(), pttl, timing.retry_interval),
@@ -951,16 +1072,12 @@ impl Coordinator {
             .await;
         self.redis_result(&renewal);
         match renewal {
-            Ok(true) => {
+            Ok(Renewal::Renewed) => {
                 h.lease.renewed(now);
                 h.acts_until.send_replace(h.lease.acts_until());
                 State::Holder(h)
             }
-            Ok(false) => self.step_down(
-                "lost",
-                "lease lost: another replica holds it now",
-                Some(&h.lease),
-            ),
+            Ok(Renewal::Lost(why)) => self.step_down("lost", why.describe(), Some(&h.lease)),
             Err(e) => {
                 let span = lease_span(&self.config.replica_id, "renew_failed", epoch);
                 mark_error(&span, &e.to_string());
@@ -997,33 +1114,6 @@ impl Coordinator {
         }
     }
 
-    async fn census_step(&mut self) {
-        let interval = self.config.census_interval;
-        let number = census::interval_number(unix_ms(), interval.as_millis() as u64);
-        let report = match self.census.current() {
-            Some(v) => format!("{} {} {}", v.index, v.replicas, unix_ms()),
-            None => format!("- - {}", unix_ms()),
-        };
-        let step = self
-            .store
-            .census_step(number, interval, &self.config.replica_id, &report)
-            .await;
-        self.redis_result(&step);
-        match step {
-            Ok(reply) => {
-                let before = self.census.current();
-                if let Some(view) = self.census.step(number, reply) {
-                    if before.map(|b| (b.index, b.replicas)) != Some((view.index, view.replicas)) {
-                        info_span!("census", replica = %self.config.replica_id, index = view.index, replicas = view.replicas)
-                            .in_scope(|| tracing::info!(index = view.index, replicas = view.replicas, "census changed"));
-                    }
-                    self.update(|s| s.census = Some(view));
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "census step failed"),
-        }
-    }
-
     /// The IO half of a cycle, run as its own task so renewals never wait on it.
     /// One holder cycle, run as its own task so renewals never wait on it:
     /// read, ping, solve, and write if the table or liveness changed. The write
@@ -1032,14 +1122,17 @@ impl Coordinator {
     fn cycle_task(
         &self,
         h: &mut Holding,
-    ) -> impl Future<Output = Result<CycleReport, StoreError>> + Send + 'static {
+    ) -> impl Future<Output = Result<CycleReport, CycleError>> + Send + 'static {
         let ctx = CycleContext {
             store: self.store.clone(),
             pinger: self.pinger.clone(),
             metrics: self.metrics.clone(),
             services: self.config.services_namespaces.clone(),
             units_key: self.config.workunits_namespace.clone(),
-            max_entries: self.config.max_list_entries,
+            limits: ListLimits {
+                entries: self.config.max_list_entries,
+                bytes: self.config.max_list_bytes,
+            },
             replica_id: self.config.replica_id.clone(),
             forget_after: self.config.forget_after,
             grant: h.lease.grant.clone(),
@@ -1056,28 +1149,43 @@ impl Coordinator {
     fn finish_cycle(
         &mut self,
         mut h: Box<Holding>,
-        report: Result<CycleReport, StoreError>,
+        report: Result<CycleReport, CycleError>,
     ) -> State {
         let took = h.cycle_started.elapsed();
         // Closed (and exported) when this function returns.
         let span = std::mem::replace(&mut h.cycle_span, Span::none());
-        self.redis_result(&report);
+        // A cycle whose reads worked but whose write failed did not reach
+        // Redis as it should: it refreshes nothing and counts as a failure.
+        match &report {
+            Ok(r) => match &r.write {
+                Write::Failed(e) => self.metrics.redis_error(e.kind()),
+                _ => self.redis_result(&Ok::<(), StoreError>(())),
+            },
+            Err(CycleError::Read(e)) => self.metrics.redis_error(e.kind()),
+            Err(CycleError::Inputs { .. }) => self.redis_result(&Ok::<(), StoreError>(())),
+        }
         let report = match report {
             Ok(r) => {
-                self.metrics.cycle("ok", took);
                 if std::mem::take(&mut self.read_failing) {
-                    tracing::info!("redis reads recovered");
+                    tracing::info!("cycles recovered");
                 }
+                self.last_cycle_error = None;
                 r
             }
             Err(e) => {
-                if !self.read_failing || !e.is_retryable() {
+                let text = e.to_string();
+                if self.last_cycle_error.as_deref() != Some(text.as_str()) {
                     span.in_scope(|| {
-                        tracing::warn!(error = %e, kind = e.kind(), "cycle skipped: could not read inputs; keeping the last table")
+                        tracing::warn!(error = %e, kind = e.kind(), "cycle skipped; keeping the last table")
                     });
                 }
+                self.last_cycle_error = Some(text);
                 self.read_failing = true;
-                self.metrics.cycle("read_error", took);
+                let outcome = match e {
+                    CycleError::Read(_) => "read_error",
+                    CycleError::Inputs { .. } => "input_error",
+                };
+                self.metrics.cycle(outcome, took);
                 self.update(|s| {
                     s.failed_cycles += 1;
                     s.last_error = Some(e.to_string());
@@ -1143,10 +1251,23 @@ impl Coordinator {
                 return self.step_down("fenced", "write fenced", Some(&h.lease));
             }
             Write::Failed(e) => {
-                self.metrics.redis_error(e.kind());
-                span.in_scope(|| tracing::warn!(error = %e, kind = e.kind(), "table write failed; will retry next cycle"));
+                if !self.write_failing || !e.is_retryable() {
+                    span.in_scope(|| tracing::warn!(error = %e, kind = e.kind(), "table write failed; keeping the last table and retrying next cycle"));
+                }
+                self.write_failing = true;
+                self.metrics.cycle("write_error", took);
+                self.update(|s| {
+                    s.cycles += 1;
+                    s.failed_cycles += 1;
+                    s.last_error = Some(e.to_string());
+                });
+                return State::Holder(h);
             }
         }
+        if std::mem::take(&mut self.write_failing) {
+            tracing::info!("table writes recovered");
+        }
+        self.metrics.cycle("ok", took);
         let by_kind = ["unit", "address", "duplicate_member"]
             .into_iter()
             .map(|k| {
@@ -1172,35 +1293,151 @@ impl Coordinator {
         State::Holder(h)
     }
 
+    /// Logs what changed in the inputs and in liveness, summarised: a burst
+    /// (100,000 bad units, 10,000 members failing at once) gives the first
+    /// few lines and one count, and a state that persists is not repeated.
     fn log_inputs(&mut self, report: &CycleReport) {
-        let current: HashSet<String> = report
+        let fingerprint =
+            |r: &crate::inputs::Rejection| xxhash_rust::xxh3::xxh3_64(r.to_string().as_bytes());
+        let current: HashSet<u64> = report.inputs.rejections.iter().map(fingerprint).collect();
+        let new: Vec<&crate::inputs::Rejection> = report
             .inputs
             .rejections
             .iter()
-            .map(|r| r.to_string())
+            .filter(|r| !self.known_rejections.contains(&fingerprint(r)))
             .collect();
-        for r in &report.inputs.rejections {
-            let text = r.to_string();
-            if !self.known_rejections.contains(&text) {
-                tracing::warn!(kind = r.kind(), "invalid input: {text}");
-            }
+        for r in new.iter().take(LOG_FIRST) {
+            tracing::warn!(kind = r.kind(), "invalid input: {r}");
+        }
+        if new.len() > LOG_FIRST {
+            let by_kind = count_by(new.iter().map(|r| r.kind()));
+            tracing::warn!(
+                more = new.len() - LOG_FIRST,
+                by_kind,
+                total_invalid = current.len(),
+                "more new invalid inputs (only the first {LOG_FIRST} are logged)"
+            );
         }
         self.known_rejections = current;
+
         let reasons: std::collections::HashMap<&str, &PingFailure> = report
             .failures
             .iter()
             .map(|(m, f)| (m.as_str(), f))
             .collect();
-        for (member, live) in &report.transitions {
-            if *live {
-                tracing::info!(member, "member answers: it gets work");
-            } else {
-                let reason = reasons
-                    .get(member.as_str())
-                    .map(|f| f.to_string())
-                    .unwrap_or_default();
-                tracing::warn!(member, reason, "member failing: its work is redistributed");
-            }
+        let (back, failing): (Vec<_>, Vec<_>) =
+            report.transitions.iter().partition(|(_, live)| *live);
+        for (member, _) in back.iter().take(LOG_FIRST) {
+            tracing::info!(member, "member answers: it gets work");
+        }
+        if back.len() > LOG_FIRST {
+            tracing::info!(
+                more = back.len() - LOG_FIRST,
+                "more members answer again (only the first {LOG_FIRST} are logged)"
+            );
+        }
+        for (member, _) in failing.iter().take(LOG_FIRST) {
+            let reason = reasons
+                .get(member.as_str())
+                .map(|f| f.to_string())
+                .unwrap_or_default();
+            tracing::warn!(member, reason, "member failing: its work is redistributed");
+        }
+        if failing.len() > LOG_FIRST {
+            let by_reason = count_by(
+                failing
+                    .iter()
+                    .map(|(m, _)| reasons.get(m.as_str()).map_or("unknown", |f| f.reason())),
+            );
+            tracing::warn!(
+                more = failing.len() - LOG_FIRST,
+                by_reason,
+                "more members failing (only the first {LOG_FIRST} are logged)"
+            );
+        }
+    }
+}
+
+/// How many lines a burst of similar events gets before one summary line.
+const LOG_FIRST: usize = 5;
+
+/// `kind=count` pairs, sorted, for a summary line.
+fn count_by<'a>(kinds: impl Iterator<Item = &'a str>) -> String {
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for k in kinds {
+        *counts.entry(k).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Aborts a background task when its owner goes away (also on panic).
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The census (seed 002), as its own task so that a slow Redis never holds up
+/// a lease renewal: one step per scheduled instant, each numbered by the
+/// instant it was scheduled for (see [`census::Schedule`]). Reports every
+/// step's outcome, and the view when one is emitted.
+async fn census_task(
+    store: Store,
+    replica_id: String,
+    interval: Duration,
+    out: mpsc::Sender<Result<Option<CensusView>, StoreError>>,
+) {
+    let schedule = census::Schedule::new(interval, census::random_skew(interval));
+    let mut census = Census::default();
+    let mut last = 0;
+    loop {
+        let now = unix_ms();
+        let at = schedule.next_after(now.max(last));
+        tokio::time::sleep(Duration::from_millis(at - now)).await;
+        last = at;
+        let number = schedule.number(at);
+        let report = match census.current() {
+            Some(v) => format!("{} {} {} {}", v.index, v.replicas, unix_ms(), v.interval),
+            None => format!("- - {}", unix_ms()),
+        };
+        let step = store
+            .census_step(number, interval, &replica_id, &report)
+            .await
+            .map(|reply| {
+                let before = census.current();
+                let view = census.step(number, reply)?;
+                if before.map(|b| (b.index, b.replicas)) != Some((view.index, view.replicas)) {
+                    info_span!("census", replica = %replica_id, index = view.index, replicas = view.replicas)
+                        .in_scope(|| tracing::info!(index = view.index, replicas = view.replicas, "census changed"));
+                }
+                Some(view)
+            });
+        if let Err(e) = &step {
+            tracing::debug!(error = %e, "census step failed");
+        }
+        if out.send(step).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Re-reads the stored generation on each hint (a table-change notification),
+/// so that a standby's floor follows every write without trusting what was
+/// published.
+async fn generation_task(
+    store: Store,
+    mut hints: mpsc::Receiver<()>,
+    out: mpsc::Sender<Result<u64, StoreError>>,
+) {
+    while hints.recv().await.is_some() {
+        if out.send(store.read_generation().await).await.is_err() {
+            return;
         }
     }
 }

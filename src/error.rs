@@ -19,9 +19,14 @@ pub enum StoreError {
         expected: &'static str,
         actual: String,
     },
-    /// A list holds more entries than `-max-list-entries` allows.
-    #[error("list {key:?} has more than {limit} entries (-max-list-entries); refusing to read it")]
-    TooLong { key: String, limit: usize },
+    /// A list holds more entries (or bytes) than its setting allows.
+    #[error("list {key:?} has more than {limit} {what} ({setting}); refusing to read it")]
+    TooLong {
+        key: String,
+        what: &'static str,
+        limit: u64,
+        setting: &'static str,
+    },
     /// Any other error reported by redis-rs (connection, server, protocol).
     #[error("redis {op} failed: {source}")]
     Redis {
@@ -32,6 +37,35 @@ pub enum StoreError {
     /// A reply of an unexpected shape (a script from another version?).
     #[error("unexpected reply to {op}: {detail}")]
     Reply { op: &'static str, detail: String },
+    /// A stored value that a script refuses to use (or, with key `ARGV`, an
+    /// argument); the script wrote nothing. `value` is escaped and shortened.
+    #[error(
+        "{}{} holds {value}, expected {expected}",
+        quoted(key),
+        field_part(field)
+    )]
+    InvalidState {
+        key: String,
+        field: String,
+        value: String,
+        expected: String,
+    },
+}
+
+fn quoted(key: &str) -> String {
+    if key == "ARGV" {
+        "script argument".to_string()
+    } else {
+        format!("key {key:?}")
+    }
+}
+
+fn field_part(field: &str) -> String {
+    if field.is_empty() {
+        String::new()
+    } else {
+        format!(" field {field:?}")
+    }
 }
 
 impl StoreError {
@@ -41,7 +75,8 @@ impl StoreError {
             StoreError::Timeout { .. } => true,
             StoreError::WrongType { .. }
             | StoreError::Reply { .. }
-            | StoreError::TooLong { .. } => false,
+            | StoreError::TooLong { .. }
+            | StoreError::InvalidState { .. } => false,
             StoreError::Redis { source, .. } => {
                 use redis::RetryMethod::*;
                 !matches!(source.retry_method(), NoRetry) || source.is_io_error()
@@ -68,6 +103,7 @@ impl StoreError {
             StoreError::WrongType { .. } => "wrong_type",
             StoreError::TooLong { .. } => "too_long",
             StoreError::Reply { .. } => "reply",
+            StoreError::InvalidState { .. } => "invalid_state",
             StoreError::Redis { source, .. } if source.is_io_error() => "io",
             StoreError::Redis { .. } if self.server_code() == Some("NOPERM") => "no_permission",
             StoreError::Redis { .. } => "server",
@@ -90,4 +126,19 @@ pub enum MemberError {
     Store(#[from] StoreError),
     #[error("member TLS: {0}")]
     Tls(crate::tls::TlsError),
+}
+
+/// Why a replica could not start ([`crate::Distributor::start`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Ping TLS was configured but its files cannot be used: pinging without
+    /// it would be refused by members (or, worse, accepted in plaintext).
+    #[error("ping TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    /// Settings the coordinator cannot run with (embedders; the daemon's
+    /// configuration is checked before).
+    #[error("invalid configuration: {0}")]
+    Config(String),
 }

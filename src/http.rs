@@ -2,9 +2,11 @@
 //!
 //! - `/metrics`: Prometheus text format (the Go implementation served `/metrics`
 //!   on `-prom-port` too);
-//! - `/healthz`: 200 while the process runs its event loop;
-//! - `/readyz`: 200 when Redis answered recently and the census knows this
-//!   replica's place, else 503 with the reason;
+//! - `/healthz`: 200 while the replica's coordinator runs its loop; 503 once
+//!   it stopped (a panic) or stalled, so that an orchestrator restarts it;
+//! - `/readyz`: 200 when Redis answered recently, the census knows this
+//!   replica's place and no foreign lease key blocks every replica, else 503
+//!   with the reason;
 //! - `/version`: name and version, as JSON.
 
 use std::future::Future;
@@ -19,9 +21,10 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use tokio::time::Instant;
+
 use crate::coordinator::Status;
 use crate::metrics::Metrics;
-use crate::unix_ms;
 
 #[derive(Clone)]
 struct Ops {
@@ -32,21 +35,50 @@ struct Ops {
 }
 
 /// Why a replica is not ready, or `None` when it is.
-pub fn not_ready(status: &Status, now_ms: u64, redis_fresh: Duration) -> Option<String> {
-    match status.redis_ok_ms {
+pub fn not_ready(status: &Status, now: Instant, redis_fresh: Duration) -> Option<String> {
+    match status.redis_ok_at {
         None => return Some("redis has not answered yet".into()),
-        Some(t) if now_ms.saturating_sub(t) > redis_fresh.as_millis() as u64 => {
+        Some(t) if now.saturating_duration_since(t) > redis_fresh => {
             return Some(format!(
                 "redis has not answered for {} ms",
-                now_ms.saturating_sub(t)
+                now.saturating_duration_since(t).as_millis()
             ));
         }
         Some(_) => {}
+    }
+    if let Some(problem) = &status.lease_problem {
+        return Some(format!("no replica can hold the lease: {problem}"));
     }
     if status.census.is_none() {
         return Some("census not known yet (takes one to two census intervals)".into());
     }
     None
+}
+
+/// How long the coordinator's loop may go without turning before the replica
+/// counts as wedged. The loop wakes at least every lease timer (well under a
+/// second by default) and each of its awaits is bounded by seconds.
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// Why a replica is not healthy (its coordinator stopped or stalled), or
+/// `None` when it is.
+pub fn not_healthy(
+    status: &watch::Receiver<Status>,
+    now: Instant,
+    stall: Duration,
+) -> Option<String> {
+    // The coordinator owns the sender: a closed channel means it is gone.
+    if status.has_changed().is_err() {
+        return Some("the coordinator stopped".into());
+    }
+    let beat = status.borrow().heartbeat;
+    match beat {
+        Some(t) if now.saturating_duration_since(t) > stall => Some(format!(
+            "the coordinator has not run for {} ms",
+            now.saturating_duration_since(t).as_millis()
+        )),
+        _ => None,
+    }
 }
 
 /// Serves until `shutdown` resolves.
@@ -59,7 +91,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics_page))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/version", get(version))
         .with_state(Ops {
@@ -82,9 +114,19 @@ async fn metrics_page(State(ops): State<Ops>) -> impl IntoResponse {
     )
 }
 
+async fn healthz(State(ops): State<Ops>) -> impl IntoResponse {
+    match not_healthy(&ops.status, Instant::now(), STALL) {
+        None => (StatusCode::OK, "ok\n".to_string()),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("unhealthy: {why}\n"),
+        ),
+    }
+}
+
 async fn readyz(State(ops): State<Ops>) -> impl IntoResponse {
     let status = ops.status.borrow().clone();
-    match not_ready(&status, unix_ms(), ops.redis_fresh) {
+    match not_ready(&status, Instant::now(), ops.redis_fresh) {
         None => (StatusCode::OK, "ready\n".to_string()),
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -109,22 +151,49 @@ mod tests {
     use crate::census::CensusView;
 
     #[test]
-    fn readiness_needs_fresh_redis_and_a_census() {
+    fn readiness_needs_fresh_redis_a_census_and_a_usable_lease() {
         let fresh = Duration::from_secs(3);
+        let t0 = Instant::now();
         let mut s = Status::default();
         assert!(
-            not_ready(&s, 10_000, fresh)
+            not_ready(&s, t0, fresh)
                 .unwrap()
                 .contains("not answered yet")
         );
-        s.redis_ok_ms = Some(9_000);
-        assert!(not_ready(&s, 10_000, fresh).unwrap().contains("census"));
+        s.redis_ok_at = Some(t0);
+        let now = t0 + Duration::from_secs(1);
+        assert!(not_ready(&s, now, fresh).unwrap().contains("census"));
         s.census = Some(CensusView {
             index: 0,
             replicas: 1,
             interval: 1,
         });
-        assert_eq!(not_ready(&s, 10_000, fresh), None);
-        assert!(not_ready(&s, 13_001, fresh).unwrap().contains("4001 ms"));
+        assert_eq!(not_ready(&s, now, fresh), None);
+        assert!(
+            not_ready(&s, t0 + Duration::from_millis(4001), fresh)
+                .unwrap()
+                .contains("4001 ms")
+        );
+        s.lease_problem = Some("the lease key has no TTL".into());
+        assert!(not_ready(&s, now, fresh).unwrap().contains("no TTL"));
+    }
+
+    #[test]
+    fn health_follows_the_coordinator() {
+        let t0 = Instant::now();
+        let (tx, rx) = watch::channel(Status::default());
+        assert_eq!(not_healthy(&rx, t0, STALL), None, "starting");
+        tx.send_if_modified(|s| {
+            s.heartbeat = Some(t0);
+            false
+        });
+        assert_eq!(not_healthy(&rx, t0 + Duration::from_secs(1), STALL), None);
+        assert!(
+            not_healthy(&rx, t0 + STALL + Duration::from_secs(1), STALL)
+                .unwrap()
+                .contains("has not run")
+        );
+        drop(tx);
+        assert!(not_healthy(&rx, t0, STALL).unwrap().contains("stopped"));
     }
 }

@@ -42,7 +42,7 @@ pub mod proto {
 
 pub use config::Config;
 pub use coordinator::{Distributor, Role, Status};
-pub use error::{MemberError, StoreError};
+pub use error::{MemberError, StartError, StoreError};
 pub use member::{Assignment, Member, MemberOptions};
 pub use table::MatchingTable;
 

@@ -24,6 +24,8 @@ use crate::keys::Keys;
 use crate::liveness::HealthChanges;
 use crate::table::MatchingTable;
 
+mod guard;
+
 /// Default bound of one Redis call.
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bound of a read that may carry whole lists (a million units is ~10 MB).
@@ -166,6 +168,23 @@ struct Scripts {
     release: Script,
     commit: Script,
     register: Script,
+    table_state: Script,
+}
+
+/// The Lua scripts, each with the shared checks of `store/prelude.lua` in front.
+pub mod scripts {
+    macro_rules! script {
+        ($file:literal) => {
+            concat!(include_str!("store/prelude.lua"), include_str!($file))
+        };
+    }
+    pub const ACQUIRE: &str = script!("store/acquire.lua");
+    pub const RENEW: &str = script!("store/renew.lua");
+    pub const RELEASE: &str = script!("store/release.lua");
+    /// The fenced table write (also used by the chaos suite to prove fencing).
+    pub const COMMIT: &str = script!("store/commit.lua");
+    pub const REGISTER: &str = script!("store/register.lua");
+    pub const TABLE_STATE: &str = script!("store/table_state.lua");
 }
 
 /// A handle to one distribution's keys in Redis. Cheap to clone.
@@ -176,6 +195,11 @@ pub struct Store {
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
     op_timeout: Duration,
+    /// Whether the table is known untouched since verified (holder cycles).
+    guard: Arc<tokio::sync::Mutex<guard::TableGuard>>,
+    /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
+    list_sizing: Arc<std::sync::atomic::AtomicBool>,
+    memory_usage: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The proof of holding the lease that every fenced call carries.
@@ -210,7 +234,59 @@ pub enum Acquisition {
         holder: String,
         epoch: u64,
         generation: u64,
+        /// Why the lease key cannot be a holder's (no TTL, another type); the
+        /// script gave it a TTL, so it lapses.
+        foreign: Option<String>,
     },
+}
+
+/// The outcome of a renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    Renewed,
+    Lost(LostLease),
+}
+
+/// Why a renewal found the lease gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostLease {
+    /// The lease key expired or was deleted.
+    Expired,
+    /// Another token holds it: another replica acquired it.
+    Taken,
+    /// The epoch moved on: a replica that saw a higher epoch fenced this one.
+    Epoch,
+    /// The lease key is of another type than a string.
+    Foreign,
+}
+
+impl LostLease {
+    fn from_reason(reason: &str) -> LostLease {
+        match reason {
+            "expired" => LostLease::Expired,
+            "taken" => LostLease::Taken,
+            "epoch" => LostLease::Epoch,
+            _ => LostLease::Foreign,
+        }
+    }
+
+    /// What to tell an operator.
+    pub fn describe(self) -> &'static str {
+        match self {
+            LostLease::Expired => "the lease key expired or was deleted",
+            LostLease::Taken => "another replica holds the lease now",
+            LostLease::Epoch => "a replica that saw a higher epoch fenced this one",
+            LostLease::Foreign => "the lease key holds another type than a string",
+        }
+    }
+}
+
+/// Bounds on every list a cycle reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListLimits {
+    pub entries: usize,
+    /// Bytes of Redis memory (`MEMORY USAGE`), where Redis permits asking.
+    pub bytes: u64,
 }
 
 /// What a holder reads at the start of a cycle.
@@ -281,6 +357,47 @@ fn reply_err(op: &'static str, v: &Value) -> StoreError {
         op,
         detail: format!("{v:?}"),
     }
+}
+
+/// Turns a script's `{-2, key, field, value, expected}` refusal into an error;
+/// any other reply passes through.
+fn checked(v: Value) -> Result<Value, StoreError> {
+    if let Value::Array(items) = &v
+        && items.len() == 5
+        && int(&items[0]) == Some(-2)
+    {
+        let t = |i: usize| text(&items[i]).unwrap_or_default();
+        let raw = match &items[3] {
+            Value::BulkString(b) => b.clone(),
+            other => text(other).unwrap_or_default().into_bytes(),
+        };
+        return Err(StoreError::InvalidState {
+            key: t(1),
+            field: t(2),
+            value: crate::inputs::excerpt(&raw),
+            expected: t(4),
+        });
+    }
+    Ok(v)
+}
+
+/// The largest integer the scripts store (2^53 - 1; see `store/prelude.lua`).
+pub const MAX_COUNT: u64 = (1 << 53) - 1;
+
+/// A counter as the scripts store it: canonical decimal text of an integer
+/// in 0..2^53, else an error naming the key, the field and the value.
+fn stored_count(key: &str, field: &str, raw: &[u8]) -> Result<u64, StoreError> {
+    std::str::from_utf8(raw)
+        .ok()
+        .filter(|t| !t.is_empty() && t.len() <= 16 && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse::<u64>().ok())
+        .filter(|n| *n <= MAX_COUNT)
+        .ok_or_else(|| StoreError::InvalidState {
+            key: key.to_string(),
+            field: field.to_string(),
+            value: crate::inputs::excerpt(raw),
+            expected: "an integer in 0..2^53-1".into(),
+        })
 }
 
 fn int(v: &Value) -> Option<i64> {
@@ -390,16 +507,22 @@ impl Store {
             bulk: std::sync::Mutex::new(dialer.dial().map_err(redis_err("open"))?),
             dialer,
         };
+        let keys = Keys::new(table_key);
+        let guard = guard::TableGuard::new(client.clone(), &keys.table, &keys.meta, op_timeout);
         Ok(Store {
             client,
             links: Arc::new(links),
-            keys: Arc::new(Keys::new(table_key)),
+            keys: Arc::new(keys),
+            guard: Arc::new(tokio::sync::Mutex::new(guard)),
+            list_sizing: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            memory_usage: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             scripts: Arc::new(Scripts {
-                acquire: Script::new(include_str!("store/acquire.lua")),
-                renew: Script::new(include_str!("store/renew.lua")),
-                release: Script::new(include_str!("store/release.lua")),
-                commit: Script::new(include_str!("store/commit.lua")),
-                register: Script::new(include_str!("store/register.lua")),
+                acquire: Script::new(scripts::ACQUIRE),
+                renew: Script::new(scripts::RENEW),
+                release: Script::new(scripts::RELEASE),
+                commit: Script::new(scripts::COMMIT),
+                register: Script::new(scripts::REGISTER),
+                table_state: Script::new(scripts::TABLE_STATE),
             }),
             op_timeout,
         })
@@ -452,9 +575,39 @@ impl Store {
         timeout: Duration,
         cmds: Vec<(String, redis::Cmd)>,
     ) -> Result<Vec<Value>, StoreError> {
+        self.pipelines(conn, op, timeout, cmds, false).await
+    }
+
+    /// [`pipelined`](Self::pipelined), with each command's error reply in its
+    /// place (`Value::ServerError`) instead of failing the whole call.
+    async fn pipelined_lenient(
+        &self,
+        conn: Conn,
+        op: &'static str,
+        timeout: Duration,
+        cmds: Vec<(String, redis::Cmd)>,
+    ) -> Result<Vec<Value>, StoreError> {
+        self.pipelines(conn, op, timeout, cmds, true).await
+    }
+
+    async fn pipelines(
+        &self,
+        conn: Conn,
+        op: &'static str,
+        timeout: Duration,
+        cmds: Vec<(String, redis::Cmd)>,
+        lenient: bool,
+    ) -> Result<Vec<Value>, StoreError> {
+        let new_pipe = || {
+            let mut pipe = redis::pipe();
+            if lenient {
+                pipe.ignore_errors();
+            }
+            pipe
+        };
         let run = async move {
             if let Conn::Single(_) = conn {
-                let mut pipe = redis::pipe();
+                let mut pipe = new_pipe();
                 for (_, cmd) in &cmds {
                     pipe.add_command(cmd.clone());
                 }
@@ -466,7 +619,7 @@ impl Store {
                 by_slot.entry(crate::keys::slot(key)).or_default().push(i);
             }
             let batches = by_slot.into_values().map(|idx| {
-                let mut pipe = redis::pipe();
+                let mut pipe = new_pipe();
                 for &i in &idx {
                     pipe.add_command(cmds[i].1.clone());
                 }
@@ -519,84 +672,209 @@ impl Store {
         e
     }
 
-    /// Reads every services list, the work units and the stored table's digest and
-    /// generation, in one pipelined round trip.
+    /// Reads every services list, the work units and the stored table's state.
     ///
-    /// A list longer than `max_entries` is an error naming it, not a partial
-    /// read: reading one entry more than the limit tells without a round trip.
+    /// Two round trips: first every list's length and size (`LLEN`, `MEMORY
+    /// USAGE`), so that a list over a limit is refused without being
+    /// transferred; then the lists themselves and the table's metadata. A
+    /// list over a limit is an error naming it, never a partial read.
+    ///
+    /// The stored digest is returned only when the table is known intact: the
+    /// table guard (see `store/guard.rs`) says nobody touched it since it was
+    /// verified, or a full check verifies it now.
     pub async fn read_snapshot(
         &self,
         services: &[String],
         units_key: &str,
-        max_entries: usize,
+        limits: ListLimits,
     ) -> Result<Snapshot, StoreError> {
-        let mut cmds: Vec<(String, redis::Cmd)> = services
+        let keys: Vec<&str> = services
             .iter()
             .map(String::as_str)
             .chain([units_key])
+            .collect();
+        let mut guard = self.guard.lock().await;
+        let (known, sizes) = tokio::join!(guard.probe(), self.list_sizes(&keys, limits));
+        sizes?;
+        // One more than the limit tells, without another round trip, that a
+        // list grew past it since it was measured.
+        let cmds: Vec<(String, redis::Cmd)> = keys
+            .iter()
             .map(|key| {
                 (
                     key.to_string(),
                     redis::cmd("LRANGE")
-                        .arg(key)
+                        .arg(*key)
                         .arg(0)
-                        .arg(max_entries)
+                        .arg(limits.entries)
                         .to_owned(),
                 )
             })
             .collect();
-        let state = redis::cmd("EVAL")
-            .arg(include_str!("store/table_state.lua"))
-            .arg(2)
-            .arg(&self.keys.table)
-            .arg(&self.keys.meta)
-            .to_owned();
-        cmds.push((self.keys.table.clone(), state));
-        let replies = match self
-            .pipelined(self.bulk(), "read lists", BULK_TIMEOUT, cmds)
-            .await
-        {
+        let content_check = guard.unsupported();
+        let (replies, state) = tokio::join!(
+            self.pipelined(self.bulk(), "read lists", BULK_TIMEOUT, cmds),
+            self.table_state(content_check)
+        );
+        let replies = match replies {
             Ok(r) => r,
-            Err(e) => {
-                let mut keys: Vec<&str> = services.iter().map(String::as_str).collect();
-                keys.push(units_key);
-                return Err(self.classify(e, &keys, "list").await);
-            }
+            Err(e) => return Err(self.classify(e, &keys, "list").await),
         };
-        if replies.len() != services.len() + 2 {
+        let (meta_digest, stored_generation) = state?;
+        if replies.len() != keys.len() {
             return Err(StoreError::Reply {
                 op: "read lists",
                 detail: format!("{} replies", replies.len()),
             });
         }
-        let mut it = replies.into_iter();
-        let mut lists = Vec::with_capacity(services.len() + 1);
-        for key in services.iter().map(String::as_str).chain([units_key]) {
-            let entries = bytes_list(it.next().expect("counted"));
-            if entries.len() > max_entries {
+        let mut lists = Vec::with_capacity(keys.len());
+        for (key, reply) in keys.iter().zip(replies) {
+            let entries = bytes_list(reply);
+            if entries.len() > limits.entries {
                 return Err(StoreError::TooLong {
                     key: key.to_string(),
-                    limit: max_entries,
+                    what: "entries",
+                    limit: limits.entries as u64,
+                    setting: "-max-list-entries",
                 });
             }
             lists.push((key.to_string(), entries));
         }
         let units = lists.pop().expect("the units list").1;
-        let groups = lists;
-        let meta = it.next().expect("counted");
-        let (stored_digest, stored_generation) = match &meta {
-            Value::Array(v) if v.len() == 2 => (text(&v[0]), int(&v[1]).unwrap_or(0).max(0) as u64),
-            other => return Err(reply_err("read meta", other)),
+
+        let stored_digest = match (known, meta_digest) {
+            (_, None) => None,
+            (Some(known), Some(meta)) if known == meta => Some(meta),
+            (_, Some(meta)) if content_check => Some(meta),
+            (_, Some(meta)) => {
+                // Unknown since the last check (a write, an edit, a reconnect):
+                // verify the content once; the guard is armed from here on.
+                let stored = self.read_table().await?;
+                if stored.digest() == meta {
+                    guard.verified(meta.clone());
+                    Some(meta)
+                } else {
+                    None
+                }
+            }
         };
         Ok(Snapshot {
             raw: RawInputs {
-                groups,
+                groups: lists,
                 units_key: units_key.to_string(),
                 units,
             },
             stored_digest,
             stored_generation,
         })
+    }
+
+    /// `LLEN` and `MEMORY USAGE` of every list, refusing any over a limit.
+    async fn list_sizes(&self, keys: &[&str], limits: ListLimits) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.list_sizing.load(Relaxed) {
+            return Ok(());
+        }
+        let memory = self.memory_usage.load(Relaxed);
+        let mut cmds = Vec::new();
+        for key in keys {
+            cmds.push((key.to_string(), redis::cmd("LLEN").arg(*key).to_owned()));
+            if memory {
+                let usage = redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(*key)
+                    .arg("SAMPLES")
+                    .arg(0)
+                    .to_owned();
+                cmds.push((key.to_string(), usage));
+            }
+        }
+        let replies = self
+            .pipelined_lenient(self.conn(), "measure lists", self.op_timeout, cmds)
+            .await?;
+        let per_key = if memory { 2 } else { 1 };
+        for (key, r) in keys.iter().zip(replies.chunks(per_key)) {
+            match &r[0] {
+                Value::ServerError(e) if e.code() == "NOPERM" => {
+                    self.list_sizing.store(false, Relaxed);
+                    tracing::warn!(
+                        "LLEN is not permitted: lists are bounded after they are read, by -max-list-entries only"
+                    );
+                    return Ok(());
+                }
+                Value::ServerError(e) if e.code() == "WRONGTYPE" => {
+                    return Err(self
+                        .find_wrong_type(&[key], "list")
+                        .await
+                        .unwrap_or_else(|| reply_err("measure lists", &r[0])));
+                }
+                v @ Value::ServerError(_) => return Err(reply_err("measure lists", v)),
+                v => {
+                    let n = int(v).unwrap_or(0).max(0) as u64;
+                    if n > limits.entries as u64 {
+                        return Err(StoreError::TooLong {
+                            key: key.to_string(),
+                            what: "entries",
+                            limit: limits.entries as u64,
+                            setting: "-max-list-entries",
+                        });
+                    }
+                }
+            }
+            match r.get(1) {
+                Some(Value::ServerError(e)) if e.code() == "NOPERM" => {
+                    self.memory_usage.store(false, Relaxed);
+                    tracing::warn!(
+                        "MEMORY USAGE is not permitted: lists are bounded by -max-list-entries only"
+                    );
+                }
+                Some(v @ Value::ServerError(_)) => return Err(reply_err("measure lists", v)),
+                Some(v) => {
+                    let bytes = int(v).unwrap_or(0).max(0) as u64;
+                    if bytes > limits.bytes {
+                        return Err(StoreError::TooLong {
+                            key: key.to_string(),
+                            what: "bytes",
+                            limit: limits.bytes,
+                            setting: "-max-list-bytes",
+                        });
+                    }
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The stored table's digest (when intact) and generation, by
+    /// `table_state.lua`; with `content_check`, the script hashes the whole
+    /// table in Redis (for a Redis that does not permit WATCH).
+    async fn table_state(&self, content_check: bool) -> Result<(Option<String>, u64), StoreError> {
+        let mut conn = self.bulk();
+        let mut inv = self.scripts.table_state.prepare_invoke();
+        inv.key(&self.keys.table)
+            .key(&self.keys.meta)
+            .arg(if content_check { "1" } else { "0" });
+        let v: Value = self
+            .bounded(
+                "read table state",
+                self.op_timeout,
+                inv.invoke_async(&mut conn),
+            )
+            .await?;
+        match checked(v)? {
+            Value::Array(v) if v.len() == 2 => {
+                let generation = match &v[1] {
+                    Value::Nil => 0,
+                    g => int(g)
+                        .filter(|g| *g >= 0)
+                        .ok_or_else(|| reply_err("read table state", g))?
+                        as u64,
+                };
+                Ok((text(&v[0]), generation))
+            }
+            other => Err(reply_err("read table state", &other)),
+        }
     }
 
     /// Tries to take the lease with a fresh random token.
@@ -621,47 +899,36 @@ impl Store {
                 inv.invoke_async(&mut conn),
             )
             .await?;
+        let v = checked(v)?;
         let Value::Array(items) = &v else {
             return Err(reply_err("acquire lease", &v));
         };
+        let count = |v: &Value| int(v).filter(|n| *n >= 0).map(|n| n as u64);
         match items.as_slice() {
             [ok, epoch] if int(ok) == Some(1) => {
-                let epoch = int(epoch).ok_or_else(|| reply_err("acquire lease", &v))? as u64;
+                let epoch = count(epoch).ok_or_else(|| reply_err("acquire lease", &v))?;
                 Ok(Acquisition::Acquired(LeaseGrant { token, epoch }))
             }
-            [ok, pttl, holder, epoch, generation] if int(ok) == Some(0) => Ok(Acquisition::Held {
-                pttl: int(pttl)
-                    .filter(|p| *p >= 0)
-                    .map(|p| Duration::from_millis(p as u64)),
-                holder: text(holder).unwrap_or_default(),
-                epoch: int(epoch).unwrap_or(0).max(0) as u64,
-                generation: int(generation).unwrap_or(0).max(0) as u64,
-            }),
-            [ok, key] if int(ok) == Some(-1) => {
-                let key = text(key).unwrap_or_default();
-                let mut conn = self.conn();
-                let actual: String = redis::cmd("TYPE")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap_or_default();
-                Err(StoreError::WrongType {
-                    key,
-                    expected: "string",
-                    actual,
+            [ok, pttl, holder, epoch, generation, foreign] if int(ok) == Some(0) => {
+                Ok(Acquisition::Held {
+                    pttl: count(pttl).map(Duration::from_millis),
+                    holder: text(holder).unwrap_or_default(),
+                    epoch: count(epoch).ok_or_else(|| reply_err("acquire lease", &v))?,
+                    generation: count(generation).ok_or_else(|| reply_err("acquire lease", &v))?,
+                    foreign: text(foreign).filter(|f| !f.is_empty()),
                 })
             }
             _ => Err(reply_err("acquire lease", &v)),
         }
     }
 
-    /// Extends the lease; `Ok(false)` means it is no longer ours.
+    /// Extends the lease; [`Renewal::Lost`] says why it is no longer ours.
     pub async fn renew(
         &self,
         grant: &LeaseGrant,
         ttl: Duration,
         timeout: Duration,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Renewal, StoreError> {
         let mut conn = self.conn();
         let mut inv = self.scripts.renew.prepare_invoke();
         inv.key(&self.keys.lease)
@@ -669,10 +936,20 @@ impl Store {
             .arg(&grant.token)
             .arg(grant.epoch)
             .arg(ttl.as_millis() as u64);
-        let n: i64 = self
+        let v: Value = self
             .bounded("renew lease", timeout, inv.invoke_async(&mut conn))
             .await?;
-        Ok(n == 1)
+        let v = checked(v)?;
+        match &v {
+            Value::Array(items) => match items.as_slice() {
+                [ok] if int(ok) == Some(1) => Ok(Renewal::Renewed),
+                [ok, why] if int(ok) == Some(0) => Ok(Renewal::Lost(LostLease::from_reason(
+                    &text(why).unwrap_or_default(),
+                ))),
+                _ => Err(reply_err("renew lease", &v)),
+            },
+            _ => Err(reply_err("renew lease", &v)),
+        }
     }
 
     /// Gives the lease up and notifies standbys; `Ok(false)` if it was not ours.
@@ -712,7 +989,7 @@ impl Store {
         inv.arg(&grant.token)
             .arg(grant.epoch)
             .arg(c.generation_floor)
-            .arg(&digest)
+            .arg(digest)
             .arg(c.now_ms)
             .arg(c.holder_id)
             .arg(&self.keys.table_channel)
@@ -747,6 +1024,7 @@ impl Store {
                 return Err(self.classify(e, &keys, "hash").await);
             }
         };
+        let v = checked(v)?;
         let Value::Array(items) = &v else {
             return Err(reply_err("write table", &v));
         };
@@ -762,6 +1040,36 @@ impl Store {
             }),
             _ => Err(reply_err("write table", &v)),
         }
+    }
+
+    /// The highest generation Redis knows (`meta.generation` or its floor),
+    /// validated: a value that is not an integer below 2^53 is an error
+    /// naming the key and the value, never a floor.
+    pub async fn read_generation(&self) -> Result<u64, StoreError> {
+        let mut conn = self.conn();
+        let cmd = redis::cmd("HMGET")
+            .arg(&self.keys.meta)
+            .arg("generation")
+            .arg("generation_floor")
+            .to_owned();
+        let values: Vec<Option<Vec<u8>>> = match self
+            .bounded(
+                "read generation",
+                self.op_timeout,
+                cmd.query_async(&mut conn),
+            )
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return Err(self.classify(e, &[&self.keys.meta], "hash").await),
+        };
+        let mut highest = 0;
+        for (field, value) in ["generation", "generation_floor"].iter().zip(values) {
+            if let Some(raw) = value {
+                highest = highest.max(stored_count(&self.keys.meta, field, &raw)?);
+            }
+        }
+        Ok(highest)
     }
 
     /// Persisted liveness of every member, and the stored generation.
@@ -849,9 +1157,10 @@ impl Store {
         let stale: Vec<&String> = seen
             .iter()
             .filter(|(_, v)| {
+                // "index replicas unix_ms [interval]"
                 let at = v
-                    .rsplit(' ')
-                    .next()
+                    .split(' ')
+                    .nth(2)
                     .and_then(|t| t.parse::<u64>().ok())
                     .unwrap_or(0);
                 now.saturating_sub(at) > (interval * 10).as_millis() as u64

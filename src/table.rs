@@ -5,15 +5,16 @@
 //! - within each group every valid unit has exactly one owner among the group's
 //!   live members (no gaps, no overlaps), and row sizes differ by at most one;
 //! - the table is a function of the *sets* of live members and units only;
-//! - a member with no units has no row (Redis hashes cannot hold an empty value
-//!   usefully, and `HGET` of a missing field is how a worker learns it has no work).
+//! - every live member has a row, an empty one when it has no units (as the Go
+//!   implementation writes it): a field means "live and in the table", no
+//!   field means "not a member now" (failing, or not listed). Workers that
+//!   split on `,` must read `""` as no units;
 //! - [`MatchingTable::digest`] identifies the content, so "changed or not" needs no
-//!   read of the stored table.
+//!   read of the stored table. Redis computes the same digest in Lua
+//!   (`store/prelude.lua`), so the stored table can be checked where it is.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-
-use xxhash_rust::xxh3::Xxh3;
+use std::sync::OnceLock;
 
 use crate::inputs::Inputs;
 use crate::ring;
@@ -21,9 +22,25 @@ use crate::ring;
 /// Separator between units in a row. Units containing it are rejected on input.
 pub const SEPARATOR: char = ',';
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct MatchingTable {
     rows: BTreeMap<String, String>,
+    /// Computed once: a table is immutable once built.
+    digest: OnceLock<String>,
+}
+
+impl PartialEq for MatchingTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.rows == other.rows
+    }
+}
+
+impl Eq for MatchingTable {}
+
+impl std::fmt::Debug for MatchingTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(&self.rows).finish()
+    }
 }
 
 impl MatchingTable {
@@ -39,18 +56,18 @@ impl MatchingTable {
                 .filter(|m| is_live(m))
                 .collect();
             for (member, owned) in ring::assign(&live, &units) {
-                if !owned.is_empty() {
-                    rows.insert(member.to_string(), owned.join(","));
-                }
+                rows.insert(member.to_string(), owned.join(","));
             }
         }
-        MatchingTable { rows }
+        MatchingTable::from_rows(rows)
     }
 
-    /// Builds a table from stored rows (for tests, status and diffs).
+    /// Builds a table from stored rows (for tests, status and diffs). Empty
+    /// rows are kept: they mean "live, no units".
     pub fn from_rows(rows: impl IntoIterator<Item = (String, String)>) -> MatchingTable {
         MatchingTable {
-            rows: rows.into_iter().filter(|(_, v)| !v.is_empty()).collect(),
+            rows: rows.into_iter().collect(),
+            digest: OnceLock::new(),
         }
     }
 
@@ -62,7 +79,7 @@ impl MatchingTable {
         self.rows.is_empty()
     }
 
-    /// Number of members with at least one unit.
+    /// Number of rows: live members, with or without units.
     pub fn len(&self) -> usize {
         self.rows.len()
     }
@@ -79,18 +96,24 @@ impl MatchingTable {
             .unwrap_or_default()
     }
 
-    /// A 128-bit content digest (XXH3-128 over length-prefixed rows), hex encoded.
-    pub fn digest(&self) -> String {
-        let mut h = Xxh3::new();
-        for (member, value) in &self.rows {
-            h.update(&(member.len() as u64).to_le_bytes());
-            h.update(member.as_bytes());
-            h.update(&(value.len() as u64).to_le_bytes());
-            h.update(value.as_bytes());
-        }
-        let mut out = String::with_capacity(32);
-        write!(out, "{:032x}", h.digest128()).expect("writing to a String");
-        out
+    /// The content digest, 40 hex digits: for each row, SHA-1 of
+    /// `<field length>:<field><value>`, XOR-combined (so row order does not
+    /// matter, and Redis can compute the same in Lua over `HGETALL`).
+    pub fn digest(&self) -> &str {
+        self.digest.get_or_init(|| {
+            let mut acc = [0u8; 20];
+            for (member, value) in &self.rows {
+                let mut h = sha1_smol::Sha1::new();
+                h.update(member.len().to_string().as_bytes());
+                h.update(b":");
+                h.update(member.as_bytes());
+                h.update(value.as_bytes());
+                for (a, b) in acc.iter_mut().zip(h.digest().bytes()) {
+                    *a ^= b;
+                }
+            }
+            acc.iter().map(|b| format!("{b:02x}")).collect()
+        })
     }
 
     /// How many units change owner (or appear, or disappear) from `self` to `next`.
@@ -158,13 +181,26 @@ mod tests {
     }
 
     #[test]
-    fn dead_members_get_nothing_and_empty_rows_are_omitted() {
+    fn dead_members_have_no_row_and_live_ones_an_empty_row() {
         let inp = inputs(&[("a", &["a:1", "a:2", "a:3"])], &["x"]);
         let t = MatchingTable::solve(&inp, |m| m != "a:2");
-        assert_eq!(t.len(), 1);
-        assert!(t.units_of("a:2").is_empty());
+        assert_eq!(t.len(), 2, "a:1 and a:3 are live: {t:?}");
+        assert!(!t.rows().contains_key("a:2"), "no field: not a member now");
+        let empty: Vec<&String> = t
+            .rows()
+            .iter()
+            .filter(|(_, v)| v.is_empty())
+            .map(|(m, _)| m)
+            .collect();
+        assert_eq!(
+            empty.len(),
+            1,
+            "the live member without units has an empty row"
+        );
         assert!(MatchingTable::solve(&inputs(&[("a", &[])], &["x"]), |_| true).is_empty());
-        assert!(MatchingTable::solve(&inputs(&[("a", &["a:1"])], &[]), |_| true).is_empty());
+        let no_units = MatchingTable::solve(&inputs(&[("a", &["a:1"])], &[]), |_| true);
+        assert_eq!(no_units.rows().get("a:1").map(String::as_str), Some(""));
+        assert_eq!(no_units.assignments(), 0);
     }
 
     #[test]
@@ -173,7 +209,15 @@ mod tests {
         let t1 = MatchingTable::solve(&inp, |_| true);
         let t2 = MatchingTable::solve(&inp, |_| true);
         assert_eq!(t1.digest(), t2.digest());
-        assert_eq!(t1.digest().len(), 32);
+        assert_eq!(t1.digest().len(), 40);
+        // Fixed value, the same as Redis computes in Lua (store/prelude.lua)
+        // over `HSET F h:1 a,b h:2 ""`; integration tests compare the two.
+        let fixed = MatchingTable::from_rows([
+            ("h:1".to_string(), "a,b".to_string()),
+            ("h:2".to_string(), String::new()),
+        ]);
+        assert_eq!(fixed.digest(), "95eb047f3fb851cc00349396261f5e845c12132e");
+        assert_eq!(MatchingTable::default().digest(), "0".repeat(40));
         let t3 = MatchingTable::solve(&inp, |m| m == "a:1");
         assert_ne!(t1.digest(), t3.digest());
         assert_eq!(t1.moved_units(&t1), 0);

@@ -141,7 +141,7 @@ pub async fn run() {
             .await
             .unwrap();
         assert_eq!(hlen, table.len());
-        assert_eq!(digest.as_deref(), Some(table.digest().as_str()));
+        assert_eq!(digest.as_deref(), Some(table.digest()));
     }
     report(
         "table write: 10,000 x 1,000,000, Store::commit wall",
@@ -220,7 +220,7 @@ pub async fn run() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(digest.as_deref(), Some(full.digest().as_str()));
+    assert_eq!(digest.as_deref(), Some(full.digest()));
     report_one(
         "table write: stale token rejected (fenced), 10,000 x 1,000,000",
         "ms",

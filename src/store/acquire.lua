@@ -1,44 +1,106 @@
 -- Acquire the lease if nobody holds it, and open a new fencing epoch.
 -- KEYS: lease, epoch, meta
 -- ARGV: token, ttl_ms, epoch_floor, holder_id, now_ms, failure_threshold, generation_floor
--- Returns {1, epoch} when acquired, {0, pttl_ms, holder, epoch, generation} otherwise,
--- {-1, key} when a key this script must not touch has the wrong type.
+-- Returns
+--   {1, epoch}                                      acquired;
+--   {0, pttl_ms, holder, epoch, generation, foreign} held by someone else;
+--     `foreign` is '' or why the lease key cannot be a holder's (no TTL, or
+--     not a string): it is given a TTL of ttl_ms, so that it lapses;
+--   {-2, key, field, value, expected}               a value it will not use.
 --
 -- The floors are the highest epoch and generation the caller has seen. If
 -- Redis lost its data (restart without persistence) its counters restart at 0;
 -- the floors keep them increasing. A caller that finds the lease held by an
 -- epoch below its floor raises the stored epoch: that holder's renewal then
 -- fails the epoch check, and the next acquisition starts above the floor.
-local epoch_type = redis.call('TYPE', KEYS[2]).ok
+--
+-- The generation floor is kept in meta.generation_floor, never in
+-- meta.generation: meta.generation is only ever written with a table, so a
+-- reader never sees a generation number beside a table it does not name.
+
+-- Validate everything first: nothing below may fail after a write.
+local ttl = count(ARGV[2])
+if not ttl or ttl == 0 then return invalid('ARGV', 'ttl_ms', ARGV[2], 'a TTL in ms > 0') end
+local floor = count(ARGV[3])
+if not floor then return invalid('ARGV', 'epoch_floor', ARGV[3], COUNT) end
+if not count(ARGV[5]) then return invalid('ARGV', 'now_ms', ARGV[5], COUNT) end
+if not count(ARGV[6]) then return invalid('ARGV', 'failure_threshold', ARGV[6], COUNT) end
+local generation_floor = count(ARGV[7])
+if not generation_floor then return invalid('ARGV', 'generation_floor', ARGV[7], COUNT) end
+
+local epoch_type = type_of(KEYS[2])
 if epoch_type ~= 'string' and epoch_type ~= 'none' then
-  return {-1, KEYS[2]}
+  return invalid(KEYS[2], '', epoch_type, 'a string holding ' .. COUNT)
 end
--- The metadata hash is ours and derived: a wrong type is reset, not fatal.
-local meta_type = redis.call('TYPE', KEYS[3]).ok
+local epoch = 0
+if epoch_type == 'string' then
+  local text = redis.call('GET', KEYS[2])
+  epoch = count(text)
+  if not epoch or epoch + 1 >= MAX_SAFE then
+    return invalid(KEYS[2], '', text, COUNT .. ', below its largest')
+  end
+end
+if floor + 1 >= MAX_SAFE then
+  return invalid('ARGV', 'epoch_floor', ARGV[3], COUNT .. ', below its largest')
+end
+
+-- The metadata hash is ours and derived: a wrong type is reset below.
+local meta_type = type_of(KEYS[3])
+local generation, stored_floor = 0, 0
+if meta_type == 'hash' then
+  local v = redis.call('HMGET', KEYS[3], 'generation', 'generation_floor')
+  if v[1] then
+    generation = count(v[1])
+    if not generation then return invalid(KEYS[3], 'generation', v[1], COUNT) end
+  end
+  if v[2] then
+    stored_floor = count(v[2])
+    if not stored_floor then return invalid(KEYS[3], 'generation_floor', v[2], COUNT) end
+  end
+end
+
+local lease_type = type_of(KEYS[1])
+local foreign = ''
+if lease_type ~= 'none' and lease_type ~= 'string' then
+  foreign = 'the lease key holds a ' .. lease_type
+elseif lease_type == 'string' and redis.call('PTTL', KEYS[1]) < 0 then
+  foreign = 'the lease key has no TTL'
+end
+
+-- Writes from here on.
 if meta_type ~= 'hash' and meta_type ~= 'none' then
   redis.call('DEL', KEYS[3])
 end
-local floor = tonumber(ARGV[3])
-local generation_floor = tonumber(ARGV[7])
-local current_generation = tonumber(redis.call('HGET', KEYS[3], 'generation') or '0')
-if current_generation < generation_floor then
-  redis.call('HSET', KEYS[3], 'generation', generation_floor)
+if generation_floor > stored_floor then
+  redis.call('HSET', KEYS[3], 'generation_floor', generation_floor)
+  stored_floor = generation_floor
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local epoch = redis.call('INCR', KEYS[2])
-  if epoch <= floor then
-    epoch = floor + 1
-    redis.call('SET', KEYS[2], epoch)
-  end
+local known_generation = math.max(generation, stored_floor)
+
+if lease_type == 'none' then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+  epoch = math.max(epoch, floor) + 1
+  redis.call('SET', KEYS[2], epoch)
   redis.call('HSET', KEYS[3], 'holder', ARGV[4], 'holder_epoch', epoch, 'acquired_at_ms', ARGV[5],
     'failure_threshold', ARGV[6])
   return {1, epoch}
 end
-local epoch = tonumber(redis.call('GET', KEYS[2]) or '0')
 if epoch < floor then
   redis.call('SET', KEYS[2], floor)
   epoch = floor
 end
-local holder = redis.call('HGET', KEYS[3], 'holder') or ''
-local generation = tonumber(redis.call('HGET', KEYS[3], 'generation') or '0')
-return {0, redis.call('PTTL', KEYS[1]), holder, epoch, generation}
+if foreign ~= '' then
+  -- No holder of ours writes a lease without a TTL or of another type: give
+  -- it one (once), so that it lapses like any lease.
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    pttl = ttl
+  end
+  return {0, pttl, '', epoch, known_generation, foreign}
+end
+local holder = ''
+if meta_type == 'hash' then
+  holder = redis.call('HGET', KEYS[3], 'holder') or ''
+end
+return {0, redis.call('PTTL', KEYS[1]), holder, epoch, known_generation, ''}

@@ -5,23 +5,60 @@
 --       then n_rows (member, units) pairs, n_health_set (member, state) pairs,
 --       and n_health_del member names.
 -- Returns {1, generation} (generation -1 when only liveness was written),
--- or {0, reason} when the caller no longer holds the lease: Redis itself
--- rejects a stale holder's write.
-if redis.call('GET', KEYS[4]) ~= ARGV[1] then
+-- {0, reason} when the caller no longer holds the lease (Redis itself rejects
+-- a stale holder's write), or {-2, key, field, value, expected} when a stored
+-- value or an argument is unusable; then nothing was written.
+
+-- Fencing.
+if type_of(KEYS[4]) ~= 'string' or redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return {0, 'lease'}
 end
-if redis.call('GET', KEYS[3]) ~= ARGV[2] then
+if type_of(KEYS[3]) ~= 'string' or redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return {0, 'epoch'}
 end
 
+-- Validate everything before the first write.
+local argv_floor = count(ARGV[3])
+if not argv_floor then return invalid('ARGV', 'generation_floor', ARGV[3], COUNT) end
+if not count(ARGV[5]) then return invalid('ARGV', 'now_ms', ARGV[5], COUNT) end
+local n_rows, n_set, n_del = count(ARGV[9]), count(ARGV[10]), count(ARGV[11])
+if not (n_rows and n_set and n_del) or #ARGV ~= 11 + 2 * n_rows + 2 * n_set + n_del then
+  return invalid('ARGV', 'counts', (ARGV[9] or '') .. ' ' .. (ARGV[10] or '') .. ' ' ..
+    (ARGV[11] or '') .. ' for ' .. #ARGV .. ' arguments', 'counts that match the arguments')
+end
+local write_table = ARGV[8] == '1'
+
 -- The metadata and liveness hashes are ours and derived: a wrong type (an
--- operator's mistake) is reset here, so the writes below cannot fail halfway.
--- The table itself is deleted before it is written, whatever its type.
-for _, key in ipairs({KEYS[2], KEYS[5]}) do
-  local t = redis.call('TYPE', key).ok
-  if t ~= 'hash' and t ~= 'none' then
-    redis.call('DEL', key)
+-- operator's mistake) is reset below. The table itself is deleted before it
+-- is written, whatever its type.
+local meta_type = type_of(KEYS[2])
+local generation = -1
+if write_table then
+  local current, stored_floor = 0, 0
+  if meta_type == 'hash' then
+    local v = redis.call('HMGET', KEYS[2], 'generation', 'generation_floor')
+    if v[1] then
+      current = count(v[1])
+      if not current then return invalid(KEYS[2], 'generation', v[1], COUNT) end
+    end
+    if v[2] then
+      stored_floor = count(v[2])
+      if not stored_floor then return invalid(KEYS[2], 'generation_floor', v[2], COUNT) end
+    end
   end
+  generation = math.max(current, stored_floor, argv_floor) + 1
+  if generation >= MAX_SAFE then
+    return invalid(KEYS[2], 'generation', tostring(generation - 1), COUNT .. ', below its largest')
+  end
+end
+local liveness_type = type_of(KEYS[5])
+
+-- Writes from here on; none of them can fail.
+if meta_type ~= 'hash' and meta_type ~= 'none' then
+  redis.call('DEL', KEYS[2])
+end
+if liveness_type ~= 'hash' and liveness_type ~= 'none' then
+  redis.call('DEL', KEYS[5])
 end
 
 -- HSET/HDEL in chunks: Lua's unpack() is limited to a few thousand values.
@@ -35,23 +72,19 @@ local function apply(cmd, key, first, last)
   end
 end
 
-local n_rows, n_set, n_del = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local rows_at = 12
 local set_at = rows_at + 2 * n_rows
 local del_at = set_at + 2 * n_set
 
-local generation = -1
-if ARGV[8] == '1' then
+if write_table then
   redis.call('DEL', KEYS[1])
   apply('HSET', KEYS[1], rows_at, set_at - 1)
-  local current = tonumber(redis.call('HGET', KEYS[2], 'generation') or '0')
-  generation = math.max(current, tonumber(ARGV[3])) + 1
   redis.call('HSET', KEYS[2], 'generation', generation, 'digest', ARGV[4],
     'epoch', ARGV[2], 'writer', ARGV[6], 'written_at_ms', ARGV[5], 'members', n_rows)
 end
 apply('HSET', KEYS[5], set_at, del_at - 1)
 apply('HDEL', KEYS[5], del_at, del_at + n_del - 1)
-if generation ~= -1 then
+if write_table then
   redis.call('PUBLISH', ARGV[7], generation)
 end
 return {1, generation}

@@ -3,7 +3,11 @@
 -- Also used by `distributor services|workunits add`.
 -- KEYS: the list
 -- ARGV: the entry, then LPUSH or RPUSH (members prepend, as the Go workers did)
--- Returns 1 when added, 0 when already listed.
+-- Returns 1 when added, 0 when already listed, {-2, ...} when the key is not a list.
+local t = type_of(KEYS[1])
+if t ~= 'list' and t ~= 'none' then
+  return invalid(KEYS[1], '', t, 'a list')
+end
 if redis.call('LPOS', KEYS[1], ARGV[1]) then
   return 0
 end

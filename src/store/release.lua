@@ -2,10 +2,13 @@
 -- KEYS: lease, meta
 -- ARGV: token, epoch, channel
 -- Returns 1 when released, 0 when it was not ours any more.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[2], 'holder', '')
-  redis.call('PUBLISH', ARGV[3], ARGV[2])
-  return 1
+if type_of(KEYS[1]) ~= 'string' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0
+local meta_type = type_of(KEYS[2])
+redis.call('DEL', KEYS[1])
+if meta_type == 'hash' or meta_type == 'none' then
+  redis.call('HSET', KEYS[2], 'holder', '')
+end
+redis.call('PUBLISH', ARGV[3], ARGV[2])
+return 1

@@ -21,7 +21,7 @@ const LONG: Duration = Duration::from_secs(20);
 pub async fn sigkill_holder(docker: bollard::Docker) {
     let mut c = Cluster::start(&docker, "sigkill-holder", Options::host(5)).await;
     let before = c.checker.last().unwrap();
-    let digest = before.matching_table().digest();
+    let digest = before.matching_table().digest().to_string();
     c.checker.freeze(Some(digest.clone()));
     for round in 1..=5 {
         let (h, e) = c.holder().await;
@@ -125,7 +125,7 @@ pub async fn frozen_holder(docker: bollard::Docker) {
     // The thawed replica's credentials are dead in Redis: a write with its token
     // and epoch, through the daemon's own script, is rejected.
     let keys = Keys::new(TABLE);
-    let reply: redis::Value = redis::Script::new(include_str!("../../src/store/commit.lua"))
+    let reply: redis::Value = redis::Script::new(distributor::store::scripts::COMMIT)
         .key(&keys.table)
         .key(&keys.meta)
         .key(&keys.epoch)
@@ -230,7 +230,7 @@ pub async fn partition(docker: bollard::Docker) {
         units: 40,
     };
     let mut c = Cluster::start(&docker, "partition", opts).await;
-    let digest = c.checker.last().unwrap().matching_table().digest();
+    let digest = c.checker.last().unwrap().matching_table().digest().to_string();
     c.checker.freeze(Some(digest));
     let s = c.holder_sample().await;
     let (h, e) = c.holder_of(&s);
@@ -359,7 +359,7 @@ pub async fn members(docker: bollard::Docker) {
 pub async fn all_replicas_killed(docker: bollard::Docker) {
     let mut c = Cluster::start(&docker, "all-replicas-killed", Options::host(5)).await;
     let before = c.checker.last().unwrap();
-    let digest = before.matching_table().digest();
+    let digest = before.matching_table().digest().to_string();
     c.checker.freeze(Some(digest.clone()));
     let (_, e) = c.holder().await;
     for i in 0..c.replicas.len() {
@@ -401,7 +401,7 @@ pub async fn all_replicas_killed(docker: bollard::Docker) {
 pub async fn rolling_restart(docker: bollard::Docker) {
     let mut c = Cluster::start(&docker, "rolling-restart", Options::host(5)).await;
     let before = c.checker.last().unwrap();
-    let digest = before.matching_table().digest();
+    let digest = before.matching_table().digest().to_string();
     c.checker.freeze(Some(digest.clone()));
     let mut handovers = 0;
     for i in 0..c.replicas.len() {

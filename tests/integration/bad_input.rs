@@ -111,20 +111,21 @@ async fn a_key_of_the_wrong_type_keeps_the_last_table() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn empty_lists_give_an_empty_table() {
+async fn empty_lists_leave_only_empty_rows() {
     let units = units(4);
     let (mut fleet, _) = Fleet::converged(|_| {}, 1, 1, &units).await;
+    let member = fleet.member_id(0);
 
-    // No units: every row goes (a worker's HGET returns nil: no work).
+    // No units: the live member keeps its field, empty (live, no work).
     fleet.set_units(&[]).await;
-    wait_for("empty table", Duration::from_secs(5), || async {
-        fleet.table().await.is_empty()
+    wait_for("an empty row", Duration::from_secs(5), || async {
+        let row: Option<String> = fleet.redis.cmd(&["HGET", TABLE, &member]).await;
+        row.as_deref() == Some("")
     })
     .await;
-    let exists: u64 = fleet.redis.cmd(&["EXISTS", TABLE]).await;
-    assert_eq!(exists, 0);
+    assert_eq!(fleet.table().await.assignments(), 0);
 
-    // Units back, then no services: empty again.
+    // Units back, then no services: no field at all.
     fleet.set_units(&units).await;
     fleet.wait_for_table(&units, Duration::from_secs(5)).await;
     let () = fleet.redis.cmd(&["DEL", SERVICES]).await;
@@ -134,6 +135,8 @@ async fn empty_lists_give_an_empty_table() {
         fleet.table().await.is_empty()
     })
     .await;
+    let exists: u64 = fleet.redis.cmd(&["EXISTS", TABLE]).await;
+    assert_eq!(exists, 0);
     fleet.shutdown().await;
 }
 

@@ -5,11 +5,16 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use distributor::keys::slot;
-use distributor::store::{Acquisition, Claim, Commit, Committed, RedisOptions, Store};
+use distributor::store::{Acquisition, Claim, Commit, Committed, ListLimits, RedisOptions, Store};
 use distributor::{Distributor, MatchingTable, Member, MemberOptions, Role};
 use redis::AsyncCommands;
 
 use crate::support::*;
+
+const LIMITS: ListLimits = ListLimits {
+    entries: 100,
+    bytes: 1 << 20,
+};
 
 struct ClusterFleet {
     cluster: RedisCluster,
@@ -231,11 +236,11 @@ async fn cluster_fences_a_stale_holder() {
     // Multi-slot reads work: lists in other slots, table state in the table's.
     let () = c.rpush(UNITS, "x").await.unwrap();
     let snap = store
-        .read_snapshot(&[SERVICES.to_string()], UNITS, 100)
+        .read_snapshot(&[SERVICES.to_string()], UNITS, LIMITS)
         .await
         .unwrap();
     assert_eq!(snap.raw.units, [b"x".to_vec()]);
-    assert_eq!(snap.stored_digest, Some(t.digest()));
+    assert_eq!(snap.stored_digest.as_deref(), Some(t.digest()));
     assert_eq!(
         store.read_row("w:1").await.unwrap(),
         (Some("u".to_string()), 1)

@@ -199,9 +199,10 @@ async fn redis_losing_its_data_heals() {
     // Members re-register on their own; the holder re-acquires and rewrites.
     let after = fleet.wait_for_table(&units, Duration::from_secs(15)).await;
     assert_eq!(after, before);
+    let now = fleet.generation().await;
     assert!(
-        fleet.generation().await > generation,
-        "generation never goes back"
+        now > generation,
+        "generation never goes back: {now} <= {generation}"
     );
     let new_epoch: u64 = fleet
         .redis

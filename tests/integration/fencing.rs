@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use distributor::MatchingTable;
 use distributor::liveness::HealthChanges;
-use distributor::store::{Acquisition, Claim, Commit, Committed, Store};
+use distributor::store::{Acquisition, Claim, Commit, Committed, LostLease, Renewal, Store};
 
 use crate::support::*;
 
@@ -34,7 +34,7 @@ async fn a_stale_holder_cannot_write() {
     assert_eq!(a.epoch, 1);
     let held = store.acquire(&claim(ttl, 0, "b", 2)).await.unwrap();
     assert!(
-        matches!(held, Acquisition::Held { ref holder, epoch: 1, pttl: Some(_), generation: 0 } if holder == "a"),
+        matches!(held, Acquisition::Held { ref holder, epoch: 1, pttl: Some(_), generation: 0, foreign: None } if holder == "a"),
         "{held:?}"
     );
 
@@ -78,7 +78,10 @@ async fn a_stale_holder_cannot_write() {
         }
     );
     assert_eq!(store.read_table().await.unwrap(), t1);
-    assert!(!store.renew(&a, ttl, Duration::from_secs(1)).await.unwrap());
+    assert_eq!(
+        store.renew(&a, ttl, Duration::from_secs(1)).await.unwrap(),
+        Renewal::Lost(LostLease::Taken)
+    );
     assert!(
         !store.release(&a).await.unwrap(),
         "a cannot release b's lease"
@@ -208,11 +211,12 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
         "{held:?}"
     );
     // The low epoch is fenced: it can neither renew nor write.
-    assert!(
-        !store
+    assert_eq!(
+        store
             .renew(&fresh, ttl, Duration::from_secs(1))
             .await
-            .unwrap()
+            .unwrap(),
+        Renewal::Lost(LostLease::Epoch)
     );
     let none = HealthChanges::default();
     let t = table(&[("w", "u")]);
@@ -229,10 +233,17 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
             reason: "epoch".into()
         }
     );
-    let g: u64 = redis
+    let floor: u64 = redis
+        .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "generation_floor"])
+        .await;
+    assert_eq!(floor, 100, "the generation floor is recorded too");
+    let generation: Option<String> = redis
         .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "generation"])
         .await;
-    assert_eq!(g, 100, "the generation floor is recorded too");
+    assert_eq!(
+        generation, None,
+        "a floor is not a table generation: readers never see it as one"
+    );
     // Once the lease is free, the next epoch is above everything seen.
     let () = redis.cmd(&["DEL", &format!("{{{TABLE}}}:lease")]).await;
     let Acquisition::Acquired(next) = store.acquire(&veteran).await.unwrap() else {

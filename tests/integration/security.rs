@@ -13,15 +13,45 @@ pub(crate) const PASSWORD: &str = "dist-S3cret-never-logged";
 
 /// The minimal ACL of the README, for the test's key names.
 pub(crate) async fn create_acl_user(redis: &RedisServer) {
+    create_acl_user_with(redis, OPTIONAL).await;
+}
+
+/// Commands the README's ACL grants that the distributor can do without
+/// (an ACL written for an older version): list sizes before reading, and the
+/// table guard's WATCH.
+const OPTIONAL: &str = "+llen +memory|usage +watch +unwatch";
+
+async fn create_acl_user_with(redis: &RedisServer, optional: &str) {
     let acl = format!(
         "ACL SETUSER distributor on >{PASSWORD} resetkeys ~{SERVICES} ~{UNITS} ~{TABLE} ~{{{TABLE}}}:* \
          resetchannels &{{{TABLE}}}:* -@all +get +set +del +incr +pexpire +pttl +type \
          +hset +hget +hmget +hgetall +hdel +hlen +lrange +lpos +lpush +rpush +lrem \
-         +eval +evalsha +script|load +multi +exec +publish +subscribe +ping"
+         +eval +evalsha +script|load +multi +exec +publish +subscribe +ping {optional}"
     );
     let args: Vec<&str> = acl.split_whitespace().collect();
     let ok: String = redis.cmd(&args).await;
     assert_eq!(ok, "OK");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_without_the_optional_commands_still_works() {
+    // An ACL written for an older version: no LLEN, MEMORY USAGE or WATCH. The
+    // holder falls back to bounding lists after reading them and to checking
+    // the table's content in Redis every cycle, and a hand edit is still healed.
+    let redis = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]);
+    create_acl_user_with(&redis, "").await;
+    let url = format!("redis://distributor:{PASSWORD}@127.0.0.1:{}", redis.port());
+    let units = units(12);
+    let (fleet, before) = Fleet::converged_on(redis, |c| c.redis_url = url, 3, 1, &units).await;
+    let member = fleet.member_id(0);
+    let () = fleet.redis.cmd(&["HSET", TABLE, &member, "hacked"]).await;
+    wait_for("the edit is healed", Duration::from_secs(5), || async {
+        fleet.table().await == before
+    })
+    .await;
+    let s = fleet.statuses().remove(fleet.wait_for_holder().await);
+    assert_eq!(s.last_error, None);
+    fleet.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,6 +138,42 @@ async fn census_reports_three_replicas() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn census_indexes_are_distinct_within_an_interval() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    for _ in 0..3 {
+        fleet.add_replica();
+    }
+    // Every view each replica emits, by interval: (interval, replica) -> index.
+    let mut seen: std::collections::BTreeMap<u64, std::collections::BTreeMap<usize, u64>> =
+        Default::default();
+    wait_for(
+        "six intervals seen by all three replicas",
+        Duration::from_secs(20),
+        || {
+            for (r, s) in fleet.statuses().iter().enumerate() {
+                if let Some(v) = s.census {
+                    seen.entry(v.interval).or_default().insert(r, v.index);
+                }
+            }
+            let full = seen.values().filter(|m| m.len() == 3).count();
+            async move { full >= 6 }
+        },
+    )
+    .await;
+    for (interval, views) in &seen {
+        let mut indexes: Vec<u64> = views.values().copied().collect();
+        indexes.sort();
+        indexes.dedup();
+        assert_eq!(
+            indexes.len(),
+            views.len(),
+            "interval {interval}: two replicas share an index: {views:?}"
+        );
+    }
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_cycles_write_nothing() {
     let mut fleet = Fleet::new(RedisServer::start());
     let units = units(30);
@@ -225,5 +261,67 @@ async fn a_hung_member_does_not_delay_detecting_a_dead_one() {
     eprintln!("detected behind a hung member in {:?}", started.elapsed());
     assert!(fleet.table().await.units_of(&hung_addr).is_empty());
     sink.abort();
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_means_live_and_no_field_means_not_a_member() {
+    // Three members, two units: the third live member has an empty field, as
+    // the Go implementation writes it (its workers HGET and treat nil as an
+    // error). A failing member and an unlisted one have no field.
+    let units = units(2);
+    let (mut fleet, _) = Fleet::converged(|_| {}, 3, 1, &units).await;
+    let rows = fleet.table().await.rows().clone();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(
+        rows.values().filter(|v| v.is_empty()).count(),
+        1,
+        "{rows:?}"
+    );
+    for m in fleet.members.iter().flatten() {
+        let row: Option<String> = fleet.redis.cmd(&["HGET", TABLE, m.id()]).await;
+        assert!(row.is_some(), "live member {} has a field", m.id());
+    }
+
+    // A member that dies loses its field.
+    let dead = fleet.member_id(0);
+    fleet.members[0].take().unwrap().abort();
+    fleet.wait_for_table(&units, Duration::from_secs(5)).await;
+    let row: Option<String> = fleet.redis.cmd(&["HGET", TABLE, &dead]).await;
+    assert_eq!(row, None, "a failing member has no field");
+
+    // A live server that is not listed has no field: only listed members are
+    // pinged. (The member re-registers itself, so use a bare ping server.)
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stranger = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(distributor::pinger::ping_service())
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let () = fleet.redis.cmd(&["RPUSH", SERVICES, &stranger]).await;
+    fleet
+        .wait_for_table_with(
+            &units,
+            std::slice::from_ref(&stranger),
+            Duration::from_secs(5),
+        )
+        .await;
+    let () = fleet.redis.cmd(&["LREM", SERVICES, "0", &stranger]).await;
+    fleet.wait_for_table(&units, Duration::from_secs(5)).await;
+    let row: Option<String> = fleet.redis.cmd(&["HGET", TABLE, &stranger]).await;
+    assert_eq!(row, None, "an unlisted member has no field");
+
+    // The member library reads an empty field as "no units".
+    for m in fleet.members.iter().flatten() {
+        let want = fleet.table().await.units_of(m.id()).len();
+        let mut rx = m.assignment();
+        wait_for("the member follows its row", Duration::from_secs(5), || {
+            let ok = rx.borrow_and_update().units.len() == want;
+            async move { ok }
+        })
+        .await;
+    }
+    server.abort();
     fleet.shutdown().await;
 }
