@@ -138,10 +138,14 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
                 Some(h) if h.answered && h.failures < threshold => g.live.push(m),
                 Some(h) => {
                     m.failing_for_ms = h.failing_since_ms.map(|s| now_ms.saturating_sub(s));
-                    m.reason = Some(if h.answered {
+                    let streak = if h.answered {
                         format!("{} failed pings in a row", h.failures)
                     } else {
                         "has never answered a ping".into()
+                    };
+                    m.reason = Some(match &h.reason {
+                        Some(why) => format!("{streak}: {why}"),
+                        None => streak,
                     });
                     g.failed.push(m);
                 }
@@ -362,7 +366,7 @@ mod tests {
                 s("h:1", "1 0 0"),
                 s("h:2", "1 1 8000"),
                 s("h:3", "1 2 5000"),
-                s("h:4", "0 1 9000"),
+                s("h:4", "0 1 9000 unavailable: connection refused"),
             ]
             .into(),
             table: [s("h:1", "a,b"), s("h:2", "c")].into(),
@@ -403,7 +407,7 @@ mod tests {
         assert_eq!(g.failed[0].failing_for_ms, Some(5000));
         assert_eq!(
             g.failed[1].reason.as_deref(),
-            Some("has never answered a ping")
+            Some("has never answered a ping: unavailable: connection refused")
         );
         assert_eq!(g.failed[2].reason.as_deref(), Some("not pinged yet"));
         assert!(

@@ -327,7 +327,7 @@ enum Write {
 
 /// Pings still in flight when a cycle ended; the next cycle collects them
 /// instead of pinging those members again.
-type InFlight = futures::stream::FuturesUnordered<JoinHandle<PingReport>>;
+type InFlight = crate::pinger::PingSet;
 
 /// How long a cycle waits for fast ping results before acting on them. A
 /// refused connection answers in about a millisecond; a hung member only when
@@ -461,13 +461,12 @@ impl CycleContext {
         loop {
             tokio::select! {
                 r = pending.next() => match r {
-                    Some(Ok(report)) => {
-                        pending_members.remove(&report.member);
-                        all_reports.push(report);
+                    Some((member, report)) => {
+                        pending_members.remove(&member);
+                        // None: the ping task panicked or was cancelled; the
+                        // member is simply pinged again next cycle.
+                        all_reports.extend(report);
                     }
-                    // A ping task that panicked or was cancelled: its member is
-                    // simply pinged again next cycle.
-                    Some(Err(_)) => {}
                     None => break,
                 },
                 _ = &mut grace => break,
@@ -479,9 +478,23 @@ impl CycleContext {
                 Err(f) => self.metrics.ping_failed(f.reason()),
             }
         }
-        let results = all_reports
+        let why_failed: Vec<String> = all_reports
             .iter()
-            .map(|r| (r.member.as_str(), r.result.is_ok()));
+            .map(|r| {
+                r.result
+                    .as_ref()
+                    .err()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let results = all_reports.iter().zip(&why_failed).map(|(r, why)| {
+            let result = match r.result {
+                Ok(_) => Ok(()),
+                Err(_) => Err(why.as_str()),
+            };
+            (r.member.as_str(), result)
+        });
         unsaved.merge(liveness.observe(results, listed.iter().map(String::as_str), unix_ms()));
         let (m, write) = self
             .settle(

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 /// The liveness state of one member, as persisted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Health {
     /// Has it ever answered? A member that never answered gets no work.
     pub answered: bool,
@@ -23,21 +23,32 @@ pub struct Health {
     pub failures: u32,
     /// Unix milliseconds of the first failure of the current streak.
     pub failing_since_ms: Option<u64>,
+    /// Why the first ping of the current streak failed, for operators.
+    pub reason: Option<String>,
 }
 
+/// Longest failure reason kept, in characters.
+const MAX_REASON: usize = 160;
+
 impl Health {
-    /// Persisted form: `answered failures failing_since_ms` (0 = not failing).
+    /// Persisted form: `answered failures failing_since_ms [reason]`
+    /// (0 = not failing; the reason is the rest of the line).
     pub fn encode(&self) -> String {
-        format!(
+        let mut out = format!(
             "{} {} {}",
             u8::from(self.answered),
             self.failures,
             self.failing_since_ms.unwrap_or(0)
-        )
+        );
+        if let Some(r) = &self.reason {
+            out.push(' ');
+            out.push_str(r);
+        }
+        out
     }
 
     pub fn decode(s: &str) -> Option<Health> {
-        let mut it = s.split(' ');
+        let mut it = s.splitn(4, ' ');
         let answered = match it.next()? {
             "0" => false,
             "1" => true,
@@ -45,15 +56,24 @@ impl Health {
         };
         let failures = it.next()?.parse().ok()?;
         let since: u64 = it.next()?.parse().ok()?;
-        if it.next().is_some() {
-            return None;
-        }
         Some(Health {
             answered,
             failures,
             failing_since_ms: (since != 0).then_some(since),
+            reason: it.next().map(clean_reason).filter(|r| !r.is_empty()),
         })
     }
+}
+
+/// A reason fit for one line of a status report: no control characters,
+/// shortened.
+fn clean_reason(r: &str) -> String {
+    r.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_REASON)
+        .collect::<String>()
+        .trim()
+        .to_string()
 }
 
 /// Liveness of every listed member.
@@ -129,35 +149,41 @@ impl Liveness {
             .is_some_and(|h| h.answered && h.failures < self.threshold)
     }
 
-    pub fn health(&self, member: &str) -> Option<Health> {
-        self.members.get(member).copied()
+    pub fn health(&self, member: &str) -> Option<&Health> {
+        self.members.get(member)
     }
 
-    /// Applies one cycle of ping results. `listed` is every member still listed
-    /// (including malformed ones, which never answer); state of members no longer
-    /// listed is dropped. Returns what changed.
+    /// Applies one cycle of ping results: `Ok(())` for an answer, `Err(why)`
+    /// for a failure. `listed` is every member still listed (including
+    /// malformed ones, which never answer); state of members no longer listed
+    /// is dropped. Returns what changed.
     pub fn observe<'a>(
         &mut self,
-        results: impl IntoIterator<Item = (&'a str, bool)>,
+        results: impl IntoIterator<Item = (&'a str, Result<(), &'a str>)>,
         listed: impl IntoIterator<Item = &'a str>,
         now_ms: u64,
     ) -> HealthChanges {
         let mut changes = HealthChanges::default();
-        for (member, ok) in results {
-            let before = self.members.get(member).copied();
-            let mut h = before.unwrap_or_default();
-            if ok {
-                h = Health {
-                    answered: true,
-                    failures: 0,
-                    failing_since_ms: None,
-                };
-            } else {
-                h.failures = (h.failures + 1).min(self.threshold);
-                h.failing_since_ms.get_or_insert(now_ms);
+        for (member, result) in results {
+            let before = self.members.get(member);
+            let mut h = before.cloned().unwrap_or_default();
+            match result {
+                Ok(()) => {
+                    h = Health {
+                        answered: true,
+                        ..Health::default()
+                    }
+                }
+                Err(why) => {
+                    h.failures = (h.failures + 1).min(self.threshold);
+                    if h.failing_since_ms.is_none() {
+                        h.failing_since_ms = Some(now_ms);
+                        h.reason = Some(clean_reason(why));
+                    }
+                }
             }
-            if before != Some(h) {
-                self.members.insert(member.to_string(), h);
+            if before != Some(&h) {
+                self.members.insert(member.to_string(), h.clone());
                 changes.set.insert(member.to_string(), h);
             }
         }
@@ -201,42 +227,45 @@ impl Liveness {
 mod tests {
     use super::*;
 
+    const OK: Result<(), &str> = Ok(());
+    const FAIL: Result<(), &str> = Err("timeout");
+
     #[test]
     fn default_threshold_is_one_failure() {
         let mut l = Liveness::new(1);
         assert!(!l.is_live("a"), "never answered");
-        l.observe([("a", true)], ["a"], 1);
+        l.observe([("a", OK)], ["a"], 1);
         assert!(l.is_live("a"));
-        l.observe([("a", false)], ["a"], 2);
+        l.observe([("a", FAIL)], ["a"], 2);
         assert!(!l.is_live("a"));
-        l.observe([("a", true)], ["a"], 3);
+        l.observe([("a", OK)], ["a"], 3);
         assert!(l.is_live("a"), "one answer brings it back");
     }
 
     #[test]
     fn threshold_and_saturation() {
         let mut l = Liveness::new(3);
-        l.observe([("a", true)], ["a"], 0);
+        l.observe([("a", OK)], ["a"], 0);
         for t in 1..=2 {
-            let c = l.observe([("a", false)], ["a"], t);
+            let c = l.observe([("a", FAIL)], ["a"], t);
             assert!(!c.is_empty());
             assert!(l.is_live("a"), "failure {t} of 3");
         }
-        assert!(!l.observe([("a", false)], ["a"], 3).is_empty());
+        assert!(!l.observe([("a", FAIL)], ["a"], 3).is_empty());
         assert!(!l.is_live("a"));
         // Dead and staying dead: nothing changes, nothing to write.
-        assert!(l.observe([("a", false)], ["a"], 4).is_empty());
+        assert!(l.observe([("a", FAIL)], ["a"], 4).is_empty());
         assert_eq!(l.health("a").unwrap().failing_since_ms, Some(1));
         // Never answered: failing from the first ping, yet not live below threshold.
-        l.observe([("b", false)], ["a", "b"], 5);
+        l.observe([("b", FAIL)], ["a", "b"], 5);
         assert!(!l.is_live("b"));
     }
 
     #[test]
     fn unlisted_members_are_dropped() {
         let mut l = Liveness::new(1);
-        l.observe([("a", true), ("b", true)], ["a", "b"], 0);
-        let c = l.observe([("a", true)], ["a"], 1);
+        l.observe([("a", OK), ("b", OK)], ["a", "b"], 0);
+        let c = l.observe([("a", OK)], ["a"], 1);
         assert_eq!(c.removed, ["b"]);
         assert!(c.set.is_empty());
         assert!(l.health("b").is_none());
@@ -245,12 +274,8 @@ mod tests {
     #[test]
     fn persisted_state_round_trips() {
         let mut l = Liveness::new(2);
-        l.observe(
-            [("a", true), ("b", false), ("c", true)],
-            ["a", "b", "c"],
-            10,
-        );
-        l.observe([("c", false)], ["a", "b", "c"], 11);
+        l.observe([("a", OK), ("b", FAIL), ("c", OK)], ["a", "b", "c"], 10);
+        l.observe([("c", FAIL)], ["a", "b", "c"], 11);
         let stored: Vec<(String, String)> =
             l.iter().map(|(m, h)| (m.to_string(), h.encode())).collect();
         let (r, bad) =
@@ -264,11 +289,17 @@ mod tests {
             Health::decode("1 0 0"),
             Some(Health {
                 answered: true,
-                failures: 0,
-                failing_since_ms: None
+                ..Health::default()
             })
         );
-        assert_eq!(Health::decode("1 0 0 9"), None);
+        let h = Health::decode("0 1 9 unavailable: connection refused\u{1b}[31m").unwrap();
+        assert_eq!(
+            h.reason.as_deref(),
+            Some("unavailable: connection refused [31m")
+        );
+        assert_eq!(Health::decode(&h.encode()), Some(h));
+        assert_eq!(Health::decode("1 0"), None);
+        assert_eq!(Health::decode("2 0 0"), None);
     }
 
     #[test]
@@ -276,7 +307,7 @@ mod tests {
         let h = |f| Health {
             answered: true,
             failures: f,
-            failing_since_ms: None,
+            ..Health::default()
         };
         let mut a = HealthChanges {
             set: [("x".into(), h(1))].into(),
@@ -293,7 +324,7 @@ mod tests {
     #[test]
     fn forgettable_after_duration() {
         let mut l = Liveness::new(1);
-        l.observe([("a", false), ("b", true)], ["a", "b"], 1_000);
+        l.observe([("a", FAIL), ("b", OK)], ["a", "b"], 1_000);
         assert!(l.forgettable(1_500, 1_000).is_empty());
         assert_eq!(l.forgettable(2_000, 1_000), ["a"]);
     }

@@ -15,6 +15,7 @@
 //!   simply stops answering: the distributor stops giving it work.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -33,7 +34,11 @@ use crate::tls::TlsFiles;
 /// This member's share of the work, as of one table generation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Assignment {
-    /// The units this member owns, in table order (sorted).
+    /// Whether the table has a field for this member: live and in the table.
+    /// `false` means not a member now (failing, not listed, or no table yet).
+    pub in_table: bool,
+    /// The units this member owns, in table order (sorted); empty when its
+    /// field is empty (live, no units) or absent.
     pub units: Vec<String>,
     /// The generation of the table they were read from (0: no table yet).
     pub generation: u64,
@@ -176,6 +181,7 @@ impl Member {
             opts,
             id: id.clone(),
             tx,
+            bad_generation: AtomicBool::new(false),
         };
         let task = {
             let cancel = cancel.clone();
@@ -241,6 +247,8 @@ struct Follower {
     opts: MemberOptions,
     id: String,
     tx: watch::Sender<Assignment>,
+    /// Whether an unreadable generation was already logged.
+    bad_generation: AtomicBool,
 }
 
 impl Follower {
@@ -299,14 +307,28 @@ impl Follower {
     async fn refresh(&self) {
         match self.store.read_row(&self.id).await {
             Ok((row, generation)) => {
-                let units: Vec<String> = row
-                    .as_deref()
-                    .map(decode_row)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(str::to_string)
-                    .collect();
-                let next = Assignment { units, generation };
+                let generation = match generation {
+                    Ok(g) => g,
+                    // The row is still the truth; keep the last generation
+                    // (and say so once) rather than stop following it.
+                    Err(e) => {
+                        if !self.bad_generation.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(error = %e, "the table's generation is unreadable; following the row anyway");
+                        }
+                        self.tx.borrow().generation
+                    }
+                };
+                let next = Assignment {
+                    in_table: row.is_some(),
+                    units: row
+                        .as_deref()
+                        .map(decode_row)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(str::to_string)
+                        .collect(),
+                    generation,
+                };
                 self.tx.send_if_modified(|a| {
                     let changed = *a != next;
                     *a = next;

@@ -71,6 +71,8 @@ pub struct Metrics {
     pub lease_transitions: Family<Transition, Counter>,
     pub redis_errors: Family<Kind, Counter>,
     pub table_bytes: Gauge<u64, AtomicU64>,
+    /// Groups that have `members` series now.
+    member_groups: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Default for Metrics {
@@ -209,6 +211,7 @@ impl Metrics {
             lease_transitions,
             redis_errors,
             table_bytes,
+            member_groups: Default::default(),
         }
     }
 
@@ -243,22 +246,32 @@ impl Metrics {
         self.cycle_duration.observe(took.as_secs_f64());
     }
 
-    /// Replaces the per-group member gauges (groups may come and go).
+    /// Sets the per-group member gauges. Groups that went away lose their
+    /// series; the others are updated in place, never cleared, so a scrape
+    /// always sees every current group.
     pub fn set_members(&self, groups: &[(String, usize, usize)]) {
-        self.members.clear();
+        let mut shown = self.member_groups.lock().expect("metrics lock poisoned");
+        for group in shown.iter() {
+            if !groups.iter().any(|(g, ..)| g == group) {
+                for state in ["live", "failed"] {
+                    self.members.remove(&GroupState {
+                        group: group.clone(),
+                        state,
+                    });
+                }
+            }
+        }
+        shown.clear();
         for (group, live, failed) in groups {
-            self.members
-                .get_or_create(&GroupState {
-                    group: group.clone(),
-                    state: "live",
-                })
-                .set(*live as i64);
-            self.members
-                .get_or_create(&GroupState {
-                    group: group.clone(),
-                    state: "failed",
-                })
-                .set(*failed as i64);
+            for (state, n) in [("live", live), ("failed", failed)] {
+                self.members
+                    .get_or_create(&GroupState {
+                        group: group.clone(),
+                        state,
+                    })
+                    .set(*n as i64);
+            }
+            shown.insert(group.clone());
         }
     }
 
@@ -287,7 +300,43 @@ impl Metrics {
             }
         } else {
             // Only the holder observes members; a standby's view would be stale.
-            self.members.clear();
+            self.set_members(&[]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scrape_never_misses_a_group_while_gauges_are_updated() {
+        let m = std::sync::Arc::new(Metrics::new());
+        let groups = vec![("g".to_string(), 3, 1)];
+        m.set_members(&groups);
+        let writer = {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                for i in 0..20_000 {
+                    m.set_members(&[("g".to_string(), 3 + i % 2, 1)]);
+                }
+            })
+        };
+        let mut scrapes = 0;
+        while !writer.is_finished() {
+            let text = m.encode();
+            assert!(
+                text.contains("distributor_members{group=\"g\",state=\"live\"}"),
+                "a scrape saw no series for a current group"
+            );
+            scrapes += 1;
+        }
+        writer.join().unwrap();
+        assert!(scrapes > 0);
+        // A group that goes away loses its series.
+        m.set_members(&[("h".to_string(), 1, 0)]);
+        let text = m.encode();
+        assert!(!text.contains("group=\"g\""), "{text}");
+        assert!(text.contains("group=\"h\""), "{text}");
     }
 }

@@ -76,6 +76,39 @@ pub struct PingReport {
     pub result: Result<Duration, PingFailure>,
 }
 
+/// Pings in flight, as they complete.
+pub type PingSet = futures::stream::FuturesUnordered<PingTask>;
+
+/// One ping running in its own task. It resolves to its member and the report,
+/// or `None` when the task panicked or was cancelled, so that the member is
+/// never left waiting for a result that cannot come.
+pub struct PingTask {
+    member: Option<String>,
+    handle: tokio::task::JoinHandle<PingReport>,
+}
+
+impl PingTask {
+    pub fn new(member: String, handle: tokio::task::JoinHandle<PingReport>) -> PingTask {
+        PingTask {
+            member: Some(member),
+            handle,
+        }
+    }
+}
+
+impl Future for PingTask {
+    type Output = (String, Option<PingReport>);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let done = std::task::ready!(std::pin::Pin::new(&mut self.handle).poll(cx));
+        let member = self.member.take().expect("polled after completion");
+        std::task::Poll::Ready((member, done.ok()))
+    }
+}
+
 /// The holder's pinger. Cheap to clone; clones share the channel cache.
 #[derive(Clone)]
 pub struct Pinger {
@@ -178,23 +211,21 @@ impl Pinger {
 
     /// Pings every member concurrently, each in its own task (in the current
     /// span), so a ping keeps going even while nobody awaits its result; results
-    /// arrive as they complete.
-    pub fn ping_tasks(
-        &self,
-        members: &[String],
-    ) -> futures::stream::FuturesUnordered<tokio::task::JoinHandle<PingReport>> {
+    /// arrive as they complete, each naming its member.
+    pub fn ping_tasks(&self, members: &[String]) -> PingSet {
         use tracing::Instrument as _;
         members
             .iter()
             .map(|m| {
                 let (pinger, member) = (self.clone(), m.clone());
-                tokio::spawn(
+                let handle = tokio::spawn(
                     async move {
                         let result = pinger.ping(&member).await;
                         PingReport { member, result }
                     }
                     .in_current_span(),
-                )
+                );
+                PingTask::new(m.clone(), handle)
             })
             .collect()
     }
@@ -205,6 +236,32 @@ impl Pinger {
             .lock()
             .expect("pinger cache poisoned")
             .retain(|m, _| listed.contains(m.as_str()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt as _;
+
+    #[tokio::test]
+    async fn a_ping_task_that_panics_still_names_its_member() {
+        let mut set = PingSet::new();
+        set.push(PingTask::new(
+            "a:1".into(),
+            tokio::spawn(async { panic!("a ping task failed") }),
+        ));
+        let ok = PingReport {
+            member: "b:1".into(),
+            result: Ok(Duration::from_millis(1)),
+        };
+        set.push(PingTask::new("b:1".into(), tokio::spawn(async move { ok })));
+        let mut done: Vec<(String, bool)> = Vec::new();
+        while let Some((member, report)) = set.next().await {
+            done.push((member, report.is_some()));
+        }
+        done.sort();
+        assert_eq!(done, [("a:1".into(), false), ("b:1".into(), true)]);
     }
 }
 

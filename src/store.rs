@@ -169,6 +169,7 @@ struct Scripts {
     commit: Script,
     register: Script,
     table_state: Script,
+    replace_list: Script,
 }
 
 /// The Lua scripts, each with the shared checks of `store/prelude.lua` in front.
@@ -185,6 +186,7 @@ pub mod scripts {
     pub const COMMIT: &str = script!("store/commit.lua");
     pub const REGISTER: &str = script!("store/register.lua");
     pub const TABLE_STATE: &str = script!("store/table_state.lua");
+    pub const REPLACE_LIST: &str = script!("store/replace_list.lua");
 }
 
 /// A handle to one distribution's keys in Redis. Cheap to clone.
@@ -359,9 +361,27 @@ fn reply_err(op: &'static str, v: &Value) -> StoreError {
     }
 }
 
-/// Turns a script's `{-2, key, field, value, expected}` refusal into an error;
-/// any other reply passes through.
+/// Turns a script's refusals into errors: `{-2, key, field, value, expected}`
+/// (a value it will not use) and `{-3, key, actual, expected}` (a key of the
+/// wrong type); any other reply passes through.
 fn checked(v: Value) -> Result<Value, StoreError> {
+    if let Value::Array(items) = &v
+        && items.len() == 4
+        && int(&items[0]) == Some(-3)
+    {
+        let t = |i: usize| text(&items[i]).unwrap_or_default();
+        let expected = match t(3).as_str() {
+            "list" => "list",
+            "hash" => "hash",
+            "string" => "string",
+            _ => "other type",
+        };
+        return Err(StoreError::WrongType {
+            key: t(1),
+            expected,
+            actual: t(2),
+        });
+    }
     if let Value::Array(items) = &v
         && items.len() == 5
         && int(&items[0]) == Some(-2)
@@ -523,6 +543,7 @@ impl Store {
                 commit: Script::new(scripts::COMMIT),
                 register: Script::new(scripts::REGISTER),
                 table_state: Script::new(scripts::TABLE_STATE),
+                replace_list: Script::new(scripts::REPLACE_LIST),
             }),
             op_timeout,
         })
@@ -1209,8 +1230,13 @@ impl Store {
         Ok(self.remove_all(services_key, member).await? > 0)
     }
 
-    /// A member's row and the table generation, read atomically.
-    pub async fn read_row(&self, member: &str) -> Result<(Option<String>, u64), StoreError> {
+    /// A member's row (`None`: no field, not a member now) and the table
+    /// generation, read atomically. A generation that is not a valid counter
+    /// is returned as its own error, so that a reader can still follow its row.
+    pub async fn read_row(
+        &self,
+        member: &str,
+    ) -> Result<(Option<String>, Result<u64, StoreError>), StoreError> {
         let mut pipe = redis::pipe();
         pipe.atomic();
         pipe.cmd("HGET").arg(&self.keys.table).arg(member);
@@ -1220,11 +1246,17 @@ impl Store {
             .bounded(
                 "read row",
                 self.op_timeout,
-                pipe.query_async::<(Option<String>, Option<u64>)>(&mut conn),
+                pipe.query_async::<(Option<String>, Option<Vec<u8>>)>(&mut conn),
             )
             .await
         {
-            Ok((row, g)) => Ok((row, g.unwrap_or(0))),
+            Ok((row, g)) => {
+                let generation = match g {
+                    None => Ok(0),
+                    Some(raw) => stored_count(&self.keys.meta, "generation", &raw),
+                };
+                Ok((row, generation))
+            }
             Err(e) => {
                 let keys = [self.keys.table.as_str(), self.keys.meta.as_str()];
                 Err(self.classify(e, &keys, "hash").await)
@@ -1362,21 +1394,22 @@ impl Store {
         }
     }
 
-    /// Replaces the whole list `key` with `values`, atomically.
+    /// Replaces the whole list `key` with `values`, atomically; a key of
+    /// another type is refused (and left alone).
     pub async fn replace_list(&self, key: &str, values: &[String]) -> Result<(), StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        pipe.cmd("DEL").arg(key).ignore();
-        for chunk in values.chunks(1000) {
-            pipe.cmd("RPUSH").arg(key).arg(chunk).ignore();
-        }
         let mut conn = self.conn();
-        self.bounded(
-            "replace list",
-            self.op_timeout,
-            pipe.query_async::<()>(&mut conn),
-        )
-        .await
+        let mut inv = self.scripts.replace_list.prepare_invoke();
+        inv.key(key);
+        for v in values {
+            inv.arg(v);
+        }
+        let v: Value = self
+            .bounded("replace list", BULK_TIMEOUT, inv.invoke_async(&mut conn))
+            .await?;
+        match checked(v)? {
+            Value::Int(_) => Ok(()),
+            other => Err(reply_err("replace list", &other)),
+        }
     }
 
     /// Subscribes to `channels` on a dedicated connection, forever: on any error it

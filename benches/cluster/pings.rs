@@ -20,7 +20,7 @@ const CYCLES: usize = 10;
 async fn ping_cycle(pinger: &Pinger, members: &[String]) -> Vec<PingReport> {
     pinger
         .ping_tasks(members)
-        .map(|r| r.expect("a ping task panicked"))
+        .map(|(_, r)| r.expect("a ping task panicked"))
         .collect()
         .await
 }

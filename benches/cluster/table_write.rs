@@ -165,8 +165,7 @@ pub async fn run() {
                     m.clone(),
                     Health {
                         answered: true,
-                        failures: 0,
-                        failing_since_ms: None,
+                        ..Health::default()
                     },
                 )
             })

@@ -30,7 +30,7 @@ if not generation_floor then return invalid('ARGV', 'generation_floor', ARGV[7],
 
 local epoch_type = type_of(KEYS[2])
 if epoch_type ~= 'string' and epoch_type ~= 'none' then
-  return invalid(KEYS[2], '', epoch_type, 'a string holding ' .. COUNT)
+  return wrong_type(KEYS[2], epoch_type, 'string')
 end
 local epoch = 0
 if epoch_type == 'string' then

@@ -14,6 +14,11 @@ local function invalid(key, field, value, expected)
   return {-2, key, field or '', value or '', expected}
 end
 
+-- {-3, key, actual type, expected type}: a key of the wrong Redis type.
+local function wrong_type(key, actual, expected)
+  return {-3, key, actual, expected}
+end
+
 -- The integer held by `s` when it is canonical decimal text in 0..2^53-1,
 -- else nil.
 local function count(s)

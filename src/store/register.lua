@@ -3,10 +3,10 @@
 -- Also used by `distributor services|workunits add`.
 -- KEYS: the list
 -- ARGV: the entry, then LPUSH or RPUSH (members prepend, as the Go workers did)
--- Returns 1 when added, 0 when already listed, {-2, ...} when the key is not a list.
+-- Returns 1 when added, 0 when already listed, {-3, ...} when the key is not a list.
 local t = type_of(KEYS[1])
 if t ~= 'list' and t ~= 'none' then
-  return invalid(KEYS[1], '', t, 'a list')
+  return wrong_type(KEYS[1], t, 'list')
 end
 if redis.call('LPOS', KEYS[1], ARGV[1]) then
   return 0

@@ -230,7 +230,13 @@ pub async fn partition(docker: bollard::Docker) {
         units: 40,
     };
     let mut c = Cluster::start(&docker, "partition", opts).await;
-    let digest = c.checker.last().unwrap().matching_table().digest().to_string();
+    let digest = c
+        .checker
+        .last()
+        .unwrap()
+        .matching_table()
+        .digest()
+        .to_string();
     c.checker.freeze(Some(digest));
     let s = c.holder_sample().await;
     let (h, e) = c.holder_of(&s);

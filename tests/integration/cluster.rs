@@ -242,7 +242,10 @@ async fn cluster_fences_a_stale_holder() {
     assert_eq!(snap.raw.units, [b"x".to_vec()]);
     assert_eq!(snap.stored_digest.as_deref(), Some(t.digest()));
     assert_eq!(
-        store.read_row("w:1").await.unwrap(),
+        {
+            let (row, g) = store.read_row("w:1").await.unwrap();
+            (row, g.unwrap())
+        },
         (Some("u".to_string()), 1)
     );
 }

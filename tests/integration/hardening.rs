@@ -455,3 +455,98 @@ async fn an_embedder_gets_an_error_for_unusable_settings() {
     let e = distributor::Distributor::start(c).err().expect("refused");
     assert!(e.to_string().contains("renew interval"), "{e}");
 }
+
+/// Probe item 11: `workunits set` replaced a key of another type (printing
+/// `set 2 units`).
+#[tokio::test]
+async fn workunits_set_refuses_a_key_of_another_type() {
+    let redis = RedisServer::start();
+    let () = redis.cmd(&["HSET", UNITS, "keep", "me"]).await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
+        .args([
+            &format!("-redis-url={}", redis.url()),
+            &format!("-workunits-namespace={UNITS}"),
+            "workunits",
+            "set",
+            "a",
+            "b",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "must fail: {stderr}");
+    assert!(
+        stderr.contains(&format!("key {UNITS:?} holds a hash, expected a list")),
+        "{stderr}"
+    );
+    let kept: String = redis.cmd(&["HGET", UNITS, "keep"]).await;
+    assert_eq!(kept, "me", "the hash is untouched");
+    // A list (or nothing) is replaced as before.
+    let _: i64 = redis.cmd(&["DEL", UNITS]).await;
+    let store = Store::open(&redis.url(), TABLE, Duration::from_secs(2)).unwrap();
+    let many: Vec<String> = (0..2500).map(|i| format!("u{i}")).collect();
+    store.replace_list(UNITS, &many).await.unwrap();
+    let stored: Vec<String> = redis.cmd(&["LRANGE", UNITS, "0", "-1"]).await;
+    assert_eq!(stored, many);
+}
+
+/// Review item 23: `status` said only "has never answered a ping", not why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_says_why_a_member_fails() {
+    let units = units(4);
+    let (fleet, _) = Fleet::converged(|_| {}, 1, 1, &units).await;
+    // Port 1 on loopback refuses connections.
+    let () = fleet.redis.cmd(&["RPUSH", SERVICES, "127.0.0.1:1"]).await;
+    wait_for(
+        "the failure is recorded",
+        Duration::from_secs(5),
+        || async {
+            let h: Option<String> = fleet
+                .redis
+                .cmd(&["HGET", &keys().liveness, "127.0.0.1:1"])
+                .await;
+            h.is_some()
+        },
+    )
+    .await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
+        .args([
+            &format!("-redis-url={}", fleet.redis.url()),
+            &format!("-services-namespaces={SERVICES}"),
+            &format!("-workunits-namespace={UNITS}"),
+            &format!("-distribution-namespace={TABLE}"),
+            "status",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("127.0.0.1:1") && text.contains("has never answered a ping: unavailable"),
+        "{text}"
+    );
+    fleet.shutdown().await;
+}
+
+/// Probe item 3, member side: with an unreadable `meta.generation` (the float
+/// the old poisoning left behind), `Member` stopped following its row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_follows_its_row_even_with_an_unreadable_generation() {
+    let units = units(6);
+    let (fleet, _) = Fleet::converged(|_| {}, 2, 1, &units).await;
+    let () = fleet
+        .redis
+        .cmd(&["HSET", &keys().meta, "generation", "1.8446744073709552e+19"])
+        .await;
+    let member = fleet.members[0].as_ref().unwrap();
+    let () = fleet
+        .redis
+        .cmd(&["HSET", TABLE, member.id(), "moved-here"])
+        .await;
+    let mut rx = member.assignment();
+    wait_for("the member follows its row", Duration::from_secs(5), || {
+        let a = rx.borrow_and_update().clone();
+        async move { a.units == ["moved-here"] && a.in_table }
+    })
+    .await;
+    fleet.shutdown().await;
+}
