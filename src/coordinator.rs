@@ -25,7 +25,7 @@
 //! - on shutdown the in-flight cycle is dropped and the lease released, which
 //!   wakes the standbys at once.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::StreamExt as _;
 use std::sync::Arc;
@@ -51,6 +51,7 @@ use crate::store::{
     Acquisition, Claim, Commit, Committed, LeaseGrant, ListLimits, Notification, Renewal, Snapshot,
     Store,
 };
+use crate::suspicion::{self, GroupMembers, Guard, Review, Suspect, SuspectChanges};
 use crate::table::MatchingTable;
 use crate::unix_ms;
 
@@ -113,6 +114,9 @@ pub struct Status {
     pub table_writes: u64,
     pub fenced_writes: u64,
     pub lease_acquisitions: u64,
+    /// Members kept in the table although they fail, as suspects of a mass
+    /// failure that is not confirmed yet.
+    pub suspects: usize,
     /// Why no replica can hold the lease, when its key is not a replica's
     /// (no TTL, another type): seen by the last acquisition attempt.
     pub lease_problem: Option<String>,
@@ -230,9 +234,8 @@ struct Holding {
     lease: HeldLease,
     /// The lease's local deadline, for the cycle task's last check before writing.
     acts_until: watch::Sender<Instant>,
-    liveness: Liveness,
-    /// Liveness changes not yet persisted (a failed write is retried with the next).
-    unsaved: HealthChanges,
+    /// What the cycles carry from one to the next.
+    view: HolderView,
     next_cycle: Instant,
     cycle_started: Instant,
     /// The span of the cycle in flight; closed when its results are written.
@@ -240,7 +243,26 @@ struct Holding {
     /// Pings still running from the last cycle, for the next one.
     in_flight: InFlight,
     in_flight_members: HashSet<String>,
+}
+
+/// The holder's view of the members, handed to each cycle and back.
+#[derive(Clone)]
+struct HolderView {
+    liveness: Liveness,
+    /// Liveness changes not yet persisted (a failed write is retried with the next).
+    unsaved: HealthChanges,
+    /// Members of a mass failure not yet confirmed: their units stay.
+    suspects: BTreeMap<String, Suspect>,
+    unsaved_suspects: SuspectChanges,
     memo: Option<Memo>,
+}
+
+impl HolderView {
+    /// Whether `member` gets units: live, or suspected of a mass failure that
+    /// nobody confirmed yet.
+    fn keeps_units(&self, member: &str) -> bool {
+        self.liveness.is_live(member) || self.suspects.contains_key(member)
+    }
 }
 
 /// The last solved table and the key of its inputs, to skip re-solving.
@@ -270,11 +292,11 @@ struct CycleReport {
     epoch: u64,
     inputs: Inputs,
     failures: Vec<(String, PingFailure)>,
-    liveness: Liveness,
-    /// Liveness changes still to persist (empty after a successful write).
-    unsaved: HealthChanges,
+    /// The view after this cycle (unsaved changes are empty after a write).
+    view: HolderView,
     transitions: Vec<(String, bool)>,
-    memo: Memo,
+    /// What the mass-failure guard did this cycle.
+    review: Review,
     /// Per group: (name, live, failed).
     groups: Vec<(String, usize, usize)>,
     write: Write,
@@ -350,6 +372,7 @@ struct CycleContext {
     /// Pings of earlier cycles still running, and their members.
     carried: InFlight,
     carried_members: HashSet<String>,
+    guard: Guard,
 }
 
 impl CycleContext {
@@ -357,12 +380,7 @@ impl CycleContext {
         Instant::now() < *self.acts_until.borrow()
     }
 
-    async fn run(
-        mut self,
-        mut liveness: Liveness,
-        mut unsaved: HealthChanges,
-        mut memo: Option<Memo>,
-    ) -> Result<CycleReport, CycleError> {
+    async fn run(mut self, mut view: HolderView) -> Result<CycleReport, CycleError> {
         let read = info_span!(
             "read_inputs",
             lists = self.services.len() + 1,
@@ -405,7 +423,7 @@ impl CycleContext {
         let members: Vec<String> = inputs.members().map(str::to_string).collect();
         let was_live: HashSet<String> = members
             .iter()
-            .filter(|m| liveness.is_live(m))
+            .filter(|m| view.liveness.is_live(m))
             .cloned()
             .collect();
         let listed: Vec<String> = inputs
@@ -414,7 +432,7 @@ impl CycleContext {
                 inputs
                     .groups
                     .iter()
-                    .flat_map(|g| g.malformed.iter().map(String::as_str)),
+                    .flat_map(|g| g.malformed.iter().map(|m| m.name.as_str())),
             )
             .map(str::to_string)
             .collect();
@@ -488,25 +506,61 @@ impl CycleContext {
                     .unwrap_or_default()
             })
             .collect();
-        let results = all_reports.iter().zip(&why_failed).map(|(r, why)| {
-            let result = match r.result {
-                Ok(_) => Ok(()),
-                Err(_) => Err(why.as_str()),
-            };
-            (r.member.as_str(), result)
-        });
-        unsaved.merge(liveness.observe(results, listed.iter().map(String::as_str), unix_ms()));
-        let (m, write) = self
+        let malformed = inputs
+            .groups
+            .iter()
+            .flat_map(|g| g.malformed.iter().map(|m| (m.name.as_str(), Err(m.reason))));
+        // Malformed entries never answer: they fail every cycle, so that they
+        // show their reason and can be forgotten like any failing member.
+        let results = all_reports
+            .iter()
+            .zip(&why_failed)
+            .map(|(r, why)| {
+                let result = match r.result {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(why.as_str()),
+                };
+                (r.member.as_str(), result)
+            })
+            .chain(malformed);
+        let now_ms = unix_ms();
+        let changes = view
+            .liveness
+            .observe(results, listed.iter().map(String::as_str), now_ms);
+        view.unsaved.merge(changes);
+        // Most of a group failing at once: keep their units until confirmed.
+        let answered: HashMap<&str, bool> = all_reports
+            .iter()
+            .map(|r| (r.member.as_str(), r.result.is_ok()))
+            .collect();
+        let groups: Vec<GroupMembers<'_>> = inputs
+            .groups
+            .iter()
+            .map(|g| GroupMembers {
+                name: &g.name,
+                members: &g.members,
+            })
+            .collect();
+        let liveness = &view.liveness;
+        let review = suspicion::review(
+            self.guard,
+            &mut view.suspects,
+            &groups,
+            &was_live,
+            |m| liveness.is_live(m),
+            &answered,
+            &self.replica_id,
+            now_ms,
+        );
+        view.unsaved_suspects.record(&review, &view.suspects);
+        let write = self
             .settle(
                 &inputs,
-                &liveness,
-                &mut unsaved,
-                memo.take(),
+                &mut view,
                 &mut stored_digest,
                 &mut generation_floor,
             )
             .await;
-        memo = Some(m);
         let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
         for r in &all_reports {
             if let Err(f) = &r.result {
@@ -535,8 +589,8 @@ impl CycleContext {
 
         let transitions = members
             .iter()
-            .filter(|m| liveness.is_live(m) != was_live.contains(*m))
-            .map(|m| (m.clone(), liveness.is_live(m)))
+            .filter(|m| view.liveness.is_live(m) != was_live.contains(*m))
+            .map(|m| (m.clone(), view.liveness.is_live(m)))
             .collect();
         let failures = all_reports
             .into_iter()
@@ -546,7 +600,7 @@ impl CycleContext {
             .groups
             .iter()
             .map(|g| {
-                let live = g.members.iter().filter(|m| liveness.is_live(m)).count();
+                let live = g.members.iter().filter(|m| view.keeps_units(m)).count();
                 (
                     g.name.clone(),
                     live,
@@ -577,25 +631,48 @@ impl CycleContext {
             && !matches!(write, Write::Fenced(_) | Write::NotActing)
             && self.may_act()
         {
-            let doomed: HashSet<String> = liveness
-                .forgettable(unix_ms(), after.as_millis() as u64)
-                .into_iter()
-                .collect();
-            let pairs: Vec<(String, String)> = inputs
+            let now = unix_ms();
+            let after_ms = after.as_millis() as u64;
+            let view = &view;
+            let failing_long = |m: &str| {
+                view.liveness.health(m).is_some_and(|h| {
+                    h.failing_since_ms
+                        .is_some_and(|s| now.saturating_sub(s) >= after_ms)
+                })
+            };
+            // Never in a group that is mostly failing (the holder's own network,
+            // or a mass outage), and never a suspect of a mass failure.
+            let pairs: Vec<(String, Vec<u8>)> = inputs
                 .groups
                 .iter()
+                .filter(|g| {
+                    !suspicion::mostly_failing(
+                        &g.members,
+                        |m| view.keeps_units(m),
+                        self.guard.percent,
+                    )
+                })
                 .flat_map(|g| {
-                    g.members
+                    let members = g
+                        .members
                         .iter()
-                        .chain(&g.malformed)
-                        .filter(|m| doomed.contains(*m))
-                        .map(|m| (g.name.clone(), m.clone()))
+                        .filter(|m| failing_long(m) && !view.keeps_units(m))
+                        .map(|m| (g.name.clone(), m.as_bytes().to_vec()));
+                    let malformed = g
+                        .malformed
+                        .iter()
+                        .filter(|m| failing_long(&m.name))
+                        .map(|m| (g.name.clone(), m.raw.clone()));
+                    members.chain(malformed)
                 })
                 .collect();
             if !pairs.is_empty() {
-                match self.store.forget_many(&pairs).await {
+                match self.store.forget_many(&self.grant, &pairs).await {
                     Ok(removed) => {
-                        forgotten = removed.into_iter().map(|(list, m)| (m, list)).collect()
+                        forgotten = removed
+                            .into_iter()
+                            .map(|(list, m)| (crate::inputs::excerpt(&m), list))
+                            .collect()
                     }
                     Err(e) => tracing::warn!(error = %e, "could not forget long-failing members"),
                 }
@@ -606,10 +683,9 @@ impl CycleContext {
             epoch: self.grant.epoch,
             inputs,
             failures,
-            liveness,
-            unsaved,
+            view,
             transitions,
-            memo: memo.expect("settled at least once"),
+            review,
             groups,
             write,
             generation_floor,
@@ -624,24 +700,27 @@ impl CycleContext {
     async fn settle(
         &self,
         inputs: &Inputs,
-        liveness: &Liveness,
-        unsaved: &mut HealthChanges,
-        memo: Option<Memo>,
+        view: &mut HolderView,
         stored_digest: &mut Option<String>,
         generation_floor: &mut u64,
-    ) -> (Memo, Write) {
-        let key = inputs_key(inputs, liveness);
-        let memo = match memo {
+    ) -> Write {
+        let key = inputs_key(inputs, |m| view.keeps_units(m));
+        let memo = match view.memo.take() {
             Some(m) if m.key == key => m,
             _ => {
-                let (inp, live) = (inputs.clone(), liveness.clone());
+                let inp = inputs.clone();
+                let live: HashSet<String> = inputs
+                    .members()
+                    .filter(|m| view.keeps_units(m))
+                    .map(str::to_string)
+                    .collect();
                 let assign = info_span!(
                     "assign",
                     units = inputs.units.len(),
                     groups = inputs.groups.len()
                 );
                 let table = tokio::task::spawn_blocking(move || {
-                    assign.in_scope(|| MatchingTable::solve(&inp, |m| live.is_live(m)))
+                    assign.in_scope(|| MatchingTable::solve(&inp, |m| live.contains(m)))
                 })
                 .await
                 .expect("solving the table does not panic");
@@ -652,17 +731,19 @@ impl CycleContext {
             }
         };
         let table = memo.table.clone();
+        view.memo = Some(memo);
         let digest = table.digest();
         let table_changed = stored_digest.as_deref() != Some(digest);
-        if !table_changed && unsaved.is_empty() {
-            return (memo, Write::Unchanged);
+        if !table_changed && view.unsaved.is_empty() && view.unsaved_suspects.is_empty() {
+            return Write::Unchanged;
         }
         if !self.may_act() {
-            return (memo, Write::NotActing);
+            return Write::NotActing;
         }
         let commit = Commit {
             table: table_changed.then_some(&*table),
-            health: unsaved,
+            health: &view.unsaved,
+            suspects: &view.unsaved_suspects,
             generation_floor: *generation_floor,
             holder_id: &self.replica_id,
             now_ms: unix_ms(),
@@ -672,12 +753,12 @@ impl CycleContext {
             epoch = self.grant.epoch,
             table = table_changed,
             rows = table.len(),
-            health_changes = unsaved.set.len() + unsaved.removed.len(),
+            health_changes = view.unsaved.set.len() + view.unsaved.removed.len(),
             generation = Empty,
             otel.status_code = Empty,
             otel.status_message = Empty,
         );
-        let outcome = match self
+        match self
             .store
             .commit(&self.grant, &commit)
             .instrument(span.clone())
@@ -690,7 +771,8 @@ impl CycleContext {
                     *generation_floor = (*generation_floor).max(g);
                     *stored_digest = Some(digest.to_string());
                 }
-                *unsaved = HealthChanges::default();
+                view.unsaved = HealthChanges::default();
+                view.unsaved_suspects = SuspectChanges::default();
                 Write::Written { generation }
             }
             Ok(Committed::Fenced { reason }) => {
@@ -701,8 +783,7 @@ impl CycleContext {
                 mark_error(&span, &e.to_string());
                 Write::Failed(e)
             }
-        };
-        (memo, outcome)
+        }
     }
 }
 
@@ -941,12 +1022,15 @@ impl Coordinator {
         lease_span(&self.config.replica_id, transition, epoch).in_scope(|| {
             tracing::warn!(replica = %self.config.replica_id, epoch, reason = why, "stepping down to standby")
         });
-        if let Some(lease) = lease.filter(|_| transition == "lapsed") {
+        // A lease that lapsed locally may still be ours in Redis, and one we
+        // hand over is: give it back (fenced by its token), so that a standby
+        // need not wait out the TTL.
+        if let Some(lease) = lease.filter(|_| matches!(transition, "lapsed" | "abdicated")) {
             let (store, grant) = (self.store.clone(), lease.grant.clone());
             self.released_epoch = Some(grant.epoch);
             tokio::spawn(async move {
                 if let Ok(true) = store.release(&grant).await {
-                    tracing::info!(epoch = grant.epoch, "lapsed lease given back");
+                    tracing::info!(epoch = grant.epoch, "lease given back");
                 }
             });
         }
@@ -985,22 +1069,34 @@ impl Coordinator {
                 // Liveness history lets this holder write the same table as the
                 // last one. If it cannot be read, start without it (logged):
                 // giving the lease back would only make every replica retry.
-                let loaded = self.store.load_liveness().await;
+                let loaded = self.store.load_holding().await;
                 self.redis_result(&loaded);
-                let (stored, generation) = loaded.unwrap_or_else(|e| {
+                let inherited = loaded.unwrap_or_else(|e| {
                     tracing::error!(error = %e, key = %self.store.keys().liveness, "could not load liveness history; starting without it");
                     Default::default()
                 });
-                let (liveness, bad) = Liveness::restore(self.config.failure_threshold, stored);
+                let (liveness, bad) =
+                    Liveness::restore(self.config.failure_threshold, inherited.liveness);
                 for (member, value) in bad {
                     tracing::warn!(key = %self.store.keys().liveness, member, value, "ignoring unreadable liveness entry");
                 }
+                for (member, value) in &inherited.unreadable_suspects {
+                    tracing::warn!(key = %self.store.keys().suspects, member, value, "ignoring unreadable suspect entry");
+                }
+                if !inherited.suspects.is_empty() {
+                    tracing::warn!(
+                        suspects = inherited.suspects.len(),
+                        "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
+                    );
+                }
+                let generation = inherited.generation;
+                let h_count = liveness.iter().count();
                 self.generation_floor = self.generation_floor.max(generation);
                 lease_span(&self.config.replica_id, "acquired", lease.epoch()).in_scope(|| {
                     tracing::info!(
                         replica = %self.config.replica_id,
                         epoch = lease.epoch(),
-                        known_members = liveness.iter().count(),
+                        known_members = h_count,
                         "lease acquired; acting as holder"
                     )
                 });
@@ -1016,14 +1112,18 @@ impl Coordinator {
                 State::Holder(Box::new(Holding {
                     lease,
                     acts_until,
-                    liveness,
-                    unsaved: HealthChanges::default(),
+                    view: HolderView {
+                        liveness,
+                        unsaved: HealthChanges::default(),
+                        suspects: inherited.suspects,
+                        unsaved_suspects: SuspectChanges::default(),
+                        memo: None,
+                    },
                     next_cycle: Instant::now(),
                     cycle_started: Instant::now(),
                     cycle_span: Span::none(),
                     in_flight: InFlight::new(),
                     in_flight_members: HashSet::new(),
-                    memo: None,
                 }))
             }
             Ok(Acquisition::Held {
@@ -1153,9 +1253,12 @@ impl Coordinator {
             generation_floor: self.generation_floor,
             carried: std::mem::take(&mut h.in_flight),
             carried_members: std::mem::take(&mut h.in_flight_members),
+            guard: Guard {
+                percent: self.config.mass_failure_percent,
+                confirm_ms: self.config.mass_failure_confirm.as_millis() as u64,
+            },
         };
-        let (liveness, unsaved, memo) = (h.liveness.clone(), h.unsaved.clone(), h.memo.clone());
-        ctx.run(liveness, unsaved, memo)
+        ctx.run(h.view.clone())
     }
 
     /// Takes a finished cycle's results into the holder's state.
@@ -1210,12 +1313,14 @@ impl Coordinator {
             return State::Holder(h);
         }
         span.in_scope(|| self.log_inputs(&report));
-        h.liveness = report.liveness;
-        h.unsaved = report.unsaved;
+        span.in_scope(|| log_review(&report.review, &report.view));
+        h.view = report.view;
         h.in_flight = report.in_flight;
         h.in_flight_members = report.in_flight_members;
-        let table = report.memo.table.clone();
-        h.memo = Some(report.memo);
+        let table = h.view.memo.as_ref().expect("settled").table.clone();
+        let abdicate = report.review.new_episode()
+            && matches!(report.write, Write::Written { .. })
+            && self.status.borrow().census.is_none_or(|c| c.replicas > 1);
         self.generation_floor = self.generation_floor.max(report.generation_floor);
         for (member, list) in &report.forgotten {
             span.in_scope(|| {
@@ -1302,7 +1407,16 @@ impl Coordinator {
             s.invalid_inputs = report.inputs.rejections.len();
             s.invalid_by_kind = by_kind;
             s.groups = report.groups;
+            s.suspects = h.view.suspects.len();
         });
+        if abdicate {
+            return self.step_down(
+                "abdicated",
+                "most of a group failed at once, which this replica's own network may cause: \
+                 handing the lease over so that another replica can confirm",
+                Some(&h.lease),
+            );
+        }
         State::Holder(h)
     }
 
@@ -1368,6 +1482,33 @@ impl Coordinator {
                 "more members failing (only the first {LOG_FIRST} are logged)"
             );
         }
+    }
+}
+
+/// Logs what the mass-failure guard did in one cycle.
+fn log_review(review: &Review, view: &HolderView) {
+    for (group, failed, live_before) in &review.episodes {
+        tracing::warn!(
+            group,
+            failed = failed.len(),
+            live_before,
+            first = %failed.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(","),
+            "mass failure: most of a group failed at once; keeping their units until another replica confirms it or -mass-failure-confirm passes"
+        );
+    }
+    if !review.confirmed.is_empty() {
+        tracing::warn!(
+            confirmed = review.confirmed.len(),
+            first = %review.confirmed.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(","),
+            "mass failure confirmed: their units move"
+        );
+    }
+    if !review.cleared.is_empty() {
+        tracing::info!(
+            cleared = review.cleared.len(),
+            still_suspected = view.suspects.len(),
+            "suspects answer again (the failure was not theirs): their units stay"
+        );
     }
 }
 
@@ -1477,7 +1618,7 @@ where
 
 /// Identifies what the table depends on: the live members of each group and the
 /// units. Equal keys mean an equal table, so solving can be skipped.
-fn inputs_key(inputs: &Inputs, liveness: &Liveness) -> u128 {
+fn inputs_key(inputs: &Inputs, keeps_units: impl Fn(&str) -> bool) -> u128 {
     let mut h = Xxh3::new();
     let mut put = |tag: u8, s: &str| {
         h.update(&[tag]);
@@ -1486,7 +1627,7 @@ fn inputs_key(inputs: &Inputs, liveness: &Liveness) -> u128 {
     };
     for g in &inputs.groups {
         put(1, &g.name);
-        for m in g.members.iter().filter(|m| liveness.is_live(m)) {
+        for m in g.members.iter().filter(|m| keeps_units(m)) {
             put(2, m);
         }
     }

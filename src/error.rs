@@ -37,6 +37,9 @@ pub enum StoreError {
     /// A reply of an unexpected shape (a script from another version?).
     #[error("unexpected reply to {op}: {detail}")]
     Reply { op: &'static str, detail: String },
+    /// A fenced call refused by Redis: this replica no longer holds the lease.
+    #[error("redis refused {op}: the lease moved on ({reason})")]
+    Fenced { op: &'static str, reason: String },
     /// A stored value that a script refuses to use (or, with key `ARGV`, an
     /// argument); the script wrote nothing. `value` is escaped and shortened.
     #[error(
@@ -76,7 +79,8 @@ impl StoreError {
             StoreError::WrongType { .. }
             | StoreError::Reply { .. }
             | StoreError::TooLong { .. }
-            | StoreError::InvalidState { .. } => false,
+            | StoreError::InvalidState { .. }
+            | StoreError::Fenced { .. } => false,
             StoreError::Redis { source, .. } => {
                 use redis::RetryMethod::*;
                 !matches!(source.retry_method(), NoRetry) || source.is_io_error()
@@ -104,6 +108,7 @@ impl StoreError {
             StoreError::TooLong { .. } => "too_long",
             StoreError::Reply { .. } => "reply",
             StoreError::InvalidState { .. } => "invalid_state",
+            StoreError::Fenced { .. } => "fenced",
             StoreError::Redis { source, .. } if source.is_io_error() => "io",
             StoreError::Redis { .. } if self.server_code() == Some("NOPERM") => "no_permission",
             StoreError::Redis { .. } => "server",

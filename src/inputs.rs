@@ -33,7 +33,17 @@ pub struct Group {
     /// Distinct, well-formed member addresses, sorted.
     pub members: Vec<String>,
     /// Listed entries that cannot be pinged; they count as failing members.
-    pub malformed: Vec<String>,
+    pub malformed: Vec<Malformed>,
+}
+
+/// A services list entry that is not a member address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed {
+    /// The entry as text (lossy for non-UTF-8): its name in liveness and status.
+    pub name: String,
+    /// The entry exactly as listed, to remove it (`-forget-after`).
+    pub raw: Vec<u8>,
+    pub reason: &'static str,
 }
 
 /// Validated, deduplicated inputs of one holder cycle.
@@ -245,7 +255,11 @@ pub fn normalize(raw: &RawInputs) -> Inputs {
                 value: excerpt(entry),
                 reason,
             });
-            malformed.push(String::from_utf8_lossy(entry).into_owned());
+            malformed.push(Malformed {
+                name: String::from_utf8_lossy(entry).into_owned(),
+                raw: entry.to_vec(),
+                reason,
+            });
         }
         groups_by_name.insert(
             name,
@@ -372,7 +386,12 @@ mod tests {
     fn malformed_members_stay_listed_as_failing() {
         let inputs = normalize(&raw(&[("g", &["h:1", "nonsense", "h:1"])], &[]));
         assert_eq!(inputs.groups[0].members, ["h:1"]);
-        assert_eq!(inputs.groups[0].malformed, ["nonsense"]);
+        let bad = &inputs.groups[0].malformed;
+        assert_eq!(bad.len(), 1);
+        assert_eq!(
+            (bad[0].name.as_str(), bad[0].raw.as_slice()),
+            ("nonsense", &b"nonsense"[..])
+        );
         assert_eq!(inputs.rejections.len(), 1);
         assert_eq!(inputs.rejections[0].kind(), "address");
     }

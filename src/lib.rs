@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod pinger;
 pub mod ring;
 pub mod store;
+pub mod suspicion;
 pub mod table;
 pub mod telemetry;
 pub mod tls;

@@ -61,6 +61,7 @@ pub struct Metrics {
     pub census_index: Gauge,
     pub members: Family<GroupState, Gauge>,
     pub work_units: Gauge,
+    pub suspects: Gauge,
     pub invalid_inputs: Family<Kind, Gauge>,
     pub table_writes: Counter,
     pub fenced_writes: Counter,
@@ -125,6 +126,12 @@ impl Metrics {
             "work_units",
             "Distinct valid work units (holder only)",
             work_units.clone(),
+        );
+        let suspects = Gauge::default();
+        r.register(
+            "suspected_members",
+            "Failing members kept in the table as suspects of an unconfirmed mass failure (holder only)",
+            suspects.clone(),
         );
         let invalid_inputs = Family::<Kind, Gauge>::default();
         r.register(
@@ -201,6 +208,7 @@ impl Metrics {
             census_index,
             members,
             work_units,
+            suspects,
             invalid_inputs,
             table_writes,
             fenced_writes,
@@ -286,6 +294,7 @@ impl Metrics {
         }
         if s.role == Role::Holder {
             self.work_units.set(s.units as i64);
+            self.suspects.set(s.suspects as i64);
             self.set_members(&s.groups);
             for kind in ["unit", "address", "duplicate_member"] {
                 let n: usize = s
@@ -301,6 +310,7 @@ impl Metrics {
         } else {
             // Only the holder observes members; a standby's view would be stale.
             self.set_members(&[]);
+            self.suspects.set(0);
         }
     }
 }

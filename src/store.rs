@@ -22,6 +22,7 @@ use crate::error::StoreError;
 use crate::inputs::RawInputs;
 use crate::keys::Keys;
 use crate::liveness::HealthChanges;
+use crate::suspicion::{Suspect, SuspectChanges};
 use crate::table::MatchingTable;
 
 mod guard;
@@ -170,6 +171,7 @@ struct Scripts {
     register: Script,
     table_state: Script,
     replace_list: Script,
+    forget: Script,
 }
 
 /// The Lua scripts, each with the shared checks of `store/prelude.lua` in front.
@@ -187,6 +189,7 @@ pub mod scripts {
     pub const REGISTER: &str = script!("store/register.lua");
     pub const TABLE_STATE: &str = script!("store/table_state.lua");
     pub const REPLACE_LIST: &str = script!("store/replace_list.lua");
+    pub const FORGET: &str = script!("store/forget.lua");
 }
 
 /// A handle to one distribution's keys in Redis. Cheap to clone.
@@ -306,9 +309,21 @@ pub struct Commit<'a> {
     /// The new table, or `None` to write only liveness changes.
     pub table: Option<&'a MatchingTable>,
     pub health: &'a HealthChanges,
+    /// Mass-failure suspects to record or clear (`{T}:suspects`).
+    pub suspects: &'a SuspectChanges,
     pub generation_floor: u64,
     pub holder_id: &'a str,
     pub now_ms: u64,
+}
+
+/// What a new holder reads from the last one ([`Store::load_holding`]).
+#[derive(Debug, Clone, Default)]
+pub struct Inheritance {
+    /// member → persisted liveness, undecoded.
+    pub liveness: HashMap<String, String>,
+    pub suspects: std::collections::BTreeMap<String, Suspect>,
+    pub unreadable_suspects: Vec<(String, String)>,
+    pub generation: u64,
 }
 
 /// The outcome of a fenced write.
@@ -544,6 +559,7 @@ impl Store {
                 register: Script::new(scripts::REGISTER),
                 table_state: Script::new(scripts::TABLE_STATE),
                 replace_list: Script::new(scripts::REPLACE_LIST),
+                forget: Script::new(scripts::FORGET),
             }),
             op_timeout,
         })
@@ -1004,7 +1020,8 @@ impl Store {
             .key(&self.keys.meta)
             .key(&self.keys.epoch)
             .key(&self.keys.lease)
-            .key(&self.keys.liveness);
+            .key(&self.keys.liveness)
+            .key(&self.keys.suspects);
         let digest = c.table.map(MatchingTable::digest).unwrap_or_default();
         let rows = c.table.map_or(0, MatchingTable::len);
         inv.arg(&grant.token)
@@ -1017,7 +1034,9 @@ impl Store {
             .arg(if c.table.is_some() { "1" } else { "0" })
             .arg(rows)
             .arg(c.health.set.len())
-            .arg(c.health.removed.len());
+            .arg(c.health.removed.len())
+            .arg(c.suspects.set.len())
+            .arg(c.suspects.removed.len());
         if let Some(t) = c.table {
             for (member, units) in t.rows() {
                 inv.arg(member).arg(units);
@@ -1027,6 +1046,12 @@ impl Store {
             inv.arg(member).arg(h.encode());
         }
         for member in &c.health.removed {
+            inv.arg(member);
+        }
+        for (member, s) in &c.suspects.set {
+            inv.arg(member).arg(s.encode());
+        }
+        for member in &c.suspects.removed {
             inv.arg(member);
         }
         // A big table takes longer to transfer than a lease renewal.
@@ -1093,13 +1118,15 @@ impl Store {
         Ok(highest)
     }
 
-    /// Persisted liveness of every member, and the stored generation.
-    pub async fn load_liveness(&self) -> Result<(HashMap<String, String>, u64), StoreError> {
+    /// What a new holder inherits: persisted liveness of every member, the
+    /// mass-failure suspects (unreadable entries are dropped and logged by the
+    /// caller), and the highest stored generation.
+    pub async fn load_holding(&self) -> Result<Inheritance, StoreError> {
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(&self.keys.liveness);
-        pipe.cmd("HGET").arg(&self.keys.meta).arg("generation");
+        pipe.cmd("HGETALL").arg(&self.keys.suspects);
         let mut conn = self.conn();
-        let (map, generation): (HashMap<String, String>, Option<u64>) = match self
+        let (liveness, suspects): (HashMap<String, String>, HashMap<String, String>) = match self
             .bounded(
                 "read liveness",
                 self.op_timeout,
@@ -1109,37 +1136,118 @@ impl Store {
         {
             Ok(r) => r,
             Err(e) => {
-                let keys = [self.keys.liveness.as_str(), self.keys.meta.as_str()];
+                let keys = [self.keys.liveness.as_str(), self.keys.suspects.as_str()];
                 return Err(self.classify(e, &keys, "hash").await);
             }
         };
-        Ok((map, generation.unwrap_or(0)))
-    }
-
-    /// Removes each `(list, member)` pair in one pipelined round trip; returns
-    /// the pairs that were actually listed.
-    pub async fn forget_many(
-        &self,
-        pairs: &[(String, String)],
-    ) -> Result<Vec<(String, String)>, StoreError> {
-        let cmds = pairs
-            .iter()
-            .map(|(list, member)| {
-                (
-                    list.clone(),
-                    redis::cmd("LREM").arg(list).arg(0).arg(member).to_owned(),
-                )
+        let generation = self.read_generation().await?;
+        let mut bad = Vec::new();
+        let suspects = suspects
+            .into_iter()
+            .filter_map(|(m, v)| match Suspect::decode(&v) {
+                Some(s) => Some((m, s)),
+                None => {
+                    bad.push((m, v));
+                    None
+                }
             })
             .collect();
-        let removed = self
-            .pipelined(self.conn(), "forget members", self.op_timeout, cmds)
-            .await?;
-        Ok(pairs
+        Ok(Inheritance {
+            liveness,
+            suspects,
+            unreadable_suspects: bad,
+            generation,
+        })
+    }
+
+    /// Removes each `(list, entry)` pair for `-forget-after`, fenced by the
+    /// lease: Redis checks token and epoch in the same script as the `LREM`s.
+    /// Returns the pairs that were listed. On Redis Cluster a list outside the
+    /// table's slot cannot share that script: its `LREM` follows a fenced check
+    /// on the table's slot instead (a window of one round trip).
+    pub async fn forget_many(
+        &self,
+        grant: &LeaseGrant,
+        pairs: &[(String, Vec<u8>)],
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let cluster = matches!(self.conn(), Conn::Cluster(_));
+        let table_slot = crate::keys::slot(&self.keys.table);
+        type Pairs<'p> = Vec<&'p (String, Vec<u8>)>;
+        let (near, far): (Pairs, Pairs) = pairs
             .iter()
-            .zip(removed)
-            .filter(|(_, n)| int(n).unwrap_or(0) > 0)
-            .map(|(p, _)| p.clone())
-            .collect())
+            .partition(|(list, _)| !cluster || crate::keys::slot(list) == table_slot);
+        let mut removed = Vec::new();
+        if !near.is_empty() {
+            removed.extend(self.forget_fenced(grant, &near).await?);
+        }
+        for (list, entry) in far {
+            if self.forget_fenced(grant, &[]).await.is_ok() {
+                let n = self.remove_all_bytes(list, entry).await?;
+                if n > 0 {
+                    removed.push((list.clone(), entry.clone()));
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// One `forget.lua` call over `pairs` (all in the table's slot); with no
+    /// pairs, only the fencing check.
+    async fn forget_fenced(
+        &self,
+        grant: &LeaseGrant,
+        pairs: &[&(String, Vec<u8>)],
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let mut lists: Vec<&str> = pairs.iter().map(|(l, _)| l.as_str()).collect();
+        lists.sort();
+        lists.dedup();
+        let mut inv = self.scripts.forget.prepare_invoke();
+        inv.key(&self.keys.lease).key(&self.keys.epoch);
+        for l in &lists {
+            inv.key(*l);
+        }
+        inv.arg(&grant.token).arg(grant.epoch);
+        for (list, entry) in pairs {
+            let n = lists.binary_search(&list.as_str()).expect("listed") + 1;
+            inv.arg(n).arg(entry.as_slice());
+        }
+        let mut conn = self.conn();
+        let v: Value = self
+            .bounded(
+                "forget members",
+                self.op_timeout,
+                inv.invoke_async(&mut conn),
+            )
+            .await?;
+        match checked(v)? {
+            Value::Array(items) if int(&items[0]) == Some(1) => Ok(pairs
+                .iter()
+                .zip(&items[1..])
+                .filter(|(_, n)| int(n).unwrap_or(0) > 0)
+                .map(|(p, _)| (*p).clone())
+                .collect()),
+            Value::Array(items) if int(&items[0]) == Some(0) => Err(StoreError::Fenced {
+                op: "forget members",
+                reason: items.get(1).and_then(text).unwrap_or_default(),
+            }),
+            other => Err(reply_err("forget members", &other)),
+        }
+    }
+
+    async fn remove_all_bytes(&self, key: &str, value: &[u8]) -> Result<usize, StoreError> {
+        let mut conn = self.conn();
+        let cmd = redis::cmd("LREM").arg(key).arg(0).arg(value).to_owned();
+        match self
+            .bounded(
+                "remove from list",
+                self.op_timeout,
+                cmd.query_async::<usize>(&mut conn),
+            )
+            .await
+        {
+            Ok(n) => Ok(n),
+            Err(e) => Err(self.classify(e, &[key], "list").await),
+        }
     }
 
     /// One census step (seed 002): `INCR` this interval's counter, read the previous
@@ -1379,19 +1487,7 @@ impl Store {
 
     /// Removes every occurrence of `value` from the list `key`.
     pub async fn remove_all(&self, key: &str, value: &str) -> Result<usize, StoreError> {
-        let mut conn = self.conn();
-        let cmd = redis::cmd("LREM").arg(key).arg(0).arg(value).to_owned();
-        match self
-            .bounded(
-                "remove from list",
-                self.op_timeout,
-                cmd.query_async::<usize>(&mut conn),
-            )
-            .await
-        {
-            Ok(n) => Ok(n),
-            Err(e) => Err(self.classify(e, &[key], "list").await),
-        }
+        self.remove_all_bytes(key, value.as_bytes()).await
     }
 
     /// Replaces the whole list `key` with `values`, atomically; a key of

@@ -112,6 +112,7 @@ pub async fn run() {
                 &Commit {
                     table: Some(table),
                     health: &no_health,
+                    suspects: &distributor::suspicion::NO_SUSPECTS,
                     generation_floor: 0,
                     holder_id: "bench",
                     now_ms: distributor::unix_ms(),
@@ -179,6 +180,7 @@ pub async fn run() {
             &Commit {
                 table: Some(&full),
                 health: &health,
+                suspects: &distributor::suspicion::NO_SUSPECTS,
                 generation_floor: 0,
                 holder_id: "bench",
                 now_ms: distributor::unix_ms(),
@@ -205,6 +207,7 @@ pub async fn run() {
             &Commit {
                 table: Some(&short),
                 health: &no_health,
+                suspects: &distributor::suspicion::NO_SUSPECTS,
                 generation_floor: 0,
                 holder_id: "stale",
                 now_ms: distributor::unix_ms(),

@@ -1,9 +1,11 @@
 -- The only writer of the matching table: a fenced, atomic replace.
--- KEYS: table, meta, epoch, lease, liveness
+-- KEYS: table, meta, epoch, lease, liveness, suspects
 -- ARGV: token, epoch, generation_floor, digest, now_ms, holder_id, channel,
 --       write_table (0|1), n_rows, n_health_set, n_health_del,
+--       n_suspect_set, n_suspect_del,
 --       then n_rows (member, units) pairs, n_health_set (member, state) pairs,
---       and n_health_del member names.
+--       n_health_del member names, n_suspect_set (member, suspicion) pairs and
+--       n_suspect_del member names.
 -- Returns {1, generation} (generation -1 when only liveness was written),
 -- {0, reason} when the caller no longer holds the lease (Redis itself rejects
 -- a stale holder's write), or {-2, key, field, value, expected} when a stored
@@ -22,9 +24,12 @@ local argv_floor = count(ARGV[3])
 if not argv_floor then return invalid('ARGV', 'generation_floor', ARGV[3], COUNT) end
 if not count(ARGV[5]) then return invalid('ARGV', 'now_ms', ARGV[5], COUNT) end
 local n_rows, n_set, n_del = count(ARGV[9]), count(ARGV[10]), count(ARGV[11])
-if not (n_rows and n_set and n_del) or #ARGV ~= 11 + 2 * n_rows + 2 * n_set + n_del then
-  return invalid('ARGV', 'counts', (ARGV[9] or '') .. ' ' .. (ARGV[10] or '') .. ' ' ..
-    (ARGV[11] or '') .. ' for ' .. #ARGV .. ' arguments', 'counts that match the arguments')
+local n_sus, n_unsus = count(ARGV[12]), count(ARGV[13])
+if not (n_rows and n_set and n_del and n_sus and n_unsus)
+  or #ARGV ~= 13 + 2 * n_rows + 2 * n_set + n_del + 2 * n_sus + n_unsus then
+  return invalid('ARGV', 'counts', table.concat({ARGV[9] or '', ARGV[10] or '', ARGV[11] or '',
+    ARGV[12] or '', ARGV[13] or ''}, ' ') .. ' for ' .. #ARGV .. ' arguments',
+    'counts that match the arguments')
 end
 local write_table = ARGV[8] == '1'
 
@@ -52,6 +57,7 @@ if write_table then
   end
 end
 local liveness_type = type_of(KEYS[5])
+local suspects_type = type_of(KEYS[6])
 
 -- Writes from here on; none of them can fail.
 if meta_type ~= 'hash' and meta_type ~= 'none' then
@@ -59,6 +65,9 @@ if meta_type ~= 'hash' and meta_type ~= 'none' then
 end
 if liveness_type ~= 'hash' and liveness_type ~= 'none' then
   redis.call('DEL', KEYS[5])
+end
+if suspects_type ~= 'hash' and suspects_type ~= 'none' then
+  redis.call('DEL', KEYS[6])
 end
 
 -- HSET/HDEL in chunks: Lua's unpack() is limited to a few thousand values.
@@ -72,9 +81,11 @@ local function apply(cmd, key, first, last)
   end
 end
 
-local rows_at = 12
+local rows_at = 14
 local set_at = rows_at + 2 * n_rows
 local del_at = set_at + 2 * n_set
+local sus_at = del_at + n_del
+local unsus_at = sus_at + 2 * n_sus
 
 if write_table then
   redis.call('DEL', KEYS[1])
@@ -83,7 +94,9 @@ if write_table then
     'epoch', ARGV[2], 'writer', ARGV[6], 'written_at_ms', ARGV[5], 'members', n_rows)
 end
 apply('HSET', KEYS[5], set_at, del_at - 1)
-apply('HDEL', KEYS[5], del_at, del_at + n_del - 1)
+apply('HDEL', KEYS[5], del_at, sus_at - 1)
+apply('HSET', KEYS[6], sus_at, unsus_at - 1)
+apply('HDEL', KEYS[6], unsus_at, unsus_at + n_unsus - 1)
 if write_table then
   redis.call('PUBLISH', ARGV[7], generation)
 end

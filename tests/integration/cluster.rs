@@ -217,6 +217,7 @@ async fn cluster_fences_a_stale_holder() {
     let commit = |id| Commit {
         table: Some(&t),
         health: &none,
+        suspects: &distributor::suspicion::NO_SUSPECTS,
         generation_floor: 0,
         holder_id: id,
         now_ms: 2,

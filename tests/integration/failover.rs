@@ -3,11 +3,9 @@
 
 use std::time::Duration;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use distributor::Role;
-use distributor::proto::grpc_pinger_server::{GrpcPinger, GrpcPingerServer};
 
 use crate::support::*;
 
@@ -62,49 +60,6 @@ async fn graceful_shutdown_hands_over_at_once() {
     assert!(handover < Duration::from_millis(900), "{handover:?}");
     assert_eq!(fleet.table().await, before);
     fleet.shutdown().await;
-}
-
-/// A worker whose ping answers can be switched off and on.
-struct FlakyWorker {
-    addr: String,
-    healthy: Arc<AtomicBool>,
-    server: tokio::task::JoinHandle<()>,
-}
-
-#[derive(Clone)]
-struct Flaky(Arc<AtomicBool>);
-
-#[tonic::async_trait]
-impl GrpcPinger for Flaky {
-    async fn ping(&self, _: tonic::Request<()>) -> Result<tonic::Response<()>, tonic::Status> {
-        if self.0.load(Ordering::SeqCst) {
-            Ok(tonic::Response::new(()))
-        } else {
-            Err(tonic::Status::unavailable("switched off by the test"))
-        }
-    }
-}
-
-impl FlakyWorker {
-    async fn start(fleet: &Fleet) -> FlakyWorker {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let healthy = Arc::new(AtomicBool::new(true));
-        let service = GrpcPingerServer::new(Flaky(healthy.clone()));
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        let server = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming)
-                .await;
-        });
-        let () = fleet.redis.cmd(&["RPUSH", SERVICES, &addr]).await;
-        FlakyWorker {
-            addr,
-            healthy,
-            server,
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

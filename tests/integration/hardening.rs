@@ -207,6 +207,7 @@ async fn scripts_validate_everything_before_their_first_write() {
     let commit = |t| Commit {
         table: Some(t),
         health: &none,
+        suspects: &distributor::suspicion::NO_SUSPECTS,
         generation_floor: 0,
         holder_id: "a",
         now_ms: 1,
@@ -548,5 +549,206 @@ async fn a_member_follows_its_row_even_with_an_unreadable_generation() {
         async move { a.units == ["moved-here"] && a.in_table }
     })
     .await;
+    fleet.shutdown().await;
+}
+
+/// Review item 20: a holder that could not reach the workers emptied the
+/// table. Most of a group failing at once is held until confirmed; alone, a
+/// replica confirms it after `-mass-failure-confirm`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_holder_holds_a_mass_failure_until_it_is_confirmed() {
+    let units = units(16);
+    let confirm = Duration::from_millis(1500);
+    let (mut fleet, before) =
+        Fleet::converged(|c| c.mass_failure_confirm = confirm, 4, 1, &units).await;
+    let t0 = tokio::time::Instant::now();
+    for i in 0..3 {
+        fleet.members[i].take().unwrap().abort();
+    }
+    wait_for(
+        "the suspects are reported",
+        Duration::from_secs(5),
+        || async { holder_status(&fleet).await.suspects == 3 },
+    )
+    .await;
+    // Until the confirmation time, the table stays as it was.
+    while t0.elapsed() < confirm - Duration::from_millis(300) {
+        assert_eq!(fleet.table().await, before, "acted before confirmation");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let table = fleet.wait_for_table(&units, Duration::from_secs(5)).await;
+    assert!(
+        t0.elapsed() >= confirm,
+        "confirmed after {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(table.len(), 1);
+    assert_eq!(holder_status(&fleet).await.suspects, 0);
+    fleet.shutdown().await;
+}
+
+/// Review item 20: the next holder clears suspects that answer it, without
+/// moving a unit (their units were kept), and confirms at once those that
+/// fail for it too (the suspecting holder hands the lease over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_replica_clears_or_confirms_a_mass_failure() {
+    let units = units(16);
+    let (mut fleet, before) = Fleet::converged(
+        |c| c.mass_failure_confirm = Duration::from_secs(60),
+        4,
+        1,
+        &units,
+    )
+    .await;
+    let generation = fleet.generation().await;
+    // A holder that could not reach three live members suspected them (and
+    // recorded them failing), then handed over.
+    fleet.replicas[0].take().unwrap().shutdown().await;
+    let now = distributor::unix_ms();
+    for i in 0..3 {
+        let m = fleet.member_id(i);
+        let () = fleet
+            .redis
+            .cmd(&[
+                "HSET",
+                &keys().suspects,
+                &m,
+                &format!("{now} replica-cut-off"),
+            ])
+            .await;
+        let () = fleet
+            .redis
+            .cmd(&["HSET", &keys().liveness, &m, &format!("1 1 {now} timeout")])
+            .await;
+    }
+    fleet.add_replica();
+    let h = fleet.wait_for_holder().await;
+    wait_for(
+        "the suspects are cleared",
+        Duration::from_secs(5),
+        || async {
+            let n: usize = fleet.redis.cmd(&["HLEN", &keys().suspects]).await;
+            n == 0 && fleet.replicas[h].as_ref().unwrap().status().borrow().cycles >= 2
+        },
+    )
+    .await;
+    assert_eq!(fleet.table().await, before, "no unit moved");
+    assert_eq!(fleet.generation().await, generation, "no table was written");
+    fleet.shutdown().await;
+
+    // Three of four fail for real, with two replicas: the holder suspects
+    // them and hands over; the other confirms at once, long before the 60 s a
+    // lone replica would wait.
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.mass_failure_confirm = Duration::from_secs(60);
+    fleet.set_units(&units).await;
+    // Three share one switch, so that every cycle sees all three or none.
+    let three = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut flaky = Vec::new();
+    for _ in 0..3 {
+        flaky.push(FlakyWorker::start_sharing(&fleet, three.clone()).await);
+    }
+    flaky.push(FlakyWorker::start(&fleet).await);
+    fleet.add_replica();
+    fleet.add_replica();
+    let all: Vec<String> = flaky.iter().map(|f| f.addr.clone()).collect();
+    fleet
+        .wait_for_table_with(&units, &all, Duration::from_secs(10))
+        .await;
+    let first = fleet.wait_for_holder().await;
+    let t0 = tokio::time::Instant::now();
+    flaky[0].set_healthy(false);
+    fleet
+        .wait_for_table_with(&units, &all[3..], Duration::from_secs(10))
+        .await;
+    eprintln!(
+        "a mass failure confirmed by another replica in {:?}",
+        t0.elapsed()
+    );
+    let samples = parse_metrics(&fleet.replicas[first].as_ref().unwrap().metrics().encode());
+    assert_eq!(
+        metric(
+            &samples,
+            "distributor_lease_transitions_total",
+            &[("transition", "abdicated")]
+        ),
+        Some(1.0)
+    );
+    assert_ne!(fleet.wait_for_holder().await, first);
+    fleet.shutdown().await;
+}
+
+/// Review item 19: `-forget-after` acted on one replica's view and was not
+/// fenced, and malformed entries were never forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_after_is_fenced_spares_mass_failures_and_covers_malformed_entries() {
+    let units = units(8);
+    let (mut fleet, _) = Fleet::converged(
+        |c| {
+            c.forget_after = Some(Duration::from_millis(300));
+            c.mass_failure_confirm = Duration::from_millis(500);
+        },
+        4,
+        1,
+        &units,
+    )
+    .await;
+    // Malformed entries, one of them not UTF-8, are forgotten like failing members.
+    let mut c = fleet.redis.conn().await;
+    let () = redis::cmd("RPUSH")
+        .arg(SERVICES)
+        .arg("nonsense")
+        .arg(&b"bad\xff:1"[..])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    wait_for(
+        "malformed entries are forgotten",
+        Duration::from_secs(5),
+        || async {
+            let listed: Vec<Vec<u8>> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+            listed.len() == 4
+        },
+    )
+    .await;
+
+    // Three of four die at once: confirmed (alone) after 500 ms, but the group
+    // is mostly failing, so nobody is forgotten.
+    for i in 0..3 {
+        fleet.members[i].take().unwrap().abort();
+    }
+    let live = fleet.live_member_ids();
+    fleet
+        .wait_for_table_with(&units, &[], Duration::from_secs(5))
+        .await;
+    let s = holder_status(&fleet).await;
+    wait_for("ten more cycles", Duration::from_secs(10), || async {
+        holder_status(&fleet).await.cycles >= s.cycles + 10
+    })
+    .await;
+    let listed: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+    assert_eq!(
+        listed.len(),
+        4,
+        "nobody forgotten in a mostly failing group: {listed:?}"
+    );
+    assert_eq!(live.len(), 1);
+
+    // A stale holder's grant cannot forget anyone.
+    let store = Store::open(&fleet.redis.url(), TABLE, Duration::from_secs(2)).unwrap();
+    let stale = distributor::store::LeaseGrant {
+        token: "not-the-holder".into(),
+        epoch: 1,
+    };
+    let e = store
+        .forget_many(
+            &stale,
+            &[(SERVICES.to_string(), listed[0].as_bytes().to_vec())],
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
+    let after: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+    assert_eq!(after, listed);
     fleet.shutdown().await;
 }

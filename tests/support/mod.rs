@@ -509,6 +509,65 @@ pub fn metric(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option
     matching.first().map(|s| s.value)
 }
 
+/// A worker whose ping answers can be switched off and on.
+pub struct FlakyWorker {
+    pub addr: String,
+    pub healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub server: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct Flaky(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+#[tonic::async_trait]
+impl distributor::proto::grpc_pinger_server::GrpcPinger for Flaky {
+    async fn ping(&self, _: tonic::Request<()>) -> Result<tonic::Response<()>, tonic::Status> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Ok(tonic::Response::new(()))
+        } else {
+            Err(tonic::Status::unavailable("switched off by the test"))
+        }
+    }
+}
+
+impl FlakyWorker {
+    /// Serves the ping and lists itself in the fleet's services list.
+    pub async fn start(fleet: &Fleet) -> FlakyWorker {
+        let healthy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        FlakyWorker::start_sharing(fleet, healthy).await
+    }
+
+    /// The same, answering while `healthy` holds: workers that share a flag
+    /// fail and recover at the same instant.
+    pub async fn start_sharing(
+        fleet: &Fleet,
+        healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> FlakyWorker {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let service =
+            distributor::proto::grpc_pinger_server::GrpcPingerServer::new(Flaky(healthy.clone()));
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        let () = fleet.redis.cmd(&["RPUSH", SERVICES, &addr]).await;
+        FlakyWorker {
+            addr,
+            healthy,
+            server,
+        }
+    }
+
+    pub fn set_healthy(&self, healthy: bool) {
+        self.healthy
+            .store(healthy, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// A TCP proxy on loopback whose existing connections can be frozen: bytes
 /// stop flowing but nothing is closed, like a silent network partition.
 /// Connections accepted after a freeze flow normally.
