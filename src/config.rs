@@ -1,11 +1,12 @@
 //! Daemon configuration: defaults, environment variables and validation.
 //!
-//! Pure. `main.rs` parses the command line (clap) into [`RawConfig`]; [`resolve`]
-//! layers flag over environment over default and validates everything, so an
-//! invalid value fails at start with a message naming the flag, the variable and
-//! the value. Names and defaults follow scientificideas/distributor so that its
+//! Pure. [`crate::cli`] parses the command line (clap) into [`RawConfig`];
+//! [`resolve`] layers flag over environment over default and validates
+//! everything, so an invalid value fails at start with a message naming the
+//! flag, the variable and the value. Names and defaults follow scientificideas/distributor so that its
 //! deployments keep working unchanged.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use crate::keys::check_table_key;
@@ -233,32 +234,37 @@ pub struct ConfigError {
 }
 
 /// Rewrites Go-style single-dash long flags (`-poll-interval=1s`) to clap's
-/// `--poll-interval=1s`. Single-letter flags (`-h`) and values are left alone.
-pub fn normalize_go_flags(args: impl IntoIterator<Item = String>) -> Vec<String> {
+/// `--poll-interval=1s`. Single-letter flags (`-h`), values and arguments that
+/// are not UTF-8 are left alone.
+pub fn normalize_go_flags<S: Into<OsString>>(args: impl IntoIterator<Item = S>) -> Vec<OsString> {
     let mut out = Vec::new();
     let mut rest_are_values = false;
     for (i, arg) in args.into_iter().enumerate() {
+        let arg: OsString = arg.into();
         if i == 0 || rest_are_values {
             out.push(arg);
             continue;
         }
-        if arg == "--" {
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if text == "--" {
             rest_are_values = true;
             out.push(arg);
             continue;
         }
-        let name_len = arg[1.min(arg.len())..]
-            .split('=')
-            .next()
-            .map_or(0, str::len);
-        if arg.starts_with('-') && !arg.starts_with("--") && name_len > 1 {
-            let name = &arg[1..];
-            if name.starts_with(|c: char| c.is_ascii_alphabetic()) {
-                out.push(format!("-{arg}"));
-                continue;
-            }
+        let go_style = text.strip_prefix('-').is_some_and(|name| {
+            let name_len = name.split('=').next().map_or(0, str::len);
+            !name.starts_with('-')
+                && name_len > 1
+                && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        });
+        if go_style {
+            out.push(format!("-{text}").into());
+        } else {
+            out.push(arg);
         }
-        out.push(arg);
     }
     out
 }
@@ -1015,6 +1021,34 @@ mod tests {
                 "--log",
                 "debug",
                 "-5"
+            ]
+        );
+    }
+
+    #[test]
+    fn normalizing_never_slices_inside_a_character() {
+        let args = [
+            "distributor",
+            "workunits",
+            "add",
+            "Ünit",
+            "-é",
+            "-Ü=1",
+            "-",
+            "-ab€",
+        ];
+        let out = normalize_go_flags(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            out,
+            [
+                "distributor",
+                "workunits",
+                "add",
+                "Ünit",
+                "-é",
+                "-Ü=1",
+                "-",
+                "--ab€"
             ]
         );
     }
