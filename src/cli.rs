@@ -289,12 +289,9 @@ where
             if let Some(value) = env(name)
                 && value.to_str().is_none()
             {
-                return Err(CliError::Config(ConfigError {
-                    flag: s.flag,
-                    env: name,
-                    value: "(not UTF-8)".into(),
-                    reason: "not valid UTF-8".into(),
-                }));
+                let mut e = ConfigError::new(s, &value.to_string_lossy(), "not valid UTF-8");
+                e.env = name;
+                return Err(CliError::Config(e));
             }
         }
     }
@@ -356,7 +353,7 @@ mod tests {
         let env = |k: &str| (k == "REDIS_PASSWORD").then(|| bad.clone());
         match parse(["distributor"], &env) {
             Err(CliError::Config(e)) => {
-                assert_eq!(e.env, "REDIS_PASSWORD");
+                assert_eq!((e.env, e.value.as_str()), ("REDIS_PASSWORD", "***"));
                 assert!(e.to_string().contains("not valid UTF-8"), "{e}");
             }
             other => panic!("{other:?}"),

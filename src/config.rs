@@ -3,8 +3,12 @@
 //! Pure. [`crate::cli`] parses the command line (clap) into [`RawConfig`];
 //! [`resolve`] layers flag over environment over default and validates
 //! everything, so an invalid value fails at start with a message naming the
-//! flag, the variable and the value. Names and defaults follow scientificideas/distributor so that its
-//! deployments keep working unchanged.
+//! flag, the variable and the value. Names and defaults follow
+//! scientificideas/distributor so that its deployments keep working unchanged.
+//!
+//! Every setting declares a [`Kind`], which decides how its value may appear in
+//! an error or in `Debug` output: a secret never, a URL with its passwords
+//! replaced by `***`. Every [`ConfigError`] is built through that.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -12,23 +16,64 @@ use std::time::Duration;
 use crate::keys::check_table_key;
 use crate::tls::TlsFiles;
 
+/// What a setting's value is, which decides how it is shown and whether the
+/// flag needs a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Shown as given.
+    Text,
+    /// `true` or `false`, shown as given; as a flag the value may be left out.
+    Bool,
+    /// Never shown: `***`.
+    Secret,
+    /// One or several comma-separated URLs (or `host:port`s), shown with the
+    /// password of every `user:pass@` replaced by `***`.
+    Url,
+}
+
+impl Kind {
+    /// The value as it may appear in errors and logs.
+    pub fn show(self, value: &str) -> String {
+        match self {
+            Kind::Text | Kind::Bool => value.to_string(),
+            Kind::Secret => "***".to_string(),
+            Kind::Url => redact_url(value),
+        }
+    }
+
+    /// The parts of `value` that must never appear anywhere.
+    fn secrets(self, value: &str) -> Vec<String> {
+        match self {
+            Kind::Text | Kind::Bool => Vec::new(),
+            Kind::Secret => vec![value.to_string()],
+            Kind::Url => userinfo_spans(value)
+                .into_iter()
+                .map(|(_, hidden, _)| value[hidden].to_string())
+                .collect(),
+        }
+    }
+}
+
 /// One setting: its flag, the environment variables that may carry it (first wins),
-/// its default (if any) and its help text. Rendered into `--help` and the README.
+/// its default (if any), its kind and its help text. Rendered into `--help` and
+/// the README.
 pub struct Setting {
     pub flag: &'static str,
     pub env: &'static [&'static str],
     pub default: Option<&'static str>,
+    pub kind: Kind,
     pub help: &'static str,
 }
 
 macro_rules! settings {
-    ($($id:ident: $flag:literal, [$($env:literal),*], $default:expr, $help:literal;)*) => {
+    ($($id:ident: $flag:literal, [$($env:literal),*], $default:expr, $kind:ident, $help:literal;)*) => {
         /// Every setting, in help order.
         pub const SETTINGS: &[Setting] = &[
-            $(Setting { flag: $flag, env: &[$($env),*], default: $default, help: $help },)*
+            $(Setting { flag: $flag, env: &[$($env),*], default: $default, kind: Kind::$kind, help: $help },)*
         ];
         /// Raw values as given on the command line (`None` = not given).
-        #[derive(Debug, Clone, Default)]
+        /// `Debug` shows each value as its [`Kind`] allows.
+        #[derive(Clone, Default)]
         pub struct RawConfig {
             $(pub $id: Option<String>,)*
         }
@@ -40,89 +85,101 @@ macro_rules! settings {
                 }
             }
         }
+        impl std::fmt::Debug for RawConfig {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let mut d = f.debug_struct("RawConfig");
+                $(d.field(stringify!($id), &self.$id.as_deref().map(|v| Kind::$kind.show(v)));)*
+                d.finish()
+            }
+        }
     };
 }
 
 settings! {
     services_namespaces: "services-namespaces", ["SERVICES_NAMESPACE", "SERVICES_NAMESPACES"],
-        Some("sys-robots-list,sys-parsers-lists"),
+        Some("sys-robots-list,sys-parsers-lists"), Text,
         "Comma-separated services list keys; each list is a group that splits all units";
-    workunits_namespace: "workunits-namespace", ["WORKUNITS_NAMESPACE"], Some("sys-channels"),
+    workunits_namespace: "workunits-namespace", ["WORKUNITS_NAMESPACE"], Some("sys-channels"), Text,
         "Work units list key";
     distribution_namespace: "distribution-namespace", ["DISTRIBUTION_NAMESPACE"],
-        Some("sys-matching-table"), "Matching table hash key; coordination keys share its slot";
-    poll_interval: "poll-interval", ["POLL_INTERVAL"], Some("1000ms"),
+        Some("sys-matching-table"), Text, "Matching table hash key; coordination keys share its slot";
+    poll_interval: "poll-interval", ["POLL_INTERVAL"], Some("1000ms"), Text,
         "How often the holder reads the lists, pings every member and updates the table";
-    ping_timeout: "ping-timeout", ["PING_TIMEOUT"], Some("1000ms"),
+    ping_timeout: "ping-timeout", ["PING_TIMEOUT"], Some("1000ms"), Text,
         "Deadline of one ping, connection included";
-    redis_url: "redis-url", ["REDIS_URL"], Some("redis://127.0.0.1:6379"),
+    redis_url: "redis-url", ["REDIS_URL"], Some("redis://127.0.0.1:6379"), Url,
         "Redis URL (redis://[user:pass@]host:port[/db])";
-    redis_addrs: "redis-addrs", ["REDIS_ADDRS"], None,
+    redis_addrs: "redis-addrs", ["REDIS_ADDRS"], None, Url,
         "Go-style Redis host:port; overrides the host of --redis-url when given";
-    redis_pass: "redis-pass", ["REDIS_PASS", "REDIS_PASSWORD"], None,
+    redis_pass: "redis-pass", ["REDIS_PASS", "REDIS_PASSWORD"], None, Secret,
         "Redis password (prefer the environment to the command line)";
-    redis_cluster: "redis-cluster", ["REDIS_CLUSTER"], Some("false"),
+    redis_cluster: "redis-cluster", ["REDIS_CLUSTER"], Some("false"), Bool,
         "Redis Cluster mode with a single seed node (several nodes always mean cluster)";
-    redis_password_file: "redis-password-file", ["REDIS_PASSWORD_FILE"], None,
+    redis_password_file: "redis-password-file", ["REDIS_PASSWORD_FILE"], None, Text,
         "File holding the Redis password (a trailing newline is ignored)";
-    redis_user: "redis-user", ["REDIS_USER", "REDIS_USERNAME"], None,
+    redis_user: "redis-user", ["REDIS_USER", "REDIS_USERNAME"], None, Text,
         "Redis ACL user name (with -redis-pass or -redis-password-file)";
-    redis_tls: "redis-tls", ["REDIS_TLS"], Some("false"),
+    redis_tls: "redis-tls", ["REDIS_TLS"], Some("false"), Bool,
         "Go-compatible: use TLS to Redis (same as a rediss:// URL)";
-    redis_tls_ca: "redis-tls-ca", ["REDIS_TLS_CA"], None,
+    redis_tls_ca: "redis-tls-ca", ["REDIS_TLS_CA"], None, Text,
         "Comma-separated PEM CA files to verify Redis (default: system roots)";
-    redis_rootca_certs: "redis-rootca-certs", ["REDIS_ROOTCA_CERTS"], None,
+    redis_rootca_certs: "redis-rootca-certs", ["REDIS_ROOTCA_CERTS"], None, Text,
         "Go-compatible alias of -redis-tls-ca";
-    redis_tls_cert: "redis-tls-cert", ["REDIS_TLS_CERT"], None, "PEM client certificate for Redis (mTLS)";
-    redis_tls_key: "redis-tls-key", ["REDIS_TLS_KEY"], None, "PEM client key for Redis (mTLS)";
-    ping_tls_ca: "ping-tls-ca", ["PING_TLS_CA"], None,
+    redis_tls_cert: "redis-tls-cert", ["REDIS_TLS_CERT"], None, Text, "PEM client certificate for Redis (mTLS)";
+    redis_tls_key: "redis-tls-key", ["REDIS_TLS_KEY"], None, Text, "PEM client key for Redis (mTLS)";
+    ping_tls_ca: "ping-tls-ca", ["PING_TLS_CA"], None, Text,
         "PEM CA that signs members' certificates; turns on TLS for pings";
-    ping_tls_cert: "ping-tls-cert", ["PING_TLS_CERT"], None, "PEM client certificate for pings (mTLS)";
-    ping_tls_key: "ping-tls-key", ["PING_TLS_KEY"], None, "PEM client key for pings (mTLS)";
-    ping_tls_domain: "ping-tls-domain", ["PING_TLS_DOMAIN"], None,
+    ping_tls_cert: "ping-tls-cert", ["PING_TLS_CERT"], None, Text, "PEM client certificate for pings (mTLS)";
+    ping_tls_key: "ping-tls-key", ["PING_TLS_KEY"], None, Text, "PEM client key for pings (mTLS)";
+    ping_tls_domain: "ping-tls-domain", ["PING_TLS_DOMAIN"], None, Text,
         "Name to verify in members' certificates instead of their address";
-    failure_threshold: "failure-threshold", ["FAILURE_THRESHOLD"], Some("1"),
+    failure_threshold: "failure-threshold", ["FAILURE_THRESHOLD"], Some("1"), Text,
         "Consecutive failed pings before a member loses its units";
-    forget_after: "forget-after", ["FORGET_AFTER"], None,
+    forget_after: "forget-after", ["FORGET_AFTER"], None, Text,
         "Remove a member from its services list after failing this long (off if unset)";
-    lease_ttl: "lease-ttl", ["LEASE_TTL"], Some("2s"),
+    lease_ttl: "lease-ttl", ["LEASE_TTL"], Some("2s"), Text,
         "Lease duration: a standby takes over at most this long after the holder dies";
-    lease_renew_interval: "lease-renew-interval", ["LEASE_RENEW_INTERVAL"], Some("500ms"),
+    lease_renew_interval: "lease-renew-interval", ["LEASE_RENEW_INTERVAL"], Some("500ms"), Text,
         "How often the holder renews the lease";
-    lease_renew_deadline: "lease-renew-deadline", ["LEASE_RENEW_DEADLINE"], Some("1500ms"),
+    lease_renew_deadline: "lease-renew-deadline", ["LEASE_RENEW_DEADLINE"], Some("1500ms"), Text,
         "The holder stops acting when it has not renewed for this long (< lease-ttl)";
-    lease_retry_interval: "lease-retry-interval", ["LEASE_RETRY_INTERVAL"], Some("500ms"),
+    lease_retry_interval: "lease-retry-interval", ["LEASE_RETRY_INTERVAL"], Some("500ms"), Text,
         "Longest wait between a standby's acquisition attempts";
-    census_interval: "census-interval", ["CENSUS_INTERVAL"], Some("5s"),
+    census_interval: "census-interval", ["CENSUS_INTERVAL"], Some("5s"), Text,
         "Census interval; keep it well above the clock skew between replicas";
-    replica_id: "replica-id", ["REPLICA_ID"], None,
+    replica_id: "replica-id", ["REPLICA_ID"], None, Text,
         "This replica's name in status output (default: hostname-pid)";
-    ka_time: "ka-time", ["KA_TIME"], Some("10s"), "gRPC keepalive ping interval towards members";
-    ka_timeout: "ka-timeout", ["KA_TIMEOUT"], Some("20s"), "gRPC keepalive timeout";
+    ka_time: "ka-time", ["KA_TIME"], Some("10s"), Text, "gRPC keepalive ping interval towards members";
+    ka_timeout: "ka-timeout", ["KA_TIMEOUT"], Some("20s"), Text, "gRPC keepalive timeout";
     ka_permit_without_stream: "ka-permit-without-stream", ["KA_PERMIT_WITHOUT_STREAM"],
-        Some("false"), "Send keepalive pings with no call in flight";
-    http_addr: "http-addr", ["HTTP_ADDR"], Some("0.0.0.0:9090"),
+        Some("false"), Bool, "Send keepalive pings with no call in flight";
+    http_addr: "http-addr", ["HTTP_ADDR"], Some("0.0.0.0:9090"), Text,
         "Address of /metrics, /healthz, /readyz and /version; `off` disables it";
-    prom_port: "prom-port", ["PROM_PORT"], None,
+    prom_port: "prom-port", ["PROM_PORT"], None, Text,
         "Go-compatible: serve the HTTP endpoints on 0.0.0.0:<port> (overrides -http-addr)";
-    log_format: "log-format", ["LOG_FORMAT"], Some("text"), "Log format: text or json";
-    traces: "traces", ["OTEL_TRACES_EXPORTER"], Some("otlp"),
+    log_format: "log-format", ["LOG_FORMAT"], Some("text"), Text, "Log format: text or json";
+    traces: "traces", ["OTEL_TRACES_EXPORTER"], Some("otlp"), Text,
         "Span export: otlp (when OTEL_EXPORTER_OTLP_ENDPOINT is set) or none";
-    max_list_entries: "max-list-entries", ["MAX_LIST_ENTRIES"], Some("2000000"),
+    max_list_entries: "max-list-entries", ["MAX_LIST_ENTRIES"], Some("2000000"), Text,
         "Longest services or work-units list read; a longer one skips the cycle with an error";
-    max_list_bytes: "max-list-bytes", ["MAX_LIST_BYTES"], Some("256MiB"),
+    max_list_bytes: "max-list-bytes", ["MAX_LIST_BYTES"], Some("256MiB"), Text,
         "Largest list read, in bytes of Redis memory (MEMORY USAGE); a larger one skips the cycle with an error";
-    mass_failure_percent: "mass-failure-percent", ["MASS_FAILURE_PERCENT"], Some("50"),
+    mass_failure_percent: "mass-failure-percent", ["MASS_FAILURE_PERCENT"], Some("50"), Text,
         "When more than this percent of a group's live members fail at once, the holder keeps their units until another replica or -mass-failure-confirm confirms it (100: off)";
-    mass_failure_confirm: "mass-failure-confirm", ["MASS_FAILURE_CONFIRM"], Some("10s"),
+    mass_failure_confirm: "mass-failure-confirm", ["MASS_FAILURE_CONFIRM"], Some("10s"), Text,
         "How long a mass failure that no other replica confirmed is held before the holder acts on it";
-    redis_wait_replicas: "redis-wait-replicas", ["REDIS_WAIT_REPLICAS"], Some("0"),
+    redis_wait_replicas: "redis-wait-replicas", ["REDIS_WAIT_REPLICAS"], Some("0"), Text,
         "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
-    redis_wait_timeout: "redis-wait-timeout", ["REDIS_WAIT_TIMEOUT"], Some("100ms"),
+    redis_wait_timeout: "redis-wait-timeout", ["REDIS_WAIT_TIMEOUT"], Some("100ms"), Text,
         "How long to wait for those acknowledgements";
-    log: "log", ["LOG"], Some("info"), "Log level when RUST_LOG is unset";
-    config_type: "config-type", ["CONFIG_TYPE"], Some("args"),
+    log: "log", ["LOG"], Some("info"), Text, "Log level when RUST_LOG is unset";
+    config_type: "config-type", ["CONFIG_TYPE"], Some("args"), Text,
         "Accepted for compatibility; flags and environment are always both read (flag wins)";
+}
+
+/// The setting of `flag` (without dashes).
+pub fn setting(flag: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.flag == flag)
 }
 
 /// Lease timing; see the holder timeline in `coordinator.rs`.
@@ -141,8 +198,8 @@ pub struct Keepalive {
     pub while_idle: bool,
 }
 
-/// A validated daemon configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A validated daemon configuration. `Debug` shows the Redis URL redacted.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Config {
     pub redis_url: String,
     pub services_namespaces: Vec<String>,
@@ -182,6 +239,66 @@ pub struct Config {
     pub redis_cluster: bool,
 }
 
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured so that a new field cannot be forgotten here.
+        let Config {
+            redis_url: _,
+            services_namespaces,
+            workunits_namespace,
+            distribution_namespace,
+            poll_interval,
+            ping_timeout,
+            failure_threshold,
+            forget_after,
+            lease,
+            census_interval,
+            replica_id,
+            keepalive,
+            log,
+            http_addr,
+            log_json,
+            traces,
+            max_list_entries,
+            max_list_bytes,
+            mass_failure_percent,
+            mass_failure_confirm,
+            redis_wait_replicas,
+            redis_wait_timeout,
+            redis_tls,
+            ping_tls,
+            redis_cluster,
+        } = self;
+        f.debug_struct("Config")
+            .field("redis_url", &self.redis_url_redacted())
+            .field("services_namespaces", services_namespaces)
+            .field("workunits_namespace", workunits_namespace)
+            .field("distribution_namespace", distribution_namespace)
+            .field("poll_interval", poll_interval)
+            .field("ping_timeout", ping_timeout)
+            .field("failure_threshold", failure_threshold)
+            .field("forget_after", forget_after)
+            .field("lease", lease)
+            .field("census_interval", census_interval)
+            .field("replica_id", replica_id)
+            .field("keepalive", keepalive)
+            .field("log", log)
+            .field("http_addr", http_addr)
+            .field("log_json", log_json)
+            .field("traces", traces)
+            .field("max_list_entries", max_list_entries)
+            .field("max_list_bytes", max_list_bytes)
+            .field("mass_failure_percent", mass_failure_percent)
+            .field("mass_failure_confirm", mass_failure_confirm)
+            .field("redis_wait_replicas", redis_wait_replicas)
+            .field("redis_wait_timeout", redis_wait_timeout)
+            .field("redis_tls", redis_tls)
+            .field("ping_tls", ping_tls)
+            .field("redis_cluster", redis_cluster)
+            .finish()
+    }
+}
+
 /// TLS for the holder's pings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PingTls {
@@ -206,11 +323,7 @@ impl Config {
 
     /// The Redis URL with any password replaced, for logs and status output.
     pub fn redis_url_redacted(&self) -> String {
-        self.redis_url
-            .split(',')
-            .map(redact_url)
-            .collect::<Vec<_>>()
-            .join(",")
+        redact_url(&self.redis_url)
     }
 
     /// How the store reaches Redis.
@@ -223,7 +336,8 @@ impl Config {
     }
 }
 
-/// A configuration error, naming the setting and the offending value.
+/// A configuration error, naming the setting and the offending value (shown
+/// as the setting's [`Kind`] allows: never a secret, never a password).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid -{flag} (env {env}) value {value:?}: {reason}")]
 pub struct ConfigError {
@@ -231,6 +345,25 @@ pub struct ConfigError {
     pub env: &'static str,
     pub value: String,
     pub reason: String,
+}
+
+impl ConfigError {
+    /// The error for `value` of `setting`: the value is redacted as its kind
+    /// says, and any secret part of it is scrubbed from `reason` as well.
+    pub fn new(setting: &'static Setting, value: &str, reason: impl Into<String>) -> ConfigError {
+        let mut reason = reason.into();
+        for secret in setting.kind.secrets(value) {
+            if !secret.is_empty() {
+                reason = reason.replace(&secret, "***");
+            }
+        }
+        ConfigError {
+            flag: setting.flag,
+            env: setting.env[0],
+            value: setting.kind.show(value),
+            reason,
+        }
+    }
 }
 
 /// Rewrites Go-style single-dash long flags (`-poll-interval=1s`) to clap's
@@ -340,18 +473,85 @@ fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-/// Replaces the password of a `redis://user:pass@host` URL with `***`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let Some((auth, host)) = rest.rsplit_once('@') else {
-        return url.to_string();
-    };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => format!("{scheme}://***@{host}"),
+/// Where the userinfo of every `user:pass@` in `s` lies: for each, the byte
+/// ranges of the user (kept), of what is hidden (the password, or the whole
+/// userinfo when it has no `:`), and the index of its `@`.
+///
+/// Conservative on malformed input: a userinfo runs back from its `@` to the
+/// `scheme://` of the last entry since the previous `@` that has one, else to
+/// the first `,` since the previous `@`, else to the start; an `@` with no new
+/// entry since the previous one extends that userinfo. So a password holding
+/// `@`, `/`, `,` or `://` is hidden whole (with more, at worst); only one
+/// holding `,scheme://` cannot be told from a list of URLs.
+fn userinfo_spans(s: &str) -> Vec<(std::ops::Range<usize>, std::ops::Range<usize>, usize)> {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    while let Some(at) = s[start..].find('@').map(|i| start + i) {
+        let range = &s[start..at];
+        // The last entry of the range that starts with a scheme: its userinfo
+        // starts after the first "://" (a password may hold ',' or "://").
+        let mut info_start = None;
+        let mut offset = start;
+        for entry in range.split(',') {
+            let trimmed = entry.trim_start();
+            let lead = entry.len() - trimmed.len();
+            if let Some(i) = trimmed.find("://")
+                && is_scheme(&trimmed[..i])
+            {
+                info_start = Some(offset + lead + i + 3);
+            }
+            offset += entry.len() + 1;
+        }
+        if let (None, false, Some(last)) = (info_start, range.contains(','), spans.last_mut()) {
+            // No new entry since the previous '@': the password holds an '@'
+            // (as the URL standard reads it, the userinfo ends at the last one).
+            let (_, hidden, last_at): &mut (_, std::ops::Range<usize>, usize) = last;
+            hidden.end = at;
+            *last_at = at;
+            start = at + 1;
+            continue;
+        }
+        // Without a scheme: the previous entry's host ends at the first ','
+        // (a host has none; a password may).
+        let info_start = info_start
+            .or_else(|| (start > 0).then(|| range.find(',').map(|i| start + i + 1))?)
+            .unwrap_or(start);
+        let info = &s[info_start..at];
+        match info.find(':') {
+            Some(colon) => spans.push((
+                info_start..info_start + colon,
+                info_start + colon + 1..at,
+                at,
+            )),
+            None => spans.push((info_start..info_start, info_start..at, at)),
+        }
+        start = at + 1;
     }
+    spans
+}
+
+fn is_scheme(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// Replaces the password of every `user:pass@` in a URL, a comma-separated
+/// list of URLs or a scheme-less `user:pass@host:port` with `***` (a userinfo
+/// without `:` is replaced whole).
+pub fn redact_url(url: &str) -> String {
+    let mut out = String::new();
+    let mut from = 0;
+    for (user, hidden, at) in userinfo_spans(url) {
+        out.push_str(&url[from..user.end]);
+        if hidden.start > user.end {
+            out.push(':');
+        }
+        out.push_str("***");
+        from = at;
+    }
+    out.push_str(&url[from..]);
+    out
 }
 
 /// Percent-encodes a password for use in a Redis URL.
@@ -372,11 +572,9 @@ pub fn resolve(
     raw: &RawConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    let setting = |flag: &'static str| setting(flag).expect("known setting");
     let lookup = |flag: &'static str| -> (Option<String>, &'static Setting) {
-        let s = SETTINGS
-            .iter()
-            .find(|s| s.flag == flag)
-            .expect("known setting");
+        let s = setting(flag);
         let value = raw
             .get(flag)
             .cloned()
@@ -384,12 +582,7 @@ pub fn resolve(
             .or_else(|| s.default.map(str::to_string));
         (value, s)
     };
-    let err = |s: &'static Setting, value: &str, reason: String| ConfigError {
-        flag: s.flag,
-        env: s.env[0],
-        value: value.to_string(),
-        reason,
-    };
+    let err = |s: &'static Setting, value: &str, reason: String| ConfigError::new(s, value, reason);
     let text = |flag| lookup(flag).0;
     let duration =
         |flag: &'static str, allow_zero: bool| -> Result<Option<Duration>, ConfigError> {
@@ -404,7 +597,6 @@ pub fn resolve(
     let required = |flag: &'static str| -> Result<Duration, ConfigError> {
         Ok(duration(flag, false)?.expect("has a default"))
     };
-    let setting = |flag: &'static str| SETTINGS.iter().find(|s| s.flag == flag).expect("known");
 
     let (services, s) = lookup("services-namespaces");
     let services = services.unwrap_or_default();
@@ -511,6 +703,15 @@ pub fn resolve(
     if urls.is_empty() {
         return Err(err(s, "", "expected redis://host:port".into()));
     }
+    // An error shows the bad entry of a list, unless a password holds a ','
+    // (then the entry would show a piece of it): then the whole list, redacted.
+    let entry = |list: &str, entry: &str| -> String {
+        if Kind::Url.secrets(list).iter().any(|p| p.contains(',')) {
+            list.to_string()
+        } else {
+            entry.to_string()
+        }
+    };
     if let Some(addrs) = text("redis-addrs") {
         let hosts: Vec<&str> = addrs
             .split(',')
@@ -541,7 +742,7 @@ pub fn resolve(
         if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
             return Err(err(
                 s,
-                &redact_url(url),
+                &entry(&redis_url, url),
                 "expected redis://host:port".into(),
             ));
         }
@@ -1025,6 +1226,144 @@ mod tests {
         );
     }
 
+    /// Resolves with the environment `vars` (name, value).
+    fn with_env(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        resolve(&RawConfig::default(), &move |k| {
+            vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })
+    }
+
+    const PW: &str = "hunter2-Sekr3t";
+
+    fn assert_no_password(what: &str, texts: &[String]) {
+        for text in texts {
+            assert!(!text.contains(PW), "{what}: the password shows in {text}");
+        }
+    }
+
+    #[test]
+    fn passwords_never_appear_in_errors_or_debug() {
+        // Malformed forms of the URL settings, each with the password inside.
+        let url_forms = [
+            format!("redis://user:{PW}@host:99999"),
+            format!("redis://user:{PW}@host:0"),
+            format!("redis://user:{PW}@host:1/notadb"),
+            format!("redis://user:{PW}@:1"),
+            format!("redis://user:{PW}@"),
+            format!("user:{PW}@host:1"),
+            format!("http://user:{PW}@host:1"),
+            format!("redis://a:1,http://user:{PW}@b:2"),
+            format!("redis://a:1,user:{PW}@b:2"),
+            format!("redis://:{PW}@host:1 , redis://:{PW}@host:x"),
+            format!("redis://user:{PW}@[::1:1"),
+            format!("redis://user:x@{PW}@h:99999"),
+            format!("redis://user:{PW}/x@h:99999"),
+            format!("rediss://user:{PW}@h:1?protocol=resp9"),
+            format!("redis://:{PW},x@h:99999"),
+            format!("{PW}@h:1"),
+            format!("h:1,user:{PW}@h:2"),
+            format!("user:{PW}@h"),
+            format!("user:{PW}@h:1/0"),
+        ];
+        let plain_forms = [
+            "bad value",
+            "-1s",
+            "",
+            " , ",
+            "0",
+            "1ns",
+            "x{}y",
+            "redis://h:0",
+        ];
+        let background = [
+            ("REDIS_URL", format!("redis://user:{PW}@h:1")),
+            ("REDIS_PASSWORD", PW.to_string()),
+        ];
+        let mut errors = 0;
+        for s in SETTINGS {
+            let forms: Vec<String> = match s.kind {
+                Kind::Url => url_forms.to_vec(),
+                Kind::Secret => vec![PW.to_string(), format!("{PW}@h:1")],
+                Kind::Text | Kind::Bool => plain_forms.iter().map(|f| f.to_string()).collect(),
+            };
+            for form in forms {
+                // The setting under test, through each of its variables, over a
+                // background that holds the password in the URL and REDIS_PASSWORD.
+                for env_name in s.env {
+                    let mut vars: Vec<(&str, &str)> =
+                        background.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    vars.retain(|(k, _)| k != env_name);
+                    vars.push((env_name, &form));
+                    if s.kind == Kind::Secret {
+                        // A secret is never checked: make something else fail.
+                        vars.push(("POLL_INTERVAL", "fast"));
+                    }
+                    let what = format!("{env_name}={form:?}");
+                    match with_env(&vars) {
+                        Err(e) => {
+                            errors += 1;
+                            assert_no_password(&what, &[e.to_string(), format!("{e:?}")]);
+                        }
+                        Ok(c) => assert_no_password(&what, &[format!("{c:?}")]),
+                    }
+                }
+            }
+        }
+        assert!(
+            errors > 100,
+            "only {errors} errors: the forms do not exercise the checks"
+        );
+        // A valid configuration with a password, and the raw values.
+        let c = with_env(&[("REDIS_URL", &format!("redis://user:{PW}@h:1/2"))]).unwrap();
+        assert_no_password("valid config", &[format!("{c:?}"), c.redis_url_redacted()]);
+        assert!(format!("{c:?}").contains("redis://user:***@h:1/2"), "{c:?}");
+        let c = with_env(&[("REDIS_PASS", PW), ("REDIS_ADDRS", "a:1,b:2")]).unwrap();
+        assert_no_password("cluster config", &[format!("{c:?}")]);
+        let raw = RawConfig {
+            redis_pass: Some(PW.into()),
+            redis_url: Some(format!("redis://u:{PW}@h:1")),
+            redis_addrs: Some(format!("u:{PW}@h:1")),
+            ..Default::default()
+        };
+        assert_no_password("raw config", &[format!("{raw:?}")]);
+    }
+
+    #[test]
+    fn redaction_hides_every_password() {
+        for (url, shown) in [
+            ("redis://u:secret@h:1/0", "redis://u:***@h:1/0"),
+            ("redis://h:1", "redis://h:1"),
+            ("u:secret@h:1", "u:***@h:1"),
+            ("redis://secret@h:1", "redis://***@h:1"),
+            ("redis://:secret@h:1", "redis://:***@h:1"),
+            ("redis://u:sec@ret@h:1", "redis://u:***@h:1"),
+            ("redis://u:a@b:c@h:1", "redis://u:***@h:1"),
+            ("u:a@b:c@h:1,v:d@h:2", "u:***@h:1,v:***@h:2"),
+            ("redis://u:sec,ret@h:1", "redis://u:***@h:1"),
+            ("redis://u:a://b@h:1", "redis://u:***@h:1"),
+            (
+                "redis://a:1,http://u:secret@b:2",
+                "redis://a:1,http://u:***@b:2",
+            ),
+            (
+                " redis://a:1, redis://:secret@b:2",
+                " redis://a:1, redis://:***@b:2",
+            ),
+            ("h:1,u:secret@h:2", "h:***@h:2"),
+            ("u:a,b:c@h:1", "u:***@h:1"),
+            (
+                "redis://:a@h:1,redis://:b@h:2,c:d@h:3",
+                "redis://:***@h:1,redis://:***@h:2,c:***@h:3",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown);
+        }
+    }
+
     #[test]
     fn normalizing_never_slices_inside_a_character() {
         let args = [
@@ -1074,6 +1413,32 @@ mod tests {
             prop_assert_eq!(parse_duration(&format!("{ms}ms")).unwrap(), Duration::from_millis(ms));
             let (s, rest) = (ms / 1000, ms % 1000);
             prop_assert_eq!(parse_duration(&format!("{s}s{rest}ms")).unwrap(), Duration::from_millis(ms));
+        }
+
+        /// Whatever a password holds, no URL form shows it whole, and no
+        /// error over such a URL does.
+        #[test]
+        fn no_password_survives_redaction(
+            pw in "[A-Za-z0-9!#$%&*+,;=@:/._~-]{6,20}",
+            port in prop::sample::select(vec!["1", "99999", "", "x"]),
+        ) {
+            for url in [
+                format!("redis://u:{pw}@h:{port}"),
+                format!("redis://:{pw}@h:{port}/0"),
+                format!("u:{pw}@h:{port}"),
+                format!("redis://a:1,redis://:{pw}@h:{port}"),
+                format!("redis://:{pw}@h:{port},redis://b:2"),
+                format!("rediss://u:{pw}@h:{port}#insecure"),
+            ] {
+                let shown = redact_url(&url);
+                prop_assert!(!shown.contains(&pw), "{} shown as {}", url, shown);
+                let vars = [("REDIS_URL", url.as_str()), ("REDIS_PASS", pw.as_str())];
+                let text = match with_env(&vars) {
+                    Ok(c) => format!("{c:?}"),
+                    Err(e) => format!("{e} {e:?}"),
+                };
+                prop_assert!(!text.contains(&pw), "REDIS_URL={}: {}", url, text);
+            }
         }
 
         #[test]

@@ -209,3 +209,109 @@ fn invalid_flags_fail_at_start_naming_the_flag() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("PING_TIMEOUT"));
 }
+
+/// A scratch directory for one test's process logs, removed on drop.
+struct LogDir(std::path::PathBuf);
+
+impl LogDir {
+    fn new(name: &str) -> LogDir {
+        let dir = std::env::temp_dir().join(format!(
+            "distributor-{name}-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        LogDir(dir)
+    }
+
+    fn file(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Starts the binary with `args` and `env`, stdout and stderr to `log`; the
+/// environment that could move the HTTP server or the log level is cleared.
+fn spawn_logged(args: &[String], env: &[(&str, &str)], log: &std::path::Path) -> Child {
+    let out = std::fs::File::create(log).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_distributor"));
+    cmd.args(args)
+        .env_remove("HTTP_ADDR")
+        .env_remove("PROM_PORT")
+        .env_remove("LOG")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Runs the binary for at most `limit` (a daemon that does not stop at start
+/// is killed): its exit code (`None` when killed) and its output.
+fn run_briefly(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (Option<i32>, String) {
+    let dir = LogDir::new("run");
+    let log = dir.file("out.log");
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let mut child = spawn_logged(&args, env, &log);
+    let deadline = std::time::Instant::now() + limit;
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (code, std::fs::read_to_string(&log).unwrap())
+}
+
+/// Passwords given in any malformed form never reach the output.
+#[test]
+fn secrets_never_reach_the_output() {
+    const PW: &str = "hunter2-Sekr3t";
+    let url = |u: &str| u.replace("PW", PW);
+    for (args, env, shown) in [
+        (
+            vec![url("-redis-url=user:PW@host:1")],
+            vec![],
+            "value \"user:***@host:1\"",
+        ),
+        (
+            vec![url("-redis-url=redis://a:1,http://u:PW@b:2")],
+            vec![],
+            "value \"http://u:***@b:2\"",
+        ),
+        (
+            vec![url("-redis-addrs=user:PW@h:1/0")],
+            vec![],
+            "value \"user:***@h:1/0\"",
+        ),
+        (
+            vec![url("-redis-pass=PW"), "-redis-url=h:1".to_string()],
+            vec![],
+            "value \"h:1\"",
+        ),
+        (
+            vec!["-poll-interval=fast".to_string()],
+            vec![("REDIS_PASSWORD", PW), ("REDIS_URL", "redis://u:x@h:1")],
+            "-poll-interval",
+        ),
+    ] {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out) = run_briefly(&argv, &env, Duration::from_secs(10));
+        assert_eq!(code, Some(2), "{args:?}: {out}");
+        assert!(out.contains(shown), "{args:?}: {out}");
+        assert!(!out.contains(PW), "{args:?}: the password shows: {out}");
+    }
+}
