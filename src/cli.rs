@@ -10,7 +10,7 @@ use std::ffi::OsString;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::config::{self, Config, ConfigError, RawConfig};
+use crate::config::{self, Config, ConfigError, Kind, RawConfig};
 
 /// Splits a changing list of work units among live workers; a drop-in
 /// replacement for scientificideas/distributor. Every flag also reads an
@@ -266,7 +266,13 @@ pub fn command() -> clap::Command {
             .map(|d| format!(" [default: {d}]"))
             .unwrap_or_default();
         let help = format!("{} [env: {}]{default}", s.help, s.env.join(", "));
-        cmd = cmd.mut_arg(s.flag.replace('-', "_"), |a| a.help(help));
+        // A value starting with '-' (`-poll-interval -1s`) is the flag's value,
+        // as in Go, so that our own check names the flag; a bool's value is
+        // optional, so a following flag stays a flag.
+        let hyphen_values = s.kind != Kind::Bool;
+        cmd = cmd.mut_arg(s.flag.replace('-', "_"), |a| {
+            a.help(help).allow_hyphen_values(hyphen_values)
+        });
     }
     cmd
 }
@@ -327,9 +333,39 @@ mod tests {
             assert_eq!(e.exit_code(), 0, "{arg}");
         }
         let help = parse_args(&["--help"]).unwrap_err().to_string();
-        assert!(help.contains("--poll-interval"), "{help}");
+        assert!(
+            help.contains("--poll-interval") && help.contains("at least 10ms"),
+            "{help}"
+        );
         let e = parse_args(&["--no-such-flag"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn values_starting_with_a_dash_reach_our_checks() {
+        for args in [
+            &["--poll-interval", "-1s"][..],
+            &["-poll-interval", "-1s"],
+            &["-poll-interval=-1s"],
+            &["status", "--poll-interval", "-1s"],
+        ] {
+            match parse_args(args) {
+                Err(CliError::Config(e)) => {
+                    assert_eq!(
+                        (e.flag, e.value.as_str()),
+                        ("poll-interval", "-1s"),
+                        "{args:?}"
+                    )
+                }
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
+        // A word starting with a dash after a value is a flag again.
+        let i = parse_args(&["-log", "debug", "-poll-interval", "2s"]).unwrap();
+        assert_eq!(i.config.poll_interval, std::time::Duration::from_secs(2));
+        // Bool flags take no value from the next argument when it is a flag.
+        let i = parse_args(&["-redis-tls", "-ka-time", "2s"]).unwrap();
+        assert!(i.config.redis_url.starts_with("rediss://"));
     }
 
     #[test]

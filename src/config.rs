@@ -13,8 +13,8 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use crate::keys::check_table_key;
-use crate::tls::TlsFiles;
+use crate::keys::{Keys, check_table_key};
+use crate::tls::{TlsError, TlsFiles};
 
 /// What a setting's value is, which decides how it is shown and whether the
 /// flag needs a value.
@@ -104,11 +104,11 @@ settings! {
     distribution_namespace: "distribution-namespace", ["DISTRIBUTION_NAMESPACE"],
         Some("sys-matching-table"), Text, "Matching table hash key; coordination keys share its slot";
     poll_interval: "poll-interval", ["POLL_INTERVAL"], Some("1000ms"), Text,
-        "How often the holder reads the lists, pings every member and updates the table";
+        "How often the holder reads the lists, pings every member and updates the table (at least 10ms)";
     ping_timeout: "ping-timeout", ["PING_TIMEOUT"], Some("1000ms"), Text,
-        "Deadline of one ping, connection included";
+        "Deadline of one ping, connection included (at least 1ms)";
     redis_url: "redis-url", ["REDIS_URL"], Some("redis://127.0.0.1:6379"), Url,
-        "Redis URL (redis://[user:pass@]host:port[/db])";
+        "Redis URL (redis://[user:pass@]host[:port][/db], or rediss://); several comma-separated URLs are cluster seed nodes";
     redis_addrs: "redis-addrs", ["REDIS_ADDRS"], None, Url,
         "Go-style Redis host:port; overrides the host of --redis-url when given";
     redis_pass: "redis-pass", ["REDIS_PASS", "REDIS_PASSWORD"], None, Secret,
@@ -125,31 +125,36 @@ settings! {
         "Comma-separated PEM CA files to verify Redis (default: system roots)";
     redis_rootca_certs: "redis-rootca-certs", ["REDIS_ROOTCA_CERTS"], None, Text,
         "Go-compatible alias of -redis-tls-ca";
-    redis_tls_cert: "redis-tls-cert", ["REDIS_TLS_CERT"], None, Text, "PEM client certificate for Redis (mTLS)";
-    redis_tls_key: "redis-tls-key", ["REDIS_TLS_KEY"], None, Text, "PEM client key for Redis (mTLS)";
+    redis_tls_cert: "redis-tls-cert", ["REDIS_TLS_CERT"], None, Text,
+        "PEM client certificate for Redis (mTLS; needs -redis-tls-key)";
+    redis_tls_key: "redis-tls-key", ["REDIS_TLS_KEY"], None, Text,
+        "PEM client key for Redis (mTLS; needs -redis-tls-cert)";
     ping_tls_ca: "ping-tls-ca", ["PING_TLS_CA"], None, Text,
         "PEM CA that signs members' certificates; turns on TLS for pings";
-    ping_tls_cert: "ping-tls-cert", ["PING_TLS_CERT"], None, Text, "PEM client certificate for pings (mTLS)";
-    ping_tls_key: "ping-tls-key", ["PING_TLS_KEY"], None, Text, "PEM client key for pings (mTLS)";
+    ping_tls_cert: "ping-tls-cert", ["PING_TLS_CERT"], None, Text,
+        "PEM client certificate for pings (mTLS; needs -ping-tls-key and -ping-tls-ca)";
+    ping_tls_key: "ping-tls-key", ["PING_TLS_KEY"], None, Text,
+        "PEM client key for pings (mTLS; needs -ping-tls-cert and -ping-tls-ca)";
     ping_tls_domain: "ping-tls-domain", ["PING_TLS_DOMAIN"], None, Text,
         "Name to verify in members' certificates instead of their address";
     failure_threshold: "failure-threshold", ["FAILURE_THRESHOLD"], Some("1"), Text,
         "Consecutive failed pings before a member loses its units";
     forget_after: "forget-after", ["FORGET_AFTER"], None, Text,
-        "Remove a member from its services list after failing this long (off if unset)";
+        "Remove a member from its services list after failing this long (off if unset; at least -poll-interval)";
     lease_ttl: "lease-ttl", ["LEASE_TTL"], Some("2s"), Text,
-        "Lease duration: a standby takes over at most this long after the holder dies";
+        "Lease duration: a standby takes over at most this long after the holder dies (at least 10ms)";
     lease_renew_interval: "lease-renew-interval", ["LEASE_RENEW_INTERVAL"], Some("500ms"), Text,
-        "How often the holder renews the lease";
+        "How often the holder renews the lease (at least 1ms, < lease-renew-deadline)";
     lease_renew_deadline: "lease-renew-deadline", ["LEASE_RENEW_DEADLINE"], Some("1500ms"), Text,
         "The holder stops acting when it has not renewed for this long (< lease-ttl)";
     lease_retry_interval: "lease-retry-interval", ["LEASE_RETRY_INTERVAL"], Some("500ms"), Text,
-        "Longest wait between a standby's acquisition attempts";
+        "Longest wait between a standby's acquisition attempts (at least 1ms)";
     census_interval: "census-interval", ["CENSUS_INTERVAL"], Some("5s"), Text,
-        "Census interval; keep it well above the clock skew between replicas";
+        "Census interval; keep it well above the clock skew between replicas (at least 100ms)";
     replica_id: "replica-id", ["REPLICA_ID"], None, Text,
         "This replica's name in status output (default: hostname-pid)";
-    ka_time: "ka-time", ["KA_TIME"], Some("10s"), Text, "gRPC keepalive ping interval towards members";
+    ka_time: "ka-time", ["KA_TIME"], Some("10s"), Text,
+        "gRPC keepalive ping interval towards members (at least 1s: servers reject more frequent pings)";
     ka_timeout: "ka-timeout", ["KA_TIMEOUT"], Some("20s"), Text, "gRPC keepalive timeout";
     ka_permit_without_stream: "ka-permit-without-stream", ["KA_PERMIT_WITHOUT_STREAM"],
         Some("false"), Bool, "Send keepalive pings with no call in flight";
@@ -171,8 +176,9 @@ settings! {
     redis_wait_replicas: "redis-wait-replicas", ["REDIS_WAIT_REPLICAS"], Some("0"), Text,
         "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
     redis_wait_timeout: "redis-wait-timeout", ["REDIS_WAIT_TIMEOUT"], Some("100ms"), Text,
-        "How long to wait for those acknowledgements";
-    log: "log", ["LOG"], Some("info"), Text, "Log level when RUST_LOG is unset";
+        "How long to wait for those acknowledgements (at least 1ms; with -redis-wait-replicas, shorter than -lease-renew-deadline minus -lease-renew-interval)";
+    log: "log", ["LOG"], Some("info"), Text,
+        "Log level when RUST_LOG is unset: error, warn, info, debug, trace or off, or comma-separated [target=]level directives";
     config_type: "config-type", ["CONFIG_TYPE"], Some("args"), Text,
         "Accepted for compatibility; flags and environment are always both read (flag wins)";
 }
@@ -368,13 +374,15 @@ impl ConfigError {
 
 /// Rewrites Go-style single-dash long flags (`-poll-interval=1s`) to clap's
 /// `--poll-interval=1s`. Single-letter flags (`-h`), values and arguments that
-/// are not UTF-8 are left alone.
+/// are not UTF-8 are left alone; so is the argument after a setting that takes
+/// a value (`-poll-interval -1s`: `-1s` is the value, as in Go).
 pub fn normalize_go_flags<S: Into<OsString>>(args: impl IntoIterator<Item = S>) -> Vec<OsString> {
     let mut out = Vec::new();
     let mut rest_are_values = false;
+    let mut next_is_value = false;
     for (i, arg) in args.into_iter().enumerate() {
         let arg: OsString = arg.into();
-        if i == 0 || rest_are_values {
+        if i == 0 || rest_are_values || std::mem::take(&mut next_is_value) {
             out.push(arg);
             continue;
         }
@@ -387,12 +395,21 @@ pub fn normalize_go_flags<S: Into<OsString>>(args: impl IntoIterator<Item = S>) 
             out.push(arg);
             continue;
         }
-        let go_style = text.strip_prefix('-').is_some_and(|name| {
-            let name_len = name.split('=').next().map_or(0, str::len);
-            !name.starts_with('-')
-                && name_len > 1
-                && name.starts_with(|c: char| c.is_ascii_alphabetic())
-        });
+        let long = match text.strip_prefix("--") {
+            Some(long) => Some((long, false)),
+            None => text
+                .strip_prefix('-')
+                .filter(|name| {
+                    let name_len = name.split('=').next().map_or(0, str::len);
+                    name_len > 1 && name.starts_with(|c: char| c.is_ascii_alphabetic())
+                })
+                .map(|name| (name, true)),
+        };
+        let Some((name, go_style)) = long else {
+            out.push(arg);
+            continue;
+        };
+        next_is_value = !name.contains('=') && setting(name).is_some_and(|s| s.kind != Kind::Bool);
         if go_style {
             out.push(format!("-{text}").into());
         } else {
@@ -471,6 +488,37 @@ fn parse_bool(s: &str) -> Result<bool, String> {
         "0" | "f" | "false" | "no" => Ok(false),
         _ => Err("expected true or false".into()),
     }
+}
+
+const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+
+/// Checks a `-log` value: a level, or comma-separated `[target=]level`
+/// directives (`info,distributor=debug`). Anything else would make the log
+/// filter silently drop every line.
+pub fn check_log_filter(s: &str) -> Result<(), String> {
+    let expected = "expected error, warn, info, debug, trace or off, or comma-separated [target=]level directives such as info,distributor=debug";
+    if s.trim().is_empty() {
+        return Err(expected.into());
+    }
+    for directive in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let (target, level) = match directive.rsplit_once('=') {
+            Some((target, level)) => (Some(target.trim()), level.trim()),
+            None => (None, directive),
+        };
+        if !LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level)) {
+            return Err(format!("unknown level {level:?}; {expected}"));
+        }
+        if let Some(target) = target {
+            let ok = !target.is_empty()
+                && target
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '-' | '.'));
+            if !ok {
+                return Err(format!("bad target {target:?}; {expected}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Where the userinfo of every `user:pass@` in `s` lies: for each, the byte
@@ -567,6 +615,83 @@ fn encode_userinfo(s: &str) -> String {
     out
 }
 
+/// Checks `host[:port]` (`[v6]` too). Reasons never quote the input, which may
+/// hold a password when the URL is malformed.
+fn check_host_port(hp: &str, port_required: bool) -> Result<(), String> {
+    let (host, port) = if let Some(v6) = hp.strip_prefix('[') {
+        let (addr, after) = v6
+            .split_once(']')
+            .ok_or("an IPv6 host needs its closing ]")?;
+        if addr.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err("the host in [] is not an IPv6 address".into());
+        }
+        match after {
+            "" => (addr, None),
+            p => (
+                addr,
+                Some(
+                    p.strip_prefix(':')
+                        .ok_or("expected :port after the IPv6 host")?,
+                ),
+            ),
+        }
+    } else {
+        match hp.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hp, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("the host is missing".into());
+    }
+    if host.contains(|c: char| c.is_whitespace() || matches!(c, '@' | '/' | '?' | '#' | ',')) {
+        return Err("the host has characters a host name cannot have".into());
+    }
+    match port {
+        None if port_required => Err("the port is missing".into()),
+        None => Ok(()),
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n >= 1 && p.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
+            _ => Err("the port must be a number from 1 to 65535".into()),
+        },
+    }
+}
+
+/// Checks one Redis URL as redis-rs reads it: scheme `redis` or `rediss`,
+/// optional userinfo, a host (unless `-redis-addrs` replaces it), a port from
+/// 1 to 65535 if given, an optional `/db` number, and a query string. Reasons
+/// never quote the URL.
+fn check_redis_url(url: &str, host_required: bool) -> Result<(), String> {
+    let form = "expected redis://[user:pass@]host[:port][/db] or rediss://...";
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(form.into());
+    };
+    if scheme != "redis" && scheme != "rediss" {
+        return Err(format!("the scheme must be redis or rediss; {form}"));
+    }
+    // As the URL standard (and so redis-rs) reads it: the authority ends at the
+    // first '/', '?' or '#', and its userinfo at the last '@' in it.
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host_required {
+        check_host_port(host_port, false).map_err(|e| format!("{e}; {form}"))?;
+    }
+    let path = &tail[..tail.find(['?', '#']).unwrap_or(tail.len())];
+    let db = path.trim_matches('/');
+    if !db.is_empty() && (db.parse::<u32>().is_err() || !db.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(format!("the database must be a whole number; {form}"));
+    }
+    if host_required {
+        // What is left (query parameters, a fragment, percent-encoding) is
+        // redis-rs' own business: ask it, so that a URL that passes here
+        // also opens. Its messages never quote the URL.
+        redis::IntoConnectionInfo::into_connection_info(url)
+            .map_err(|e| format!("redis cannot use it: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Layers flag over environment over default, then validates.
 pub fn resolve(
     raw: &RawConfig,
@@ -584,19 +709,22 @@ pub fn resolve(
     };
     let err = |s: &'static Setting, value: &str, reason: String| ConfigError::new(s, value, reason);
     let text = |flag| lookup(flag).0;
+    // A duration of at least `min` (`None` when unset and without a default).
     let duration =
-        |flag: &'static str, allow_zero: bool| -> Result<Option<Duration>, ConfigError> {
+        |flag: &'static str, min: Duration| -> Result<Option<(Duration, String)>, ConfigError> {
             let (value, s) = lookup(flag);
             let Some(v) = value else { return Ok(None) };
             let d = parse_duration(&v).map_err(|e| err(s, &v, e))?;
-            if d.is_zero() && !allow_zero {
-                return Err(err(s, &v, "must be greater than zero".into()));
+            if d < min {
+                return Err(err(s, &v, format!("must be at least {min:?}")));
             }
-            Ok(Some(d))
+            Ok(Some((d, v)))
         };
-    let required = |flag: &'static str| -> Result<Duration, ConfigError> {
-        Ok(duration(flag, false)?.expect("has a default"))
+    let required = |flag: &'static str, min: Duration| -> Result<Duration, ConfigError> {
+        Ok(duration(flag, min)?.expect("has a default").0)
     };
+    const NS: Duration = Duration::from_nanos(1);
+    const MS: Duration = Duration::from_millis(1);
 
     let (services, s) = lookup("services-namespaces");
     let services = services.unwrap_or_default();
@@ -634,9 +762,35 @@ pub fn resolve(
             ));
         }
     }
+    // A list key must not be the table or one of its coordination keys.
+    let keys = Keys::new(&distribution_namespace);
+    let lists = services_namespaces
+        .iter()
+        .map(|k| ("services-namespaces", k))
+        .chain([("workunits-namespace", &workunits_namespace)]);
+    for (flag, key) in lists {
+        if keys.is_reserved(key) {
+            return Err(err(
+                setting(flag),
+                key,
+                format!(
+                    "is reserved for the coordination keys of -distribution-namespace {distribution_namespace:?}"
+                ),
+            ));
+        }
+    }
+    if services_namespaces.contains(&workunits_namespace) {
+        return Err(err(
+            setting("services-namespaces"),
+            &services,
+            format!(
+                "must not contain the work units key {workunits_namespace:?} (-workunits-namespace)"
+            ),
+        ));
+    }
 
-    let poll_interval = required("poll-interval")?;
-    let ping_timeout = required("ping-timeout")?;
+    let poll_interval = required("poll-interval", Duration::from_millis(10))?;
+    let ping_timeout = required("ping-timeout", MS)?;
     let (threshold, s) = lookup("failure-threshold");
     let threshold = threshold.unwrap_or_default();
     let failure_threshold: u32 = threshold
@@ -644,22 +798,23 @@ pub fn resolve(
         .ok()
         .filter(|n| *n >= 1)
         .ok_or_else(|| err(s, &threshold, "expected a whole number >= 1".into()))?;
-    let forget_after = duration("forget-after", false)?;
+    let forget_after = match duration("forget-after", NS)? {
+        Some((d, v)) if d < poll_interval => {
+            return Err(err(
+                setting("forget-after"),
+                &v,
+                format!("must be at least -poll-interval ({poll_interval:?})"),
+            ));
+        }
+        other => other.map(|(d, _)| d),
+    };
 
     let lease = LeaseTiming {
-        ttl: required("lease-ttl")?,
-        renew_interval: required("lease-renew-interval")?,
-        renew_deadline: required("lease-renew-deadline")?,
-        retry_interval: required("lease-retry-interval")?,
+        ttl: required("lease-ttl", Duration::from_millis(10))?,
+        renew_interval: required("lease-renew-interval", MS)?,
+        renew_deadline: required("lease-renew-deadline", NS)?,
+        retry_interval: required("lease-retry-interval", MS)?,
     };
-    let ttl_ms = lease.ttl.as_millis();
-    if ttl_ms < 10 {
-        return Err(err(
-            setting("lease-ttl"),
-            &format!("{:?}", lease.ttl),
-            "must be at least 10ms".into(),
-        ));
-    }
     if lease.renew_deadline >= lease.ttl {
         let v = text("lease-renew-deadline").unwrap_or_default();
         return Err(err(
@@ -682,14 +837,7 @@ pub fn resolve(
             ),
         ));
     }
-    let census_interval = required("census-interval")?;
-    if census_interval < Duration::from_millis(100) {
-        return Err(err(
-            setting("census-interval"),
-            &format!("{census_interval:?}"),
-            "must be at least 100ms".into(),
-        ));
-    }
+    let census_interval = required("census-interval", Duration::from_millis(100))?;
 
     let (url, s) = lookup("redis-url");
     let redis_url = url.unwrap_or_default();
@@ -712,22 +860,33 @@ pub fn resolve(
             entry.to_string()
         }
     };
-    if let Some(addrs) = text("redis-addrs") {
+    let addrs = text("redis-addrs");
+    for url in &urls {
+        // -redis-addrs replaces the host, so only the rest of the URL counts then.
+        check_redis_url(url, addrs.is_none()).map_err(|e| err(s, &entry(&redis_url, url), e))?;
+    }
+    if let Some(addrs) = addrs {
+        let sa = setting("redis-addrs");
         let hosts: Vec<&str> = addrs
             .split(',')
             .map(str::trim)
             .filter(|a| !a.is_empty())
             .collect();
-        if hosts.is_empty() || hosts.iter().any(|h| h.contains('/') || !h.contains(':')) {
-            return Err(err(
-                setting("redis-addrs"),
-                &addrs,
-                "expected host:port[,host:port...]".into(),
-            ));
+        if hosts.is_empty() {
+            return Err(err(sa, &addrs, "expected host:port[,host:port...]".into()));
+        }
+        for h in &hosts {
+            check_host_port(h, true).map_err(|e| {
+                err(
+                    sa,
+                    &entry(&addrs, h),
+                    format!("{e}; expected host:port[,host:port...]"),
+                )
+            })?;
         }
         // Only the host changes: scheme (TLS), user, password and db stay.
         let template = urls[0].clone();
-        let (scheme, rest) = template.split_once("://").unwrap_or(("redis", ""));
+        let (scheme, rest) = template.split_once("://").expect("checked above");
         let (auth, host_and_db) = match rest.rsplit_once('@') {
             Some((a, h)) => (format!("{a}@"), h),
             None => (String::new(), rest),
@@ -737,14 +896,8 @@ pub fn resolve(
             .iter()
             .map(|h| format!("{scheme}://{auth}{h}{db}"))
             .collect();
-    }
-    for url in &urls {
-        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-            return Err(err(
-                s,
-                &entry(&redis_url, url),
-                "expected redis://host:port".into(),
-            ));
+        for url in &urls {
+            check_redis_url(url, true).map_err(|e| err(sa, url, e))?;
         }
     }
     // The password may come from the URL, -redis-pass / REDIS_PASSWORD, or a
@@ -787,9 +940,11 @@ pub fn resolve(
     let redis_cluster = parse_bool(&cluster).map_err(|e| err(s, &cluster, e))? || urls.len() > 1;
     let redis_url = urls.join(",");
 
-    // Our own CA and a client certificate; files are read now, so a bad path fails here.
+    // Our own CA and a client certificate; files are read now, so a bad path
+    // fails here, naming the flag of that path.
+    let given_text = |flag: &'static str| text(flag).filter(|v| !v.trim().is_empty());
     let paths = |flag: &'static str| -> Vec<std::path::PathBuf> {
-        text(flag)
+        given_text(flag)
             .map(|v| {
                 v.split(',')
                     .map(str::trim)
@@ -799,42 +954,91 @@ pub fn resolve(
             })
             .unwrap_or_default()
     };
+    // A certificate needs its key and a key its certificate: name the one given.
+    let pair = |cert: &'static str, key: &'static str| -> Result<(), ConfigError> {
+        match (given_text(cert), given_text(key)) {
+            (Some(c), None) => Err(err(
+                setting(cert),
+                &c,
+                format!("-{key} is required with -{cert}"),
+            )),
+            (None, Some(k)) => Err(err(
+                setting(key),
+                &k,
+                format!("-{cert} is required with -{key}"),
+            )),
+            _ => Ok(()),
+        }
+    };
+    // The flag that named `path` among `flags`, for an unusable file.
+    let blame = |e: &TlsError, flags: &[&'static str]| -> ConfigError {
+        let path = match e {
+            TlsError::Read { path, .. } | TlsError::NotPem { path, .. } => Some(path.clone()),
+            _ => None,
+        };
+        let flag = flags
+            .iter()
+            .copied()
+            .find(|f| path.as_ref().is_some_and(|p| paths(f).contains(p)))
+            .or_else(|| flags.iter().copied().find(|f| given_text(f).is_some()))
+            .unwrap_or(flags[0]);
+        err(
+            setting(flag),
+            &given_text(flag).unwrap_or_default(),
+            e.to_string(),
+        )
+    };
+    let redis_tls_flags = [
+        "redis-tls-ca",
+        "redis-rootca-certs",
+        "redis-tls-cert",
+        "redis-tls-key",
+    ];
+    pair("redis-tls-cert", "redis-tls-key")?;
     let mut ca = paths("redis-tls-ca");
     ca.extend(paths("redis-rootca-certs"));
     let redis_tls = TlsFiles {
         ca,
-        cert: text("redis-tls-cert")
-            .filter(|p| !p.is_empty())
-            .map(Into::into),
-        key: text("redis-tls-key")
-            .filter(|p| !p.is_empty())
-            .map(Into::into),
+        cert: given_text("redis-tls-cert").map(Into::into),
+        key: given_text("redis-tls-key").map(Into::into),
     };
     if !redis_tls.is_empty() {
-        let s = setting("redis-tls-ca");
         if !urls.iter().all(|u| u.starts_with("rediss://")) {
+            let flag = redis_tls_flags
+                .into_iter()
+                .find(|f| given_text(f).is_some())
+                .expect("some TLS file is given");
             return Err(err(
-                s,
-                "",
+                setting(flag),
+                &given_text(flag).unwrap_or_default(),
                 "TLS files need a rediss:// URL or -redis-tls".into(),
             ));
         }
-        redis_tls.load().map_err(|e| err(s, "", e.to_string()))?;
+        redis_tls.load().map_err(|e| blame(&e, &redis_tls_flags))?;
     }
+    let ping_tls_flags = ["ping-tls-ca", "ping-tls-cert", "ping-tls-key"];
+    pair("ping-tls-cert", "ping-tls-key")?;
     let ping_files = TlsFiles {
         ca: paths("ping-tls-ca"),
-        cert: text("ping-tls-cert")
-            .filter(|p| !p.is_empty())
-            .map(Into::into),
-        key: text("ping-tls-key")
-            .filter(|p| !p.is_empty())
-            .map(Into::into),
+        cert: given_text("ping-tls-cert").map(Into::into),
+        key: given_text("ping-tls-key").map(Into::into),
     };
     let ping_tls = if ping_files.is_empty() {
         None
     } else {
-        let s = setting("ping-tls-ca");
-        crate::tls::ping_client(&ping_files, None).map_err(|e| err(s, "", e.to_string()))?;
+        if ping_files.ca.is_empty() {
+            let flag = if ping_files.cert.is_some() {
+                "ping-tls-cert"
+            } else {
+                "ping-tls-key"
+            };
+            return Err(err(
+                setting(flag),
+                &given_text(flag).unwrap_or_default(),
+                format!("-ping-tls-ca is required with -{flag}: pings verify members with it"),
+            ));
+        }
+        crate::tls::ping_client(&ping_files, None).map_err(|e| blame(&e, &ping_tls_flags))?;
         Some(PingTls {
             files: ping_files,
             domain: text("ping-tls-domain").filter(|d| !d.is_empty()),
@@ -842,8 +1046,8 @@ pub fn resolve(
     };
 
     let keepalive = Keepalive {
-        interval: required("ka-time")?,
-        timeout: required("ka-timeout")?,
+        interval: required("ka-time", Duration::from_secs(1))?,
+        timeout: required("ka-timeout", NS)?,
         while_idle: {
             let (v, s) = lookup("ka-permit-without-stream");
             let v = v.unwrap_or_default();
@@ -874,6 +1078,9 @@ pub fn resolve(
         ),
         (None, (None, _)) => None,
     };
+    let (log, s) = lookup("log");
+    let log = log.unwrap_or_default();
+    check_log_filter(&log).map_err(|e| err(s, &log, e))?;
     let (format, s) = lookup("log-format");
     let format = format.unwrap_or_default();
     let log_json = match format.as_str() {
@@ -909,7 +1116,7 @@ pub fn resolve(
         .ok()
         .filter(|n| *n <= 100)
         .ok_or_else(|| err(s, &percent, "expected a whole number from 0 to 100".into()))?;
-    let mass_failure_confirm = required("mass-failure-confirm")?;
+    let mass_failure_confirm = required("mass-failure-confirm", NS)?;
     let (replicas, s) = lookup("redis-wait-replicas");
     let replicas = replicas.unwrap_or_default();
     let redis_wait_replicas: u32 = replicas
@@ -917,7 +1124,19 @@ pub fn resolve(
         .ok()
         .filter(|n| *n <= 64)
         .ok_or_else(|| err(s, &replicas, "expected a whole number from 0 to 64".into()))?;
-    let redis_wait_timeout = required("redis-wait-timeout")?;
+    let (redis_wait_timeout, v) = duration("redis-wait-timeout", MS)?.expect("has a default");
+    // A WAIT must fit in a renewal's budget: what is left of the deadline
+    // after the renewal interval.
+    let budget = lease.renew_deadline - lease.renew_interval;
+    if redis_wait_replicas > 0 && redis_wait_timeout >= budget {
+        return Err(err(
+            setting("redis-wait-timeout"),
+            &v,
+            format!(
+                "must be shorter than -lease-renew-deadline minus -lease-renew-interval ({budget:?}) so that a WAIT fits in a renewal"
+            ),
+        ));
+    }
     Ok(Config {
         redis_url,
         services_namespaces,
@@ -931,7 +1150,7 @@ pub fn resolve(
         census_interval,
         replica_id,
         keepalive,
-        log: text("log").unwrap_or_default(),
+        log,
         http_addr,
         log_json,
         traces,
@@ -1226,6 +1445,21 @@ mod tests {
         );
     }
 
+    #[test]
+    fn durations() {
+        let ms = |s: &str| parse_duration(s).map(|d| d.as_millis());
+        assert_eq!(ms("500ms"), Ok(500));
+        assert_eq!(ms("2s"), Ok(2000));
+        assert_eq!(ms("1m30s"), Ok(90_000));
+        assert_eq!(ms("1.5h"), Ok(5_400_000));
+        assert_eq!(ms("0"), Ok(0));
+        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+        assert!(parse_duration("10").unwrap_err().contains("missing unit"));
+        assert!(parse_duration("10d").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("ms").is_err());
+    }
+
     /// Resolves with the environment `vars` (name, value).
     fn with_env(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let vars: Vec<(String, String)> = vars
@@ -1263,6 +1497,7 @@ mod tests {
             format!("redis://user:x@{PW}@h:99999"),
             format!("redis://user:{PW}/x@h:99999"),
             format!("rediss://user:{PW}@h:1?protocol=resp9"),
+            format!("redis://{PW}@h:99999"),
             format!("redis://:{PW},x@h:99999"),
             format!("{PW}@h:1"),
             format!("h:1,user:{PW}@h:2"),
@@ -1317,6 +1552,16 @@ mod tests {
             errors > 100,
             "only {errors} errors: the forms do not exercise the checks"
         );
+        // Every malformed URL form is refused, naming its flag.
+        for form in &url_forms {
+            let e = with_env(&[("REDIS_URL", form)]).unwrap_err();
+            assert_eq!(e.flag, "redis-url", "{form}: {e}");
+        }
+        let e = with_env(&[("REDIS_ADDRS", &format!("user:{PW}@h:1"))]).unwrap_err();
+        assert_eq!((e.flag, e.value.as_str()), ("redis-addrs", "user:***@h:1"));
+        let e = with_env(&[("REDIS_URL", &format!("redis://user:{PW}@host:99999"))]).unwrap_err();
+        assert_eq!(e.value, "redis://user:***@host:99999");
+
         // A valid configuration with a password, and the raw values.
         let c = with_env(&[("REDIS_URL", &format!("redis://user:{PW}@h:1/2"))]).unwrap();
         assert_no_password("valid config", &[format!("{c:?}"), c.redis_url_redacted()]);
@@ -1365,6 +1610,216 @@ mod tests {
     }
 
     #[test]
+    fn log_levels_and_directives() {
+        for good in [
+            "info",
+            "WARN",
+            "off",
+            "info,distributor=debug",
+            "distributor::store=trace",
+        ] {
+            with_env(&[("LOG", good)]).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for bad in [
+            "verbose",
+            "",
+            " ",
+            "info,verbose",
+            "distributor=loud",
+            "=debug",
+            "a b=info",
+        ] {
+            let e = with_env(&[("LOG", bad)]).unwrap_err();
+            assert_eq!((e.flag, e.env, e.value.as_str()), ("log", "LOG", bad));
+            assert!(
+                e.reason.contains("error, warn, info, debug, trace or off"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn list_keys_must_not_collide() {
+        let e = with_env(&[
+            ("SERVICES_NAMESPACES", "a,units"),
+            ("WORKUNITS_NAMESPACE", "units"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.flag, "services-namespaces", "{e}");
+        for (var, key, flag) in [
+            (
+                "SERVICES_NAMESPACES",
+                "{sys-matching-table}:lease",
+                "services-namespaces",
+            ),
+            (
+                "WORKUNITS_NAMESPACE",
+                "{sys-matching-table}:epoch",
+                "workunits-namespace",
+            ),
+            (
+                "WORKUNITS_NAMESPACE",
+                "{sys-matching-table}:census:7",
+                "workunits-namespace",
+            ),
+        ] {
+            let e = with_env(&[(var, key)]).unwrap_err();
+            assert_eq!((e.flag, e.value.as_str()), (flag, key), "{e}");
+        }
+        let e = with_env(&[
+            ("DISTRIBUTION_NAMESPACE", "app:{t}:table"),
+            ("WORKUNITS_NAMESPACE", "app:{t}:table:meta"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.flag, "workunits-namespace", "{e}");
+        // Near misses are fine.
+        with_env(&[("WORKUNITS_NAMESPACE", "{sys-matching-table}")]).unwrap();
+        with_env(&[("SERVICES_NAMESPACES", "sys-matching-table-x")]).unwrap();
+    }
+
+    #[test]
+    fn redis_urls_are_checked_in_full() {
+        for bad in [
+            "redis://host:99999",
+            "redis://host:0",
+            "redis://host:x",
+            "redis://host:",
+            "redis://:6379",
+            "redis://",
+            "redis://h:1/db",
+            "redis://h:1/-1",
+            "host:6379",
+            "unix:///tmp/redis.sock",
+            "redis://0.0.0.0:6379",
+            "redis://[::1:6379",
+            "rediss://h:1?protocol=resp9",
+            "redis://h:1,redis://h:99999",
+        ] {
+            let e = with_env(&[("REDIS_URL", bad)]).unwrap_err();
+            assert_eq!(
+                (e.flag, e.value.as_str()),
+                ("redis-url", bad.rsplit(',').next().unwrap())
+            );
+        }
+        for good in [
+            "redis://h",
+            "redis://h:6379/0",
+            "redis://h:6379/",
+            "rediss://u:p@h:1/15?protocol=resp3",
+            "redis://[::1]:6379",
+            "redis://u@h:1",
+            "rediss://h:1#insecure",
+            "redis://:p%40ss@h:1",
+        ] {
+            with_env(&[("REDIS_URL", good)]).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for bad in ["h:99999", "h", ":1", "h:0", "h:1/0", "[::1]", "a:1,b"] {
+            let e = with_env(&[("REDIS_ADDRS", bad)]).unwrap_err();
+            assert_eq!(e.flag, "redis-addrs", "{bad}: {e}");
+        }
+        // -redis-addrs replaces the host, so the URL needs none then.
+        let c = with_env(&[("REDIS_URL", "rediss://:pw@/2"), ("REDIS_ADDRS", "h:7")]).unwrap();
+        assert_eq!(c.redis_url, "rediss://:pw@h:7/2");
+    }
+
+    #[test]
+    fn a_tls_half_names_the_flag_given() {
+        for (vars, flag, value, reason) in [
+            (
+                vec![
+                    ("REDIS_URL", "rediss://h:1"),
+                    ("REDIS_TLS_CERT", "/x/c.pem"),
+                ],
+                "redis-tls-cert",
+                "/x/c.pem",
+                "-redis-tls-key is required with -redis-tls-cert",
+            ),
+            (
+                vec![("REDIS_URL", "rediss://h:1"), ("REDIS_TLS_KEY", "/x/k.pem")],
+                "redis-tls-key",
+                "/x/k.pem",
+                "-redis-tls-cert is required with -redis-tls-key",
+            ),
+            (
+                vec![("PING_TLS_CERT", "/x/c.pem")],
+                "ping-tls-cert",
+                "/x/c.pem",
+                "-ping-tls-key is required with -ping-tls-cert",
+            ),
+            (
+                vec![("PING_TLS_KEY", "/x/k.pem")],
+                "ping-tls-key",
+                "/x/k.pem",
+                "-ping-tls-cert is required with -ping-tls-key",
+            ),
+            (
+                vec![("PING_TLS_CERT", "/x/c.pem"), ("PING_TLS_KEY", "/x/k.pem")],
+                "ping-tls-cert",
+                "/x/c.pem",
+                "-ping-tls-ca is required with -ping-tls-cert",
+            ),
+            (
+                vec![
+                    ("REDIS_TLS_KEY", "/x/k.pem"),
+                    ("REDIS_TLS_CERT", "/x/c.pem"),
+                ],
+                "redis-tls-cert",
+                "/x/c.pem",
+                "TLS files need a rediss:// URL",
+            ),
+            (
+                vec![
+                    ("REDIS_URL", "rediss://h:1"),
+                    ("REDIS_TLS_KEY", "/x/k.pem"),
+                    ("REDIS_TLS_CERT", "/x/c.pem"),
+                ],
+                "redis-tls-cert",
+                "/x/c.pem",
+                "cannot read certificate",
+            ),
+        ] {
+            let e = with_env(&vars).unwrap_err();
+            assert_eq!((e.flag, e.value.as_str()), (flag, value), "{e}");
+            assert!(e.reason.contains(reason), "{e}");
+        }
+    }
+
+    #[test]
+    fn durations_have_floors() {
+        for (var, too_small, enough) in [
+            ("POLL_INTERVAL", "9ms", "10ms"),
+            ("PING_TIMEOUT", "999us", "1ms"),
+            ("LEASE_RENEW_INTERVAL", "1ns", "1ms"),
+            ("LEASE_RETRY_INTERVAL", "500us", "1ms"),
+            ("KA_TIME", "999ms", "1s"),
+            ("CENSUS_INTERVAL", "99ms", "100ms"),
+            ("REDIS_WAIT_TIMEOUT", "999us", "1ms"),
+            ("FORGET_AFTER", "999ms", "1s"),
+        ] {
+            let e = with_env(&[(var, too_small)]).unwrap_err();
+            assert_eq!((e.env, e.value.as_str()), (var, too_small), "{e}");
+            assert!(e.reason.starts_with("must be at least"), "{e}");
+            with_env(&[(var, enough)]).unwrap_or_else(|e| panic!("{var}={enough}: {e}"));
+        }
+        let e = with_env(&[("POLL_INTERVAL", "1ns")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid -poll-interval (env POLL_INTERVAL) value \"1ns\": must be at least 10ms"
+        );
+        // forget-after follows the poll interval.
+        let e = with_env(&[("POLL_INTERVAL", "2s"), ("FORGET_AFTER", "1s")]).unwrap_err();
+        assert_eq!(e.flag, "forget-after");
+        // With WAIT, a WAIT must fit in a renewal: deadline 1500ms - interval 500ms.
+        let wait = |t: &str| with_env(&[("REDIS_WAIT_REPLICAS", "1"), ("REDIS_WAIT_TIMEOUT", t)]);
+        assert_eq!(wait("1s").unwrap_err().flag, "redis-wait-timeout");
+        assert!(wait("999ms").is_ok());
+        assert!(
+            with_env(&[("REDIS_WAIT_TIMEOUT", "5s")]).is_ok(),
+            "no WAIT, no budget"
+        );
+    }
+
+    #[test]
     fn normalizing_never_slices_inside_a_character() {
         let args = [
             "distributor",
@@ -1392,21 +1847,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn durations() {
-        let ms = |s: &str| parse_duration(s).map(|d| d.as_millis());
-        assert_eq!(ms("500ms"), Ok(500));
-        assert_eq!(ms("2s"), Ok(2000));
-        assert_eq!(ms("1m30s"), Ok(90_000));
-        assert_eq!(ms("1.5h"), Ok(5_400_000));
-        assert_eq!(ms("0"), Ok(0));
-        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
-        assert!(parse_duration("10").unwrap_err().contains("missing unit"));
-        assert!(parse_duration("10d").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("ms").is_err());
-    }
-
     proptest! {
         #[test]
         fn duration_round_trip(ms in 0u64..10_000_000) {
@@ -1432,12 +1872,14 @@ mod tests {
             ] {
                 let shown = redact_url(&url);
                 prop_assert!(!shown.contains(&pw), "{} shown as {}", url, shown);
-                let vars = [("REDIS_URL", url.as_str()), ("REDIS_PASS", pw.as_str())];
-                let text = match with_env(&vars) {
-                    Ok(c) => format!("{c:?}"),
-                    Err(e) => format!("{e} {e:?}"),
-                };
-                prop_assert!(!text.contains(&pw), "REDIS_URL={}: {}", url, text);
+                for var in ["REDIS_URL", "REDIS_ADDRS"] {
+                    let vars = [(var, url.as_str()), ("REDIS_PASS", pw.as_str())];
+                    let text = match with_env(&vars) {
+                        Ok(c) => format!("{c:?}"),
+                        Err(e) => format!("{e} {e:?}"),
+                    };
+                    prop_assert!(!text.contains(&pw), "{}={}: {}", var, url, text);
+                }
             }
         }
 

@@ -276,12 +276,65 @@ fn run_briefly(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (Option<
     (code, std::fs::read_to_string(&log).unwrap())
 }
 
+/// The values a black-box probe found accepted (or mis-reported) now stop the
+/// daemon at start with exit code 2 and the usual message.
+#[test]
+fn probe_findings_fail_at_start_naming_the_flag() {
+    for (args, needle) in [
+        (
+            vec!["--log", "verbose"],
+            "invalid -log (env LOG) value \"verbose\": ",
+        ),
+        (
+            vec!["--poll-interval", "-1s"],
+            "invalid -poll-interval (env POLL_INTERVAL) value \"-1s\": ",
+        ),
+        (
+            vec!["-poll-interval", "1ns"],
+            "invalid -poll-interval (env POLL_INTERVAL) value \"1ns\": must be at least 10ms",
+        ),
+        (
+            vec!["-redis-url=redis://host:99999"],
+            "invalid -redis-url (env REDIS_URL) value \"redis://host:99999\": ",
+        ),
+        (
+            vec!["-redis-url=rediss://h:1", "-redis-tls-cert=/x/c.pem"],
+            "invalid -redis-tls-cert (env REDIS_TLS_CERT) value \"/x/c.pem\": -redis-tls-key is required with -redis-tls-cert",
+        ),
+        (
+            vec!["-ping-tls-key=/x/k.pem"],
+            "invalid -ping-tls-key (env PING_TLS_KEY) value \"/x/k.pem\": -ping-tls-cert is required with -ping-tls-key",
+        ),
+        (
+            vec!["-services-namespaces=a,b", "-workunits-namespace=b"],
+            "invalid -services-namespaces (env SERVICES_NAMESPACE) value \"a,b\": ",
+        ),
+        (
+            vec!["-workunits-namespace={sys-matching-table}:lease"],
+            "invalid -workunits-namespace (env WORKUNITS_NAMESPACE) value \"{sys-matching-table}:lease\": ",
+        ),
+        (
+            vec!["-ka-time=100ms"],
+            "invalid -ka-time (env KA_TIME) value \"100ms\": must be at least 1s",
+        ),
+    ] {
+        let (code, out) = run_briefly(&args, &[], Duration::from_secs(10));
+        assert_eq!(code, Some(2), "{args:?}: {out}");
+        assert!(out.contains(needle), "{args:?}: {out}");
+    }
+}
+
 /// Passwords given in any malformed form never reach the output.
 #[test]
 fn secrets_never_reach_the_output() {
     const PW: &str = "hunter2-Sekr3t";
     let url = |u: &str| u.replace("PW", PW);
     for (args, env, shown) in [
+        (
+            vec![url("-redis-url=redis://user:PW@host:99999")],
+            vec![],
+            "value \"redis://user:***@host:99999\"",
+        ),
         (
             vec![url("-redis-url=user:PW@host:1")],
             vec![],
@@ -293,14 +346,17 @@ fn secrets_never_reach_the_output() {
             "value \"http://u:***@b:2\"",
         ),
         (
-            vec![url("-redis-addrs=user:PW@h:1/0")],
+            vec![url("-redis-addrs=user:PW@h:1")],
             vec![],
-            "value \"user:***@h:1/0\"",
+            "value \"user:***@h:1\"",
         ),
         (
-            vec![url("-redis-pass=PW"), "-redis-url=h:1".to_string()],
+            vec![
+                url("-redis-pass=PW"),
+                "-redis-url=redis://h:99999".to_string(),
+            ],
             vec![],
-            "value \"h:1\"",
+            "value \"redis://h:99999\"",
         ),
         (
             vec!["-poll-interval=fast".to_string()],
