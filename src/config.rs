@@ -159,7 +159,7 @@ settings! {
     ka_permit_without_stream: "ka-permit-without-stream", ["KA_PERMIT_WITHOUT_STREAM"],
         Some("false"), Bool, "Send keepalive pings with no call in flight";
     http_addr: "http-addr", ["HTTP_ADDR"], Some("0.0.0.0:9090"), Text,
-        "Address of /metrics, /healthz, /readyz and /version; `off` disables it";
+        "Address of /metrics, /healthz, /readyz and /version; `off` disables it. The default moves to the next free port up to 9099 when 9090 is taken; an address given explicitly must be free";
     prom_port: "prom-port", ["PROM_PORT"], None, Text,
         "Go-compatible: serve the HTTP endpoints on 0.0.0.0:<port> (overrides -http-addr)";
     log_format: "log-format", ["LOG_FORMAT"], Some("text"), Text, "Log format: text or json";
@@ -204,6 +204,29 @@ pub struct Keepalive {
     pub while_idle: bool,
 }
 
+/// Where [`Config::http_addr`] came from: only the built-in default may move
+/// to another port when it is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpAddrOrigin {
+    /// The built-in `0.0.0.0:9090`: several replicas on one host must not
+    /// kill each other, so the server moves to the next free port (to 9099).
+    Default,
+    /// `-http-addr` / `HTTP_ADDR`: must be free.
+    HttpAddr,
+    /// `-prom-port` / `PROM_PORT`: must be free.
+    PromPort,
+}
+
+impl HttpAddrOrigin {
+    /// The flag to name when the address cannot be used.
+    pub fn flag(self) -> &'static str {
+        match self {
+            HttpAddrOrigin::Default | HttpAddrOrigin::HttpAddr => "-http-addr",
+            HttpAddrOrigin::PromPort => "-prom-port",
+        }
+    }
+}
+
 /// A validated daemon configuration. `Debug` shows the Redis URL redacted.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Config {
@@ -222,6 +245,8 @@ pub struct Config {
     pub log: String,
     /// Where the operations HTTP server listens; `None` when disabled.
     pub http_addr: Option<std::net::SocketAddr>,
+    /// Whether `http_addr` is the built-in default (which may move) or given.
+    pub http_addr_origin: HttpAddrOrigin,
     pub log_json: bool,
     /// Export spans over OTLP when the standard environment names an endpoint.
     pub traces: bool,
@@ -263,6 +288,7 @@ impl std::fmt::Debug for Config {
             keepalive,
             log,
             http_addr,
+            http_addr_origin,
             log_json,
             traces,
             max_list_entries,
@@ -290,6 +316,7 @@ impl std::fmt::Debug for Config {
             .field("keepalive", keepalive)
             .field("log", log)
             .field("http_addr", http_addr)
+            .field("http_addr_origin", http_addr_origin)
             .field("log_json", log_json)
             .field("traces", traces)
             .field("max_list_entries", max_list_entries)
@@ -707,6 +734,10 @@ pub fn resolve(
             .or_else(|| s.default.map(str::to_string));
         (value, s)
     };
+    // Given on the command line or in the environment (not the default).
+    let given = |flag: &'static str| {
+        raw.get(flag).is_some() || setting(flag).env.iter().any(|e| env(e).is_some())
+    };
     let err = |s: &'static Setting, value: &str, reason: String| ConfigError::new(s, value, reason);
     let text = |flag| lookup(flag).0;
     // A duration of at least `min` (`None` when unset and without a default).
@@ -1063,20 +1094,30 @@ pub fn resolve(
         return Err(err(s, &config_type, "expected args or env".into()));
     }
 
-    let http_addr = match (text("prom-port"), lookup("http-addr")) {
+    let (http_addr, http_addr_origin) = match (text("prom-port"), lookup("http-addr")) {
         (Some(port), _) => {
             let s = setting("prom-port");
             let port: u16 = port
                 .parse()
                 .map_err(|_| err(s, &port, "expected a port number".into()))?;
-            Some(std::net::SocketAddr::from(([0, 0, 0, 0], port)))
+            (
+                Some(std::net::SocketAddr::from(([0, 0, 0, 0], port))),
+                HttpAddrOrigin::PromPort,
+            )
         }
-        (None, (Some(v), _)) if v == "off" || v.is_empty() => None,
-        (None, (Some(v), s)) => Some(
-            v.parse()
-                .map_err(|_| err(s, &v, "expected ip:port or off".into()))?,
+        (None, (Some(v), _)) if v == "off" || v.is_empty() => (None, HttpAddrOrigin::HttpAddr),
+        (None, (Some(v), s)) => (
+            Some(
+                v.parse()
+                    .map_err(|_| err(s, &v, "expected ip:port or off".into()))?,
+            ),
+            if given("http-addr") {
+                HttpAddrOrigin::HttpAddr
+            } else {
+                HttpAddrOrigin::Default
+            },
         ),
-        (None, (None, _)) => None,
+        (None, (None, _)) => (None, HttpAddrOrigin::HttpAddr),
     };
     let (log, s) = lookup("log");
     let log = log.unwrap_or_default();
@@ -1152,6 +1193,7 @@ pub fn resolve(
         keepalive,
         log,
         http_addr,
+        http_addr_origin,
         log_json,
         traces,
         max_list_entries,
@@ -1845,6 +1887,27 @@ mod tests {
                 "--ab€"
             ]
         );
+    }
+
+    #[test]
+    fn only_the_built_in_http_address_is_a_default() {
+        assert_eq!(
+            with_env(&[]).unwrap().http_addr_origin,
+            HttpAddrOrigin::Default
+        );
+        let c = with_env(&[("HTTP_ADDR", "0.0.0.0:9090")]).unwrap();
+        assert_eq!(c.http_addr_origin, HttpAddrOrigin::HttpAddr);
+        let raw = RawConfig {
+            http_addr: Some("0.0.0.0:9090".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve(&raw, &no_env).unwrap().http_addr_origin,
+            HttpAddrOrigin::HttpAddr
+        );
+        let c = with_env(&[("PROM_PORT", "9090")]).unwrap();
+        assert_eq!(c.http_addr_origin, HttpAddrOrigin::PromPort);
+        assert_eq!(c.http_addr_origin.flag(), "-prom-port");
     }
 
     proptest! {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use distributor::cli::{self, CliError, Command, ServicesOp, UnitsOp};
+use distributor::config::HttpAddrOrigin;
 
 fn main() -> ExitCode {
     let invocation = match cli::parse(std::env::args_os(), &|k| std::env::var_os(k)) {
@@ -94,13 +95,26 @@ async fn serve(config: distributor::Config) -> anyhow::Result<()> {
         http = ?config.http_addr,
         "starting"
     );
-    let listener =
-        match config.http_addr {
-            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
-                format!("failed to listen on {addr} (-http-addr / -prom-port)")
-            })?),
-            None => None,
-        };
+    let listener = match config.http_addr {
+        // The built-in default must not kill a replica: it moves to a free port.
+        Some(addr) if config.http_addr_origin == HttpAddrOrigin::Default => {
+            distributor::http::bind_default(addr, distributor::http::DEFAULT_PORTS)
+                .await
+                .with_context(|| format!("failed to listen on {addr} (-http-addr)"))?
+        }
+        // An address given explicitly must be free.
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!(
+                    "failed to listen on {addr} ({})",
+                    config.http_addr_origin.flag()
+                )
+            })?;
+            tracing::info!("serving /metrics on {addr}");
+            Some(listener)
+        }
+        None => None,
+    };
     let redis_fresh = config.census_interval * 2 + config.lease.ttl;
     let replica =
         distributor::Distributor::start(config).context("failed to start the distributor")?;
