@@ -55,8 +55,8 @@ impl Kind {
 }
 
 /// One setting: its flag, the environment variables that may carry it (first wins),
-/// its default (if any), its kind and its help text. Rendered into `--help` and
-/// the README.
+/// its default (if any), its kind and its help text. Rendered into `--help`;
+/// the README's table must match it (a test checks).
 pub struct Setting {
     pub flag: &'static str,
     pub env: &'static [&'static str],
@@ -1887,6 +1887,40 @@ mod tests {
                 "--ab€"
             ]
         );
+    }
+
+    #[test]
+    fn the_readme_documents_every_setting() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("\n## Configuration\n")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("a Configuration section");
+        let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `-")).collect();
+        for s in SETTINGS {
+            let flag = format!("`-{}`", s.flag);
+            let first_cell = |row: &&&str| row.split('|').nth(1).is_some_and(|c| c.contains(&flag));
+            let row = rows
+                .iter()
+                .find(first_cell)
+                .or_else(|| rows.iter().find(|r| r.contains(&flag)))
+                .unwrap_or_else(|| panic!("README: no row for -{}", s.flag));
+            for env in s.env {
+                assert!(
+                    row.contains(&format!("`{env}`")),
+                    "README -{}: no {env}",
+                    s.flag
+                );
+            }
+            if let Some(default) = s.default {
+                assert!(
+                    row.contains(&format!("`{default}`")),
+                    "README -{}: default should be `{default}`: {row}",
+                    s.flag
+                );
+            }
+        }
     }
 
     #[test]
