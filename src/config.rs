@@ -1,33 +1,79 @@
 //! Daemon configuration: defaults, environment variables and validation.
 //!
-//! Pure. `main.rs` parses the command line (clap) into [`RawConfig`]; [`resolve`]
-//! layers flag over environment over default and validates everything, so an
-//! invalid value fails at start with a message naming the flag, the variable and
-//! the value. Names and defaults follow scientificideas/distributor so that its
-//! deployments keep working unchanged.
+//! Pure. [`crate::cli`] parses the command line (clap) into [`RawConfig`];
+//! [`resolve`] layers flag over environment over default and validates
+//! everything, so an invalid value fails at start with a message naming the
+//! flag, the variable and the value. Names and defaults follow
+//! scientificideas/distributor so that its deployments keep working unchanged.
+//!
+//! Every setting declares a [`Kind`], which decides how its value may appear in
+//! an error or in `Debug` output: a secret never, a URL with its passwords
+//! replaced by `***`. Every [`ConfigError`] is built through that.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
-use crate::keys::check_table_key;
-use crate::tls::TlsFiles;
+use crate::keys::{Keys, check_table_key};
+use crate::tls::{TlsError, TlsFiles};
+
+/// What a setting's value is, which decides how it is shown and whether the
+/// flag needs a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Shown as given.
+    Text,
+    /// `true` or `false`, shown as given; as a flag the value may be left out.
+    Bool,
+    /// Never shown: `***`.
+    Secret,
+    /// One or several comma-separated URLs (or `host:port`s), shown with the
+    /// password of every `user:pass@` replaced by `***`.
+    Url,
+}
+
+impl Kind {
+    /// The value as it may appear in errors and logs.
+    pub fn show(self, value: &str) -> String {
+        match self {
+            Kind::Text | Kind::Bool => value.to_string(),
+            Kind::Secret => "***".to_string(),
+            Kind::Url => redact_url(value),
+        }
+    }
+
+    /// The parts of `value` that must never appear anywhere.
+    fn secrets(self, value: &str) -> Vec<String> {
+        match self {
+            Kind::Text | Kind::Bool => Vec::new(),
+            Kind::Secret => vec![value.to_string()],
+            Kind::Url => userinfo_spans(value)
+                .into_iter()
+                .map(|(_, hidden, _)| value[hidden].to_string())
+                .collect(),
+        }
+    }
+}
 
 /// One setting: its flag, the environment variables that may carry it (first wins),
-/// its default (if any) and its help text. Rendered into `--help` and the README.
+/// its default (if any), its kind and its help text. Rendered into `--help`;
+/// the README's table must match it (a test checks).
 pub struct Setting {
     pub flag: &'static str,
     pub env: &'static [&'static str],
     pub default: Option<&'static str>,
+    pub kind: Kind,
     pub help: &'static str,
 }
 
 macro_rules! settings {
-    ($($id:ident: $flag:literal, [$($env:literal),*], $default:expr, $help:literal;)*) => {
+    ($($id:ident: $flag:literal, [$($env:literal),*], $default:expr, $kind:ident, $help:literal;)*) => {
         /// Every setting, in help order.
         pub const SETTINGS: &[Setting] = &[
-            $(Setting { flag: $flag, env: &[$($env),*], default: $default, help: $help },)*
+            $(Setting { flag: $flag, env: &[$($env),*], default: $default, kind: Kind::$kind, help: $help },)*
         ];
         /// Raw values as given on the command line (`None` = not given).
-        #[derive(Debug, Clone, Default)]
+        /// `Debug` shows each value as its [`Kind`] allows.
+        #[derive(Clone, Default)]
         pub struct RawConfig {
             $(pub $id: Option<String>,)*
         }
@@ -39,89 +85,107 @@ macro_rules! settings {
                 }
             }
         }
+        impl std::fmt::Debug for RawConfig {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let mut d = f.debug_struct("RawConfig");
+                $(d.field(stringify!($id), &self.$id.as_deref().map(|v| Kind::$kind.show(v)));)*
+                d.finish()
+            }
+        }
     };
 }
 
 settings! {
     services_namespaces: "services-namespaces", ["SERVICES_NAMESPACE", "SERVICES_NAMESPACES"],
-        Some("sys-robots-list,sys-parsers-lists"),
+        Some("sys-robots-list,sys-parsers-lists"), Text,
         "Comma-separated services list keys; each list is a group that splits all units";
-    workunits_namespace: "workunits-namespace", ["WORKUNITS_NAMESPACE"], Some("sys-channels"),
+    workunits_namespace: "workunits-namespace", ["WORKUNITS_NAMESPACE"], Some("sys-channels"), Text,
         "Work units list key";
     distribution_namespace: "distribution-namespace", ["DISTRIBUTION_NAMESPACE"],
-        Some("sys-matching-table"), "Matching table hash key; coordination keys share its slot";
-    poll_interval: "poll-interval", ["POLL_INTERVAL"], Some("1000ms"),
-        "How often the holder reads the lists, pings every member and updates the table";
-    ping_timeout: "ping-timeout", ["PING_TIMEOUT"], Some("1000ms"),
-        "Deadline of one ping, connection included";
-    redis_url: "redis-url", ["REDIS_URL"], Some("redis://127.0.0.1:6379"),
-        "Redis URL (redis://[user:pass@]host:port[/db])";
-    redis_addrs: "redis-addrs", ["REDIS_ADDRS"], None,
+        Some("sys-matching-table"), Text, "Matching table hash key; coordination keys share its slot";
+    poll_interval: "poll-interval", ["POLL_INTERVAL"], Some("1000ms"), Text,
+        "How often the holder reads the lists, pings every member and updates the table (at least 10ms)";
+    ping_timeout: "ping-timeout", ["PING_TIMEOUT"], Some("1000ms"), Text,
+        "Deadline of one ping, connection included (at least 1ms)";
+    redis_url: "redis-url", ["REDIS_URL"], Some("redis://127.0.0.1:6379"), Url,
+        "Redis URL (redis://[user:pass@]host[:port][/db], or rediss://); several comma-separated URLs are cluster seed nodes";
+    redis_addrs: "redis-addrs", ["REDIS_ADDRS"], None, Url,
         "Go-style Redis host:port; overrides the host of --redis-url when given";
-    redis_pass: "redis-pass", ["REDIS_PASS", "REDIS_PASSWORD"], None,
+    redis_pass: "redis-pass", ["REDIS_PASS", "REDIS_PASSWORD"], None, Secret,
         "Redis password (prefer the environment to the command line)";
-    redis_cluster: "redis-cluster", ["REDIS_CLUSTER"], Some("false"),
+    redis_cluster: "redis-cluster", ["REDIS_CLUSTER"], Some("false"), Bool,
         "Redis Cluster mode with a single seed node (several nodes always mean cluster)";
-    redis_password_file: "redis-password-file", ["REDIS_PASSWORD_FILE"], None,
+    redis_password_file: "redis-password-file", ["REDIS_PASSWORD_FILE"], None, Text,
         "File holding the Redis password (a trailing newline is ignored)";
-    redis_user: "redis-user", ["REDIS_USER", "REDIS_USERNAME"], None,
+    redis_user: "redis-user", ["REDIS_USER", "REDIS_USERNAME"], None, Text,
         "Redis ACL user name (with -redis-pass or -redis-password-file)";
-    redis_tls: "redis-tls", ["REDIS_TLS"], Some("false"),
+    redis_tls: "redis-tls", ["REDIS_TLS"], Some("false"), Bool,
         "Go-compatible: use TLS to Redis (same as a rediss:// URL)";
-    redis_tls_ca: "redis-tls-ca", ["REDIS_TLS_CA"], None,
+    redis_tls_ca: "redis-tls-ca", ["REDIS_TLS_CA"], None, Text,
         "Comma-separated PEM CA files to verify Redis (default: system roots)";
-    redis_rootca_certs: "redis-rootca-certs", ["REDIS_ROOTCA_CERTS"], None,
+    redis_rootca_certs: "redis-rootca-certs", ["REDIS_ROOTCA_CERTS"], None, Text,
         "Go-compatible alias of -redis-tls-ca";
-    redis_tls_cert: "redis-tls-cert", ["REDIS_TLS_CERT"], None, "PEM client certificate for Redis (mTLS)";
-    redis_tls_key: "redis-tls-key", ["REDIS_TLS_KEY"], None, "PEM client key for Redis (mTLS)";
-    ping_tls_ca: "ping-tls-ca", ["PING_TLS_CA"], None,
+    redis_tls_cert: "redis-tls-cert", ["REDIS_TLS_CERT"], None, Text,
+        "PEM client certificate for Redis (mTLS; needs -redis-tls-key)";
+    redis_tls_key: "redis-tls-key", ["REDIS_TLS_KEY"], None, Text,
+        "PEM client key for Redis (mTLS; needs -redis-tls-cert)";
+    ping_tls_ca: "ping-tls-ca", ["PING_TLS_CA"], None, Text,
         "PEM CA that signs members' certificates; turns on TLS for pings";
-    ping_tls_cert: "ping-tls-cert", ["PING_TLS_CERT"], None, "PEM client certificate for pings (mTLS)";
-    ping_tls_key: "ping-tls-key", ["PING_TLS_KEY"], None, "PEM client key for pings (mTLS)";
-    ping_tls_domain: "ping-tls-domain", ["PING_TLS_DOMAIN"], None,
+    ping_tls_cert: "ping-tls-cert", ["PING_TLS_CERT"], None, Text,
+        "PEM client certificate for pings (mTLS; needs -ping-tls-key and -ping-tls-ca)";
+    ping_tls_key: "ping-tls-key", ["PING_TLS_KEY"], None, Text,
+        "PEM client key for pings (mTLS; needs -ping-tls-cert and -ping-tls-ca)";
+    ping_tls_domain: "ping-tls-domain", ["PING_TLS_DOMAIN"], None, Text,
         "Name to verify in members' certificates instead of their address";
-    failure_threshold: "failure-threshold", ["FAILURE_THRESHOLD"], Some("1"),
+    failure_threshold: "failure-threshold", ["FAILURE_THRESHOLD"], Some("1"), Text,
         "Consecutive failed pings before a member loses its units";
-    forget_after: "forget-after", ["FORGET_AFTER"], None,
-        "Remove a member from its services list after failing this long (off if unset)";
-    lease_ttl: "lease-ttl", ["LEASE_TTL"], Some("2s"),
-        "Lease duration: a standby takes over at most this long after the holder dies";
-    lease_renew_interval: "lease-renew-interval", ["LEASE_RENEW_INTERVAL"], Some("500ms"),
-        "How often the holder renews the lease";
-    lease_renew_deadline: "lease-renew-deadline", ["LEASE_RENEW_DEADLINE"], Some("1500ms"),
+    forget_after: "forget-after", ["FORGET_AFTER"], None, Text,
+        "Remove a member from its services list after failing this long (off if unset; at least -poll-interval)";
+    lease_ttl: "lease-ttl", ["LEASE_TTL"], Some("2s"), Text,
+        "Lease duration: a standby takes over at most this long after the holder dies (at least 10ms)";
+    lease_renew_interval: "lease-renew-interval", ["LEASE_RENEW_INTERVAL"], Some("500ms"), Text,
+        "How often the holder renews the lease (at least 1ms, < lease-renew-deadline)";
+    lease_renew_deadline: "lease-renew-deadline", ["LEASE_RENEW_DEADLINE"], Some("1500ms"), Text,
         "The holder stops acting when it has not renewed for this long (< lease-ttl)";
-    lease_retry_interval: "lease-retry-interval", ["LEASE_RETRY_INTERVAL"], Some("500ms"),
-        "Longest wait between a standby's acquisition attempts";
-    census_interval: "census-interval", ["CENSUS_INTERVAL"], Some("5s"),
-        "Census interval; keep it well above the clock skew between replicas";
-    replica_id: "replica-id", ["REPLICA_ID"], None,
+    lease_retry_interval: "lease-retry-interval", ["LEASE_RETRY_INTERVAL"], Some("500ms"), Text,
+        "Longest wait between a standby's acquisition attempts (at least 1ms)";
+    census_interval: "census-interval", ["CENSUS_INTERVAL"], Some("5s"), Text,
+        "Census interval; keep it well above the clock skew between replicas (at least 100ms)";
+    replica_id: "replica-id", ["REPLICA_ID"], None, Text,
         "This replica's name in status output (default: hostname-pid)";
-    ka_time: "ka-time", ["KA_TIME"], Some("10s"), "gRPC keepalive ping interval towards members";
-    ka_timeout: "ka-timeout", ["KA_TIMEOUT"], Some("20s"), "gRPC keepalive timeout";
+    ka_time: "ka-time", ["KA_TIME"], Some("10s"), Text,
+        "gRPC keepalive ping interval towards members (at least 1s: servers reject more frequent pings)";
+    ka_timeout: "ka-timeout", ["KA_TIMEOUT"], Some("20s"), Text, "gRPC keepalive timeout";
     ka_permit_without_stream: "ka-permit-without-stream", ["KA_PERMIT_WITHOUT_STREAM"],
-        Some("false"), "Send keepalive pings with no call in flight";
-    http_addr: "http-addr", ["HTTP_ADDR"], Some("0.0.0.0:9090"),
-        "Address of /metrics, /healthz, /readyz and /version; `off` disables it";
-    prom_port: "prom-port", ["PROM_PORT"], None,
+        Some("false"), Bool, "Send keepalive pings with no call in flight";
+    http_addr: "http-addr", ["HTTP_ADDR"], Some("0.0.0.0:9090"), Text,
+        "Address of /metrics, /healthz, /readyz and /version; `off` disables it. The default moves to the next free port up to 9099 when 9090 is taken; an address given explicitly must be free";
+    prom_port: "prom-port", ["PROM_PORT"], None, Text,
         "Go-compatible: serve the HTTP endpoints on 0.0.0.0:<port> (overrides -http-addr)";
-    log_format: "log-format", ["LOG_FORMAT"], Some("text"), "Log format: text or json";
-    traces: "traces", ["OTEL_TRACES_EXPORTER"], Some("otlp"),
+    log_format: "log-format", ["LOG_FORMAT"], Some("text"), Text, "Log format: text or json";
+    traces: "traces", ["OTEL_TRACES_EXPORTER"], Some("otlp"), Text,
         "Span export: otlp (when OTEL_EXPORTER_OTLP_ENDPOINT is set) or none";
-    max_list_entries: "max-list-entries", ["MAX_LIST_ENTRIES"], Some("2000000"),
+    max_list_entries: "max-list-entries", ["MAX_LIST_ENTRIES"], Some("2000000"), Text,
         "Longest services or work-units list read; a longer one skips the cycle with an error";
-    max_list_bytes: "max-list-bytes", ["MAX_LIST_BYTES"], Some("256MiB"),
+    max_list_bytes: "max-list-bytes", ["MAX_LIST_BYTES"], Some("256MiB"), Text,
         "Largest list read, in bytes of Redis memory (MEMORY USAGE); a larger one skips the cycle with an error";
-    mass_failure_percent: "mass-failure-percent", ["MASS_FAILURE_PERCENT"], Some("50"),
+    mass_failure_percent: "mass-failure-percent", ["MASS_FAILURE_PERCENT"], Some("50"), Text,
         "When more than this percent of a group's live members fail at once, the holder keeps their units until another replica or -mass-failure-confirm confirms it (100: off)";
-    mass_failure_confirm: "mass-failure-confirm", ["MASS_FAILURE_CONFIRM"], Some("10s"),
+    mass_failure_confirm: "mass-failure-confirm", ["MASS_FAILURE_CONFIRM"], Some("10s"), Text,
         "How long a mass failure that no other replica confirmed is held before the holder acts on it";
-    redis_wait_replicas: "redis-wait-replicas", ["REDIS_WAIT_REPLICAS"], Some("0"),
+    redis_wait_replicas: "redis-wait-replicas", ["REDIS_WAIT_REPLICAS"], Some("0"), Text,
         "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
-    redis_wait_timeout: "redis-wait-timeout", ["REDIS_WAIT_TIMEOUT"], Some("100ms"),
-        "How long to wait for those acknowledgements";
-    log: "log", ["LOG"], Some("info"), "Log level when RUST_LOG is unset";
-    config_type: "config-type", ["CONFIG_TYPE"], Some("args"),
+    redis_wait_timeout: "redis-wait-timeout", ["REDIS_WAIT_TIMEOUT"], Some("100ms"), Text,
+        "How long to wait for those acknowledgements (at least 1ms; with -redis-wait-replicas, shorter than -lease-renew-deadline minus -lease-renew-interval)";
+    log: "log", ["LOG"], Some("info"), Text,
+        "Log level when RUST_LOG is unset: error, warn, info, debug, trace or off, or comma-separated [target=]level directives";
+    config_type: "config-type", ["CONFIG_TYPE"], Some("args"), Text,
         "Accepted for compatibility; flags and environment are always both read (flag wins)";
+}
+
+/// The setting of `flag` (without dashes).
+pub fn setting(flag: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.flag == flag)
 }
 
 /// Lease timing; see the holder timeline in `coordinator.rs`.
@@ -140,8 +204,31 @@ pub struct Keepalive {
     pub while_idle: bool,
 }
 
-/// A validated daemon configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where [`Config::http_addr`] came from: only the built-in default may move
+/// to another port when it is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpAddrOrigin {
+    /// The built-in `0.0.0.0:9090`: several replicas on one host must not
+    /// kill each other, so the server moves to the next free port (to 9099).
+    Default,
+    /// `-http-addr` / `HTTP_ADDR`: must be free.
+    HttpAddr,
+    /// `-prom-port` / `PROM_PORT`: must be free.
+    PromPort,
+}
+
+impl HttpAddrOrigin {
+    /// The flag to name when the address cannot be used.
+    pub fn flag(self) -> &'static str {
+        match self {
+            HttpAddrOrigin::Default | HttpAddrOrigin::HttpAddr => "-http-addr",
+            HttpAddrOrigin::PromPort => "-prom-port",
+        }
+    }
+}
+
+/// A validated daemon configuration. `Debug` shows the Redis URL redacted.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Config {
     pub redis_url: String,
     pub services_namespaces: Vec<String>,
@@ -158,6 +245,8 @@ pub struct Config {
     pub log: String,
     /// Where the operations HTTP server listens; `None` when disabled.
     pub http_addr: Option<std::net::SocketAddr>,
+    /// Whether `http_addr` is the built-in default (which may move) or given.
+    pub http_addr_origin: HttpAddrOrigin,
     pub log_json: bool,
     /// Export spans over OTLP when the standard environment names an endpoint.
     pub traces: bool,
@@ -179,6 +268,68 @@ pub struct Config {
     pub ping_tls: Option<PingTls>,
     /// Redis Cluster mode (several seed URLs in `redis_url`, or forced).
     pub redis_cluster: bool,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured so that a new field cannot be forgotten here.
+        let Config {
+            redis_url: _,
+            services_namespaces,
+            workunits_namespace,
+            distribution_namespace,
+            poll_interval,
+            ping_timeout,
+            failure_threshold,
+            forget_after,
+            lease,
+            census_interval,
+            replica_id,
+            keepalive,
+            log,
+            http_addr,
+            http_addr_origin,
+            log_json,
+            traces,
+            max_list_entries,
+            max_list_bytes,
+            mass_failure_percent,
+            mass_failure_confirm,
+            redis_wait_replicas,
+            redis_wait_timeout,
+            redis_tls,
+            ping_tls,
+            redis_cluster,
+        } = self;
+        f.debug_struct("Config")
+            .field("redis_url", &self.redis_url_redacted())
+            .field("services_namespaces", services_namespaces)
+            .field("workunits_namespace", workunits_namespace)
+            .field("distribution_namespace", distribution_namespace)
+            .field("poll_interval", poll_interval)
+            .field("ping_timeout", ping_timeout)
+            .field("failure_threshold", failure_threshold)
+            .field("forget_after", forget_after)
+            .field("lease", lease)
+            .field("census_interval", census_interval)
+            .field("replica_id", replica_id)
+            .field("keepalive", keepalive)
+            .field("log", log)
+            .field("http_addr", http_addr)
+            .field("http_addr_origin", http_addr_origin)
+            .field("log_json", log_json)
+            .field("traces", traces)
+            .field("max_list_entries", max_list_entries)
+            .field("max_list_bytes", max_list_bytes)
+            .field("mass_failure_percent", mass_failure_percent)
+            .field("mass_failure_confirm", mass_failure_confirm)
+            .field("redis_wait_replicas", redis_wait_replicas)
+            .field("redis_wait_timeout", redis_wait_timeout)
+            .field("redis_tls", redis_tls)
+            .field("ping_tls", ping_tls)
+            .field("redis_cluster", redis_cluster)
+            .finish()
+    }
 }
 
 /// TLS for the holder's pings.
@@ -205,11 +356,7 @@ impl Config {
 
     /// The Redis URL with any password replaced, for logs and status output.
     pub fn redis_url_redacted(&self) -> String {
-        self.redis_url
-            .split(',')
-            .map(redact_url)
-            .collect::<Vec<_>>()
-            .join(",")
+        redact_url(&self.redis_url)
     }
 
     /// How the store reaches Redis.
@@ -222,7 +369,8 @@ impl Config {
     }
 }
 
-/// A configuration error, naming the setting and the offending value.
+/// A configuration error, naming the setting and the offending value (shown
+/// as the setting's [`Kind`] allows: never a secret, never a password).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid -{flag} (env {env}) value {value:?}: {reason}")]
 pub struct ConfigError {
@@ -232,33 +380,68 @@ pub struct ConfigError {
     pub reason: String,
 }
 
+impl ConfigError {
+    /// The error for `value` of `setting`: the value is redacted as its kind
+    /// says, and any secret part of it is scrubbed from `reason` as well.
+    pub fn new(setting: &'static Setting, value: &str, reason: impl Into<String>) -> ConfigError {
+        let mut reason = reason.into();
+        for secret in setting.kind.secrets(value) {
+            if !secret.is_empty() {
+                reason = reason.replace(&secret, "***");
+            }
+        }
+        ConfigError {
+            flag: setting.flag,
+            env: setting.env[0],
+            value: setting.kind.show(value),
+            reason,
+        }
+    }
+}
+
 /// Rewrites Go-style single-dash long flags (`-poll-interval=1s`) to clap's
-/// `--poll-interval=1s`. Single-letter flags (`-h`) and values are left alone.
-pub fn normalize_go_flags(args: impl IntoIterator<Item = String>) -> Vec<String> {
+/// `--poll-interval=1s`. Single-letter flags (`-h`), values and arguments that
+/// are not UTF-8 are left alone; so is the argument after a setting that takes
+/// a value (`-poll-interval -1s`: `-1s` is the value, as in Go).
+pub fn normalize_go_flags<S: Into<OsString>>(args: impl IntoIterator<Item = S>) -> Vec<OsString> {
     let mut out = Vec::new();
     let mut rest_are_values = false;
+    let mut next_is_value = false;
     for (i, arg) in args.into_iter().enumerate() {
-        if i == 0 || rest_are_values {
+        let arg: OsString = arg.into();
+        if i == 0 || rest_are_values || std::mem::take(&mut next_is_value) {
             out.push(arg);
             continue;
         }
-        if arg == "--" {
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if text == "--" {
             rest_are_values = true;
             out.push(arg);
             continue;
         }
-        let name_len = arg[1.min(arg.len())..]
-            .split('=')
-            .next()
-            .map_or(0, str::len);
-        if arg.starts_with('-') && !arg.starts_with("--") && name_len > 1 {
-            let name = &arg[1..];
-            if name.starts_with(|c: char| c.is_ascii_alphabetic()) {
-                out.push(format!("-{arg}"));
-                continue;
-            }
+        let long = match text.strip_prefix("--") {
+            Some(long) => Some((long, false)),
+            None => text
+                .strip_prefix('-')
+                .filter(|name| {
+                    let name_len = name.split('=').next().map_or(0, str::len);
+                    name_len > 1 && name.starts_with(|c: char| c.is_ascii_alphabetic())
+                })
+                .map(|name| (name, true)),
+        };
+        let Some((name, go_style)) = long else {
+            out.push(arg);
+            continue;
+        };
+        next_is_value = !name.contains('=') && setting(name).is_some_and(|s| s.kind != Kind::Bool);
+        if go_style {
+            out.push(format!("-{text}").into());
+        } else {
+            out.push(arg);
         }
-        out.push(arg);
     }
     out
 }
@@ -334,18 +517,116 @@ fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-/// Replaces the password of a `redis://user:pass@host` URL with `***`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let Some((auth, host)) = rest.rsplit_once('@') else {
-        return url.to_string();
-    };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => format!("{scheme}://***@{host}"),
+const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+
+/// Checks a `-log` value: a level, or comma-separated `[target=]level`
+/// directives (`info,distributor=debug`). Anything else would make the log
+/// filter silently drop every line.
+pub fn check_log_filter(s: &str) -> Result<(), String> {
+    let expected = "expected error, warn, info, debug, trace or off, or comma-separated [target=]level directives such as info,distributor=debug";
+    if s.trim().is_empty() {
+        return Err(expected.into());
     }
+    for directive in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let (target, level) = match directive.rsplit_once('=') {
+            Some((target, level)) => (Some(target.trim()), level.trim()),
+            None => (None, directive),
+        };
+        if !LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level)) {
+            return Err(format!("unknown level {level:?}; {expected}"));
+        }
+        if let Some(target) = target {
+            let ok = !target.is_empty()
+                && target
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '-' | '.'));
+            if !ok {
+                return Err(format!("bad target {target:?}; {expected}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where the userinfo of every `user:pass@` in `s` lies: for each, the byte
+/// ranges of the user (kept), of what is hidden (the password, or the whole
+/// userinfo when it has no `:`), and the index of its `@`.
+///
+/// Conservative on malformed input: a userinfo runs back from its `@` to the
+/// `scheme://` of the last entry since the previous `@` that has one, else to
+/// the first `,` since the previous `@`, else to the start; an `@` with no new
+/// entry since the previous one extends that userinfo. So a password holding
+/// `@`, `/`, `,` or `://` is hidden whole (with more, at worst); only one
+/// holding `,scheme://` cannot be told from a list of URLs.
+fn userinfo_spans(s: &str) -> Vec<(std::ops::Range<usize>, std::ops::Range<usize>, usize)> {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    while let Some(at) = s[start..].find('@').map(|i| start + i) {
+        let range = &s[start..at];
+        // The last entry of the range that starts with a scheme: its userinfo
+        // starts after the first "://" (a password may hold ',' or "://").
+        let mut info_start = None;
+        let mut offset = start;
+        for entry in range.split(',') {
+            let trimmed = entry.trim_start();
+            let lead = entry.len() - trimmed.len();
+            if let Some(i) = trimmed.find("://")
+                && is_scheme(&trimmed[..i])
+            {
+                info_start = Some(offset + lead + i + 3);
+            }
+            offset += entry.len() + 1;
+        }
+        if let (None, false, Some(last)) = (info_start, range.contains(','), spans.last_mut()) {
+            // No new entry since the previous '@': the password holds an '@'
+            // (as the URL standard reads it, the userinfo ends at the last one).
+            let (_, hidden, last_at): &mut (_, std::ops::Range<usize>, usize) = last;
+            hidden.end = at;
+            *last_at = at;
+            start = at + 1;
+            continue;
+        }
+        // Without a scheme: the previous entry's host ends at the first ','
+        // (a host has none; a password may).
+        let info_start = info_start
+            .or_else(|| (start > 0).then(|| range.find(',').map(|i| start + i + 1))?)
+            .unwrap_or(start);
+        let info = &s[info_start..at];
+        match info.find(':') {
+            Some(colon) => spans.push((
+                info_start..info_start + colon,
+                info_start + colon + 1..at,
+                at,
+            )),
+            None => spans.push((info_start..info_start, info_start..at, at)),
+        }
+        start = at + 1;
+    }
+    spans
+}
+
+fn is_scheme(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// Replaces the password of every `user:pass@` in a URL, a comma-separated
+/// list of URLs or a scheme-less `user:pass@host:port` with `***` (a userinfo
+/// without `:` is replaced whole).
+pub fn redact_url(url: &str) -> String {
+    let mut out = String::new();
+    let mut from = 0;
+    for (user, hidden, at) in userinfo_spans(url) {
+        out.push_str(&url[from..user.end]);
+        if hidden.start > user.end {
+            out.push(':');
+        }
+        out.push_str("***");
+        from = at;
+    }
+    out.push_str(&url[from..]);
+    out
 }
 
 /// Percent-encodes a password for use in a Redis URL.
@@ -361,16 +642,91 @@ fn encode_userinfo(s: &str) -> String {
     out
 }
 
+/// Checks `host[:port]` (`[v6]` too). Reasons never quote the input, which may
+/// hold a password when the URL is malformed.
+fn check_host_port(hp: &str, port_required: bool) -> Result<(), String> {
+    let (host, port) = if let Some(v6) = hp.strip_prefix('[') {
+        let (addr, after) = v6
+            .split_once(']')
+            .ok_or("an IPv6 host needs its closing ]")?;
+        if addr.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err("the host in [] is not an IPv6 address".into());
+        }
+        match after {
+            "" => (addr, None),
+            p => (
+                addr,
+                Some(
+                    p.strip_prefix(':')
+                        .ok_or("expected :port after the IPv6 host")?,
+                ),
+            ),
+        }
+    } else {
+        match hp.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hp, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("the host is missing".into());
+    }
+    if host.contains(|c: char| c.is_whitespace() || matches!(c, '@' | '/' | '?' | '#' | ',')) {
+        return Err("the host has characters a host name cannot have".into());
+    }
+    match port {
+        None if port_required => Err("the port is missing".into()),
+        None => Ok(()),
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n >= 1 && p.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
+            _ => Err("the port must be a number from 1 to 65535".into()),
+        },
+    }
+}
+
+/// Checks one Redis URL as redis-rs reads it: scheme `redis` or `rediss`,
+/// optional userinfo, a host (unless `-redis-addrs` replaces it), a port from
+/// 1 to 65535 if given, an optional `/db` number, and a query string. Reasons
+/// never quote the URL.
+fn check_redis_url(url: &str, host_required: bool) -> Result<(), String> {
+    let form = "expected redis://[user:pass@]host[:port][/db] or rediss://...";
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(form.into());
+    };
+    if scheme != "redis" && scheme != "rediss" {
+        return Err(format!("the scheme must be redis or rediss; {form}"));
+    }
+    // As the URL standard (and so redis-rs) reads it: the authority ends at the
+    // first '/', '?' or '#', and its userinfo at the last '@' in it.
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host_required {
+        check_host_port(host_port, false).map_err(|e| format!("{e}; {form}"))?;
+    }
+    let path = &tail[..tail.find(['?', '#']).unwrap_or(tail.len())];
+    let db = path.trim_matches('/');
+    if !db.is_empty() && (db.parse::<u32>().is_err() || !db.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(format!("the database must be a whole number; {form}"));
+    }
+    if host_required {
+        // What is left (query parameters, a fragment, percent-encoding) is
+        // redis-rs' own business: ask it, so that a URL that passes here
+        // also opens. Its messages never quote the URL.
+        redis::IntoConnectionInfo::into_connection_info(url)
+            .map_err(|e| format!("redis cannot use it: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Layers flag over environment over default, then validates.
 pub fn resolve(
     raw: &RawConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    let setting = |flag: &'static str| setting(flag).expect("known setting");
     let lookup = |flag: &'static str| -> (Option<String>, &'static Setting) {
-        let s = SETTINGS
-            .iter()
-            .find(|s| s.flag == flag)
-            .expect("known setting");
+        let s = setting(flag);
         let value = raw
             .get(flag)
             .cloned()
@@ -378,27 +734,28 @@ pub fn resolve(
             .or_else(|| s.default.map(str::to_string));
         (value, s)
     };
-    let err = |s: &'static Setting, value: &str, reason: String| ConfigError {
-        flag: s.flag,
-        env: s.env[0],
-        value: value.to_string(),
-        reason,
+    // Given on the command line or in the environment (not the default).
+    let given = |flag: &'static str| {
+        raw.get(flag).is_some() || setting(flag).env.iter().any(|e| env(e).is_some())
     };
+    let err = |s: &'static Setting, value: &str, reason: String| ConfigError::new(s, value, reason);
     let text = |flag| lookup(flag).0;
+    // A duration of at least `min` (`None` when unset and without a default).
     let duration =
-        |flag: &'static str, allow_zero: bool| -> Result<Option<Duration>, ConfigError> {
+        |flag: &'static str, min: Duration| -> Result<Option<(Duration, String)>, ConfigError> {
             let (value, s) = lookup(flag);
             let Some(v) = value else { return Ok(None) };
             let d = parse_duration(&v).map_err(|e| err(s, &v, e))?;
-            if d.is_zero() && !allow_zero {
-                return Err(err(s, &v, "must be greater than zero".into()));
+            if d < min {
+                return Err(err(s, &v, format!("must be at least {min:?}")));
             }
-            Ok(Some(d))
+            Ok(Some((d, v)))
         };
-    let required = |flag: &'static str| -> Result<Duration, ConfigError> {
-        Ok(duration(flag, false)?.expect("has a default"))
+    let required = |flag: &'static str, min: Duration| -> Result<Duration, ConfigError> {
+        Ok(duration(flag, min)?.expect("has a default").0)
     };
-    let setting = |flag: &'static str| SETTINGS.iter().find(|s| s.flag == flag).expect("known");
+    const NS: Duration = Duration::from_nanos(1);
+    const MS: Duration = Duration::from_millis(1);
 
     let (services, s) = lookup("services-namespaces");
     let services = services.unwrap_or_default();
@@ -436,9 +793,35 @@ pub fn resolve(
             ));
         }
     }
+    // A list key must not be the table or one of its coordination keys.
+    let keys = Keys::new(&distribution_namespace);
+    let lists = services_namespaces
+        .iter()
+        .map(|k| ("services-namespaces", k))
+        .chain([("workunits-namespace", &workunits_namespace)]);
+    for (flag, key) in lists {
+        if keys.is_reserved(key) {
+            return Err(err(
+                setting(flag),
+                key,
+                format!(
+                    "is reserved for the coordination keys of -distribution-namespace {distribution_namespace:?}"
+                ),
+            ));
+        }
+    }
+    if services_namespaces.contains(&workunits_namespace) {
+        return Err(err(
+            setting("services-namespaces"),
+            &services,
+            format!(
+                "must not contain the work units key {workunits_namespace:?} (-workunits-namespace)"
+            ),
+        ));
+    }
 
-    let poll_interval = required("poll-interval")?;
-    let ping_timeout = required("ping-timeout")?;
+    let poll_interval = required("poll-interval", Duration::from_millis(10))?;
+    let ping_timeout = required("ping-timeout", MS)?;
     let (threshold, s) = lookup("failure-threshold");
     let threshold = threshold.unwrap_or_default();
     let failure_threshold: u32 = threshold
@@ -446,22 +829,23 @@ pub fn resolve(
         .ok()
         .filter(|n| *n >= 1)
         .ok_or_else(|| err(s, &threshold, "expected a whole number >= 1".into()))?;
-    let forget_after = duration("forget-after", false)?;
+    let forget_after = match duration("forget-after", NS)? {
+        Some((d, v)) if d < poll_interval => {
+            return Err(err(
+                setting("forget-after"),
+                &v,
+                format!("must be at least -poll-interval ({poll_interval:?})"),
+            ));
+        }
+        other => other.map(|(d, _)| d),
+    };
 
     let lease = LeaseTiming {
-        ttl: required("lease-ttl")?,
-        renew_interval: required("lease-renew-interval")?,
-        renew_deadline: required("lease-renew-deadline")?,
-        retry_interval: required("lease-retry-interval")?,
+        ttl: required("lease-ttl", Duration::from_millis(10))?,
+        renew_interval: required("lease-renew-interval", MS)?,
+        renew_deadline: required("lease-renew-deadline", NS)?,
+        retry_interval: required("lease-retry-interval", MS)?,
     };
-    let ttl_ms = lease.ttl.as_millis();
-    if ttl_ms < 10 {
-        return Err(err(
-            setting("lease-ttl"),
-            &format!("{:?}", lease.ttl),
-            "must be at least 10ms".into(),
-        ));
-    }
     if lease.renew_deadline >= lease.ttl {
         let v = text("lease-renew-deadline").unwrap_or_default();
         return Err(err(
@@ -484,14 +868,7 @@ pub fn resolve(
             ),
         ));
     }
-    let census_interval = required("census-interval")?;
-    if census_interval < Duration::from_millis(100) {
-        return Err(err(
-            setting("census-interval"),
-            &format!("{census_interval:?}"),
-            "must be at least 100ms".into(),
-        ));
-    }
+    let census_interval = required("census-interval", Duration::from_millis(100))?;
 
     let (url, s) = lookup("redis-url");
     let redis_url = url.unwrap_or_default();
@@ -505,22 +882,42 @@ pub fn resolve(
     if urls.is_empty() {
         return Err(err(s, "", "expected redis://host:port".into()));
     }
-    if let Some(addrs) = text("redis-addrs") {
+    // An error shows the bad entry of a list, unless a password holds a ','
+    // (then the entry would show a piece of it): then the whole list, redacted.
+    let entry = |list: &str, entry: &str| -> String {
+        if Kind::Url.secrets(list).iter().any(|p| p.contains(',')) {
+            list.to_string()
+        } else {
+            entry.to_string()
+        }
+    };
+    let addrs = text("redis-addrs");
+    for url in &urls {
+        // -redis-addrs replaces the host, so only the rest of the URL counts then.
+        check_redis_url(url, addrs.is_none()).map_err(|e| err(s, &entry(&redis_url, url), e))?;
+    }
+    if let Some(addrs) = addrs {
+        let sa = setting("redis-addrs");
         let hosts: Vec<&str> = addrs
             .split(',')
             .map(str::trim)
             .filter(|a| !a.is_empty())
             .collect();
-        if hosts.is_empty() || hosts.iter().any(|h| h.contains('/') || !h.contains(':')) {
-            return Err(err(
-                setting("redis-addrs"),
-                &addrs,
-                "expected host:port[,host:port...]".into(),
-            ));
+        if hosts.is_empty() {
+            return Err(err(sa, &addrs, "expected host:port[,host:port...]".into()));
+        }
+        for h in &hosts {
+            check_host_port(h, true).map_err(|e| {
+                err(
+                    sa,
+                    &entry(&addrs, h),
+                    format!("{e}; expected host:port[,host:port...]"),
+                )
+            })?;
         }
         // Only the host changes: scheme (TLS), user, password and db stay.
         let template = urls[0].clone();
-        let (scheme, rest) = template.split_once("://").unwrap_or(("redis", ""));
+        let (scheme, rest) = template.split_once("://").expect("checked above");
         let (auth, host_and_db) = match rest.rsplit_once('@') {
             Some((a, h)) => (format!("{a}@"), h),
             None => (String::new(), rest),
@@ -530,14 +927,8 @@ pub fn resolve(
             .iter()
             .map(|h| format!("{scheme}://{auth}{h}{db}"))
             .collect();
-    }
-    for url in &urls {
-        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-            return Err(err(
-                s,
-                &redact_url(url),
-                "expected redis://host:port".into(),
-            ));
+        for url in &urls {
+            check_redis_url(url, true).map_err(|e| err(sa, url, e))?;
         }
     }
     // The password may come from the URL, -redis-pass / REDIS_PASSWORD, or a
@@ -580,9 +971,11 @@ pub fn resolve(
     let redis_cluster = parse_bool(&cluster).map_err(|e| err(s, &cluster, e))? || urls.len() > 1;
     let redis_url = urls.join(",");
 
-    // Our own CA and a client certificate; files are read now, so a bad path fails here.
+    // Our own CA and a client certificate; files are read now, so a bad path
+    // fails here, naming the flag of that path.
+    let given_text = |flag: &'static str| text(flag).filter(|v| !v.trim().is_empty());
     let paths = |flag: &'static str| -> Vec<std::path::PathBuf> {
-        text(flag)
+        given_text(flag)
             .map(|v| {
                 v.split(',')
                     .map(str::trim)
@@ -592,42 +985,91 @@ pub fn resolve(
             })
             .unwrap_or_default()
     };
+    // A certificate needs its key and a key its certificate: name the one given.
+    let pair = |cert: &'static str, key: &'static str| -> Result<(), ConfigError> {
+        match (given_text(cert), given_text(key)) {
+            (Some(c), None) => Err(err(
+                setting(cert),
+                &c,
+                format!("-{key} is required with -{cert}"),
+            )),
+            (None, Some(k)) => Err(err(
+                setting(key),
+                &k,
+                format!("-{cert} is required with -{key}"),
+            )),
+            _ => Ok(()),
+        }
+    };
+    // The flag that named `path` among `flags`, for an unusable file.
+    let blame = |e: &TlsError, flags: &[&'static str]| -> ConfigError {
+        let path = match e {
+            TlsError::Read { path, .. } | TlsError::NotPem { path, .. } => Some(path.clone()),
+            _ => None,
+        };
+        let flag = flags
+            .iter()
+            .copied()
+            .find(|f| path.as_ref().is_some_and(|p| paths(f).contains(p)))
+            .or_else(|| flags.iter().copied().find(|f| given_text(f).is_some()))
+            .unwrap_or(flags[0]);
+        err(
+            setting(flag),
+            &given_text(flag).unwrap_or_default(),
+            e.to_string(),
+        )
+    };
+    let redis_tls_flags = [
+        "redis-tls-ca",
+        "redis-rootca-certs",
+        "redis-tls-cert",
+        "redis-tls-key",
+    ];
+    pair("redis-tls-cert", "redis-tls-key")?;
     let mut ca = paths("redis-tls-ca");
     ca.extend(paths("redis-rootca-certs"));
     let redis_tls = TlsFiles {
         ca,
-        cert: text("redis-tls-cert")
-            .filter(|p| !p.is_empty())
-            .map(Into::into),
-        key: text("redis-tls-key")
-            .filter(|p| !p.is_empty())
-            .map(Into::into),
+        cert: given_text("redis-tls-cert").map(Into::into),
+        key: given_text("redis-tls-key").map(Into::into),
     };
     if !redis_tls.is_empty() {
-        let s = setting("redis-tls-ca");
         if !urls.iter().all(|u| u.starts_with("rediss://")) {
+            let flag = redis_tls_flags
+                .into_iter()
+                .find(|f| given_text(f).is_some())
+                .expect("some TLS file is given");
             return Err(err(
-                s,
-                "",
+                setting(flag),
+                &given_text(flag).unwrap_or_default(),
                 "TLS files need a rediss:// URL or -redis-tls".into(),
             ));
         }
-        redis_tls.load().map_err(|e| err(s, "", e.to_string()))?;
+        redis_tls.load().map_err(|e| blame(&e, &redis_tls_flags))?;
     }
+    let ping_tls_flags = ["ping-tls-ca", "ping-tls-cert", "ping-tls-key"];
+    pair("ping-tls-cert", "ping-tls-key")?;
     let ping_files = TlsFiles {
         ca: paths("ping-tls-ca"),
-        cert: text("ping-tls-cert")
-            .filter(|p| !p.is_empty())
-            .map(Into::into),
-        key: text("ping-tls-key")
-            .filter(|p| !p.is_empty())
-            .map(Into::into),
+        cert: given_text("ping-tls-cert").map(Into::into),
+        key: given_text("ping-tls-key").map(Into::into),
     };
     let ping_tls = if ping_files.is_empty() {
         None
     } else {
-        let s = setting("ping-tls-ca");
-        crate::tls::ping_client(&ping_files, None).map_err(|e| err(s, "", e.to_string()))?;
+        if ping_files.ca.is_empty() {
+            let flag = if ping_files.cert.is_some() {
+                "ping-tls-cert"
+            } else {
+                "ping-tls-key"
+            };
+            return Err(err(
+                setting(flag),
+                &given_text(flag).unwrap_or_default(),
+                format!("-ping-tls-ca is required with -{flag}: pings verify members with it"),
+            ));
+        }
+        crate::tls::ping_client(&ping_files, None).map_err(|e| blame(&e, &ping_tls_flags))?;
         Some(PingTls {
             files: ping_files,
             domain: text("ping-tls-domain").filter(|d| !d.is_empty()),
@@ -635,8 +1077,8 @@ pub fn resolve(
     };
 
     let keepalive = Keepalive {
-        interval: required("ka-time")?,
-        timeout: required("ka-timeout")?,
+        interval: required("ka-time", Duration::from_secs(1))?,
+        timeout: required("ka-timeout", NS)?,
         while_idle: {
             let (v, s) = lookup("ka-permit-without-stream");
             let v = v.unwrap_or_default();
@@ -652,21 +1094,34 @@ pub fn resolve(
         return Err(err(s, &config_type, "expected args or env".into()));
     }
 
-    let http_addr = match (text("prom-port"), lookup("http-addr")) {
+    let (http_addr, http_addr_origin) = match (text("prom-port"), lookup("http-addr")) {
         (Some(port), _) => {
             let s = setting("prom-port");
             let port: u16 = port
                 .parse()
                 .map_err(|_| err(s, &port, "expected a port number".into()))?;
-            Some(std::net::SocketAddr::from(([0, 0, 0, 0], port)))
+            (
+                Some(std::net::SocketAddr::from(([0, 0, 0, 0], port))),
+                HttpAddrOrigin::PromPort,
+            )
         }
-        (None, (Some(v), _)) if v == "off" || v.is_empty() => None,
-        (None, (Some(v), s)) => Some(
-            v.parse()
-                .map_err(|_| err(s, &v, "expected ip:port or off".into()))?,
+        (None, (Some(v), _)) if v == "off" || v.is_empty() => (None, HttpAddrOrigin::HttpAddr),
+        (None, (Some(v), s)) => (
+            Some(
+                v.parse()
+                    .map_err(|_| err(s, &v, "expected ip:port or off".into()))?,
+            ),
+            if given("http-addr") {
+                HttpAddrOrigin::HttpAddr
+            } else {
+                HttpAddrOrigin::Default
+            },
         ),
-        (None, (None, _)) => None,
+        (None, (None, _)) => (None, HttpAddrOrigin::HttpAddr),
     };
+    let (log, s) = lookup("log");
+    let log = log.unwrap_or_default();
+    check_log_filter(&log).map_err(|e| err(s, &log, e))?;
     let (format, s) = lookup("log-format");
     let format = format.unwrap_or_default();
     let log_json = match format.as_str() {
@@ -702,7 +1157,7 @@ pub fn resolve(
         .ok()
         .filter(|n| *n <= 100)
         .ok_or_else(|| err(s, &percent, "expected a whole number from 0 to 100".into()))?;
-    let mass_failure_confirm = required("mass-failure-confirm")?;
+    let mass_failure_confirm = required("mass-failure-confirm", NS)?;
     let (replicas, s) = lookup("redis-wait-replicas");
     let replicas = replicas.unwrap_or_default();
     let redis_wait_replicas: u32 = replicas
@@ -710,7 +1165,19 @@ pub fn resolve(
         .ok()
         .filter(|n| *n <= 64)
         .ok_or_else(|| err(s, &replicas, "expected a whole number from 0 to 64".into()))?;
-    let redis_wait_timeout = required("redis-wait-timeout")?;
+    let (redis_wait_timeout, v) = duration("redis-wait-timeout", MS)?.expect("has a default");
+    // A WAIT must fit in a renewal's budget: what is left of the deadline
+    // after the renewal interval.
+    let budget = lease.renew_deadline - lease.renew_interval;
+    if redis_wait_replicas > 0 && redis_wait_timeout >= budget {
+        return Err(err(
+            setting("redis-wait-timeout"),
+            &v,
+            format!(
+                "must be shorter than -lease-renew-deadline minus -lease-renew-interval ({budget:?}) so that a WAIT fits in a renewal"
+            ),
+        ));
+    }
     Ok(Config {
         redis_url,
         services_namespaces,
@@ -724,8 +1191,9 @@ pub fn resolve(
         census_interval,
         replica_id,
         keepalive,
-        log: text("log").unwrap_or_default(),
+        log,
         http_addr,
+        http_addr_origin,
         log_json,
         traces,
         max_list_entries,
@@ -1034,12 +1502,482 @@ mod tests {
         assert!(parse_duration("ms").is_err());
     }
 
+    /// Resolves with the environment `vars` (name, value).
+    fn with_env(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        resolve(&RawConfig::default(), &move |k| {
+            vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })
+    }
+
+    const PW: &str = "hunter2-Sekr3t";
+
+    fn assert_no_password(what: &str, texts: &[String]) {
+        for text in texts {
+            assert!(!text.contains(PW), "{what}: the password shows in {text}");
+        }
+    }
+
+    #[test]
+    fn passwords_never_appear_in_errors_or_debug() {
+        // Malformed forms of the URL settings, each with the password inside.
+        let url_forms = [
+            format!("redis://user:{PW}@host:99999"),
+            format!("redis://user:{PW}@host:0"),
+            format!("redis://user:{PW}@host:1/notadb"),
+            format!("redis://user:{PW}@:1"),
+            format!("redis://user:{PW}@"),
+            format!("user:{PW}@host:1"),
+            format!("http://user:{PW}@host:1"),
+            format!("redis://a:1,http://user:{PW}@b:2"),
+            format!("redis://a:1,user:{PW}@b:2"),
+            format!("redis://:{PW}@host:1 , redis://:{PW}@host:x"),
+            format!("redis://user:{PW}@[::1:1"),
+            format!("redis://user:x@{PW}@h:99999"),
+            format!("redis://user:{PW}/x@h:99999"),
+            format!("rediss://user:{PW}@h:1?protocol=resp9"),
+            format!("redis://{PW}@h:99999"),
+            format!("redis://:{PW},x@h:99999"),
+            format!("{PW}@h:1"),
+            format!("h:1,user:{PW}@h:2"),
+            format!("user:{PW}@h"),
+            format!("user:{PW}@h:1/0"),
+        ];
+        let plain_forms = [
+            "bad value",
+            "-1s",
+            "",
+            " , ",
+            "0",
+            "1ns",
+            "x{}y",
+            "redis://h:0",
+        ];
+        let background = [
+            ("REDIS_URL", format!("redis://user:{PW}@h:1")),
+            ("REDIS_PASSWORD", PW.to_string()),
+        ];
+        let mut errors = 0;
+        for s in SETTINGS {
+            let forms: Vec<String> = match s.kind {
+                Kind::Url => url_forms.to_vec(),
+                Kind::Secret => vec![PW.to_string(), format!("{PW}@h:1")],
+                Kind::Text | Kind::Bool => plain_forms.iter().map(|f| f.to_string()).collect(),
+            };
+            for form in forms {
+                // The setting under test, through each of its variables, over a
+                // background that holds the password in the URL and REDIS_PASSWORD.
+                for env_name in s.env {
+                    let mut vars: Vec<(&str, &str)> =
+                        background.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    vars.retain(|(k, _)| k != env_name);
+                    vars.push((env_name, &form));
+                    if s.kind == Kind::Secret {
+                        // A secret is never checked: make something else fail.
+                        vars.push(("POLL_INTERVAL", "fast"));
+                    }
+                    let what = format!("{env_name}={form:?}");
+                    match with_env(&vars) {
+                        Err(e) => {
+                            errors += 1;
+                            assert_no_password(&what, &[e.to_string(), format!("{e:?}")]);
+                        }
+                        Ok(c) => assert_no_password(&what, &[format!("{c:?}")]),
+                    }
+                }
+            }
+        }
+        assert!(
+            errors > 100,
+            "only {errors} errors: the forms do not exercise the checks"
+        );
+        // Every malformed URL form is refused, naming its flag.
+        for form in &url_forms {
+            let e = with_env(&[("REDIS_URL", form)]).unwrap_err();
+            assert_eq!(e.flag, "redis-url", "{form}: {e}");
+        }
+        let e = with_env(&[("REDIS_ADDRS", &format!("user:{PW}@h:1"))]).unwrap_err();
+        assert_eq!((e.flag, e.value.as_str()), ("redis-addrs", "user:***@h:1"));
+        let e = with_env(&[("REDIS_URL", &format!("redis://user:{PW}@host:99999"))]).unwrap_err();
+        assert_eq!(e.value, "redis://user:***@host:99999");
+
+        // A valid configuration with a password, and the raw values.
+        let c = with_env(&[("REDIS_URL", &format!("redis://user:{PW}@h:1/2"))]).unwrap();
+        assert_no_password("valid config", &[format!("{c:?}"), c.redis_url_redacted()]);
+        assert!(format!("{c:?}").contains("redis://user:***@h:1/2"), "{c:?}");
+        let c = with_env(&[("REDIS_PASS", PW), ("REDIS_ADDRS", "a:1,b:2")]).unwrap();
+        assert_no_password("cluster config", &[format!("{c:?}")]);
+        let raw = RawConfig {
+            redis_pass: Some(PW.into()),
+            redis_url: Some(format!("redis://u:{PW}@h:1")),
+            redis_addrs: Some(format!("u:{PW}@h:1")),
+            ..Default::default()
+        };
+        assert_no_password("raw config", &[format!("{raw:?}")]);
+    }
+
+    #[test]
+    fn redaction_hides_every_password() {
+        for (url, shown) in [
+            ("redis://u:secret@h:1/0", "redis://u:***@h:1/0"),
+            ("redis://h:1", "redis://h:1"),
+            ("u:secret@h:1", "u:***@h:1"),
+            ("redis://secret@h:1", "redis://***@h:1"),
+            ("redis://:secret@h:1", "redis://:***@h:1"),
+            ("redis://u:sec@ret@h:1", "redis://u:***@h:1"),
+            ("redis://u:a@b:c@h:1", "redis://u:***@h:1"),
+            ("u:a@b:c@h:1,v:d@h:2", "u:***@h:1,v:***@h:2"),
+            ("redis://u:sec,ret@h:1", "redis://u:***@h:1"),
+            ("redis://u:a://b@h:1", "redis://u:***@h:1"),
+            (
+                "redis://a:1,http://u:secret@b:2",
+                "redis://a:1,http://u:***@b:2",
+            ),
+            (
+                " redis://a:1, redis://:secret@b:2",
+                " redis://a:1, redis://:***@b:2",
+            ),
+            ("h:1,u:secret@h:2", "h:***@h:2"),
+            ("u:a,b:c@h:1", "u:***@h:1"),
+            (
+                "redis://:a@h:1,redis://:b@h:2,c:d@h:3",
+                "redis://:***@h:1,redis://:***@h:2,c:***@h:3",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown);
+        }
+    }
+
+    #[test]
+    fn log_levels_and_directives() {
+        for good in [
+            "info",
+            "WARN",
+            "off",
+            "info,distributor=debug",
+            "distributor::store=trace",
+        ] {
+            with_env(&[("LOG", good)]).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for bad in [
+            "verbose",
+            "",
+            " ",
+            "info,verbose",
+            "distributor=loud",
+            "=debug",
+            "a b=info",
+        ] {
+            let e = with_env(&[("LOG", bad)]).unwrap_err();
+            assert_eq!((e.flag, e.env, e.value.as_str()), ("log", "LOG", bad));
+            assert!(
+                e.reason.contains("error, warn, info, debug, trace or off"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn list_keys_must_not_collide() {
+        let e = with_env(&[
+            ("SERVICES_NAMESPACES", "a,units"),
+            ("WORKUNITS_NAMESPACE", "units"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.flag, "services-namespaces", "{e}");
+        for (var, key, flag) in [
+            (
+                "SERVICES_NAMESPACES",
+                "{sys-matching-table}:lease",
+                "services-namespaces",
+            ),
+            (
+                "WORKUNITS_NAMESPACE",
+                "{sys-matching-table}:epoch",
+                "workunits-namespace",
+            ),
+            (
+                "WORKUNITS_NAMESPACE",
+                "{sys-matching-table}:census:7",
+                "workunits-namespace",
+            ),
+        ] {
+            let e = with_env(&[(var, key)]).unwrap_err();
+            assert_eq!((e.flag, e.value.as_str()), (flag, key), "{e}");
+        }
+        let e = with_env(&[
+            ("DISTRIBUTION_NAMESPACE", "app:{t}:table"),
+            ("WORKUNITS_NAMESPACE", "app:{t}:table:meta"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.flag, "workunits-namespace", "{e}");
+        // Near misses are fine.
+        with_env(&[("WORKUNITS_NAMESPACE", "{sys-matching-table}")]).unwrap();
+        with_env(&[("SERVICES_NAMESPACES", "sys-matching-table-x")]).unwrap();
+    }
+
+    #[test]
+    fn redis_urls_are_checked_in_full() {
+        for bad in [
+            "redis://host:99999",
+            "redis://host:0",
+            "redis://host:x",
+            "redis://host:",
+            "redis://:6379",
+            "redis://",
+            "redis://h:1/db",
+            "redis://h:1/-1",
+            "host:6379",
+            "unix:///tmp/redis.sock",
+            "redis://0.0.0.0:6379",
+            "redis://[::1:6379",
+            "rediss://h:1?protocol=resp9",
+            "redis://h:1,redis://h:99999",
+        ] {
+            let e = with_env(&[("REDIS_URL", bad)]).unwrap_err();
+            assert_eq!(
+                (e.flag, e.value.as_str()),
+                ("redis-url", bad.rsplit(',').next().unwrap())
+            );
+        }
+        for good in [
+            "redis://h",
+            "redis://h:6379/0",
+            "redis://h:6379/",
+            "rediss://u:p@h:1/15?protocol=resp3",
+            "redis://[::1]:6379",
+            "redis://u@h:1",
+            "rediss://h:1#insecure",
+            "redis://:p%40ss@h:1",
+        ] {
+            with_env(&[("REDIS_URL", good)]).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for bad in ["h:99999", "h", ":1", "h:0", "h:1/0", "[::1]", "a:1,b"] {
+            let e = with_env(&[("REDIS_ADDRS", bad)]).unwrap_err();
+            assert_eq!(e.flag, "redis-addrs", "{bad}: {e}");
+        }
+        // -redis-addrs replaces the host, so the URL needs none then.
+        let c = with_env(&[("REDIS_URL", "rediss://:pw@/2"), ("REDIS_ADDRS", "h:7")]).unwrap();
+        assert_eq!(c.redis_url, "rediss://:pw@h:7/2");
+    }
+
+    #[test]
+    fn a_tls_half_names_the_flag_given() {
+        for (vars, flag, value, reason) in [
+            (
+                vec![
+                    ("REDIS_URL", "rediss://h:1"),
+                    ("REDIS_TLS_CERT", "/x/c.pem"),
+                ],
+                "redis-tls-cert",
+                "/x/c.pem",
+                "-redis-tls-key is required with -redis-tls-cert",
+            ),
+            (
+                vec![("REDIS_URL", "rediss://h:1"), ("REDIS_TLS_KEY", "/x/k.pem")],
+                "redis-tls-key",
+                "/x/k.pem",
+                "-redis-tls-cert is required with -redis-tls-key",
+            ),
+            (
+                vec![("PING_TLS_CERT", "/x/c.pem")],
+                "ping-tls-cert",
+                "/x/c.pem",
+                "-ping-tls-key is required with -ping-tls-cert",
+            ),
+            (
+                vec![("PING_TLS_KEY", "/x/k.pem")],
+                "ping-tls-key",
+                "/x/k.pem",
+                "-ping-tls-cert is required with -ping-tls-key",
+            ),
+            (
+                vec![("PING_TLS_CERT", "/x/c.pem"), ("PING_TLS_KEY", "/x/k.pem")],
+                "ping-tls-cert",
+                "/x/c.pem",
+                "-ping-tls-ca is required with -ping-tls-cert",
+            ),
+            (
+                vec![
+                    ("REDIS_TLS_KEY", "/x/k.pem"),
+                    ("REDIS_TLS_CERT", "/x/c.pem"),
+                ],
+                "redis-tls-cert",
+                "/x/c.pem",
+                "TLS files need a rediss:// URL",
+            ),
+            (
+                vec![
+                    ("REDIS_URL", "rediss://h:1"),
+                    ("REDIS_TLS_KEY", "/x/k.pem"),
+                    ("REDIS_TLS_CERT", "/x/c.pem"),
+                ],
+                "redis-tls-cert",
+                "/x/c.pem",
+                "cannot read certificate",
+            ),
+        ] {
+            let e = with_env(&vars).unwrap_err();
+            assert_eq!((e.flag, e.value.as_str()), (flag, value), "{e}");
+            assert!(e.reason.contains(reason), "{e}");
+        }
+    }
+
+    #[test]
+    fn durations_have_floors() {
+        for (var, too_small, enough) in [
+            ("POLL_INTERVAL", "9ms", "10ms"),
+            ("PING_TIMEOUT", "999us", "1ms"),
+            ("LEASE_RENEW_INTERVAL", "1ns", "1ms"),
+            ("LEASE_RETRY_INTERVAL", "500us", "1ms"),
+            ("KA_TIME", "999ms", "1s"),
+            ("CENSUS_INTERVAL", "99ms", "100ms"),
+            ("REDIS_WAIT_TIMEOUT", "999us", "1ms"),
+            ("FORGET_AFTER", "999ms", "1s"),
+        ] {
+            let e = with_env(&[(var, too_small)]).unwrap_err();
+            assert_eq!((e.env, e.value.as_str()), (var, too_small), "{e}");
+            assert!(e.reason.starts_with("must be at least"), "{e}");
+            with_env(&[(var, enough)]).unwrap_or_else(|e| panic!("{var}={enough}: {e}"));
+        }
+        let e = with_env(&[("POLL_INTERVAL", "1ns")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid -poll-interval (env POLL_INTERVAL) value \"1ns\": must be at least 10ms"
+        );
+        // forget-after follows the poll interval.
+        let e = with_env(&[("POLL_INTERVAL", "2s"), ("FORGET_AFTER", "1s")]).unwrap_err();
+        assert_eq!(e.flag, "forget-after");
+        // With WAIT, a WAIT must fit in a renewal: deadline 1500ms - interval 500ms.
+        let wait = |t: &str| with_env(&[("REDIS_WAIT_REPLICAS", "1"), ("REDIS_WAIT_TIMEOUT", t)]);
+        assert_eq!(wait("1s").unwrap_err().flag, "redis-wait-timeout");
+        assert!(wait("999ms").is_ok());
+        assert!(
+            with_env(&[("REDIS_WAIT_TIMEOUT", "5s")]).is_ok(),
+            "no WAIT, no budget"
+        );
+    }
+
+    #[test]
+    fn normalizing_never_slices_inside_a_character() {
+        let args = [
+            "distributor",
+            "workunits",
+            "add",
+            "Ünit",
+            "-é",
+            "-Ü=1",
+            "-",
+            "-ab€",
+        ];
+        let out = normalize_go_flags(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            out,
+            [
+                "distributor",
+                "workunits",
+                "add",
+                "Ünit",
+                "-é",
+                "-Ü=1",
+                "-",
+                "--ab€"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_readme_documents_every_setting() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("\n## Configuration\n")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("a Configuration section");
+        let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `-")).collect();
+        for s in SETTINGS {
+            let flag = format!("`-{}`", s.flag);
+            let first_cell = |row: &&&str| row.split('|').nth(1).is_some_and(|c| c.contains(&flag));
+            let row = rows
+                .iter()
+                .find(first_cell)
+                .or_else(|| rows.iter().find(|r| r.contains(&flag)))
+                .unwrap_or_else(|| panic!("README: no row for -{}", s.flag));
+            for env in s.env {
+                assert!(
+                    row.contains(&format!("`{env}`")),
+                    "README -{}: no {env}",
+                    s.flag
+                );
+            }
+            if let Some(default) = s.default {
+                assert!(
+                    row.contains(&format!("`{default}`")),
+                    "README -{}: default should be `{default}`: {row}",
+                    s.flag
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_built_in_http_address_is_a_default() {
+        assert_eq!(
+            with_env(&[]).unwrap().http_addr_origin,
+            HttpAddrOrigin::Default
+        );
+        let c = with_env(&[("HTTP_ADDR", "0.0.0.0:9090")]).unwrap();
+        assert_eq!(c.http_addr_origin, HttpAddrOrigin::HttpAddr);
+        let raw = RawConfig {
+            http_addr: Some("0.0.0.0:9090".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve(&raw, &no_env).unwrap().http_addr_origin,
+            HttpAddrOrigin::HttpAddr
+        );
+        let c = with_env(&[("PROM_PORT", "9090")]).unwrap();
+        assert_eq!(c.http_addr_origin, HttpAddrOrigin::PromPort);
+        assert_eq!(c.http_addr_origin.flag(), "-prom-port");
+    }
+
     proptest! {
         #[test]
         fn duration_round_trip(ms in 0u64..10_000_000) {
             prop_assert_eq!(parse_duration(&format!("{ms}ms")).unwrap(), Duration::from_millis(ms));
             let (s, rest) = (ms / 1000, ms % 1000);
             prop_assert_eq!(parse_duration(&format!("{s}s{rest}ms")).unwrap(), Duration::from_millis(ms));
+        }
+
+        /// Whatever a password holds, no URL form shows it whole, and no
+        /// error over such a URL does.
+        #[test]
+        fn no_password_survives_redaction(
+            pw in "[A-Za-z0-9!#$%&*+,;=@:/._~-]{6,20}",
+            port in prop::sample::select(vec!["1", "99999", "", "x"]),
+        ) {
+            for url in [
+                format!("redis://u:{pw}@h:{port}"),
+                format!("redis://:{pw}@h:{port}/0"),
+                format!("u:{pw}@h:{port}"),
+                format!("redis://a:1,redis://:{pw}@h:{port}"),
+                format!("redis://:{pw}@h:{port},redis://b:2"),
+                format!("rediss://u:{pw}@h:{port}#insecure"),
+            ] {
+                let shown = redact_url(&url);
+                prop_assert!(!shown.contains(&pw), "{} shown as {}", url, shown);
+                for var in ["REDIS_URL", "REDIS_ADDRS"] {
+                    let vars = [(var, url.as_str()), ("REDIS_PASS", pw.as_str())];
+                    let text = match with_env(&vars) {
+                        Ok(c) => format!("{c:?}"),
+                        Err(e) => format!("{e} {e:?}"),
+                    };
+                    prop_assert!(!text.contains(&pw), "{}={}: {}", var, url, text);
+                }
+            }
         }
 
         #[test]

@@ -10,6 +10,7 @@
 //! - `/version`: name and version, as JSON.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,6 +80,46 @@ pub fn not_healthy(
         )),
         _ => None,
     }
+}
+
+/// How many ports the built-in default address may try: 9090 to 9099.
+pub const DEFAULT_PORTS: u16 = 10;
+
+/// Binds the built-in default address, which must not kill a replica: when
+/// its port is taken (several replicas on one host), the next ones are tried,
+/// `ports` in all, and the one used is logged; when all are taken, one
+/// warning is logged and the replica runs without the server (`None`). An
+/// error other than "address in use" is returned. An address given
+/// explicitly must be free: bind it directly and fail.
+pub async fn bind_default(addr: SocketAddr, ports: u16) -> std::io::Result<Option<TcpListener>> {
+    let first = addr.port();
+    let mut last = first;
+    for i in 0..ports {
+        let Some(port) = first.checked_add(i) else {
+            break;
+        };
+        last = port;
+        let candidate = SocketAddr::new(addr.ip(), port);
+        match TcpListener::bind(candidate).await {
+            Ok(listener) => {
+                if i == 0 {
+                    tracing::info!("serving /metrics on {candidate}");
+                } else {
+                    tracing::warn!(
+                        "serving /metrics on {candidate} instead of the default {first}, which is taken"
+                    );
+                }
+                return Ok(Some(listener));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    tracing::warn!(
+        "ports {first} to {last} of {} are all taken: running without /metrics, /healthz, /readyz and /version (set -http-addr to choose an address)",
+        addr.ip()
+    );
+    Ok(None)
 }
 
 /// Serves until `shutdown` resolves.
@@ -195,5 +236,26 @@ mod tests {
         );
         drop(tx);
         assert!(not_healthy(&rx, t0, STALL).unwrap().contains("stopped"));
+    }
+
+    #[tokio::test]
+    async fn the_default_address_moves_to_a_free_port_or_gives_up() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = taken.local_addr().unwrap();
+        // Only the taken port to try: no server, no error.
+        assert!(bind_default(addr, 1).await.unwrap().is_none());
+        // The next port, unless something else holds it too.
+        if let Some(next) = bind_default(addr, 2).await.unwrap() {
+            assert_eq!(next.local_addr().unwrap().port(), addr.port() + 1);
+        }
+        // A free default port is used as it is.
+        let free = taken.local_addr().unwrap();
+        drop(taken);
+        if let Some(l) = bind_default(free, 1).await.unwrap() {
+            assert_eq!(l.local_addr().unwrap(), free);
+        }
+        // Other errors are not hidden.
+        let elsewhere: SocketAddr = "192.0.2.1:9090".parse().unwrap();
+        assert!(bind_default(elsewhere, 2).await.is_err());
     }
 }

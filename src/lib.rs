@@ -17,6 +17,7 @@
 
 pub mod admin;
 pub mod census;
+pub mod cli;
 pub mod config;
 pub mod coordinator;
 pub mod error;

@@ -4,243 +4,21 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use distributor::config::{self, RawConfig};
-
-/// Splits a changing list of work units among live workers; a drop-in
-/// replacement for scientificideas/distributor. Every flag also reads an
-/// environment variable (see README); Go-style `-flag=value` works too.
-#[derive(Parser, Debug)]
-#[command(name = "distributor", version)]
-struct Cli {
-    #[command(flatten)]
-    flags: Flags,
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-/// Operator commands; without one, `distributor` runs the daemon.
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Lease holder, epoch, generation, census and per-group members.
-    Status {
-        #[arg(long)]
-        json: bool,
-    },
-    /// One row per member: units and share, with balance and totals.
-    Table {
-        #[arg(long)]
-        json: bool,
-    },
-    /// Inspect or edit a services list (a group).
-    Services {
-        #[command(subcommand)]
-        op: ServicesOp,
-    },
-    /// Inspect or edit the work units list.
-    Workunits {
-        #[command(subcommand)]
-        op: UnitsOp,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-enum ServicesOp {
-    /// Members of one group, or of every configured group.
-    List { group: Option<String> },
-    /// Add a member address to a group (once).
-    Add { group: String, addr: String },
-    /// Remove a member address from a group.
-    Remove { group: String, addr: String },
-}
-
-#[derive(Subcommand, Debug)]
-enum UnitsOp {
-    List,
-    /// Add units that are not listed yet.
-    Add {
-        #[arg(required = true)]
-        units: Vec<String>,
-    },
-    /// Remove units.
-    Remove {
-        #[arg(required = true)]
-        units: Vec<String>,
-    },
-    /// Replace the whole list, atomically.
-    Set {
-        units: Vec<String>,
-    },
-}
-
-/// Daemon settings; every one also reads an environment variable (README).
-#[derive(clap::Args, Debug)]
-struct Flags {
-    #[arg(long, global = true, value_name = "KEYS")]
-    services_namespaces: Option<String>,
-    #[arg(long, global = true, value_name = "KEY")]
-    workunits_namespace: Option<String>,
-    #[arg(long, global = true, value_name = "KEY")]
-    distribution_namespace: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    poll_interval: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    ping_timeout: Option<String>,
-    #[arg(long, global = true, value_name = "URL")]
-    redis_url: Option<String>,
-    #[arg(long, global = true, value_name = "HOST:PORT")]
-    redis_addrs: Option<String>,
-    #[arg(long, global = true, value_name = "PASSWORD")]
-    redis_pass: Option<String>,
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    redis_cluster: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    redis_password_file: Option<String>,
-    #[arg(long, global = true, value_name = "USER")]
-    redis_user: Option<String>,
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    redis_tls: Option<String>,
-    #[arg(long, global = true, value_name = "FILES")]
-    redis_tls_ca: Option<String>,
-    #[arg(long, global = true, value_name = "FILES")]
-    redis_rootca_certs: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    redis_tls_cert: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    redis_tls_key: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    ping_tls_ca: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    ping_tls_cert: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    ping_tls_key: Option<String>,
-    #[arg(long, global = true, value_name = "NAME")]
-    ping_tls_domain: Option<String>,
-    #[arg(long, global = true, value_name = "N")]
-    failure_threshold: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    forget_after: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    lease_ttl: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    lease_renew_interval: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    lease_renew_deadline: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    lease_retry_interval: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    census_interval: Option<String>,
-    #[arg(long, global = true, value_name = "NAME")]
-    replica_id: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    ka_time: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    ka_timeout: Option<String>,
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    ka_permit_without_stream: Option<String>,
-    #[arg(long, global = true, value_name = "LEVEL")]
-    log: Option<String>,
-    #[arg(long, global = true, value_name = "IP:PORT|off")]
-    http_addr: Option<String>,
-    #[arg(long, global = true, value_name = "PORT")]
-    prom_port: Option<String>,
-    #[arg(long, global = true, value_name = "text|json")]
-    log_format: Option<String>,
-    #[arg(long, global = true, value_name = "otlp|none")]
-    traces: Option<String>,
-    #[arg(long, global = true, value_name = "N")]
-    max_list_entries: Option<String>,
-    #[arg(long, global = true, value_name = "SIZE")]
-    max_list_bytes: Option<String>,
-    #[arg(long, global = true, value_name = "PERCENT")]
-    mass_failure_percent: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    mass_failure_confirm: Option<String>,
-    #[arg(long, global = true, value_name = "N")]
-    redis_wait_replicas: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    redis_wait_timeout: Option<String>,
-    #[arg(long, global = true, value_name = "args|env")]
-    config_type: Option<String>,
-}
-
-impl From<Flags> for RawConfig {
-    fn from(c: Flags) -> RawConfig {
-        RawConfig {
-            services_namespaces: c.services_namespaces,
-            workunits_namespace: c.workunits_namespace,
-            distribution_namespace: c.distribution_namespace,
-            poll_interval: c.poll_interval,
-            ping_timeout: c.ping_timeout,
-            redis_url: c.redis_url,
-            redis_addrs: c.redis_addrs,
-            redis_pass: c.redis_pass,
-            redis_cluster: c.redis_cluster,
-            redis_password_file: c.redis_password_file,
-            redis_user: c.redis_user,
-            redis_tls: c.redis_tls,
-            redis_tls_ca: c.redis_tls_ca,
-            redis_rootca_certs: c.redis_rootca_certs,
-            redis_tls_cert: c.redis_tls_cert,
-            redis_tls_key: c.redis_tls_key,
-            ping_tls_ca: c.ping_tls_ca,
-            ping_tls_cert: c.ping_tls_cert,
-            ping_tls_key: c.ping_tls_key,
-            ping_tls_domain: c.ping_tls_domain,
-            failure_threshold: c.failure_threshold,
-            forget_after: c.forget_after,
-            lease_ttl: c.lease_ttl,
-            lease_renew_interval: c.lease_renew_interval,
-            lease_renew_deadline: c.lease_renew_deadline,
-            lease_retry_interval: c.lease_retry_interval,
-            census_interval: c.census_interval,
-            replica_id: c.replica_id,
-            ka_time: c.ka_time,
-            ka_timeout: c.ka_timeout,
-            ka_permit_without_stream: c.ka_permit_without_stream,
-            log: c.log,
-            http_addr: c.http_addr,
-            prom_port: c.prom_port,
-            log_format: c.log_format,
-            traces: c.traces,
-            max_list_entries: c.max_list_entries,
-            max_list_bytes: c.max_list_bytes,
-            mass_failure_percent: c.mass_failure_percent,
-            mass_failure_confirm: c.mass_failure_confirm,
-            redis_wait_replicas: c.redis_wait_replicas,
-            redis_wait_timeout: c.redis_wait_timeout,
-            config_type: c.config_type,
-        }
-    }
-}
-
-/// Parses the command line, with each flag's help, environment variables and
-/// default taken from the one settings table that the README documents.
-fn parse_cli(args: Vec<String>) -> Cli {
-    let mut cmd = Cli::command();
-    for s in config::SETTINGS {
-        let default = s
-            .default
-            .map(|d| format!(" [default: {d}]"))
-            .unwrap_or_default();
-        let help = format!("{} [env: {}]{default}", s.help, s.env.join(", "));
-        cmd = cmd.mut_arg(s.flag.replace('-', "_"), |a| a.help(help));
-    }
-    let matches = cmd.get_matches_from(args);
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
-}
+use distributor::cli::{self, CliError, Command, ServicesOp, UnitsOp};
+use distributor::config::HttpAddrOrigin;
 
 fn main() -> ExitCode {
-    let args = config::normalize_go_flags(std::env::args());
-    let cli = parse_cli(args);
-    let config = match config::resolve(&cli.flags.into(), &|k| std::env::var(k).ok()) {
-        Ok(c) => c,
-        Err(e) => {
+    let invocation = match cli::parse(std::env::args_os(), &|k| std::env::var_os(k)) {
+        Ok(invocation) => invocation,
+        // Help and version print on stdout and exit 0; a rejected command line exits 2.
+        Err(CliError::Clap(e)) => e.exit(),
+        Err(CliError::Config(e)) => {
             eprintln!("distributor: {e}");
             return ExitCode::from(2);
         }
     };
-    if let Some(command) = cli.command {
+    let config = invocation.config;
+    if let Some(command) = invocation.command {
         // Operator commands log nothing but warnings, and never export spans.
         distributor::telemetry::init("warn", false, None);
         return match admin(config, command) {
@@ -317,13 +95,26 @@ async fn serve(config: distributor::Config) -> anyhow::Result<()> {
         http = ?config.http_addr,
         "starting"
     );
-    let listener =
-        match config.http_addr {
-            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
-                format!("failed to listen on {addr} (-http-addr / -prom-port)")
-            })?),
-            None => None,
-        };
+    let listener = match config.http_addr {
+        // The built-in default must not kill a replica: it moves to a free port.
+        Some(addr) if config.http_addr_origin == HttpAddrOrigin::Default => {
+            distributor::http::bind_default(addr, distributor::http::DEFAULT_PORTS)
+                .await
+                .with_context(|| format!("failed to listen on {addr} (-http-addr)"))?
+        }
+        // An address given explicitly must be free.
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!(
+                    "failed to listen on {addr} ({})",
+                    config.http_addr_origin.flag()
+                )
+            })?;
+            tracing::info!("serving /metrics on {addr}");
+            Some(listener)
+        }
+        None => None,
+    };
     let redis_fresh = config.census_interval * 2 + config.lease.ttl;
     let replica =
         distributor::Distributor::start(config).context("failed to start the distributor")?;

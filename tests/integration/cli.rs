@@ -172,3 +172,62 @@ async fn unreachable_redis_and_wrong_types_fail_clearly() {
         "failed to add",
     );
 }
+
+/// Arguments the old byte-slicing and `std::env::args` panicked on: a unit
+/// starting with a non-ASCII letter works, and an argument that is not UTF-8
+/// is an error (exit code 2), never a panic. Help and version still exit 0.
+#[tokio::test]
+async fn non_ascii_and_non_utf8_arguments_never_panic() {
+    use std::os::unix::ffi::OsStringExt;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    assert_eq!(
+        ok(cli(&url, &["workunits", "add", "Ünit", "ünit-2", "€"])),
+        "added 3\n"
+    );
+    let stored: Vec<String> = redis.cmd(&["LRANGE", UNITS, "0", "-1"]).await;
+    assert_eq!(stored.len(), 3, "{stored:?}");
+    let not_utf8 = std::ffi::OsString::from_vec(vec![b'u', 0xff, 0xfe]);
+    for args in [
+        vec!["workunits".into(), "add".into(), not_utf8.clone()],
+        vec!["--log".into(), not_utf8.clone()],
+        vec![not_utf8.clone()],
+        vec!["-é".into()],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_distributor"))
+            .arg(format!("-redis-url={url}"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(!stderr.is_empty(), "{args:?}: says why");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_distributor"))
+        .env("REDIS_URL", &not_utf8)
+        .arg("status")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid -redis-url (env REDIS_URL)") && stderr.contains("not valid UTF-8"),
+        "{stderr}"
+    );
+    for (arg, needle) in [
+        ("--help", "--poll-interval"),
+        ("-h", "--poll-interval"),
+        ("--version", env!("CARGO_PKG_VERSION")),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_distributor"))
+            .arg(arg)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{arg}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(needle),
+            "{arg}"
+        );
+    }
+}
