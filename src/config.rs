@@ -364,6 +364,10 @@ impl Config {
         crate::store::RedisOptions {
             cluster: self.redis_cluster,
             tls: self.redis_tls.clone(),
+            wait: (self.redis_wait_replicas > 0).then_some(crate::store::WaitFor {
+                replicas: self.redis_wait_replicas,
+                timeout: self.redis_wait_timeout,
+            }),
             ..crate::store::RedisOptions::from_urls(&self.redis_url)
         }
     }

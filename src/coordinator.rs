@@ -868,6 +868,18 @@ impl Coordinator {
             hint_rx,
             floor_tx,
         )));
+        if self.config.redis_wait_replicas == 0 {
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                if let Some(n) = store.connected_replicas().await.filter(|n| *n > 0) {
+                    tracing::warn!(
+                        replicas = n,
+                        "redis has replicas but -redis-wait-replicas is 0: a failover of redis \
+                         can lose the lease and let two replicas act for up to one TTL"
+                    );
+                }
+            });
+        }
         let mut state = State::Standby {
             next_attempt: Instant::now(),
         };

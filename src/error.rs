@@ -37,6 +37,15 @@ pub enum StoreError {
     /// A reply of an unexpected shape (a script from another version?).
     #[error("unexpected reply to {op}: {detail}")]
     Reply { op: &'static str, detail: String },
+    /// A write that fewer Redis replicas acknowledged than `-redis-wait-replicas`
+    /// asks: it may be lost with a failed-over master, so it does not count.
+    #[error("{op}: only {acked} of {wanted} redis replicas acknowledged within {timeout:?} (-redis-wait-replicas)")]
+    NotDurable {
+        op: &'static str,
+        acked: u32,
+        wanted: u32,
+        timeout: Duration,
+    },
     /// A fenced call refused by Redis: this replica no longer holds the lease.
     #[error("redis refused {op}: the lease moved on ({reason})")]
     Fenced { op: &'static str, reason: String },
@@ -75,7 +84,7 @@ impl StoreError {
     /// Whether the same call may succeed later without anyone changing anything.
     pub fn is_retryable(&self) -> bool {
         match self {
-            StoreError::Timeout { .. } => true,
+            StoreError::Timeout { .. } | StoreError::NotDurable { .. } => true,
             StoreError::WrongType { .. }
             | StoreError::Reply { .. }
             | StoreError::TooLong { .. }
@@ -109,6 +118,7 @@ impl StoreError {
             StoreError::Reply { .. } => "reply",
             StoreError::InvalidState { .. } => "invalid_state",
             StoreError::Fenced { .. } => "fenced",
+            StoreError::NotDurable { .. } => "not_durable",
             StoreError::Redis { source, .. } if source.is_io_error() => "io",
             StoreError::Redis { .. } if self.server_code() == Some("NOPERM") => "no_permission",
             StoreError::Redis { .. } => "server",

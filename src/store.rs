@@ -42,6 +42,18 @@ pub struct RedisOptions {
     /// Cluster mode even with one seed node.
     pub cluster: bool,
     pub tls: crate::tls::TlsFiles,
+    /// Replicas that must acknowledge lease and table writes before they count.
+    pub wait: Option<WaitFor>,
+}
+
+/// `WAIT replicas timeout` after every lease acquisition, renewal and table
+/// write: with Redis replication, a write not yet on a replica can be lost
+/// with a failed-over master, and a holder must not act on a lease the new
+/// master does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitFor {
+    pub replicas: u32,
+    pub timeout: Duration,
 }
 
 impl RedisOptions {
@@ -200,6 +212,7 @@ pub struct Store {
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
     op_timeout: Duration,
+    wait: Option<WaitFor>,
     /// Whether the table is known untouched since verified (holder cycles).
     guard: Arc<tokio::sync::Mutex<guard::TableGuard>>,
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
@@ -549,6 +562,7 @@ impl Store {
             links: Arc::new(links),
             keys: Arc::new(keys),
             guard: Arc::new(tokio::sync::Mutex::new(guard)),
+            wait: opts.wait,
             list_sizing: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             memory_usage: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             scripts: Arc::new(Scripts {
@@ -599,6 +613,46 @@ impl Store {
                 Err(StoreError::Timeout { op, timeout })
             }
         }
+    }
+
+    /// With [`WaitFor`] set: `WAIT` on the connection that wrote (on a
+    /// cluster, the master of the table's slot), and an error when fewer
+    /// replicas than required acknowledged everything this connection wrote.
+    async fn replicated(&self, op: &'static str) -> Result<(), StoreError> {
+        let Some(w) = self.wait else {
+            return Ok(());
+        };
+        let cmd = redis::cmd("WAIT")
+            .arg(w.replicas)
+            .arg(w.timeout.as_millis() as u64)
+            .to_owned();
+        let bound = w.timeout + self.op_timeout;
+        let acked: Value = match self.conn() {
+            Conn::Single(mut c) => self.bounded(op, bound, cmd.query_async(&mut c)).await?,
+            Conn::Cluster(link) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(crate::keys::slot(&self.keys.table), SlotAddr::Master),
+                ));
+                let run = async {
+                    Conn::cluster(&link.client, &link.cell)
+                        .await?
+                        .route_command(cmd, route)
+                        .await
+                };
+                self.bounded(op, bound, run).await?
+            }
+        };
+        let acked = int(&acked).ok_or_else(|| reply_err(op, &acked))?;
+        if acked < i64::from(w.replicas) {
+            return Err(StoreError::NotDurable {
+                op,
+                acked: acked.max(0) as u32,
+                wanted: w.replicas,
+                timeout: w.timeout,
+            });
+        }
+        Ok(())
     }
 
     /// Runs `cmds` pipelined: one round trip on a single node; on a cluster, one
@@ -944,7 +998,14 @@ impl Store {
         match items.as_slice() {
             [ok, epoch] if int(ok) == Some(1) => {
                 let epoch = count(epoch).ok_or_else(|| reply_err("acquire lease", &v))?;
-                Ok(Acquisition::Acquired(LeaseGrant { token, epoch }))
+                let grant = LeaseGrant { token, epoch };
+                if let Err(e) = self.replicated("acquire lease").await {
+                    // Not on enough replicas: a failed-over master may not have
+                    // it, so never act on it. Give it back (best effort).
+                    let _ = self.release(&grant).await;
+                    return Err(e);
+                }
+                Ok(Acquisition::Acquired(grant))
             }
             [ok, pttl, holder, epoch, generation, foreign] if int(ok) == Some(0) => {
                 Ok(Acquisition::Held {
@@ -979,7 +1040,12 @@ impl Store {
         let v = checked(v)?;
         match &v {
             Value::Array(items) => match items.as_slice() {
-                [ok] if int(ok) == Some(1) => Ok(Renewal::Renewed),
+                [ok] if int(ok) == Some(1) => {
+                    // A renewal that a promoted replica may not have does not
+                    // extend what this holder may rely on.
+                    self.replicated("renew lease").await?;
+                    Ok(Renewal::Renewed)
+                }
                 [ok, why] if int(ok) == Some(0) => Ok(Renewal::Lost(LostLease::from_reason(
                     &text(why).unwrap_or_default(),
                 ))),
@@ -1077,6 +1143,7 @@ impl Store {
         match items.as_slice() {
             [ok, g] if int(ok) == Some(1) => {
                 let g = int(g).ok_or_else(|| reply_err("write table", &v))?;
+                self.replicated("write table").await?;
                 Ok(Committed::Written {
                     generation: (g >= 0).then_some(g as u64),
                 })
@@ -1370,6 +1437,26 @@ impl Store {
                 Err(self.classify(e, &keys, "hash").await)
             }
         }
+    }
+
+    /// How many replicas the master serving the table reports
+    /// (`INFO replication`), or `None` where Redis does not say (no
+    /// permission, a cluster).
+    pub async fn connected_replicas(&self) -> Option<u32> {
+        let Conn::Single(mut c) = self.conn() else {
+            return None;
+        };
+        let info: String = self
+            .bounded(
+                "read replication info",
+                self.op_timeout,
+                redis::cmd("INFO").arg("replication").query_async(&mut c),
+            )
+            .await
+            .ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("connected_slaves:"))
+            .and_then(|n| n.trim().parse().ok())
     }
 
     /// The whole stored table.

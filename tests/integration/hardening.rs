@@ -752,3 +752,66 @@ async fn forget_after_is_fenced_spares_mass_failures_and_covers_malformed_entrie
     assert_eq!(after, listed);
     fleet.shutdown().await;
 }
+
+/// Review item 21: with Redis replication, a lease or table write not yet on
+/// a replica can be lost with a failed-over master. With
+/// `-redis-wait-replicas`, nothing counts until a replica has it: a holder
+/// whose replica is gone stops acting, and what it acted on is on the replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_count_only_once_a_replica_has_them() {
+    let master = RedisServer::start();
+    let replica_args = ["--replicaof", "127.0.0.1", &master.port().to_string()];
+    let mut replica = RedisServer::start_with(&replica_args);
+    wait_for("the replica is in sync", Duration::from_secs(10), || async {
+        let info: String = replica.cmd(&["INFO", "replication"]).await;
+        info.contains("master_link_status:up")
+    })
+    .await;
+    let units = units(8);
+    let (mut fleet, before) = Fleet::converged_on(
+        master,
+        |c| {
+            c.redis_wait_replicas = 1;
+            c.redis_wait_timeout = Duration::from_millis(100);
+        },
+        2,
+        2,
+        &units,
+    )
+    .await;
+    // What the holder acts on is on the replica: lease, epoch, table.
+    let h = fleet.wait_for_holder().await;
+    let k = keys();
+    let on_master: Vec<Option<String>> = fleet.redis.cmd(&["MGET", &k.lease, &k.epoch]).await;
+    wait_for("the replica has the lease", Duration::from_secs(2), || async {
+        let on_replica: Vec<Option<String>> = replica.cmd(&["MGET", &k.lease, &k.epoch]).await;
+        on_replica == on_master
+    })
+    .await;
+    let replica_table: std::collections::HashMap<String, String> =
+        replica.cmd(&["HGETALL", TABLE]).await;
+    assert_eq!(MatchingTable::from_rows(replica_table), before);
+
+    // The replica goes away: renewals are not acknowledged, the holder steps
+    // down before its lease could expire, and nobody else can act either.
+    replica.kill();
+    wait_for("nobody acts", Duration::from_secs(5), || async {
+        fleet.holder().is_none()
+    })
+    .await;
+    let s = fleet.statuses()[h].clone();
+    assert_eq!(s.role, Role::Standby);
+    fleet.members[0].take().unwrap().abort();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fleet.table().await, before, "nobody wrote without a replica");
+
+    // The replica is back: a holder acts again.
+    replica = RedisServer::start_with(&replica_args);
+    wait_for("a holder again", Duration::from_secs(10), || async {
+        fleet.holder().is_some()
+    })
+    .await;
+    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    drop(replica);
+    fleet.shutdown().await;
+}
