@@ -290,7 +290,7 @@ enum Event {
 
 struct CycleReport {
     epoch: u64,
-    inputs: Inputs,
+    inputs: Arc<Inputs>,
     failures: Vec<(String, PingFailure)>,
     /// The view after this cycle (unsaved changes are empty after a write).
     view: HolderView,
@@ -406,7 +406,9 @@ impl CycleContext {
             stored_digest,
             stored_generation,
         } = snapshot;
-        let inputs = inputs::normalize(&raw);
+        // Shared with the solver's blocking thread, never copied: at a million
+        // units a copy is tens of megabytes.
+        let inputs = Arc::new(inputs::normalize(&raw));
         // A units list whose every entry is invalid is a broken producer, not
         // "no work": keep the last table (an empty list still means no units).
         if !raw.units.is_empty() && inputs.units.is_empty() {
@@ -699,7 +701,7 @@ impl CycleContext {
     /// the liveness history changed.
     async fn settle(
         &self,
-        inputs: &Inputs,
+        inputs: &Arc<Inputs>,
         view: &mut HolderView,
         stored_digest: &mut Option<String>,
         generation_floor: &mut u64,
@@ -708,7 +710,7 @@ impl CycleContext {
         let memo = match view.memo.take() {
             Some(m) if m.key == key => m,
             _ => {
-                let inp = inputs.clone();
+                let inp = Arc::clone(inputs);
                 let live: HashSet<String> = inputs
                     .members()
                     .filter(|m| view.keeps_units(m))

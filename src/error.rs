@@ -39,7 +39,9 @@ pub enum StoreError {
     Reply { op: &'static str, detail: String },
     /// A write that fewer Redis replicas acknowledged than `-redis-wait-replicas`
     /// asks: it may be lost with a failed-over master, so it does not count.
-    #[error("{op}: only {acked} of {wanted} redis replicas acknowledged within {timeout:?} (-redis-wait-replicas)")]
+    #[error(
+        "{op}: only {acked} of {wanted} redis replicas acknowledged within {timeout:?} (-redis-wait-replicas)"
+    )]
     NotDurable {
         op: &'static str,
         acked: u32,

@@ -762,10 +762,14 @@ async fn writes_count_only_once_a_replica_has_them() {
     let master = RedisServer::start();
     let replica_args = ["--replicaof", "127.0.0.1", &master.port().to_string()];
     let mut replica = RedisServer::start_with(&replica_args);
-    wait_for("the replica is in sync", Duration::from_secs(10), || async {
-        let info: String = replica.cmd(&["INFO", "replication"]).await;
-        info.contains("master_link_status:up")
-    })
+    wait_for(
+        "the replica is in sync",
+        Duration::from_secs(10),
+        || async {
+            let info: String = replica.cmd(&["INFO", "replication"]).await;
+            info.contains("master_link_status:up")
+        },
+    )
     .await;
     let units = units(8);
     let (mut fleet, before) = Fleet::converged_on(
@@ -783,10 +787,14 @@ async fn writes_count_only_once_a_replica_has_them() {
     let h = fleet.wait_for_holder().await;
     let k = keys();
     let on_master: Vec<Option<String>> = fleet.redis.cmd(&["MGET", &k.lease, &k.epoch]).await;
-    wait_for("the replica has the lease", Duration::from_secs(2), || async {
-        let on_replica: Vec<Option<String>> = replica.cmd(&["MGET", &k.lease, &k.epoch]).await;
-        on_replica == on_master
-    })
+    wait_for(
+        "the replica has the lease",
+        Duration::from_secs(2),
+        || async {
+            let on_replica: Vec<Option<String>> = replica.cmd(&["MGET", &k.lease, &k.epoch]).await;
+            on_replica == on_master
+        },
+    )
     .await;
     let replica_table: std::collections::HashMap<String, String> =
         replica.cmd(&["HGETALL", TABLE]).await;
@@ -803,7 +811,11 @@ async fn writes_count_only_once_a_replica_has_them() {
     assert_eq!(s.role, Role::Standby);
     fleet.members[0].take().unwrap().abort();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(fleet.table().await, before, "nobody wrote without a replica");
+    assert_eq!(
+        fleet.table().await,
+        before,
+        "nobody wrote without a replica"
+    );
 
     // The replica is back: a holder acts again.
     replica = RedisServer::start_with(&replica_args);
@@ -813,5 +825,88 @@ async fn writes_count_only_once_a_replica_has_them() {
     .await;
     fleet.wait_for_table(&units, Duration::from_secs(10)).await;
     drop(replica);
+    fleet.shutdown().await;
+}
+
+/// Probe item 13: 100,000 distinct bad units gave 100,000 WARN lines in one
+/// cycle, and a dead member a WARN every cycle forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_and_lasting_failures_are_logged_summarised() {
+    let mut fleet = Fleet::new(RedisServer::start());
+    let mut units = units(10);
+    units.extend((0..100_000).map(|i| format!("bad,{i}")));
+    fleet.set_units(&units).await;
+    fleet.add_member().await;
+    fleet.add_member().await;
+    // A member that refuses every ping, for many cycles.
+    let () = fleet.redis.cmd(&["RPUSH", SERVICES, "127.0.0.1:1"]).await;
+    let dir = std::env::temp_dir().join(format!("distributor-logs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log_path = dir.join("daemon.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let http = free_port();
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
+        .args([
+            &format!("-redis-url={}", fleet.redis.url()),
+            &format!("-services-namespaces={SERVICES}"),
+            &format!("-workunits-namespace={UNITS}"),
+            &format!("-distribution-namespace={TABLE}"),
+            "-poll-interval=50ms",
+            "-census-interval=500ms",
+            &format!("-http-addr=127.0.0.1:{http}"),
+            "-log=warn",
+        ])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let live: Vec<String> = fleet.live_member_ids();
+    let good = &units[..10];
+    fleet
+        .wait_for_table_with(good, &[], Duration::from_secs(20))
+        .await;
+    // Ten more cycles (each re-reads the 100,000 bad units).
+    let cycles = |body: &str| {
+        metric(
+            &parse_metrics(body),
+            "distributor_cycles_total",
+            &[("outcome", "ok")],
+        )
+        .unwrap_or(0.0)
+    };
+    let start = cycles(&http_get(http, "/metrics").await.unwrap().1);
+    wait_for("ten more cycles", Duration::from_secs(60), || async {
+        http_get(http, "/metrics")
+            .await
+            .is_ok_and(|(_, b)| cycles(&b) >= start + 10.0)
+    })
+    .await;
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status();
+    daemon.wait().unwrap();
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    let warns: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();
+    let invalid = warns.iter().filter(|l| l.contains("invalid input")).count();
+    assert!(invalid <= 6, "{invalid} lines about invalid input");
+    assert!(
+        warns
+            .iter()
+            .any(|l| l.contains("more new invalid inputs") && l.contains("99995")),
+        "a count of the rest: {warns:#?}"
+    );
+    let refused = warns.iter().filter(|l| l.contains("127.0.0.1:1")).count();
+    assert!(
+        refused <= 1,
+        "the dead member is logged once, not every cycle: {refused}"
+    );
+    assert!(
+        warns.len() < 30,
+        "{} WARN lines:\n{}",
+        warns.len(),
+        warns.join("\n")
+    );
+    assert_eq!(live.len(), 2);
+    std::fs::remove_dir_all(&dir).unwrap();
     fleet.shutdown().await;
 }
