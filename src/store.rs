@@ -1343,7 +1343,9 @@ impl Store {
             .arg(keep * 4)
             .ignore();
         pipe.cmd("HGETALL").arg(&self.keys.replicas);
-        let mut conn = self.conn();
+        // On the bulk connection: the replicas hash is read whole, and a big
+        // one (stale ids piling up, or junk) must never queue a renewal.
+        let mut conn = self.bulk();
         let (counter, previous, seen): (u64, Option<u64>, HashMap<String, String>) = self
             .bounded("census", self.op_timeout, pipe.query_async(&mut conn))
             .await?;

@@ -910,3 +910,48 @@ async fn bursts_and_lasting_failures_are_logged_summarised() {
     std::fs::remove_dir_all(&dir).unwrap();
     fleet.shutdown().await;
 }
+
+/// Review item 14: the census ran inside the coordinator's loop, on the lease
+/// connection: a slow census step held up renewals, and a healthy holder
+/// lapsed. Here every connection that carries a census step answers 1.5 s
+/// late (longer than the renew deadline of 700 ms) from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_census_never_delays_a_renewal() {
+    let redis = RedisServer::start();
+    let proxy =
+        DelayingProxy::start(redis.port(), b"$4\r\nINCR\r\n", Duration::from_millis(1500)).await;
+    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let units = units(6);
+    let (fleet, _) = Fleet::converged_on(redis, |c| c.redis_url = url, 2, 1, &units).await;
+    let h = fleet.wait_for_holder().await;
+    let epoch = fleet.statuses()[h].epoch;
+    // Census steps every 400 ms, each answered 1.5 s late (so they time out):
+    // for five seconds the holder must keep renewing.
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < until {
+        let s = fleet.statuses()[h].clone();
+        assert_eq!(
+            (s.role, s.epoch),
+            (Role::Holder, epoch),
+            "the holder lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let s = fleet.statuses()[h].clone();
+    assert_eq!(
+        (s.role, s.epoch),
+        (Role::Holder, epoch),
+        "the holder never lapsed"
+    );
+    let samples = parse_metrics(&fleet.replicas[h].as_ref().unwrap().metrics().encode());
+    assert_eq!(
+        metric(
+            &samples,
+            "distributor_lease_transitions_total",
+            &[("transition", "lapsed")]
+        ),
+        None
+    );
+    drop(proxy);
+    fleet.shutdown().await;
+}

@@ -644,6 +644,79 @@ impl Drop for FreezableProxy {
     }
 }
 
+/// A TCP proxy on loopback that slows one kind of traffic down: once a
+/// connection has carried a command whose RESP encoding contains `trigger`
+/// (e.g. `$4\r\nINCR\r\n`), every reply on that connection arrives `delay`
+/// late. Other connections flow normally.
+pub struct DelayingProxy {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl DelayingProxy {
+    pub async fn start(target_port: u16, trigger: &'static [u8], delay: Duration) -> DelayingProxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let Ok(server) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", target_port)).await
+                    else {
+                        return;
+                    };
+                    let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let seen = slow.clone();
+                    let up = tokio::spawn(async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = match cr.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            if buf[..n]
+                                .windows(trigger.len())
+                                .any(|w| w.eq_ignore_ascii_case(trigger))
+                            {
+                                seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                            }
+                            if sw.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                    let down = tokio::spawn(async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = match sr.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            if slow.load(std::sync::atomic::Ordering::SeqCst) {
+                                tokio::time::sleep(delay).await;
+                            }
+                            if cw.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                    let _ = tokio::join!(up, down);
+                });
+            }
+        });
+        DelayingProxy { port, task }
+    }
+}
+
+impl Drop for DelayingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A real Redis Cluster of `masters` nodes on loopback (no replicas), created
 /// with `redis-cli --cluster create`. Nodes die with it.
 pub struct RedisCluster {
