@@ -232,6 +232,7 @@ pub async fn run() {
 
     stop.store(true, Ordering::Relaxed);
     let (seen, reads) = reader.await.unwrap();
+    table_check(&store, &mut conn).await;
     let torn: Vec<usize> = seen.difference(&rows).copied().collect();
     note(&format!(
         "concurrent reader: {reads} HLEN reads saw row counts {seen:?}; torn reads: {}",
@@ -249,4 +250,127 @@ pub async fn run() {
             .cloned()
             .unwrap_or_default()
     ));
+}
+
+/// What noticing a hand edit costs at 10,000 x 1,000,000 (probe item 4): the
+/// holder's idle check (the WATCH guard: two tiny round trips, nothing read),
+/// the full verification after a change (the table read and hashed by the
+/// holder), and the fallback where WATCH is not permitted (the content hashed
+/// in Redis, by `table_state.lua`, every cycle).
+async fn table_check(store: &Store, conn: &mut redis::aio::MultiplexedConnection) {
+    use distributor::store::ListLimits;
+    let limits = ListLimits {
+        entries: 2_000_000,
+        bytes: 1 << 30,
+    };
+    let services = [SERVICES.to_string()];
+    // The first read after the writes verifies the content once.
+    let member = "10.0.0.0:7000";
+    let original: String = redis::cmd("HGET")
+        .arg(TABLE)
+        .arg(member)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let mut full = Vec::new();
+    for _ in 0..3 {
+        let _: i64 = redis::cmd("HSET")
+            .arg(TABLE)
+            .arg(member)
+            .arg("edited")
+            .query_async(conn)
+            .await
+            .unwrap();
+        let t = Instant::now();
+        let snap = store.read_snapshot(&services, UNITS, limits).await.unwrap();
+        full.push(ms(t.elapsed()));
+        assert!(snap.stored_digest.is_none(), "an edit is noticed");
+        // Put the row back as written, and let the guard verify it.
+        let _: i64 = redis::cmd("HSET")
+            .arg(TABLE)
+            .arg(member)
+            .arg(&original)
+            .query_async(conn)
+            .await
+            .unwrap();
+        store.read_snapshot(&services, UNITS, limits).await.unwrap();
+    }
+    report(
+        "table check after a change (read + hash the table), 10,000 x 1,000,000",
+        "ms",
+        &full,
+        Target::none(),
+    );
+    let before = info(conn, "stats").await;
+    let mut idle = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let snap = store.read_snapshot(&services, UNITS, limits).await.unwrap();
+        idle.push(ms(t.elapsed()));
+        assert!(snap.stored_digest.is_some());
+    }
+    let after = info(conn, "stats").await;
+    let out = num(&after, "total_net_output_bytes") - num(&before, "total_net_output_bytes");
+    report(
+        "idle cycle's reads incl. the table check (WATCH guard), 10,000 x 1,000,000",
+        "ms",
+        &idle,
+        Target::none(),
+    );
+    note(&format!(
+        "idle reads sent {} bytes per cycle from Redis (every connection, INFO replies included)",
+        out / 20
+    ));
+    // Where WATCH is not permitted: the content check runs in Redis.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let mut in_redis = Vec::new();
+    for _ in 0..3 {
+        let _: () = redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query_async(conn)
+            .await
+            .unwrap();
+        let v: redis::Value = redis::Script::new(distributor::store::scripts::TABLE_STATE)
+            .key(TABLE)
+            .key(meta_key())
+            .arg("1")
+            .invoke_async(conn)
+            .await
+            .unwrap();
+        assert!(format!("{v:?}").contains("BulkString"), "{v:?}");
+        let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(10)
+            .query_async(conn)
+            .await
+            .unwrap();
+        let micros = log
+            .iter()
+            .filter_map(|e| match e {
+                redis::Value::Array(f) if f.len() > 3 => match (&f[2], &f[3]) {
+                    (redis::Value::Int(us), redis::Value::Array(args))
+                        if format!("{args:?}").contains("EVAL") =>
+                    {
+                        Some(*us)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        in_redis.push(micros as f64 / 1000.0);
+    }
+    report(
+        "fallback without WATCH: content check in Redis per cycle, 10,000 x 1,000,000",
+        "ms",
+        &in_redis,
+        Target::none(),
+    );
 }
