@@ -20,6 +20,13 @@
 //! targets, then a growth table (10 members x {1k, 10k, 100k} units and
 //! {10, 100, 1,000, 10,000} members x 100k units). `RING_BENCH_SUMMARY=0`
 //! skips it. Results and the machine they were measured on: `BENCHMARKS.md`.
+//!
+//! `RING_BENCH_MEM=<members>x<units>` measures the memory of `assign` alone
+//! and exits: it builds the inputs, resets the process's peak RSS
+//! (`/proc/self/clear_refs`), calls `assign` once and prints the RSS before,
+//! the peak during the call, and the difference per unit. With
+//! `RING_BENCH_RUNS=<n>` it then times `n` more calls (min / median / max).
+//! `RING_BENCH_SORTED=1` passes the units sorted, as the daemon does.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -178,7 +185,70 @@ fn run_large() {
     );
 }
 
+/// `VmRSS` or `VmHWM` of this process, in kB.
+fn status_kb(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `RING_BENCH_MEM`: the peak RSS of one `assign` call above the inputs.
+fn run_memory(case: &str) {
+    let (members, units) = case
+        .split_once('x')
+        .and_then(|(m, u)| Some((m.parse::<usize>().ok()?, u.parse::<usize>().ok()?)))
+        .expect("RING_BENCH_MEM=<members>x<units>");
+    let runs: usize = std::env::var("RING_BENCH_RUNS").map_or(0, |n| n.parse().unwrap());
+    let member_names = names("worker", members);
+    let unit_names = names("unit", units);
+    let (m, mut u) = (refs(&member_names), refs(&unit_names));
+    if std::env::var_os("RING_BENCH_SORTED").is_some_and(|v| v == "1") {
+        u.sort_unstable();
+    }
+    let before = status_kb("VmRSS:");
+    // "5" resets the peak RSS to the current RSS (Linux 4.0+).
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let start = Instant::now();
+    let table = assign(black_box(&m), black_box(&u));
+    let elapsed = start.elapsed();
+    let peak = status_kb("VmHWM:");
+    assert_eq!(table.values().map(Vec::len).sum::<usize>(), units);
+    drop(black_box(table));
+    let above = peak.saturating_sub(before);
+    println!(
+        "RESULT ring: memory {members}x{units}: RSS before {before} kB, peak {peak} kB{}, assign {above} kB = {:.1} bytes per unit ({:.3} s)",
+        if reset {
+            ""
+        } else {
+            " (peak not reset: includes input building)"
+        },
+        above as f64 * 1024.0 / units as f64,
+        elapsed.as_secs_f64()
+    );
+    if runs > 0 {
+        let mut samples: Vec<f64> = (0..runs)
+            .map(|_| {
+                let start = Instant::now();
+                let table = assign(black_box(&m), black_box(&u));
+                let elapsed = start.elapsed();
+                drop(black_box(table));
+                elapsed.as_secs_f64() * 1e3
+            })
+            .collect();
+        print_line(&format!("{members}x{units}"), &mut samples, None);
+    }
+}
+
 fn main() {
+    if let Ok(case) = std::env::var("RING_BENCH_MEM") {
+        run_memory(&case);
+        return;
+    }
     if std::env::var_os("RING_BENCH_LARGE").is_some_and(|v| v == "1") {
         run_large();
     }

@@ -74,13 +74,27 @@
 //! skipping points whose unit is already taken (a bitset over units), and
 //! never goes more than one lap. With uniform hashes all cursors together
 //! move about `U * ln U` steps (measured: 18 million for 1,000,000 units), so
-//! the cost is dominated by sorting the `50 * U` points once; see
-//! `Ring::build` for how. Memory peaks at 12 bytes a point during that sort
-//! (about 600 MB for 1,000,000 units), then 4 bytes a point for the
-//! selection. Single-threaded: on the 2-core target, 10,000 members and
-//! 1,000,000 units take under a second.
+//! the cost is dominated by putting the `50 * U` points in ring order once;
+//! see `Ring::build` for how.
+//!
+//! The ring holds no hashes: for each point only the index of its unit,
+//! packed in as many bits as the largest index needs (at least 6): 20 bits,
+//! 125 bytes a unit, at 1,000,000 units. Building it adds the sort keys of
+//! one partition of the points (8 bytes a point of the partition: 12.5
+//! bytes a unit at 1,000,000 units), and `assign` adds a copy of the unit
+//! list (16 bytes a unit) unless the units come sorted and distinct, as the
+//! daemon's do. The measured peak RSS of `assign` above its inputs is about
+//! 154 bytes a unit at 1,000,000 and 2,000,000 units (138 with sorted
+//! units) and 135 at 100,000, where sorting 12-byte `(hash, unit)` pairs
+//! took 621. The selection then needs the ring, the rows (4 bytes a unit)
+//! and the bitset. Single-threaded: the build hashes every point three
+//! times rather than twice, but moves less memory, and on the 2-core target
+//! 10,000 members and 1,000,000 units took about a tenth less time than
+//! with the 12-byte pairs.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -122,8 +136,30 @@ fn assign_with<'a>(
     point: impl Fn(&str, u32) -> u64,
     partition_len: usize,
 ) -> BTreeMap<&'a str, Vec<&'a str>> {
+    assign_tuned(members, units, member_pos, point, partition_len, 0)
+}
+
+/// [`assign_with`], and for tests `min_width`, the least number of bits
+/// [`Ring::build`] gives a unit index (which never changes the result
+/// either): wide unit indices leave fewer hash bits in a sort key, so that
+/// small inputs get the ties between keys that only large ones get with the
+/// real hash.
+fn assign_tuned<'a>(
+    members: &[&'a str],
+    units: &[&'a str],
+    member_pos: impl Fn(&str) -> u64,
+    point: impl Fn(&str, u32) -> u64,
+    partition_len: usize,
+    min_width: u32,
+) -> BTreeMap<&'a str, Vec<&'a str>> {
     let members = sorted_distinct(members);
-    let units = sorted_distinct(units);
+    // The daemon passes units already sorted and distinct: then they need no
+    // copy (16 bytes a unit).
+    let units: Cow<'_, [&'a str]> = if units.is_sorted_by(|a, b| a < b) {
+        Cow::Borrowed(units)
+    } else {
+        Cow::Owned(sorted_distinct(units))
+    };
     if members.is_empty() {
         return BTreeMap::new();
     }
@@ -132,7 +168,7 @@ fn assign_with<'a>(
     }
 
     let positions: Vec<u64> = members.iter().map(|m| member_pos(m)).collect();
-    let (ring, mut cursors) = Ring::build(&units, point, &positions, partition_len);
+    let (ring, mut cursors) = Ring::build(&units, point, &positions, partition_len, min_width);
     let per_member = units.len() / members.len() + 1;
     let mut rows: Vec<Vec<u32>> = vec![Vec::with_capacity(per_member); members.len()];
     let mut taken = vec![0u64; units.len().div_ceil(64)];
@@ -189,10 +225,11 @@ fn sorted_distinct<'a>(items: &[&'a str]) -> Vec<&'a str> {
 
 /// Every point of every unit, in ring order, reduced to what the selection
 /// needs: the index (in the sorted unit list) of the unit each point belongs
-/// to. Hashes are only needed to put the points in order and to place the
-/// members, both done in [`Ring::build`].
+/// to, packed in as few bits as the largest index needs. Hashes are only
+/// needed to put the points in order and to place the members, both done in
+/// [`Ring::build`].
 struct Ring {
-    owners: Vec<u32>,
+    owners: Packed,
 }
 
 impl Ring {
@@ -200,147 +237,465 @@ impl Ring {
     /// so that the insertion sort that finishes it has almost nothing to do.
     const TARGET_BUCKET_LEN: usize = 1;
     /// Aim for about this many points per coarse partition (the default of
-    /// `partition_len` in [`Ring::build`]), so that the fine sort of one
-    /// partition (28 bytes a point plus 8 a bucket) works within the L2 cache,
-    /// up to the cap below.
-    const TARGET_PARTITION_LEN: usize = 1 << 14;
-    /// But at most this many bits for the coarse partition: more than 256
-    /// write streams (times two arrays) in the coarse scatter thrash the
-    /// cache and TLB, and cost more than fine-sorting bigger partitions from
-    /// L3. (Both limits measured on the 2-core target machine.)
+    /// `partition_len` in [`Ring::build`]), within the limits below. The
+    /// sort keys of one partition, 8 bytes a point, are the build's only
+    /// temporary memory that grows with the input.
+    const TARGET_PARTITION_LEN: usize = 1 << 21;
+    /// But at least this many bits for the coarse partition, once there is
+    /// more than one: each partition hashes its points again, reading the
+    /// unit strings of its points in unit order, and with 32 partitions or
+    /// fewer it reads most of them, nearly sequentially. With more, fewer
+    /// and farther apart, so that cache misses dominate: 256 partitions
+    /// took five times as long as 32 for that pass at 1,000,000 units.
+    const MIN_COARSE_BITS: u32 = 5;
+    /// And at most this many: more write streams in the coarse scatter
+    /// thrash the cache and TLB.
     const MAX_COARSE_BITS: u32 = 8;
+    /// Aim for about this many points per bucket of the middle level (a
+    /// scatter within the partition's keys), so that the fine sort of a
+    /// bucket works within the L1 and L2 caches, up to the cap below.
+    const TARGET_MIDDLE_LEN: usize = 1 << 12;
+    /// At most this many bits for the middle level: more write streams
+    /// thrash the cache.
+    const MAX_MIDDLE_BITS: u32 = 8;
     /// A bucket this full means the hashes are far from uniform (only seen
     /// with test hashes): finish with a general sort instead of the
     /// insertion sort, which would go quadratic.
     const MAX_INSERTION_BUCKET: usize = 64;
+    /// Bits of a point's index (`0..POINTS_PER_UNIT`) in a code.
+    const POINT_BITS: u32 = 6;
 
     /// Builds the ring for a non-empty, sorted, duplicate-free unit list, and
     /// finds for each of `positions` the index of the first point with hash
     /// `>= position` (0 if there is none: the ring wraps).
     ///
-    /// A two-level radix sort on the top hash bits, each level a counting
-    /// sort:
+    /// A three-level radix sort on the top hash bits, each level a counting
+    /// sort, which never holds a hash for every point (that alone would be
+    /// 8 bytes a point). The ring itself is a packed array of `W`-bit slots,
+    /// one per point, `W` the bits of the largest unit index (at least 6,
+    /// at most `min_width`): 20 bits at 1,000,000 units. It holds a code for
+    /// each point until level 3 writes the unit indices over the codes.
     ///
-    /// 1. Coarse: the top `C <= 8` bits split the points into partitions laid
-    ///    out in ring order. With so few write streams this pass writes
-    ///    memory nearly sequentially; a one-level scatter into millions of
-    ///    buckets was cache-miss bound and took twice as long. Hashes and unit
-    ///    indices go to two parallel arrays (12 bytes a point: the peak of
-    ///    the whole assignment).
-    /// 2. Fine, one partition at a time: a counting sort on the next bits
-    ///    (about one bucket per point) into a scratch buffer of
-    ///    `(hash, unit)` keys leaves only tiny runs out of order, so one
-    ///    insertion sort pass over the partition finishes it. The member
-    ///    positions in the partition are looked up by binary search, then the
-    ///    unit indices are written back in ring order. (This replaced a
-    ///    packed one-word-per-point format that needed a sort call per bucket:
-    ///    the per-bucket calls took a third of the build.)
+    /// 1. Coarse: the top `C` bits (0, or 5 to 8) split the points into
+    ///    partitions laid out in ring order. A first pass hashes every point
+    ///    and counts the points of each partition (and of each bucket, for
+    ///    level 2); a second hashes them again and scatters a code for each,
+    ///    into the slots of its partition. The codes must fit in `W` bits, so
+    ///    the units are split into at most 64 groups of consecutive indices,
+    ///    and each partition is laid out group by group: where a slot is
+    ///    tells its group, and the code holds the unit index within the
+    ///    group (`W - 6` bits) and the point index (6 bits). With a single
+    ///    partition the points are in unit order already, and the scatter is
+    ///    skipped.
+    /// 2. Middle, one partition at a time: the partition's points are hashed
+    ///    a third time, from their codes, in unit order, and their sort keys
+    ///    (8 bytes each: see `key` below) scattered by the next `M <= 8` bits
+    ///    into buckets, in a buffer the size of the largest partition.
+    /// 3. Fine, one bucket at a time: a counting sort on the next bits
+    ///    (about one bucket per point) into a second, bucket-sized buffer
+    ///    leaves only tiny runs out of order, and one insertion sort pass
+    ///    finishes it. Keys that tie on their hash bits are put in order by
+    ///    [`Ring::resolve`]. The member positions in the bucket are looked
+    ///    up by binary search, then the unit indices are written over the
+    ///    partition's codes, in ring order.
     ///
-    /// Points are hashed twice (count, then scatter) rather than kept from a
-    /// first pass: that would add another 8 bytes a point to the peak.
+    /// So the peak is the packed array plus one partition's keys: about 125
+    /// plus 12.5 bytes a unit at 1,000,000 units (32 partitions). Hashing
+    /// every point three times rather than twice costs about a tenth of the
+    /// time; packing codes and keys into fewer bytes than the 12 a point of
+    /// a plain `(hash, unit)` sort also moves less memory, and the whole
+    /// takes no longer than that sort did.
     fn build(
         units: &[&str],
         point: impl Fn(&str, u32) -> u64,
         positions: &[u64],
         partition_len: usize,
+        min_width: u32,
     ) -> (Ring, Vec<usize>) {
-        let unit_count = u32::try_from(units.len()).expect("more than u32::MAX work units");
+        const {
+            assert!(POINTS_PER_UNIT <= 1 << Self::POINT_BITS);
+        }
+        u32::try_from(units.len()).expect("more than u32::MAX work units");
         let len = units
             .len()
             .checked_mul(POINTS_PER_UNIT as usize)
             .expect("point count overflows usize");
+        // Bits per slot: enough for every unit index (the final content),
+        // and at least `POINT_BITS` (a code holds a point index).
+        let width = bits_to_hold(units.len() - 1)
+            .max(Self::POINT_BITS)
+            .max(min_width.min(32));
+        let unit_mask = (1u64 << width) - 1;
+        // A code is `(unit index within its group) << POINT_BITS | i`.
+        let group_bits = width - Self::POINT_BITS;
+        let groups = ((units.len() - 1) >> group_bits) + 1;
         // `len >= POINTS_PER_UNIT`, so `1 <= sort_bits < 64`.
         let sort_bits = bits_to_hold(len / Self::TARGET_BUCKET_LEN);
-        let coarse_bits = sort_bits
-            .min(bits_to_hold(len / partition_len.max(1)))
-            .min(Self::MAX_COARSE_BITS);
-        let fine_bits = sort_bits - coarse_bits;
-        // `checked_shr`: with no coarse bits the shift would be by 64.
-        let coarse_of = |hash: u64| hash.checked_shr(64 - coarse_bits).unwrap_or(0) as usize;
-        let fine_mask = (1usize << fine_bits) - 1;
-        let fine_of = |hash: u64| (hash >> (64 - sort_bits)) as usize & fine_mask;
+        let coarse_bits = match bits_to_hold(len / partition_len.max(1)) {
+            0 => 0,
+            bits => bits.clamp(Self::MIN_COARSE_BITS, Self::MAX_COARSE_BITS),
+        }
+        .min(sort_bits);
+        let middle_bits = bits_to_hold((len >> coarse_bits) / Self::TARGET_MIDDLE_LEN)
+            .min(Self::MAX_MIDDLE_BITS)
+            .min(sort_bits - coarse_bits);
+        let fine_bits = sort_bits - coarse_bits - middle_bits;
+        let partitions = 1usize << coarse_bits;
+        let middles = 1usize << middle_bits;
+        // A bucket: the points whose hashes share their top `bucket_bits`;
+        // its index is those bits. Partition `c` has buckets
+        // `c * middles..(c + 1) * middles`.
+        let bucket_bits = coarse_bits + middle_bits;
+        let bucket_of = |hash: u64| top(hash, bucket_bits);
+        let coarse_of = |hash: u64| top(hash, coarse_bits);
+        // Sort key of a point within its bucket: the hash bits below the
+        // bucket's, but with the unit index in the low `width` bits, over
+        // the lowest hash bits if `width > bucket_bits` (7 of them at
+        // 1,000,000 units). Integer order is ring order, except among keys
+        // with equal hash bits (`key >> width`): see `Ring::resolve`.
+        let key = |hash: u64, unit: usize| ((hash << bucket_bits) & !unit_mask) | unit as u64;
+        let fine_of = |key: u64| top(key, fine_bits);
+        let point = &point;
 
-        // Level 1: count, then scatter hashes and their unit indices.
-        let mut partition_start = vec![0usize; (1 << coarse_bits) + 1];
-        for unit in units {
-            for i in 0..POINTS_PER_UNIT {
-                partition_start[coarse_of(point(unit, i)) + 1] += 1;
-            }
-        }
-        for c in 1..partition_start.len() {
-            partition_start[c] += partition_start[c - 1];
-        }
-        let mut next = partition_start.clone();
-        let mut hashes = vec![0u64; len];
-        let mut owners = vec![0u32; len];
-        for (index, unit) in (0..unit_count).zip(units) {
+        // Level 1: count per group and partition, and per bucket.
+        // `counts[g * partitions + c]`: points of group `g` in partition `c`.
+        let mut counts = vec![0usize; groups * partitions];
+        let mut bucket_len = vec![0usize; partitions * middles];
+        for (index, unit) in units.iter().enumerate() {
+            let row = &mut counts[(index >> group_bits) * partitions..][..partitions];
             for i in 0..POINTS_PER_UNIT {
                 let hash = point(unit, i);
-                let slot = &mut next[coarse_of(hash)];
-                hashes[*slot] = hash;
-                owners[*slot] = index;
-                *slot += 1;
+                row[coarse_of(hash)] += 1;
+                bucket_len[bucket_of(hash)] += 1;
             }
         }
-        drop(next);
+        // Partitions in ring order, each one group by group.
+        // `region_start[g * partitions + c]`: where group `g` starts in
+        // partition `c`.
+        let mut partition_start = Vec::with_capacity(partitions + 1);
+        let mut region_start = vec![0usize; groups * partitions];
+        let mut total = 0;
+        for c in 0..partitions {
+            partition_start.push(total);
+            for g in 0..groups {
+                region_start[g * partitions + c] = total;
+                total += counts[g * partitions + c];
+            }
+        }
+        partition_start.push(total);
+        // Scatter the codes. With a single partition, point `k` in unit
+        // order belongs at slot `k`: nothing to write.
+        let mut owners = Packed::zeroed(len, width);
+        if partitions > 1 {
+            let mut next = region_start.clone();
+            let low_mask = (1usize << group_bits) - 1;
+            for (index, unit) in units.iter().enumerate() {
+                let next = &mut next[(index >> group_bits) * partitions..][..partitions];
+                let base = ((index & low_mask) as u64) << Self::POINT_BITS;
+                for i in 0..POINTS_PER_UNIT {
+                    let slot = &mut next[coarse_of(point(unit, i))];
+                    owners.or(*slot, base | u64::from(i));
+                    *slot += 1;
+                }
+            }
+        }
 
-        // Level 2, one partition at a time, visiting the member positions in
-        // increasing order alongside.
+        // Levels 2 and 3, one partition at a time, visiting the member
+        // positions in increasing order alongside.
         let mut by_position: Vec<usize> = (0..positions.len()).collect();
         by_position.sort_unstable_by_key(|&m| positions[m]);
         let mut by_position = by_position.into_iter().peekable();
         let mut starts = vec![0usize; positions.len()];
-        let mut bucket_start = vec![0usize; 1 << fine_bits];
-        // `(hash << 32) | unit`: integer order is ring order.
-        let key = |hash: u64, unit: u32| (u128::from(hash) << 32) | u128::from(unit);
-        let mut scratch: Vec<u128> = Vec::new();
-        for (c, range) in partition_start.windows(2).enumerate() {
-            let (lo, hi) = (range[0], range[1]);
-            let (hashes, owners) = (&hashes[lo..hi], &mut owners[lo..hi]);
-            bucket_start.fill(0);
-            for &hash in hashes {
-                bucket_start[fine_of(hash)] += 1;
-            }
+        let largest_partition = partition_start.windows(2).map(|w| w[1] - w[0]).max();
+        let mut keys = vec![0u64; largest_partition.unwrap_or(0)];
+        let mut sorted = vec![0u64; bucket_len.iter().copied().max().unwrap_or(0)];
+        let mut middle_next = vec![0usize; middles];
+        let mut fine_start = vec![0usize; 1 << fine_bits];
+        for c in 0..partitions {
+            let (lo, hi) = (partition_start[c], partition_start[c + 1]);
+            let buckets = c * middles..(c + 1) * middles;
             let mut total = 0;
-            let mut largest = 0;
-            for slot in &mut bucket_start {
-                largest = largest.max(*slot);
-                (*slot, total) = (total, total + *slot);
+            for (next, &len) in middle_next.iter_mut().zip(&bucket_len[buckets.clone()]) {
+                (*next, total) = (total, total + len);
             }
-            scratch.clear();
-            scratch.resize(hashes.len(), 0);
-            for (&hash, &owner) in hashes.iter().zip(owners.iter()) {
-                let slot = &mut bucket_start[fine_of(hash)];
-                scratch[*slot] = key(hash, owner);
+            // Level 2: hash the partition's points again and scatter their
+            // keys by bucket.
+            let keys = &mut keys[..hi - lo];
+            let mut scatter = |unit: usize, i: u32| {
+                let hash = point(units[unit], i);
+                let slot = &mut middle_next[bucket_of(hash) & (middles - 1)];
+                keys[*slot] = key(hash, unit);
                 *slot += 1;
-            }
-            // Buckets are in order, so every key is out of place only
-            // within its own tiny bucket.
-            if largest <= Self::MAX_INSERTION_BUCKET {
-                insertion_sort(&mut scratch);
+            };
+            if partitions == 1 {
+                for unit in 0..units.len() {
+                    for i in 0..POINTS_PER_UNIT {
+                        scatter(unit, i);
+                    }
+                }
             } else {
-                scratch.sort_unstable();
+                for g in 0..groups {
+                    let start = region_start[g * partitions + c];
+                    for k in start..start + counts[g * partitions + c] {
+                        let code = owners.get(k);
+                        let unit = (g << group_bits) | (code >> Self::POINT_BITS) as usize;
+                        scatter(unit, (code & ((1 << Self::POINT_BITS) - 1)) as u32);
+                    }
+                }
             }
-            while let Some(m) = by_position.next_if(|&m| coarse_of(positions[m]) == c) {
-                // Unit index 0 makes this the smallest key with this hash.
-                let k = lo + scratch.partition_point(|&e| e < key(positions[m], 0));
-                starts[m] = if k == len { 0 } else { k };
+            // Level 3, one bucket at a time. The codes are all read: the
+            // unit indices replace them.
+            owners.clear(lo..hi);
+            let mut writer = owners.writer(lo);
+            let mut bucket_lo = 0;
+            for bucket in buckets {
+                let bucket_keys = &keys[bucket_lo..bucket_lo + bucket_len[bucket]];
+                let base = lo + bucket_lo;
+                bucket_lo += bucket_keys.len();
+                fine_start.fill(0);
+                for &key in bucket_keys {
+                    fine_start[fine_of(key)] += 1;
+                }
+                let mut total = 0;
+                let mut largest = 0;
+                for slot in &mut fine_start {
+                    largest = largest.max(*slot);
+                    (*slot, total) = (total, total + *slot);
+                }
+                let sorted = &mut sorted[..bucket_keys.len()];
+                for &key in bucket_keys {
+                    let slot = &mut fine_start[fine_of(key)];
+                    sorted[*slot] = key;
+                    *slot += 1;
+                }
+                // Fine buckets are in order, so every key is out of place
+                // only within its own tiny one.
+                if largest <= Self::MAX_INSERTION_BUCKET {
+                    insertion_sort(sorted);
+                } else {
+                    sorted.sort_unstable();
+                }
+                let resolve =
+                    |run: &[u64]| Self::resolve(run, bucket, bucket_bits, width, units, point);
+                // Runs of keys with equal hash bits: put them in ring order.
+                let mut run_lo = sorted
+                    .windows(2)
+                    .position(|pair| pair[0] >> width == pair[1] >> width)
+                    .unwrap_or(sorted.len());
+                while run_lo < sorted.len() {
+                    let bits = sorted[run_lo] >> width;
+                    let run_len = sorted[run_lo..]
+                        .iter()
+                        .position(|&key| key >> width != bits)
+                        .unwrap_or(sorted.len() - run_lo);
+                    if run_len > 1 {
+                        let run = &mut sorted[run_lo..run_lo + run_len];
+                        let points = resolve(run);
+                        for (key, (_, unit)) in run.iter_mut().zip(points) {
+                            *key = (bits << width) | u64::from(unit);
+                        }
+                    }
+                    run_lo += run_len;
+                }
+                while let Some(m) = by_position.next_if(|&m| bucket_of(positions[m]) == bucket) {
+                    let position = positions[m];
+                    // Unit index 0 makes this the smallest key with these
+                    // hash bits: the keys before `k` have smaller hashes.
+                    let target = key(position, 0);
+                    let mut k = sorted.partition_point(|&key| key < target);
+                    let run_len = sorted[k..]
+                        .iter()
+                        .position(|&key| key >> width != target >> width)
+                        .unwrap_or(sorted.len() - k);
+                    if run_len > 0 {
+                        // The same hash bits as the position: compare whole
+                        // hashes.
+                        let run = resolve(&sorted[k..k + run_len]);
+                        k += run.iter().filter(|&&(hash, _)| hash < position).count();
+                    }
+                    let k = base + k;
+                    starts[m] = if k == len { 0 } else { k };
+                }
+                for &key in sorted.iter() {
+                    owners.push(&mut writer, key & unit_mask);
+                }
             }
-            for (owner, &key) in owners.iter_mut().zip(&scratch) {
-                // The low 32 bits are the unit index.
-                *owner = key as u32;
-            }
+            owners.finish(writer);
         }
         (Ring { owners }, starts)
     }
 
+    /// The points of a run of keys of `bucket` with equal hash bits, as
+    /// `(hash, unit index)` in ring order. A key has lost its point index
+    /// and perhaps the lowest hash bits, so this hashes every point of the
+    /// run's units again and keeps those that fall in the run: as many, for
+    /// each unit, as it has keys in the run. With the real hash a run is
+    /// rare (at 1,000,000 units, two points in a bucket of about 6,000 with
+    /// 44 more equal bits: about once in a hundred builds).
+    fn resolve(
+        run: &[u64],
+        bucket: usize,
+        bucket_bits: u32,
+        width: u32,
+        units: &[&str],
+        point: impl Fn(&str, u32) -> u64,
+    ) -> Vec<(u64, u32)> {
+        let bits = run[0] >> width;
+        let unit_mask = (1u64 << width) - 1;
+        let mut of_run: Vec<u32> = run.iter().map(|&key| (key & unit_mask) as u32).collect();
+        of_run.sort_unstable();
+        of_run.dedup();
+        let mut points = Vec::with_capacity(run.len());
+        for unit in of_run {
+            for i in 0..POINTS_PER_UNIT {
+                let hash = point(units[unit as usize], i);
+                // The same test as the key's, `(hash << bucket_bits) >> width`.
+                let in_run = top(hash, bucket_bits) == bucket
+                    && (hash << bucket_bits) & !unit_mask == bits << width;
+                if in_run {
+                    points.push((hash, unit));
+                }
+            }
+        }
+        debug_assert_eq!(points.len(), run.len());
+        points.sort_unstable();
+        points
+    }
+
     /// Unit index of the point at `k`.
     fn unit_at(&self, k: usize) -> usize {
-        self.owners[k] as usize
+        self.owners.get(k) as usize
     }
 
     fn len(&self) -> usize {
-        self.owners.len()
+        self.owners.len
+    }
+}
+
+/// The top `bits` bits of `hash` (0 for none).
+fn top(hash: u64, bits: u32) -> usize {
+    // `checked_shr`: with no bits the shift would be by 64.
+    hash.checked_shr(64 - bits).unwrap_or(0) as usize
+}
+
+/// `len` unsigned integers of `width` bits each (`1..=32`), packed end to
+/// end, little-endian, into bytes. A value is read and set as one unaligned
+/// `u64` (it starts at most 7 bits into its first byte, and `7 + 32` bits
+/// fit), which is why 7 bytes of padding follow.
+struct Packed {
+    bytes: Vec<u8>,
+    width: u32,
+    len: usize,
+}
+
+/// Where [`Packed::push`] writes next.
+struct Writer {
+    /// The first byte not written yet.
+    byte: usize,
+    /// The bits not written yet, from that byte's bit 0 on, and how many
+    /// (counting those below the first value, which stay 0).
+    acc: u64,
+    filled: u32,
+}
+
+impl Packed {
+    /// `len` zeros.
+    fn zeroed(len: usize, width: u32) -> Self {
+        assert!((1..=32).contains(&width), "packed width {width}");
+        let bits = len
+            .checked_mul(width as usize)
+            .expect("packed size overflows usize");
+        Packed {
+            bytes: vec![0; bits.div_ceil(8) + 7],
+            width,
+            len,
+        }
+    }
+
+    /// The byte where value `k` starts, and its bit offset in that byte.
+    fn locate(&self, k: usize) -> (usize, u32) {
+        debug_assert!(k < self.len);
+        let bit = k * self.width as usize;
+        (bit / 8, (bit % 8) as u32)
+    }
+
+    fn word(&self, byte: usize) -> u64 {
+        u64::from_le_bytes(self.bytes[byte..byte + 8].try_into().unwrap())
+    }
+
+    fn mask(&self) -> u64 {
+        (1 << self.width) - 1
+    }
+
+    /// Value `k`.
+    fn get(&self, k: usize) -> u64 {
+        let (byte, shift) = self.locate(k);
+        (self.word(byte) >> shift) & self.mask()
+    }
+
+    /// Sets value `k`, which is still zero, to `value`. (Setting the
+    /// values of one range in order is faster with [`Packed::writer`]:
+    /// this reads bytes the previous call has just written.)
+    fn or(&mut self, k: usize, value: u64) {
+        debug_assert!(value <= self.mask() && self.get(k) == 0);
+        let (byte, shift) = self.locate(k);
+        let word = self.word(byte) | (value << shift);
+        self.bytes[byte..byte + 8].copy_from_slice(&word.to_le_bytes());
+    }
+
+    /// Sets values `range` to zero.
+    fn clear(&mut self, range: Range<usize>) {
+        let width = self.width as usize;
+        let (mut bit, end) = (range.start * width, range.end * width);
+        while bit < end && bit % 8 != 0 {
+            self.bytes[bit / 8] &= !(1 << (bit % 8));
+            bit += 1;
+        }
+        if bit < end / 8 * 8 {
+            self.bytes[bit / 8..end / 8].fill(0);
+            bit = end / 8 * 8;
+        }
+        while bit < end {
+            self.bytes[bit / 8] &= !(1 << (bit % 8));
+            bit += 1;
+        }
+    }
+
+    /// Starts setting values in order from `k` on. They must be zero (see
+    /// [`Packed::clear`]): a writer only sets bits, so it leaves the bits
+    /// of the values before `k` and after its last one as they are.
+    fn writer(&self, k: usize) -> Writer {
+        let bit = k * self.width as usize;
+        Writer {
+            byte: bit / 8,
+            acc: 0,
+            filled: (bit % 8) as u32,
+        }
+    }
+
+    /// Sets the writer's next value.
+    fn push(&mut self, writer: &mut Writer, value: u64) {
+        debug_assert!(value <= self.mask());
+        writer.acc |= value << writer.filled;
+        writer.filled += self.width;
+        if writer.filled >= 32 {
+            let bytes = &mut self.bytes[writer.byte..writer.byte + 4];
+            let word = u32::from_le_bytes(bytes.try_into().unwrap()) | writer.acc as u32;
+            bytes.copy_from_slice(&word.to_le_bytes());
+            writer.byte += 4;
+            writer.acc >>= 32;
+            writer.filled -= 32;
+        }
+    }
+
+    /// Writes the bits the writer still holds.
+    fn finish(&mut self, mut writer: Writer) {
+        while writer.filled > 0 {
+            self.bytes[writer.byte] |= writer.acc as u8;
+            writer.byte += 1;
+            writer.acc >>= 8;
+            writer.filled = writer.filled.saturating_sub(8);
+        }
     }
 }
 
@@ -757,5 +1112,111 @@ mod tests {
             let units: Vec<&str> = first.values().flatten().copied().collect();
             prop_assert_eq!(assign(&members, &units), first);
         }
+
+        #[test]
+        fn narrow_keys_equal_reference((members, units) in inputs(8, 40)) {
+            let (members, units) = (refs(&members), refs(&units));
+            let want = reference_real(&members, &units);
+            prop_assert_eq!(narrow(&members, &units, member_position, unit_point), want);
+        }
+
+        #[test]
+        fn narrow_keys_equal_reference_with_ties(
+            kind in 0u8..4,
+            (members, units) in inputs(6, 12),
+        ) {
+            let (members, units) = (refs(&members), refs(&units));
+            let pos = |m: &str| weaken(kind, member_position(m));
+            let point = |u: &str, i| weaken(kind, unit_point(u, i));
+            let want = reference(&members, &units, pos, point);
+            prop_assert_eq!(narrow(&members, &units, pos, point), want);
+        }
+
+        #[test]
+        fn packed_values_round_trip(
+            width in 1u32..=32,
+            values in proptest::collection::vec(any::<u32>(), 0..80),
+            (from, to) in (0usize..80, 0usize..80),
+        ) {
+            let mask = (1u64 << width) - 1;
+            let values: Vec<u64> = values.iter().map(|&v| u64::from(v) & mask).collect();
+            let mut packed = Packed::zeroed(values.len(), width);
+            for (k, &value) in values.iter().enumerate() {
+                packed.or(k, value);
+            }
+            let got: Vec<u64> = (0..values.len()).map(|k| packed.get(k)).collect();
+            prop_assert_eq!(&got, &values);
+            // Overwrite a range, in place, with new values.
+            let (from, to) = (from.min(to).min(values.len()), from.max(to).min(values.len()));
+            let new = |k: usize| !values[k] & mask;
+            packed.clear(from..to);
+            let mut writer = packed.writer(from);
+            for k in from..to {
+                packed.push(&mut writer, new(k));
+            }
+            packed.finish(writer);
+            let want: Vec<u64> = (0..values.len())
+                .map(|k| if (from..to).contains(&k) { new(k) } else { values[k] })
+                .collect();
+            let got: Vec<u64> = (0..values.len()).map(|k| packed.get(k)).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    /// The fast path with 32-bit unit indices in the sort keys (see
+    /// [`assign_tuned`]) and every size in [`PARTITION_LENS`], which must
+    /// all agree.
+    fn narrow<'a>(
+        members: &[&'a str],
+        units: &[&'a str],
+        member_pos: impl Fn(&str) -> u64 + Copy,
+        point: impl Fn(&str, u32) -> u64 + Copy,
+    ) -> Table<'a> {
+        let [first, rest @ ..] = PARTITION_LENS.map(|partition_len| {
+            assign_tuned(members, units, member_pos, point, partition_len, 32)
+        });
+        for (other, partition_len) in rest.iter().zip(&PARTITION_LENS[1..]) {
+            assert_eq!(&first, other, "partition_len {partition_len}");
+        }
+        first
+    }
+
+    /// Ties on the hash bits of sort keys, between points whose hashes
+    /// differ only in the bits the unit index replaces, and between member
+    /// positions and points: with 32-bit unit indices and hashes that
+    /// differ mostly in their lowest bits, every bucket is full of them.
+    #[test]
+    fn narrow_keys_larger() {
+        let members = numbered("worker-", 1..=13);
+        let units = numbered("unit-", 1..=300);
+        let (members, units) = (refs(&members), refs(&units));
+        let got = narrow(&members, &units, member_position, unit_point);
+        assert_eq!(got, reference_real(&members, &units));
+        // Only the top 8 and the low 16 bits vary.
+        let low = |hash: u64| hash & 0xff00_0000_0000_ffff;
+        let pos = |m: &str| low(member_position(m));
+        let point = |u: &str, i| low(unit_point(u, i));
+        let got = narrow(&members, &units, pos, point);
+        check_invariants(&members, &units, &got);
+        assert_eq!(got, reference(&members, &units, pos, point));
+        for kind in 0..4 {
+            let pos = |m: &str| weaken(kind, member_position(m));
+            let point = |u: &str, i| weaken(kind, unit_point(u, i));
+            let got = narrow(&members[..5], &units[..100], pos, point);
+            assert_eq!(got, reference(&members[..5], &units[..100], pos, point));
+        }
+    }
+
+    /// Units already sorted and distinct are used as they are, without a
+    /// copy; the result is the same.
+    #[test]
+    fn sorted_units_need_no_copy() {
+        let members = numbered("worker-", 1..=7);
+        let units = numbered("unit-", 1..=200);
+        let (members, mut units) = (refs(&members), refs(&units));
+        let shuffled = assign(&members, &units);
+        units.sort_unstable();
+        assert_eq!(assign(&members, &units), shuffled);
+        assert_eq!(shuffled, reference_real(&members, &units));
     }
 }
