@@ -32,7 +32,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use distributor::ring::assign;
+use distributor::core::ring::assign;
 
 /// Names shaped like real ones (a shared prefix, a numeric suffix), in a
 /// fixed pseudo-random order: real member and unit lists come from sets in

@@ -36,8 +36,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     // Standard OTEL_* variables turn on span export: pings traced by the
     // distributor then show this worker's handling in the same trace.
-    let provider = distributor::telemetry::tracer_provider(true, &|k| std::env::var(k).ok())?;
-    let telemetry = distributor::telemetry::init("info", false, provider);
+    let provider = distributor::ops::telemetry::tracer_provider(true, &|k| std::env::var(k).ok())?;
+    let telemetry = distributor::ops::telemetry::init("info", false, provider);
     let args = Args::parse();
     let mut opts = MemberOptions::new(
         &args.redis_url,

@@ -13,8 +13,8 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use crate::keys::{Keys, check_table_key};
-use crate::tls::{TlsError, TlsFiles};
+use crate::core::keys::{Keys, check_table_key};
+use crate::edge::tls::{TlsError, TlsFiles};
 
 /// What a setting's value is, which decides how it is shown and whether the
 /// flag needs a value.
@@ -188,14 +188,7 @@ pub fn setting(flag: &str) -> Option<&'static Setting> {
     SETTINGS.iter().find(|s| s.flag == flag)
 }
 
-/// Lease timing; see the holder timeline in `coordinator.rs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseTiming {
-    pub ttl: Duration,
-    pub renew_interval: Duration,
-    pub renew_deadline: Duration,
-    pub retry_interval: Duration,
-}
+pub use crate::core::lease::LeaseTiming;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Keepalive {
@@ -360,15 +353,15 @@ impl Config {
     }
 
     /// How the store reaches Redis.
-    pub fn redis_options(&self) -> crate::store::RedisOptions {
-        crate::store::RedisOptions {
+    pub fn redis_options(&self) -> crate::edge::redis::RedisOptions {
+        crate::edge::redis::RedisOptions {
             cluster: self.redis_cluster,
             tls: self.redis_tls.clone(),
-            wait: (self.redis_wait_replicas > 0).then_some(crate::store::WaitFor {
+            wait: (self.redis_wait_replicas > 0).then_some(crate::edge::redis::WaitFor {
                 replicas: self.redis_wait_replicas,
                 timeout: self.redis_wait_timeout,
             }),
-            ..crate::store::RedisOptions::from_urls(&self.redis_url)
+            ..crate::edge::redis::RedisOptions::from_urls(&self.redis_url)
         }
     }
 }
@@ -1073,7 +1066,7 @@ pub fn resolve(
                 format!("-ping-tls-ca is required with -{flag}: pings verify members with it"),
             ));
         }
-        crate::tls::ping_client(&ping_files, None).map_err(|e| blame(&e, &ping_tls_flags))?;
+        crate::edge::tls::ping_client(&ping_files, None).map_err(|e| blame(&e, &ping_tls_flags))?;
         Some(PingTls {
             files: ping_files,
             domain: text("ping-tls-domain").filter(|d| !d.is_empty()),
@@ -1662,7 +1655,7 @@ mod tests {
             "WARN",
             "off",
             "info,distributor=debug",
-            "distributor::store=trace",
+            "distributor::edge::redis=trace",
         ] {
             with_env(&[("LOG", good)]).unwrap_or_else(|e| panic!("{good}: {e}"));
         }

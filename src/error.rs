@@ -142,7 +142,7 @@ pub enum MemberError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("member TLS: {0}")]
-    Tls(crate::tls::TlsError),
+    Tls(crate::edge::tls::TlsError),
 }
 
 /// Why a replica could not start ([`crate::Distributor::start`]).
@@ -153,7 +153,7 @@ pub enum StartError {
     /// Ping TLS was configured but its files cannot be used: pinging without
     /// it would be refused by members (or, worse, accepted in plaintext).
     #[error("ping TLS: {0}")]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] crate::edge::tls::TlsError),
     /// Settings the coordinator cannot run with (embedders; the daemon's
     /// configuration is checked before).
     #[error("invalid configuration: {0}")]

@@ -2,39 +2,38 @@
 //! gaps and no overlaps, deterministically; a drop-in replacement for
 //! scientificideas/distributor.
 //!
+//! The folders are the architecture:
+//!
 //! ```text
-//!  pure core                  edges (IO)                 processes
-//!  ─────────                  ──────────                 ─────────
-//!  ring      assignment       store   Redis + Lua        coordinator  lease state machine,
-//!  table     matching table   pinger  gRPC ping               holder cycle, census
-//!  inputs    validation                                  member       worker-side library
-//!  liveness  ping history
-//!  lease     lease timing
-//!  census    interval counter
-//!  keys      key names
-//!  config    settings
+//!  core/          pure: no IO, no clock reads; tested in memory
+//!    ring         the assignment          liveness   ping history
+//!    table        matching table, digest  lease      lease timing
+//!    inputs       validation of lists     census     interval counter
+//!    suspicion    mass-failure guard      keys       Redis key names
+//!    status       what a replica knows
+//!  coordinator/   one replica: the lease state machine and its executor
+//!  edge/          IO at the edges
+//!    redis/       connections, bounded calls, Lua scripts, pub/sub
+//!    grpc/        the holder's pinger and the members' responder
+//!    tls          TLS files for both
+//!  ops/           http (/metrics, /healthz, ...), metrics, telemetry
+//!  cli/           flags, operator commands and their reports
+//!  member/        the worker-side library
+//!  config         the settings table: flags, environment, validation
 //! ```
+//!
+//! Dependencies point one way: `core` imports nothing of the others; the
+//! edges import `core`; the coordinator imports `core`, the edges and
+//! `ops::metrics`; `ops` imports `core`; `cli` and `member` sit on top.
 
-pub mod admin;
-pub mod census;
 pub mod cli;
 pub mod config;
 pub mod coordinator;
+pub mod core;
+pub mod edge;
 pub mod error;
-pub mod http;
-pub mod inputs;
-pub mod keys;
-pub mod lease;
-pub mod liveness;
 pub mod member;
-pub mod metrics;
-pub mod pinger;
-pub mod ring;
-pub mod store;
-pub mod suspicion;
-pub mod table;
-pub mod telemetry;
-pub mod tls;
+pub mod ops;
 
 /// Generated from `proto/pinger.proto`: package `proto`, service `GRPCPinger`.
 #[allow(clippy::all, missing_docs)]
@@ -43,10 +42,11 @@ pub mod proto {
 }
 
 pub use config::Config;
-pub use coordinator::{Distributor, Role, Status};
+pub use coordinator::Distributor;
+pub use core::status::{Role, Status};
+pub use core::table::MatchingTable;
 pub use error::{MemberError, StartError, StoreError};
 pub use member::{Assignment, Member, MemberOptions};
-pub use table::MatchingTable;
 
 /// Milliseconds since the Unix epoch, for values shared between processes.
 pub fn unix_ms() -> u64 {

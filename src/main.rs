@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     let config = invocation.config;
     if let Some(command) = invocation.command {
         // Operator commands log nothing but warnings, and never export spans.
-        distributor::telemetry::init("warn", false, None);
+        distributor::ops::telemetry::init("warn", false, None);
         return match admin(config, command) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -70,9 +70,9 @@ fn run(config: distributor::Config) -> anyhow::Result<()> {
     runtime.block_on(async {
         // The OTLP/gRPC exporter needs the runtime, so telemetry starts here.
         let provider =
-            distributor::telemetry::tracer_provider(config.traces, &|k| std::env::var(k).ok())
+            distributor::ops::telemetry::tracer_provider(config.traces, &|k| std::env::var(k).ok())
                 .context("failed to configure OpenTelemetry export")?;
-        let telemetry = distributor::telemetry::init(&config.log, config.log_json, provider);
+        let telemetry = distributor::ops::telemetry::init(&config.log, config.log_json, provider);
         let result = serve(config).await;
         telemetry.shutdown(Duration::from_secs(3)).await;
         result
@@ -98,7 +98,7 @@ async fn serve(config: distributor::Config) -> anyhow::Result<()> {
     let listener = match config.http_addr {
         // The built-in default must not kill a replica: it moves to a free port.
         Some(addr) if config.http_addr_origin == HttpAddrOrigin::Default => {
-            distributor::http::bind_default(addr, distributor::http::DEFAULT_PORTS)
+            distributor::ops::http::bind_default(addr, distributor::ops::http::DEFAULT_PORTS)
                 .await
                 .with_context(|| format!("failed to listen on {addr} (-http-addr)"))?
         }
@@ -121,7 +121,7 @@ async fn serve(config: distributor::Config) -> anyhow::Result<()> {
     let stop_http = tokio_util::sync::CancellationToken::new();
     let http = listener.map(|listener| {
         let (status, metrics, stop) = (replica.status(), replica.metrics(), stop_http.clone());
-        tokio::spawn(distributor::http::serve(
+        tokio::spawn(distributor::ops::http::serve(
             listener,
             status,
             metrics,
@@ -152,14 +152,14 @@ async fn serve(config: distributor::Config) -> anyhow::Result<()> {
 
 /// Runs one operator command against Redis and prints its result.
 fn admin(config: distributor::Config, command: Command) -> anyhow::Result<()> {
-    use distributor::inputs::check_member_addr;
+    use distributor::core::inputs::check_member_addr;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
     runtime.block_on(async {
         let table = &config.distribution_namespace;
-        let store = distributor::store::Store::connect(
+        let store = distributor::edge::redis::Store::connect(
             &config.redis_options(),
             table,
             Duration::from_secs(3),
@@ -176,11 +176,11 @@ fn admin(config: distributor::Config, command: Command) -> anyhow::Result<()> {
                     .read_overview(&config.services_namespaces, units_key)
                     .await
                     .context("failed to read the status")?;
-                let report = distributor::admin::status(&o, table, distributor::unix_ms());
+                let report = distributor::cli::report::status(&o, table, distributor::unix_ms());
                 if json {
                     println!("{}", serde_json::to_string_pretty(&report)?);
                 } else {
-                    print!("{}", distributor::admin::render_status(&report));
+                    print!("{}", distributor::cli::report::render_status(&report));
                 }
             }
             Command::Table { json } => {
@@ -188,11 +188,11 @@ fn admin(config: distributor::Config, command: Command) -> anyhow::Result<()> {
                     .read_overview(&[], units_key)
                     .await
                     .context("failed to read the table")?;
-                let report = distributor::admin::table(&o, table);
+                let report = distributor::cli::report::table(&o, table);
                 if json {
                     println!("{}", serde_json::to_string_pretty(&report)?);
                 } else {
-                    print!("{}", distributor::admin::render_table(&report));
+                    print!("{}", distributor::cli::report::render_table(&report));
                 }
             }
             Command::Services {
@@ -285,7 +285,7 @@ fn admin(config: distributor::Config, command: Command) -> anyhow::Result<()> {
 /// The daemon's own rule for units, so the CLI never writes one it would skip.
 fn check_units(units: &[String]) -> anyhow::Result<()> {
     for u in units {
-        distributor::inputs::check_unit(u.as_bytes())
+        distributor::core::inputs::check_unit(u.as_bytes())
             .map_err(|why| anyhow::anyhow!("invalid work unit {u:?}: {why}"))?;
     }
     Ok(())

@@ -30,9 +30,9 @@ async fn a_cycle_is_one_linked_trace_including_the_members_ping() {
     let collector = Collector::start().await;
     let endpoint = collector.endpoint();
     let env = move |k: &str| (k == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| endpoint.clone());
-    let provider = distributor::telemetry::tracer_provider(true, &env).unwrap();
+    let provider = distributor::ops::telemetry::tracer_provider(true, &env).unwrap();
     assert!(provider.is_some(), "an endpoint turns export on");
-    let telemetry = distributor::telemetry::init("warn", false, provider);
+    let telemetry = distributor::ops::telemetry::init("warn", false, provider);
 
     let units = units(6);
     let (mut fleet, _) = Fleet::converged(|_| {}, 2, 1, &units).await;

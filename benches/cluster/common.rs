@@ -807,7 +807,7 @@ async fn child_servers(n: usize) {
     drop(out);
     let incoming = futures::stream::select_all(streams);
     let server = tonic::transport::Server::builder()
-        .add_service(distributor::pinger::ping_service())
+        .add_service(distributor::edge::grpc::ping_service())
         .serve_with_incoming(incoming);
     tokio::select! {
         r = server => r.unwrap(),

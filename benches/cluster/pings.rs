@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use distributor::pinger::{PingReport, Pinger};
+use distributor::edge::grpc::{PingReport, Pinger};
 use futures::StreamExt as _;
 use tokio::time::Instant;
 
@@ -32,7 +32,7 @@ pub async fn run() {
     }
     let (servers, addrs) = spawn_server_fleet(MEMBERS, SERVER_PROCESSES);
     note(&format!(
-        "{} servers in {} processes; pinger = distributor::pinger::Pinger (1 s timeout, default keepalive)",
+        "{} servers in {} processes; pinger = distributor::edge::grpc::Pinger (1 s timeout, default keepalive)",
         addrs.len(),
         servers.len()
     ));

@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use distributor::MatchingTable;
-use distributor::inputs::{Group, Inputs};
-use distributor::liveness::{Health, HealthChanges};
-use distributor::store::{Acquisition, Claim, Commit, Committed, Store};
+use distributor::core::inputs::{Group, Inputs};
+use distributor::core::liveness::{Health, HealthChanges};
+use distributor::edge::redis::{Acquisition, Claim, Commit, Committed, Store};
 use tokio::time::Instant;
 
 use crate::common::*;
@@ -112,7 +112,7 @@ pub async fn run() {
                 &Commit {
                     table: Some(table),
                     health: &no_health,
-                    suspects: &distributor::suspicion::NO_SUSPECTS,
+                    suspects: &distributor::core::suspicion::NO_SUSPECTS,
                     generation_floor: 0,
                     holder_id: "bench",
                     now_ms: distributor::unix_ms(),
@@ -180,7 +180,7 @@ pub async fn run() {
             &Commit {
                 table: Some(&full),
                 health: &health,
-                suspects: &distributor::suspicion::NO_SUSPECTS,
+                suspects: &distributor::core::suspicion::NO_SUSPECTS,
                 generation_floor: 0,
                 holder_id: "bench",
                 now_ms: distributor::unix_ms(),
@@ -196,7 +196,7 @@ pub async fn run() {
     );
 
     // Fenced: a stale token is rejected by Redis and changes nothing.
-    let stale = distributor::store::LeaseGrant {
+    let stale = distributor::edge::redis::LeaseGrant {
         token: "stale".into(),
         epoch: grant.epoch,
     };
@@ -207,7 +207,7 @@ pub async fn run() {
             &Commit {
                 table: Some(&short),
                 health: &no_health,
-                suspects: &distributor::suspicion::NO_SUSPECTS,
+                suspects: &distributor::core::suspicion::NO_SUSPECTS,
                 generation_floor: 0,
                 holder_id: "stale",
                 now_ms: distributor::unix_ms(),
@@ -258,7 +258,7 @@ pub async fn run() {
 /// holder), and the fallback where WATCH is not permitted (the content hashed
 /// in Redis, by `table_state.lua`, every cycle).
 async fn table_check(store: &Store, conn: &mut redis::aio::MultiplexedConnection) {
-    use distributor::store::ListLimits;
+    use distributor::edge::redis::ListLimits;
     let limits = ListLimits {
         entries: 2_000_000,
         bytes: 1 << 30,
@@ -336,7 +336,7 @@ async fn table_check(store: &Store, conn: &mut redis::aio::MultiplexedConnection
             .query_async(conn)
             .await
             .unwrap();
-        let v: redis::Value = redis::Script::new(distributor::store::scripts::TABLE_STATE)
+        let v: redis::Value = redis::Script::new(distributor::edge::redis::scripts::TABLE_STATE)
             .key(TABLE)
             .key(meta_key())
             .arg("1")

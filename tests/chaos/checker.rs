@@ -338,7 +338,7 @@ async fn take(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResul
         Vec<String>,
         Vec<String>,
     );
-    let keys = distributor::keys::Keys::new(TABLE);
+    let keys = distributor::core::keys::Keys::new(TABLE);
     let mut p = redis::pipe();
     p.atomic()
         .hgetall(&keys.table)

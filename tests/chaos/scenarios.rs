@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use distributor::keys::Keys;
+use distributor::core::keys::Keys;
 use tokio::time::Instant;
 
 use crate::checker::{GRACE, TTL};
@@ -125,7 +125,7 @@ pub async fn frozen_holder(docker: bollard::Docker) {
     // The thawed replica's credentials are dead in Redis: a write with its token
     // and epoch, through the daemon's own script, is rejected.
     let keys = Keys::new(TABLE);
-    let reply: redis::Value = redis::Script::new(distributor::store::scripts::COMMIT)
+    let reply: redis::Value = redis::Script::new(distributor::edge::redis::scripts::COMMIT)
         .key(&keys.table)
         .key(&keys.meta)
         .key(&keys.epoch)

@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use distributor::keys::slot;
-use distributor::store::{Acquisition, Claim, Commit, Committed, ListLimits, RedisOptions, Store};
+use distributor::core::keys::slot;
+use distributor::edge::redis::{
+    Acquisition, Claim, Commit, Committed, ListLimits, RedisOptions, Store,
+};
 use distributor::{Distributor, MatchingTable, Member, MemberOptions, Role};
 use redis::AsyncCommands;
 
@@ -212,12 +214,12 @@ async fn cluster_fences_a_stale_holder() {
         panic!()
     };
     assert_eq!(b.epoch, a.epoch + 1);
-    let none = distributor::liveness::HealthChanges::default();
+    let none = distributor::core::liveness::HealthChanges::default();
     let t = MatchingTable::from_rows([("w:1".to_string(), "u".to_string())]);
     let commit = |id| Commit {
         table: Some(&t),
         health: &none,
-        suspects: &distributor::suspicion::NO_SUSPECTS,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
         generation_floor: 0,
         holder_id: id,
         now_ms: 2,

@@ -66,7 +66,7 @@ async fn a_worker_using_only_redis_commands_and_a_grpc_server_gets_work() {
     let addr = listener.local_addr().unwrap().to_string();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(distributor::pinger::ping_service())
+            .add_service(distributor::edge::grpc::ping_service())
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     let () = fleet.redis.cmd(&["LPUSH", SERVICES, &addr]).await;

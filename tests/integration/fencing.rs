@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use distributor::MatchingTable;
-use distributor::liveness::HealthChanges;
-use distributor::store::{Acquisition, Claim, Commit, Committed, LostLease, Renewal, Store};
+use distributor::core::liveness::HealthChanges;
+use distributor::edge::redis::{Acquisition, Claim, Commit, Committed, LostLease, Renewal, Store};
 
 use crate::support::*;
 
@@ -44,7 +44,7 @@ async fn a_stale_holder_cannot_write() {
     let c = Commit {
         table: Some(&t1),
         health: &h1,
-        suspects: &distributor::suspicion::NO_SUSPECTS,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
         generation_floor: 0,
         holder_id: "a",
         now_ms: 3,
@@ -68,7 +68,7 @@ async fn a_stale_holder_cannot_write() {
     let stale = Commit {
         table: Some(&t2),
         health: &h2,
-        suspects: &distributor::suspicion::NO_SUSPECTS,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
         generation_floor: 0,
         holder_id: "a",
         now_ms: 5,
@@ -90,7 +90,7 @@ async fn a_stale_holder_cannot_write() {
     );
 
     // Right token, wrong epoch: also rejected.
-    let forged = distributor::store::LeaseGrant {
+    let forged = distributor::edge::redis::LeaseGrant {
         token: b.token.clone(),
         epoch: 1,
     };
@@ -106,7 +106,7 @@ async fn a_stale_holder_cannot_write() {
     let c = Commit {
         table: Some(&t3),
         health: &h3,
-        suspects: &distributor::suspicion::NO_SUSPECTS,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
         generation_floor: 0,
         holder_id: "b",
         now_ms: 6,
@@ -145,7 +145,7 @@ async fn epochs_and_generations_survive_redis_data_loss() {
     let c = Commit {
         table: Some(&t),
         health: &none,
-        suspects: &distributor::suspicion::NO_SUSPECTS,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
         generation_floor: 41,
         holder_id: "a",
         now_ms: 1,
@@ -178,7 +178,7 @@ async fn big_tables_are_written_in_one_script_call() {
     let c = Commit {
         table: Some(&t),
         health: &none,
-        suspects: &distributor::suspicion::NO_SUSPECTS,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
         generation_floor: 0,
         holder_id: "a",
         now_ms: 1,
@@ -228,7 +228,7 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
     let c = Commit {
         table: Some(&t),
         health: &none,
-        suspects: &distributor::suspicion::NO_SUSPECTS,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
         generation_floor: 0,
         holder_id: "fresh",
         now_ms: 3,
@@ -259,7 +259,7 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
     let c = Commit {
         table: Some(&t),
         health: &none,
-        suspects: &distributor::suspicion::NO_SUSPECTS,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
         generation_floor: 0,
         holder_id: "veteran",
         now_ms: 4,

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use distributor::keys::Keys;
-use distributor::liveness::HealthChanges;
-use distributor::store::{Acquisition, Claim, Commit, Store};
+use distributor::core::keys::Keys;
+use distributor::core::liveness::HealthChanges;
+use distributor::edge::redis::{Acquisition, Claim, Commit, Store};
 use distributor::{MatchingTable, Role, StartError, StoreError};
 
 use crate::support::*;
@@ -146,7 +146,7 @@ async fn redis_and_the_daemon_compute_the_same_table_digest() {
     }
     let lua = format!(
         "{}\nreturn table_digest(redis.call('HGETALL', KEYS[1]))",
-        include_str!("../../src/store/prelude.lua")
+        include_str!("../../src/edge/redis/scripts/prelude.lua")
     );
     let digest: String = redis::Script::new(&lua)
         .key(TABLE)
@@ -207,7 +207,7 @@ async fn scripts_validate_everything_before_their_first_write() {
     let commit = |t| Commit {
         table: Some(t),
         health: &none,
-        suspects: &distributor::suspicion::NO_SUSPECTS,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
         generation_floor: 0,
         holder_id: "a",
         now_ms: 1,
@@ -234,7 +234,7 @@ async fn scripts_validate_everything_before_their_first_write() {
     }
     assert_eq!(
         store.commit(&grant, &commit(&t2)).await.unwrap(),
-        distributor::store::Committed::Written {
+        distributor::edge::redis::Committed::Written {
             generation: Some(2)
         }
     );
@@ -408,7 +408,7 @@ async fn health_fails_once_the_coordinator_is_gone() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let stop = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(distributor::http::serve(
+    let server = tokio::spawn(distributor::ops::http::serve(
         listener,
         replica.status(),
         replica.metrics(),
@@ -440,7 +440,7 @@ async fn an_embedder_gets_an_error_for_unusable_settings() {
     let redis = RedisServer::start();
     let mut c = fast_config(&redis.url(), "r");
     c.ping_tls = Some(distributor::config::PingTls {
-        files: distributor::tls::TlsFiles {
+        files: distributor::edge::tls::TlsFiles {
             ca: vec!["/nonexistent/ca.pem".into()],
             cert: None,
             key: None,
@@ -736,7 +736,7 @@ async fn forget_after_is_fenced_spares_mass_failures_and_covers_malformed_entrie
 
     // A stale holder's grant cannot forget anyone.
     let store = Store::open(&fleet.redis.url(), TABLE, Duration::from_secs(2)).unwrap();
-    let stale = distributor::store::LeaseGrant {
+    let stale = distributor::edge::redis::LeaseGrant {
         token: "not-the-holder".into(),
         epoch: 1,
     };

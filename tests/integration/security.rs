@@ -77,7 +77,8 @@ async fn an_acl_user_with_the_documented_permissions_is_enough() {
     .await;
     // Without the password nothing works, and nothing crashes.
     let wrong = format!("redis://distributor:wrong@127.0.0.1:{}", fleet.redis.port());
-    let store = distributor::store::Store::open(&wrong, TABLE, Duration::from_secs(1)).unwrap();
+    let store =
+        distributor::edge::redis::Store::open(&wrong, TABLE, Duration::from_secs(1)).unwrap();
     let e = store.read_table().await.unwrap_err();
     let text = e.to_string().to_lowercase();
     assert!(text.contains("wrongpass") || text.contains("auth"), "{e}");

@@ -296,7 +296,7 @@ async fn a_field_means_live_and_no_field_means_not_a_member() {
     let stranger = listener.local_addr().unwrap().to_string();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(distributor::pinger::ping_service())
+            .add_service(distributor::edge::grpc::ping_service())
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     let () = fleet.redis.cmd(&["RPUSH", SERVICES, &stranger]).await;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use distributor::config::PingTls;
-use distributor::tls::TlsFiles;
+use distributor::edge::tls::TlsFiles;
 
 use crate::security::{ADMIN_PASSWORD, PASSWORD, create_acl_user};
 use crate::support::pki::Pki;
@@ -81,7 +81,8 @@ async fn redis_over_mutual_tls_with_an_acl_user() {
     };
     let url = format!("rediss://127.0.0.1:{tls_port}");
     let store =
-        distributor::store::Store::open_tls(&url, TABLE, Duration::from_secs(2), &no_cert).unwrap();
+        distributor::edge::redis::Store::open_tls(&url, TABLE, Duration::from_secs(2), &no_cert)
+            .unwrap();
     assert!(store.read_table().await.is_err());
     fleet.shutdown().await;
 }
@@ -148,7 +149,7 @@ async fn pings_over_mutual_tls_and_a_stranger_fails_with_reason_tls() {
     .await;
     // The members demand our client certificate: a holder without one fails.
     let good = fleet.member_id(0);
-    let anonymous = distributor::tls::ping_client(
+    let anonymous = distributor::edge::tls::ping_client(
         &TlsFiles {
             ca: vec![pki.ca()],
             ..Default::default()
@@ -156,7 +157,8 @@ async fn pings_over_mutual_tls_and_a_stranger_fails_with_reason_tls() {
         None,
     )
     .unwrap();
-    let pinger = distributor::pinger::Pinger::new(Duration::from_secs(2), None).with_tls(anonymous);
+    let pinger =
+        distributor::edge::grpc::Pinger::new(Duration::from_secs(2), None).with_tls(anonymous);
     // TLS 1.3 rejects a missing client certificate only after the client's side
     // of the handshake; the client then sees an alert, a reset or nothing at all
     // (a timeout), depending on timing. Any of them is a failed ping.
@@ -166,8 +168,8 @@ async fn pings_over_mutual_tls_and_a_stranger_fails_with_reason_tls() {
         "a holder without a client certificate must not get an answer"
     );
     let full = fleet.config.ping_tls.as_ref().unwrap();
-    let pinger = distributor::pinger::Pinger::new(Duration::from_secs(2), None)
-        .with_tls(distributor::tls::ping_client(&full.files, None).unwrap());
+    let pinger = distributor::edge::grpc::Pinger::new(Duration::from_secs(2), None)
+        .with_tls(distributor::edge::tls::ping_client(&full.files, None).unwrap());
     pinger.ping(&good).await.unwrap();
     impostor.shutdown().await;
     plain.shutdown().await;

@@ -354,8 +354,8 @@ impl Fleet {
 
     /// The table the pure solver gives for these live members and units.
     pub fn expected(members: &[String], units: &[String]) -> MatchingTable {
-        let inputs = distributor::inputs::Inputs {
-            groups: vec![distributor::inputs::Group {
+        let inputs = distributor::core::inputs::Inputs {
+            groups: vec![distributor::core::inputs::Group {
                 name: SERVICES.into(),
                 members: {
                     let mut m = members.to_vec();

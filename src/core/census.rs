@@ -19,7 +19,13 @@
 
 use std::time::Duration;
 
-use crate::store::CensusReply;
+/// One census step's reply: our counter value this interval, and the previous
+/// interval's final count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CensusReply {
+    pub counter: u64,
+    pub previous: Option<u64>,
+}
 
 /// A replica's place among its peers, valid for one interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,8 @@
 //! gives a [`CliError`]; `main` prints it and exits (help and version with 0,
 //! everything else with 2).
 
+pub mod report;
+
 use std::ffi::OsString;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};

@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Guarantees:
-//! - only a holder whose lease is locally valid (see [`crate::lease`]) writes, and
+//! - only a holder whose lease is locally valid (see [`crate::core::lease`]) writes, and
 //!   Redis re-checks token and epoch on every write;
 //! - the table is written only when its digest differs from the stored one, so a
 //!   new holder with the same inputs writes nothing (no reshuffle, no new
@@ -39,20 +39,21 @@ use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::census::{self, Census, CensusView};
 use crate::config::Config;
-use crate::error::{StartError, StoreError};
-use crate::inputs::{self, Inputs};
-use crate::lease::{self, HeldLease};
-use crate::liveness::{HealthChanges, Liveness};
-use crate::metrics::Metrics;
-use crate::pinger::{PingFailure, PingReport, Pinger};
-use crate::store::{
+use crate::core::census::{self, Census, CensusView};
+use crate::core::inputs::{self, Inputs};
+use crate::core::lease::{self, HeldLease};
+use crate::core::liveness::{HealthChanges, Liveness};
+use crate::core::status::{Role, Status};
+use crate::core::suspicion::{self, GroupMembers, Guard, Review, Suspect, SuspectChanges};
+use crate::core::table::MatchingTable;
+use crate::edge::grpc::{PingFailure, PingReport, Pinger};
+use crate::edge::redis::{
     Acquisition, Claim, Commit, Committed, LeaseGrant, ListLimits, Notification, Renewal, Snapshot,
     Store,
 };
-use crate::suspicion::{self, GroupMembers, Guard, Review, Suspect, SuspectChanges};
-use crate::table::MatchingTable;
+use crate::error::{StartError, StoreError};
+use crate::ops::metrics::Metrics;
 use crate::unix_ms;
 
 /// A short span for one lease transition, so it shows in the trace view.
@@ -74,54 +75,6 @@ fn mark_error(span: &Span, message: &str) {
     span.record("otel.status_message", message);
 }
 
-/// Whether this replica currently acts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Role {
-    #[default]
-    Standby,
-    Holder,
-}
-
-/// What a replica knows, for status output and embedders.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Status {
-    pub replica_id: String,
-    pub role: Role,
-    /// This replica's epoch while it holds the lease, else the last one it saw.
-    pub epoch: u64,
-    /// The holder as last seen (this replica's id while it holds).
-    pub holder: Option<String>,
-    pub census: Option<CensusView>,
-    /// Highest table generation seen.
-    pub generation: u64,
-    /// Unix ms of this replica's last table write.
-    pub last_write_ms: Option<u64>,
-    /// Per group: (name, live, failed), from the last cycle.
-    pub groups: Vec<(String, usize, usize)>,
-    pub units: usize,
-    pub invalid_inputs: usize,
-    /// Invalid inputs of the last cycle by kind (`unit`, `address`, `duplicate_member`).
-    pub invalid_by_kind: Vec<(&'static str, usize)>,
-    /// When Redis last answered, for readiness.
-    pub redis_ok_at: Option<Instant>,
-    /// When the coordinator's loop last turned, for health.
-    pub heartbeat: Option<Instant>,
-    pub cycles: u64,
-    /// Cycles that could not read their inputs (the table was kept).
-    pub failed_cycles: u64,
-    /// The last error of a cycle, cleared by the next good one.
-    pub last_error: Option<String>,
-    pub table_writes: u64,
-    pub fenced_writes: u64,
-    pub lease_acquisitions: u64,
-    /// Members kept in the table although they fail, as suspects of a mass
-    /// failure that is not confirmed yet.
-    pub suspects: usize,
-    /// Why no replica can hold the lease, when its key is not a replica's
-    /// (no TTL, another type): seen by the last acquisition attempt.
-    pub lease_problem: Option<String>,
-}
-
 /// A running replica. Dropping it shuts it down gracefully in the background.
 pub struct Distributor {
     status: watch::Receiver<Status>,
@@ -138,7 +91,10 @@ impl Distributor {
         check_timing(&config).map_err(StartError::Config)?;
         let mut pinger = Pinger::new(config.ping_timeout, Some(config.keepalive));
         if let Some(tls) = &config.ping_tls {
-            pinger = pinger.with_tls(crate::tls::ping_client(&tls.files, tls.domain.as_deref())?);
+            pinger = pinger.with_tls(crate::edge::tls::ping_client(
+                &tls.files,
+                tls.domain.as_deref(),
+            )?);
         }
         let store = Store::connect(
             &config.redis_options(),
@@ -349,7 +305,7 @@ enum Write {
 
 /// Pings still in flight when a cycle ended; the next cycle collects them
 /// instead of pinging those members again.
-type InFlight = crate::pinger::PingSet;
+type InFlight = crate::edge::grpc::PingSet;
 
 /// How long a cycle waits for fast ping results before acting on them. A
 /// refused connection answers in about a millisecond; a hung member only when
@@ -673,7 +629,7 @@ impl CycleContext {
                     Ok(removed) => {
                         forgotten = removed
                             .into_iter()
-                            .map(|(list, m)| (crate::inputs::excerpt(&m), list))
+                            .map(|(list, m)| (crate::core::inputs::excerpt(&m), list))
                             .collect()
                     }
                     Err(e) => tracing::warn!(error = %e, "could not forget long-failing members"),
@@ -1438,10 +1394,11 @@ impl Coordinator {
     /// (100,000 bad units, 10,000 members failing at once) gives the first
     /// few lines and one count, and a state that persists is not repeated.
     fn log_inputs(&mut self, report: &CycleReport) {
-        let fingerprint =
-            |r: &crate::inputs::Rejection| xxhash_rust::xxh3::xxh3_64(r.to_string().as_bytes());
+        let fingerprint = |r: &crate::core::inputs::Rejection| {
+            xxhash_rust::xxh3::xxh3_64(r.to_string().as_bytes())
+        };
         let current: HashSet<u64> = report.inputs.rejections.iter().map(fingerprint).collect();
-        let new: Vec<&crate::inputs::Rejection> = report
+        let new: Vec<&crate::core::inputs::Rejection> = report
             .inputs
             .rejections
             .iter()

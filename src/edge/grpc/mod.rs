@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::config::Keepalive;
-use crate::inputs::check_member_addr;
+use crate::core::inputs::check_member_addr;
 use crate::proto::grpc_pinger_client::GrpcPingerClient;
 use crate::proto::grpc_pinger_server::{GrpcPinger, GrpcPingerServer};
 
@@ -178,7 +178,7 @@ impl Pinger {
         // Carries the current (ping) span as `traceparent`, so the member's
         // handling joins the distributor's trace.
         let mut request = tonic::Request::new(());
-        crate::telemetry::inject(request.metadata_mut());
+        crate::ops::telemetry::inject(request.metadata_mut());
         let call = async move { GrpcPingerClient::new(channel).ping(request).await };
         match tokio::time::timeout(timeout, call).await {
             Err(_) => Err(PingFailure::Timeout),
@@ -324,7 +324,7 @@ impl GrpcPinger for PingResponder {
         if request.metadata().contains_key("traceparent") {
             let member = self.member.as_deref().unwrap_or("");
             let span = tracing::info_span!("member_ping", member);
-            crate::telemetry::extract(request.metadata(), &span);
+            crate::ops::telemetry::extract(request.metadata(), &span);
             span.in_scope(|| tracing::debug!(member, "ping answered"));
         }
         Ok(tonic::Response::new(()))

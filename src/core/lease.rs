@@ -23,8 +23,94 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::LeaseTiming;
-use crate::store::LeaseGrant;
+/// Lease timing; see the timeline above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTiming {
+    pub ttl: Duration,
+    pub renew_interval: Duration,
+    pub renew_deadline: Duration,
+    pub retry_interval: Duration,
+}
+
+/// The proof of holding the lease that every fenced call carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseGrant {
+    pub token: String,
+    pub epoch: u64,
+}
+
+/// What a replica brings to an acquisition attempt.
+#[derive(Debug, Clone)]
+pub struct Claim<'a> {
+    pub ttl: Duration,
+    /// Highest epoch this replica has seen (keeps epochs increasing across data loss).
+    pub epoch_floor: u64,
+    /// Highest table generation this replica has seen.
+    pub generation_floor: u64,
+    pub holder_id: &'a str,
+    pub now_ms: u64,
+    /// Recorded in the metadata so operators' tools can judge liveness.
+    pub failure_threshold: u32,
+}
+
+/// The outcome of an acquisition attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquisition {
+    Acquired(LeaseGrant),
+    /// Someone else holds it; it expires in `pttl` at the latest. `epoch` and
+    /// `generation` are the current ones, so standbys keep their floors up to date.
+    Held {
+        pttl: Option<Duration>,
+        holder: String,
+        epoch: u64,
+        generation: u64,
+        /// Why the lease key cannot be a holder's (no TTL, another type); the
+        /// script gave it a TTL, so it lapses.
+        foreign: Option<String>,
+    },
+}
+
+/// The outcome of a renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    Renewed,
+    Lost(LostLease),
+}
+
+/// Why a renewal found the lease gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostLease {
+    /// The lease key expired or was deleted.
+    Expired,
+    /// Another token holds it: another replica acquired it.
+    Taken,
+    /// The epoch moved on: a replica that saw a higher epoch fenced this one.
+    Epoch,
+    /// The lease key is of another type than a string.
+    Foreign,
+}
+
+impl LostLease {
+    /// From the reason `renew.lua` gives.
+    pub fn from_reason(reason: &str) -> LostLease {
+        match reason {
+            "expired" => LostLease::Expired,
+            "taken" => LostLease::Taken,
+            "epoch" => LostLease::Epoch,
+            _ => LostLease::Foreign,
+        }
+    }
+
+    /// What to tell an operator.
+    pub fn describe(self) -> &'static str {
+        match self {
+            LostLease::Expired => "the lease key expired or was deleted",
+            LostLease::Taken => "another replica holds the lease now",
+            LostLease::Epoch => "a replica that saw a higher epoch fenced this one",
+            LostLease::Foreign => "the lease key holds another type than a string",
+        }
+    }
+}
 
 /// The lease as its holder sees it.
 #[derive(Debug, Clone)]

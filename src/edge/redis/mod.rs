@@ -18,12 +18,15 @@ use redis::{Script, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::core::census::CensusReply;
+use crate::core::inputs::RawInputs;
+use crate::core::keys::Keys;
+pub use crate::core::lease::{Acquisition, Claim, LeaseGrant, LostLease, Renewal};
+use crate::core::liveness::HealthChanges;
+use crate::core::status::Overview;
+use crate::core::suspicion::{Suspect, SuspectChanges};
+use crate::core::table::MatchingTable;
 use crate::error::StoreError;
-use crate::inputs::RawInputs;
-use crate::keys::Keys;
-use crate::liveness::HealthChanges;
-use crate::suspicion::{Suspect, SuspectChanges};
-use crate::table::MatchingTable;
 
 mod guard;
 
@@ -41,7 +44,7 @@ pub struct RedisOptions {
     pub urls: Vec<String>,
     /// Cluster mode even with one seed node.
     pub cluster: bool,
-    pub tls: crate::tls::TlsFiles,
+    pub tls: crate::edge::tls::TlsFiles,
     /// Replicas that must acknowledge lease and table writes before they count.
     pub wait: Option<WaitFor>,
 }
@@ -190,18 +193,18 @@ struct Scripts {
 pub mod scripts {
     macro_rules! script {
         ($file:literal) => {
-            concat!(include_str!("store/prelude.lua"), include_str!($file))
+            concat!(include_str!("scripts/prelude.lua"), include_str!($file))
         };
     }
-    pub const ACQUIRE: &str = script!("store/acquire.lua");
-    pub const RENEW: &str = script!("store/renew.lua");
-    pub const RELEASE: &str = script!("store/release.lua");
+    pub const ACQUIRE: &str = script!("scripts/acquire.lua");
+    pub const RENEW: &str = script!("scripts/renew.lua");
+    pub const RELEASE: &str = script!("scripts/release.lua");
     /// The fenced table write (also used by the chaos suite to prove fencing).
-    pub const COMMIT: &str = script!("store/commit.lua");
-    pub const REGISTER: &str = script!("store/register.lua");
-    pub const TABLE_STATE: &str = script!("store/table_state.lua");
-    pub const REPLACE_LIST: &str = script!("store/replace_list.lua");
-    pub const FORGET: &str = script!("store/forget.lua");
+    pub const COMMIT: &str = script!("scripts/commit.lua");
+    pub const REGISTER: &str = script!("scripts/register.lua");
+    pub const TABLE_STATE: &str = script!("scripts/table_state.lua");
+    pub const REPLACE_LIST: &str = script!("scripts/replace_list.lua");
+    pub const FORGET: &str = script!("scripts/forget.lua");
 }
 
 /// A handle to one distribution's keys in Redis. Cheap to clone.
@@ -218,85 +221,6 @@ pub struct Store {
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
     list_sizing: Arc<std::sync::atomic::AtomicBool>,
     memory_usage: Arc<std::sync::atomic::AtomicBool>,
-}
-
-/// The proof of holding the lease that every fenced call carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseGrant {
-    pub token: String,
-    pub epoch: u64,
-}
-
-/// What a replica brings to an acquisition attempt.
-#[derive(Debug, Clone)]
-pub struct Claim<'a> {
-    pub ttl: Duration,
-    /// Highest epoch this replica has seen (keeps epochs increasing across data loss).
-    pub epoch_floor: u64,
-    /// Highest table generation this replica has seen.
-    pub generation_floor: u64,
-    pub holder_id: &'a str,
-    pub now_ms: u64,
-    /// Recorded in the metadata so operators' tools can judge liveness.
-    pub failure_threshold: u32,
-}
-
-/// The outcome of an acquisition attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Acquisition {
-    Acquired(LeaseGrant),
-    /// Someone else holds it; it expires in `pttl` at the latest. `epoch` and
-    /// `generation` are the current ones, so standbys keep their floors up to date.
-    Held {
-        pttl: Option<Duration>,
-        holder: String,
-        epoch: u64,
-        generation: u64,
-        /// Why the lease key cannot be a holder's (no TTL, another type); the
-        /// script gave it a TTL, so it lapses.
-        foreign: Option<String>,
-    },
-}
-
-/// The outcome of a renewal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Renewal {
-    Renewed,
-    Lost(LostLease),
-}
-
-/// Why a renewal found the lease gone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LostLease {
-    /// The lease key expired or was deleted.
-    Expired,
-    /// Another token holds it: another replica acquired it.
-    Taken,
-    /// The epoch moved on: a replica that saw a higher epoch fenced this one.
-    Epoch,
-    /// The lease key is of another type than a string.
-    Foreign,
-}
-
-impl LostLease {
-    fn from_reason(reason: &str) -> LostLease {
-        match reason {
-            "expired" => LostLease::Expired,
-            "taken" => LostLease::Taken,
-            "epoch" => LostLease::Epoch,
-            _ => LostLease::Foreign,
-        }
-    }
-
-    /// What to tell an operator.
-    pub fn describe(self) -> &'static str {
-        match self {
-            LostLease::Expired => "the lease key expired or was deleted",
-            LostLease::Taken => "another replica holds the lease now",
-            LostLease::Epoch => "a replica that saw a higher epoch fenced this one",
-            LostLease::Foreign => "the lease key holds another type than a string",
-        }
-    }
 }
 
 /// Bounds on every list a cycle reads.
@@ -357,27 +281,6 @@ pub enum Notification {
     Subscribed,
 }
 
-/// What `distributor status` and `distributor table` show, read in one go.
-#[derive(Debug, Clone, Default)]
-pub struct Overview {
-    pub meta: std::collections::BTreeMap<String, String>,
-    pub lease_pttl: Option<Duration>,
-    pub epoch: u64,
-    pub replicas: std::collections::BTreeMap<String, String>,
-    pub liveness: std::collections::BTreeMap<String, String>,
-    pub table: std::collections::BTreeMap<String, String>,
-    pub units: Vec<Vec<u8>>,
-    pub groups: Vec<(String, Vec<Vec<u8>>)>,
-}
-
-/// One census step's reply: our counter value this interval, and the previous
-/// interval's final count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CensusReply {
-    pub counter: u64,
-    pub previous: Option<u64>,
-}
-
 fn redis_err(op: &'static str) -> impl FnOnce(redis::RedisError) -> StoreError {
     move |source| StoreError::Redis { op, source }
 }
@@ -422,7 +325,7 @@ fn checked(v: Value) -> Result<Value, StoreError> {
         return Err(StoreError::InvalidState {
             key: t(1),
             field: t(2),
-            value: crate::inputs::excerpt(&raw),
+            value: crate::core::inputs::excerpt(&raw),
             expected: t(4),
         });
     }
@@ -443,7 +346,7 @@ fn stored_count(key: &str, field: &str, raw: &[u8]) -> Result<u64, StoreError> {
         .ok_or_else(|| StoreError::InvalidState {
             key: key.to_string(),
             field: field.to_string(),
-            value: crate::inputs::excerpt(raw),
+            value: crate::core::inputs::excerpt(raw),
             expected: "an integer in 0..2^53-1".into(),
         })
 }
@@ -482,7 +385,12 @@ impl Store {
     /// Creates a store without connecting: the first call connects, and a Redis
     /// that is down at start is just a retryable error, never a crash.
     pub fn open(url: &str, table_key: &str, op_timeout: Duration) -> Result<Store, StoreError> {
-        Store::open_tls(url, table_key, op_timeout, &crate::tls::TlsFiles::default())
+        Store::open_tls(
+            url,
+            table_key,
+            op_timeout,
+            &crate::edge::tls::TlsFiles::default(),
+        )
     }
 
     /// The same, with a custom CA and/or client certificate for `rediss://`.
@@ -491,7 +399,7 @@ impl Store {
         url: &str,
         table_key: &str,
         op_timeout: Duration,
-        tls: &crate::tls::TlsFiles,
+        tls: &crate::edge::tls::TlsFiles,
     ) -> Result<Store, StoreError> {
         let opts = RedisOptions {
             tls: tls.clone(),
@@ -513,9 +421,9 @@ impl Store {
             .unwrap_or("redis://127.0.0.1:6379");
         // Pub/sub goes through one node: classic PUBLISH reaches every node of a
         // cluster, so any node's subscribers see it.
-        let client = crate::tls::redis_client(first, &opts.tls).map_err(redis_err("open"))?;
+        let client = crate::edge::tls::redis_client(first, &opts.tls).map_err(redis_err("open"))?;
         let dialer = if opts.is_cluster() {
-            crate::tls::install_crypto_provider();
+            crate::edge::tls::install_crypto_provider();
             let mut b = redis::cluster::ClusterClientBuilder::new(opts.urls.clone())
                 .connection_timeout(op_timeout)
                 .response_timeout(BULK_TIMEOUT)
@@ -632,7 +540,7 @@ impl Store {
             Conn::Cluster(link) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(crate::keys::slot(&self.keys.table), SlotAddr::Master),
+                    Route::new(crate::core::keys::slot(&self.keys.table), SlotAddr::Master),
                 ));
                 let run = async {
                     Conn::cluster(&link.client, &link.cell)
@@ -707,7 +615,10 @@ impl Store {
             }
             let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
             for (i, (key, _)) in cmds.iter().enumerate() {
-                by_slot.entry(crate::keys::slot(key)).or_default().push(i);
+                by_slot
+                    .entry(crate::core::keys::slot(key))
+                    .or_default()
+                    .push(i);
             }
             let batches = by_slot.into_values().map(|idx| {
                 let mut pipe = new_pipe();
@@ -941,7 +852,9 @@ impl Store {
     /// `table_state.lua`; with `content_check`, the script hashes the whole
     /// table in Redis (for a Redis that does not permit WATCH).
     async fn table_state(&self, content_check: bool) -> Result<(Option<String>, u64), StoreError> {
-        let mut conn = self.bulk();
+        // A small reply: on the lease connection, never queued behind the
+        // lists it runs beside.
+        let mut conn = self.conn();
         let mut inv = self.scripts.table_state.prepare_invoke();
         inv.key(&self.keys.table)
             .key(&self.keys.meta)
@@ -1238,11 +1151,11 @@ impl Store {
         pairs: &[(String, Vec<u8>)],
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let cluster = matches!(self.conn(), Conn::Cluster(_));
-        let table_slot = crate::keys::slot(&self.keys.table);
+        let table_slot = crate::core::keys::slot(&self.keys.table);
         type Pairs<'p> = Vec<&'p (String, Vec<u8>)>;
         let (near, far): (Pairs, Pairs) = pairs
             .iter()
-            .partition(|(list, _)| !cluster || crate::keys::slot(list) == table_slot);
+            .partition(|(list, _)| !cluster || crate::core::keys::slot(list) == table_slot);
         let mut removed = Vec::new();
         if !near.is_empty() {
             removed.extend(self.forget_fenced(grant, &near).await?);

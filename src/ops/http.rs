@@ -24,8 +24,8 @@ use tokio::sync::watch;
 
 use tokio::time::Instant;
 
-use crate::coordinator::Status;
-use crate::metrics::Metrics;
+use crate::core::status::Status;
+use crate::ops::metrics::Metrics;
 
 #[derive(Clone)]
 struct Ops {
@@ -189,7 +189,7 @@ async fn version() -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::census::CensusView;
+    use crate::core::census::CensusView;
 
     #[test]
     fn readiness_needs_fresh_redis_a_census_and_a_usable_lease() {

@@ -16,8 +16,8 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use crate::inputs::Inputs;
-use crate::ring;
+use crate::core::inputs::Inputs;
+use crate::core::ring;
 
 /// Separator between units in a row. Units containing it are rejected on input.
 pub const SEPARATOR: char = ',';
@@ -141,7 +141,7 @@ pub fn decode_row(value: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inputs::{Group, Inputs};
+    use crate::core::inputs::{Group, Inputs};
 
     fn inputs(groups: &[(&str, &[&str])], units: &[&str]) -> Inputs {
         Inputs {

@@ -23,13 +23,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::core::inputs::check_member_addr;
+use crate::core::table::decode_row;
+use crate::edge::grpc::PingResponder;
+use crate::edge::redis::{Notification, Store};
+use crate::edge::tls::TlsFiles;
 use crate::error::{MemberError, StoreError};
-use crate::inputs::check_member_addr;
-use crate::pinger::PingResponder;
 use crate::proto::grpc_pinger_server::GrpcPingerServer;
-use crate::store::{Notification, Store};
-use crate::table::decode_row;
-use crate::tls::TlsFiles;
 
 /// This member's share of the work, as of one table generation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -135,20 +135,20 @@ impl Member {
             reason,
         })?;
         let store = Store::connect(
-            &crate::store::RedisOptions {
+            &crate::edge::redis::RedisOptions {
                 cluster: opts.redis_cluster,
                 tls: opts.redis_tls.clone(),
-                ..crate::store::RedisOptions::from_urls(&opts.redis_url)
+                ..crate::edge::redis::RedisOptions::from_urls(&opts.redis_url)
             },
             &opts.table_key,
             Duration::from_secs(2),
         )?;
         let mut server = tonic::transport::Server::builder();
         if let Some(files) = &opts.tls {
-            let tls = crate::tls::ping_server(files).map_err(MemberError::Tls)?;
-            server = server
-                .tls_config(tls)
-                .map_err(|e| MemberError::Tls(crate::tls::TlsError::Rejected(e.to_string())))?;
+            let tls = crate::edge::tls::ping_server(files).map_err(MemberError::Tls)?;
+            server = server.tls_config(tls).map_err(|e| {
+                MemberError::Tls(crate::edge::tls::TlsError::Rejected(e.to_string()))
+            })?;
         }
 
         let cancel = CancellationToken::new();

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::inputs::{check_member_addr, check_unit};
-use crate::liveness::Health;
-use crate::store::Overview;
-use crate::table::{MatchingTable, decode_row};
+use crate::core::inputs::{check_member_addr, check_unit};
+use crate::core::liveness::Health;
+use crate::core::status::Overview;
+use crate::core::table::{MatchingTable, decode_row};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StatusReport {

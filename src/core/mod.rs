@@ -1,0 +1,14 @@
+//! The pure core: everything the distributor decides, as plain functions and
+//! data. No module here performs IO, reads a clock or imports an IO type;
+//! time comes in as arguments. Each is tested in memory, most with property
+//! tests.
+
+pub mod census;
+pub mod inputs;
+pub mod keys;
+pub mod lease;
+pub mod liveness;
+pub mod ring;
+pub mod status;
+pub mod suspicion;
+pub mod table;

@@ -1,0 +1,71 @@
+//! What one replica knows about itself and the distribution, as its
+//! coordinator last saw it: for `/readyz`, `/healthz`, metrics, status output
+//! and embedders (`Distributor::status`). A plain record, written only by the
+//! coordinator.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::core::census::CensusView;
+
+/// Whether this replica currently acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    #[default]
+    Standby,
+    Holder,
+}
+
+/// What a replica knows, for status output and embedders.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    pub replica_id: String,
+    pub role: Role,
+    /// This replica's epoch while it holds the lease, else the last one it saw.
+    pub epoch: u64,
+    /// The holder as last seen (this replica's id while it holds).
+    pub holder: Option<String>,
+    pub census: Option<CensusView>,
+    /// Highest table generation seen.
+    pub generation: u64,
+    /// Unix ms of this replica's last table write.
+    pub last_write_ms: Option<u64>,
+    /// Per group: (name, live, failed), from the last cycle.
+    pub groups: Vec<(String, usize, usize)>,
+    pub units: usize,
+    pub invalid_inputs: usize,
+    /// Invalid inputs of the last cycle by kind (`unit`, `address`, `duplicate_member`).
+    pub invalid_by_kind: Vec<(&'static str, usize)>,
+    /// When Redis last answered, for readiness.
+    pub redis_ok_at: Option<Instant>,
+    /// When the coordinator's loop last turned, for health.
+    pub heartbeat: Option<Instant>,
+    pub cycles: u64,
+    /// Cycles that could not read their inputs (the table was kept).
+    pub failed_cycles: u64,
+    /// The last error of a cycle, cleared by the next good one.
+    pub last_error: Option<String>,
+    pub table_writes: u64,
+    pub fenced_writes: u64,
+    pub lease_acquisitions: u64,
+    /// Members kept in the table although they fail, as suspects of a mass
+    /// failure that is not confirmed yet.
+    pub suspects: usize,
+    /// Why no replica can hold the lease, when its key is not a replica's
+    /// (no TTL, another type): seen by the last acquisition attempt.
+    pub lease_problem: Option<String>,
+}
+
+/// What `distributor status` and `distributor table` show, read in one go.
+#[derive(Debug, Clone, Default)]
+pub struct Overview {
+    pub meta: std::collections::BTreeMap<String, String>,
+    pub lease_pttl: Option<Duration>,
+    pub epoch: u64,
+    pub replicas: std::collections::BTreeMap<String, String>,
+    pub liveness: std::collections::BTreeMap<String, String>,
+    pub table: std::collections::BTreeMap<String, String>,
+    pub units: Vec<Vec<u8>>,
+    pub groups: Vec<(String, Vec<Vec<u8>>)>,
+}

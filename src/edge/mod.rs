@@ -1,0 +1,7 @@
+//! IO at the edges: Redis (connections, bounded calls, Lua scripts, pub/sub)
+//! and gRPC (the holder's pinger, the members' responder), with the TLS
+//! material both use. Nothing here decides anything: the coordinator does.
+
+pub mod grpc;
+pub mod redis;
+pub mod tls;
