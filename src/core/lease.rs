@@ -113,7 +113,7 @@ impl LostLease {
 }
 
 /// The lease as its holder sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldLease {
     pub grant: LeaseGrant,
     timing: LeaseTiming,

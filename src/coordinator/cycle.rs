@@ -1,0 +1,699 @@
+//! One holder cycle, run as its own task so that renewals never wait on it:
+//! read the lists and the stored table's state, ping every member, update
+//! liveness and the mass-failure guard, solve the table, and write it (fenced)
+//! if it or the liveness history changed. It performs IO through the edges and
+//! decides nothing about the lease: the machine (`machine.rs`) started it and
+//! takes its [`CycleReport`] back.
+//!
+//! Pings settle in two phases, so that one hung member (which answers only
+//! when its ping times out) never delays what the others already told us:
+//!
+//! ```text
+//!   0 ── answers, refusals (~1 ms) ──▶ grace (50 ms): apply, solve, write if changed
+//!                                      still running: carried to the next cycle,
+//!                                      whose state stays as it was meanwhile
+//! ```
+//!
+//! Guarantees: a failed read never produces a write (the last table stays);
+//! the table is written only when its digest differs from the stored one; the
+//! cycle checks the lease is locally valid (`acts_until`) right before it
+//! writes, and Redis re-checks token and epoch in the write itself.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument as _, Span, info_span};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::core::inputs::{self, Inputs};
+use crate::core::liveness::{HealthChanges, Liveness};
+use crate::core::suspicion::{self, GroupMembers, Guard, Review, Suspect, SuspectChanges};
+use crate::core::table::MatchingTable;
+use crate::edge::grpc::{PingFailure, PingReport, Pinger};
+use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Snapshot, Store};
+use crate::error::StoreError;
+use crate::ops::metrics::Metrics;
+use crate::unix_ms;
+
+/// The holder's view of the members, handed to each cycle and back.
+#[derive(Clone)]
+pub(super) struct HolderView {
+    pub(super) liveness: Liveness,
+    /// Liveness changes not yet persisted (a failed write is retried with the next).
+    pub(super) unsaved: HealthChanges,
+    /// Members of a mass failure not yet confirmed: their units stay.
+    pub(super) suspects: BTreeMap<String, Suspect>,
+    pub(super) unsaved_suspects: SuspectChanges,
+    pub(super) memo: Option<Memo>,
+    /// Per group (name, live, failed) as the last cycle counted it.
+    pub(super) groups: Vec<(String, usize, usize)>,
+}
+
+impl HolderView {
+    /// Whether `member` gets units: live, or suspected of a mass failure that
+    /// nobody confirmed yet.
+    pub(super) fn keeps_units(&self, member: &str) -> bool {
+        self.liveness.is_live(member) || self.suspects.contains_key(member)
+    }
+}
+
+/// The last solved table and the key of its inputs, to skip re-solving.
+#[derive(Clone)]
+pub(super) struct Memo {
+    key: u128,
+    pub(super) table: Arc<MatchingTable>,
+}
+
+pub(super) struct CycleReport {
+    pub(super) epoch: u64,
+    pub(super) inputs: Arc<Inputs>,
+    pub(super) failures: Vec<(String, PingFailure)>,
+    /// The view after this cycle (unsaved changes are empty after a write).
+    pub(super) view: HolderView,
+    pub(super) transitions: Vec<(String, bool)>,
+    /// What the mass-failure guard did this cycle.
+    pub(super) review: Review,
+    /// Per group: (name, live, failed).
+    pub(super) groups: Vec<(String, usize, usize)>,
+    pub(super) write: Write,
+    pub(super) generation_floor: u64,
+    /// (member, list) pairs removed by `-forget-after`.
+    pub(super) forgotten: Vec<(String, String)>,
+    /// Pings still running (hung members): collected by the next cycle.
+    pub(super) in_flight: InFlight,
+    pub(super) in_flight_members: HashSet<String>,
+}
+
+/// Why a cycle did not produce a table; either way the last one stays.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CycleError {
+    #[error(transparent)]
+    Read(StoreError),
+    #[error(
+        "every one of the {entries} entries of list {key:?} is invalid, {}; keeping the last table",
+        first.as_deref().unwrap_or("")
+    )]
+    Inputs {
+        key: String,
+        entries: usize,
+        first: Option<String>,
+    },
+}
+
+impl CycleError {
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            CycleError::Read(e) => e.kind(),
+            CycleError::Inputs { .. } => "invalid_input",
+        }
+    }
+}
+
+/// What became of a cycle's write.
+pub(super) enum Write {
+    /// Nothing changed: nothing written.
+    Unchanged,
+    /// The lease is past its renew deadline locally: nothing written.
+    NotActing,
+    Written {
+        generation: Option<u64>,
+    },
+    /// Redis rejected it: the lease moved on.
+    Fenced(String),
+    Failed(StoreError),
+}
+
+/// Pings still in flight when a cycle ended; the next cycle collects them
+/// instead of pinging those members again.
+pub(super) type InFlight = crate::edge::grpc::PingSet;
+
+/// How long a cycle waits for fast ping results before acting on them. A
+/// refused connection answers in about a millisecond; a hung member only when
+/// the ping timeout expires, which must not delay everyone else.
+const FIRST_PHASE: Duration = Duration::from_millis(50);
+
+/// Everything a cycle task needs, owned, so it runs beside the state machine.
+pub(super) struct CycleContext {
+    pub(super) store: Store,
+    pub(super) pinger: Pinger,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) services: Vec<String>,
+    pub(super) units_key: String,
+    pub(super) limits: ListLimits,
+    pub(super) replica_id: String,
+    pub(super) forget_after: Option<Duration>,
+    pub(super) grant: LeaseGrant,
+    pub(super) acts_until: watch::Receiver<Instant>,
+    pub(super) generation_floor: u64,
+    /// Pings of earlier cycles still running, and their members.
+    pub(super) carried: InFlight,
+    pub(super) carried_members: HashSet<String>,
+    pub(super) guard: Guard,
+    pub(super) failure_threshold: u32,
+}
+
+impl CycleContext {
+    fn may_act(&self) -> bool {
+        Instant::now() < *self.acts_until.borrow()
+    }
+
+    /// What the last holder left: liveness history (so that this holder
+    /// writes the same table, not a reshuffle) and mass-failure suspects. If
+    /// it cannot be read, start without it (logged): giving the lease back
+    /// would only make every replica retry.
+    async fn inherit(&self) -> HolderView {
+        let keys = self.store.keys();
+        let inherited = match self.store.load_holding().await {
+            Ok(i) => i,
+            Err(e) => {
+                self.metrics.redis_error(e.kind());
+                tracing::error!(error = %e, key = %keys.liveness, "could not load liveness history; starting without it");
+                Default::default()
+            }
+        };
+        let (liveness, bad) = Liveness::restore(self.failure_threshold, inherited.liveness);
+        for (member, value) in bad {
+            tracing::warn!(key = %keys.liveness, member, value, "ignoring unreadable liveness entry");
+        }
+        for (member, value) in &inherited.unreadable_suspects {
+            tracing::warn!(key = %keys.suspects, member, value, "ignoring unreadable suspect entry");
+        }
+        if !inherited.suspects.is_empty() {
+            tracing::warn!(
+                suspects = inherited.suspects.len(),
+                "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
+            );
+        }
+        tracing::info!(
+            known_members = liveness.iter().count(),
+            "inherited the last holder's view"
+        );
+        HolderView {
+            liveness,
+            unsaved: HealthChanges::default(),
+            suspects: inherited.suspects,
+            unsaved_suspects: SuspectChanges::default(),
+            memo: None,
+            groups: Vec::new(),
+        }
+    }
+
+    /// One cycle: (on a new holding, load what the last holder left), read,
+    /// ping, review mass failures, solve, and write if anything changed.
+    pub(super) async fn run(mut self, view: Option<HolderView>) -> Result<CycleReport, CycleError> {
+        let mut view = match view {
+            Some(v) => v,
+            None => self.inherit().await,
+        };
+        let read = info_span!(
+            "read_inputs",
+            lists = self.services.len() + 1,
+            otel.status_code = Empty,
+            otel.status_message = Empty
+        );
+        let snapshot = match self
+            .store
+            .read_snapshot(&self.services, &self.units_key, self.limits)
+            .instrument(read.clone())
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                mark_error(&read, &e.to_string());
+                mark_error(&Span::current(), &e.to_string());
+                return Err(CycleError::Read(e));
+            }
+        };
+        drop(read);
+        let Snapshot {
+            raw,
+            stored_digest,
+            stored_generation,
+        } = snapshot;
+        // Shared with the solver's blocking thread, never copied: at a million
+        // units a copy is tens of megabytes.
+        let inputs = Arc::new(inputs::normalize(&raw));
+        // A units list whose every entry is invalid is a broken producer, not
+        // "no work": keep the last table (an empty list still means no units).
+        if !raw.units.is_empty() && inputs.units.is_empty() {
+            let e = CycleError::Inputs {
+                key: raw.units_key.clone(),
+                entries: raw.units.len(),
+                first: inputs.rejections.first().map(ToString::to_string),
+            };
+            mark_error(&Span::current(), &e.to_string());
+            return Err(e);
+        }
+        // The raw lists can be as big as the inputs: free them before solving.
+        drop(raw);
+        let members: Vec<String> = inputs.members().map(str::to_string).collect();
+        let was_live: HashSet<String> = members
+            .iter()
+            .filter(|m| view.liveness.is_live(m))
+            .cloned()
+            .collect();
+        let listed: Vec<String> = inputs
+            .members()
+            .chain(
+                inputs
+                    .groups
+                    .iter()
+                    .flat_map(|g| g.malformed.iter().map(|m| m.name.as_str())),
+            )
+            .map(str::to_string)
+            .collect();
+        let mut stored_digest = stored_digest;
+        let mut generation_floor = self.generation_floor.max(stored_generation);
+
+        // Pings settle in two phases, so that one hung member (which takes the
+        // whole ping timeout) never delays what the others already told us:
+        //
+        //   0 ─── answers and refusals ──▶ grace: apply what is known, write if changed
+        //         (a refusal takes ~1 ms)        pending pings keep their old state
+        //   grace ── slow answers, timeouts ──▶ all done: apply the rest, write if changed
+        let ping = info_span!(
+            "ping",
+            members = members.len(),
+            ok = Empty,
+            failed = Empty,
+            otel.status_code = Empty,
+            otel.status_message = Empty
+        );
+        // Members whose ping from an earlier cycle still runs (hung ones) are
+        // not pinged again: that ping's result is collected when it comes.
+        let carried = std::mem::take(&mut self.carried);
+        let mut pending_members = std::mem::take(&mut self.carried_members);
+        let fresh: Vec<String> = members
+            .iter()
+            .filter(|m| !pending_members.contains(*m))
+            .cloned()
+            .collect();
+        let mut pending = ping.in_scope(|| self.pinger.ping_tasks(&fresh));
+        pending_members.extend(fresh);
+        for task in carried {
+            pending.push(task);
+        }
+        // Act on what is known after a short grace, so one hung member (which
+        // answers only when its ping times out) never delays the others:
+        //
+        //   0 ── answers, refusals (~1 ms) ──▶ grace: apply, solve, write if changed
+        //                                      still running: carried to the next cycle,
+        //                                      whose state stays as it was meanwhile
+        let grace = tokio::time::sleep(FIRST_PHASE);
+        tokio::pin!(grace);
+        let mut all_reports: Vec<PingReport> = Vec::with_capacity(members.len());
+        loop {
+            tokio::select! {
+                r = pending.next() => match r {
+                    Some((member, report)) => {
+                        pending_members.remove(&member);
+                        // None: the ping task panicked or was cancelled; the
+                        // member is simply pinged again next cycle.
+                        all_reports.extend(report);
+                    }
+                    None => break,
+                },
+                _ = &mut grace => break,
+            }
+        }
+        for r in &all_reports {
+            match &r.result {
+                Ok(rtt) => self.metrics.ping_ok(*rtt),
+                Err(f) => self.metrics.ping_failed(f.reason()),
+            }
+        }
+        let why_failed: Vec<String> = all_reports
+            .iter()
+            .map(|r| {
+                r.result
+                    .as_ref()
+                    .err()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let malformed = inputs
+            .groups
+            .iter()
+            .flat_map(|g| g.malformed.iter().map(|m| (m.name.as_str(), Err(m.reason))));
+        // Malformed entries never answer: they fail every cycle, so that they
+        // show their reason and can be forgotten like any failing member.
+        let results = all_reports
+            .iter()
+            .zip(&why_failed)
+            .map(|(r, why)| {
+                let result = match r.result {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(why.as_str()),
+                };
+                (r.member.as_str(), result)
+            })
+            .chain(malformed);
+        let now_ms = unix_ms();
+        let changes = view
+            .liveness
+            .observe(results, listed.iter().map(String::as_str), now_ms);
+        view.unsaved.merge(changes);
+        // Most of a group failing at once: keep their units until confirmed.
+        let answered: HashMap<&str, bool> = all_reports
+            .iter()
+            .map(|r| (r.member.as_str(), r.result.is_ok()))
+            .collect();
+        let groups: Vec<GroupMembers<'_>> = inputs
+            .groups
+            .iter()
+            .map(|g| GroupMembers {
+                name: &g.name,
+                members: &g.members,
+            })
+            .collect();
+        let liveness = &view.liveness;
+        let review = suspicion::review(
+            self.guard,
+            &mut view.suspects,
+            &groups,
+            &was_live,
+            |m| liveness.is_live(m),
+            &answered,
+            &self.replica_id,
+            now_ms,
+        );
+        view.unsaved_suspects.record(&review, &view.suspects);
+        let write = self
+            .settle(
+                &inputs,
+                &mut view,
+                &mut stored_digest,
+                &mut generation_floor,
+            )
+            .await;
+        let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
+        for r in &all_reports {
+            if let Err(f) = &r.result {
+                *reasons.entry(f.reason()).or_default() += 1;
+            }
+        }
+        let failed: usize = reasons.values().sum();
+        ping.record("ok", all_reports.len() - failed);
+        ping.record("failed", failed);
+        if failed > 0 {
+            // Every cycle while a member stays down: debug only. Its failure is
+            // logged once, when it changes state.
+            ping.in_scope(|| {
+                for (reason, count) in &reasons {
+                    tracing::debug!(reason, count, "pings failed");
+                }
+            });
+            mark_error(
+                &ping,
+                &format!("{failed} of {} pings failed", all_reports.len()),
+            );
+        }
+        drop(ping);
+        let listed_now: HashSet<&str> = inputs.members().collect();
+        self.pinger.retain(&listed_now);
+
+        let transitions = members
+            .iter()
+            .filter(|m| view.liveness.is_live(m) != was_live.contains(*m))
+            .map(|m| (m.clone(), view.liveness.is_live(m)))
+            .collect();
+        let failures = all_reports
+            .into_iter()
+            .filter_map(|r| r.result.err().map(|e| (r.member, e)))
+            .collect();
+        let groups: Vec<(String, usize, usize)> = inputs
+            .groups
+            .iter()
+            .map(|g| {
+                let live = g.members.iter().filter(|m| view.keeps_units(m)).count();
+                (
+                    g.name.clone(),
+                    live,
+                    g.members.len() + g.malformed.len() - live,
+                )
+            })
+            .collect();
+        let cycle = Span::current();
+        cycle.record("members", groups.iter().map(|g| g.1 + g.2).sum::<usize>());
+        cycle.record("live", groups.iter().map(|g| g.1).sum::<usize>());
+        cycle.record("failed", groups.iter().map(|g| g.2).sum::<usize>());
+        cycle.record("units", inputs.units.len());
+        cycle.record(
+            "changed",
+            matches!(
+                write,
+                Write::Written {
+                    generation: Some(_)
+                }
+            ),
+        );
+        // On the cycle's span (and in the log) when a group's counts change,
+        // not every cycle.
+        for (group, live, failed) in &groups {
+            if !view
+                .groups
+                .iter()
+                .any(|g| g.0 == *group && (g.1, g.2) == (*live, *failed))
+            {
+                tracing::info!(group, live, failed, "group");
+            }
+        }
+        view.groups.clone_from(&groups);
+
+        let mut forgotten = Vec::new();
+        if let Some(after) = self.forget_after
+            && !matches!(write, Write::Fenced(_) | Write::NotActing)
+            && self.may_act()
+        {
+            let now = unix_ms();
+            let after_ms = after.as_millis() as u64;
+            let view = &view;
+            let failing_long = |m: &str| {
+                view.liveness.health(m).is_some_and(|h| {
+                    h.failing_since_ms
+                        .is_some_and(|s| now.saturating_sub(s) >= after_ms)
+                })
+            };
+            // Never in a group that is mostly failing (the holder's own network,
+            // or a mass outage), and never a suspect of a mass failure.
+            let pairs: Vec<(String, Vec<u8>)> = inputs
+                .groups
+                .iter()
+                .filter(|g| {
+                    !suspicion::mostly_failing(
+                        &g.members,
+                        |m| view.keeps_units(m),
+                        self.guard.percent,
+                    )
+                })
+                .flat_map(|g| {
+                    let members = g
+                        .members
+                        .iter()
+                        .filter(|m| failing_long(m) && !view.keeps_units(m))
+                        .map(|m| (g.name.clone(), m.as_bytes().to_vec()));
+                    let malformed = g
+                        .malformed
+                        .iter()
+                        .filter(|m| failing_long(&m.name))
+                        .map(|m| (g.name.clone(), m.raw.clone()));
+                    members.chain(malformed)
+                })
+                .collect();
+            if !pairs.is_empty() {
+                match self.store.forget_many(&self.grant, &pairs).await {
+                    Ok(removed) => {
+                        forgotten = removed
+                            .into_iter()
+                            .map(|(list, m)| (crate::core::inputs::excerpt(&m), list))
+                            .collect()
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not forget long-failing members"),
+                }
+            }
+        }
+
+        Ok(CycleReport {
+            epoch: self.grant.epoch,
+            inputs,
+            failures,
+            view,
+            transitions,
+            review,
+            groups,
+            write,
+            generation_floor,
+            forgotten,
+            in_flight: pending,
+            in_flight_members: pending_members,
+        })
+    }
+
+    /// Solves the table for what is known now and writes it (fenced) if it or
+    /// the liveness history changed.
+    async fn settle(
+        &self,
+        inputs: &Arc<Inputs>,
+        view: &mut HolderView,
+        stored_digest: &mut Option<String>,
+        generation_floor: &mut u64,
+    ) -> Write {
+        let key = inputs_key(inputs, |m| view.keeps_units(m));
+        let memo = match view.memo.take() {
+            Some(m) if m.key == key => m,
+            _ => {
+                let inp = Arc::clone(inputs);
+                let live: HashSet<String> = inputs
+                    .members()
+                    .filter(|m| view.keeps_units(m))
+                    .map(str::to_string)
+                    .collect();
+                let assign = info_span!(
+                    "assign",
+                    units = inputs.units.len(),
+                    groups = inputs.groups.len()
+                );
+                let table = tokio::task::spawn_blocking(move || {
+                    assign.in_scope(|| MatchingTable::solve(&inp, |m| live.contains(m)))
+                })
+                .await
+                .expect("solving the table does not panic");
+                Memo {
+                    key,
+                    table: Arc::new(table),
+                }
+            }
+        };
+        let table = memo.table.clone();
+        view.memo = Some(memo);
+        let digest = table.digest();
+        let table_changed = stored_digest.as_deref() != Some(digest);
+        if !table_changed && view.unsaved.is_empty() && view.unsaved_suspects.is_empty() {
+            return Write::Unchanged;
+        }
+        if !self.may_act() {
+            return Write::NotActing;
+        }
+        let commit = Commit {
+            table: table_changed.then_some(&*table),
+            health: &view.unsaved,
+            suspects: &view.unsaved_suspects,
+            generation_floor: *generation_floor,
+            holder_id: &self.replica_id,
+            now_ms: unix_ms(),
+        };
+        let span = info_span!(
+            "write_table",
+            epoch = self.grant.epoch,
+            table = table_changed,
+            rows = table.len(),
+            health_changes = view.unsaved.set.len() + view.unsaved.removed.len(),
+            generation = Empty,
+            otel.status_code = Empty,
+            otel.status_message = Empty,
+        );
+        match self
+            .store
+            .commit(&self.grant, &commit)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(Committed::Written { generation }) => {
+                if let Some(g) = generation {
+                    span.record("generation", g);
+                    Span::current().record("generation", g);
+                    *generation_floor = (*generation_floor).max(g);
+                    *stored_digest = Some(digest.to_string());
+                }
+                view.unsaved = HealthChanges::default();
+                view.unsaved_suspects = SuspectChanges::default();
+                Write::Written { generation }
+            }
+            Ok(Committed::Fenced { reason }) => {
+                mark_error(&span, &format!("fenced by redis: {reason}"));
+                Write::Fenced(reason)
+            }
+            Err(e) => {
+                mark_error(&span, &e.to_string());
+                Write::Failed(e)
+            }
+        }
+    }
+}
+
+/// Logs what the mass-failure guard did in one cycle.
+pub(super) fn log_review(review: &Review, view: &HolderView) {
+    for (group, failed, live_before) in &review.episodes {
+        tracing::warn!(
+            group,
+            failed = failed.len(),
+            live_before,
+            first = %failed.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(","),
+            "mass failure: most of a group failed at once; keeping their units until another replica confirms it or -mass-failure-confirm passes"
+        );
+    }
+    if !review.confirmed.is_empty() {
+        tracing::warn!(
+            confirmed = review.confirmed.len(),
+            first = %review.confirmed.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(","),
+            "mass failure confirmed: their units move"
+        );
+    }
+    if !review.cleared.is_empty() {
+        tracing::info!(
+            cleared = review.cleared.len(),
+            still_suspected = view.suspects.len(),
+            "suspects answer again (the failure was not theirs): their units stay"
+        );
+    }
+}
+
+/// How many lines a burst of similar events gets before one summary line.
+pub(super) const LOG_FIRST: usize = 5;
+
+/// `kind=count` pairs, sorted, for a summary line.
+pub(super) fn count_by<'a>(kinds: impl Iterator<Item = &'a str>) -> String {
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for k in kinds {
+        *counts.entry(k).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Identifies what the table depends on: the live members of each group and the
+/// units. Equal keys mean an equal table, so solving can be skipped.
+fn inputs_key(inputs: &Inputs, keeps_units: impl Fn(&str) -> bool) -> u128 {
+    let mut h = Xxh3::new();
+    let mut put = |tag: u8, s: &str| {
+        h.update(&[tag]);
+        h.update(&(s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    for g in &inputs.groups {
+        put(1, &g.name);
+        for m in g.members.iter().filter(|m| keeps_units(m)) {
+            put(2, m);
+        }
+    }
+    for u in &inputs.units {
+        put(3, u);
+    }
+    h.digest128()
+}
+
+/// Marks a span failed, for the trace view (`otel.status_code` is read by
+/// tracing-opentelemetry).
+pub(super) fn mark_error(span: &Span, message: &str) {
+    span.record("otel.status_code", "ERROR");
+    span.record("otel.status_message", message);
+}

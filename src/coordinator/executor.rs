@@ -1,0 +1,833 @@
+//! The executor: the IO around the pure [`Machine`]. One `tokio::select!` loop
+//! turns timers, call results, finished cycles, notifications and census views
+//! into [`Event`]s, steps the machine, and performs the [`Action`]s it returns:
+//! Redis calls and cycles run as their own tasks, so the loop never waits on
+//! IO and a slow call never holds up a renewal. It also keeps the books the
+//! machine does not need: status, metrics, logs and spans.
+//!
+//! ```text
+//!   timers ──┐                                   ┌──▶ Acquire/Renew/Release (tasks) ──┐
+//!   results ─┼─▶ Event ─▶ Machine::step(now) ─▶ Actions                                │
+//!   cycles ──┤                                   └──▶ StartCycle (task) ───────────────┤
+//!   notices ─┘◀──────────────────────────────────── results, as events ◀───────────────┘
+//! ```
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+use tracing::field::Empty;
+use tracing::{Instrument as _, Span, info_span};
+
+use super::cycle::{
+    CycleContext, CycleError, CycleReport, HolderView, InFlight, LOG_FIRST, Write, count_by,
+    log_review, mark_error,
+};
+use super::machine::{Action, CycleOutcome, CycleSummary, Event, Machine, Settings, Transition};
+use crate::config::Config;
+use crate::core::census::{self, Census, CensusView};
+use crate::core::inputs::Rejection;
+use crate::core::lease::{Acquisition, Claim, LeaseGrant, Renewal};
+use crate::core::status::{Role, Status};
+use crate::core::suspicion::Guard;
+use crate::edge::grpc::{PingFailure, Pinger};
+use crate::edge::redis::{ListLimits, Notification, Store};
+use crate::error::StoreError;
+use crate::ops::metrics::Metrics;
+use crate::unix_ms;
+
+/// A Redis call started for the machine, finished.
+enum Done {
+    Acquire(Result<Acquisition, StoreError>),
+    Renew {
+        sent_at: Instant,
+        epoch: u64,
+        result: Result<Renewal, StoreError>,
+    },
+    Release {
+        epoch: u64,
+        result: Result<bool, StoreError>,
+    },
+}
+
+/// What the executor keeps of the current holding (IO state the machine does
+/// not need): the members' view carried from cycle to cycle, pings still in
+/// flight, and the cycle in flight.
+struct Holding {
+    epoch: u64,
+    /// `None` until the first cycle inherits the last holder's view.
+    view: Option<HolderView>,
+    in_flight: InFlight,
+    in_flight_members: HashSet<String>,
+    cycle_started: Instant,
+    /// The span of the cycle in flight; closed when its results are taken.
+    cycle_span: Span,
+}
+
+pub(super) struct Executor {
+    config: Config,
+    store: Store,
+    pinger: Pinger,
+    status: watch::Sender<Status>,
+    metrics: Arc<Metrics>,
+    /// The lease's local deadline, for the cycle's last check before writing.
+    acts_until: watch::Sender<Instant>,
+    holding: Option<Holding>,
+    /// Fingerprints of the invalid entries already logged.
+    known_rejections: HashSet<u64>,
+    /// Redis trouble is logged once per streak, not once per retry.
+    read_failing: bool,
+    /// The last failed cycle's error: a streak of the same one is logged once.
+    last_cycle_error: Option<String>,
+    write_failing: bool,
+    acquire_failing: bool,
+}
+
+impl Executor {
+    pub(super) fn new(
+        config: Config,
+        store: Store,
+        pinger: Pinger,
+        status: watch::Sender<Status>,
+        metrics: Arc<Metrics>,
+    ) -> Executor {
+        Executor {
+            config,
+            store,
+            pinger,
+            status,
+            metrics,
+            acts_until: watch::channel(Instant::now()).0,
+            holding: None,
+            known_rejections: HashSet::new(),
+            read_failing: false,
+            last_cycle_error: None,
+            write_failing: false,
+            acquire_failing: false,
+        }
+    }
+
+    /// Changes the status and keeps the gauges in step with it.
+    fn update(&self, f: impl FnOnce(&mut Status)) {
+        self.status.send_modify(|s| {
+            f(s);
+            self.metrics.sync(s);
+        });
+    }
+
+    /// Counts a Redis error; a successful call marks Redis as reachable.
+    fn redis_result<T>(&self, r: &Result<T, StoreError>) {
+        match r {
+            Ok(_) => self.update(|s| s.redis_ok_at = Some(Instant::now())),
+            Err(e) => self.metrics.redis_error(e.kind()),
+        }
+    }
+
+    pub(super) async fn run(mut self, cancel: CancellationToken) {
+        let keys = self.store.keys().clone();
+        let channels = vec![keys.lease_channel.clone(), keys.table_channel.clone()];
+        let mut notifications = self.store.subscribe(channels.clone(), cancel.child_token());
+        // Background steps that must never hold up a renewal report back here.
+        let (census_tx, mut census_rx) = mpsc::channel(4);
+        let _census = AbortOnDrop(tokio::spawn(census_task(
+            self.store.clone(),
+            self.config.replica_id.clone(),
+            self.config.census_interval,
+            census_tx,
+        )));
+        let (floor_tx, mut floor_rx) = mpsc::channel(1);
+        let (hint_tx, hint_rx) = mpsc::channel(1);
+        let _floors = AbortOnDrop(tokio::spawn(generation_task(
+            self.store.clone(),
+            hint_rx,
+            floor_tx,
+        )));
+        if self.config.redis_wait_replicas == 0 {
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                if let Some(n) = store.connected_replicas().await.filter(|n| *n > 0) {
+                    tracing::warn!(
+                        replicas = n,
+                        "redis has replicas but -redis-wait-replicas is 0: a failover of redis \
+                         can lose the lease and let two replicas act for up to one TTL"
+                    );
+                }
+            });
+        }
+
+        let settings = Settings {
+            lease: self.config.lease,
+            poll_interval: self.config.poll_interval,
+        };
+        let mut machine = Machine::new(settings, Instant::now());
+        let mut calls: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
+        let mut cycle: Option<JoinHandle<Result<CycleReport, CycleError>>> = None;
+        let mut shutting_down = false;
+        tracing::info!(replica = %self.config.replica_id, table = %keys.table, "replica started as standby");
+
+        loop {
+            // Liveness for /healthz: this loop still turns. Written without
+            // waking the status receivers.
+            self.status.send_if_modified(|s| {
+                s.heartbeat = Some(Instant::now());
+                false
+            });
+            let wake = machine.next_wake();
+            let event = tokio::select! {
+                biased;
+                _ = cancel.cancelled(), if !shutting_down => {
+                    shutting_down = true;
+                    Event::Shutdown
+                }
+                Some(done) = calls.next() => self.done(done),
+                r = join(&mut cycle), if cycle.is_some() => {
+                    cycle = None;
+                    match self.finish_cycle(r) {
+                        Some(summary) => Event::CycleDone(summary),
+                        None => continue,
+                    }
+                }
+                _ = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => Event::Tick,
+                n = notifications.recv() => match n {
+                    Some(Notification::Message(ch, payload)) if ch == keys.lease_channel => {
+                        Event::ReleaseNotice { epoch: payload.parse().ok() }
+                    }
+                    // A table write by some holder, or a new subscription (a
+                    // write may have been missed): a hint to re-read the
+                    // generation from Redis. Its payload is never trusted.
+                    Some(_) => {
+                        let _ = hint_tx.try_send(());
+                        continue;
+                    }
+                    None => {
+                        // The subscriber task ended without being cancelled (it
+                        // never should): subscribe again rather than stop.
+                        tracing::error!("the notification subscription ended; subscribing again");
+                        notifications = self.store.subscribe(channels.clone(), cancel.child_token());
+                        continue;
+                    }
+                },
+                Some(step) = census_rx.recv() => {
+                    self.redis_result(&step);
+                    match step {
+                        Ok(Some(view)) => {
+                            self.update(|s| s.census = Some(view));
+                            Event::Census(view)
+                        }
+                        _ => continue,
+                    }
+                }
+                Some(floor) = floor_rx.recv() => {
+                    self.redis_result(&floor);
+                    match floor {
+                        Ok(g) => Event::Generation(g),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "could not re-read the generation");
+                            continue;
+                        }
+                    }
+                }
+            };
+            let actions = machine.step(event, Instant::now());
+            for action in actions {
+                match action {
+                    Action::Stop => {
+                        tracing::info!(replica = %self.config.replica_id, "replica stopped");
+                        return;
+                    }
+                    Action::AbortCycle => {
+                        if let Some(c) = cycle.take() {
+                            c.abort();
+                        }
+                    }
+                    Action::StartCycle {
+                        grant,
+                        acts_until,
+                        generation_floor,
+                    } => {
+                        self.acts_until.send_replace(acts_until);
+                        cycle = Some(self.start_cycle(grant, generation_floor));
+                    }
+                    other => self.perform(other, &mut calls),
+                }
+            }
+            let floor = machine.generation_floor();
+            if floor > self.status.borrow().generation {
+                self.update(|s| s.generation = floor);
+            }
+        }
+    }
+
+    /// Performs an action that needs no loop state.
+    fn perform(&mut self, action: Action, calls: &mut FuturesUnordered<BoxFuture<'static, Done>>) {
+        match action {
+            Action::Acquire {
+                epoch_floor,
+                generation_floor,
+            } => {
+                let (store, timing) = (self.store.clone(), self.config.lease);
+                let (id, threshold) = (
+                    self.config.replica_id.clone(),
+                    self.config.failure_threshold,
+                );
+                calls.push(Box::pin(async move {
+                    let claim = Claim {
+                        ttl: timing.ttl,
+                        epoch_floor,
+                        generation_floor,
+                        holder_id: &id,
+                        now_ms: unix_ms(),
+                        failure_threshold: threshold,
+                    };
+                    Done::Acquire(store.acquire(&claim).await)
+                }));
+            }
+            Action::Renew {
+                grant,
+                budget,
+                sent_at,
+            } => {
+                let (store, ttl) = (self.store.clone(), self.config.lease.ttl);
+                calls.push(Box::pin(async move {
+                    let result = store.renew(&grant, ttl, budget).await;
+                    Done::Renew {
+                        sent_at,
+                        epoch: grant.epoch,
+                        result,
+                    }
+                }));
+            }
+            Action::Release { grant } => {
+                let store = self.store.clone();
+                calls.push(Box::pin(async move {
+                    let result = store.release(&grant).await;
+                    Done::Release {
+                        epoch: grant.epoch,
+                        result,
+                    }
+                }));
+            }
+            Action::ActsUntil(at) => {
+                self.acts_until.send_replace(at);
+            }
+            Action::BecameHolder { epoch } => {
+                self.metrics.lease("acquired");
+                lease_span(&self.config.replica_id, "acquired", epoch).in_scope(|| {
+                    tracing::info!(replica = %self.config.replica_id, epoch, "lease acquired; acting as holder")
+                });
+                self.holding = Some(Holding {
+                    epoch,
+                    view: None,
+                    in_flight: InFlight::new(),
+                    in_flight_members: HashSet::new(),
+                    cycle_started: Instant::now(),
+                    cycle_span: Span::none(),
+                });
+                self.update(|s| {
+                    s.lease_problem = None;
+                    s.role = Role::Holder;
+                    s.epoch = epoch;
+                    s.holder = Some(self.config.replica_id.clone());
+                    s.lease_acquisitions += 1;
+                });
+            }
+            Action::SteppedDown {
+                epoch,
+                transition,
+                detail,
+            } => {
+                self.metrics.lease(transition.label());
+                let why = match transition {
+                    Transition::Lapsed => "could not renew the lease within the renew deadline",
+                    Transition::Lost => detail.unwrap_or("the lease is someone else's"),
+                    Transition::Fenced => "a write was fenced by redis",
+                    Transition::Abdicated => {
+                        "most of a group failed at once, which this replica's own network may \
+                         cause: handing the lease over so that another replica can confirm"
+                    }
+                    Transition::Released => "shutting down",
+                };
+                lease_span(&self.config.replica_id, transition.label(), epoch).in_scope(|| {
+                    if transition == Transition::Released {
+                        tracing::info!(replica = %self.config.replica_id, epoch, "releasing the lease")
+                    } else {
+                        tracing::warn!(replica = %self.config.replica_id, epoch, reason = why, "stepping down to standby")
+                    }
+                });
+                self.holding = None;
+                // A standby pings nobody: drop the cached connections to members.
+                self.pinger.retain(&HashSet::new());
+                self.update(|s| {
+                    s.role = Role::Standby;
+                    s.holder = None;
+                });
+            }
+            Action::SawHolder {
+                holder,
+                epoch,
+                generation,
+                foreign,
+            } => {
+                if let Some(why) = &foreign
+                    && self.status.borrow().lease_problem.as_ref() != Some(why)
+                {
+                    self.metrics.lease("foreign");
+                    tracing::warn!(
+                        key = %self.store.keys().lease,
+                        problem = %why,
+                        "the lease key was not written by a replica; it was given a TTL and will lapse"
+                    );
+                }
+                self.update(|s| {
+                    s.holder = (!holder.is_empty()).then(|| holder.clone());
+                    s.epoch = epoch;
+                    bump(&mut s.generation, generation);
+                    s.lease_problem = foreign.clone();
+                });
+            }
+            Action::Stop | Action::AbortCycle | Action::StartCycle { .. } => {
+                unreachable!("handled by the loop")
+            }
+        }
+    }
+
+    /// Turns a finished call into the machine's event, logging and counting.
+    fn done(&mut self, done: Done) -> Event {
+        match done {
+            Done::Acquire(result) => {
+                self.redis_result(&result);
+                match result {
+                    Ok(a) => {
+                        if std::mem::take(&mut self.acquire_failing) {
+                            tracing::info!("redis reachable again");
+                        }
+                        Event::Acquired(Ok(a))
+                    }
+                    Err(e) => {
+                        if !std::mem::replace(&mut self.acquire_failing, true) || !e.is_retryable()
+                        {
+                            tracing::warn!(error = %e, kind = e.kind(), "lease acquisition failed; retrying every retry interval");
+                        }
+                        if !e.is_retryable() {
+                            self.update(|s| s.last_error = Some(e.to_string()));
+                        }
+                        Event::Acquired(Err(()))
+                    }
+                }
+            }
+            Done::Renew {
+                sent_at,
+                epoch,
+                result,
+            } => {
+                self.redis_result(&result);
+                if let Err(e) = &result {
+                    let span = lease_span(&self.config.replica_id, "renew_failed", epoch);
+                    mark_error(&span, &e.to_string());
+                    span.in_scope(|| {
+                        tracing::warn!(error = %e, kind = e.kind(), epoch, "lease renewal failed; retrying until the renew deadline")
+                    });
+                }
+                Event::Renewed {
+                    sent_at,
+                    result: result.map_err(|_| ()),
+                }
+            }
+            Done::Release { epoch, result } => {
+                self.redis_result(&result);
+                match result {
+                    Ok(true) => {
+                        lease_span(&self.config.replica_id, "released", epoch)
+                            .in_scope(|| tracing::info!(epoch, "lease released"));
+                    }
+                    Ok(false) => tracing::info!(epoch, "lease was no longer ours"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, epoch, "could not release the lease; it will lapse")
+                    }
+                }
+                Event::ReleaseDone
+            }
+        }
+    }
+
+    /// Starts one holder cycle as its own task.
+    fn start_cycle(
+        &mut self,
+        grant: LeaseGrant,
+        generation_floor: u64,
+    ) -> JoinHandle<Result<CycleReport, CycleError>> {
+        let h = self.holding.as_mut().expect("a cycle starts while holding");
+        h.cycle_started = Instant::now();
+        h.cycle_span = info_span!(
+            "cycle",
+            replica = %self.config.replica_id,
+            epoch = grant.epoch,
+            members = Empty,
+            live = Empty,
+            failed = Empty,
+            units = Empty,
+            changed = Empty,
+            generation = Empty,
+            otel.status_code = Empty,
+            otel.status_message = Empty,
+        );
+        let ctx = CycleContext {
+            store: self.store.clone(),
+            pinger: self.pinger.clone(),
+            metrics: self.metrics.clone(),
+            services: self.config.services_namespaces.clone(),
+            units_key: self.config.workunits_namespace.clone(),
+            limits: ListLimits {
+                entries: self.config.max_list_entries,
+                bytes: self.config.max_list_bytes,
+            },
+            replica_id: self.config.replica_id.clone(),
+            forget_after: self.config.forget_after,
+            grant,
+            acts_until: self.acts_until.subscribe(),
+            generation_floor,
+            carried: std::mem::take(&mut h.in_flight),
+            carried_members: std::mem::take(&mut h.in_flight_members),
+            guard: Guard {
+                percent: self.config.mass_failure_percent,
+                confirm_ms: self.config.mass_failure_confirm.as_millis() as u64,
+            },
+            failure_threshold: self.config.failure_threshold,
+        };
+        let task = ctx.run(h.view.clone()).instrument(h.cycle_span.clone());
+        tokio::spawn(task)
+    }
+
+    /// Takes a finished cycle's results into the books (status, metrics,
+    /// logs) and the holding's view, and summarises it for the machine.
+    /// `None` when the cycle belongs to no current holding.
+    fn finish_cycle(&mut self, report: Result<CycleReport, CycleError>) -> Option<CycleSummary> {
+        let h = self.holding.as_mut()?;
+        let took = h.cycle_started.elapsed();
+        let epoch = h.epoch;
+        // Closed (and exported) when this function returns.
+        let span = std::mem::replace(&mut h.cycle_span, Span::none());
+        // A cycle whose reads worked but whose write failed did not reach
+        // Redis as it should: it refreshes nothing and counts as a failure.
+        match &report {
+            Ok(r) => match &r.write {
+                Write::Failed(e) => self.metrics.redis_error(e.kind()),
+                _ => self.redis_result(&Ok::<(), StoreError>(())),
+            },
+            Err(CycleError::Read(e)) => self.metrics.redis_error(e.kind()),
+            Err(CycleError::Inputs { .. }) => self.redis_result(&Ok::<(), StoreError>(())),
+        }
+        let report = match report {
+            Ok(r) => {
+                if std::mem::take(&mut self.read_failing) {
+                    tracing::info!("cycles recovered");
+                }
+                self.last_cycle_error = None;
+                r
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if self.last_cycle_error.as_deref() != Some(text.as_str()) {
+                    span.in_scope(|| {
+                        tracing::warn!(error = %e, kind = e.kind(), "cycle skipped; keeping the last table")
+                    });
+                }
+                self.last_cycle_error = Some(text);
+                self.read_failing = true;
+                let outcome = match e {
+                    CycleError::Read(_) => "read_error",
+                    CycleError::Inputs { .. } => "input_error",
+                };
+                self.metrics.cycle(outcome, took);
+                self.update(|s| {
+                    s.failed_cycles += 1;
+                    s.last_error = Some(e.to_string());
+                });
+                return Some(CycleSummary {
+                    epoch,
+                    outcome: CycleOutcome::Skipped,
+                    generation_floor: 0,
+                    new_mass_failure: false,
+                });
+            }
+        };
+        if report.epoch != epoch {
+            return None;
+        }
+        span.in_scope(|| self.log_inputs(&report));
+        span.in_scope(|| log_review(&report.review, &report.view));
+        let new_mass_failure = report.review.new_episode();
+        let h = self.holding.as_mut().expect("checked above");
+        h.in_flight = report.in_flight;
+        h.in_flight_members = report.in_flight_members;
+        let table = report.view.memo.as_ref().expect("settled").table.clone();
+        let suspects = report.view.suspects.len();
+        h.view = Some(report.view);
+        for (member, list) in &report.forgotten {
+            span.in_scope(|| {
+                tracing::info!(member, list, "forgot a long-failing member (-forget-after)")
+            });
+        }
+        let outcome = match report.write {
+            Write::Unchanged => CycleOutcome::Unchanged,
+            Write::NotActing => CycleOutcome::NotActing,
+            Write::Written { generation: None } => CycleOutcome::Written { table: false },
+            Write::Written {
+                generation: Some(g),
+            } => {
+                self.metrics.table_writes.inc();
+                let bytes: usize = table.rows().iter().map(|(m, v)| m.len() + v.len()).sum();
+                self.metrics.table_bytes.set(bytes as u64);
+                span.in_scope(|| {
+                    tracing::info!(
+                        epoch,
+                        generation = g,
+                        members = table.len(),
+                        assignments = table.assignments(),
+                        units = report.inputs.units.len(),
+                        "matching table written"
+                    )
+                });
+                self.update(|s| {
+                    bump(&mut s.generation, g);
+                    s.last_write_ms = Some(unix_ms());
+                    s.table_writes += 1;
+                });
+                CycleOutcome::Written { table: true }
+            }
+            Write::Fenced(reason) => {
+                self.metrics.fenced_writes.inc();
+                self.update(|s| s.fenced_writes += 1);
+                span.in_scope(|| {
+                    tracing::warn!(
+                        epoch,
+                        reason,
+                        "table write rejected by redis: this replica is no longer the holder"
+                    )
+                });
+                CycleOutcome::Fenced
+            }
+            Write::Failed(e) => {
+                if !self.write_failing || !e.is_retryable() {
+                    span.in_scope(|| tracing::warn!(error = %e, kind = e.kind(), "table write failed; keeping the last table and retrying next cycle"));
+                }
+                self.write_failing = true;
+                self.metrics.cycle("write_error", took);
+                self.update(|s| {
+                    s.cycles += 1;
+                    s.failed_cycles += 1;
+                    s.last_error = Some(e.to_string());
+                });
+                return Some(CycleSummary {
+                    epoch,
+                    outcome: CycleOutcome::Failed,
+                    generation_floor: report.generation_floor,
+                    new_mass_failure,
+                });
+            }
+        };
+        if outcome != CycleOutcome::Fenced {
+            if std::mem::take(&mut self.write_failing) {
+                tracing::info!("table writes recovered");
+            }
+            self.metrics.cycle("ok", took);
+            let by_kind = ["unit", "address", "duplicate_member"]
+                .into_iter()
+                .map(|k| {
+                    let n = report
+                        .inputs
+                        .rejections
+                        .iter()
+                        .filter(|r| r.kind() == k)
+                        .count();
+                    (k, n)
+                })
+                .collect();
+            self.update(|s| {
+                s.cycles += 1;
+                s.last_error = None;
+                s.units = report.inputs.units.len();
+                s.invalid_inputs = report.inputs.rejections.len();
+                s.invalid_by_kind = by_kind;
+                s.groups = report.groups;
+                s.suspects = suspects;
+            });
+        }
+        Some(CycleSummary {
+            epoch,
+            outcome,
+            generation_floor: report.generation_floor,
+            new_mass_failure,
+        })
+    }
+
+    /// Logs what changed in the inputs and in liveness, summarised: a burst
+    /// (100,000 bad units, 10,000 members failing at once) gives the first
+    /// few lines and one count, and a state that persists is not repeated.
+    fn log_inputs(&mut self, report: &CycleReport) {
+        let fingerprint = |r: &Rejection| xxhash_rust::xxh3::xxh3_64(r.to_string().as_bytes());
+        let current: HashSet<u64> = report.inputs.rejections.iter().map(fingerprint).collect();
+        let new: Vec<&Rejection> = report
+            .inputs
+            .rejections
+            .iter()
+            .filter(|r| !self.known_rejections.contains(&fingerprint(r)))
+            .collect();
+        for r in new.iter().take(LOG_FIRST) {
+            tracing::warn!(kind = r.kind(), "invalid input: {r}");
+        }
+        if new.len() > LOG_FIRST {
+            let by_kind = count_by(new.iter().map(|r| r.kind()));
+            tracing::warn!(
+                more = new.len() - LOG_FIRST,
+                by_kind,
+                total_invalid = current.len(),
+                "more new invalid inputs (only the first {LOG_FIRST} are logged)"
+            );
+        }
+        self.known_rejections = current;
+
+        let reasons: std::collections::HashMap<&str, &PingFailure> = report
+            .failures
+            .iter()
+            .map(|(m, f)| (m.as_str(), f))
+            .collect();
+        let (back, failing): (Vec<_>, Vec<_>) =
+            report.transitions.iter().partition(|(_, live)| *live);
+        for (member, _) in back.iter().take(LOG_FIRST) {
+            tracing::info!(member, "member answers: it gets work");
+        }
+        if back.len() > LOG_FIRST {
+            tracing::info!(
+                more = back.len() - LOG_FIRST,
+                "more members answer again (only the first {LOG_FIRST} are logged)"
+            );
+        }
+        for (member, _) in failing.iter().take(LOG_FIRST) {
+            let reason = reasons
+                .get(member.as_str())
+                .map(|f| f.to_string())
+                .unwrap_or_default();
+            tracing::warn!(member, reason, "member failing: its work is redistributed");
+        }
+        if failing.len() > LOG_FIRST {
+            let by_reason = count_by(
+                failing
+                    .iter()
+                    .map(|(m, _)| reasons.get(m.as_str()).map_or("unknown", |f| f.reason())),
+            );
+            tracing::warn!(
+                more = failing.len() - LOG_FIRST,
+                by_reason,
+                "more members failing (only the first {LOG_FIRST} are logged)"
+            );
+        }
+    }
+}
+
+/// A short span for one lease transition, so it shows in the trace view.
+fn lease_span(replica: &str, transition: &'static str, epoch: u64) -> Span {
+    info_span!(
+        "lease",
+        replica,
+        transition,
+        epoch,
+        otel.status_code = Empty,
+        otel.status_message = Empty
+    )
+}
+
+/// Aborts a background task when its owner goes away (also on panic).
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The census (seed 002), as its own task so that a slow Redis never holds up
+/// a lease renewal: one step per scheduled instant, each numbered by the
+/// instant it was scheduled for (see [`census::Schedule`]). Reports every
+/// step's outcome, and the view when one is emitted.
+async fn census_task(
+    store: Store,
+    replica_id: String,
+    interval: Duration,
+    out: mpsc::Sender<Result<Option<CensusView>, StoreError>>,
+) {
+    let schedule = census::Schedule::new(interval, census::random_skew(interval));
+    let mut census = Census::default();
+    let mut last = 0;
+    loop {
+        let now = unix_ms();
+        let at = schedule.next_after(now.max(last));
+        tokio::time::sleep(Duration::from_millis(at - now)).await;
+        last = at;
+        let number = schedule.number(at);
+        let report = match census.current() {
+            Some(v) => format!("{} {} {} {}", v.index, v.replicas, unix_ms(), v.interval),
+            None => format!("- - {}", unix_ms()),
+        };
+        let step = store
+            .census_step(number, interval, &replica_id, &report)
+            .await
+            .map(|reply| {
+                let before = census.current();
+                let view = census.step(number, reply)?;
+                if before.map(|b| (b.index, b.replicas)) != Some((view.index, view.replicas)) {
+                    info_span!("census", replica = %replica_id, index = view.index, replicas = view.replicas)
+                        .in_scope(|| tracing::info!(index = view.index, replicas = view.replicas, "census changed"));
+                }
+                Some(view)
+            });
+        if let Err(e) = &step {
+            tracing::debug!(error = %e, "census step failed");
+        }
+        if out.send(step).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Re-reads the stored generation on each hint (a table-change notification),
+/// so that a standby's floor follows every write without trusting what was
+/// published.
+async fn generation_task(
+    store: Store,
+    mut hints: mpsc::Receiver<()>,
+    out: mpsc::Sender<Result<u64, StoreError>>,
+) {
+    while hints.recv().await.is_some() {
+        if out.send(store.read_generation().await).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn bump(slot: &mut u64, value: u64) -> bool {
+    let changed = value > *slot;
+    *slot = (*slot).max(value);
+    changed
+}
+
+async fn join<T>(handle: &mut Option<JoinHandle<T>>) -> T
+where
+    T: Send + 'static,
+{
+    match handle {
+        Some(h) => match h.await {
+            Ok(v) => v,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}

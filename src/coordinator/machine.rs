@@ -1,0 +1,564 @@
+//! The coordinator's decisions, as a pure state machine: [`Machine::step`]
+//! takes an [`Event`] and the current instant and returns the [`Action`]s to
+//! perform. No IO, no clock read: the executor (`executor.rs`) performs the
+//! actions, feeds their results back as events, and calls
+//! [`Machine::step`] with [`Event::Tick`] at [`Machine::next_wake`].
+//!
+//! ```text
+//!                      Tick ≥ next_attempt: Acquire
+//!   ┌──────────┐ ───────────────────────────────▶ ┌───────────┐
+//!   │ Standby  │ ◀──── Acquired(Held | error) ─── │ Acquiring │
+//!   └──────────┘                                  └───────────┘
+//!     ▲  ▲  ▲ lost / fenced                             │ Acquired(grant)
+//!     │  │  └──────────────────────┐                    ▼
+//!     │  │ lapsed / abdicated:     │ ┌──────────────────────────────────────┐
+//!     │  │ Release                 └─│ Holder: Renew every renew interval,  │
+//!     │  └───────────────────────────│ StartCycle every poll interval while │
+//!     │                              │ the lease is locally valid           │
+//!     │                              └──────────────────────────────────────┘
+//!     │ Shutdown (holder: AbortCycle, Release) ─▶ Stopping ─▶ Released ─▶ Stop
+//! ```
+//!
+//! Guarantees, checked by the property tests below over random event
+//! sequences:
+//! - it starts a cycle only while holding a lease that is valid locally
+//!   (`now < acts_until`), and never has two cycles, two renewals or two
+//!   acquisitions in flight;
+//! - it steps down no later than the instant its lease stops being valid
+//!   locally, which is before Redis can expire it (`acts_until = last renewal
+//!   sent + renew deadline < sent + TTL`), provided it is woken at
+//!   [`Machine::next_wake`];
+//! - epoch and generation floors never go backwards;
+//! - a lease it gives up on its own (lapsed, handed over, shutdown) is always
+//!   released, which wakes the standbys; shutdown stops only after that.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::core::census::CensusView;
+use crate::core::lease::{self, Acquisition, HeldLease, LeaseGrant, LeaseTiming, Renewal};
+
+/// What the machine needs to know of the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    pub lease: LeaseTiming,
+    pub poll_interval: Duration,
+}
+
+/// Why a holder stops holding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Could not renew within the renew deadline.
+    Lapsed,
+    /// Redis says the lease is someone else's.
+    Lost,
+    /// Redis refused a write: the lease moved on.
+    Fenced,
+    /// Most of a group failed at once: handed over so another replica can confirm.
+    Abdicated,
+    /// Graceful shutdown.
+    Released,
+}
+
+impl Transition {
+    /// The label in metrics (`lease_transitions_total{transition}`) and spans.
+    pub fn label(self) -> &'static str {
+        match self {
+            Transition::Lapsed => "lapsed",
+            Transition::Lost => "lost",
+            Transition::Fenced => "fenced",
+            Transition::Abdicated => "abdicated",
+            Transition::Released => "released",
+        }
+    }
+
+    /// Whether the lease may still be ours in Redis, so that it must be
+    /// released for the standbys not to wait out its TTL.
+    fn releases(self) -> bool {
+        matches!(
+            self,
+            Transition::Lapsed | Transition::Abdicated | Transition::Released
+        )
+    }
+}
+
+/// How a holder cycle ended, as far as the machine cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CycleSummary {
+    /// The epoch of the holding that started the cycle.
+    pub epoch: u64,
+    pub outcome: CycleOutcome,
+    /// The highest generation the cycle saw (stored, or written).
+    pub generation_floor: u64,
+    /// The cycle recorded a new mass failure (see `core::suspicion`).
+    pub new_mass_failure: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CycleOutcome {
+    /// Read failed or inputs were unusable: nothing written.
+    Skipped,
+    /// Nothing to write.
+    Unchanged,
+    /// The lease was no longer valid locally when it was time to write.
+    NotActing,
+    /// Written; `table` when the table itself was (not only liveness).
+    Written { table: bool },
+    /// Redis refused the write: the lease moved on.
+    Fenced,
+    /// The write failed (an error, not a refusal).
+    Failed,
+}
+
+/// An input to the machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A timer fired: the executor sends it at [`Machine::next_wake`].
+    Tick,
+    /// The result of [`Action::Acquire`]; `Err` for an error (logged by the
+    /// executor).
+    Acquired(Result<Acquisition, ()>),
+    /// The result of [`Action::Renew`], sent at `sent_at`.
+    Renewed {
+        sent_at: Instant,
+        result: Result<Renewal, ()>,
+    },
+    /// A cycle started by [`Action::StartCycle`] finished.
+    CycleDone(CycleSummary),
+    /// A holder released the lease (a `{T}:released` message; its payload, the
+    /// epoch, is only a hint: it may be forged, and at worst makes a standby
+    /// try at once or not).
+    ReleaseNotice { epoch: Option<u64> },
+    /// The generation re-read from Redis after a change notification.
+    Generation(u64),
+    /// The census emitted a view.
+    Census(CensusView),
+    /// A release started by the machine finished (successfully or not).
+    ReleaseDone,
+    /// Stop: hand the lease over and end.
+    Shutdown,
+}
+
+/// An effect for the executor to perform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Try to take the lease; answer with [`Event::Acquired`].
+    Acquire {
+        epoch_floor: u64,
+        generation_floor: u64,
+    },
+    /// Extend the lease within `budget`; answer with [`Event::Renewed`]
+    /// carrying `sent_at` (the lease counts from it).
+    Renew {
+        grant: LeaseGrant,
+        budget: Duration,
+        sent_at: Instant,
+    },
+    /// Give the lease back (fenced by its token); answer with
+    /// [`Event::ReleaseDone`].
+    Release { grant: LeaseGrant },
+    /// Run one holder cycle that may write until `acts_until`; answer with
+    /// [`Event::CycleDone`].
+    StartCycle {
+        grant: LeaseGrant,
+        acts_until: Instant,
+        generation_floor: u64,
+    },
+    /// Drop the cycle in flight: its results are void.
+    AbortCycle,
+    /// The lease's local deadline moved (a renewal): writes must stop then.
+    ActsUntil(Instant),
+    /// This replica now holds the lease.
+    BecameHolder { epoch: u64 },
+    /// This replica stopped holding.
+    SteppedDown {
+        epoch: u64,
+        transition: Transition,
+        /// For a lost lease: what Redis said.
+        detail: Option<&'static str>,
+    },
+    /// An attempt found the lease held (or foreign).
+    SawHolder {
+        holder: String,
+        epoch: u64,
+        generation: u64,
+        foreign: Option<String>,
+    },
+    /// Everything is handed over: end the loop.
+    Stop,
+}
+
+/// Where the replica is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    Standby {
+        next_attempt: Instant,
+    },
+    /// An acquisition is in flight, sent at `sent_at`.
+    Acquiring {
+        sent_at: Instant,
+    },
+    Holder(Holder),
+    /// Shutdown: waiting for the releases in flight (and for an acquisition
+    /// in flight, to release what it may bring).
+    Stopping {
+        acquiring: bool,
+    },
+    Stopped,
+}
+
+/// A holding: the lease and what is in flight on its behalf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub lease: HeldLease,
+    /// The send instant of the renewal in flight.
+    renewing: Option<Instant>,
+    /// Whether a cycle is running.
+    cycling: bool,
+    next_cycle: Instant,
+}
+
+/// One replica's coordinator state.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    settings: Settings,
+    phase: Phase,
+    epoch_floor: u64,
+    generation_floor: u64,
+    /// The epoch this replica last released, to ignore its own notice.
+    released_epoch: Option<u64>,
+    /// Replicas counted by the last census view, if any.
+    replicas: Option<u64>,
+    /// Releases sent and not finished: shutdown waits for them.
+    releasing: u32,
+}
+
+impl Machine {
+    /// A standby that tries to acquire at `now`.
+    pub fn new(settings: Settings, now: Instant) -> Machine {
+        Machine {
+            settings,
+            phase: Phase::Standby { next_attempt: now },
+            epoch_floor: 0,
+            generation_floor: 0,
+            released_epoch: None,
+            replicas: None,
+            releasing: 0,
+        }
+    }
+
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// The held lease, while holding.
+    pub fn holding(&self) -> Option<&HeldLease> {
+        match &self.phase {
+            Phase::Holder(h) => Some(&h.lease),
+            _ => None,
+        }
+    }
+
+    /// Whether this replica may act (write) at `now`.
+    pub fn may_act(&self, now: Instant) -> bool {
+        self.holding().is_some_and(|l| l.may_act(now))
+    }
+
+    pub fn epoch_floor(&self) -> u64 {
+        self.epoch_floor
+    }
+
+    pub fn generation_floor(&self) -> u64 {
+        self.generation_floor
+    }
+
+    /// When the executor must send [`Event::Tick`] next (`None`: only other
+    /// events can move the machine on).
+    pub fn next_wake(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Standby { next_attempt } => Some(*next_attempt),
+            Phase::Holder(h) => {
+                let mut wake = h.lease.acts_until();
+                if h.renewing.is_none() {
+                    wake = wake.min(h.lease.next_renewal());
+                }
+                if !h.cycling {
+                    wake = wake.min(h.next_cycle);
+                }
+                Some(wake)
+            }
+            Phase::Acquiring { .. } | Phase::Stopping { .. } | Phase::Stopped => None,
+        }
+    }
+
+    /// Takes one event at `now`; returns what to do.
+    pub fn step(&mut self, event: Event, now: Instant) -> Vec<Action> {
+        let mut out = Vec::new();
+        let mut phase = std::mem::replace(&mut self.phase, Phase::Stopped);
+        // Whatever the event, a holder past its local deadline stops acting
+        // first (a renewal that brings it back in time is applied below).
+        if let Phase::Holder(h) = &phase
+            && !h.lease.may_act(now)
+            && !matches!(event, Event::Renewed { .. })
+        {
+            if h.cycling {
+                out.push(Action::AbortCycle);
+            }
+            phase = self.step_down(&h.lease.clone(), Transition::Lapsed, None, now, &mut out);
+        }
+        self.phase = match (phase, event) {
+            (Phase::Stopped, _) => Phase::Stopped,
+
+            // Floors and views arrive in any phase.
+            (phase, Event::Generation(g)) => {
+                self.generation_floor = self.generation_floor.max(g);
+                phase
+            }
+            (phase, Event::Census(view)) => {
+                self.replicas = Some(view.replicas);
+                phase
+            }
+
+            // Shutdown.
+            (phase, Event::ReleaseDone) => {
+                self.releasing = self.releasing.saturating_sub(1);
+                match phase {
+                    Phase::Stopping { acquiring: false } if self.releasing == 0 => {
+                        out.push(Action::Stop);
+                        Phase::Stopped
+                    }
+                    phase => phase,
+                }
+            }
+            (Phase::Holder(h), Event::Shutdown) => {
+                if h.cycling {
+                    out.push(Action::AbortCycle);
+                }
+                self.give_up(&h.lease, Transition::Released, None, &mut out);
+                Phase::Stopping { acquiring: false }
+            }
+            (Phase::Acquiring { .. }, Event::Shutdown) => Phase::Stopping { acquiring: true },
+            (Phase::Standby { .. }, Event::Shutdown) if self.releasing > 0 => {
+                Phase::Stopping { acquiring: false }
+            }
+            (Phase::Standby { .. }, Event::Shutdown) => {
+                out.push(Action::Stop);
+                Phase::Stopped
+            }
+            (phase @ Phase::Stopping { .. }, Event::Shutdown) => phase,
+            (Phase::Stopping { acquiring: true }, Event::Acquired(result)) => {
+                // Taken while stopping: hand it straight back.
+                if let Ok(Acquisition::Acquired(grant)) = result {
+                    self.epoch_floor = self.epoch_floor.max(grant.epoch);
+                    self.released_epoch = Some(grant.epoch);
+                    self.releasing += 1;
+                    out.push(Action::Release { grant });
+                }
+                if self.releasing == 0 {
+                    out.push(Action::Stop);
+                    Phase::Stopped
+                } else {
+                    Phase::Stopping { acquiring: false }
+                }
+            }
+            (phase @ Phase::Stopping { .. }, _) => phase,
+
+            // Standby.
+            (Phase::Standby { next_attempt }, Event::Tick) if now >= next_attempt => {
+                out.push(Action::Acquire {
+                    epoch_floor: self.epoch_floor,
+                    generation_floor: self.generation_floor,
+                });
+                Phase::Acquiring { sent_at: now }
+            }
+            (Phase::Standby { next_attempt }, Event::ReleaseNotice { epoch }) => {
+                // Our own release is no reason to come back at once: that
+                // would spin if whatever made us step down persists.
+                if epoch.is_some() && epoch == self.released_epoch {
+                    Phase::Standby { next_attempt }
+                } else {
+                    Phase::Standby { next_attempt: now }
+                }
+            }
+            (phase @ Phase::Standby { .. }, _) => phase,
+
+            // Acquiring.
+            (Phase::Acquiring { sent_at }, Event::Acquired(result)) => {
+                self.acquired(result, sent_at, now, &mut out)
+            }
+            (phase @ Phase::Acquiring { .. }, _) => phase,
+
+            // Holder.
+            (Phase::Holder(h), event) => self.hold(h, event, now, &mut out),
+        };
+        out
+    }
+
+    fn acquired(
+        &mut self,
+        result: Result<Acquisition, ()>,
+        sent_at: Instant,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) -> Phase {
+        let retry = self.settings.lease.retry_interval;
+        match result {
+            Ok(Acquisition::Acquired(grant)) => {
+                self.epoch_floor = self.epoch_floor.max(grant.epoch);
+                let lease = HeldLease::new(grant, self.settings.lease, sent_at);
+                out.push(Action::BecameHolder {
+                    epoch: lease.epoch(),
+                });
+                out.push(Action::ActsUntil(lease.acts_until()));
+                let mut phase = Phase::Holder(Holder {
+                    lease,
+                    renewing: None,
+                    cycling: false,
+                    next_cycle: now,
+                });
+                // Start at once if the lease is still valid (a slow answer
+                // may have eaten it up).
+                if let Phase::Holder(h) = phase {
+                    phase = self.hold(h, Event::Tick, now, out);
+                }
+                phase
+            }
+            Ok(Acquisition::Held {
+                pttl,
+                holder,
+                epoch,
+                generation,
+                foreign,
+            }) => {
+                self.epoch_floor = self.epoch_floor.max(epoch);
+                self.generation_floor = self.generation_floor.max(generation);
+                out.push(Action::SawHolder {
+                    holder,
+                    epoch,
+                    generation,
+                    foreign,
+                });
+                Phase::Standby {
+                    next_attempt: lease::next_attempt(now, pttl, retry),
+                }
+            }
+            Err(()) => Phase::Standby {
+                next_attempt: now + retry,
+            },
+        }
+    }
+
+    fn hold(&mut self, mut h: Holder, event: Event, now: Instant, out: &mut Vec<Action>) -> Phase {
+        match event {
+            Event::Tick => {}
+            Event::Renewed { sent_at, result } => {
+                if h.renewing == Some(sent_at) {
+                    h.renewing = None;
+                }
+                match result {
+                    Ok(Renewal::Renewed) => {
+                        h.lease.renewed(sent_at);
+                        out.push(Action::ActsUntil(h.lease.acts_until()));
+                    }
+                    Ok(Renewal::Lost(why)) => {
+                        if h.cycling {
+                            out.push(Action::AbortCycle);
+                        }
+                        return self.step_down(
+                            &h.lease,
+                            Transition::Lost,
+                            Some(why.describe()),
+                            now,
+                            out,
+                        );
+                    }
+                    Err(()) => h.lease.renewal_failed(now),
+                }
+            }
+            Event::CycleDone(summary) => {
+                h.cycling = false;
+                if summary.epoch == h.lease.epoch() {
+                    self.generation_floor = self.generation_floor.max(summary.generation_floor);
+                    match summary.outcome {
+                        CycleOutcome::Fenced => {
+                            return self.step_down(&h.lease, Transition::Fenced, None, now, out);
+                        }
+                        CycleOutcome::Written { .. }
+                            if summary.new_mass_failure && self.replicas != Some(1) =>
+                        {
+                            return self.step_down(&h.lease, Transition::Abdicated, None, now, out);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            // Holders ignore the rest (notices of others' releases, stray
+            // results of earlier phases).
+            _ => {}
+        }
+        // Whatever happened, a holder past its local deadline stops acting.
+        if !h.lease.may_act(now) {
+            if h.cycling {
+                out.push(Action::AbortCycle);
+            }
+            return self.step_down(&h.lease, Transition::Lapsed, None, now, out);
+        }
+        if h.renewing.is_none() && now >= h.lease.next_renewal() {
+            h.renewing = Some(now);
+            out.push(Action::Renew {
+                grant: h.lease.grant.clone(),
+                budget: h.lease.renewal_budget(now),
+                sent_at: now,
+            });
+        }
+        if !h.cycling && now >= h.next_cycle {
+            h.cycling = true;
+            out.push(Action::StartCycle {
+                grant: h.lease.grant.clone(),
+                acts_until: h.lease.acts_until(),
+                generation_floor: self.generation_floor,
+            });
+            h.next_cycle = (h.next_cycle + self.settings.poll_interval).max(now);
+        }
+        Phase::Holder(h)
+    }
+
+    fn step_down(
+        &mut self,
+        lease: &HeldLease,
+        transition: Transition,
+        detail: Option<&'static str>,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) -> Phase {
+        self.give_up(lease, transition, detail, out);
+        Phase::Standby {
+            next_attempt: now + self.settings.lease.retry_interval,
+        }
+    }
+
+    fn give_up(
+        &mut self,
+        lease: &HeldLease,
+        transition: Transition,
+        detail: Option<&'static str>,
+        out: &mut Vec<Action>,
+    ) {
+        out.push(Action::SteppedDown {
+            epoch: lease.epoch(),
+            transition,
+            detail,
+        });
+        if transition.releases() {
+            self.released_epoch = Some(lease.epoch());
+            self.releasing += 1;
+            out.push(Action::Release {
+                grant: lease.grant.clone(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

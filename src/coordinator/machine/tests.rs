@@ -1,0 +1,845 @@
+//! Tests of the coordinator's state machine: one per transition, property
+//! tests over random event sequences (the executor's contract: events in
+//! time order, a `Tick` at every `next_wake`), and a model of several
+//! replicas sharing a simulated Redis lease with random delays and pauses.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::time::Instant;
+
+use super::*;
+use crate::core::lease::LostLease;
+
+fn settings() -> Settings {
+    Settings {
+        lease: LeaseTiming {
+            ttl: Duration::from_millis(2000),
+            renew_interval: Duration::from_millis(500),
+            renew_deadline: Duration::from_millis(1500),
+            retry_interval: Duration::from_millis(500),
+        },
+        poll_interval: Duration::from_millis(1000),
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn grant(epoch: u64) -> LeaseGrant {
+    LeaseGrant {
+        token: format!("t{epoch}"),
+        epoch,
+    }
+}
+
+fn held(epoch: u64, generation: u64) -> Acquisition {
+    Acquisition::Held {
+        pttl: Some(ms(1200)),
+        holder: "other".into(),
+        epoch,
+        generation,
+        foreign: None,
+    }
+}
+
+fn summary(epoch: u64, outcome: CycleOutcome) -> CycleSummary {
+    CycleSummary {
+        epoch,
+        outcome,
+        generation_floor: 0,
+        new_mass_failure: false,
+    }
+}
+
+/// A holder of epoch 7 at `t0`, its first cycle running, as right after an
+/// acquisition sent at `t0`.
+fn holder(t0: Instant) -> Machine {
+    let mut m = Machine::new(settings(), t0);
+    assert!(matches!(
+        m.step(Event::Tick, t0)[..],
+        [Action::Acquire { .. }]
+    ));
+    let a = m.step(Event::Acquired(Ok(Acquisition::Acquired(grant(7)))), t0);
+    assert!(a.contains(&Action::BecameHolder { epoch: 7 }), "{a:?}");
+    m
+}
+
+fn starts_cycle(a: &[Action]) -> bool {
+    a.iter().any(|a| matches!(a, Action::StartCycle { .. }))
+}
+
+fn stepped_down(a: &[Action]) -> Option<Transition> {
+    a.iter().find_map(|a| match a {
+        Action::SteppedDown { transition, .. } => Some(*transition),
+        _ => None,
+    })
+}
+
+fn releases(a: &[Action]) -> bool {
+    a.iter().any(|a| matches!(a, Action::Release { .. }))
+}
+
+#[test]
+fn a_standby_attempts_at_once_then_waits_for_the_lease() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(settings(), t0);
+    assert_eq!(m.next_wake(), Some(t0));
+    let a = m.step(Event::Tick, t0);
+    assert_eq!(
+        a,
+        [Action::Acquire {
+            epoch_floor: 0,
+            generation_floor: 0
+        }]
+    );
+    assert_eq!(m.next_wake(), None, "waits for the answer");
+    assert!(
+        m.step(Event::Tick, t0 + ms(10)).is_empty(),
+        "one attempt at a time"
+    );
+    let a = m.step(Event::Acquired(Ok(held(4, 9))), t0 + ms(10));
+    assert!(matches!(
+        &a[..],
+        [Action::SawHolder {
+            epoch: 4,
+            generation: 9,
+            ..
+        }]
+    ));
+    assert_eq!((m.epoch_floor(), m.generation_floor()), (4, 9));
+    // The lease expires in 1.2 s, but a standby never waits longer than the
+    // retry interval.
+    assert_eq!(m.next_wake(), Some(t0 + ms(510)));
+    let a = m.step(Event::Tick, t0 + ms(510));
+    assert_eq!(
+        a,
+        [Action::Acquire {
+            epoch_floor: 4,
+            generation_floor: 9
+        }]
+    );
+    let a = m.step(Event::Acquired(Err(())), t0 + ms(520));
+    assert!(a.is_empty());
+    assert_eq!(m.next_wake(), Some(t0 + ms(1020)));
+}
+
+#[test]
+fn an_acquisition_makes_a_holder_that_cycles_and_renews() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(settings(), t0);
+    m.step(Event::Tick, t0);
+    let a = m.step(
+        Event::Acquired(Ok(Acquisition::Acquired(grant(3)))),
+        t0 + ms(5),
+    );
+    assert_eq!(m.epoch_floor(), 3);
+    // The lease counts from when the attempt was sent.
+    assert!(a.contains(&Action::ActsUntil(t0 + ms(1500))), "{a:?}");
+    assert!(starts_cycle(&a), "{a:?}");
+    assert!(m.may_act(t0 + ms(1499)) && !m.may_act(t0 + ms(1500)));
+    // Renewal due at t0 + 500 ms.
+    assert_eq!(m.next_wake(), Some(t0 + ms(500)));
+    let a = m.step(Event::Tick, t0 + ms(500));
+    let [
+        Action::Renew {
+            budget, sent_at, ..
+        },
+    ] = &a[..]
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!(*budget, ms(1000), "what is left before the deadline");
+    assert_eq!(*sent_at, t0 + ms(500));
+    let a = m.step(
+        Event::Renewed {
+            sent_at: t0 + ms(500),
+            result: Ok(Renewal::Renewed),
+        },
+        t0 + ms(520),
+    );
+    assert_eq!(a, [Action::ActsUntil(t0 + ms(2000))]);
+    // The next cycle only after the running one finished.
+    assert!(!starts_cycle(&m.step(Event::Tick, t0 + ms(1000))));
+    let a = m.step(
+        Event::CycleDone(summary(3, CycleOutcome::Unchanged)),
+        t0 + ms(1100),
+    );
+    assert!(starts_cycle(&a), "one poll interval after the last: {a:?}");
+}
+
+#[test]
+fn a_holder_that_cannot_renew_steps_down_at_its_deadline_and_releases() {
+    let t0 = Instant::now();
+    let mut m = holder(t0);
+    m.step(Event::Tick, t0 + ms(500));
+    let a = m.step(
+        Event::Renewed {
+            sent_at: t0 + ms(500),
+            result: Err(()),
+        },
+        t0 + ms(600),
+    );
+    assert!(a.is_empty());
+    // Retried soon, never scheduled past the deadline.
+    let wake = m.next_wake().unwrap();
+    assert!(wake <= t0 + ms(1500) && wake > t0 + ms(600), "{wake:?}");
+    let a = m.step(Event::Tick, t0 + ms(1500));
+    assert_eq!(stepped_down(&a), Some(Transition::Lapsed));
+    assert!(releases(&a), "a lease that may still be ours is given back");
+    assert!(
+        a.contains(&Action::AbortCycle),
+        "the cycle in flight is dropped"
+    );
+    assert!(!m.may_act(t0 + ms(1500)));
+    assert_eq!(
+        m.next_wake(),
+        Some(t0 + ms(2000)),
+        "then waits a retry interval"
+    );
+}
+
+#[test]
+fn any_event_after_the_deadline_steps_down_first() {
+    let t0 = Instant::now();
+    let mut m = holder(t0);
+    let a = m.step(Event::Generation(5), t0 + ms(1600));
+    assert_eq!(stepped_down(&a), Some(Transition::Lapsed));
+    assert_eq!(m.generation_floor(), 5);
+}
+
+#[test]
+fn a_late_renewal_that_arrives_in_time_keeps_the_lease() {
+    let t0 = Instant::now();
+    let mut m = holder(t0);
+    m.step(Event::Tick, t0 + ms(500));
+    let a = m.step(
+        Event::Renewed {
+            sent_at: t0 + ms(500),
+            result: Ok(Renewal::Renewed),
+        },
+        t0 + ms(1600),
+    );
+    assert_eq!(stepped_down(&a), None, "{a:?}");
+    assert!(m.may_act(t0 + ms(1600)));
+}
+
+#[test]
+fn a_lost_lease_or_a_fenced_write_steps_down_without_a_release() {
+    let t0 = Instant::now();
+    let mut m = holder(t0);
+    m.step(Event::Tick, t0 + ms(500));
+    let a = m.step(
+        Event::Renewed {
+            sent_at: t0 + ms(500),
+            result: Ok(Renewal::Lost(LostLease::Taken)),
+        },
+        t0 + ms(510),
+    );
+    assert_eq!(stepped_down(&a), Some(Transition::Lost));
+    assert!(!releases(&a), "not ours any more: nothing to release");
+    assert!(a.contains(&Action::SteppedDown {
+        epoch: 7,
+        transition: Transition::Lost,
+        detail: Some(LostLease::Taken.describe())
+    }));
+
+    let mut m = holder(t0);
+    let a = m.step(
+        Event::CycleDone(summary(7, CycleOutcome::Fenced)),
+        t0 + ms(100),
+    );
+    assert_eq!(stepped_down(&a), Some(Transition::Fenced));
+    assert!(!releases(&a));
+}
+
+#[test]
+fn a_mass_failure_hands_the_lease_over_unless_the_census_says_alone() {
+    let t0 = Instant::now();
+    let mass = CycleSummary {
+        new_mass_failure: true,
+        ..summary(7, CycleOutcome::Written { table: false })
+    };
+    let mut m = holder(t0);
+    let a = m.step(Event::CycleDone(mass.clone()), t0 + ms(100));
+    assert_eq!(stepped_down(&a), Some(Transition::Abdicated));
+    assert!(releases(&a));
+    // Its own release notice does not bring it back at once.
+    let wake = m.next_wake();
+    m.step(Event::ReleaseNotice { epoch: Some(7) }, t0 + ms(110));
+    assert_eq!(m.next_wake(), wake);
+
+    let mut m = holder(t0);
+    m.step(
+        Event::Census(CensusView {
+            index: 0,
+            replicas: 1,
+            interval: 1,
+        }),
+        t0,
+    );
+    let a = m.step(Event::CycleDone(mass), t0 + ms(100));
+    assert_eq!(stepped_down(&a), None, "alone: nobody to hand over to");
+}
+
+#[test]
+fn a_stale_cycle_result_changes_nothing() {
+    let t0 = Instant::now();
+    let mut m = holder(t0);
+    let a = m.step(
+        Event::CycleDone(summary(6, CycleOutcome::Fenced)),
+        t0 + ms(100),
+    );
+    assert_eq!(stepped_down(&a), None);
+    assert!(m.holding().is_some());
+}
+
+#[test]
+fn someone_elses_release_wakes_a_standby_at_once() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(settings(), t0);
+    m.step(Event::Tick, t0);
+    m.step(Event::Acquired(Ok(held(4, 0))), t0);
+    m.step(Event::ReleaseNotice { epoch: Some(4) }, t0 + ms(20));
+    assert_eq!(m.next_wake(), Some(t0 + ms(20)));
+    // A notice with an unreadable payload does the same.
+    let mut m = Machine::new(settings(), t0);
+    m.step(Event::Tick, t0);
+    m.step(Event::Acquired(Ok(held(4, 0))), t0);
+    m.step(Event::ReleaseNotice { epoch: None }, t0 + ms(30));
+    assert_eq!(m.next_wake(), Some(t0 + ms(30)));
+    // A holder ignores notices.
+    let mut m = holder(t0);
+    assert!(
+        m.step(Event::ReleaseNotice { epoch: Some(2) }, t0 + ms(10))
+            .is_empty()
+    );
+}
+
+#[test]
+fn shutdown_releases_what_it_holds_then_stops() {
+    let t0 = Instant::now();
+    let mut m = holder(t0);
+    let a = m.step(Event::Shutdown, t0 + ms(10));
+    assert!(a.contains(&Action::AbortCycle));
+    assert_eq!(stepped_down(&a), Some(Transition::Released));
+    assert!(releases(&a));
+    assert!(!a.contains(&Action::Stop), "waits for the release");
+    assert!(m.step(Event::Tick, t0 + ms(20)).is_empty());
+    assert_eq!(m.step(Event::ReleaseDone, t0 + ms(30)), [Action::Stop]);
+
+    let mut m = Machine::new(settings(), t0);
+    assert_eq!(m.step(Event::Shutdown, t0), [Action::Stop]);
+
+    // An acquisition in flight at shutdown: what it brings is given back.
+    let mut m = Machine::new(settings(), t0);
+    m.step(Event::Tick, t0);
+    assert!(m.step(Event::Shutdown, t0).is_empty());
+    let a = m.step(
+        Event::Acquired(Ok(Acquisition::Acquired(grant(9)))),
+        t0 + ms(5),
+    );
+    assert_eq!(a, [Action::Release { grant: grant(9) }]);
+    assert_eq!(m.step(Event::ReleaseDone, t0 + ms(6)), [Action::Stop]);
+    let mut m = Machine::new(settings(), t0);
+    m.step(Event::Tick, t0);
+    m.step(Event::Shutdown, t0);
+    assert_eq!(m.step(Event::Acquired(Ok(held(1, 0))), t0), [Action::Stop]);
+}
+
+#[test]
+fn floors_follow_every_source() {
+    let t0 = Instant::now();
+    let mut m = holder(t0);
+    m.step(Event::Generation(40), t0);
+    let a = m.step(
+        Event::CycleDone(CycleSummary {
+            generation_floor: 41,
+            ..summary(7, CycleOutcome::Written { table: true })
+        }),
+        t0 + ms(100),
+    );
+    assert_eq!(m.generation_floor(), 41);
+    m.step(Event::Generation(3), t0 + ms(100));
+    assert_eq!(m.generation_floor(), 41, "never backwards");
+    let _ = a;
+    let a = m.step(Event::Tick, t0 + ms(1000));
+    assert!(
+        a.iter().any(|a| matches!(
+            a,
+            Action::StartCycle {
+                generation_floor: 41,
+                ..
+            }
+        )),
+        "{a:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Property tests over random event sequences.
+
+/// What the environment may do next.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Time passes (ms); ticks are delivered at every `next_wake` meanwhile.
+    Advance(u64),
+    /// The acquisition in flight answers: acquired, held, or an error.
+    AnswerAcquire(u8),
+    /// The renewal in flight answers: renewed, lost, or an error.
+    AnswerRenew(u8),
+    /// The cycle in flight ends with this outcome (and maybe a mass failure).
+    FinishCycle(u8, bool),
+    FinishRelease,
+    Notice(Option<u64>),
+    Generation(u64),
+    Census(u64),
+    Shutdown,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u64..1200).prop_map(Op::Advance),
+        2 => (0u8..3).prop_map(Op::AnswerAcquire),
+        2 => (0u8..3).prop_map(Op::AnswerRenew),
+        2 => (0u8..6, any::<bool>()).prop_map(|(o, m)| Op::FinishCycle(o, m)),
+        1 => Just(Op::FinishRelease),
+        1 => proptest::option::of(0u64..20).prop_map(Op::Notice),
+        1 => (0u64..100).prop_map(Op::Generation),
+        1 => (1u64..4).prop_map(Op::Census),
+        1 => Just(Op::Shutdown),
+    ]
+}
+
+/// The environment's view of what is in flight, to answer only real calls
+/// and to check the machine's contract.
+#[derive(Default, Debug)]
+struct InFlight {
+    acquire: bool,
+    renew: Option<Instant>,
+    cycle: Option<(u64, Instant)>,
+    release: usize,
+    /// The send instants of the acquisition and renewals that succeeded, per epoch.
+    good_sends: BTreeMap<u64, Instant>,
+    next_epoch: u64,
+    stopped: bool,
+    /// Whether a lease was given up without a release since.
+    owes_release: bool,
+}
+
+fn check(m: &Machine, a: &[Action], now: Instant, f: &mut InFlight, before: (u64, u64)) {
+    let s = settings();
+    assert!(
+        m.epoch_floor() >= before.0 && m.generation_floor() >= before.1,
+        "floors went back"
+    );
+    if let Some(l) = m.holding() {
+        assert!(
+            now < l.acts_until(),
+            "a holder past its deadline at {now:?}"
+        );
+        // The local deadline comes from a call that succeeded, and is before
+        // Redis could expire the lease it extended (sent + TTL).
+        let sent = f.good_sends[&l.epoch()];
+        assert_eq!(l.acts_until(), sent + s.lease.renew_deadline);
+        assert!(l.acts_until() < sent + s.lease.ttl);
+    }
+    for action in a {
+        match action {
+            Action::Acquire { .. } => {
+                assert!(!f.acquire, "two acquisitions in flight");
+                f.acquire = true;
+            }
+            Action::Renew { grant, sent_at, .. } => {
+                assert!(f.renew.is_none(), "two renewals in flight");
+                assert!(m.holding().is_some_and(|l| l.epoch() == grant.epoch));
+                // The answer carries what the action said (never the
+                // environment's own idea of the send time).
+                f.renew = Some(*sent_at);
+            }
+            Action::StartCycle {
+                grant, acts_until, ..
+            } => {
+                assert!(f.cycle.is_none(), "two cycles in flight");
+                assert!(now < *acts_until, "a cycle that may not write");
+                assert!(m.may_act(now), "a cycle without a valid lease");
+                f.cycle = Some((grant.epoch, now));
+            }
+            Action::AbortCycle => f.cycle = None,
+            Action::Release { .. } => {
+                f.release += 1;
+                f.owes_release = false;
+            }
+            Action::SteppedDown { transition, .. } => {
+                if transition.releases() {
+                    assert!(
+                        a.iter().any(|x| matches!(x, Action::Release { .. })),
+                        "gave up a lease without releasing it"
+                    );
+                }
+                f.renew = None;
+            }
+            Action::Stop => {
+                assert_eq!(f.release, 0, "stopped before a release finished");
+                assert!(!f.owes_release);
+                f.stopped = true;
+            }
+            _ => {}
+        }
+    }
+    if f.stopped {
+        assert_eq!(*m.phase(), Phase::Stopped);
+    }
+}
+
+fn drive(ops: Vec<Op>) {
+    let s = settings();
+    let mut now = Instant::now();
+    let mut m = Machine::new(s, now);
+    let mut f = InFlight {
+        next_epoch: 1,
+        ..InFlight::default()
+    };
+    let feed = |m: &mut Machine, f: &mut InFlight, ev: Event, now: Instant| {
+        let before = (m.epoch_floor(), m.generation_floor());
+        if let Event::Acquired(_) = &ev {
+            f.acquire = false;
+        }
+        if let Event::ReleaseDone = &ev {
+            f.release -= 1;
+        }
+        let a = m.step(ev, now);
+        check(m, &a, now, f, before);
+    };
+    for op in ops {
+        if f.stopped {
+            break;
+        }
+        match op {
+            Op::Advance(d) => {
+                let until = now + ms(d);
+                while let Some(w) = m.next_wake().filter(|w| *w <= until) {
+                    now = now.max(w);
+                    feed(&mut m, &mut f, Event::Tick, now);
+                    if f.stopped {
+                        break;
+                    }
+                }
+                now = until;
+            }
+            Op::AnswerAcquire(k) if f.acquire => {
+                let ev = match k {
+                    0 => {
+                        let epoch = f.next_epoch;
+                        f.next_epoch += 1;
+                        // Sent when the machine asked: the last Acquire.
+                        f.good_sends.insert(epoch, attempt_sent(&m).unwrap_or(now));
+                        Acquisition::Acquired(grant(epoch))
+                    }
+                    1 => held(f.next_epoch, 7),
+                    _ => {
+                        feed(&mut m, &mut f, Event::Acquired(Err(())), now);
+                        continue;
+                    }
+                };
+                let was_stopping = matches!(m.phase(), Phase::Stopping { .. });
+                if was_stopping && matches!(ev, Acquisition::Acquired(_)) {
+                    f.owes_release = true;
+                }
+                feed(&mut m, &mut f, Event::Acquired(Ok(ev)), now);
+            }
+            Op::AnswerRenew(k) if f.renew.is_some() => {
+                let sent_at = f.renew.take().unwrap();
+                let result = match k {
+                    0 => {
+                        if let Some(l) = m.holding() {
+                            let e = f.good_sends.entry(l.epoch()).or_insert(sent_at);
+                            *e = (*e).max(sent_at);
+                        }
+                        Ok(Renewal::Renewed)
+                    }
+                    1 => Ok(Renewal::Lost(LostLease::Expired)),
+                    _ => Err(()),
+                };
+                feed(&mut m, &mut f, Event::Renewed { sent_at, result }, now);
+            }
+            Op::FinishCycle(k, mass) if f.cycle.is_some() => {
+                let (epoch, _) = f.cycle.take().unwrap();
+                let outcome = match k {
+                    0 => CycleOutcome::Skipped,
+                    1 => CycleOutcome::Unchanged,
+                    2 => CycleOutcome::NotActing,
+                    3 => CycleOutcome::Written { table: true },
+                    4 => CycleOutcome::Fenced,
+                    _ => CycleOutcome::Failed,
+                };
+                let ev = Event::CycleDone(CycleSummary {
+                    epoch,
+                    outcome,
+                    generation_floor: 0,
+                    new_mass_failure: mass,
+                });
+                feed(&mut m, &mut f, ev, now);
+            }
+            Op::FinishRelease if f.release > 0 => feed(&mut m, &mut f, Event::ReleaseDone, now),
+            Op::Notice(e) => feed(&mut m, &mut f, Event::ReleaseNotice { epoch: e }, now),
+            Op::Generation(g) => feed(&mut m, &mut f, Event::Generation(g), now),
+            Op::Census(n) => {
+                let view = CensusView {
+                    index: 0,
+                    replicas: n,
+                    interval: 1,
+                };
+                feed(&mut m, &mut f, Event::Census(view), now)
+            }
+            Op::Shutdown => {
+                if m.holding().is_some() {
+                    f.owes_release = true;
+                }
+                feed(&mut m, &mut f, Event::Shutdown, now)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// When the acquisition in flight was sent (the machine keeps it).
+fn attempt_sent(m: &Machine) -> Option<Instant> {
+    match m.phase() {
+        Phase::Acquiring { sent_at } => Some(*sent_at),
+        _ => None,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Over random sequences: never writes without a valid lease, steps down
+    /// before the lease can expire, floors only grow, one call of each kind in
+    /// flight, a lease given up is released, shutdown stops only after.
+    #[test]
+    fn the_machine_keeps_its_guarantees(ops in proptest::collection::vec(op(), 1..80)) {
+        drive(ops);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Several replicas, one simulated Redis lease.
+
+/// A Redis lease as `acquire.lua`, `renew.lua` and `release.lua` keep it.
+#[derive(Default, Debug)]
+struct RedisLease {
+    holder: Option<(String, Instant)>,
+    epoch: u64,
+}
+
+impl RedisLease {
+    fn at(&mut self, t: Instant) -> Option<&str> {
+        if self.holder.as_ref().is_some_and(|(_, exp)| *exp <= t) {
+            self.holder = None;
+        }
+        self.holder.as_ref().map(|(t, _)| t.as_str())
+    }
+
+    /// Processes one call at `t`; returns the replica's answer.
+    fn process(&mut self, call: &CallKind, replica: usize, t: Instant, ttl: Duration) -> Event {
+        let current = self.at(t).map(str::to_string);
+        match call {
+            CallKind::Acquire => match current {
+                None => {
+                    self.epoch += 1;
+                    let token = format!("r{replica}-{}", self.epoch);
+                    self.holder = Some((token.clone(), t + ttl));
+                    Event::Acquired(Ok(Acquisition::Acquired(LeaseGrant {
+                        token,
+                        epoch: self.epoch,
+                    })))
+                }
+                Some(_) => Event::Acquired(Ok(Acquisition::Held {
+                    pttl: Some(self.holder.as_ref().unwrap().1 - t),
+                    holder: String::new(),
+                    epoch: self.epoch,
+                    generation: 0,
+                    foreign: None,
+                })),
+            },
+            CallKind::Renew { sent_at, token } => {
+                let ok = current.as_deref() == Some(token.as_str());
+                if ok {
+                    self.holder = Some((token.clone(), t + ttl));
+                }
+                Event::Renewed {
+                    sent_at: *sent_at,
+                    result: Ok(if ok {
+                        Renewal::Renewed
+                    } else {
+                        Renewal::Lost(LostLease::Taken)
+                    }),
+                }
+            }
+            CallKind::Release { token } => {
+                if current.as_deref() == Some(token.as_str()) {
+                    self.holder = None;
+                }
+                Event::ReleaseDone
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum CallKind {
+    Acquire,
+    Renew { sent_at: Instant, token: String },
+    Release { token: String },
+}
+
+/// Runs `n` replicas against one simulated lease: every call reaches Redis
+/// after a random delay (or is lost, and fails after a call deadline) and its
+/// answer comes back after another; replicas are
+/// paused now and then (a GC pause, a frozen container) and then catch up;
+/// each replica's monotonic clock runs at its own rate (up to 10% off Redis'
+/// clock). A cycle writes the instant it starts. Checked at every step:
+/// whenever a replica may act, and whenever it writes, Redis holds that
+/// replica's token. So no two replicas ever act at once, and every write
+/// passes the fenced script. (The renew deadline's margin below the TTL is
+/// what absorbs the clock rates: acting until the TTL fails this test.)
+// Replicas are indexes into several parallel vectors (machines, clocks, pauses).
+#[allow(clippy::needless_range_loop)]
+fn simulate(n: usize, delays: Vec<u64>, pauses: Vec<(u64, u64, u64)>, rates: Vec<f64>) {
+    let s = settings();
+    let t0 = Instant::now();
+    let tick = ms(5);
+    let mut machines: Vec<Machine> = (0..n).map(|_| Machine::new(s, t0)).collect();
+    let mut redis = RedisLease::default();
+    // (processed at, replica, call, reply delay)
+    let mut to_redis: Vec<(Instant, usize, CallKind, Duration)> = Vec::new();
+    // (delivered at, replica, event), in order per replica
+    let mut to_replica: Vec<(Instant, usize, Event)> = Vec::new();
+    let all_lost = delays.iter().all(|d| *d >= 350);
+    let mut delay = delays.into_iter().cycle();
+    let frozen: Vec<(usize, Instant, Instant)> = pauses
+        .iter()
+        .map(|(r, from, len)| ((*r as usize) % n, t0 + ms(*from), t0 + ms(from + len)))
+        .collect();
+    // A replica's clock: its own rate since t0.
+    let local = |r: usize, t: Instant| t0 + (t - t0).mul_f64(rates[r % rates.len()]);
+    let mut now = t0;
+    while now < t0 + ms(20_000) {
+        now += tick;
+        to_redis.sort_by_key(|c| c.0);
+        let due: Vec<_> = to_redis.iter().filter(|c| c.0 <= now).cloned().collect();
+        to_redis.retain(|c| c.0 > now);
+        for (at, r, call, back) in due {
+            let answer = redis.process(&call, r, at, s.lease.ttl);
+            to_replica.push((at + back, r, answer));
+        }
+        for r in 0..n {
+            if frozen
+                .iter()
+                .any(|(fr, a, b)| *fr == r && *a <= now && now < *b)
+            {
+                continue;
+            }
+            let mut events: Vec<Event> = Vec::new();
+            to_replica.sort_by_key(|e| e.0);
+            let mut i = 0;
+            while i < to_replica.len() {
+                if to_replica[i].1 == r && to_replica[i].0 <= now {
+                    events.push(to_replica.remove(i).2);
+                } else {
+                    i += 1;
+                }
+            }
+            let here = local(r, now);
+            if machines[r].next_wake().is_some_and(|w| w <= here) {
+                events.push(Event::Tick);
+            }
+            for ev in events {
+                for a in machines[r].step(ev, here) {
+                    let call = match a {
+                        Action::Acquire { .. } => CallKind::Acquire,
+                        Action::Renew { grant, sent_at, .. } => CallKind::Renew {
+                            sent_at,
+                            token: grant.token,
+                        },
+                        Action::Release { grant } => CallKind::Release { token: grant.token },
+                        Action::StartCycle { grant, .. } => {
+                            assert_eq!(
+                                redis.at(now),
+                                Some(grant.token.as_str()),
+                                "replica {r} writes at {:?} without the lease in redis",
+                                now - t0
+                            );
+                            let done =
+                                Event::CycleDone(summary(grant.epoch, CycleOutcome::Unchanged));
+                            to_replica.push((now + tick, r, done));
+                            continue;
+                        }
+                        _ => continue,
+                    };
+                    let out = delay.next().unwrap();
+                    let back = ms(delay.next().unwrap());
+                    if out >= 350 {
+                        // Lost on the way (a partition): the executor's call
+                        // deadline turns it into an error.
+                        let failed = match call {
+                            CallKind::Acquire => Event::Acquired(Err(())),
+                            CallKind::Renew { sent_at, .. } => Event::Renewed {
+                                sent_at,
+                                result: Err(()),
+                            },
+                            CallKind::Release { .. } => Event::ReleaseDone,
+                        };
+                        to_replica.push((now + ms(500), r, failed));
+                        continue;
+                    }
+                    to_redis.push((now + ms(out), r, call, back));
+                }
+            }
+        }
+        let acting: Vec<usize> = (0..n)
+            .filter(|r| {
+                !frozen
+                    .iter()
+                    .any(|(fr, a, b)| fr == r && *a <= now && now < *b)
+            })
+            .filter(|r| machines[*r].may_act(local(*r, now)))
+            .collect();
+        assert!(
+            acting.len() <= 1,
+            "two acting holders at {:?}: {acting:?}",
+            now - t0
+        );
+        for r in acting {
+            let token = machines[r].holding().unwrap().grant.token.clone();
+            assert_eq!(
+                redis.at(now),
+                Some(token.as_str()),
+                "replica {r} acts at {:?} on a lease redis does not give it",
+                now - t0
+            );
+        }
+    }
+    // Somebody held the lease at some point, unless every call was lost.
+    assert!(redis.epoch >= 1 || all_lost);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Two or three replicas, delays up to 400 ms each way, pauses up to 3 s,
+    /// clocks up to 10% fast or slow: never two acting holders, and every act
+    /// is on a lease Redis holds.
+    #[test]
+    fn replicas_sharing_a_lease_never_act_at_once(
+        n in 2usize..4,
+        delays in proptest::collection::vec(0u64..400, 1..40),
+        pauses in proptest::collection::vec((0u64..3, 0u64..18_000, 0u64..3_000), 0..6),
+        rates in proptest::collection::vec(0.9f64..1.1, 3),
+    ) {
+        simulate(n, delays, pauses, rates);
+    }
+}
