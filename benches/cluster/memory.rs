@@ -4,8 +4,9 @@
 //! no units) / n. The process is the release build `cargo bench` makes; the
 //! members are plain ping servers listed with `RPUSH`.
 //!
-//! Sizes: 100,000, 1,000,000 and 2,000,000 units (`BENCH_HUGE=0` stops at
-//! 1,000,000). Target: at most 300 bytes per unit at 1,000,000.
+//! Sizes: 100,000, 1,000,000 and 2,000,000 units of 13 bytes (`BENCH_HUGE=0`
+//! stops at 1,000,000), and 1,000,000 units of 113 bytes (what a byte of a
+//! unit costs). Target: at most 300 bytes per unit at 1,000,000.
 
 use std::time::Duration;
 
@@ -15,10 +16,19 @@ const MEMBERS: usize = 10;
 /// Cycles after the first table write, so that idle cycles count too.
 const MORE_CYCLES: f64 = 5.0;
 
-async fn peak_kb(units: usize) -> Option<u64> {
+/// `n` unit names of `len` bytes (at least 13).
+fn names(n: usize, len: usize) -> Vec<String> {
+    let pad = "x".repeat(len.saturating_sub(13));
+    unit_names(n)
+        .into_iter()
+        .map(|u| format!("{u}{pad}"))
+        .collect()
+}
+
+async fn peak_kb(units: usize, len: usize) -> Option<u64> {
     let redis = RedisServer::start();
     let mut conn = redis.conn().await;
-    set_list(&mut conn, UNITS, &unit_names(units)).await;
+    set_list(&mut conn, UNITS, &names(units, len)).await;
     let (servers, members) = spawn_servers(MEMBERS);
     set_list(&mut conn, SERVICES, &members).await;
     let t = Timing::defaults(Duration::from_millis(500), Duration::from_millis(500));
@@ -46,7 +56,7 @@ async fn peak_kb(units: usize) -> Option<u64> {
 
 pub async fn run() {
     section("memory: holder peak RSS per unit, 10 members");
-    let Some(base) = peak_kb(0).await else {
+    let Some(base) = peak_kb(0, 13).await else {
         note("the replica with no units never wrote a table; skipped");
         return;
     };
@@ -57,7 +67,7 @@ pub async fn run() {
             note("2,000,000 units skipped (BENCH_HUGE=0)");
             continue;
         }
-        let Some(peak) = peak_kb(units).await else {
+        let Some(peak) = peak_kb(units, 13).await else {
             note(&format!(
                 "{units} units: the replica did not settle; skipped"
             ));
@@ -75,6 +85,18 @@ pub async fn run() {
             "B",
             per_unit,
             target,
+        );
+    }
+    // Longer units: what each byte of a unit costs on top (units of 13 and
+    // of 113 bytes, 1,000,000 of each).
+    if let Some(peak) = peak_kb(1_000_000, 113).await {
+        let per_unit = (peak.saturating_sub(base) * 1024) as f64 / 1e6;
+        note(&format!("1000000 units of 113 bytes: peak RSS {peak} kB"));
+        report_one(
+            "holder peak RSS per unit, 10 x 1000000 units of 113 bytes",
+            "B",
+            per_unit,
+            Target::none(),
         );
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::core::inputs::{check_member_addr, check_unit};
+use crate::core::inputs::{RawInputs, Rejection, normalize};
 use crate::core::liveness::Health;
 use crate::core::status::Overview;
 use crate::core::table::{MatchingTable, decode_row};
@@ -23,6 +23,7 @@ pub struct StatusReport {
     pub replicas: Vec<ReplicaReport>,
     pub groups: Vec<GroupReport>,
     pub work_units: usize,
+    /// Distinct invalid entries of the units list.
     pub invalid_work_units: usize,
 }
 
@@ -93,80 +94,78 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
             }
         })
         .collect();
+    // The daemon's own reading of the lists: the same validation, the same
+    // rule for a member listed in two groups, so that status never disagrees
+    // with what the holder does.
+    let inputs = normalize(&RawInputs {
+        groups: o.groups.clone(),
+        units_key: String::new(),
+        units: o.units.clone(),
+    });
+    let units_of = |id: &str| o.table.get(id).map_or(0, |v| decode_row(v).len());
+    let member = |id: &str, reason: Option<String>| MemberReport {
+        id: id.to_string(),
+        units: units_of(id),
+        reason,
+        failing_for_ms: None,
+    };
     let mut groups = Vec::new();
-    // A member listed in two groups works for the first by name, as in the daemon.
-    let mut owner: BTreeMap<String, &str> = BTreeMap::new();
-    let mut by_name: Vec<&(String, Vec<Vec<u8>>)> = o.groups.iter().collect();
-    by_name.sort_by(|a, b| a.0.cmp(&b.0));
-    for (name, entries) in by_name {
-        for raw in entries {
-            owner
-                .entry(String::from_utf8_lossy(raw).into_owned())
-                .or_insert(name.as_str());
-        }
-    }
-    for (name, entries) in &o.groups {
-        let mut g = GroupReport {
-            name: name.clone(),
+    for g in &inputs.groups {
+        let mut report = GroupReport {
+            name: g.name.clone(),
             live: vec![],
             failed: vec![],
         };
-        let mut distinct = std::collections::BTreeSet::new();
-        for raw in entries {
-            let id = String::from_utf8_lossy(raw).into_owned();
-            if !distinct.insert(id.clone()) {
-                continue;
-            }
-            let units = o.table.get(&id).map_or(0, |v| decode_row(v).len());
-            let mut m = MemberReport {
-                id: id.clone(),
-                units,
-                reason: None,
-                failing_for_ms: None,
-            };
-            if let Err(why) = check_member_addr(raw) {
-                m.reason = Some(format!("malformed address: {why}"));
-                g.failed.push(m);
-                continue;
-            }
-            if owner.get(&id).is_some_and(|g| *g != name.as_str()) {
-                m.reason = Some("listed in another group too; works for the first by name".into());
-                g.failed.push(m);
-                continue;
-            }
-            match o.liveness.get(&id).and_then(|v| Health::decode(v)) {
-                Some(h) if h.answered && h.failures < threshold => g.live.push(m),
+        for id in &g.members {
+            match o.liveness.get(id).and_then(|v| Health::decode(v)) {
+                Some(h) if h.answered && h.failures < threshold => {
+                    report.live.push(member(id, None))
+                }
                 Some(h) => {
-                    m.failing_for_ms = h.failing_since_ms.map(|s| now_ms.saturating_sub(s));
                     let streak = if h.answered {
                         format!("{} failed pings in a row", h.failures)
                     } else {
                         "has never answered a ping".into()
                     };
-                    m.reason = Some(match &h.reason {
-                        Some(why) => format!("{streak}: {why}"),
-                        None => streak,
-                    });
-                    g.failed.push(m);
+                    let mut m = member(
+                        id,
+                        Some(match &h.reason {
+                            Some(why) => format!("{streak}: {why}"),
+                            None => streak,
+                        }),
+                    );
+                    m.failing_for_ms = h.failing_since_ms.map(|s| now_ms.saturating_sub(s));
+                    report.failed.push(m);
                 }
-                None => {
-                    m.reason = Some("not pinged yet".into());
-                    g.failed.push(m);
-                }
+                None => report
+                    .failed
+                    .push(member(id, Some("not pinged yet".into()))),
             }
         }
-        groups.push(g);
-    }
-    let mut units = std::collections::BTreeSet::new();
-    let mut invalid = 0;
-    for raw in &o.units {
-        match check_unit(raw) {
-            Ok(u) => {
-                units.insert(u);
-            }
-            Err(_) => invalid += 1,
+        for bad in &g.malformed {
+            let why = format!("malformed address: {}", bad.reason);
+            report.failed.push(member(&bad.name, Some(why)));
         }
+        for r in &inputs.rejections {
+            if let Rejection::DuplicateMember {
+                member: id,
+                kept_in,
+                dropped_from,
+            } = r
+                && *dropped_from == g.name
+            {
+                let why =
+                    format!("listed in {kept_in:?} too; works for {kept_in:?} (the first by name)");
+                report.failed.push(member(id, Some(why)));
+            }
+        }
+        groups.push(report);
     }
+    let invalid = inputs
+        .rejections
+        .iter()
+        .filter(|r| r.kind() == "unit")
+        .count();
     StatusReport {
         table: table_key.to_string(),
         generation: num("generation").unwrap_or(0),
@@ -178,7 +177,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         },
         replicas,
         groups,
-        work_units: units.len(),
+        work_units: inputs.units.len(),
         invalid_work_units: invalid,
     }
 }
@@ -430,6 +429,44 @@ mod tests {
         let text = render_status(&r);
         assert!(text.contains("lease held by r1, epoch 3"), "{text}");
         assert!(text.contains("group g: 2 live, 4 failed"), "{text}");
+    }
+
+    #[test]
+    fn status_reads_the_lists_as_the_daemon_does() {
+        // The daemon keeps a member listed in two groups in the first by name
+        // (not by configuration order), treats malformed entries as failing
+        // even when listed twice, and counts distinct invalid units.
+        let mut o = overview();
+        let list = |v: &[&str]| v.iter().map(|m| m.as_bytes().to_vec()).collect();
+        o.groups = vec![
+            ("zeta".into(), list(&["h:1", "h:2", "bad"])),
+            ("alpha".into(), list(&["h:1", "bad"])),
+        ];
+        o.units = list(&["a", "", "", "x,y"]);
+        let r = status(&o, "t", 10_000);
+        let zeta = &r.groups[0];
+        assert_eq!(zeta.name, "zeta", "configuration order is kept for display");
+        let ids = |v: &[MemberReport]| v.iter().map(|m| m.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&zeta.live), ["h:2"]);
+        assert_eq!(ids(&zeta.failed), ["bad", "h:1"]);
+        assert!(
+            zeta.failed[0]
+                .reason
+                .as_deref()
+                .unwrap()
+                .starts_with("malformed address")
+        );
+        assert!(
+            zeta.failed[1]
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("works for \"alpha\""),
+            "{:?}",
+            zeta.failed[1]
+        );
+        assert_eq!(ids(&r.groups[1].live), ["h:1"]);
+        assert_eq!((r.work_units, r.invalid_work_units), (1, 2));
     }
 
     #[test]
