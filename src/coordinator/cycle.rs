@@ -14,6 +14,11 @@
 //!                                      whose state stays as it was meanwhile
 //! ```
 //!
+//! One exception: when a live member failed and few others answered by the
+//! grace, the cycle waits for this round's pings (up to their timeout), so
+//! that a cut of the holder's own network that lands in the middle of a round
+//! is seen as one mass failure, not as one failure now and the rest later.
+//!
 //! Guarantees: a failed read never produces a write (the last table stays);
 //! the table is written only when its digest differs from the stored one; the
 //! cycle checks the lease is locally valid (`acts_until`) right before it
@@ -34,7 +39,7 @@ use crate::core::inputs::{self, Inputs};
 use crate::core::liveness::{HealthChanges, Liveness};
 use crate::core::suspicion::{self, GroupMembers, Guard, Review, Suspect, SuspectChanges};
 use crate::core::table::MatchingTable;
-use crate::edge::grpc::{PingFailure, PingReport, Pinger};
+use crate::edge::grpc::{FIRST_CONTACT, PingFailure, PingReport, Pinger};
 use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Snapshot, Store};
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
@@ -137,6 +142,33 @@ pub(super) type InFlight = crate::edge::grpc::PingSet;
 /// the ping timeout expires, which must not delay everyone else.
 const FIRST_PHASE: Duration = Duration::from_millis(50);
 
+/// Takes one finished ping; `false` when none is left.
+fn collect(
+    done: Option<(String, Option<PingReport>)>,
+    all: &mut Vec<PingReport>,
+    pending: &mut HashSet<String>,
+) -> bool {
+    let Some((member, report)) = done else {
+        return false;
+    };
+    pending.remove(&member);
+    // None: the ping task panicked or was cancelled; the member is simply
+    // pinged again next cycle.
+    all.extend(report);
+    true
+}
+
+/// Whether this round looks like the holder's own network failing: a member
+/// that was live failed, and no more than `100 - percent` percent of the live
+/// members answered so far.
+fn suspicious(reports: &[PingReport], was_live: &HashSet<String>, percent: u32) -> bool {
+    let failed_live = reports
+        .iter()
+        .any(|r| r.result.is_err() && was_live.contains(&r.member));
+    let answered = reports.iter().filter(|r| r.result.is_ok()).count();
+    failed_live && answered * 100 <= (100 - percent as usize) * was_live.len()
+}
+
 /// Everything a cycle task needs, owned, so it runs beside the state machine.
 pub(super) struct CycleContext {
     pub(super) store: Store,
@@ -155,6 +187,7 @@ pub(super) struct CycleContext {
     pub(super) carried_members: HashSet<String>,
     pub(super) guard: Guard,
     pub(super) failure_threshold: u32,
+    pub(super) ping_timeout: Duration,
 }
 
 impl CycleContext {
@@ -270,12 +303,6 @@ impl CycleContext {
         let mut stored_digest = stored_digest;
         let mut generation_floor = self.generation_floor.max(stored_generation);
 
-        // Pings settle in two phases, so that one hung member (which takes the
-        // whole ping timeout) never delays what the others already told us:
-        //
-        //   0 ─── answers and refusals ──▶ grace: apply what is known, write if changed
-        //         (a refusal takes ~1 ms)        pending pings keep their old state
-        //   grace ── slow answers, timeouts ──▶ all done: apply the rest, write if changed
         let ping = info_span!(
             "ping",
             members = members.len(),
@@ -288,37 +315,42 @@ impl CycleContext {
         // not pinged again: that ping's result is collected when it comes.
         let carried = std::mem::take(&mut self.carried);
         let mut pending_members = std::mem::take(&mut self.carried_members);
-        let fresh: Vec<String> = members
+        let fresh: HashSet<String> = members
             .iter()
             .filter(|m| !pending_members.contains(*m))
             .cloned()
             .collect();
-        let mut pending = ping.in_scope(|| self.pinger.ping_tasks(&fresh));
-        pending_members.extend(fresh);
+        let fresh_list: Vec<String> = fresh.iter().cloned().collect();
+        let mut pending = ping.in_scope(|| self.pinger.ping_tasks(&fresh_list));
+        pending_members.extend(fresh.iter().cloned());
         for task in carried {
             pending.push(task);
         }
-        // Act on what is known after a short grace, so one hung member (which
-        // answers only when its ping times out) never delays the others:
-        //
-        //   0 ── answers, refusals (~1 ms) ──▶ grace: apply, solve, write if changed
-        //                                      still running: carried to the next cycle,
-        //                                      whose state stays as it was meanwhile
+        let mut all_reports: Vec<PingReport> = Vec::with_capacity(members.len());
+        // First phase: what is known after a short grace.
         let grace = tokio::time::sleep(FIRST_PHASE);
         tokio::pin!(grace);
-        let mut all_reports: Vec<PingReport> = Vec::with_capacity(members.len());
         loop {
             tokio::select! {
-                r = pending.next() => match r {
-                    Some((member, report)) => {
-                        pending_members.remove(&member);
-                        // None: the ping task panicked or was cancelled; the
-                        // member is simply pinged again next cycle.
-                        all_reports.extend(report);
-                    }
-                    None => break,
-                },
+                r = pending.next() => if !collect(r, &mut all_reports, &mut pending_members) { break },
                 _ = &mut grace => break,
+            }
+        }
+        // Second phase, only when a live member just failed while few others
+        // answered: that may be this holder's own network (a cut that landed
+        // in the middle of a ping round). Wait for the pings in flight (this
+        // round's and those carried over), up to a ping timeout, so that a
+        // mass failure is seen in one cycle and held as one (see
+        // core::suspicion). A healthy holder never waits here: the others'
+        // answers arrive within the grace.
+        let hold_until = Instant::now() + self.ping_timeout.max(FIRST_CONTACT);
+        while self.guard.percent < 100
+            && suspicious(&all_reports, &was_live, self.guard.percent)
+            && !pending_members.is_empty()
+        {
+            tokio::select! {
+                r = pending.next() => if !collect(r, &mut all_reports, &mut pending_members) { break },
+                _ = tokio::time::sleep_until(hold_until) => break,
             }
         }
         for r in &all_reports {

@@ -500,6 +500,7 @@ impl Executor {
                 confirm_ms: self.config.mass_failure_confirm.as_millis() as u64,
             },
             failure_threshold: self.config.failure_threshold,
+            ping_timeout: self.config.ping_timeout,
         };
         let task = ctx.run(h.view.clone()).instrument(h.cycle_span.clone());
         tokio::spawn(task)

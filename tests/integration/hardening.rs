@@ -955,3 +955,108 @@ async fn a_slow_census_never_delays_a_renewal() {
     drop(proxy);
     fleet.shutdown().await;
 }
+
+/// A worker whose pings take `delay`, and that stops answering at all (the
+/// request hangs, as behind a dropped route) while `cut` holds, also for a
+/// ping already in flight when the cut comes.
+struct CuttableWorker {
+    addr: String,
+    server: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct Cuttable {
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    delay: Duration,
+    /// Told when a ping arrives.
+    arrived: Option<tokio::sync::mpsc::Sender<()>>,
+}
+
+#[tonic::async_trait]
+impl distributor::proto::grpc_pinger_server::GrpcPinger for Cuttable {
+    async fn ping(&self, _: tonic::Request<()>) -> Result<tonic::Response<()>, tonic::Status> {
+        if let Some(tx) = &self.arrived {
+            let _ = tx.try_send(());
+        }
+        tokio::time::sleep(self.delay).await;
+        while self.cut.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(tonic::Response::new(()))
+    }
+}
+
+impl CuttableWorker {
+    async fn start(
+        fleet: &Fleet,
+        cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        delay: Duration,
+        arrived: Option<tokio::sync::mpsc::Sender<()>>,
+    ) -> CuttableWorker {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let service = distributor::proto::grpc_pinger_server::GrpcPingerServer::new(Cuttable {
+            cut,
+            delay,
+            arrived,
+        });
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        let () = fleet.redis.cmd(&["RPUSH", SERVICES, &addr]).await;
+        CuttableWorker { addr, server }
+    }
+}
+
+/// Found by chaos scenario 9b: a cut of the holder's network that lands in
+/// the middle of a ping round failed one worker (whose ping was in flight)
+/// one cycle before the others: 1 of 5 is no mass failure, so its units
+/// moved at once. Now the cycle that sees a live member fail while few others
+/// answered waits for its round, and the whole cut is one mass failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_in_the_middle_of_a_ping_round_moves_no_unit() {
+    let units = units(20);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.mass_failure_confirm = Duration::from_secs(60);
+    fleet.set_units(&units).await;
+    let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    // One slow worker (its ping is in flight when the cut comes), four fast.
+    let (tx, mut arrived) = tokio::sync::mpsc::channel(64);
+    workers.push(
+        CuttableWorker::start(&fleet, cut.clone(), Duration::from_millis(60), Some(tx)).await,
+    );
+    for _ in 0..4 {
+        workers.push(CuttableWorker::start(&fleet, cut.clone(), Duration::ZERO, None).await);
+    }
+    let all: Vec<String> = workers.iter().map(|w| w.addr.clone()).collect();
+    fleet.add_replica();
+    let before = fleet
+        .wait_for_table_with(&units, &all, Duration::from_secs(10))
+        .await;
+    let generation = fleet.generation().await;
+    let h = fleet.wait_for_holder().await;
+    let replica = fleet.replicas[h].as_ref().unwrap();
+    // Cut 20 ms into a round: the fast pings are answered, the slow one is lost.
+    while arrived.try_recv().is_ok() {}
+    arrived.recv().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let since = tokio::time::Instant::now();
+    cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    wait_for("all five suspected", Duration::from_secs(10), || async {
+        replica.status().borrow().suspects == 5
+    })
+    .await;
+    assert_eq!(fleet.table().await, before, "no unit moved");
+    assert_eq!(fleet.generation().await, generation, "no table was written");
+    eprintln!("mass failure held {:?} after the cut", since.elapsed());
+    cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    for w in workers {
+        w.server.abort();
+    }
+    fleet.shutdown().await;
+}
