@@ -128,30 +128,58 @@ impl RedisServer {
         self.kill();
         self.spawn();
     }
-
-    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.admin_url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
-    }
-
-    pub async fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        let mut c = self.conn().await;
-        let mut cmd = redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query_async(&mut c)
-            .await
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-    }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// What a [`Fleet`] runs on: one [`RedisServer`] or a [`RedisCluster`].
+pub trait Backend: Sync {
+    /// The connection a test uses for its own reads and writes.
+    type Conn: redis::aio::ConnectionLike + Send;
+    /// Whether replicas and members must speak the cluster protocol.
+    const CLUSTER: bool;
+    /// How long a fresh fleet may take to agree on its first table.
+    const CONVERGE: Duration;
+
+    /// What `-redis-url` takes: one URL, or every node's, comma-separated.
+    fn urls(&self) -> String;
+
+    fn conn(&self) -> impl Future<Output = Self::Conn> + Send;
+
+    /// One command, e.g. `&["HGET", TABLE, member]`; panics on an error reply.
+    fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> impl Future<Output = T> + Send {
+        async move {
+            let mut c = self.conn().await;
+            let mut cmd = redis::cmd(args[0]);
+            for a in &args[1..] {
+                cmd.arg(*a);
+            }
+            cmd.query_async(&mut c)
+                .await
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+        }
+    }
+}
+
+impl Backend for RedisServer {
+    type Conn = redis::aio::MultiplexedConnection;
+    const CLUSTER: bool = false;
+    const CONVERGE: Duration = Duration::from_secs(10);
+
+    fn urls(&self) -> String {
+        self.url()
+    }
+
+    async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.admin_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
     }
 }
 
@@ -209,25 +237,15 @@ where
     }
 }
 
-/// Replicas and members sharing one Redis.
-pub struct Fleet {
-    pub redis: RedisServer,
+/// Replicas and members sharing one Redis or one Redis Cluster.
+pub struct Fleet<B: Backend = RedisServer> {
+    pub redis: B,
     pub replicas: Vec<Option<Distributor>>,
     pub members: Vec<Option<Member>>,
     pub config: Config,
 }
 
 impl Fleet {
-    pub fn new(redis: RedisServer) -> Fleet {
-        let config = fast_config(&redis.url(), "r0");
-        Fleet {
-            redis,
-            replicas: vec![],
-            members: vec![],
-            config,
-        }
-    }
-
     /// A fresh Redis with `units`, `members` members and `replicas` replicas
     /// (configured by `tune`), returned once the table is the solver's.
     pub async fn converged(
@@ -239,14 +257,51 @@ impl Fleet {
         Fleet::converged_on(RedisServer::start(), tune, members, replicas, units).await
     }
 
-    /// The same on a Redis the test prepared (a password, a proxy in front).
+    /// The table the pure solver gives for these live members and units.
+    pub fn expected(members: &[String], units: &[String]) -> MatchingTable {
+        let inputs = distributor::core::inputs::Inputs {
+            groups: vec![distributor::core::inputs::Group {
+                name: SERVICES.into(),
+                members: {
+                    let mut m = members.to_vec();
+                    m.sort();
+                    m
+                },
+                malformed: vec![],
+            }],
+            units: {
+                let mut u = units.to_vec();
+                u.sort();
+                u.dedup();
+                u
+            },
+            rejections: vec![],
+        };
+        MatchingTable::solve(&inputs, |_| true)
+    }
+}
+
+impl<B: Backend> Fleet<B> {
+    pub fn new(redis: B) -> Fleet<B> {
+        let mut config = fast_config(&redis.urls(), "r0");
+        config.redis_cluster = B::CLUSTER;
+        Fleet {
+            redis,
+            replicas: vec![],
+            members: vec![],
+            config,
+        }
+    }
+
+    /// The same as [`Fleet::converged`] on a backend the test prepared (a
+    /// password, a proxy in front, a cluster).
     pub async fn converged_on(
-        redis: RedisServer,
+        redis: B,
         tune: impl FnOnce(&mut Config),
         members: usize,
         replicas: usize,
         units: &[String],
-    ) -> (Fleet, MatchingTable) {
+    ) -> (Fleet<B>, MatchingTable) {
         let mut fleet = Fleet::new(redis);
         tune(&mut fleet.config);
         fleet.set_units(units).await;
@@ -256,7 +311,7 @@ impl Fleet {
         for _ in 0..replicas {
             fleet.add_replica();
         }
-        let table = fleet.wait_for_table(units, Duration::from_secs(10)).await;
+        let table = fleet.wait_for_table(units, B::CONVERGE).await;
         (fleet, table)
     }
 
@@ -280,6 +335,7 @@ impl Fleet {
             TABLE,
             SocketAddr::from(([127, 0, 0, 1], 0)),
         );
+        o.redis_cluster = self.config.redis_cluster;
         o.reregister_interval = Duration::from_millis(300);
         o.poll_interval = Duration::from_millis(300);
         o
@@ -350,29 +406,6 @@ impl Fleet {
             .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "generation"])
             .await;
         g.unwrap_or(0)
-    }
-
-    /// The table the pure solver gives for these live members and units.
-    pub fn expected(members: &[String], units: &[String]) -> MatchingTable {
-        let inputs = distributor::core::inputs::Inputs {
-            groups: vec![distributor::core::inputs::Group {
-                name: SERVICES.into(),
-                members: {
-                    let mut m = members.to_vec();
-                    m.sort();
-                    m
-                },
-                malformed: vec![],
-            }],
-            units: {
-                let mut u = units.to_vec();
-                u.sort();
-                u.dedup();
-                u
-            },
-            rejections: vec![],
-        };
-        MatchingTable::solve(&inputs, |_| true)
     }
 
     /// Waits until the stored table is exactly the solver's for the live members.
@@ -532,15 +565,15 @@ impl distributor::proto::grpc_pinger_server::GrpcPinger for Flaky {
 
 impl FlakyWorker {
     /// Serves the ping and lists itself in the fleet's services list.
-    pub async fn start(fleet: &Fleet) -> FlakyWorker {
+    pub async fn start<B: Backend>(fleet: &Fleet<B>) -> FlakyWorker {
         let healthy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         FlakyWorker::start_sharing(fleet, healthy).await
     }
 
     /// The same, answering while `healthy` holds: workers that share a flag
     /// fail and recover at the same instant.
-    pub async fn start_sharing(
-        fleet: &Fleet,
+    pub async fn start_sharing<B: Backend>(
+        fleet: &Fleet<B>,
         healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> FlakyWorker {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -796,9 +829,14 @@ impl RedisCluster {
         }
         RedisCluster { nodes, dirs }
     }
+}
 
-    /// Every node's URL, comma-separated: what `-redis-url` takes for a cluster.
-    pub fn urls(&self) -> String {
+impl Backend for RedisCluster {
+    type Conn = redis::cluster_async::ClusterConnection;
+    const CLUSTER: bool = true;
+    const CONVERGE: Duration = Duration::from_secs(15);
+
+    fn urls(&self) -> String {
         self.nodes
             .iter()
             .map(RedisServer::url)
@@ -806,8 +844,7 @@ impl RedisCluster {
             .join(",")
     }
 
-    /// A cluster connection for the test's own reads and writes.
-    pub async fn conn(&self) -> redis::cluster_async::ClusterConnection {
+    async fn conn(&self) -> redis::cluster_async::ClusterConnection {
         let urls: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
         redis::cluster::ClusterClient::new(urls)
             .unwrap()
