@@ -113,7 +113,7 @@ async fn cluster_fences_a_stale_holder() {
         panic!()
     };
     let mut c = cluster.conn().await;
-    let () = c.del(format!("{{{TABLE}}}:lease")).await.unwrap();
+    let () = c.del(keys().lease).await.unwrap();
     let Acquisition::Acquired(b) = store.acquire(&claim("b")).await.unwrap() else {
         panic!()
     };

@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use distributor::config::Config;
+use distributor::core::keys::Keys;
 use distributor::{Distributor, MatchingTable, Member, MemberOptions, Role, Status};
 use tokio::time::Instant;
 
@@ -202,6 +203,19 @@ pub fn free_port() -> u16 {
 pub const SERVICES: &str = "test-services";
 pub const UNITS: &str = "test-units";
 pub const TABLE: &str = "test-table";
+
+/// Every coordination key and channel of [`TABLE`]; never spell them out.
+pub fn keys() -> Keys {
+    Keys::new(TABLE)
+}
+
+/// The glob that [`TABLE`]'s coordination keys and channels match
+/// (`{test-table}:*`), for an ACL.
+pub fn coordination_glob() -> String {
+    let lease = keys().lease;
+    let prefix = lease.strip_suffix("lease").expect("a key ends in its name");
+    format!("{prefix}*")
+}
 
 /// A fast configuration for tests: failures show within a few hundred ms.
 pub fn fast_config(redis_url: &str, replica: &str) -> Config {
@@ -401,10 +415,7 @@ impl<B: Backend> Fleet<B> {
     }
 
     pub async fn generation(&self) -> u64 {
-        let g: Option<u64> = self
-            .redis
-            .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "generation"])
-            .await;
+        let g: Option<u64> = self.redis.cmd(&["HGET", &keys().meta, "generation"]).await;
         g.unwrap_or(0)
     }
 
