@@ -33,7 +33,7 @@ struct Fleet {
 
 impl Fleet {
     async fn start(workers: usize, units: usize) -> Fleet {
-        let redis = RedisServer::start();
+        let redis = redis_server();
         let mut conn = redis.conn().await;
         set_list(&mut conn, UNITS, &unit_names(units)).await;
         let plain = workers - VICTIMS;

@@ -50,7 +50,7 @@ impl Cluster {
 
     async fn holder(&mut self) -> Option<usize> {
         let h: Option<String> = redis::cmd("HGET")
-            .arg(meta_key())
+            .arg(&keys().meta)
             .arg("holder")
             .query_async(&mut self.conn)
             .await
@@ -61,7 +61,7 @@ impl Cluster {
 
     async fn epoch(&mut self) -> u64 {
         let e: Option<u64> = redis::cmd("GET")
-            .arg(epoch_key())
+            .arg(&keys().epoch)
             .query_async(&mut self.conn)
             .await
             .unwrap_or(None);
@@ -118,7 +118,7 @@ pub async fn run() {
 async fn large_fleet(ping_timeout: Duration) {
     const MEMBERS: usize = 10_000;
     const TRIALS: usize = 2;
-    let redis = RedisServer::start();
+    let redis = redis_server();
     let mut conn = redis.conn().await;
     set_list(&mut conn, UNITS, &unit_names(100_000)).await;
     let (servers, addrs) = spawn_server_fleet(MEMBERS, 4);
@@ -153,10 +153,11 @@ async fn large_fleet(ping_timeout: Duration) {
         let h = c.settled().await;
         let s = 1 - h;
         let port = c.replicas[s].http_port;
-        let body = http_get(port, "/metrics").await.unwrap_or_default();
-        let cycles0 = metric(&body, "distributor_cycles_total", "outcome=\"ok\"").unwrap_or(0.0);
-        let fails0 = metric_sum(&body, "distributor_ping_failures_total");
-        let writes0 = metric(&body, "distributor_table_writes_total", "").unwrap_or(0.0);
+        let samples = scrape(port).await.unwrap_or_default();
+        let cycles0 =
+            metric(&samples, "distributor_cycles_total", &[("outcome", "ok")]).unwrap_or(0.0);
+        let fails0 = metric_sum(&samples, "distributor_ping_failures_total");
+        let writes0 = metric(&samples, "distributor_table_writes_total", &[]).unwrap_or(0.0);
         let hist0 = cycle_histogram(port).await.unwrap_or_default();
         let e0 = c.epoch().await;
         let mut acquired = None;
@@ -192,10 +193,11 @@ async fn large_fleet(ping_timeout: Duration) {
             fewest = fewest.min(n);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let body = http_get(port, "/metrics").await.unwrap_or_default();
+        let samples = scrape(port).await.unwrap_or_default();
         dropped.push((MEMBERS - fewest) as f64);
-        writes.push(metric(&body, "distributor_table_writes_total", "").unwrap_or(0.0) - writes0);
-        failures.push(metric_sum(&body, "distributor_ping_failures_total") - fails0);
+        writes
+            .push(metric(&samples, "distributor_table_writes_total", &[]).unwrap_or(0.0) - writes0);
+        failures.push(metric_sum(&samples, "distributor_ping_failures_total") - fails0);
         let _ = c.replicas[h].proc.wait();
         c.respawn(h);
     }
@@ -264,7 +266,7 @@ async fn stable(c: &mut Cluster, members: usize) {
 }
 
 async fn setting(timing: Timing) {
-    let redis = RedisServer::start();
+    let redis = redis_server();
     let mut conn = redis.conn().await;
     set_list(&mut conn, UNITS, &unit_names(1_000)).await;
     let (servers, addrs) = spawn_servers(10);

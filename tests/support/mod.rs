@@ -233,7 +233,19 @@ pub fn fast_config(redis_url: &str, replica: &str) -> Config {
 
 /// Polls `cond` every 20 ms until it holds; panics with `what` after `limit`.
 /// Limits are generous upper bounds for liveness, not speed claims.
-pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut cond: F)
+pub async fn wait_for<F, Fut>(what: &str, limit: Duration, cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    assert!(
+        wait_until(limit, Duration::from_millis(20), cond).await,
+        "timed out after {limit:?} waiting for: {what}"
+    );
+}
+
+/// Polls `cond` every `every` until it holds; `false` if `limit` passed first.
+pub async fn wait_until<F, Fut>(limit: Duration, every: Duration, mut cond: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -241,13 +253,12 @@ where
     let deadline = Instant::now() + limit;
     loop {
         if cond().await {
-            return;
+            return true;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -479,6 +490,14 @@ pub async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     Ok((code, body.to_string()))
 }
 
+/// The samples of `/metrics` on `port`, if it answers 200.
+pub async fn scrape(port: u16) -> Option<Vec<Sample>> {
+    match http_get(port, "/metrics").await {
+        Ok((200, body)) => Some(parse_metrics(&body)),
+        _ => None,
+    }
+}
+
 /// One sample of the Prometheus/OpenMetrics text format.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -551,6 +570,15 @@ pub fn metric(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option
         "several samples match {name} {labels:?}: {matching:?}"
     );
     matching.first().map(|s| s.value)
+}
+
+/// The sum of every sample named `name`, whatever its labels.
+pub fn metric_sum(samples: &[Sample], name: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| s.value)
+        .sum()
 }
 
 /// A worker whose ping answers can be switched off and on.
