@@ -387,6 +387,25 @@ pub async fn hexists(conn: &mut redis::aio::MultiplexedConnection, member: &str)
         .unwrap_or(false)
 }
 
+/// Rows of the matching table (0 if it cannot be read).
+pub async fn table_rows(conn: &mut redis::aio::MultiplexedConnection) -> usize {
+    redis::cmd("HLEN")
+        .arg(TABLE)
+        .query_async(conn)
+        .await
+        .unwrap_or(0)
+}
+
+/// Waits until the matching table lists `n` workers; panics after `limit`.
+pub async fn wait_for_rows(conn: &redis::aio::MultiplexedConnection, n: usize, limit: Duration) {
+    let ok = wait_until(limit, Duration::from_millis(50), || {
+        let mut c = conn.clone();
+        async move { table_rows(&mut c).await == n }
+    })
+    .await;
+    assert!(ok, "the table did not list all {n} workers");
+}
+
 pub async fn generation(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     let g: Option<u64> = redis::cmd("HGET")
         .arg(keys().meta)

@@ -182,20 +182,7 @@ async fn fleet_cost(members: usize, units: usize, change_rounds: usize, timing: 
         addrs,
         replica,
     };
-    let c = f.conn.clone();
-    let ok = wait_until(Duration::from_secs(180), Duration::from_millis(50), || {
-        let mut c = c.clone();
-        async move {
-            let n: usize = redis::cmd("HLEN")
-                .arg(TABLE)
-                .query_async(&mut c)
-                .await
-                .unwrap_or(0);
-            n == members
-        }
-    })
-    .await;
-    assert!(ok, "the table did not list all {members} members");
+    wait_for_rows(&f.conn, members, Duration::from_secs(180)).await;
     f.wait_cycles(3.0).await;
 
     // Idle: nothing changes.
