@@ -1,32 +1,24 @@
-//! Shared pieces of the cluster benchmarks: a private `redis-server`, child
-//! processes (gRPC ping servers, real `Member`s, `distributor` replicas),
-//! statistics and PASS/MISS reporting.
+//! What only the cluster benchmarks need: child processes (gRPC ping
+//! servers, real `Member`s, `distributor` replicas), process CPU and memory,
+//! Redis `INFO` figures, statistics and PASS/MISS reporting. Redis itself, key
+//! names, ports, HTTP and metrics come from the test kit (`tests/support`).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write as _};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::time::Instant;
+pub use crate::support::{
+    Backend, RedisServer, SERVICES, TABLE, UNITS, free_port, keys, metric, metric_sum, scrape,
+    wait_until,
+};
 
 /// Set in the environment of a child process started from this same binary.
 pub const CHILD_ENV: &str = "DISTRIBUTOR_BENCH_CHILD";
-
-pub const SERVICES: &str = "bench-services";
-pub const UNITS: &str = "bench-units";
-pub const TABLE: &str = "bench-table";
-
-pub fn meta_key() -> String {
-    format!("{{{TABLE}}}:meta")
-}
-
-pub fn epoch_key() -> String {
-    format!("{{{TABLE}}}:epoch")
-}
 
 // ---------------------------------------------------------------------------
 // Results
@@ -345,78 +337,9 @@ pub fn cpu_model() -> String {
 // ---------------------------------------------------------------------------
 // Redis
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A private `redis-server` on a free loopback port, without persistence.
-pub struct RedisServer {
-    port: u16,
-    child: Child,
-}
-
-impl RedisServer {
-    pub fn start() -> RedisServer {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--maxclients",
-                "20000",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (scripts/bench installs it)");
-        let server = RedisServer { port, child };
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut c) = redis::Client::open(server.url()).and_then(|c| c.get_connection())
-                && redis::cmd("PING").query::<String>(&mut c).is_ok()
-            {
-                return server;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "redis-server did not start on port {port}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A private `redis-server` that takes the connections of 10,000 members.
+pub fn redis_server() -> RedisServer {
+    RedisServer::start_with(&["--maxclients", "20000"])
 }
 
 /// `INFO <section>` as a map of `field -> value`.
@@ -464,9 +387,28 @@ pub async fn hexists(conn: &mut redis::aio::MultiplexedConnection, member: &str)
         .unwrap_or(false)
 }
 
+/// Rows of the matching table (0 if it cannot be read).
+pub async fn table_rows(conn: &mut redis::aio::MultiplexedConnection) -> usize {
+    redis::cmd("HLEN")
+        .arg(TABLE)
+        .query_async(conn)
+        .await
+        .unwrap_or(0)
+}
+
+/// Waits until the matching table lists `n` workers; panics after `limit`.
+pub async fn wait_for_rows(conn: &redis::aio::MultiplexedConnection, n: usize, limit: Duration) {
+    let ok = wait_until(limit, Duration::from_millis(50), || {
+        let mut c = conn.clone();
+        async move { table_rows(&mut c).await == n }
+    })
+    .await;
+    assert!(ok, "the table did not list all {n} workers");
+}
+
 pub async fn generation(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     let g: Option<u64> = redis::cmd("HGET")
-        .arg(meta_key())
+        .arg(keys().meta)
         .arg("generation")
         .query_async(conn)
         .await
@@ -474,35 +416,39 @@ pub async fn generation(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     g.unwrap_or(0)
 }
 
+/// Replaces the list `key` with `values`: filled beside it in chunks (a
+/// single pipeline of a hundred megabytes would outlast the client's reply
+/// deadline), then swapped in with one `RENAME`, so readers see the old list
+/// or the new one.
 pub async fn set_list(conn: &mut redis::aio::MultiplexedConnection, key: &str, values: &[String]) {
-    let mut p = redis::pipe();
-    p.atomic().del(key).ignore();
+    let staging = format!("{key}.staging");
+    let _: i64 = redis::cmd("DEL")
+        .arg(&staging)
+        .query_async(conn)
+        .await
+        .unwrap();
     for chunk in values.chunks(10_000) {
-        p.rpush(key, chunk).ignore();
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(&staging)
+            .arg(chunk)
+            .query_async(conn)
+            .await
+            .unwrap();
     }
-    let () = p.query_async(conn).await.unwrap();
+    if values.is_empty() {
+        let _: i64 = redis::cmd("DEL").arg(key).query_async(conn).await.unwrap();
+    } else {
+        let () = redis::cmd("RENAME")
+            .arg(&staging)
+            .arg(key)
+            .query_async(conn)
+            .await
+            .unwrap();
+    }
 }
 
 pub fn unit_names(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("unit-{i:08}")).collect()
-}
-
-/// Polls `cond` every `every` until it holds; `false` if `limit` passed first.
-pub async fn wait_until<F, Fut>(limit: Duration, every: Duration, mut cond: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if cond().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(every).await;
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -704,61 +650,19 @@ pub fn spawn_replica(redis_url: &str, name: &str, t: &Timing) -> Replica {
     }
 }
 
-/// A minimal HTTP/1.0 GET against loopback: the body, if the status is 200.
-pub async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.ok()?;
-    let (head, body) = buf.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200")
-        .then(|| body.to_string())
-        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
-}
-
-/// The value of the first sample of `name` whose label text contains `labels`.
-pub fn metric(body: &str, name: &str, labels: &str) -> Option<f64> {
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find(|l| {
-            let series = l.rsplit_once(' ').map_or("", |(s, _)| s);
-            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-            n == name && rest.contains(labels)
-        })
-        .and_then(|l| l.rsplit_once(' '))
-        .and_then(|(_, v)| v.parse().ok())
-}
-
-/// The sum of every sample of `name` (all label sets).
-pub fn metric_sum(body: &str, name: &str) -> f64 {
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, v) = l.rsplit_once(' ')?;
-            let n = series.split_once('{').map_or(series, |(n, _)| n);
-            (n == name).then(|| v.parse::<f64>().ok()).flatten()
-        })
-        .sum()
-}
-
 /// `distributor_cycle_duration_seconds` (sum, count) of a replica.
 pub async fn cycle_histogram(port: u16) -> Option<(f64, f64)> {
-    let body = http_get(port, "/metrics").await?;
+    let m = scrape(port).await?;
     Some((
-        metric(&body, "distributor_cycle_duration_seconds_sum", "").unwrap_or(0.0),
-        metric(&body, "distributor_cycle_duration_seconds_count", "").unwrap_or(0.0),
+        metric(&m, "distributor_cycle_duration_seconds_sum", &[]).unwrap_or(0.0),
+        metric(&m, "distributor_cycle_duration_seconds_count", &[]).unwrap_or(0.0),
     ))
 }
 
 /// `distributor_cycles_total{outcome="ok"}` of a replica (0 before its first cycle).
 pub async fn cycles_ok(port: u16) -> Option<f64> {
-    let body = http_get(port, "/metrics").await?;
-    Some(metric(&body, "distributor_cycles_total", "outcome=\"ok\"").unwrap_or(0.0))
+    let m = scrape(port).await?;
+    Some(metric(&m, "distributor_cycles_total", &[("outcome", "ok")]).unwrap_or(0.0))
 }
 
 // ---------------------------------------------------------------------------

@@ -33,7 +33,7 @@ struct Fleet {
 
 impl Fleet {
     async fn start(workers: usize, units: usize) -> Fleet {
-        let redis = RedisServer::start();
+        let redis = redis_server();
         let mut conn = redis.conn().await;
         set_list(&mut conn, UNITS, &unit_names(units)).await;
         let plain = workers - VICTIMS;
@@ -58,20 +58,7 @@ impl Fleet {
             members,
             replica,
         };
-        let c = fleet.conn.clone();
-        let ok = wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
-            let mut c = c.clone();
-            async move {
-                let n: usize = redis::cmd("HLEN")
-                    .arg(TABLE)
-                    .query_async(&mut c)
-                    .await
-                    .unwrap_or(0);
-                n == workers
-            }
-        })
-        .await;
-        assert!(ok, "the table did not list all {workers} workers");
+        wait_for_rows(&fleet.conn, workers, Duration::from_secs(60)).await;
         fleet
     }
 

@@ -38,19 +38,48 @@ struct Cluster {
     conn: redis::aio::MultiplexedConnection,
     replicas: Vec<Replica>,
     timing: Timing,
+    /// Replica names are `{prefix}-{n}`, n counting every process started.
+    prefix: String,
     spawned: usize,
 }
 
 impl Cluster {
-    fn respawn(&mut self, i: usize) {
+    /// `replicas` replica processes on `redis`.
+    fn start(
+        redis: RedisServer,
+        conn: redis::aio::MultiplexedConnection,
+        timing: Timing,
+        prefix: String,
+        replicas: usize,
+    ) -> Cluster {
+        let mut c = Cluster {
+            redis,
+            conn,
+            replicas: Vec::new(),
+            timing,
+            prefix,
+            spawned: 0,
+        };
+        for _ in 0..replicas {
+            let r = c.spawn();
+            c.replicas.push(r);
+        }
+        c
+    }
+
+    fn spawn(&mut self) -> Replica {
         self.spawned += 1;
-        let name = format!("fo-{}-{}", self.timing.ttl.as_millis(), self.spawned);
-        self.replicas[i] = spawn_replica(&self.redis.url(), &name, &self.timing);
+        let name = format!("{}-{}", self.prefix, self.spawned);
+        spawn_replica(&self.redis.url(), &name, &self.timing)
+    }
+
+    fn respawn(&mut self, i: usize) {
+        self.replicas[i] = self.spawn();
     }
 
     async fn holder(&mut self) -> Option<usize> {
         let h: Option<String> = redis::cmd("HGET")
-            .arg(meta_key())
+            .arg(&keys().meta)
             .arg("holder")
             .query_async(&mut self.conn)
             .await
@@ -61,7 +90,7 @@ impl Cluster {
 
     async fn epoch(&mut self) -> u64 {
         let e: Option<u64> = redis::cmd("GET")
-            .arg(epoch_key())
+            .arg(&keys().epoch)
             .query_async(&mut self.conn)
             .await
             .unwrap_or(None);
@@ -118,7 +147,7 @@ pub async fn run() {
 async fn large_fleet(ping_timeout: Duration) {
     const MEMBERS: usize = 10_000;
     const TRIALS: usize = 2;
-    let redis = RedisServer::start();
+    let redis = redis_server();
     let mut conn = redis.conn().await;
     set_list(&mut conn, UNITS, &unit_names(100_000)).await;
     let (servers, addrs) = spawn_server_fleet(MEMBERS, 4);
@@ -129,19 +158,8 @@ async fn large_fleet(ping_timeout: Duration) {
         ping_timeout.as_millis()
     );
     note(&label);
-    let mut c = Cluster {
-        redis,
-        conn,
-        replicas: Vec::new(),
-        timing,
-        spawned: 0,
-    };
-    for _ in 0..2 {
-        c.spawned += 1;
-        let name = format!("big-{}-{}", ping_timeout.as_millis(), c.spawned);
-        c.replicas
-            .push(spawn_replica(&c.redis.url(), &name, &timing));
-    }
+    let prefix = format!("big-{}", ping_timeout.as_millis());
+    let mut c = Cluster::start(redis, conn, timing, prefix, 2);
     let mut to_cycle = Vec::new();
     let mut to_acquire = Vec::new();
     let mut own = Vec::new();
@@ -153,10 +171,11 @@ async fn large_fleet(ping_timeout: Duration) {
         let h = c.settled().await;
         let s = 1 - h;
         let port = c.replicas[s].http_port;
-        let body = http_get(port, "/metrics").await.unwrap_or_default();
-        let cycles0 = metric(&body, "distributor_cycles_total", "outcome=\"ok\"").unwrap_or(0.0);
-        let fails0 = metric_sum(&body, "distributor_ping_failures_total");
-        let writes0 = metric(&body, "distributor_table_writes_total", "").unwrap_or(0.0);
+        let samples = scrape(port).await.unwrap_or_default();
+        let cycles0 =
+            metric(&samples, "distributor_cycles_total", &[("outcome", "ok")]).unwrap_or(0.0);
+        let fails0 = metric_sum(&samples, "distributor_ping_failures_total");
+        let writes0 = metric(&samples, "distributor_table_writes_total", &[]).unwrap_or(0.0);
         let hist0 = cycle_histogram(port).await.unwrap_or_default();
         let e0 = c.epoch().await;
         let mut acquired = None;
@@ -184,18 +203,15 @@ async fn large_fleet(ping_timeout: Duration) {
         let mut fewest = MEMBERS;
         let until = Instant::now() + Duration::from_secs(4);
         while Instant::now() < until {
-            let n: usize = redis::cmd("HLEN")
-                .arg(TABLE)
-                .query_async(&mut c.conn)
-                .await
-                .unwrap_or(0);
+            let n = table_rows(&mut c.conn).await;
             fewest = fewest.min(n);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let body = http_get(port, "/metrics").await.unwrap_or_default();
+        let samples = scrape(port).await.unwrap_or_default();
         dropped.push((MEMBERS - fewest) as f64);
-        writes.push(metric(&body, "distributor_table_writes_total", "").unwrap_or(0.0) - writes0);
-        failures.push(metric_sum(&body, "distributor_ping_failures_total") - fails0);
+        writes
+            .push(metric(&samples, "distributor_table_writes_total", &[]).unwrap_or(0.0) - writes0);
+        failures.push(metric_sum(&samples, "distributor_ping_failures_total") - fails0);
         let _ = c.replicas[h].proc.wait();
         c.respawn(h);
     }
@@ -247,11 +263,7 @@ async fn stable(c: &mut Cluster, members: usize) {
     let mut since = Instant::now();
     loop {
         assert!(Instant::now() < deadline, "the table never settled");
-        let n: usize = redis::cmd("HLEN")
-            .arg(TABLE)
-            .query_async(&mut c.conn)
-            .await
-            .unwrap_or(0);
+        let n = table_rows(&mut c.conn).await;
         let g = generation(&mut c.conn).await;
         if (n, g) != last {
             last = (n, g);
@@ -264,24 +276,13 @@ async fn stable(c: &mut Cluster, members: usize) {
 }
 
 async fn setting(timing: Timing) {
-    let redis = RedisServer::start();
+    let redis = redis_server();
     let mut conn = redis.conn().await;
     set_list(&mut conn, UNITS, &unit_names(1_000)).await;
     let (servers, addrs) = spawn_servers(10);
     set_list(&mut conn, SERVICES, &addrs).await;
-    let mut c = Cluster {
-        redis,
-        conn,
-        replicas: Vec::new(),
-        timing,
-        spawned: 0,
-    };
-    for _ in 0..REPLICAS {
-        c.spawned += 1;
-        let name = format!("fo-{}-{}", timing.ttl.as_millis(), c.spawned);
-        c.replicas
-            .push(spawn_replica(&c.redis.url(), &name, &timing));
-    }
+    let prefix = format!("fo-{}", timing.ttl.as_millis());
+    let mut c = Cluster::start(redis, conn, timing, prefix, REPLICAS);
     let ttl = ms(timing.ttl);
     let label = format!(
         "TTL {} ms (renew {} ms, deadline {} ms, retry {} ms)",

@@ -15,6 +15,9 @@
 //! the bench raises its soft limit to the hard one, and skips them (saying so)
 //! if that is not enough.
 
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
 mod common;
 mod detection;
 mod failover;

@@ -26,7 +26,7 @@ fn names(n: usize, len: usize) -> Vec<String> {
 }
 
 async fn peak_kb(units: usize, len: usize) -> Option<u64> {
-    let redis = RedisServer::start();
+    let redis = redis_server();
     let mut conn = redis.conn().await;
     set_list(&mut conn, UNITS, &names(units, len)).await;
     let (servers, members) = spawn_servers(MEMBERS);
@@ -36,8 +36,8 @@ async fn peak_kb(units: usize, len: usize) -> Option<u64> {
     let written = wait_until(Duration::from_secs(120), Duration::from_millis(50), || {
         let port = r.http_port;
         async move {
-            http_get(port, "/metrics").await.is_some_and(|b| {
-                metric(&b, "distributor_table_writes_total", "").unwrap_or(0.0) >= 1.0
+            scrape(port).await.is_some_and(|m| {
+                metric(&m, "distributor_table_writes_total", &[]).unwrap_or(0.0) >= 1.0
             })
         }
     })

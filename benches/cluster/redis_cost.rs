@@ -71,27 +71,25 @@ struct Fleet {
 
 impl Fleet {
     async fn snap(&mut self) -> Snap {
-        let body = http_get(self.replica.http_port, "/metrics")
-            .await
-            .unwrap_or_default();
+        let samples = scrape(self.replica.http_port).await.unwrap_or_default();
         let info = info(&mut self.conn, "all").await;
         Snap {
             calls: command_calls(&info),
             info,
-            cycles: metric(&body, "distributor_cycles_total", "outcome=\"ok\"").unwrap_or(0.0),
-            ping_failures: metric_sum(&body, "distributor_ping_failures_total"),
-            pings_ok: metric(&body, "distributor_ping_duration_seconds_count", "").unwrap_or(0.0),
-            cycle_seconds: metric(&body, "distributor_cycle_duration_seconds_sum", "")
+            cycles: metric(&samples, "distributor_cycles_total", &[("outcome", "ok")])
+                .unwrap_or(0.0),
+            ping_failures: metric_sum(&samples, "distributor_ping_failures_total"),
+            pings_ok: metric(&samples, "distributor_ping_duration_seconds_count", &[])
+                .unwrap_or(0.0),
+            cycle_seconds: metric(&samples, "distributor_cycle_duration_seconds_sum", &[])
                 .unwrap_or(0.0),
             at: Instant::now(),
         }
     }
 
     async fn table_bytes(&self) -> f64 {
-        let body = http_get(self.replica.http_port, "/metrics")
-            .await
-            .unwrap_or_default();
-        metric(&body, "distributor_table_size_bytes", "").unwrap_or(0.0)
+        let samples = scrape(self.replica.http_port).await.unwrap_or_default();
+        metric(&samples, "distributor_table_size_bytes", &[]).unwrap_or(0.0)
     }
 
     async fn wait_cycles(&self, n: f64) {
@@ -171,7 +169,7 @@ async fn fleet_cost(members: usize, units: usize, change_rounds: usize, timing: 
             format!(", poll {} ms", timing.poll.as_millis())
         }
     );
-    let redis = RedisServer::start();
+    let redis = redis_server();
     let mut conn = redis.conn().await;
     set_list(&mut conn, UNITS, &unit_names(units)).await;
     let (servers, addrs) = spawn_server_fleet(members, members.div_ceil(2_500));
@@ -184,20 +182,7 @@ async fn fleet_cost(members: usize, units: usize, change_rounds: usize, timing: 
         addrs,
         replica,
     };
-    let c = f.conn.clone();
-    let ok = wait_until(Duration::from_secs(180), Duration::from_millis(50), || {
-        let mut c = c.clone();
-        async move {
-            let n: usize = redis::cmd("HLEN")
-                .arg(TABLE)
-                .query_async(&mut c)
-                .await
-                .unwrap_or(0);
-            n == members
-        }
-    })
-    .await;
-    assert!(ok, "the table did not list all {members} members");
+    wait_for_rows(&f.conn, members, Duration::from_secs(180)).await;
     f.wait_cycles(3.0).await;
 
     // Idle: nothing changes.

@@ -28,7 +28,7 @@ const TRIALS: usize = 6;
 
 pub async fn run() {
     section("table write at scale: 10,000 members x 1,000,000 units (target 6)");
-    let redis = RedisServer::start();
+    let redis = redis_server();
     let mut conn = redis.conn().await;
     let store = Store::open(&redis.url(), TABLE, Duration::from_secs(1)).unwrap();
     let claim = Claim {
@@ -136,7 +136,7 @@ pub async fn run() {
             .cmd("HLEN")
             .arg(TABLE)
             .cmd("HGET")
-            .arg(meta_key())
+            .arg(&keys().meta)
             .arg("digest")
             .query_async(&mut conn)
             .await
@@ -217,7 +217,7 @@ pub async fn run() {
     let fenced = ms(t.elapsed());
     assert!(matches!(r, Ok(Committed::Fenced { .. })), "{r:?}");
     let digest: Option<String> = redis::cmd("HGET")
-        .arg(meta_key())
+        .arg(&keys().meta)
         .arg("digest")
         .query_async(&mut conn)
         .await
@@ -338,7 +338,7 @@ async fn table_check(store: &Store, conn: &mut redis::aio::MultiplexedConnection
             .unwrap();
         let v: redis::Value = redis::Script::new(distributor::edge::redis::scripts::TABLE_STATE)
             .key(TABLE)
-            .key(meta_key())
+            .key(&keys().meta)
             .arg("1")
             .invoke_async(conn)
             .await

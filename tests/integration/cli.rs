@@ -100,10 +100,8 @@ async fn status_and_table_describe_a_running_fleet() {
         "census recorded for both replicas",
         Duration::from_secs(10),
         || async {
-            let r: std::collections::HashMap<String, String> = fleet
-                .redis
-                .cmd(&["HGETALL", &format!("{{{TABLE}}}:replicas")])
-                .await;
+            let r: std::collections::HashMap<String, String> =
+                fleet.redis.cmd(&["HGETALL", &keys().replicas]).await;
             // "index replicas unix_ms": both must have seen a full interval with both.
             r.len() == 2 && r.values().all(|v| v.split(' ').nth(1) == Some("2"))
         },

@@ -1,14 +1,13 @@
 //! Redis Cluster: the core scenarios against a real 3-master cluster. The
 //! lists live in other slots than the table; coordination keys share its slot.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use distributor::core::keys::slot;
 use distributor::edge::redis::{
     Acquisition, Claim, Commit, Committed, ListLimits, RedisOptions, Store,
 };
-use distributor::{Distributor, MatchingTable, Member, MemberOptions, Role};
+use distributor::{MatchingTable, Role};
 use redis::AsyncCommands;
 
 use crate::support::*;
@@ -18,113 +17,18 @@ const LIMITS: ListLimits = ListLimits {
     bytes: 1 << 20,
 };
 
-struct ClusterFleet {
-    cluster: RedisCluster,
-    config: distributor::Config,
-    replicas: Vec<Option<Distributor>>,
-    members: Vec<Option<Member>>,
-}
-
-impl ClusterFleet {
-    async fn start(members: usize, replicas: usize, units: &[String]) -> ClusterFleet {
-        let cluster = RedisCluster::start(3);
-        // The point of the exercise: lists and table in different slots.
-        assert_ne!(slot(SERVICES), slot(TABLE));
-        assert_ne!(slot(UNITS), slot(TABLE));
-        let mut config = fast_config(&cluster.urls(), "c");
-        config.redis_cluster = true;
-        let mut c = cluster.conn().await;
-        let () = c.rpush(UNITS, units).await.unwrap();
-        let mut fleet = ClusterFleet {
-            cluster,
-            config,
-            replicas: vec![],
-            members: vec![],
-        };
-        for _ in 0..members {
-            let mut o = MemberOptions::new(
-                &fleet.cluster.urls(),
-                SERVICES,
-                TABLE,
-                ([127, 0, 0, 1], 0).into(),
-            );
-            o.reregister_interval = Duration::from_millis(300);
-            o.poll_interval = Duration::from_millis(300);
-            fleet.members.push(Some(Member::start(o).await.unwrap()));
-        }
-        for i in 0..replicas {
-            let mut c = fleet.config.clone();
-            c.replica_id = format!("cluster-replica-{i}");
-            fleet.replicas.push(Some(Distributor::start(c).unwrap()));
-        }
-        fleet
-    }
-
-    async fn table(&self) -> MatchingTable {
-        let mut c = self.cluster.conn().await;
-        let rows: HashMap<String, String> = c.hgetall(TABLE).await.unwrap();
-        MatchingTable::from_rows(rows)
-    }
-
-    async fn generation(&self) -> u64 {
-        let mut c = self.cluster.conn().await;
-        let g: Option<u64> = c
-            .hget(format!("{{{TABLE}}}:meta"), "generation")
-            .await
-            .unwrap();
-        g.unwrap_or(0)
-    }
-
-    async fn wait_for_table(&self, units: &[String]) -> MatchingTable {
-        let live: Vec<String> = self
-            .members
-            .iter()
-            .flatten()
-            .map(|m| m.id().to_string())
-            .collect();
-        let expected = Fleet::expected(&live, units);
-        wait_for(
-            "the solver's table on the cluster",
-            Duration::from_secs(15),
-            || async { self.table().await == expected },
-        )
-        .await;
-        expected
-    }
-
-    fn holder(&self) -> Option<usize> {
-        let h: Vec<usize> = self
-            .replicas
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| {
-                r.as_ref()
-                    .is_some_and(|r| r.status().borrow().role == Role::Holder)
-            })
-            .map(|(i, _)| i)
-            .collect();
-        (h.len() == 1).then(|| h[0])
-    }
-
-    async fn shutdown(mut self) {
-        for m in self.members.drain(..).flatten() {
-            m.shutdown().await;
-        }
-        for r in self.replicas.drain(..).flatten() {
-            r.shutdown().await;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_table_member_death_and_holder_failover() {
     let units = units(30);
-    let mut fleet = ClusterFleet::start(4, 3, &units).await;
-    let before = fleet.wait_for_table(&units).await;
+    // The point of the exercise: lists and table in different slots.
+    assert_ne!(slot(SERVICES), slot(TABLE));
+    assert_ne!(slot(UNITS), slot(TABLE));
+    let (mut fleet, before) =
+        Fleet::converged_on(RedisCluster::start(3), |_| {}, 4, 3, &units).await;
 
     // A member dies: its units move, on the cluster too.
     fleet.members[0].take().unwrap().abort();
-    let after_death = fleet.wait_for_table(&units).await;
+    let after_death = fleet.wait_for_table(&units, Duration::from_secs(15)).await;
     assert_ne!(after_death, before);
 
     // The holder crashes: the standby takes over with the identical table.
@@ -209,7 +113,7 @@ async fn cluster_fences_a_stale_holder() {
         panic!()
     };
     let mut c = cluster.conn().await;
-    let () = c.del(format!("{{{TABLE}}}:lease")).await.unwrap();
+    let () = c.del(keys().lease).await.unwrap();
     let Acquisition::Acquired(b) = store.acquire(&claim("b")).await.unwrap() else {
         panic!()
     };

@@ -42,10 +42,7 @@ async fn graceful_shutdown_hands_over_at_once() {
     let units = units(20);
     let (mut fleet, before) = Fleet::converged(|_| {}, 3, 3, &units).await;
     let old = fleet.wait_for_holder().await;
-    let lease: Option<String> = fleet
-        .redis
-        .cmd(&["GET", &format!("{{{TABLE}}}:lease")])
-        .await;
+    let lease: Option<String> = fleet.redis.cmd(&["GET", &keys().lease]).await;
     assert!(lease.is_some());
 
     let started = tokio::time::Instant::now();
@@ -90,7 +87,7 @@ async fn liveness_survives_failover() {
     let old = fleet.wait_for_holder().await;
     let stored: Option<String> = fleet
         .redis
-        .cmd(&["HGET", &format!("{{{TABLE}}}:liveness"), &flaky.addr])
+        .cmd(&["HGET", &keys().liveness, &flaky.addr])
         .await;
     assert_eq!(stored.as_deref(), Some("1 0 0"), "answered, no failures");
 
@@ -120,7 +117,7 @@ async fn liveness_survives_failover() {
     }
     let stored: Option<String> = fleet
         .redis
-        .cmd(&["HGET", &format!("{{{TABLE}}}:liveness"), &flaky.addr])
+        .cmd(&["HGET", &keys().liveness, &flaky.addr])
         .await;
     assert_eq!(
         stored.as_deref(),
@@ -159,10 +156,7 @@ async fn redis_losing_its_data_heals() {
         now > generation,
         "generation never goes back: {now} <= {generation}"
     );
-    let new_epoch: u64 = fleet
-        .redis
-        .cmd(&["GET", &format!("{{{TABLE}}}:epoch")])
-        .await;
+    let new_epoch: u64 = fleet.redis.cmd(&["GET", &keys().epoch]).await;
     assert!(
         new_epoch > epoch,
         "epoch never goes back: {new_epoch} <= {epoch}"
@@ -179,10 +173,7 @@ async fn connections_that_go_silent_are_replaced() {
     let url = format!("redis://127.0.0.1:{}", proxy.port);
     let units = units(12);
     let (mut fleet, _) = Fleet::converged_on(redis, |c| c.redis_url = url, 3, 2, &units).await;
-    let epoch: u64 = fleet
-        .redis
-        .cmd(&["GET", &format!("{{{TABLE}}}:epoch")])
-        .await;
+    let epoch: u64 = fleet.redis.cmd(&["GET", &keys().epoch]).await;
 
     proxy.freeze_existing();
     // The replicas notice through their call deadlines, reconnect, and a holder
@@ -193,10 +184,7 @@ async fn connections_that_go_silent_are_replaced() {
         fleet.holder().is_some()
     })
     .await;
-    let now: u64 = fleet
-        .redis
-        .cmd(&["GET", &format!("{{{TABLE}}}:epoch")])
-        .await;
+    let now: u64 = fleet.redis.cmd(&["GET", &keys().epoch]).await;
     assert!(now >= epoch);
     fleet.shutdown().await;
 }
@@ -216,31 +204,16 @@ async fn a_deleted_table_is_written_again_and_bad_own_keys_are_reset() {
     assert!(fleet.generation().await > generation);
     // Our own liveness hash of the wrong type is reset by the next write, not
     // an endless error; and nobody spins on the lease.
-    let epoch: u64 = fleet
-        .redis
-        .cmd(&["GET", &format!("{{{TABLE}}}:epoch")])
-        .await;
-    let () = fleet
-        .redis
-        .cmd(&["SET", &format!("{{{TABLE}}}:liveness"), "junk"])
-        .await;
-    let () = fleet
-        .redis
-        .cmd(&["SET", &format!("{{{TABLE}}}:meta"), "junk"])
-        .await;
+    let epoch: u64 = fleet.redis.cmd(&["GET", &keys().epoch]).await;
+    let () = fleet.redis.cmd(&["SET", &keys().liveness, "junk"]).await;
+    let () = fleet.redis.cmd(&["SET", &keys().meta, "junk"]).await;
     wait_for("metadata rewritten", Duration::from_secs(5), || async {
-        let t: String = fleet
-            .redis
-            .cmd(&["TYPE", &format!("{{{TABLE}}}:meta")])
-            .await;
+        let t: String = fleet.redis.cmd(&["TYPE", &keys().meta]).await;
         t == "hash"
     })
     .await;
     assert_eq!(fleet.table().await, before);
-    let now: u64 = fleet
-        .redis
-        .cmd(&["GET", &format!("{{{TABLE}}}:epoch")])
-        .await;
+    let now: u64 = fleet.redis.cmd(&["GET", &keys().epoch]).await;
     assert!(
         now <= epoch + 1,
         "epoch {epoch} -> {now}: replicas churned the lease"

@@ -57,7 +57,7 @@ async fn a_stale_holder_cannot_write() {
     );
 
     // The lease lapses (a paused process); b takes over with a new epoch.
-    let () = redis.cmd(&["DEL", &format!("{{{TABLE}}}:lease")]).await;
+    let () = redis.cmd(&["DEL", &keys().lease]).await;
     let Acquisition::Acquired(b) = store.acquire(&claim(ttl, 0, "b", 4)).await.unwrap() else {
         panic!()
     };
@@ -118,9 +118,7 @@ async fn a_stale_holder_cannot_write() {
         }
     );
     assert_eq!(store.read_table().await.unwrap(), t3);
-    let digest: String = redis
-        .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "digest"])
-        .await;
+    let digest: String = redis.cmd(&["HGET", &keys().meta, "digest"]).await;
     assert_eq!(digest, t3.digest());
     assert!(store.release(&b).await.unwrap());
 }
@@ -239,19 +237,15 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
             reason: "epoch".into()
         }
     );
-    let floor: u64 = redis
-        .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "generation_floor"])
-        .await;
+    let floor: u64 = redis.cmd(&["HGET", &keys().meta, "generation_floor"]).await;
     assert_eq!(floor, 100, "the generation floor is recorded too");
-    let generation: Option<String> = redis
-        .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "generation"])
-        .await;
+    let generation: Option<String> = redis.cmd(&["HGET", &keys().meta, "generation"]).await;
     assert_eq!(
         generation, None,
         "a floor is not a table generation: readers never see it as one"
     );
     // Once the lease is free, the next epoch is above everything seen.
-    let () = redis.cmd(&["DEL", &format!("{{{TABLE}}}:lease")]).await;
+    let () = redis.cmd(&["DEL", &keys().lease]).await;
     let Acquisition::Acquired(next) = store.acquire(&veteran).await.unwrap() else {
         panic!()
     };

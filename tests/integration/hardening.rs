@@ -6,16 +6,11 @@
 
 use std::time::Duration;
 
-use distributor::core::keys::Keys;
 use distributor::core::liveness::HealthChanges;
 use distributor::edge::redis::{Acquisition, Claim, Commit, Store};
 use distributor::{MatchingTable, Role, StartError, StoreError};
 
 use crate::support::*;
-
-fn keys() -> Keys {
-    Keys::new(TABLE)
-}
 
 async fn holder_status(fleet: &Fleet) -> distributor::Status {
     let i = fleet.wait_for_holder().await;

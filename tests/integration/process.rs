@@ -40,14 +40,12 @@ fn signal(child: &Child, sig: &str) {
 }
 
 async fn holder(redis: &RedisServer) -> Option<String> {
-    let h: Option<String> = redis
-        .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "holder"])
-        .await;
+    let h: Option<String> = redis.cmd(&["HGET", &keys().meta, "holder"]).await;
     h.filter(|h| !h.is_empty())
 }
 
 async fn epoch(redis: &RedisServer) -> u64 {
-    let e: Option<u64> = redis.cmd(&["GET", &format!("{{{TABLE}}}:epoch")]).await;
+    let e: Option<u64> = redis.cmd(&["GET", &keys().epoch]).await;
     e.unwrap_or(0)
 }
 

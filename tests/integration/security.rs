@@ -22,9 +22,10 @@ pub(crate) async fn create_acl_user(redis: &RedisServer) {
 const OPTIONAL: &str = "+llen +memory|usage +watch +unwatch";
 
 async fn create_acl_user_with(redis: &RedisServer, optional: &str) {
+    let coordination = coordination_glob();
     let acl = format!(
-        "ACL SETUSER distributor on >{PASSWORD} resetkeys ~{SERVICES} ~{UNITS} ~{TABLE} ~{{{TABLE}}}:* \
-         resetchannels &{{{TABLE}}}:* -@all +get +set +del +incr +pexpire +pttl +type \
+        "ACL SETUSER distributor on >{PASSWORD} resetkeys ~{SERVICES} ~{UNITS} ~{TABLE} ~{coordination} \
+         resetchannels &{coordination} -@all +get +set +del +incr +pexpire +pttl +type \
          +hset +hget +hmget +hgetall +hdel +hlen +lrange +lpos +lpush +rpush +lrem \
          +eval +evalsha +script|load +multi +exec +publish +subscribe +ping {optional}"
     );

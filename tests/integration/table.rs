@@ -129,10 +129,8 @@ async fn census_reports_three_replicas() {
     indexes.sort();
     // Views may come from different intervals, but indexes are always < replicas.
     assert!(indexes.iter().all(|i| *i < 3), "{indexes:?}");
-    let recorded: std::collections::HashMap<String, String> = fleet
-        .redis
-        .cmd(&["HGETALL", &format!("{{{TABLE}}}:replicas")])
-        .await;
+    let recorded: std::collections::HashMap<String, String> =
+        fleet.redis.cmd(&["HGETALL", &keys().replicas]).await;
     assert_eq!(recorded.len(), 3, "{recorded:?}");
     fleet.shutdown().await;
 }

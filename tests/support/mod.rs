@@ -1,6 +1,8 @@
-//! Test fixtures shared by every integration test: a real `redis-server` that dies
-//! on drop and restarts on the same port, an in-process fleet of replicas and
-//! members, and event-waiting helpers. Never copy these; extend them here.
+//! Test fixtures shared by every integration test and the cluster bench: a
+//! real `redis-server` that dies on drop and restarts on the same port, a
+//! Redis Cluster, an in-process fleet of replicas and members on either, key
+//! names, metrics and event-waiting helpers. Never copy these; extend them
+//! here (the bench compiles this file too: nothing `#[cfg(test)]`-only).
 #![allow(dead_code)]
 
 pub mod docker;
@@ -13,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use distributor::config::Config;
+use distributor::core::keys::Keys;
 use distributor::{Distributor, MatchingTable, Member, MemberOptions, Role, Status};
 use tokio::time::Instant;
 
@@ -128,30 +131,58 @@ impl RedisServer {
         self.kill();
         self.spawn();
     }
-
-    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.admin_url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
-    }
-
-    pub async fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        let mut c = self.conn().await;
-        let mut cmd = redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query_async(&mut c)
-            .await
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-    }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// What a [`Fleet`] runs on: one [`RedisServer`] or a [`RedisCluster`].
+pub trait Backend: Sync {
+    /// The connection a test uses for its own reads and writes.
+    type Conn: redis::aio::ConnectionLike + Send;
+    /// Whether replicas and members must speak the cluster protocol.
+    const CLUSTER: bool;
+    /// How long a fresh fleet may take to agree on its first table.
+    const CONVERGE: Duration;
+
+    /// What `-redis-url` takes: one URL, or every node's, comma-separated.
+    fn urls(&self) -> String;
+
+    fn conn(&self) -> impl Future<Output = Self::Conn> + Send;
+
+    /// One command, e.g. `&["HGET", TABLE, member]`; panics on an error reply.
+    fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> impl Future<Output = T> + Send {
+        async move {
+            let mut c = self.conn().await;
+            let mut cmd = redis::cmd(args[0]);
+            for a in &args[1..] {
+                cmd.arg(*a);
+            }
+            cmd.query_async(&mut c)
+                .await
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+        }
+    }
+}
+
+impl Backend for RedisServer {
+    type Conn = redis::aio::MultiplexedConnection;
+    const CLUSTER: bool = false;
+    const CONVERGE: Duration = Duration::from_secs(10);
+
+    fn urls(&self) -> String {
+        self.url()
+    }
+
+    async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.admin_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
     }
 }
 
@@ -175,6 +206,19 @@ pub const SERVICES: &str = "test-services";
 pub const UNITS: &str = "test-units";
 pub const TABLE: &str = "test-table";
 
+/// Every coordination key and channel of [`TABLE`]; never spell them out.
+pub fn keys() -> Keys {
+    Keys::new(TABLE)
+}
+
+/// The glob that [`TABLE`]'s coordination keys and channels match
+/// (`{test-table}:*`), for an ACL.
+pub fn coordination_glob() -> String {
+    let lease = keys().lease;
+    let prefix = lease.strip_suffix("lease").expect("a key ends in its name");
+    format!("{prefix}*")
+}
+
 /// A fast configuration for tests: failures show within a few hundred ms.
 pub fn fast_config(redis_url: &str, replica: &str) -> Config {
     let mut c = Config::new(redis_url, &[SERVICES], UNITS, TABLE);
@@ -191,7 +235,19 @@ pub fn fast_config(redis_url: &str, replica: &str) -> Config {
 
 /// Polls `cond` every 20 ms until it holds; panics with `what` after `limit`.
 /// Limits are generous upper bounds for liveness, not speed claims.
-pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut cond: F)
+pub async fn wait_for<F, Fut>(what: &str, limit: Duration, cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    assert!(
+        wait_until(limit, Duration::from_millis(20), cond).await,
+        "timed out after {limit:?} waiting for: {what}"
+    );
+}
+
+/// Polls `cond` every `every` until it holds; `false` if `limit` passed first.
+pub async fn wait_until<F, Fut>(limit: Duration, every: Duration, mut cond: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -199,35 +255,24 @@ where
     let deadline = Instant::now() + limit;
     loop {
         if cond().await {
-            return;
+            return true;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
-/// Replicas and members sharing one Redis.
-pub struct Fleet {
-    pub redis: RedisServer,
+/// Replicas and members sharing one Redis or one Redis Cluster.
+pub struct Fleet<B: Backend = RedisServer> {
+    pub redis: B,
     pub replicas: Vec<Option<Distributor>>,
     pub members: Vec<Option<Member>>,
     pub config: Config,
 }
 
 impl Fleet {
-    pub fn new(redis: RedisServer) -> Fleet {
-        let config = fast_config(&redis.url(), "r0");
-        Fleet {
-            redis,
-            replicas: vec![],
-            members: vec![],
-            config,
-        }
-    }
-
     /// A fresh Redis with `units`, `members` members and `replicas` replicas
     /// (configured by `tune`), returned once the table is the solver's.
     pub async fn converged(
@@ -239,14 +284,51 @@ impl Fleet {
         Fleet::converged_on(RedisServer::start(), tune, members, replicas, units).await
     }
 
-    /// The same on a Redis the test prepared (a password, a proxy in front).
+    /// The table the pure solver gives for these live members and units.
+    pub fn expected(members: &[String], units: &[String]) -> MatchingTable {
+        let inputs = distributor::core::inputs::Inputs {
+            groups: vec![distributor::core::inputs::Group {
+                name: SERVICES.into(),
+                members: {
+                    let mut m = members.to_vec();
+                    m.sort();
+                    m
+                },
+                malformed: vec![],
+            }],
+            units: {
+                let mut u = units.to_vec();
+                u.sort();
+                u.dedup();
+                u
+            },
+            rejections: vec![],
+        };
+        MatchingTable::solve(&inputs, |_| true)
+    }
+}
+
+impl<B: Backend> Fleet<B> {
+    pub fn new(redis: B) -> Fleet<B> {
+        let mut config = fast_config(&redis.urls(), "r0");
+        config.redis_cluster = B::CLUSTER;
+        Fleet {
+            redis,
+            replicas: vec![],
+            members: vec![],
+            config,
+        }
+    }
+
+    /// The same as [`Fleet::converged`] on a backend the test prepared (a
+    /// password, a proxy in front, a cluster).
     pub async fn converged_on(
-        redis: RedisServer,
+        redis: B,
         tune: impl FnOnce(&mut Config),
         members: usize,
         replicas: usize,
         units: &[String],
-    ) -> (Fleet, MatchingTable) {
+    ) -> (Fleet<B>, MatchingTable) {
         let mut fleet = Fleet::new(redis);
         tune(&mut fleet.config);
         fleet.set_units(units).await;
@@ -256,7 +338,7 @@ impl Fleet {
         for _ in 0..replicas {
             fleet.add_replica();
         }
-        let table = fleet.wait_for_table(units, Duration::from_secs(10)).await;
+        let table = fleet.wait_for_table(units, B::CONVERGE).await;
         (fleet, table)
     }
 
@@ -280,6 +362,7 @@ impl Fleet {
             TABLE,
             SocketAddr::from(([127, 0, 0, 1], 0)),
         );
+        o.redis_cluster = self.config.redis_cluster;
         o.reregister_interval = Duration::from_millis(300);
         o.poll_interval = Duration::from_millis(300);
         o
@@ -345,34 +428,8 @@ impl Fleet {
     }
 
     pub async fn generation(&self) -> u64 {
-        let g: Option<u64> = self
-            .redis
-            .cmd(&["HGET", &format!("{{{TABLE}}}:meta"), "generation"])
-            .await;
+        let g: Option<u64> = self.redis.cmd(&["HGET", &keys().meta, "generation"]).await;
         g.unwrap_or(0)
-    }
-
-    /// The table the pure solver gives for these live members and units.
-    pub fn expected(members: &[String], units: &[String]) -> MatchingTable {
-        let inputs = distributor::core::inputs::Inputs {
-            groups: vec![distributor::core::inputs::Group {
-                name: SERVICES.into(),
-                members: {
-                    let mut m = members.to_vec();
-                    m.sort();
-                    m
-                },
-                malformed: vec![],
-            }],
-            units: {
-                let mut u = units.to_vec();
-                u.sort();
-                u.dedup();
-                u
-            },
-            rejections: vec![],
-        };
-        MatchingTable::solve(&inputs, |_| true)
     }
 
     /// Waits until the stored table is exactly the solver's for the live members.
@@ -433,6 +490,14 @@ pub async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     Ok((code, body.to_string()))
+}
+
+/// The samples of `/metrics` on `port`, if it answers 200.
+pub async fn scrape(port: u16) -> Option<Vec<Sample>> {
+    match http_get(port, "/metrics").await {
+        Ok((200, body)) => Some(parse_metrics(&body)),
+        _ => None,
+    }
 }
 
 /// One sample of the Prometheus/OpenMetrics text format.
@@ -509,6 +574,15 @@ pub fn metric(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option
     matching.first().map(|s| s.value)
 }
 
+/// The sum of every sample named `name`, whatever its labels.
+pub fn metric_sum(samples: &[Sample], name: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| s.value)
+        .sum()
+}
+
 /// A worker whose ping answers can be switched off and on.
 pub struct FlakyWorker {
     pub addr: String,
@@ -532,15 +606,15 @@ impl distributor::proto::grpc_pinger_server::GrpcPinger for Flaky {
 
 impl FlakyWorker {
     /// Serves the ping and lists itself in the fleet's services list.
-    pub async fn start(fleet: &Fleet) -> FlakyWorker {
+    pub async fn start<B: Backend>(fleet: &Fleet<B>) -> FlakyWorker {
         let healthy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         FlakyWorker::start_sharing(fleet, healthy).await
     }
 
     /// The same, answering while `healthy` holds: workers that share a flag
     /// fail and recover at the same instant.
-    pub async fn start_sharing(
-        fleet: &Fleet,
+    pub async fn start_sharing<B: Backend>(
+        fleet: &Fleet<B>,
         healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> FlakyWorker {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -796,9 +870,14 @@ impl RedisCluster {
         }
         RedisCluster { nodes, dirs }
     }
+}
 
-    /// Every node's URL, comma-separated: what `-redis-url` takes for a cluster.
-    pub fn urls(&self) -> String {
+impl Backend for RedisCluster {
+    type Conn = redis::cluster_async::ClusterConnection;
+    const CLUSTER: bool = true;
+    const CONVERGE: Duration = Duration::from_secs(15);
+
+    fn urls(&self) -> String {
         self.nodes
             .iter()
             .map(RedisServer::url)
@@ -806,8 +885,7 @@ impl RedisCluster {
             .join(",")
     }
 
-    /// A cluster connection for the test's own reads and writes.
-    pub async fn conn(&self) -> redis::cluster_async::ClusterConnection {
+    async fn conn(&self) -> redis::cluster_async::ClusterConnection {
         let urls: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
         redis::cluster::ClusterClient::new(urls)
             .unwrap()
