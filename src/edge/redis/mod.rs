@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Script, Value};
+use redis::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -29,8 +29,11 @@ use crate::error::StoreError;
 
 mod conn;
 mod guard;
+pub mod scripts;
 
 use conn::{Conn, Dialer, Links};
+pub use scripts::MAX_COUNT;
+use scripts::{Scripts, checked, stored_count};
 
 /// Default bound of one Redis call.
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -78,35 +81,6 @@ impl RedisOptions {
     pub fn is_cluster(&self) -> bool {
         self.cluster || self.urls.len() > 1
     }
-}
-
-struct Scripts {
-    acquire: Script,
-    renew: Script,
-    release: Script,
-    commit: Script,
-    register: Script,
-    table_state: Script,
-    replace_list: Script,
-    forget: Script,
-}
-
-/// The Lua scripts, each with the shared checks of `store/prelude.lua` in front.
-pub mod scripts {
-    macro_rules! script {
-        ($file:literal) => {
-            concat!(include_str!("scripts/prelude.lua"), include_str!($file))
-        };
-    }
-    pub const ACQUIRE: &str = script!("scripts/acquire.lua");
-    pub const RENEW: &str = script!("scripts/renew.lua");
-    pub const RELEASE: &str = script!("scripts/release.lua");
-    /// The fenced table write (also used by the chaos suite to prove fencing).
-    pub const COMMIT: &str = script!("scripts/commit.lua");
-    pub const REGISTER: &str = script!("scripts/register.lua");
-    pub const TABLE_STATE: &str = script!("scripts/table_state.lua");
-    pub const REPLACE_LIST: &str = script!("scripts/replace_list.lua");
-    pub const FORGET: &str = script!("scripts/forget.lua");
 }
 
 /// A handle to one distribution's keys in Redis. Cheap to clone.
@@ -194,65 +168,6 @@ fn reply_err(op: &'static str, v: &Value) -> StoreError {
     }
 }
 
-/// Turns a script's refusals into errors: `{-2, key, field, value, expected}`
-/// (a value it will not use) and `{-3, key, actual, expected}` (a key of the
-/// wrong type); any other reply passes through.
-fn checked(v: Value) -> Result<Value, StoreError> {
-    if let Value::Array(items) = &v
-        && items.len() == 4
-        && int(&items[0]) == Some(-3)
-    {
-        let t = |i: usize| text(&items[i]).unwrap_or_default();
-        let expected = match t(3).as_str() {
-            "list" => "list",
-            "hash" => "hash",
-            "string" => "string",
-            _ => "other type",
-        };
-        return Err(StoreError::WrongType {
-            key: t(1),
-            expected,
-            actual: t(2),
-        });
-    }
-    if let Value::Array(items) = &v
-        && items.len() == 5
-        && int(&items[0]) == Some(-2)
-    {
-        let t = |i: usize| text(&items[i]).unwrap_or_default();
-        let raw = match &items[3] {
-            Value::BulkString(b) => b.clone(),
-            other => text(other).unwrap_or_default().into_bytes(),
-        };
-        return Err(StoreError::InvalidState {
-            key: t(1),
-            field: t(2),
-            value: crate::core::inputs::excerpt(&raw),
-            expected: t(4),
-        });
-    }
-    Ok(v)
-}
-
-/// The largest integer the scripts store (2^53 - 1; see `store/prelude.lua`).
-pub const MAX_COUNT: u64 = (1 << 53) - 1;
-
-/// A counter as the scripts store it: canonical decimal text of an integer
-/// in 0..2^53, else an error naming the key, the field and the value.
-fn stored_count(key: &str, field: &str, raw: &[u8]) -> Result<u64, StoreError> {
-    std::str::from_utf8(raw)
-        .ok()
-        .filter(|t| !t.is_empty() && t.len() <= 16 && t.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|t| t.parse::<u64>().ok())
-        .filter(|n| *n <= MAX_COUNT)
-        .ok_or_else(|| StoreError::InvalidState {
-            key: key.to_string(),
-            field: field.to_string(),
-            value: crate::core::inputs::excerpt(raw),
-            expected: "an integer in 0..2^53-1".into(),
-        })
-}
-
 fn int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
@@ -335,16 +250,7 @@ impl Store {
             wait: opts.wait,
             list_sizing: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             memory_usage: Arc::new(std::sync::atomic::AtomicBool::new(true)),
-            scripts: Arc::new(Scripts {
-                acquire: Script::new(scripts::ACQUIRE),
-                renew: Script::new(scripts::RENEW),
-                release: Script::new(scripts::RELEASE),
-                commit: Script::new(scripts::COMMIT),
-                register: Script::new(scripts::REGISTER),
-                table_state: Script::new(scripts::TABLE_STATE),
-                replace_list: Script::new(scripts::REPLACE_LIST),
-                forget: Script::new(scripts::FORGET),
-            }),
+            scripts: Arc::new(Scripts::new()),
             op_timeout,
         })
     }
@@ -361,7 +267,7 @@ impl Store {
     /// list over a limit is an error naming it, never a partial read.
     ///
     /// The stored digest is returned only when the table is known intact: the
-    /// table guard (see `store/guard.rs`) says nobody touched it since it was
+    /// table guard (see `guard.rs`) says nobody touched it since it was
     /// verified, or a full check verifies it now.
     pub async fn read_snapshot(
         &self,
