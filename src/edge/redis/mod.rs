@@ -1,4 +1,18 @@
-//! All Redis access, behind a small API. The Lua scripts sit beside this file.
+//! All Redis access, behind a small API: [`Store`], its constructor and the
+//! types it takes and returns. The work is split by layer:
+//!
+//! ```text
+//!  conn.rs     connections (lease, bulk), bounded calls, pipelines per slot,
+//!              WRONGTYPE classification, WAIT for replicas
+//!  reply.rs    decoding replies
+//!  scripts.rs  the Lua scripts (scripts/*.lua) and their refusals
+//!  lease.rs    acquire, renew, release
+//!  table.rs    snapshot read and list sizing, table state, commit, table reads
+//!  guard.rs    the table guard: was the table touched since it was verified?
+//!  lists.rs    registration, operator list edits and reads, fenced forgets
+//!  census.rs   the census step
+//!  pubsub.rs   notifications, on their own connection
+//! ```
 //!
 //! Guarantees:
 //! - the matching table is only ever written by `commit.lua`, which checks the
@@ -7,13 +21,12 @@
 //!   never see a half-written table;
 //! - every call is bounded by a timeout and returns a classified [`StoreError`];
 //!   nothing here retries on its own, so the caller's state machine decides;
-//! - reads of one cycle are one pipelined round trip.
+//! - a cycle's reads are pipelined: one round trip sizes the lists, one reads
+//!   them (beside the table's state), whatever the number of groups.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-use redis::Value;
 
 use crate::core::inputs::RawInputs;
 use crate::core::keys::Keys;
@@ -29,10 +42,12 @@ mod guard;
 mod lease;
 mod lists;
 mod pubsub;
+mod reply;
 pub mod scripts;
 mod table;
 
 use conn::{Conn, Dialer, Links};
+use reply::{bytes_list, int, redis_err, reply_err, text};
 pub use scripts::MAX_COUNT;
 use scripts::{Scripts, checked, stored_count};
 
@@ -156,47 +171,6 @@ pub enum Notification {
     Message(String, String),
     /// The subscription was (re-)established: messages may have been missed.
     Subscribed,
-}
-
-fn redis_err(op: &'static str) -> impl FnOnce(redis::RedisError) -> StoreError {
-    move |source| StoreError::Redis { op, source }
-}
-
-fn reply_err(op: &'static str, v: &Value) -> StoreError {
-    StoreError::Reply {
-        op,
-        detail: format!("{v:?}"),
-    }
-}
-
-fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
-}
-
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(i) => Some(i.to_string()),
-        _ => None,
-    }
-}
-
-fn bytes_list(v: Value) -> Vec<Vec<u8>> {
-    match v {
-        Value::Array(items) => items
-            .into_iter()
-            .filter_map(|i| match i {
-                Value::BulkString(b) => Some(b),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
 }
 
 impl Store {
