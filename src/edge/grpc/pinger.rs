@@ -195,17 +195,6 @@ impl Pinger {
         }
     }
 
-    /// Pings every member concurrently.
-    pub async fn ping_all(&self, members: &[String]) -> Vec<PingReport> {
-        let pings = members.iter().map(|m| async move {
-            PingReport {
-                member: m.clone(),
-                result: self.ping(m).await,
-            }
-        });
-        futures::future::join_all(pings).await
-    }
-
     /// Pings every member concurrently, each in its own task (in the current
     /// span), so a ping keeps going even while nobody awaits its result; results
     /// arrive as they complete, each naming its member.

@@ -51,8 +51,6 @@ use reply::{bytes_list, int, redis_err, reply_err, text};
 pub use scripts::MAX_COUNT;
 use scripts::{Scripts, checked, stored_count};
 
-/// Default bound of one Redis call.
-pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bound of a read that may carry whole lists (a million units is ~10 MB).
 /// Such reads never hold up the lease: they run on their own connection and,
 /// in the holder, in the cycle task.
