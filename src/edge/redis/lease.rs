@@ -19,9 +19,10 @@ use super::{
 use crate::error::StoreError;
 
 impl Store {
-    /// Tries to take the lease with a fresh random token.
+    /// Tries to take the lease with a fresh random token (a v4 UUID, as 32
+    /// hex digits).
     pub async fn acquire(&self, claim: &Claim<'_>) -> Result<Acquisition, StoreError> {
-        let token = format!("{:032x}", rand::random::<u128>());
+        let token = uuid::Uuid::new_v4().simple().to_string();
         let mut conn = self.conn();
         let mut inv = self.scripts.acquire.prepare_invoke();
         inv.key(&self.keys.lease)

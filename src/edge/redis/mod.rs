@@ -56,6 +56,20 @@ use scripts::{Scripts, checked, stored_count};
 /// in the holder, in the cycle task.
 pub const BULK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A name for this replica in Redis (lease holder, census report) when none
+/// is configured: `<hostname>-<pid>-<8 hex digits>`. The random part, from a
+/// v4 UUID, keeps two replicas apart that share a hostname and a pid (host
+/// networking, each process pid 1 in its container).
+pub fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "replica".into());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &random[..8])
+}
+
 /// How to reach Redis: one node, or a Redis Cluster through seed nodes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RedisOptions {
@@ -230,5 +244,21 @@ impl Store {
 
     pub fn keys(&self) -> &Keys {
         &self.keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_replica_ids_name_the_host_and_pid_and_differ() {
+        let (a, b) = (default_replica_id(), default_replica_id());
+        assert_ne!(a, b);
+        let suffix = format!("-{}-", std::process::id());
+        assert!(a.contains(&suffix), "{a}");
+        let random = a.rsplit('-').next().unwrap();
+        assert_eq!(random.len(), 8);
+        assert!(random.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
     }
 }
