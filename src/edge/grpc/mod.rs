@@ -7,10 +7,12 @@
 //! ```text
 //!  pinger.rs     the holder's side: concurrent pings, channel cache, failure reasons
 //!  responder.rs  the member's side: the ping service
+//!  trace.rs      trace context across the RPC (`traceparent`)
 //! ```
 
 mod pinger;
 mod responder;
+pub mod trace;
 
 pub use pinger::{FIRST_CONTACT, PingFailure, PingReport, PingSet, PingTask, Pinger};
 pub use responder::{PingResponder, ping_service};

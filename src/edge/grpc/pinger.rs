@@ -175,7 +175,7 @@ impl Pinger {
         // Carries the current (ping) span as `traceparent`, so the member's
         // handling joins the distributor's trace.
         let mut request = tonic::Request::new(());
-        crate::ops::telemetry::inject(request.metadata_mut());
+        super::trace::inject(request.metadata_mut());
         let call = async move { GrpcPingerClient::new(channel).ping(request).await };
         match tokio::time::timeout(timeout, call).await {
             Err(_) => Err(PingFailure::Timeout),

@@ -37,7 +37,7 @@ impl GrpcPinger for PingResponder {
         if request.metadata().contains_key("traceparent") {
             let member = self.member.as_deref().unwrap_or("");
             let span = tracing::info_span!("member_ping", member);
-            crate::ops::telemetry::extract(request.metadata(), &span);
+            super::trace::extract(request.metadata(), &span);
             span.in_scope(|| tracing::debug!(member, "ping answered"));
         }
         Ok(tonic::Response::new(()))
