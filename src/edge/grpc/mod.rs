@@ -8,11 +8,14 @@
 //!  pinger.rs     the holder's side: concurrent pings, channel cache, failure reasons
 //!  responder.rs  the member's side: the ping service
 //!  trace.rs      trace context across the RPC (`traceparent`)
+//!  routes.rs     the member's two services on one server, without an HTTP router
 //! ```
 
 mod pinger;
 mod responder;
+mod routes;
 pub mod trace;
 
 pub use pinger::{FIRST_CONTACT, PingFailure, PingReport, PingSet, PingTask, Pinger};
 pub use responder::{PingResponder, ping_service};
+pub(crate) use routes::TwoServices;
