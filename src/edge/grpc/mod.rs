@@ -5,17 +5,20 @@
 //! workers keep answering.
 //!
 //! ```text
-//!  pinger.rs     the holder's side: concurrent pings, channel cache, failure reasons
+//!  pinger.rs     the holder's side (daemon only): concurrent pings, channel cache
 //!  responder.rs  the member's side: the ping service
 //!  trace.rs      trace context across the RPC (`traceparent`)
 //!  routes.rs     the member's two services on one server, without an HTTP router
 //! ```
 
+// The pinger takes its keepalive settings from the daemon's configuration.
+#[cfg(feature = "daemon")]
 mod pinger;
 mod responder;
 mod routes;
 pub mod trace;
 
+#[cfg(feature = "daemon")]
 pub use pinger::{FIRST_CONTACT, PingFailure, PingReport, PingSet, PingTask, Pinger};
 pub use responder::{PingResponder, ping_service};
 pub(crate) use routes::TwoServices;
