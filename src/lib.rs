@@ -26,26 +26,38 @@
 //! edges import `core`; the coordinator imports `core`, the edges and
 //! `ops::metrics`; `ops` imports `core`; `cli` and `member` sit on top.
 
+#[cfg(feature = "daemon")]
 pub mod cli;
+#[cfg(feature = "daemon")]
 pub mod config;
+#[cfg(feature = "daemon")]
 pub mod coordinator;
 pub mod core;
+#[cfg(feature = "member")]
 pub mod edge;
+#[cfg(feature = "member")]
 pub mod error;
+#[cfg(feature = "member")]
 pub mod member;
+#[cfg(feature = "daemon")]
 pub mod ops;
 
 /// Generated from `proto/pinger.proto`: package `proto`, service `GRPCPinger`.
+#[cfg(feature = "member")]
 #[allow(clippy::all, missing_docs)]
 pub mod proto {
     tonic::include_proto!("proto");
 }
 
+#[cfg(feature = "daemon")]
 pub use config::Config;
+#[cfg(feature = "daemon")]
 pub use coordinator::Distributor;
 pub use core::status::{Role, Status};
 pub use core::table::MatchingTable;
+#[cfg(feature = "member")]
 pub use error::{MemberError, StartError, StoreError};
+#[cfg(feature = "member")]
 pub use member::{Assignment, Member, MemberOptions};
 
 /// Milliseconds since the Unix epoch, for values shared between processes.

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::inputs::check_member_addr;
 use crate::core::table::decode_row;
-use crate::edge::grpc::PingResponder;
+use crate::edge::grpc::{PingResponder, TwoServices};
 use crate::edge::redis::{Notification, Store};
 use crate::edge::tls::TlsFiles;
 use crate::error::{MemberError, StoreError};
@@ -165,9 +165,11 @@ impl Member {
             let pinger = GrpcPingerServer::new(PingResponder::new(&id));
             tokio::spawn(async move {
                 let result = server
-                    .add_service(health_service)
-                    .add_service(pinger)
-                    .serve_with_incoming_shutdown(incoming, serving.cancelled())
+                    .serve_with_incoming_shutdown(
+                        TwoServices::new(health_service, pinger),
+                        incoming,
+                        serving.cancelled(),
+                    )
                     .await;
                 if let Err(e) = result {
                     tracing::warn!(error = %e, "member gRPC server failed");

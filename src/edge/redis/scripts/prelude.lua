@@ -1,4 +1,4 @@
--- Prepended to every script of the distributor (see `store/scripts.rs`): the
+-- Prepended to every script of the distributor (see `edge/redis/scripts.rs`): the
 -- checks each script makes on what it reads, before its first write. Redis
 -- does not roll a script back on a runtime error, so a script must never
 -- reach an error after it has written something.

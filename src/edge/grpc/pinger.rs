@@ -1,0 +1,285 @@
+//! The holder's side of the ping RPC: a concurrent pinger with a channel
+//! cache.
+//!
+//! Guarantees of [`Pinger::ping_tasks`]:
+//! - every member is pinged concurrently, each in its own task with its own
+//!   deadline covering connection and call, so one dead or hung member never
+//!   delays the others: a round takes at most about one ping timeout whatever
+//!   the fleet size, and a task that panics still reports its member;
+//! - channels are cached per member and reused across rounds (HTTP/2 keeps the
+//!   connection; tonic reconnects on its own when a member comes back);
+//! - an address that cannot be a gRPC endpoint fails without any network IO.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+
+use crate::config::Keepalive;
+use crate::core::inputs::check_member_addr;
+use crate::proto::grpc_pinger_client::GrpcPingerClient;
+
+/// Why a ping failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PingFailure {
+    /// The address cannot be dialled at all.
+    Malformed(&'static str),
+    /// No answer within the ping timeout (a hung or overloaded member).
+    Timeout,
+    /// Connection refused, reset, or otherwise unavailable.
+    Unavailable(String),
+    /// The TLS handshake failed: wrong or missing certificate on either side.
+    Tls(String),
+    /// The member answered with a gRPC error status.
+    Status(tonic::Code, String),
+}
+
+impl PingFailure {
+    /// A short label for metrics and logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PingFailure::Malformed(_) => "malformed",
+            PingFailure::Timeout => "timeout",
+            PingFailure::Unavailable(_) => "unavailable",
+            PingFailure::Tls(_) => "tls",
+            PingFailure::Status(..) => "status",
+        }
+    }
+}
+
+impl std::fmt::Display for PingFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PingFailure::Malformed(why) => write!(f, "malformed address: {why}"),
+            PingFailure::Timeout => write!(f, "no answer within the ping timeout"),
+            PingFailure::Unavailable(why) => write!(f, "unavailable: {why}"),
+            PingFailure::Tls(why) => write!(f, "TLS handshake failed: {why}"),
+            PingFailure::Status(code, msg) => write!(f, "answered {code:?}: {msg}"),
+        }
+    }
+}
+
+/// The longest a first contact with a member (connection, TLS, ping) may take,
+/// when that is more than the ping timeout.
+pub const FIRST_CONTACT: Duration = Duration::from_secs(2);
+
+/// The result of pinging one member.
+#[derive(Debug, Clone)]
+pub struct PingReport {
+    pub member: String,
+    /// Round-trip time on success.
+    pub result: Result<Duration, PingFailure>,
+}
+
+/// Pings in flight, as they complete.
+pub type PingSet = futures::stream::FuturesUnordered<PingTask>;
+
+/// One ping running in its own task. It resolves to its member and the report,
+/// or `None` when the task panicked or was cancelled, so that the member is
+/// never left waiting for a result that cannot come.
+pub struct PingTask {
+    member: Option<String>,
+    handle: tokio::task::JoinHandle<PingReport>,
+}
+
+impl PingTask {
+    pub fn new(member: String, handle: tokio::task::JoinHandle<PingReport>) -> PingTask {
+        PingTask {
+            member: Some(member),
+            handle,
+        }
+    }
+}
+
+impl Future for PingTask {
+    type Output = (String, Option<PingReport>);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let done = std::task::ready!(std::pin::Pin::new(&mut self.handle).poll(cx));
+        let member = self.member.take().expect("polled after completion");
+        std::task::Poll::Ready((member, done.ok()))
+    }
+}
+
+/// The holder's pinger. Cheap to clone; clones share the channel cache.
+#[derive(Clone)]
+pub struct Pinger {
+    /// Per member: its channel, and whether it has answered on it yet.
+    channels: Arc<Mutex<HashMap<String, (Channel, bool)>>>,
+    timeout: Duration,
+    keepalive: Option<Keepalive>,
+    tls: Option<ClientTlsConfig>,
+}
+
+impl Pinger {
+    pub fn new(timeout: Duration, keepalive: Option<Keepalive>) -> Pinger {
+        Pinger {
+            channels: Arc::default(),
+            timeout,
+            keepalive,
+            tls: None,
+        }
+    }
+
+    /// Pings over TLS (mTLS when the config carries an identity).
+    pub fn with_tls(mut self, tls: ClientTlsConfig) -> Pinger {
+        self.tls = Some(tls);
+        self
+    }
+
+    fn channel(&self, member: &str) -> Result<(Channel, bool), PingFailure> {
+        let mut cache = self.channels.lock().expect("pinger cache poisoned");
+        if let Some((ch, answered)) = cache.get(member) {
+            return Ok((ch.clone(), *answered));
+        }
+        check_member_addr(member.as_bytes()).map_err(PingFailure::Malformed)?;
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut ep = Endpoint::from_shared(format!("{scheme}://{member}"))
+            .map_err(|_| PingFailure::Malformed("not a valid URI authority"))?
+            .connect_timeout(self.timeout.max(FIRST_CONTACT))
+            .timeout(self.timeout.max(FIRST_CONTACT))
+            .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            ep = ep
+                .tls_config(tls.clone())
+                .map_err(|_| PingFailure::Malformed("TLS configuration rejected"))?;
+        }
+        if let Some(ka) = self.keepalive {
+            ep = ep
+                .http2_keep_alive_interval(ka.interval)
+                .keep_alive_timeout(ka.timeout)
+                .keep_alive_while_idle(ka.while_idle);
+        }
+        let ch = ep.connect_lazy();
+        cache.insert(member.to_string(), (ch.clone(), false));
+        Ok((ch, false))
+    }
+
+    /// Pings one member, bounded by the ping timeout.
+    pub async fn ping(&self, member: &str) -> Result<Duration, PingFailure> {
+        let (channel, answered) = self.channel(member)?;
+        // A first contact also opens the connection (and TLS): thousands of
+        // them at once, as when a new holder takes over, take longer than a
+        // ping, and must not make live members look dead.
+        let timeout = if answered {
+            self.timeout
+        } else {
+            self.timeout.max(FIRST_CONTACT)
+        };
+        let started = Instant::now();
+        // Carries the current (ping) span as `traceparent`, so the member's
+        // handling joins the distributor's trace.
+        let mut request = tonic::Request::new(());
+        super::trace::inject(request.metadata_mut());
+        let call = async move { GrpcPingerClient::new(channel).ping(request).await };
+        match tokio::time::timeout(timeout, call).await {
+            Err(_) => Err(PingFailure::Timeout),
+            Ok(Ok(_)) => {
+                if !answered
+                    && let Some(entry) = self
+                        .channels
+                        .lock()
+                        .expect("pinger cache poisoned")
+                        .get_mut(member)
+                {
+                    entry.1 = true;
+                }
+                Ok(started.elapsed())
+            }
+            Ok(Err(status)) => Err(classify(status)),
+        }
+    }
+
+    /// Pings every member concurrently, each in its own task (in the current
+    /// span), so a ping keeps going even while nobody awaits its result; results
+    /// arrive as they complete, each naming its member.
+    pub fn ping_tasks(&self, members: &[String]) -> PingSet {
+        use tracing::Instrument as _;
+        members
+            .iter()
+            .map(|m| {
+                let (pinger, member) = (self.clone(), m.clone());
+                let handle = tokio::spawn(
+                    async move {
+                        let result = pinger.ping(&member).await;
+                        PingReport { member, result }
+                    }
+                    .in_current_span(),
+                );
+                PingTask::new(m.clone(), handle)
+            })
+            .collect()
+    }
+
+    /// Drops cached channels of members that are no longer listed.
+    pub fn retain(&self, listed: &HashSet<&str>) {
+        self.channels
+            .lock()
+            .expect("pinger cache poisoned")
+            .retain(|m, _| listed.contains(m.as_str()));
+    }
+}
+
+fn classify(status: tonic::Status) -> PingFailure {
+    match status.code() {
+        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => PingFailure::Timeout,
+        tonic::Code::Unavailable | tonic::Code::Unknown if is_transport(&status) => {
+            let mut why = status.message().to_string();
+            let mut source = std::error::Error::source(&status);
+            while let Some(s) = source {
+                why = s.to_string();
+                source = s.source();
+            }
+            if why.contains("timed out") {
+                PingFailure::Timeout
+            } else if is_tls_failure(&why) {
+                PingFailure::Tls(why)
+            } else {
+                PingFailure::Unavailable(why)
+            }
+        }
+        code => PingFailure::Status(code, status.message().to_string()),
+    }
+}
+
+fn is_tls_failure(why: &str) -> bool {
+    let why = why.to_ascii_lowercase();
+    ["certificate", "tls", "handshake", "unknownissuer", "alert"]
+        .iter()
+        .any(|k| why.contains(k))
+}
+
+fn is_transport(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable || std::error::Error::source(status).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt as _;
+
+    #[tokio::test]
+    async fn a_ping_task_that_panics_still_names_its_member() {
+        let mut set = PingSet::new();
+        set.push(PingTask::new(
+            "a:1".into(),
+            tokio::spawn(async { panic!("a ping task failed") }),
+        ));
+        let ok = PingReport {
+            member: "b:1".into(),
+            result: Ok(Duration::from_millis(1)),
+        };
+        set.push(PingTask::new("b:1".into(), tokio::spawn(async move { ok })));
+        let mut done: Vec<(String, bool)> = Vec::new();
+        while let Some((member, report)) = set.next().await {
+            done.push((member, report.is_some()));
+        }
+        done.sort();
+        assert_eq!(done, [("a:1".into(), false), ("b:1".into(), true)]);
+    }
+}

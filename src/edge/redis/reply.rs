@@ -1,0 +1,53 @@
+//! Reading replies: the small decoders every call shares, and the errors of
+//! a call. They never panic on an unexpected reply: the caller turns a `None`
+//! into [`StoreError::Reply`], naming the call.
+
+use redis::Value;
+
+use crate::error::StoreError;
+
+/// The error of a failed call named `op`.
+pub(super) fn redis_err(op: &'static str) -> impl FnOnce(redis::RedisError) -> StoreError {
+    move |source| StoreError::Redis { op, source }
+}
+
+/// A reply of an unexpected shape to the call named `op`.
+pub(super) fn reply_err(op: &'static str, v: &Value) -> StoreError {
+    StoreError::Reply {
+        op,
+        detail: format!("{v:?}"),
+    }
+}
+
+/// An integer reply, or an integer sent as text.
+pub(super) fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+/// A reply as text (lossy for bytes that are not UTF-8).
+pub(super) fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+/// The entries of an array reply, as bytes; anything else is empty.
+pub(super) fn bytes_list(v: Value) -> Vec<Vec<u8>> {
+    match v {
+        Value::Array(items) => items
+            .into_iter()
+            .filter_map(|i| match i {
+                Value::BulkString(b) => Some(b),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}

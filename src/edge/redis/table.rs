@@ -1,0 +1,517 @@
+//! The table and its state: the holder's snapshot read (with list sizing and
+//! the table guard), the fenced commit, and the reads of the table, a row,
+//! the generation, what a new holder inherits, and the operator overview.
+//!
+//! Guarantees:
+//! - the table is only ever written by `commit.lua`, which checks the lease
+//!   token and the fencing epoch inside Redis and replaces the whole hash
+//!   atomically: a stale holder's write is rejected by Redis itself, and
+//!   readers never see a half-written table;
+//! - a list over a limit is refused by its measured size before it is
+//!   transferred (where Redis permits `LLEN`/`MEMORY USAGE`), and after it is
+//!   read in any case: an error naming it, never a partial read;
+//! - a stored digest is trusted only while the table is known intact;
+//! - a stored counter that is not an integer below 2^53 is an error naming
+//!   its key and value, never a floor.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::{
+    BULK_TIMEOUT, Commit, Committed, Inheritance, LeaseGrant, ListLimits, Snapshot, Store,
+    bytes_list, checked, int, reply_err, stored_count, text,
+};
+use crate::core::inputs::RawInputs;
+use crate::core::status::Overview;
+use crate::core::suspicion::Suspect;
+use crate::core::table::MatchingTable;
+use crate::error::StoreError;
+
+impl Store {
+    /// Reads every services list, the work units and the stored table's state.
+    ///
+    /// Two round trips: first every list's length and size (`LLEN`, `MEMORY
+    /// USAGE`), so that a list over a limit is refused without being
+    /// transferred; then the lists themselves and the table's metadata. A
+    /// list over a limit is an error naming it, never a partial read.
+    ///
+    /// The stored digest is returned only when the table is known intact: the
+    /// table guard (see `guard.rs`) says nobody touched it since it was
+    /// verified, or a full check verifies it now.
+    pub async fn read_snapshot(
+        &self,
+        services: &[String],
+        units_key: &str,
+        limits: ListLimits,
+    ) -> Result<Snapshot, StoreError> {
+        let keys: Vec<&str> = services
+            .iter()
+            .map(String::as_str)
+            .chain([units_key])
+            .collect();
+        let mut guard = self.guard.lock().await;
+        let (known, sizes) = tokio::join!(guard.probe(), self.list_sizes(&keys, limits));
+        sizes?;
+        // One more than the limit tells, without another round trip, that a
+        // list grew past it since it was measured.
+        let cmds: Vec<(String, redis::Cmd)> = keys
+            .iter()
+            .map(|key| {
+                (
+                    key.to_string(),
+                    redis::cmd("LRANGE")
+                        .arg(*key)
+                        .arg(0)
+                        .arg(limits.entries)
+                        .to_owned(),
+                )
+            })
+            .collect();
+        let content_check = guard.unsupported();
+        let (replies, state) = tokio::join!(
+            self.pipelined(self.bulk(), "read lists", BULK_TIMEOUT, cmds),
+            self.table_state(content_check)
+        );
+        let replies = match replies {
+            Ok(r) => r,
+            Err(e) => return Err(self.classify(e, &keys, "list").await),
+        };
+        let (meta_digest, stored_generation) = state?;
+        if replies.len() != keys.len() {
+            return Err(StoreError::Reply {
+                op: "read lists",
+                detail: format!("{} replies", replies.len()),
+            });
+        }
+        let mut lists = Vec::with_capacity(keys.len());
+        for (key, reply) in keys.iter().zip(replies) {
+            let entries = bytes_list(reply);
+            if entries.len() > limits.entries {
+                return Err(StoreError::TooLong {
+                    key: key.to_string(),
+                    what: "entries",
+                    limit: limits.entries as u64,
+                    setting: "-max-list-entries",
+                });
+            }
+            lists.push((key.to_string(), entries));
+        }
+        let units = lists.pop().expect("the units list").1;
+
+        let stored_digest = match (known, meta_digest) {
+            (_, None) => None,
+            (Some(known), Some(meta)) if known == meta => Some(meta),
+            (_, Some(meta)) if content_check => Some(meta),
+            (_, Some(meta)) => {
+                // Unknown since the last check (a write, an edit, a reconnect):
+                // verify the content once; the guard is armed from here on.
+                let stored = self.read_table().await?;
+                if stored.digest() == meta {
+                    guard.verified(meta.clone());
+                    Some(meta)
+                } else {
+                    None
+                }
+            }
+        };
+        Ok(Snapshot {
+            raw: RawInputs {
+                groups: lists,
+                units_key: units_key.to_string(),
+                units,
+            },
+            stored_digest,
+            stored_generation,
+        })
+    }
+
+    /// `LLEN` and `MEMORY USAGE` of every list, refusing any over a limit.
+    async fn list_sizes(&self, keys: &[&str], limits: ListLimits) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.list_sizing.load(Relaxed) {
+            return Ok(());
+        }
+        let memory = self.memory_usage.load(Relaxed);
+        let mut cmds = Vec::new();
+        for key in keys {
+            cmds.push((key.to_string(), redis::cmd("LLEN").arg(*key).to_owned()));
+            if memory {
+                let usage = redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(*key)
+                    .arg("SAMPLES")
+                    .arg(0)
+                    .to_owned();
+                cmds.push((key.to_string(), usage));
+            }
+        }
+        let replies = self
+            .pipelined_lenient(self.conn(), "measure lists", self.op_timeout, cmds)
+            .await?;
+        let per_key = if memory { 2 } else { 1 };
+        for (key, r) in keys.iter().zip(replies.chunks(per_key)) {
+            match &r[0] {
+                Value::ServerError(e) if e.code() == "NOPERM" => {
+                    self.list_sizing.store(false, Relaxed);
+                    tracing::warn!(
+                        "LLEN is not permitted: lists are bounded after they are read, by -max-list-entries only"
+                    );
+                    return Ok(());
+                }
+                Value::ServerError(e) if e.code() == "WRONGTYPE" => {
+                    return Err(self
+                        .find_wrong_type(&[key], "list")
+                        .await
+                        .unwrap_or_else(|| reply_err("measure lists", &r[0])));
+                }
+                v @ Value::ServerError(_) => return Err(reply_err("measure lists", v)),
+                v => {
+                    let n = int(v).unwrap_or(0).max(0) as u64;
+                    if n > limits.entries as u64 {
+                        return Err(StoreError::TooLong {
+                            key: key.to_string(),
+                            what: "entries",
+                            limit: limits.entries as u64,
+                            setting: "-max-list-entries",
+                        });
+                    }
+                }
+            }
+            match r.get(1) {
+                Some(Value::ServerError(e)) if e.code() == "NOPERM" => {
+                    self.memory_usage.store(false, Relaxed);
+                    tracing::warn!(
+                        "MEMORY USAGE is not permitted: lists are bounded by -max-list-entries only"
+                    );
+                }
+                Some(v @ Value::ServerError(_)) => return Err(reply_err("measure lists", v)),
+                Some(v) => {
+                    let bytes = int(v).unwrap_or(0).max(0) as u64;
+                    if bytes > limits.bytes {
+                        return Err(StoreError::TooLong {
+                            key: key.to_string(),
+                            what: "bytes",
+                            limit: limits.bytes,
+                            setting: "-max-list-bytes",
+                        });
+                    }
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The stored table's digest (when intact) and generation, by
+    /// `table_state.lua`; with `content_check`, the script hashes the whole
+    /// table in Redis (for a Redis that does not permit WATCH).
+    async fn table_state(&self, content_check: bool) -> Result<(Option<String>, u64), StoreError> {
+        // A small reply: on the lease connection, never queued behind the
+        // lists it runs beside.
+        let mut conn = self.conn();
+        let mut inv = self.scripts.table_state.prepare_invoke();
+        inv.key(&self.keys.table)
+            .key(&self.keys.meta)
+            .arg(if content_check { "1" } else { "0" });
+        let v: Value = self
+            .bounded(
+                "read table state",
+                self.op_timeout,
+                inv.invoke_async(&mut conn),
+            )
+            .await?;
+        match checked(v)? {
+            Value::Array(v) if v.len() == 2 => {
+                let generation = match &v[1] {
+                    Value::Nil => 0,
+                    g => int(g)
+                        .filter(|g| *g >= 0)
+                        .ok_or_else(|| reply_err("read table state", g))?
+                        as u64,
+                };
+                Ok((text(&v[0]), generation))
+            }
+            other => Err(reply_err("read table state", &other)),
+        }
+    }
+
+    /// The fenced, atomic write of the table and/or liveness changes.
+    pub async fn commit(
+        &self,
+        grant: &LeaseGrant,
+        c: &Commit<'_>,
+    ) -> Result<Committed, StoreError> {
+        let mut conn = self.conn();
+        let mut inv = self.scripts.commit.prepare_invoke();
+        inv.key(&self.keys.table)
+            .key(&self.keys.meta)
+            .key(&self.keys.epoch)
+            .key(&self.keys.lease)
+            .key(&self.keys.liveness)
+            .key(&self.keys.suspects);
+        let digest = c.table.map(MatchingTable::digest).unwrap_or_default();
+        let rows = c.table.map_or(0, MatchingTable::len);
+        inv.arg(&grant.token)
+            .arg(grant.epoch)
+            .arg(c.generation_floor)
+            .arg(digest)
+            .arg(c.now_ms)
+            .arg(c.holder_id)
+            .arg(&self.keys.table_channel)
+            .arg(if c.table.is_some() { "1" } else { "0" })
+            .arg(rows)
+            .arg(c.health.set.len())
+            .arg(c.health.removed.len())
+            .arg(c.suspects.set.len())
+            .arg(c.suspects.removed.len());
+        if let Some(t) = c.table {
+            for (member, units) in t.rows() {
+                inv.arg(member).arg(units);
+            }
+        }
+        for (member, h) in &c.health.set {
+            inv.arg(member).arg(h.encode());
+        }
+        for member in &c.health.removed {
+            inv.arg(member);
+        }
+        for (member, s) in &c.suspects.set {
+            inv.arg(member).arg(s.encode());
+        }
+        for member in &c.suspects.removed {
+            inv.arg(member);
+        }
+        // A big table takes longer to transfer than a lease renewal.
+        let timeout = self.op_timeout + Duration::from_millis((rows as u64) / 10);
+        let v: Value = match self
+            .bounded("write table", timeout, inv.invoke_async(&mut conn))
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                let keys = [
+                    self.keys.table.as_str(),
+                    self.keys.liveness.as_str(),
+                    self.keys.meta.as_str(),
+                ];
+                return Err(self.classify(e, &keys, "hash").await);
+            }
+        };
+        let v = checked(v)?;
+        let Value::Array(items) = &v else {
+            return Err(reply_err("write table", &v));
+        };
+        match items.as_slice() {
+            [ok, g] if int(ok) == Some(1) => {
+                let g = int(g).ok_or_else(|| reply_err("write table", &v))?;
+                self.replicated("write table").await?;
+                Ok(Committed::Written {
+                    generation: (g >= 0).then_some(g as u64),
+                })
+            }
+            [ok, reason] if int(ok) == Some(0) => Ok(Committed::Fenced {
+                reason: text(reason).unwrap_or_default(),
+            }),
+            _ => Err(reply_err("write table", &v)),
+        }
+    }
+
+    /// The whole stored table.
+    pub async fn read_table(&self) -> Result<MatchingTable, StoreError> {
+        let mut conn = self.bulk();
+        let rows: HashMap<String, String> = match self
+            .bounded(
+                "read table",
+                BULK_TIMEOUT,
+                redis::cmd("HGETALL")
+                    .arg(&self.keys.table)
+                    .query_async(&mut conn),
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Err(self.classify(e, &[&self.keys.table], "hash").await),
+        };
+        Ok(MatchingTable::from_rows(rows))
+    }
+
+    /// A member's row (`None`: no field, not a member now) and the table
+    /// generation, read atomically. A generation that is not a valid counter
+    /// is returned as its own error, so that a reader can still follow its row.
+    pub async fn read_row(
+        &self,
+        member: &str,
+    ) -> Result<(Option<String>, Result<u64, StoreError>), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("HGET").arg(&self.keys.table).arg(member);
+        pipe.cmd("HGET").arg(&self.keys.meta).arg("generation");
+        let mut conn = self.conn();
+        match self
+            .bounded(
+                "read row",
+                self.op_timeout,
+                pipe.query_async::<(Option<String>, Option<Vec<u8>>)>(&mut conn),
+            )
+            .await
+        {
+            Ok((row, g)) => {
+                let generation = match g {
+                    None => Ok(0),
+                    Some(raw) => stored_count(&self.keys.meta, "generation", &raw),
+                };
+                Ok((row, generation))
+            }
+            Err(e) => {
+                let keys = [self.keys.table.as_str(), self.keys.meta.as_str()];
+                Err(self.classify(e, &keys, "hash").await)
+            }
+        }
+    }
+
+    /// The highest generation Redis knows (`meta.generation` or its floor),
+    /// validated: a value that is not an integer below 2^53 is an error
+    /// naming the key and the value, never a floor.
+    pub async fn read_generation(&self) -> Result<u64, StoreError> {
+        let mut conn = self.conn();
+        let cmd = redis::cmd("HMGET")
+            .arg(&self.keys.meta)
+            .arg("generation")
+            .arg("generation_floor")
+            .to_owned();
+        let values: Vec<Option<Vec<u8>>> = match self
+            .bounded(
+                "read generation",
+                self.op_timeout,
+                cmd.query_async(&mut conn),
+            )
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return Err(self.classify(e, &[&self.keys.meta], "hash").await),
+        };
+        let mut highest = 0;
+        for (field, value) in ["generation", "generation_floor"].iter().zip(values) {
+            if let Some(raw) = value {
+                highest = highest.max(stored_count(&self.keys.meta, field, &raw)?);
+            }
+        }
+        Ok(highest)
+    }
+
+    /// What a new holder inherits: persisted liveness of every member, the
+    /// mass-failure suspects (unreadable entries are dropped and logged by the
+    /// caller), and the highest stored generation.
+    pub async fn load_holding(&self) -> Result<Inheritance, StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(&self.keys.liveness);
+        pipe.cmd("HGETALL").arg(&self.keys.suspects);
+        let mut conn = self.conn();
+        let (liveness, suspects): (HashMap<String, String>, HashMap<String, String>) = match self
+            .bounded(
+                "read liveness",
+                self.op_timeout,
+                pipe.query_async(&mut conn),
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let keys = [self.keys.liveness.as_str(), self.keys.suspects.as_str()];
+                return Err(self.classify(e, &keys, "hash").await);
+            }
+        };
+        let generation = self.read_generation().await?;
+        let mut bad = Vec::new();
+        let suspects = suspects
+            .into_iter()
+            .filter_map(|(m, v)| match Suspect::decode(&v) {
+                Some(s) => Some((m, s)),
+                None => {
+                    bad.push((m, v));
+                    None
+                }
+            })
+            .collect();
+        Ok(Inheritance {
+            liveness,
+            suspects,
+            unreadable_suspects: bad,
+            generation,
+        })
+    }
+
+    /// Everything an operator asks about, in one pipelined round trip.
+    pub async fn read_overview(
+        &self,
+        services: &[String],
+        units_key: &str,
+    ) -> Result<Overview, StoreError> {
+        let k = &self.keys;
+        let on = |cmd: &str, key: &str| (key.to_string(), redis::cmd(cmd).arg(key).to_owned());
+        let range = |key: &str| {
+            (
+                key.to_string(),
+                redis::cmd("LRANGE").arg(key).arg(0).arg(-1).to_owned(),
+            )
+        };
+        let mut cmds = vec![
+            on("HGETALL", &k.meta),
+            on("PTTL", &k.lease),
+            on("GET", &k.epoch),
+            on("HGETALL", &k.replicas),
+            on("HGETALL", &k.liveness),
+            on("HGETALL", &k.table),
+            range(units_key),
+        ];
+        cmds.extend(services.iter().map(|key| range(key)));
+        let replies = match self
+            .pipelined(self.bulk(), "read overview", BULK_TIMEOUT, cmds)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let hashes = [
+                    k.meta.as_str(),
+                    k.replicas.as_str(),
+                    k.liveness.as_str(),
+                    k.table.as_str(),
+                ];
+                let e = self.classify(e, &hashes, "hash").await;
+                let mut lists: Vec<&str> = services.iter().map(String::as_str).collect();
+                lists.push(units_key);
+                return Err(self.classify(e, &lists, "list").await);
+            }
+        };
+        let mut it = replies.into_iter();
+        let mut next = || it.next().unwrap_or(Value::Nil);
+        let map = |v: Value| -> std::collections::BTreeMap<String, String> {
+            redis::from_redis_value(v).unwrap_or_default()
+        };
+        let meta = map(next());
+        let pttl = int(&next())
+            .filter(|p| *p >= 0)
+            .map(|p| Duration::from_millis(p as u64));
+        let epoch = int(&next()).unwrap_or(0).max(0) as u64;
+        let replicas = map(next());
+        let liveness = map(next());
+        let table = map(next());
+        let units = bytes_list(next());
+        let groups = services
+            .iter()
+            .map(|key| (key.clone(), bytes_list(next())))
+            .collect();
+        Ok(Overview {
+            meta,
+            lease_pttl: pttl,
+            epoch,
+            replicas,
+            liveness,
+            table,
+            units,
+            groups,
+        })
+    }
+}
