@@ -145,7 +145,7 @@ pub enum MemberError {
     Tls(crate::edge::tls::TlsError),
 }
 
-/// Why a replica could not start ([`crate::Distributor::start`]).
+/// Why a replica could not start (`Distributor::start`).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]

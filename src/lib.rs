@@ -22,9 +22,15 @@
 //!  config         the settings table: flags, environment, validation
 //! ```
 //!
-//! Dependencies point one way: `core` imports nothing of the others; the
-//! edges import `core`; the coordinator imports `core`, the edges and
-//! `ops::metrics`; `ops` imports `core`; `cli` and `member` sit on top.
+//! Dependencies point one way: `core` imports nothing of the others (and no
+//! IO type); the edges import `core`; `ops` imports `core` and the trace
+//! propagation of `edge::grpc`; the coordinator imports `core`, the edges and
+//! `ops::metrics`; `config`, `cli` and `member` sit on top.
+//!
+//! Cargo features: `daemon` (the default) is everything; a worker that only
+//! needs [`Member`] depends on `default-features = false, features =
+//! ["member"]`, which builds the core and the two edges without the
+//! coordinator, the operations server, the CLI or the OTLP exporter.
 
 #[cfg(feature = "daemon")]
 pub mod cli;

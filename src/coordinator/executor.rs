@@ -639,7 +639,7 @@ impl Executor {
                 tracing::info!("table writes recovered");
             }
             self.metrics.cycle("ok", took);
-            let by_kind = ["unit", "address", "duplicate_member"]
+            let by_kind = Rejection::KINDS
                 .into_iter()
                 .map(|k| {
                     let n = report

@@ -2,9 +2,9 @@
 //!
 //! - [`machine`] decides, purely: a state machine `step(event, now) ->
 //!   actions`, with its guarantees checked by property tests;
-//! - [`executor`] performs the actions (Redis calls, cycles) as tasks, feeds
+//! - `executor` performs the actions (Redis calls, cycles) as tasks, feeds
 //!   their results back as events, and keeps status, metrics and logs;
-//! - [`cycle`] is one holder cycle: read, ping, solve, write if changed.
+//! - `cycle` is one holder cycle: read, ping, solve, write if changed.
 //!
 //! [`Distributor`] is the handle embedders and the daemon hold.
 

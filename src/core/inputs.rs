@@ -88,6 +88,9 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// Every kind, for metrics and status counts.
+    pub const KINDS: [&'static str; 3] = ["unit", "address", "duplicate_member"];
+
     /// A short machine-friendly kind, for metrics labels.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -139,10 +139,6 @@ impl Liveness {
         (live, bad)
     }
 
-    pub fn threshold(&self) -> u32 {
-        self.threshold
-    }
-
     pub fn is_live(&self, member: &str) -> bool {
         self.members
             .get(member)

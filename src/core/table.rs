@@ -117,6 +117,7 @@ impl MatchingTable {
     }
 
     /// How many units change owner (or appear, or disappear) from `self` to `next`.
+    #[cfg(test)]
     pub fn moved_units(&self, next: &MatchingTable) -> usize {
         fn owners(t: &MatchingTable) -> std::collections::BTreeSet<(&str, &str)> {
             t.rows

@@ -296,7 +296,7 @@ impl Metrics {
             self.work_units.set(s.units as i64);
             self.suspects.set(s.suspects as i64);
             self.set_members(&s.groups);
-            for kind in ["unit", "address", "duplicate_member"] {
+            for kind in crate::core::inputs::Rejection::KINDS {
                 let n: usize = s
                     .invalid_by_kind
                     .iter()

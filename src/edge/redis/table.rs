@@ -283,8 +283,15 @@ impl Store {
         for member in &c.suspects.removed {
             inv.arg(member);
         }
-        // A big table takes longer to transfer than a lease renewal.
-        let timeout = self.op_timeout + Duration::from_millis((rows as u64) / 10);
+        // A big table takes longer to transfer and apply than a renewal: the
+        // budget grows with rows and with bytes (measured: 10,000 rows of a
+        // million units apply in about 50 ms; allow 20 MB/s on a loaded host).
+        let bytes: usize = c
+            .table
+            .map_or(0, |t| t.rows().iter().map(|(m, v)| m.len() + v.len()).sum());
+        let timeout = self.op_timeout
+            + Duration::from_millis((rows as u64) / 10)
+            + Duration::from_millis((bytes as u64) / 20_000);
         let v: Value = match self
             .bounded("write table", timeout, inv.invoke_async(&mut conn))
             .await
