@@ -232,7 +232,7 @@ pub async fn run() {
 
     stop.store(true, Ordering::Relaxed);
     let (seen, reads) = reader.await.unwrap();
-    table_check(&store, &mut conn).await;
+    table_check(&store, &redis.url()).await;
     let torn: Vec<usize> = seen.difference(&rows).copied().collect();
     note(&format!(
         "concurrent reader: {reads} HLEN reads saw row counts {seen:?}; torn reads: {}",
@@ -257,8 +257,17 @@ pub async fn run() {
 /// the full verification after a change (the table read and hashed by the
 /// holder), and the fallback where WATCH is not permitted (the content hashed
 /// in Redis, by `table_state.lua`, every cycle).
-async fn table_check(store: &Store, conn: &mut redis::aio::MultiplexedConnection) {
+async fn table_check(store: &Store, url: &str) {
     use distributor::edge::redis::ListLimits;
+    // A connection without a reply deadline: the in-Redis check at this scale
+    // takes longer than the client library's default half second.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let conn = &mut conn;
     let limits = ListLimits {
         entries: 2_000_000,
         bytes: 1 << 30,
