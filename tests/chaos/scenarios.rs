@@ -1,4 +1,4 @@
-//! The seven scenarios. Each asserts what a user cares about; the checker
+//! The scenarios. Each asserts what a user cares about; the checker
 //! asserts the invariants on every sample meanwhile, and every wait is a poll
 //! with a deadline.
 
@@ -23,6 +23,7 @@ pub async fn sigkill_holder(docker: bollard::Docker) {
     let before = c.checker.last().unwrap();
     let digest = before.matching_table().digest().to_string();
     c.checker.freeze(Some(digest.clone()));
+    c.checker.freeze_services(Some(before.services.clone()));
     for round in 1..=5 {
         let (h, e) = c.holder().await;
         let t0 = Instant::now();
@@ -360,6 +361,16 @@ pub async fn members(docker: bollard::Docker) {
         c.timings.record("re-inclusion of a restarted worker", d);
         assert!(d <= GRACE, "re-inclusion took {d:?}");
     }
+    // Fewer units than workers: every running worker keeps a row, an empty
+    // one without units (the checker compares with the solver's table).
+    let t = Instant::now();
+    c.units = crate::support::units(4);
+    c.write_units().await;
+    c.wait_table("4 units over 6 workers: 2 empty rows", LONG, t)
+        .await;
+    let s = c.checker.last().unwrap();
+    assert_eq!(s.table.len(), 6, "a row per running worker");
+    assert_eq!(s.table.values().filter(|r| r.is_empty()).count(), 2);
     c.finish().await;
 }
 
@@ -370,6 +381,7 @@ pub async fn all_replicas_killed(docker: bollard::Docker) {
     let before = c.checker.last().unwrap();
     let digest = before.matching_table().digest().to_string();
     c.checker.freeze(Some(digest.clone()));
+    c.checker.freeze_services(Some(before.services.clone()));
     let (_, e) = c.holder().await;
     for i in 0..c.replicas.len() {
         c.kill_replica(i).await;
@@ -412,6 +424,7 @@ pub async fn rolling_restart(docker: bollard::Docker) {
     let before = c.checker.last().unwrap();
     let digest = before.matching_table().digest().to_string();
     c.checker.freeze(Some(digest.clone()));
+    c.checker.freeze_services(Some(before.services.clone()));
     let mut handovers = 0;
     for i in 0..c.replicas.len() {
         let (h, e) = c.holder().await;
@@ -445,21 +458,41 @@ pub async fn rolling_restart(docker: bollard::Docker) {
     c.finish().await;
 }
 
-/// Reproduces the generation defect deterministically (an ignored test until
-/// the daemon is fixed): the old holder is the only replica that saw the
-/// generation; the two standbys restart (so they never saw it), the holder is
-/// frozen, Redis loses its data, a standby takes over and writes. The README
-/// promises generations keep increasing "as long as one replica that saw them
-/// survives"; the holder survives (frozen, then thawed), yet the checker sees a
-/// different table under a generation that is not higher.
+/// 8. The generation is never reused after Redis lost its data, as long as a
+///    replica that saw it survives. The two standbys restart (so they missed
+///    every `{T}:changed` message) and learn the generation from their
+///    acquisition attempts alone; the holder is frozen, so that it cannot
+///    restore the floor; Redis loses its data; a standby takes over. Restored
+///    floors go to `meta.generation_floor` (the checker flags a
+///    `meta.generation` without its table write), and the first table write
+///    after the loss carries a generation above every one a replica saw.
 pub async fn generation_after_data_loss(docker: bollard::Docker) {
     let mut c = Cluster::start(&docker, "generation-reset", Options::host(3)).await;
-    let before = c.checker.last().unwrap().generation().unwrap();
+    let before = c.checker.last().unwrap();
+    assert!(before.meta.contains_key("writer"), "the first table write");
+    let before = before.generation().unwrap();
     let (h, _) = c.holder().await;
     for i in (0..c.replicas.len()).filter(|i| *i != h) {
         assert_eq!(c.stop_replica(i).await, Some(0));
         c.start_replica(i).await;
+        // Survivors that saw it: the guarantee is about them.
+        c.wait_until(
+            &format!("{} saw generation {before}", c.replicas[i].id),
+            LONG,
+            || c.gauge(i, "distributor_generation", &[]),
+            |g| g.unwrap_or(0.0) >= before as f64,
+        )
+        .await;
     }
+    let mut seen = 0.0f64;
+    for i in 0..c.replicas.len() {
+        seen = seen.max(c.gauge(i, "distributor_generation", &[]).await.unwrap());
+    }
+    let seen = seen as u64;
+    // A frozen process answers /metrics with its old belief once it thaws.
+    let frozen_id = c.replicas[h].id.clone();
+    c.checker
+        .mute_holder(&frozen_id, Instant::now() + Duration::from_secs(3600));
     c.replicas[h].container.pause().await.unwrap();
     c.kill_redis().await;
     tokio::time::sleep(TTL).await;
@@ -467,20 +500,30 @@ pub async fn generation_after_data_loss(docker: bollard::Docker) {
     c.restart_redis().await;
     c.write_units().await;
     let s = c
-        .wait_sample("a write after the data loss", LONG, t1, |s| {
-            s.generation().is_some()
+        .wait_sample("the first table write after the data loss", LONG, t1, |s| {
+            s.meta.contains_key("writer")
         })
         .await;
     say(&format!(
-        "  generation before the loss {before}, first write after it: generation {:?} by {:?}",
+        "  generation before the loss {before} (highest a replica saw: {seen}), first write after it: generation {:?} by {:?} in epoch {:?} (floor {:?})",
         s.generation(),
-        s.meta.get("writer")
+        s.meta.get("writer"),
+        s.meta.get("epoch"),
+        s.meta.get("generation_floor"),
     ));
     c.replicas[h].container.unpause().await.unwrap();
+    c.wait_until(
+        "the thawed replica reports holder 0",
+        LONG,
+        || c.gauge(h, "distributor_holder", &[]),
+        |g| g == Some(0.0),
+    )
+    .await;
+    c.checker.mute_holder(&frozen_id, Instant::now());
     c.checker.assert_ok();
     assert!(
-        s.generation().unwrap() > before,
-        "the first table after the data loss reuses generation {:?} (before: {before})",
+        s.generation().is_some_and(|g| g > seen),
+        "the first table write after the data loss has generation {:?}, not above {seen}, the highest a surviving replica saw",
         s.generation()
     );
     c.finish().await;
