@@ -7,9 +7,10 @@
 //!   127.0.0.1 (Redis on a free port, each replica's HTTP on its own port);
 //! - **bridge**: Redis and the replicas sit on a user-defined bridge network
 //!   that the test creates, so that one replica can be cut off from Redis with
-//!   `docker network disconnect`. Redis and the replicas' HTTP ports are
-//!   published on 127.0.0.1; the workers listen on the host's address on that
-//!   bridge, which both the host and the containers reach.
+//!   `docker network disconnect`, or from the workers with `iptables` in its
+//!   network namespace. Redis and the replicas' HTTP ports are published on
+//!   127.0.0.1; the workers listen on the host's address on that bridge, which
+//!   both the host and the containers reach.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -49,6 +50,8 @@ pub struct Options {
     pub bridge: bool,
     pub workers: usize,
     pub units: usize,
+    /// Settings of the replicas beyond [`REPLICA_ENV`].
+    pub env: Vec<(&'static str, &'static str)>,
 }
 
 impl Options {
@@ -57,8 +60,25 @@ impl Options {
             bridge: false,
             workers,
             units: 40,
+            env: Vec::new(),
         }
     }
+
+    pub fn bridge(workers: usize) -> Options {
+        Options {
+            bridge: true,
+            ..Options::host(workers)
+        }
+    }
+}
+
+/// How [`Cluster::cut_from_workers`] cuts: `Drop` loses the packets (a
+/// partition: pings time out), `Reject` answers them with a TCP reset (pings
+/// fail at once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    Drop,
+    Reject,
 }
 
 pub struct Replica {
@@ -76,6 +96,7 @@ pub struct Worker {
 
 pub struct Redis {
     pub container: ContainerAsync<GenericImage>,
+    pub name: String,
     /// Published on (or, on the host network, listening on) 127.0.0.1.
     pub port: u16,
 }
@@ -132,6 +153,8 @@ pub struct Cluster {
     pub checker: Checker,
     pub timings: Timings,
     pub network: Option<BridgeNetwork>,
+    /// Active `iptables` cuts: (replica, host pid of its process, rule).
+    cuts: Vec<(usize, u32, Vec<String>)>,
     started: Instant,
     /// Worker logs; removed when the scenario passes.
     dir: PathBuf,
@@ -152,39 +175,13 @@ impl Cluster {
         } else {
             None
         };
-        let redis_port = free_port();
-        let redis_name = format!("{prefix}-redis");
-        let req = docker::local(&docker::redis_image(), &redis_name);
-        let req = match &network {
-            None => docker::host_network(req).with_cmd([
-                "/usr/local/bin/redis-server",
-                "--port",
-                &redis_port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ]),
-            Some(net) => {
-                docker::publish_on_loopback(req.with_network(net.name.clone()), redis_port, 6379)
-                    .with_cmd([
-                        "/usr/local/bin/redis-server",
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--protected-mode",
-                        "no",
-                    ])
-            }
-        };
-        let redis = Redis {
-            container: docker::start(req).await,
-            port: redis_port,
-        };
+        let redis = single_redis(network.as_ref(), &prefix).await;
+        let redis_port = redis.port;
         let redis_url = format!("redis://127.0.0.1:{redis_port}");
+        let inside_redis = match &network {
+            None => redis_url.clone(),
+            Some(_) => format!("redis://{}:6379", redis.name),
+        };
         wait_redis(&redis_url).await;
         let checker = Checker::start(&redis_url);
 
@@ -198,6 +195,7 @@ impl Cluster {
             checker,
             timings: Timings::default(),
             network,
+            cuts: Vec::new(),
             started,
             dir: dir.clone(),
         };
@@ -218,10 +216,6 @@ impl Cluster {
             cluster.start_worker(i);
         }
 
-        let inside_redis = match &cluster.network {
-            None => redis_url.clone(),
-            Some(_) => format!("redis://{redis_name}:6379"),
-        };
         for i in 1..=3 {
             let id = format!("r{i}");
             let name = format!("{prefix}-{id}");
@@ -229,7 +223,7 @@ impl Cluster {
             let mut req = docker::local(&docker::distributor_image(), &name)
                 .with_env_var("REDIS_URL", inside_redis.clone())
                 .with_env_var("REPLICA_ID", id.clone());
-            for (k, v) in REPLICA_ENV {
+            for (k, v) in REPLICA_ENV.iter().chain(&opts.env) {
                 req = req.with_env_var(*k, *v);
             }
             let req = match &cluster.network {
@@ -578,6 +572,53 @@ impl Cluster {
         wait_redis(&self.redis_url()).await;
     }
 
+    /// Cuts replica `i` off every worker, not off Redis: an `iptables` rule in
+    /// its network namespace for the workers' ports on the bridge's gateway
+    /// (the pings' only destination there). Until [`Cluster::heal_cuts`].
+    pub async fn cut_from_workers(&mut self, i: usize, how: Cut) {
+        let net = self
+            .network
+            .as_ref()
+            .expect("the bridge network: the workers listen on its gateway");
+        let ports: Vec<&str> = self
+            .workers
+            .iter()
+            .map(|w| w.id.rsplit_once(':').unwrap().1)
+            .collect();
+        assert!(ports.len() <= 15, "multiport takes up to 15 ports");
+        let mut rule: Vec<String> = [
+            "OUTPUT",
+            "-d",
+            &format!("{}/32", net.gateway),
+            "-p",
+            "tcp",
+            "-m",
+            "multiport",
+            "--dports",
+            &ports.join(","),
+            "-j",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        match how {
+            Cut::Drop => rule.push("DROP".into()),
+            Cut::Reject => {
+                rule.extend(["REJECT".into(), "--reject-with".into(), "tcp-reset".into()])
+            }
+        }
+        let pid = docker::pid(&self.docker, self.replicas[i].container.id()).await;
+        iptables(pid, "-A", &rule);
+        self.cuts.push((i, pid, rule));
+    }
+
+    /// Removes every cut.
+    pub fn heal_cuts(&mut self) {
+        for (_, pid, rule) in std::mem::take(&mut self.cuts) {
+            iptables(pid, "-D", &rule);
+        }
+    }
+
     /// Stops the checker, fails on any violation, prints the timings, and
     /// removes everything.
     pub async fn finish(mut self) {
@@ -638,6 +679,47 @@ impl Drop for Cluster {
         }
         // Then the fields drop in order: replicas and Redis (testcontainers
         // removes the containers), workers (killed), the network (removed).
+    }
+}
+
+fn iptables(pid: u32, op: &str, rule: &[String]) {
+    let mut args = vec![op];
+    args.extend(rule.iter().map(String::as_str));
+    docker::iptables_in(pid, &args).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The one Redis of most scenarios, without persistence.
+async fn single_redis(network: Option<&BridgeNetwork>, prefix: &str) -> Redis {
+    let port = free_port();
+    let name = format!("{prefix}-redis");
+    let req = docker::local(&docker::redis_image(), &name);
+    let req = match network {
+        None => docker::host_network(req).with_cmd([
+            "/usr/local/bin/redis-server",
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]),
+        Some(net) => docker::publish_on_loopback(req.with_network(net.name.clone()), port, 6379)
+            .with_cmd([
+                "/usr/local/bin/redis-server",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ]),
+    };
+    Redis {
+        container: docker::start(req).await,
+        name,
+        port,
     }
 }
 

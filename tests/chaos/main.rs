@@ -117,3 +117,11 @@ fn chaos_7_rolling_restart() {
 fn chaos_8_generation_never_reused_after_data_loss() {
     scenario("generation-reset", scenarios::generation_after_data_loss);
 }
+
+#[test]
+fn chaos_9_holder_cut_off_the_workers_not_redis() {
+    scenario(
+        "holder-cut-from-workers",
+        scenarios::holder_cut_from_workers,
+    );
+}

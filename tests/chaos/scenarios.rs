@@ -8,7 +8,7 @@ use distributor::keys::Keys;
 use tokio::time::Instant;
 
 use crate::checker::{GRACE, TTL};
-use crate::cluster::{Cluster, FAILOVER_SLACK, Options, ms, say};
+use crate::cluster::{Cluster, Cut, FAILOVER_SLACK, Options, ms, say};
 use crate::support::TABLE;
 use crate::support::docker::bollard;
 
@@ -228,12 +228,7 @@ pub async fn redis_data_loss(docker: bollard::Docker) {
 ///    stops acting before its lease can expire, another replica takes over,
 ///    and after healing there is still exactly one holder.
 pub async fn partition(docker: bollard::Docker) {
-    let opts = Options {
-        bridge: true,
-        workers: 5,
-        units: 40,
-    };
-    let mut c = Cluster::start(&docker, "partition", opts).await;
+    let mut c = Cluster::start(&docker, "partition", Options::bridge(5)).await;
     let digest = c
         .checker
         .last()
@@ -526,5 +521,121 @@ pub async fn generation_after_data_loss(docker: bollard::Docker) {
         "the first table write after the data loss has generation {:?}, not above {seen}, the highest a surviving replica saw",
         s.generation()
     );
+    c.finish().await;
+}
+
+/// 9. Cut the holder off the workers, not off Redis (`iptables` in its network
+///    namespace: `DROP`, then `REJECT` with a TCP reset), with `FORGET_AFTER`
+///    short. Every worker fails for it in one cycle: it keeps their units,
+///    records them as suspects and hands the lease over; the next holder finds
+///    them answering and clears them. The table never changes, nobody is
+///    forgotten for several `FORGET_AFTER` periods, and after healing there is
+///    one holder.
+pub async fn holder_cut_from_workers(docker: bollard::Docker) {
+    const FORGET_AFTER: Duration = Duration::from_secs(1);
+    let mut opts = Options::bridge(5);
+    opts.env.push(("FORGET_AFTER", "1s"));
+    let mut c = Cluster::start(&docker, "holder-cut-from-workers", opts).await;
+    let s = c.checker.last().unwrap();
+    c.checker
+        .freeze(Some(s.matching_table().digest().to_string()));
+    c.checker.freeze_services(Some(s.services.clone()));
+    for how in [Cut::Drop, Cut::Reject] {
+        let s = c.holder_sample().await;
+        let (h, e) = c.holder_of(&s);
+        let cut_id = c.replicas[h].id.clone();
+        const ABDICATED: &[(&str, &str)] = &[("transition", "abdicated")];
+        let transitions = "distributor_lease_transitions_total";
+        let abdicated_before = c.gauge(h, transitions, ABDICATED).await.unwrap();
+        let cut_at = SystemTime::now();
+        let t0 = Instant::now();
+        c.cut_from_workers(h, how).await;
+        let (n, e2, took) = c.wait_new_holder(Some(h), e, LONG, t0).await;
+        say(&format!(
+            "  {how:?}: cut {cut_id} (epoch {e}) off the workers; {} holds epoch {e2} after {}",
+            c.replicas[n].id,
+            ms(took)
+        ));
+        c.timings.record(
+            match how {
+                Cut::Drop => "handover after cutting the holder off the workers (DROP)",
+                Cut::Reject => "handover after cutting the holder off the workers (REJECT)",
+            },
+            took,
+        );
+        assert!(
+            took <= TTL + FAILOVER_SLACK,
+            "the handover took {took:?}: an abdication gives the lease back at once"
+        );
+        assert_eq!(
+            c.gauge(h, transitions, ABDICATED).await,
+            Some(abdicated_before + 1.0),
+            "{cut_id} did not abdicate"
+        );
+        let records = c.log_records(h).await;
+        let step_down = records
+            .iter()
+            .find(|r| r.message.contains("stepping down") && r.at >= cut_at)
+            .unwrap_or_else(|| panic!("{cut_id} logged no step-down after the cut"));
+        assert!(
+            step_down
+                .field("reason")
+                .contains("most of a group failed at once"),
+            "{cut_id} stepped down for another reason: {}",
+            step_down.field("reason")
+        );
+        // The next holder pings them itself: they answer, the suspicion is
+        // cleared, and nothing moved (the checker froze the table).
+        let new_id = c.replicas[n].id.clone();
+        let cleared = c
+            .wait_sample("the next holder clears the suspects", LONG, t0, |s| {
+                s.holder() == Some(new_id.as_str()) && s.suspects.is_empty()
+            })
+            .await;
+        c.timings.record(
+            "suspects cleared by the next holder (from the cut)",
+            cleared.sent.unwrap().duration_since(t0),
+        );
+        let suspected = c.checker.scan(t0, 0, |m, s| m.max(s.suspects.len()));
+        say(&format!(
+            "  {cut_id} stepped down ({}); suspects seen in Redis: at most {suspected}",
+            step_down.field("reason")
+        ));
+        // Several FORGET_AFTER periods with the cut in place: nobody forgotten
+        // (services frozen in the checker), the lease stays where it went.
+        let t1 = Instant::now();
+        c.observe(FORGET_AFTER * 3 + Duration::from_millis(500))
+            .await;
+        let moved = c.checker.scan(t1, None, |m, s| {
+            m.or_else(|| (s.holder() != Some(new_id.as_str())).then(|| s.clone()))
+        });
+        if let Some(s) = moved {
+            panic!("the lease left {new_id} during the cut:\n{s}");
+        }
+        // Heal: still one holder, the new one, for 2 s.
+        c.heal_cuts();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            let mut holders = Vec::new();
+            for i in 0..c.replicas.len() {
+                if c.gauge(i, "distributor_holder", &[]).await == Some(1.0) {
+                    holders.push(c.replicas[i].id.clone());
+                }
+            }
+            assert!(
+                holders.len() <= 1,
+                "several holders after healing: {holders:?}"
+            );
+            c.checker.assert_ok();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            c.gauge(n, "distributor_holder", &[]).await,
+            Some(1.0),
+            "the new holder still acts"
+        );
+    }
+    let s = c.checker.last().unwrap();
+    assert!(s.suspects.is_empty(), "suspects left: {:?}", s.suspects);
     c.finish().await;
 }
