@@ -11,6 +11,12 @@
 //!   network namespace. Redis and the replicas' HTTP ports are published on
 //!   127.0.0.1; the workers listen on the host's address on that bridge, which
 //!   both the host and the containers reach.
+//!
+//! With a **replicated Redis** (bridge only), Redis is a master and a replica
+//! (`--replicaof`); the replicas reach the master as `redis`, a network alias
+//! that a failover moves to the promoted server, and the host-side clients
+//! (checker, workers, producer) through a [`Forwarder`] on 127.0.0.1 that a
+//! failover points at it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,6 +28,7 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::time::Instant;
 
 use crate::checker::{Checker, Sample};
+use crate::forward::Forwarder;
 use crate::support::docker::{self, BridgeNetwork, Process, bollard};
 use crate::support::{Fleet, SERVICES, TABLE, UNITS, free_port, http_get, metric, parse_metrics};
 
@@ -46,8 +53,13 @@ pub const REPLICA_ENV: &[(&str, &str)] = &[
 /// Slack on top of the TTL for a takeover after a crash.
 pub const FAILOVER_SLACK: Duration = Duration::from_millis(1500);
 
+/// The network alias of the Redis master, for the replicas (replicated Redis).
+pub const REDIS_ALIAS: &str = "redis";
+
 pub struct Options {
     pub bridge: bool,
+    /// A Redis master and a replica (bridge only).
+    pub replicated_redis: bool,
     pub workers: usize,
     pub units: usize,
     /// Settings of the replicas beyond [`REPLICA_ENV`].
@@ -58,6 +70,7 @@ impl Options {
     pub fn host(workers: usize) -> Options {
         Options {
             bridge: false,
+            replicated_redis: false,
             workers,
             units: 40,
             env: Vec::new(),
@@ -95,10 +108,18 @@ pub struct Worker {
 }
 
 pub struct Redis {
+    /// The master.
     pub container: ContainerAsync<GenericImage>,
     pub name: String,
-    /// Published on (or, on the host network, listening on) 127.0.0.1.
+    /// Where the host-side clients reach the master: published on (or, on the
+    /// host network, listening on) 127.0.0.1; replicated, the forwarder's.
     pub port: u16,
+    /// Replicated: the replica and its name.
+    pub replica: Option<(ContainerAsync<GenericImage>, String)>,
+    /// Replicated: the host-side clients' way to the master.
+    forward: Option<Forwarder>,
+    /// Servers started so far (for their names).
+    servers: usize,
 }
 
 /// Measured durations by what they measure, printed at the end.
@@ -155,6 +176,7 @@ pub struct Cluster {
     pub network: Option<BridgeNetwork>,
     /// Active `iptables` cuts: (replica, host pid of its process, rule).
     cuts: Vec<(usize, u32, Vec<String>)>,
+    prefix: String,
     started: Instant,
     /// Worker logs; removed when the scenario passes.
     dir: PathBuf,
@@ -170,16 +192,24 @@ impl Cluster {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
 
+        assert!(
+            opts.bridge || !opts.replicated_redis,
+            "a replicated Redis needs the bridge network"
+        );
         let network = if opts.bridge {
             Some(BridgeNetwork::create(docker, &format!("{prefix}-net")).await)
         } else {
             None
         };
-        let redis = single_redis(network.as_ref(), &prefix).await;
+        let redis = match &network {
+            Some(net) if opts.replicated_redis => replicated_redis(net, &prefix).await,
+            _ => single_redis(network.as_ref(), &prefix).await,
+        };
         let redis_port = redis.port;
         let redis_url = format!("redis://127.0.0.1:{redis_port}");
         let inside_redis = match &network {
             None => redis_url.clone(),
+            Some(_) if opts.replicated_redis => format!("redis://{REDIS_ALIAS}:6379"),
             Some(_) => format!("redis://{}:6379", redis.name),
         };
         wait_redis(&redis_url).await;
@@ -196,6 +226,7 @@ impl Cluster {
             timings: Timings::default(),
             network,
             cuts: Vec::new(),
+            prefix: prefix.clone(),
             started,
             dir: dir.clone(),
         };
@@ -572,6 +603,75 @@ impl Cluster {
         wait_redis(&self.redis_url()).await;
     }
 
+    /// SIGKILLs the Redis master of a replicated Redis; the host-side clients
+    /// lose it at once (the forwarder refuses them until a promotion).
+    pub async fn kill_redis_master(&self) {
+        let forward = self.redis.forward.as_ref().expect("a replicated Redis");
+        forward.point_to(None);
+        docker::signal(&self.docker, self.redis.container.id(), "SIGKILL").await;
+    }
+
+    /// Fails over to the replica, as an operator or Sentinel does after the
+    /// master died: `REPLICAOF NO ONE`, the dead master removed, the alias
+    /// `redis` moved to the promoted server, the host-side clients pointed at
+    /// it, and a fresh replica of it started (not waited for: see
+    /// [`Cluster::wait_redis_replica`]).
+    pub async fn promote_redis_replica(&mut self) {
+        let net = self.network.as_ref().expect("a replicated Redis");
+        let (replica, name) = self.redis.replica.take().expect("a replica");
+        let ip = net.address_of(&name).await;
+        let mut c = connect(&format!("redis://{ip}:6379")).await;
+        // As Sentinel does, promote once the replica saw its master die: it
+        // has then applied everything the master sent before its socket's end
+        // (a REPLICAOF NO ONE served first would drop what is still unread).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut c)
+                .await
+                .unwrap_or_else(|e| panic!("INFO replication on {name}: {e}"));
+            if info.contains("master_link_status:down") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} still sees its killed master:\n{info}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query_async(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("REPLICAOF NO ONE on {name}: {e}"));
+        drop(c);
+        let dead = std::mem::replace(&mut self.redis.container, replica);
+        let _ = dead.rm().await;
+        self.redis.name = name.clone();
+        // An alias is given when connecting only.
+        net.disconnect(&name).await;
+        net.connect_as(&name, &[&name, REDIS_ALIAS]).await;
+        let ip = net.address_of(&name).await;
+        self.redis
+            .forward
+            .as_ref()
+            .unwrap()
+            .point_to(Some(format!("{ip}:6379").parse().unwrap()));
+        let fresh = format!("{}-redis-{}", self.prefix, self.redis.servers);
+        self.redis.servers += 1;
+        let container = redis_server(net, &fresh, Some(&name)).await;
+        self.redis.replica = Some((container, fresh));
+    }
+
+    /// Waits until the master has its replica online (`WAIT` can count it).
+    pub async fn wait_redis_replica(&self) {
+        let net = self.network.as_ref().expect("a replicated Redis");
+        let ip = net.address_of(&self.redis.name).await;
+        wait_replica_online(&format!("redis://{ip}:6379")).await;
+    }
+
     /// Cuts replica `i` off every worker, not off Redis: an `iptables` rule in
     /// its network namespace for the workers' ports on the bridge's gateway
     /// (the pings' only destination there). Until [`Cluster::heal_cuts`].
@@ -720,6 +820,99 @@ async fn single_redis(network: Option<&BridgeNetwork>, prefix: &str) -> Redis {
         container: docker::start(req).await,
         name,
         port,
+        replica: None,
+        forward: None,
+        servers: 1,
+    }
+}
+
+/// A Redis server on `net`, without persistence, a replica of `master` if
+/// given; full syncs start at once (no diskless-sync delay).
+async fn redis_server(
+    net: &BridgeNetwork,
+    name: &str,
+    master: Option<&str>,
+) -> ContainerAsync<GenericImage> {
+    let mut cmd: Vec<String> = [
+        "/usr/local/bin/redis-server",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "no",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    if let Some(m) = master {
+        cmd.extend(["--replicaof".into(), m.to_string(), "6379".into()]);
+    }
+    docker::start(
+        docker::local(&docker::redis_image(), name)
+            .with_network(net.name.clone())
+            .with_cmd(cmd),
+    )
+    .await
+}
+
+/// A master under the alias `redis` and its replica (online), and the
+/// host-side forwarder to the master.
+async fn replicated_redis(net: &BridgeNetwork, prefix: &str) -> Redis {
+    let name = format!("{prefix}-redis-0");
+    let container = redis_server(net, &name, None).await;
+    net.disconnect(&name).await;
+    net.connect_as(&name, &[&name, REDIS_ALIAS]).await;
+    let ip = net.address_of(&name).await;
+    let forward = Forwarder::start(format!("{ip}:6379").parse().unwrap()).await;
+    let replica_name = format!("{prefix}-redis-1");
+    let replica = redis_server(net, &replica_name, Some(&name)).await;
+    wait_replica_online(&format!("redis://{ip}:6379")).await;
+    Redis {
+        container,
+        name,
+        port: forward.port,
+        replica: Some((replica, replica_name)),
+        forward: Some(forward),
+        servers: 2,
+    }
+}
+
+/// Waits until the master at `url` reports a replica online.
+async fn wait_replica_online(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = String::new();
+    loop {
+        let info = async {
+            let mut c = tokio::time::timeout(
+                Duration::from_millis(500),
+                redis::Client::open(url)
+                    .ok()?
+                    .get_multiplexed_async_connection(),
+            )
+            .await
+            .ok()?
+            .ok()?;
+            redis::cmd("INFO")
+                .arg("replication")
+                .query_async::<String>(&mut c)
+                .await
+                .ok()
+        }
+        .await;
+        if let Some(info) = info {
+            if info.contains("connected_slaves:1") && info.contains("state=online") {
+                return;
+            }
+            last = info;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no replica of {url} came online:\n{last}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

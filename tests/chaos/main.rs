@@ -16,6 +16,7 @@ mod support;
 
 mod checker;
 mod cluster;
+mod forward;
 mod scenarios;
 
 use std::future::Future;
@@ -124,4 +125,9 @@ fn chaos_9_holder_cut_off_the_workers_not_redis() {
         "holder-cut-from-workers",
         scenarios::holder_cut_from_workers,
     );
+}
+
+#[test]
+fn chaos_10_redis_master_killed_replica_promoted() {
+    scenario("redis-promotion", scenarios::redis_promotion);
 }

@@ -639,3 +639,117 @@ pub async fn holder_cut_from_workers(docker: bollard::Docker) {
     assert!(s.suspects.is_empty(), "suspects left: {:?}", s.suspects);
     c.finish().await;
 }
+
+/// 10. Redis as a master and a replica; the distributor's replicas count
+///     nothing until one Redis replica has it (`REDIS_WAIT_REPLICAS=1`). Three
+///     times: SIGKILL a worker, SIGKILL the master a random 0-400 ms later
+///     (while the new table is being computed, written or acknowledged),
+///     promote the replica (`REPLICAOF NO ONE`), move the alias `redis` to it,
+///     and start a fresh replica of it (the roles alternate). Never two acting
+///     holders, epoch and generation monotonic across each promotion (the
+///     checker follows the promoted server), a holder acts again and the table
+///     is right within bounded times.
+pub async fn redis_promotion(docker: bollard::Docker) {
+    const ROUNDS: usize = 3;
+    let mut opts = Options::bridge(5);
+    opts.replicated_redis = true;
+    opts.env.push(("REDIS_WAIT_REPLICAS", "1"));
+    let mut c = Cluster::start(&docker, "redis-promotion", opts).await;
+    let started = Instant::now();
+    let delays: Vec<u64> = (0..ROUNDS).map(|_| rand::random_range(0..400)).collect();
+    say(&format!("  master killed {delays:?} ms after each worker"));
+    for (round, delay) in delays.into_iter().enumerate() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{ROUNDS} promotions take more than 2 minutes"
+        );
+        let before = c.holder_sample().await;
+        let (_, e) = c.holder_of(&before);
+        let t0 = Instant::now();
+        c.kill_worker(round);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        let t1 = Instant::now();
+        c.kill_redis_master().await;
+        let last_on_old = c.checker.last().unwrap();
+        c.promote_redis_replica().await;
+        let promoted = t1.elapsed();
+        let mut ok_cycles = Vec::new();
+        for i in 0..c.replicas.len() {
+            ok_cycles.push(
+                c.gauge(i, "distributor_cycles_total", &[("outcome", "ok")])
+                    .await
+                    .unwrap_or(0.0),
+            );
+        }
+        // A holder acts on the promoted master: a successful cycle (its
+        // writes acknowledged by the fresh replica) after the promotion.
+        let deadline = Instant::now() + LONG;
+        let acting = loop {
+            c.checker.assert_ok();
+            let mut found = None;
+            for (i, before) in ok_cycles.iter().enumerate() {
+                let holder = c.gauge(i, "distributor_holder", &[]).await;
+                let ok = c
+                    .gauge(i, "distributor_cycles_total", &[("outcome", "ok")])
+                    .await;
+                if holder == Some(1.0) && ok.is_some_and(|n| n > *before) {
+                    found = Some(i);
+                }
+            }
+            if let Some(i) = found {
+                break i;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no replica acted on the promoted master within {LONG:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let acts = t1.elapsed();
+        let d = c
+            .wait_table(&format!("the table without worker {round}"), LONG, t0)
+            .await;
+        let s = c.checker.last().unwrap();
+        say(&format!(
+            "  round {}: worker {round} killed, master killed {delay} ms later (last sample on it: epoch {:?}, generation {:?}); promoted in {}; {} acts after {} (epoch {:?}); table right {} after the worker's kill, generation {:?}",
+            round + 1,
+            last_on_old.epoch,
+            last_on_old.generation(),
+            ms(promoted),
+            c.replicas[acting].id,
+            ms(acts),
+            s.epoch,
+            ms(d),
+            s.generation()
+        ));
+        c.timings
+            .record("promotion done (from the master's SIGKILL)", promoted);
+        c.timings
+            .record("a holder acts again (from the master's SIGKILL)", acts);
+        c.timings.record(
+            "table right on the promoted master (from the worker's kill)",
+            d,
+        );
+        assert!(
+            acts <= Duration::from_secs(10),
+            "a holder acted again only {acts:?} after the master died"
+        );
+        assert!(
+            s.epoch >= Some(e),
+            "epoch {:?} below {e} after the promotion",
+            s.epoch
+        );
+        assert!(
+            s.generation() > before.generation(),
+            "no new table after the worker's kill"
+        );
+        // Back to full strength before the next round: the worker, and the
+        // fresh replica online (it acknowledged the holder's writes already).
+        let t2 = Instant::now();
+        c.start_worker(round);
+        c.wait_table(&format!("the table with worker {round} again"), LONG, t2)
+            .await;
+        c.wait_redis_replica().await;
+    }
+    c.finish().await;
+}

@@ -458,19 +458,41 @@ impl BridgeNetwork {
 
     /// Connects `container` again, under `alias`.
     pub async fn connect(&self, container: &str, alias: &str) {
+        self.connect_as(container, &[alias]).await;
+    }
+
+    /// Connects `container` under every one of `aliases` (DNS names on this
+    /// network; its container name resolves anyway). An alias can only be
+    /// given when connecting: to move one, disconnect and connect again.
+    pub async fn connect_as(&self, container: &str, aliases: &[&str]) {
         self.docker
             .connect_network(
                 &self.name,
                 NetworkConnectRequest {
                     container: container.to_string(),
                     endpoint_config: Some(EndpointSettings {
-                        aliases: Some(vec![alias.to_string()]),
+                        aliases: Some(aliases.iter().map(|a| a.to_string()).collect()),
                         ..Default::default()
                     }),
                 },
             )
             .await
             .unwrap_or_else(|e| panic!("could not connect {container}: {e}"));
+    }
+
+    /// The container's IPv4 address on this network (the host reaches it).
+    pub async fn address_of(&self, container: &str) -> String {
+        let info = self
+            .docker
+            .inspect_container(container, None::<InspectContainerOptions>)
+            .await
+            .unwrap_or_else(|e| panic!("could not inspect {container}: {e}"));
+        info.network_settings
+            .and_then(|n| n.networks)
+            .and_then(|mut n| n.remove(&self.name))
+            .and_then(|e| e.ip_address)
+            .filter(|ip| !ip.is_empty())
+            .unwrap_or_else(|| panic!("{container} has no address on {}", self.name))
     }
 
     /// Removes the network (its containers must be gone).
