@@ -50,6 +50,9 @@ pub const REPLICA_ENV: &[(&str, &str)] = &[
     ("OTEL_TRACES_EXPORTER", "none"),
 ];
 
+/// How late [`Cluster::after_holder_cycle`] may see the end of a cycle.
+pub const CYCLE_SEEN_WITHIN: Duration = Duration::from_millis(40);
+
 /// Slack on top of the TTL for a takeover after a crash.
 pub const FAILOVER_SLACK: Duration = Duration::from_millis(1500);
 
@@ -672,20 +675,53 @@ impl Cluster {
         wait_replica_online(&format!("redis://{ip}:6379")).await;
     }
 
-    /// Cuts replica `i` off every worker, not off Redis: an `iptables` rule in
-    /// its network namespace for the workers' ports on the bridge's gateway
-    /// (the pings' only destination there). Until [`Cluster::heal_cuts`].
-    pub async fn cut_from_workers(&mut self, i: usize, how: Cut) {
+    /// The host pid of replica `i`'s process (to enter its network namespace).
+    pub async fn replica_pid(&self, i: usize) -> u32 {
+        docker::pid(&self.docker, self.replicas[i].container.id()).await
+    }
+
+    /// Waits until the holder `i` finished a cycle, and returns when that was
+    /// seen: at most [`CYCLE_SEEN_WITHIN`] after the cycle ended, so that its
+    /// ping round is over and the next one starts about a poll interval
+    /// (200 ms) after the returned instant.
+    pub async fn after_holder_cycle(&self, i: usize) -> Instant {
+        let ok = || self.gauge(i, "distributor_cycles_total", &[("outcome", "ok")]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = (Instant::now(), ok().await);
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "{} finished no cycle in 10 s",
+                self.replicas[i].id
+            );
+            let sent = Instant::now();
+            let n = ok().await;
+            let seen = Instant::now();
+            if n.is_some() && n > last.1 && seen.duration_since(last.0) <= CYCLE_SEEN_WITHIN {
+                return seen;
+            }
+            last = (sent, n);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Cuts replica `i` (whose process is `pid`) off the workers `which`, not
+    /// off Redis: an `iptables` rule in its network namespace for their ports
+    /// on the bridge's gateway (the pings' only destination there). Until
+    /// [`Cluster::heal_cuts`].
+    pub fn cut_from_workers(&mut self, i: usize, pid: u32, how: Cut, which: &[usize]) {
         let net = self
             .network
             .as_ref()
             .expect("the bridge network: the workers listen on its gateway");
-        let ports: Vec<&str> = self
-            .workers
+        let ports: Vec<&str> = which
             .iter()
-            .map(|w| w.id.rsplit_once(':').unwrap().1)
+            .map(|w| self.workers[*w].id.rsplit_once(':').unwrap().1)
             .collect();
-        assert!(ports.len() <= 15, "multiport takes up to 15 ports");
+        assert!(
+            !ports.is_empty() && ports.len() <= 15,
+            "multiport takes 1 to 15 ports"
+        );
         let mut rule: Vec<String> = [
             "OUTPUT",
             "-d",
@@ -707,7 +743,6 @@ impl Cluster {
                 rule.extend(["REJECT".into(), "--reject-with".into(), "tcp-reset".into()])
             }
         }
-        let pid = docker::pid(&self.docker, self.replicas[i].container.id()).await;
         iptables(pid, "-A", &rule);
         self.cuts.push((i, pid, rule));
     }
