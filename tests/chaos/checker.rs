@@ -11,7 +11,9 @@
 //! 2. *Owners answer.* Every row belongs to a worker process that runs, or that
 //!    the test killed less than [`GRACE`] ago (the documented detection window:
 //!    poll interval + ping timeout + one cycle, plus slack for a loaded machine).
-//!    The test tells the checker about every kill and start.
+//!    The test tells the checker about every kill and start, and about Redis
+//!    failovers: while one lasts no holder can act, so a detection window
+//!    that it overlaps ends [`GRACE`] after the failover does.
 //! 3. *No unit twice, no unknown unit.* No unit is in two rows; once the units list
 //!    has been unchanged for [`GRACE`], every unit in the table is in it.
 //! 4. *A partition of the valid units over the registered, answering members.*
@@ -182,15 +184,27 @@ impl Life {
             .is_some_and(|(_, r)| *r)
     }
 
-    /// Running at `t`, or stopped less than `grace` before `t`.
-    fn eligible_at(&self, t: Instant, grace: Duration) -> bool {
+    /// Running at `t`, or stopped less than `grace` before `t`, where a
+    /// failover (no holder can act) that began within that window extends it
+    /// to `grace` after the failover's end.
+    fn eligible_at(&self, t: Instant, grace: Duration, failovers: &[Failover]) -> bool {
         self.running_at(t)
-            || self
-                .changes
-                .iter()
-                .any(|(at, r)| !*r && *at <= t && t.duration_since(*at) < grace)
+            || self.changes.iter().any(|(at, r)| {
+                !*r && *at <= t && {
+                    let mut until = Some(*at + grace);
+                    for (from, to) in failovers {
+                        if until.is_some_and(|u| *from < u) && to.is_none_or(|to| to > *at) {
+                            until = to.map(|to| until.unwrap().max(to + grace));
+                        }
+                    }
+                    until.is_none_or(|u| t < u)
+                }
+            })
     }
 }
+
+/// A Redis failover the test announced: from, to (none: still going on).
+type Failover = (Instant, Option<Instant>);
 
 #[derive(Default)]
 struct State {
@@ -203,6 +217,7 @@ struct State {
     history: VecDeque<Sample>,
     violations: Vec<String>,
     lives: BTreeMap<String, Life>,
+    failovers: Vec<Failover>,
     /// When the inputs last changed (or Redis came back).
     inputs_changed: Option<Instant>,
     inputs: Option<(Vec<String>, Vec<String>)>,
@@ -271,6 +286,19 @@ impl Checker {
             .or_default()
             .changes
             .push((Instant::now(), running));
+    }
+
+    /// Records that a Redis failover starts (`true`: from now on no holder
+    /// can act) or ended (`false`: a holder acts again). Detection windows
+    /// (rules 2 and 4) count from its end: meanwhile the table stays as it was.
+    pub fn failover(&self, started: bool) {
+        let mut s = lock(&self.state);
+        let now = Instant::now();
+        if started {
+            s.failovers.push((now, None));
+        } else if let Some(f) = s.failovers.last_mut().filter(|f| f.1.is_none()) {
+            f.1 = Some(now);
+        }
     }
 
     /// From now on, settled inputs must give exactly the solver's table (call it
@@ -496,7 +524,13 @@ fn check(s: &mut State, sample: Sample) {
         .flat_map(|l| l.changes.iter().map(|(at, _)| *at))
         .filter(|at| *at <= t)
         .max();
-    let settled_since = [s.inputs_changed, last_life_change]
+    let failover_end = s
+        .failovers
+        .iter()
+        .filter(|(from, _)| *from <= t)
+        .map(|(_, to)| to.map_or(t, |to| to.min(t)))
+        .max();
+    let settled_since = [s.inputs_changed, last_life_change, failover_end]
         .into_iter()
         .flatten()
         .max()
@@ -518,7 +552,7 @@ fn check(s: &mut State, sample: Sample) {
         }
         match s.lives.get(member) {
             None => problems.push(format!("row of {member}, which is no worker of this test")),
-            Some(life) if !life.eligible_at(t, GRACE) => problems.push(format!(
+            Some(life) if !life.eligible_at(t, GRACE, &s.failovers) => problems.push(format!(
                 "{member} was killed more than {GRACE:?} ago and still has a row (units: {row:?})"
             )),
             Some(_) => {}
@@ -1127,5 +1161,31 @@ mod self_test {
         let mut dropped = sample(2, table, 1, 2);
         dropped.suspects.insert(W1.into(), "1000 r1".into());
         assert_flags(dropped, "keeps its units until confirmed");
+    }
+
+    #[test]
+    fn checker_extends_detection_over_a_failover() {
+        let run = |failover: Failover| {
+            let mut s = state(sample(1, good_table(), 1, 1));
+            let now = Instant::now();
+            let killed = now - GRACE - Duration::from_millis(500);
+            s.lives.get_mut(W1).unwrap().changes.push((killed, false));
+            s.failovers.push(failover);
+            check(&mut s, sample(2, good_table(), 1, 1));
+            s.violations
+        };
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        // Still going on, or ended less than GRACE ago: the row may stay.
+        assert_eq!(run((now - GRACE, None)), Vec::<String>::new());
+        assert_eq!(
+            run((now - GRACE, Some(now - GRACE + ms(300)))),
+            Vec::<String>::new()
+        );
+        // Ended long ago, or began after the window had closed: flagged.
+        let v = run((now - GRACE * 3, Some(now - GRACE * 2)));
+        assert!(v.iter().any(|v| v.contains("still has a row")), "{v:#?}");
+        let v = run((now - ms(100), None));
+        assert!(v.iter().any(|v| v.contains("still has a row")), "{v:#?}");
     }
 }

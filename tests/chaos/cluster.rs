@@ -123,6 +123,8 @@ pub struct Redis {
     forward: Option<Forwarder>,
     /// Servers started so far (for their names).
     servers: usize,
+    /// Logs of the servers removed after a failover, for a failure's dump.
+    removed_logs: Vec<(String, Vec<String>)>,
 }
 
 /// Measured durations by what they measure, printed at the end.
@@ -651,8 +653,12 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("REPLICAOF NO ONE on {name}: {e}"));
         drop(c);
         let dead = std::mem::replace(&mut self.redis.container, replica);
+        let lines = docker::logs(&self.docker, dead.id()).await;
+        let dead_name = std::mem::replace(&mut self.redis.name, name.clone());
+        self.redis
+            .removed_logs
+            .push((dead_name, lines.into_iter().map(|l| l.text).collect()));
         let _ = dead.rm().await;
-        self.redis.name = name.clone();
         // An alias is given when connecting only.
         net.disconnect(&name).await;
         net.connect_as(&name, &[&name, REDIS_ALIAS]).await;
@@ -668,7 +674,8 @@ impl Cluster {
         self.redis.replica = Some((container, fresh));
     }
 
-    /// Waits until the master has its replica online (`WAIT` can count it).
+    /// Waits until the master streams its writes to its replica (a probe
+    /// write acknowledged by `WAIT`), so that a failover loses nothing seen.
     pub async fn wait_redis_replica(&self) {
         let net = self.network.as_ref().expect("a replicated Redis");
         let ip = net.address_of(&self.redis.name).await;
@@ -795,6 +802,24 @@ impl Cluster {
                 say(&l.text);
             }
         }
+        let mut redis: Vec<(String, Vec<String>)> = self.redis.removed_logs.clone();
+        let mut live = vec![(self.redis.name.clone(), self.redis.container.id())];
+        if let Some((c, name)) = &self.redis.replica {
+            live.push((name.clone(), c.id()));
+        }
+        for (name, id) in live {
+            let lines = docker::logs(&self.docker, id).await;
+            redis.push((name, lines.into_iter().map(|l| l.text).collect()));
+        }
+        for (name, lines) in &redis {
+            say(&format!(
+                "--- redis {name} (last 60 of {} lines)",
+                lines.len()
+            ));
+            for l in &lines[lines.len().saturating_sub(60)..] {
+                say(l);
+            }
+        }
         for w in &self.workers {
             let text = std::fs::read_to_string(&w.log).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
@@ -858,6 +883,7 @@ async fn single_redis(network: Option<&BridgeNetwork>, prefix: &str) -> Redis {
         replica: None,
         forward: None,
         servers: 1,
+        removed_logs: Vec::new(),
     }
 }
 
@@ -912,15 +938,23 @@ async fn replicated_redis(net: &BridgeNetwork, prefix: &str) -> Redis {
         replica: Some((replica, replica_name)),
         forward: Some(forward),
         servers: 2,
+        removed_logs: Vec::new(),
     }
 }
 
-/// Waits until the master at `url` reports a replica online.
+/// Waits until the master at `url` streams its writes to a replica: a write
+/// of the test's own (`chaos-probe`) acknowledged by `WAIT 1`. "online" in
+/// `INFO replication` is not enough: after a diskless full sync, Redis 7.0
+/// may start the command stream only on the replica's next `REPLCONF ACK`
+/// (up to a second later) when the first ACK came before the sync's child
+/// was reaped; meanwhile nothing written reaches the replica, and a failover
+/// loses it.
 async fn wait_replica_online(url: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = String::new();
+    let mut stalled: Option<Instant> = None;
     loop {
-        let info = async {
+        let probe = async {
             let mut c = tokio::time::timeout(
                 Duration::from_millis(500),
                 redis::Client::open(url)
@@ -930,22 +964,47 @@ async fn wait_replica_online(url: &str) {
             .await
             .ok()?
             .ok()?;
-            redis::cmd("INFO")
-                .arg("replication")
-                .query_async::<String>(&mut c)
+            let () = redis::cmd("SET")
+                .arg("chaos-probe")
+                .arg(crate::support::free_port())
+                .query_async(&mut c)
                 .await
-                .ok()
+                .ok()?;
+            let acked: u32 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(200)
+                .query_async(&mut c)
+                .await
+                .ok()?;
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut c)
+                .await
+                .ok()?;
+            Some((acked, info))
         }
         .await;
-        if let Some(info) = info {
-            if info.contains("connected_slaves:1") && info.contains("state=online") {
+        match probe {
+            Some((1, _)) => {
+                if let Some(since) = stalled {
+                    say(&format!(
+                        "  the replica was online but not streaming for {} (a Redis 7.0 race)",
+                        ms(since.elapsed())
+                    ));
+                }
                 return;
             }
-            last = info;
+            Some((_, info)) => {
+                if info.contains("state=online") && stalled.is_none() {
+                    stalled = Some(Instant::now());
+                }
+                last = info;
+            }
+            None => {}
         }
         assert!(
             Instant::now() < deadline,
-            "no replica of {url} came online:\n{last}"
+            "no replica of {url} acknowledges writes:\n{last}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
