@@ -2,34 +2,47 @@
 //!
 //! The **checker** reads Redis every ~20 ms for the whole scenario, one atomic
 //! `MULTI` snapshot of the table, `{T}:meta`, `{T}:epoch`, `{T}:lease` (value
-//! and PTTL), the services list and the work-unit list, and checks each sample:
+//! and PTTL), `{T}:suspects`, the services list and the work-unit list, and
+//! checks each sample:
 //!
-//! 1. *Owners are registered.* Every table row belongs to a member listed in the
-//!    services list of the same snapshot.
+//! 1. *Owners are registered.* Every table row (an empty one too: a live
+//!    member without units) belongs to a member listed in the services list of
+//!    the same snapshot.
 //! 2. *Owners answer.* Every row belongs to a worker process that runs, or that
 //!    the test killed less than [`GRACE`] ago (the documented detection window:
 //!    poll interval + ping timeout + one cycle, plus slack for a loaded machine).
-//!    The test tells the checker about every kill and start.
+//!    The test tells the checker about every kill and start, and about Redis
+//!    failovers: while one lasts no holder can act, so a detection window
+//!    that it overlaps ends [`GRACE`] after the failover does.
 //! 3. *No unit twice, no unknown unit.* No unit is in two rows; once the units list
 //!    has been unchanged for [`GRACE`], every unit in the table is in it.
 //! 4. *A partition of the valid units over the registered, answering members.*
 //!    Once the inputs (services list, units list, set of running workers, Redis
 //!    reachability) have been unchanged for [`GRACE`], the table is exactly the
 //!    solver's table for the listed running workers and the listed units: every
-//!    unit in exactly one row, balanced, deterministic.
+//!    unit in exactly one row, balanced, deterministic, and an empty row for
+//!    every running worker without units.
 //! 5. *Atomic writes.* `meta.digest` is the digest of the table in the same
-//!    snapshot, and `meta.members` its row count.
+//!    snapshot, and `meta.members` its row count. The fields of a table write
+//!    (`generation`, `digest`, `epoch`, `writer`, `written_at_ms`, `members`)
+//!    are all there or none is: a `meta.generation` always names the table
+//!    beside it (a generation floor restored after a data loss lives in
+//!    `meta.generation_floor`).
 //! 6. *Monotonic.* `{T}:epoch`, `meta.generation` and `meta.epoch` (the epoch of
 //!    the last write) never decrease, across samples and across a Redis that
 //!    lost its data (a missing key is "unknown", not 0). A new lease token comes
-//!    with an epoch above every epoch seen before. A changed table digest comes
-//!    with a generation above the previous one.
+//!    with an epoch above every epoch seen before. A new table write (any of
+//!    its fields changed, e.g. the same table written again after a data loss)
+//!    comes with a generation above every generation seen before.
 //! 7. *Fenced writes.* A write observed between two samples carries an epoch
 //!    that was current when it was made: at least the epoch of the previous
 //!    sample, at most the current one; its writer is the lease holder of that
 //!    epoch; while a lease exists its epoch is the current epoch and its PTTL at
 //!    most the TTL.
-//! 8. *Frozen table* (when a scenario asks): the digest does not change at all.
+//! 8. *Frozen* (when a scenario asks): the table digest does not change at all;
+//!    the services list (as a set) does not change at all (nobody forgotten).
+//! 9. *Suspects keep their rows.* Every member in `{T}:suspects` (failing
+//!    members of an unconfirmed mass failure) has a row in the same snapshot.
 //!
 //! The **holder monitor** polls `/metrics` of every replica every ~25 ms and
 //! checks that at most one replica acts as holder at any moment: a poll answered
@@ -76,9 +89,20 @@ pub struct Sample {
     pub epoch: Option<u64>,
     pub lease: Option<String>,
     pub pttl_ms: i64,
+    pub suspects: BTreeMap<String, String>,
     pub services: Vec<String>,
     pub units: Vec<String>,
 }
+
+/// The `{T}:meta` fields that a table write (`commit.lua`) sets together.
+pub const WRITE_FIELDS: [&str; 6] = [
+    "generation",
+    "digest",
+    "epoch",
+    "writer",
+    "written_at_ms",
+    "members",
+];
 
 impl Sample {
     pub fn meta_u64(&self, k: &str) -> Option<u64> {
@@ -125,6 +149,9 @@ impl fmt::Display for Sample {
             self.epoch, self.lease, self.pttl_ms
         )?;
         writeln!(f, "    meta {:?}", self.meta)?;
+        if !self.suspects.is_empty() {
+            writeln!(f, "    suspects {:?}", self.suspects)?;
+        }
         writeln!(f, "    services {:?}", self.services)?;
         writeln!(f, "    units ({}) {:?}", self.units.len(), self.units)?;
         writeln!(f, "    table ({} rows)", self.table.len())?;
@@ -157,15 +184,27 @@ impl Life {
             .is_some_and(|(_, r)| *r)
     }
 
-    /// Running at `t`, or stopped less than `grace` before `t`.
-    fn eligible_at(&self, t: Instant, grace: Duration) -> bool {
+    /// Running at `t`, or stopped less than `grace` before `t`, where a
+    /// failover (no holder can act) that began within that window extends it
+    /// to `grace` after the failover's end.
+    fn eligible_at(&self, t: Instant, grace: Duration, failovers: &[Failover]) -> bool {
         self.running_at(t)
-            || self
-                .changes
-                .iter()
-                .any(|(at, r)| !*r && *at <= t && t.duration_since(*at) < grace)
+            || self.changes.iter().any(|(at, r)| {
+                !*r && *at <= t && {
+                    let mut until = Some(*at + grace);
+                    for (from, to) in failovers {
+                        if until.is_some_and(|u| *from < u) && to.is_none_or(|to| to > *at) {
+                            until = to.map(|to| until.unwrap().max(to + grace));
+                        }
+                    }
+                    until.is_none_or(|u| t < u)
+                }
+            })
     }
 }
+
+/// A Redis failover the test announced: from, to (none: still going on).
+type Failover = (Instant, Option<Instant>);
 
 #[derive(Default)]
 struct State {
@@ -178,6 +217,7 @@ struct State {
     history: VecDeque<Sample>,
     violations: Vec<String>,
     lives: BTreeMap<String, Life>,
+    failovers: Vec<Failover>,
     /// When the inputs last changed (or Redis came back).
     inputs_changed: Option<Instant>,
     inputs: Option<(Vec<String>, Vec<String>)>,
@@ -185,9 +225,11 @@ struct State {
     max_epoch: Option<u64>,
     max_generation: Option<u64>,
     max_write_epoch: Option<u64>,
-    last_digest: Option<(String, u64)>,
+    /// The last table write seen: its [`WRITE_FIELDS`] values.
+    last_write: Option<Vec<String>>,
     last_token: Option<String>,
     frozen: Option<String>,
+    frozen_services: Option<Vec<String>>,
     /// Whether the cluster converged once, so that check 4 applies.
     armed: bool,
 }
@@ -246,6 +288,19 @@ impl Checker {
             .push((Instant::now(), running));
     }
 
+    /// Records that a Redis failover starts (`true`: from now on no holder
+    /// can act) or ended (`false`: a holder acts again). Detection windows
+    /// (rules 2 and 4) count from its end: meanwhile the table stays as it was.
+    pub fn failover(&self, started: bool) {
+        let mut s = lock(&self.state);
+        let now = Instant::now();
+        if started {
+            s.failovers.push((now, None));
+        } else if let Some(f) = s.failovers.last_mut().filter(|f| f.1.is_none()) {
+            f.1 = Some(now);
+        }
+    }
+
     /// From now on, settled inputs must give exactly the solver's table (call it
     /// once the cluster converged: before that no replica may run yet).
     pub fn arm(&self) {
@@ -255,6 +310,16 @@ impl Checker {
     /// From now on the table digest must stay `digest` (`None`: no constraint).
     pub fn freeze(&self, digest: Option<String>) {
         lock(&self.state).frozen = digest;
+    }
+
+    /// From now on the services list, as a set, must stay `services` (`None`:
+    /// no constraint).
+    pub fn freeze_services(&self, services: Option<Vec<String>>) {
+        lock(&self.state).frozen_services = services.map(|mut s| {
+            s.sort();
+            s.dedup();
+            s
+        });
     }
 
     /// The latest successful sample.
@@ -335,6 +400,7 @@ async fn take(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResul
         Option<u64>,
         Option<String>,
         i64,
+        HashMap<String, String>,
         Vec<String>,
         Vec<String>,
     );
@@ -346,15 +412,18 @@ async fn take(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResul
         .get(&keys.epoch)
         .get(&keys.lease)
         .pttl(&keys.lease)
+        .hgetall(&keys.suspects)
         .lrange(SERVICES, 0, -1)
         .lrange(UNITS, 0, -1);
-    let (table, meta, epoch, lease, pttl_ms, services, units): Reply = p.query_async(conn).await?;
+    let (table, meta, epoch, lease, pttl_ms, suspects, services, units): Reply =
+        p.query_async(conn).await?;
     Ok(Sample {
         table: table.into_iter().collect(),
         meta: meta.into_iter().collect(),
         epoch,
         lease,
         pttl_ms,
+        suspects: suspects.into_iter().collect(),
         services,
         units,
         n: 0,
@@ -455,7 +524,13 @@ fn check(s: &mut State, sample: Sample) {
         .flat_map(|l| l.changes.iter().map(|(at, _)| *at))
         .filter(|at| *at <= t)
         .max();
-    let settled_since = [s.inputs_changed, last_life_change]
+    let failover_end = s
+        .failovers
+        .iter()
+        .filter(|(from, _)| *from <= t)
+        .map(|(_, to)| to.map_or(t, |to| to.min(t)))
+        .max();
+    let settled_since = [s.inputs_changed, last_life_change, failover_end]
         .into_iter()
         .flatten()
         .max()
@@ -477,8 +552,8 @@ fn check(s: &mut State, sample: Sample) {
         }
         match s.lives.get(member) {
             None => problems.push(format!("row of {member}, which is no worker of this test")),
-            Some(life) if !life.eligible_at(t, GRACE) => problems.push(format!(
-                "{member} was killed more than {GRACE:?} ago and still owns units"
+            Some(life) if !life.eligible_at(t, GRACE, &s.failovers) => problems.push(format!(
+                "{member} was killed more than {GRACE:?} ago and still has a row (units: {row:?})"
             )),
             Some(_) => {}
         }
@@ -526,6 +601,16 @@ fn check(s: &mut State, sample: Sample) {
             ));
         }
     }
+    let (present, missing): (Vec<&str>, Vec<&str>) = WRITE_FIELDS
+        .iter()
+        .partition(|f| sample.meta.contains_key(**f));
+    if !present.is_empty() && !missing.is_empty() {
+        problems.push(format!(
+            "meta has {present:?} but not {missing:?}: a table write sets them all at once, so a \
+             meta.generation without a writer and digest names no table (a floor belongs in \
+             meta.generation_floor)"
+        ));
+    }
 
     // 6: monotonic epoch, generation, write epoch.
     let epoch_before = s.max_epoch;
@@ -549,14 +634,14 @@ fn check(s: &mut State, sample: Sample) {
         s.last_token = Some(token.clone());
     }
     let generation = sample.generation();
+    let generation_before = s.max_generation;
     if let Some(g) = generation {
-        if s.max_generation.is_some_and(|m| g < m) {
+        if generation_before.is_some_and(|m| g < m) {
             problems.push(format!(
-                "generation went down from {:?} to {g}",
-                s.max_generation
+                "generation went down from {generation_before:?} to {g}"
             ));
         }
-        s.max_generation = Some(g.max(s.max_generation.unwrap_or(0)));
+        s.max_generation = Some(g.max(generation_before.unwrap_or(0)));
     }
     let write_epoch = sample.meta_u64("epoch");
     if let Some(w) = write_epoch {
@@ -576,20 +661,21 @@ fn check(s: &mut State, sample: Sample) {
     }
 
     // 6-7: a new write since the last sample.
-    if let (Some(d), Some(g)) = (sample.meta.get("digest"), generation) {
-        let new_write = s
-            .last_digest
-            .as_ref()
-            .is_none_or(|(ld, lg)| ld != d || *lg != g);
-        if let Some((ld, lg)) = &s.last_digest
-            && ld != d
-            && g <= *lg
-        {
-            problems.push(format!(
-                "the table changed (digest {ld} -> {d}) without a higher generation ({lg} -> {g})"
-            ));
-        }
-        if new_write && s.last_digest.is_some() {
+    if let Some(g) = generation {
+        let write: Vec<String> = WRITE_FIELDS
+            .iter()
+            .map(|f| sample.meta.get(*f).cloned().unwrap_or_default())
+            .collect();
+        let new_write = s.last_write.as_ref() != Some(&write);
+        if new_write && s.last_write.is_some() {
+            if generation_before == Some(g) {
+                problems.push(format!(
+                    "a new table write (digest {:?}, writer {:?}, written_at_ms {:?}) reuses generation {g}",
+                    sample.meta.get("digest"),
+                    sample.meta.get("writer"),
+                    sample.meta.get("written_at_ms")
+                ));
+            }
             if let (Some(w), Some(before)) = (write_epoch, epoch_before)
                 && w < before
             {
@@ -608,7 +694,7 @@ fn check(s: &mut State, sample: Sample) {
                 ));
             }
         }
-        s.last_digest = Some((d.clone(), g));
+        s.last_write = Some(write);
     }
     if sample.lease.is_some() {
         if sample.pttl_ms > TTL.as_millis() as i64 {
@@ -626,12 +712,30 @@ fn check(s: &mut State, sample: Sample) {
         }
     }
 
-    // 8: a frozen table.
+    // 8: a frozen table, a frozen services list.
     if let Some(f) = &s.frozen {
-        let actual = sample.matching_table().digest().to_string();
-        if *f != actual {
+        let table = sample.matching_table();
+        let actual = table.digest();
+        if f != actual {
             problems.push(format!(
                 "the table changed (digest {f} -> {actual}) while no member and no unit changed"
+            ));
+        }
+    }
+    if let Some(f) = &s.frozen_services
+        && *f != services
+    {
+        problems.push(format!(
+            "the services list changed from {f:?} to {services:?} while frozen (a member forgotten?)"
+        ));
+    }
+
+    // 9: suspects of a mass failure keep their rows until confirmed.
+    for m in sample.suspects.keys() {
+        if !sample.table.contains_key(m) {
+            problems.push(format!(
+                "{m} is a suspect of a mass failure ({:?}) but has no row: a suspect keeps its units until confirmed",
+                sample.suspects[m]
             ));
         }
     }
@@ -784,6 +888,7 @@ mod self_test {
 
     const W1: &str = "127.0.0.1:7001";
     const W2: &str = "127.0.0.1:7002";
+    const W3: &str = "127.0.0.1:7003";
 
     fn units() -> Vec<String> {
         crate::support::units(6)
@@ -802,6 +907,7 @@ mod self_test {
             ("generation", generation.to_string()),
             ("epoch", epoch.to_string()),
             ("writer", "r1".into()),
+            ("written_at_ms", (1000 * generation).to_string()),
             ("holder", "r1".into()),
             ("holder_epoch", epoch.to_string()),
             ("members", table.len().to_string()),
@@ -819,6 +925,7 @@ mod self_test {
             epoch: Some(epoch),
             lease: Some(format!("token-{epoch}")),
             pttl_ms: 900,
+            suspects: BTreeMap::new(),
             services: vec![W1.into(), W2.into()],
             units: units(),
         }
@@ -828,7 +935,7 @@ mod self_test {
     fn state(first: Sample) -> State {
         let mut s = State::default();
         let long_ago = Instant::now() - Duration::from_secs(10);
-        for w in [W1, W2] {
+        for w in [W1, W2, W3] {
             s.lives
                 .entry(w.into())
                 .or_default()
@@ -908,7 +1015,7 @@ mod self_test {
             .push((Instant::now() - GRACE - Duration::from_millis(10), false));
         check(&mut s, sample(2, good_table(), 1, 1));
         assert!(
-            s.violations.iter().any(|v| v.contains("still owns units")),
+            s.violations.iter().any(|v| v.contains("still has a row")),
             "{:#?}",
             s.violations
         );
@@ -917,7 +1024,7 @@ mod self_test {
     #[test]
     fn checker_flags_a_torn_write_and_a_wrong_table() {
         let mut torn = sample(2, good_table(), 1, 1);
-        torn.meta.insert("digest".into(), "0".repeat(32));
+        torn.meta.insert("digest".into(), "0".repeat(40));
         assert_flags(torn, "torn write");
         let lopsided = Fleet::expected(&[W1.into()], &units()).rows().clone();
         assert_flags(sample(2, lopsided, 1, 2), "not the partition");
@@ -945,5 +1052,140 @@ mod self_test {
                 .iter()
                 .any(|v| v.contains("no member and no unit changed"))
         );
+    }
+
+    /// Redis lost its data; a replica restored the generation floor (3), then
+    /// a holder wrote the table again.
+    fn after_data_loss(write_generation: u64) -> Vec<String> {
+        let mut s = state(sample(1, good_table(), 1, 3));
+        let mut empty = sample(2, BTreeMap::new(), 1, 0);
+        (empty.meta, empty.epoch, empty.lease) = (BTreeMap::new(), None, None);
+        (empty.services, empty.units) = (vec![], vec![]);
+        check(&mut s, empty.clone());
+        let mut floor = empty.clone();
+        floor.n = 3;
+        floor.epoch = Some(2);
+        floor.lease = Some("token-2".into());
+        floor.meta = [
+            ("generation_floor", "3"),
+            ("holder", "r2"),
+            ("holder_epoch", "2"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        check(&mut s, floor);
+        let mut write = sample(4, good_table(), 2, write_generation);
+        for k in ["writer", "holder"] {
+            write.meta.insert(k.into(), "r2".into());
+        }
+        write.meta.insert("written_at_ms".into(), "99999".into());
+        check(&mut s, write);
+        s.violations
+    }
+
+    #[test]
+    fn checker_accepts_a_generation_floor_and_a_higher_write_after_data_loss() {
+        assert_eq!(after_data_loss(4), Vec::<String>::new());
+    }
+
+    #[test]
+    fn checker_flags_a_generation_reused_after_data_loss() {
+        let v = after_data_loss(3);
+        assert!(
+            v.iter().any(|v| v.contains("reuses generation 3")),
+            "{v:#?}"
+        );
+    }
+
+    #[test]
+    fn checker_flags_a_generation_without_its_table_write() {
+        // What the daemon used to write on acquiring after a data loss: the
+        // floor as meta.generation, with no table, writer or digest.
+        let mut floor = sample(2, BTreeMap::new(), 1, 1);
+        floor.meta = [("generation", "1"), ("holder", "r1"), ("holder_epoch", "1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_flags(floor, "a table write sets them all at once");
+    }
+
+    #[test]
+    fn checker_wants_an_empty_row_for_a_live_member_without_units() {
+        let workers: Vec<String> = [W1, W2, W3].iter().map(|w| w.to_string()).collect();
+        let few = crate::support::units(2);
+        let table = Fleet::expected(&workers, &few).rows().clone();
+        assert_eq!(table.len(), 3, "the solver gives every live member a row");
+        assert!(table.values().any(String::is_empty));
+        let run = |table: BTreeMap<String, String>| {
+            let mut first = sample(1, table.clone(), 1, 1);
+            (first.services, first.units) = (workers.clone(), few.clone());
+            let mut s = state(first);
+            let mut second = sample(2, table, 1, 1);
+            (second.services, second.units) = (workers.clone(), few.clone());
+            check(&mut s, second);
+            s.violations
+        };
+        assert_eq!(run(table.clone()), Vec::<String>::new());
+        let without: BTreeMap<String, String> =
+            table.into_iter().filter(|(_, u)| !u.is_empty()).collect();
+        let v = run(without);
+        assert!(v.iter().any(|v| v.contains("not the partition")), "{v:#?}");
+    }
+
+    #[test]
+    fn checker_flags_a_changed_frozen_services_list() {
+        let mut s = state(sample(1, good_table(), 1, 1));
+        s.frozen_services = Some(vec![W1.into(), W2.into()]);
+        check(&mut s, sample(2, good_table(), 1, 1));
+        assert_eq!(s.violations, Vec::<String>::new());
+        let mut forgot = sample(3, good_table(), 1, 1);
+        forgot.services.retain(|m| m != W2);
+        check(&mut s, forgot);
+        assert!(
+            s.violations
+                .iter()
+                .any(|v| v.contains("services list changed")),
+            "{:#?}",
+            s.violations
+        );
+    }
+
+    #[test]
+    fn checker_flags_a_suspect_without_its_row() {
+        let mut kept = sample(2, good_table(), 1, 1);
+        kept.suspects.insert(W1.into(), "1000 r1".into());
+        assert_eq!(violations_after(kept), Vec::<String>::new());
+        let mut table = good_table();
+        table.remove(W1);
+        let mut dropped = sample(2, table, 1, 2);
+        dropped.suspects.insert(W1.into(), "1000 r1".into());
+        assert_flags(dropped, "keeps its units until confirmed");
+    }
+
+    #[test]
+    fn checker_extends_detection_over_a_failover() {
+        let run = |failover: Failover| {
+            let mut s = state(sample(1, good_table(), 1, 1));
+            let now = Instant::now();
+            let killed = now - GRACE - Duration::from_millis(500);
+            s.lives.get_mut(W1).unwrap().changes.push((killed, false));
+            s.failovers.push(failover);
+            check(&mut s, sample(2, good_table(), 1, 1));
+            s.violations
+        };
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        // Still going on, or ended less than GRACE ago: the row may stay.
+        assert_eq!(run((now - GRACE, None)), Vec::<String>::new());
+        assert_eq!(
+            run((now - GRACE, Some(now - GRACE + ms(300)))),
+            Vec::<String>::new()
+        );
+        // Ended long ago, or began after the window had closed: flagged.
+        let v = run((now - GRACE * 3, Some(now - GRACE * 2)));
+        assert!(v.iter().any(|v| v.contains("still has a row")), "{v:#?}");
+        let v = run((now - ms(100), None));
+        assert!(v.iter().any(|v| v.contains("still has a row")), "{v:#?}");
     }
 }

@@ -7,9 +7,16 @@
 //!   127.0.0.1 (Redis on a free port, each replica's HTTP on its own port);
 //! - **bridge**: Redis and the replicas sit on a user-defined bridge network
 //!   that the test creates, so that one replica can be cut off from Redis with
-//!   `docker network disconnect`. Redis and the replicas' HTTP ports are
-//!   published on 127.0.0.1; the workers listen on the host's address on that
-//!   bridge, which both the host and the containers reach.
+//!   `docker network disconnect`, or from the workers with `iptables` in its
+//!   network namespace. Redis and the replicas' HTTP ports are published on
+//!   127.0.0.1; the workers listen on the host's address on that bridge, which
+//!   both the host and the containers reach.
+//!
+//! With a **replicated Redis** (bridge only), Redis is a master and a replica
+//! (`--replicaof`); the replicas reach the master as `redis`, a network alias
+//! that a failover moves to the promoted server, and the host-side clients
+//! (checker, workers, producer) through a [`Forwarder`] on 127.0.0.1 that a
+//! failover points at it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,6 +28,7 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::time::Instant;
 
 use crate::checker::{Checker, Sample};
+use crate::forward::Forwarder;
 use crate::support::docker::{self, BridgeNetwork, Process, bollard};
 use crate::support::{Fleet, SERVICES, TABLE, UNITS, free_port, http_get, metric, parse_metrics};
 
@@ -42,23 +50,51 @@ pub const REPLICA_ENV: &[(&str, &str)] = &[
     ("OTEL_TRACES_EXPORTER", "none"),
 ];
 
+/// How late [`Cluster::after_holder_cycle`] may see the end of a cycle.
+pub const CYCLE_SEEN_WITHIN: Duration = Duration::from_millis(40);
+
 /// Slack on top of the TTL for a takeover after a crash.
 pub const FAILOVER_SLACK: Duration = Duration::from_millis(1500);
 
+/// The network alias of the Redis master, for the replicas (replicated Redis).
+pub const REDIS_ALIAS: &str = "redis";
+
 pub struct Options {
     pub bridge: bool,
+    /// A Redis master and a replica (bridge only).
+    pub replicated_redis: bool,
     pub workers: usize,
     pub units: usize,
+    /// Settings of the replicas beyond [`REPLICA_ENV`].
+    pub env: Vec<(&'static str, &'static str)>,
 }
 
 impl Options {
     pub fn host(workers: usize) -> Options {
         Options {
             bridge: false,
+            replicated_redis: false,
             workers,
             units: 40,
+            env: Vec::new(),
         }
     }
+
+    pub fn bridge(workers: usize) -> Options {
+        Options {
+            bridge: true,
+            ..Options::host(workers)
+        }
+    }
+}
+
+/// How [`Cluster::cut_from_workers`] cuts: `Drop` loses the packets (a
+/// partition: pings time out), `Reject` answers them with a TCP reset (pings
+/// fail at once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    Drop,
+    Reject,
 }
 
 pub struct Replica {
@@ -75,9 +111,20 @@ pub struct Worker {
 }
 
 pub struct Redis {
+    /// The master.
     pub container: ContainerAsync<GenericImage>,
-    /// Published on (or, on the host network, listening on) 127.0.0.1.
+    pub name: String,
+    /// Where the host-side clients reach the master: published on (or, on the
+    /// host network, listening on) 127.0.0.1; replicated, the forwarder's.
     pub port: u16,
+    /// Replicated: the replica and its name.
+    pub replica: Option<(ContainerAsync<GenericImage>, String)>,
+    /// Replicated: the host-side clients' way to the master.
+    forward: Option<Forwarder>,
+    /// Servers started so far (for their names).
+    servers: usize,
+    /// Logs of the servers removed after a failover, for a failure's dump.
+    removed_logs: Vec<(String, Vec<String>)>,
 }
 
 /// Measured durations by what they measure, printed at the end.
@@ -132,6 +179,9 @@ pub struct Cluster {
     pub checker: Checker,
     pub timings: Timings,
     pub network: Option<BridgeNetwork>,
+    /// Active `iptables` cuts: (replica, host pid of its process, rule).
+    cuts: Vec<(usize, u32, Vec<String>)>,
+    prefix: String,
     started: Instant,
     /// Worker logs; removed when the scenario passes.
     dir: PathBuf,
@@ -147,44 +197,26 @@ impl Cluster {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
 
+        assert!(
+            opts.bridge || !opts.replicated_redis,
+            "a replicated Redis needs the bridge network"
+        );
         let network = if opts.bridge {
             Some(BridgeNetwork::create(docker, &format!("{prefix}-net")).await)
         } else {
             None
         };
-        let redis_port = free_port();
-        let redis_name = format!("{prefix}-redis");
-        let req = docker::local(&docker::redis_image(), &redis_name);
-        let req = match &network {
-            None => docker::host_network(req).with_cmd([
-                "/usr/local/bin/redis-server",
-                "--port",
-                &redis_port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ]),
-            Some(net) => {
-                docker::publish_on_loopback(req.with_network(net.name.clone()), redis_port, 6379)
-                    .with_cmd([
-                        "/usr/local/bin/redis-server",
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--protected-mode",
-                        "no",
-                    ])
-            }
+        let redis = match &network {
+            Some(net) if opts.replicated_redis => replicated_redis(net, &prefix).await,
+            _ => single_redis(network.as_ref(), &prefix).await,
         };
-        let redis = Redis {
-            container: docker::start(req).await,
-            port: redis_port,
-        };
+        let redis_port = redis.port;
         let redis_url = format!("redis://127.0.0.1:{redis_port}");
+        let inside_redis = match &network {
+            None => redis_url.clone(),
+            Some(_) if opts.replicated_redis => format!("redis://{REDIS_ALIAS}:6379"),
+            Some(_) => format!("redis://{}:6379", redis.name),
+        };
         wait_redis(&redis_url).await;
         let checker = Checker::start(&redis_url);
 
@@ -198,6 +230,8 @@ impl Cluster {
             checker,
             timings: Timings::default(),
             network,
+            cuts: Vec::new(),
+            prefix: prefix.clone(),
             started,
             dir: dir.clone(),
         };
@@ -218,10 +252,6 @@ impl Cluster {
             cluster.start_worker(i);
         }
 
-        let inside_redis = match &cluster.network {
-            None => redis_url.clone(),
-            Some(_) => format!("redis://{redis_name}:6379"),
-        };
         for i in 1..=3 {
             let id = format!("r{i}");
             let name = format!("{prefix}-{id}");
@@ -229,7 +259,7 @@ impl Cluster {
             let mut req = docker::local(&docker::distributor_image(), &name)
                 .with_env_var("REDIS_URL", inside_redis.clone())
                 .with_env_var("REPLICA_ID", id.clone());
-            for (k, v) in REPLICA_ENV {
+            for (k, v) in REPLICA_ENV.iter().chain(&opts.env) {
                 req = req.with_env_var(*k, *v);
             }
             let req = match &cluster.network {
@@ -578,6 +608,159 @@ impl Cluster {
         wait_redis(&self.redis_url()).await;
     }
 
+    /// SIGKILLs the Redis master of a replicated Redis; the host-side clients
+    /// lose it at once (the forwarder refuses them until a promotion).
+    pub async fn kill_redis_master(&self) {
+        let forward = self.redis.forward.as_ref().expect("a replicated Redis");
+        forward.point_to(None);
+        docker::signal(&self.docker, self.redis.container.id(), "SIGKILL").await;
+    }
+
+    /// Fails over to the replica, as an operator or Sentinel does after the
+    /// master died: `REPLICAOF NO ONE`, the dead master removed, the alias
+    /// `redis` moved to the promoted server, the host-side clients pointed at
+    /// it, and a fresh replica of it started (not waited for: see
+    /// [`Cluster::wait_redis_replica`]).
+    pub async fn promote_redis_replica(&mut self) {
+        let net = self.network.as_ref().expect("a replicated Redis");
+        let (replica, name) = self.redis.replica.take().expect("a replica");
+        let ip = net.address_of(&name).await;
+        let mut c = connect(&format!("redis://{ip}:6379")).await;
+        // As Sentinel does, promote once the replica saw its master die: it
+        // has then applied everything the master sent before its socket's end
+        // (a REPLICAOF NO ONE served first would drop what is still unread).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut c)
+                .await
+                .unwrap_or_else(|e| panic!("INFO replication on {name}: {e}"));
+            if info.contains("master_link_status:down") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} still sees its killed master:\n{info}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query_async(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("REPLICAOF NO ONE on {name}: {e}"));
+        drop(c);
+        let dead = std::mem::replace(&mut self.redis.container, replica);
+        let lines = docker::logs(&self.docker, dead.id()).await;
+        let dead_name = std::mem::replace(&mut self.redis.name, name.clone());
+        self.redis
+            .removed_logs
+            .push((dead_name, lines.into_iter().map(|l| l.text).collect()));
+        let _ = dead.rm().await;
+        // An alias is given when connecting only.
+        net.disconnect(&name).await;
+        net.connect_as(&name, &[&name, REDIS_ALIAS]).await;
+        let ip = net.address_of(&name).await;
+        self.redis
+            .forward
+            .as_ref()
+            .unwrap()
+            .point_to(Some(format!("{ip}:6379").parse().unwrap()));
+        let fresh = format!("{}-redis-{}", self.prefix, self.redis.servers);
+        self.redis.servers += 1;
+        let container = redis_server(net, &fresh, Some(&name)).await;
+        self.redis.replica = Some((container, fresh));
+    }
+
+    /// Waits until the master streams its writes to its replica (a probe
+    /// write acknowledged by `WAIT`), so that a failover loses nothing seen.
+    pub async fn wait_redis_replica(&self) {
+        let net = self.network.as_ref().expect("a replicated Redis");
+        let ip = net.address_of(&self.redis.name).await;
+        wait_replica_online(&format!("redis://{ip}:6379")).await;
+    }
+
+    /// The host pid of replica `i`'s process (to enter its network namespace).
+    pub async fn replica_pid(&self, i: usize) -> u32 {
+        docker::pid(&self.docker, self.replicas[i].container.id()).await
+    }
+
+    /// Waits until the holder `i` finished a cycle, and returns when that was
+    /// seen: at most [`CYCLE_SEEN_WITHIN`] after the cycle ended, so that its
+    /// ping round is over and the next one starts about a poll interval
+    /// (200 ms) after the returned instant.
+    pub async fn after_holder_cycle(&self, i: usize) -> Instant {
+        let ok = || self.gauge(i, "distributor_cycles_total", &[("outcome", "ok")]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = (Instant::now(), ok().await);
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "{} finished no cycle in 10 s",
+                self.replicas[i].id
+            );
+            let sent = Instant::now();
+            let n = ok().await;
+            let seen = Instant::now();
+            if n.is_some() && n > last.1 && seen.duration_since(last.0) <= CYCLE_SEEN_WITHIN {
+                return seen;
+            }
+            last = (sent, n);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Cuts replica `i` (whose process is `pid`) off the workers `which`, not
+    /// off Redis: an `iptables` rule in its network namespace for their ports
+    /// on the bridge's gateway (the pings' only destination there). Until
+    /// [`Cluster::heal_cuts`].
+    pub fn cut_from_workers(&mut self, i: usize, pid: u32, how: Cut, which: &[usize]) {
+        let net = self
+            .network
+            .as_ref()
+            .expect("the bridge network: the workers listen on its gateway");
+        let ports: Vec<&str> = which
+            .iter()
+            .map(|w| self.workers[*w].id.rsplit_once(':').unwrap().1)
+            .collect();
+        assert!(
+            !ports.is_empty() && ports.len() <= 15,
+            "multiport takes 1 to 15 ports"
+        );
+        let mut rule: Vec<String> = [
+            "OUTPUT",
+            "-d",
+            &format!("{}/32", net.gateway),
+            "-p",
+            "tcp",
+            "-m",
+            "multiport",
+            "--dports",
+            &ports.join(","),
+            "-j",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        match how {
+            Cut::Drop => rule.push("DROP".into()),
+            Cut::Reject => {
+                rule.extend(["REJECT".into(), "--reject-with".into(), "tcp-reset".into()])
+            }
+        }
+        iptables(pid, "-A", &rule);
+        self.cuts.push((i, pid, rule));
+    }
+
+    /// Removes every cut.
+    pub fn heal_cuts(&mut self) {
+        for (_, pid, rule) in std::mem::take(&mut self.cuts) {
+            iptables(pid, "-D", &rule);
+        }
+    }
+
     /// Stops the checker, fails on any violation, prints the timings, and
     /// removes everything.
     pub async fn finish(mut self) {
@@ -619,6 +802,24 @@ impl Cluster {
                 say(&l.text);
             }
         }
+        let mut redis: Vec<(String, Vec<String>)> = self.redis.removed_logs.clone();
+        let mut live = vec![(self.redis.name.clone(), self.redis.container.id())];
+        if let Some((c, name)) = &self.redis.replica {
+            live.push((name.clone(), c.id()));
+        }
+        for (name, id) in live {
+            let lines = docker::logs(&self.docker, id).await;
+            redis.push((name, lines.into_iter().map(|l| l.text).collect()));
+        }
+        for (name, lines) in &redis {
+            say(&format!(
+                "--- redis {name} (last 60 of {} lines)",
+                lines.len()
+            ));
+            for l in &lines[lines.len().saturating_sub(60)..] {
+                say(l);
+            }
+        }
         for w in &self.workers {
             let text = std::fs::read_to_string(&w.log).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
@@ -638,6 +839,174 @@ impl Drop for Cluster {
         }
         // Then the fields drop in order: replicas and Redis (testcontainers
         // removes the containers), workers (killed), the network (removed).
+    }
+}
+
+fn iptables(pid: u32, op: &str, rule: &[String]) {
+    let mut args = vec![op];
+    args.extend(rule.iter().map(String::as_str));
+    docker::iptables_in(pid, &args).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The one Redis of most scenarios, without persistence.
+async fn single_redis(network: Option<&BridgeNetwork>, prefix: &str) -> Redis {
+    let port = free_port();
+    let name = format!("{prefix}-redis");
+    let req = docker::local(&docker::redis_image(), &name);
+    let req = match network {
+        None => docker::host_network(req).with_cmd([
+            "/usr/local/bin/redis-server",
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]),
+        Some(net) => docker::publish_on_loopback(req.with_network(net.name.clone()), port, 6379)
+            .with_cmd([
+                "/usr/local/bin/redis-server",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ]),
+    };
+    Redis {
+        container: docker::start(req).await,
+        name,
+        port,
+        replica: None,
+        forward: None,
+        servers: 1,
+        removed_logs: Vec::new(),
+    }
+}
+
+/// A Redis server on `net`, without persistence, a replica of `master` if
+/// given; full syncs start at once (no diskless-sync delay).
+async fn redis_server(
+    net: &BridgeNetwork,
+    name: &str,
+    master: Option<&str>,
+) -> ContainerAsync<GenericImage> {
+    let mut cmd: Vec<String> = [
+        "/usr/local/bin/redis-server",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "no",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    if let Some(m) = master {
+        cmd.extend(["--replicaof".into(), m.to_string(), "6379".into()]);
+    }
+    docker::start(
+        docker::local(&docker::redis_image(), name)
+            .with_network(net.name.clone())
+            .with_cmd(cmd),
+    )
+    .await
+}
+
+/// A master under the alias `redis` and its replica (online), and the
+/// host-side forwarder to the master.
+async fn replicated_redis(net: &BridgeNetwork, prefix: &str) -> Redis {
+    let name = format!("{prefix}-redis-0");
+    let container = redis_server(net, &name, None).await;
+    net.disconnect(&name).await;
+    net.connect_as(&name, &[&name, REDIS_ALIAS]).await;
+    let ip = net.address_of(&name).await;
+    let forward = Forwarder::start(format!("{ip}:6379").parse().unwrap()).await;
+    let replica_name = format!("{prefix}-redis-1");
+    let replica = redis_server(net, &replica_name, Some(&name)).await;
+    wait_replica_online(&format!("redis://{ip}:6379")).await;
+    Redis {
+        container,
+        name,
+        port: forward.port,
+        replica: Some((replica, replica_name)),
+        forward: Some(forward),
+        servers: 2,
+        removed_logs: Vec::new(),
+    }
+}
+
+/// Waits until the master at `url` streams its writes to a replica: a write
+/// of the test's own (`chaos-probe`) acknowledged by `WAIT 1`. "online" in
+/// `INFO replication` is not enough: after a diskless full sync, Redis 7.0
+/// may start the command stream only on the replica's next `REPLCONF ACK`
+/// (up to a second later) when the first ACK came before the sync's child
+/// was reaped; meanwhile nothing written reaches the replica, and a failover
+/// loses it.
+async fn wait_replica_online(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = String::new();
+    let mut stalled: Option<Instant> = None;
+    loop {
+        let probe = async {
+            let mut c = tokio::time::timeout(
+                Duration::from_millis(500),
+                redis::Client::open(url)
+                    .ok()?
+                    .get_multiplexed_async_connection(),
+            )
+            .await
+            .ok()?
+            .ok()?;
+            let () = redis::cmd("SET")
+                .arg("chaos-probe")
+                .arg(crate::support::free_port())
+                .query_async(&mut c)
+                .await
+                .ok()?;
+            let acked: u32 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(200)
+                .query_async(&mut c)
+                .await
+                .ok()?;
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut c)
+                .await
+                .ok()?;
+            Some((acked, info))
+        }
+        .await;
+        match probe {
+            Some((1, _)) => {
+                if let Some(since) = stalled {
+                    say(&format!(
+                        "  the replica was online but not streaming for {} (a Redis 7.0 race)",
+                        ms(since.elapsed())
+                    ));
+                }
+                return;
+            }
+            Some((_, info)) => {
+                if info.contains("state=online") && stalled.is_none() {
+                    stalled = Some(Instant::now());
+                }
+                last = info;
+            }
+            None => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no replica of {url} acknowledges writes:\n{last}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -311,6 +311,47 @@ pub async fn exit_code(docker: &bollard::Docker, id: &str) -> Option<i64> {
     }
 }
 
+/// The host pid of the container's main process (to enter its namespaces).
+pub async fn pid(docker: &bollard::Docker, id: &str) -> u32 {
+    docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+        .ok()
+        .and_then(|c| c.state)
+        .and_then(|s| s.pid)
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|p| *p > 0)
+        .unwrap_or_else(|| panic!("container {id} has no running process"))
+}
+
+/// Runs the host's `iptables` with `args` inside the network namespace of the
+/// process `pid` (a container's): rules there touch that container only.
+/// Needs root, `nsenter` (util-linux) and `iptables` (Debian's docker.io
+/// brings it; `scripts/images` installs it where it is missing).
+pub fn iptables_in(pid: u32, args: &[&str]) -> Result<(), String> {
+    let out = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-n", "iptables", "-w", "5"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("could not run nsenter (util-linux): {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let hint = if stderr.contains("No such file") {
+        " (install iptables: scripts/images does)"
+    } else {
+        ""
+    };
+    Err(format!(
+        "nsenter -t {pid} -n iptables {} failed ({}): {}{hint}",
+        args.join(" "),
+        out.status,
+        stderr.trim()
+    ))
+}
+
 /// One log line of a container, with the engine's receive time.
 #[derive(Debug, Clone)]
 pub struct LogLine {
@@ -417,19 +458,41 @@ impl BridgeNetwork {
 
     /// Connects `container` again, under `alias`.
     pub async fn connect(&self, container: &str, alias: &str) {
+        self.connect_as(container, &[alias]).await;
+    }
+
+    /// Connects `container` under every one of `aliases` (DNS names on this
+    /// network; its container name resolves anyway). An alias can only be
+    /// given when connecting: to move one, disconnect and connect again.
+    pub async fn connect_as(&self, container: &str, aliases: &[&str]) {
         self.docker
             .connect_network(
                 &self.name,
                 NetworkConnectRequest {
                     container: container.to_string(),
                     endpoint_config: Some(EndpointSettings {
-                        aliases: Some(vec![alias.to_string()]),
+                        aliases: Some(aliases.iter().map(|a| a.to_string()).collect()),
                         ..Default::default()
                     }),
                 },
             )
             .await
             .unwrap_or_else(|e| panic!("could not connect {container}: {e}"));
+    }
+
+    /// The container's IPv4 address on this network (the host reaches it).
+    pub async fn address_of(&self, container: &str) -> String {
+        let info = self
+            .docker
+            .inspect_container(container, None::<InspectContainerOptions>)
+            .await
+            .unwrap_or_else(|e| panic!("could not inspect {container}: {e}"));
+        info.network_settings
+            .and_then(|n| n.networks)
+            .and_then(|mut n| n.remove(&self.name))
+            .and_then(|e| e.ip_address)
+            .filter(|ip| !ip.is_empty())
+            .unwrap_or_else(|| panic!("{container} has no address on {}", self.name))
     }
 
     /// Removes the network (its containers must be gone).
