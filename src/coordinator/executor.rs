@@ -555,7 +555,7 @@ impl Executor {
                     epoch,
                     outcome: CycleOutcome::Skipped,
                     generation_floor: 0,
-                    new_mass_failure: false,
+                    own_suspicions: false,
                 });
             }
         };
@@ -564,7 +564,11 @@ impl Executor {
         }
         span.in_scope(|| self.log_inputs(&report));
         span.in_scope(|| log_review(&report.review, &report.view));
-        let new_mass_failure = report.review.new_episode();
+        // While this replica holds suspicions of its own, another replica
+        // should look (checked every cycle: the census may only count the
+        // others after the episode began).
+        let me = self.config.replica_id.as_str();
+        let own_suspicions = report.view.suspects.values().any(|s| s.replica == me);
         let h = self.holding.as_mut().expect("checked above");
         h.in_flight = report.in_flight;
         h.in_flight_members = report.in_flight_members;
@@ -630,7 +634,7 @@ impl Executor {
                     epoch,
                     outcome: CycleOutcome::Failed,
                     generation_floor: report.generation_floor,
-                    new_mass_failure,
+                    own_suspicions,
                 });
             }
         };
@@ -665,7 +669,7 @@ impl Executor {
             epoch,
             outcome,
             generation_floor: report.generation_floor,
-            new_mass_failure,
+            own_suspicions,
         })
     }
 

@@ -91,8 +91,10 @@ pub struct CycleSummary {
     pub outcome: CycleOutcome,
     /// The highest generation the cycle saw (stored, or written).
     pub generation_floor: u64,
-    /// The cycle recorded a new mass failure (see `core::suspicion`).
-    pub new_mass_failure: bool,
+    /// After the cycle, some members are suspects of this replica's own
+    /// (a mass failure it saw and nobody confirmed yet; see
+    /// `core::suspicion`): another replica should look.
+    pub own_suspicions: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -484,8 +486,10 @@ impl Machine {
                         CycleOutcome::Fenced => {
                             return self.step_down(&h.lease, Transition::Fenced, None, now, out);
                         }
-                        CycleOutcome::Written { .. }
-                            if summary.new_mass_failure && self.replicas != Some(1) =>
+                        // Only once the suspicions are stored (written now,
+                        // or unchanged since), so the next holder knows them.
+                        CycleOutcome::Written { .. } | CycleOutcome::Unchanged
+                            if summary.own_suspicions && self.replicas.is_some_and(|n| n > 1) =>
                         {
                             return self.step_down(&h.lease, Transition::Abdicated, None, now, out);
                         }

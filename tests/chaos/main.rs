@@ -132,10 +132,7 @@ fn chaos_10_redis_master_killed_replica_promoted() {
     scenario("redis-promotion", scenarios::redis_promotion);
 }
 
-/// Reproduces a daemon defect (see `scenarios::cut_during_a_ping_round`):
-/// `cargo test --test chaos -- --ignored chaos_9b`.
 #[test]
-#[ignore = "daemon defect: the mass-failure guard counts failures per cycle"]
 fn chaos_9b_holder_cut_during_a_ping_round_moves_no_unit() {
     scenario(
         "cut-during-a-ping-round",

@@ -50,7 +50,7 @@ fn summary(epoch: u64, outcome: CycleOutcome) -> CycleSummary {
         epoch,
         outcome,
         generation_floor: 0,
-        new_mass_failure: false,
+        own_suspicions: false,
     }
 }
 
@@ -256,14 +256,25 @@ fn a_lost_lease_or_a_fenced_write_steps_down_without_a_release() {
 }
 
 #[test]
-fn a_mass_failure_hands_the_lease_over_unless_the_census_says_alone() {
+fn own_suspicions_hand_the_lease_over_once_the_census_counts_others() {
     let t0 = Instant::now();
-    let mass = CycleSummary {
-        new_mass_failure: true,
-        ..summary(7, CycleOutcome::Written { table: false })
+    let census = |replicas| {
+        Event::Census(CensusView {
+            index: 0,
+            replicas,
+            interval: 1,
+        })
+    };
+    let suspecting = |outcome| CycleSummary {
+        own_suspicions: true,
+        ..summary(7, outcome)
     };
     let mut m = holder(t0);
-    let a = m.step(Event::CycleDone(mass.clone()), t0 + ms(100));
+    m.step(census(3), t0);
+    let a = m.step(
+        Event::CycleDone(suspecting(CycleOutcome::Written { table: false })),
+        t0 + ms(100),
+    );
     assert_eq!(stepped_down(&a), Some(Transition::Abdicated));
     assert!(releases(&a));
     // Its own release notice does not bring it back at once.
@@ -271,17 +282,39 @@ fn a_mass_failure_hands_the_lease_over_unless_the_census_says_alone() {
     m.step(Event::ReleaseNotice { epoch: Some(7) }, t0 + ms(110));
     assert_eq!(m.next_wake(), wake);
 
+    // Alone, or not knowing yet: it keeps the lease and the suspicions...
     let mut m = holder(t0);
-    m.step(
-        Event::Census(CensusView {
-            index: 0,
-            replicas: 1,
-            interval: 1,
-        }),
-        t0,
+    let a = m.step(
+        Event::CycleDone(suspecting(CycleOutcome::Written { table: false })),
+        t0 + ms(100),
     );
-    let a = m.step(Event::CycleDone(mass), t0 + ms(100));
+    assert_eq!(
+        stepped_down(&a),
+        None,
+        "no census yet: nobody known to hand over to"
+    );
+    m.step(census(1), t0 + ms(150));
+    let a = m.step(
+        Event::CycleDone(suspecting(CycleOutcome::Unchanged)),
+        t0 + ms(200),
+    );
     assert_eq!(stepped_down(&a), None, "alone: nobody to hand over to");
+    // ...and hands over in the first cycle after the census counts others
+    // (the episode began earlier; found by chaos scenario 9b).
+    m.step(census(3), t0 + ms(250));
+    let a = m.step(
+        Event::CycleDone(suspecting(CycleOutcome::Unchanged)),
+        t0 + ms(300),
+    );
+    assert_eq!(stepped_down(&a), Some(Transition::Abdicated));
+
+    // Never before the suspicions are stored.
+    let mut m = holder(t0);
+    m.step(census(3), t0);
+    for outcome in [CycleOutcome::Failed, CycleOutcome::Skipped] {
+        let a = m.step(Event::CycleDone(suspecting(outcome)), t0 + ms(100));
+        assert_eq!(stepped_down(&a), None, "{outcome:?}");
+    }
 }
 
 #[test]
@@ -579,7 +612,7 @@ fn drive(ops: Vec<Op>) {
                     epoch,
                     outcome,
                     generation_floor: 0,
-                    new_mass_failure: mass,
+                    own_suspicions: mass,
                 });
                 feed(&mut m, &mut f, ev, now);
             }
