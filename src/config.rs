@@ -152,7 +152,7 @@ settings! {
     census_interval: "census-interval", ["CENSUS_INTERVAL"], Some("5s"), Text,
         "Census interval; keep it well above the clock skew between replicas (at least 100ms)";
     replica_id: "replica-id", ["REPLICA_ID"], None, Text,
-        "This replica's name in status output (default: hostname-pid)";
+        "This replica's name in status output (default: <hostname>-<pid>-<8 hex>)";
     ka_time: "ka-time", ["KA_TIME"], Some("10s"), Text,
         "gRPC keepalive ping interval towards members (at least 1s: servers reject more frequent pings)";
     ka_timeout: "ka-timeout", ["KA_TIMEOUT"], Some("20s"), Text, "gRPC keepalive timeout";
@@ -1084,7 +1084,7 @@ pub fn resolve(
     };
     let replica_id = text("replica-id")
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(default_replica_id);
+        .unwrap_or_else(crate::edge::redis::default_replica_id);
     let (config_type, s) = lookup("config-type");
     let config_type = config_type.unwrap_or_default();
     if !matches!(config_type.as_str(), "args" | "env") {
@@ -1203,15 +1203,6 @@ pub fn resolve(
         ping_tls,
         redis_cluster,
     })
-}
-
-fn default_replica_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "replica".into());
-    format!("{host}-{}", std::process::id())
 }
 
 #[cfg(test)]
