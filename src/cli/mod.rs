@@ -6,11 +6,15 @@
 //! gives a [`CliError`]; `main` prints it and exits (help and version with 0,
 //! everything else with 2).
 
+pub mod commands;
+pub mod daemon;
 pub mod report;
+
+pub use commands::{Command, ServicesOp, UnitsOp};
 
 use std::ffi::OsString;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 use crate::config::{self, Config, ConfigError, Kind, RawConfig};
 
@@ -24,60 +28,6 @@ pub struct Cli {
     pub flags: Flags,
     #[command(subcommand)]
     pub command: Option<Command>,
-}
-
-/// Operator commands; without one, `distributor` runs the daemon.
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Lease holder, epoch, generation, census and per-group members.
-    Status {
-        #[arg(long)]
-        json: bool,
-    },
-    /// One row per member: units and share, with balance and totals.
-    Table {
-        #[arg(long)]
-        json: bool,
-    },
-    /// Inspect or edit a services list (a group).
-    Services {
-        #[command(subcommand)]
-        op: ServicesOp,
-    },
-    /// Inspect or edit the work units list.
-    Workunits {
-        #[command(subcommand)]
-        op: UnitsOp,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-pub enum ServicesOp {
-    /// Members of one group, or of every configured group.
-    List { group: Option<String> },
-    /// Add a member address to a group (once).
-    Add { group: String, addr: String },
-    /// Remove a member address from a group.
-    Remove { group: String, addr: String },
-}
-
-#[derive(Subcommand, Debug)]
-pub enum UnitsOp {
-    List,
-    /// Add units that are not listed yet.
-    Add {
-        #[arg(required = true)]
-        units: Vec<String>,
-    },
-    /// Remove units.
-    Remove {
-        #[arg(required = true)]
-        units: Vec<String>,
-    },
-    /// Replace the whole list, atomically.
-    Set {
-        units: Vec<String>,
-    },
 }
 
 /// Daemon settings; every one also reads an environment variable (README).
