@@ -62,124 +62,131 @@ pub struct Setting {
     pub env: &'static [&'static str],
     pub default: Option<&'static str>,
     pub kind: Kind,
+    /// The value's name in `--help`.
+    pub value_name: &'static str,
     pub help: &'static str,
 }
 
 macro_rules! settings {
-    ($($id:ident: $flag:literal, [$($env:literal),*], $default:expr, $kind:ident, $help:literal;)*) => {
+    ($($id:ident: $flag:literal, [$($env:literal),*], $default:expr, $kind:ident, $value:literal, $help:literal;)*) => {
         /// Every setting, in help order.
         pub const SETTINGS: &[Setting] = &[
-            $(Setting { flag: $flag, env: &[$($env),*], default: $default, kind: Kind::$kind, help: $help },)*
+            $(Setting { flag: $flag, env: &[$($env),*], default: $default, kind: Kind::$kind, value_name: $value, help: $help },)*
         ];
-        /// Raw values as given on the command line (`None` = not given).
-        /// `Debug` shows each value as its [`Kind`] allows.
-        #[derive(Clone, Default)]
-        pub struct RawConfig {
-            $(pub $id: Option<String>,)*
-        }
-        impl RawConfig {
-            fn get(&self, flag: &str) -> Option<&String> {
-                match flag {
-                    $($flag => self.$id.as_ref(),)*
-                    _ => None,
-                }
-            }
-        }
-        impl std::fmt::Debug for RawConfig {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                let mut d = f.debug_struct("RawConfig");
-                $(d.field(stringify!($id), &self.$id.as_deref().map(|v| Kind::$kind.show(v)));)*
-                d.finish()
-            }
-        }
     };
+}
+
+/// Raw values as given on the command line, by flag (absent = not given).
+/// `Debug` shows each value as its [`Kind`] allows.
+#[derive(Clone, Default)]
+pub struct RawConfig(std::collections::BTreeMap<&'static str, String>);
+
+impl RawConfig {
+    /// `value` given for the setting of `flag`.
+    pub fn with(mut self, flag: &'static str, value: impl Into<String>) -> RawConfig {
+        self.0.insert(flag, value.into());
+        self
+    }
+
+    fn get(&self, flag: &str) -> Option<&String> {
+        self.0.get(flag)
+    }
+}
+
+impl std::fmt::Debug for RawConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = SETTINGS
+            .iter()
+            .filter_map(|s| Some((s.flag, s.kind.show(self.get(s.flag)?))));
+        f.debug_map().entries(shown).finish()
+    }
 }
 
 settings! {
     services_namespaces: "services-namespaces", ["SERVICES_NAMESPACE", "SERVICES_NAMESPACES"],
-        Some("sys-robots-list,sys-parsers-lists"), Text,
+        Some("sys-robots-list,sys-parsers-lists"), Text, "KEYS",
         "Comma-separated services list keys; each list is a group that splits all units";
-    workunits_namespace: "workunits-namespace", ["WORKUNITS_NAMESPACE"], Some("sys-channels"), Text,
+    workunits_namespace: "workunits-namespace", ["WORKUNITS_NAMESPACE"], Some("sys-channels"), Text, "KEY",
         "Work units list key";
     distribution_namespace: "distribution-namespace", ["DISTRIBUTION_NAMESPACE"],
-        Some("sys-matching-table"), Text, "Matching table hash key; coordination keys share its slot";
-    poll_interval: "poll-interval", ["POLL_INTERVAL"], Some("1000ms"), Text,
+        Some("sys-matching-table"), Text, "KEY", "Matching table hash key; coordination keys share its slot";
+    poll_interval: "poll-interval", ["POLL_INTERVAL"], Some("1000ms"), Text, "DURATION",
         "How often the holder reads the lists, pings every member and updates the table (at least 10ms)";
-    ping_timeout: "ping-timeout", ["PING_TIMEOUT"], Some("1000ms"), Text,
+    ping_timeout: "ping-timeout", ["PING_TIMEOUT"], Some("1000ms"), Text, "DURATION",
         "Deadline of one ping, connection included (at least 1ms)";
-    redis_url: "redis-url", ["REDIS_URL"], Some("redis://127.0.0.1:6379"), Url,
+    redis_url: "redis-url", ["REDIS_URL"], Some("redis://127.0.0.1:6379"), Url, "URL",
         "Redis URL (redis://[user:pass@]host[:port][/db], or rediss://); several comma-separated URLs are cluster seed nodes";
-    redis_addrs: "redis-addrs", ["REDIS_ADDRS"], None, Url,
+    redis_addrs: "redis-addrs", ["REDIS_ADDRS"], None, Url, "HOST:PORT",
         "Go-style Redis host:port; overrides the host of --redis-url when given";
-    redis_pass: "redis-pass", ["REDIS_PASS", "REDIS_PASSWORD"], None, Secret,
+    redis_pass: "redis-pass", ["REDIS_PASS", "REDIS_PASSWORD"], None, Secret, "PASSWORD",
         "Redis password (prefer the environment to the command line)";
-    redis_cluster: "redis-cluster", ["REDIS_CLUSTER"], Some("false"), Bool,
+    redis_cluster: "redis-cluster", ["REDIS_CLUSTER"], Some("false"), Bool, "BOOL",
         "Redis Cluster mode with a single seed node (several nodes always mean cluster)";
-    redis_password_file: "redis-password-file", ["REDIS_PASSWORD_FILE"], None, Text,
+    redis_password_file: "redis-password-file", ["REDIS_PASSWORD_FILE"], None, Text, "FILE",
         "File holding the Redis password (a trailing newline is ignored)";
-    redis_user: "redis-user", ["REDIS_USER", "REDIS_USERNAME"], None, Text,
+    redis_user: "redis-user", ["REDIS_USER", "REDIS_USERNAME"], None, Text, "USER",
         "Redis ACL user name (with -redis-pass or -redis-password-file)";
-    redis_tls: "redis-tls", ["REDIS_TLS"], Some("false"), Bool,
+    redis_tls: "redis-tls", ["REDIS_TLS"], Some("false"), Bool, "BOOL",
         "Go-compatible: use TLS to Redis (same as a rediss:// URL)";
-    redis_tls_ca: "redis-tls-ca", ["REDIS_TLS_CA"], None, Text,
+    redis_tls_ca: "redis-tls-ca", ["REDIS_TLS_CA"], None, Text, "FILES",
         "Comma-separated PEM CA files to verify Redis (default: system roots)";
-    redis_rootca_certs: "redis-rootca-certs", ["REDIS_ROOTCA_CERTS"], None, Text,
+    redis_rootca_certs: "redis-rootca-certs", ["REDIS_ROOTCA_CERTS"], None, Text, "FILES",
         "Go-compatible alias of -redis-tls-ca";
-    redis_tls_cert: "redis-tls-cert", ["REDIS_TLS_CERT"], None, Text,
+    redis_tls_cert: "redis-tls-cert", ["REDIS_TLS_CERT"], None, Text, "FILE",
         "PEM client certificate for Redis (mTLS; needs -redis-tls-key)";
-    redis_tls_key: "redis-tls-key", ["REDIS_TLS_KEY"], None, Text,
+    redis_tls_key: "redis-tls-key", ["REDIS_TLS_KEY"], None, Text, "FILE",
         "PEM client key for Redis (mTLS; needs -redis-tls-cert)";
-    ping_tls_ca: "ping-tls-ca", ["PING_TLS_CA"], None, Text,
+    ping_tls_ca: "ping-tls-ca", ["PING_TLS_CA"], None, Text, "FILE",
         "PEM CA that signs members' certificates; turns on TLS for pings";
-    ping_tls_cert: "ping-tls-cert", ["PING_TLS_CERT"], None, Text,
+    ping_tls_cert: "ping-tls-cert", ["PING_TLS_CERT"], None, Text, "FILE",
         "PEM client certificate for pings (mTLS; needs -ping-tls-key and -ping-tls-ca)";
-    ping_tls_key: "ping-tls-key", ["PING_TLS_KEY"], None, Text,
+    ping_tls_key: "ping-tls-key", ["PING_TLS_KEY"], None, Text, "FILE",
         "PEM client key for pings (mTLS; needs -ping-tls-cert and -ping-tls-ca)";
-    ping_tls_domain: "ping-tls-domain", ["PING_TLS_DOMAIN"], None, Text,
+    ping_tls_domain: "ping-tls-domain", ["PING_TLS_DOMAIN"], None, Text, "NAME",
         "Name to verify in members' certificates instead of their address";
-    failure_threshold: "failure-threshold", ["FAILURE_THRESHOLD"], Some("1"), Text,
+    failure_threshold: "failure-threshold", ["FAILURE_THRESHOLD"], Some("1"), Text, "N",
         "Consecutive failed pings before a member loses its units";
-    forget_after: "forget-after", ["FORGET_AFTER"], None, Text,
+    forget_after: "forget-after", ["FORGET_AFTER"], None, Text, "DURATION",
         "Remove a member from its services list after failing this long (off if unset; at least -poll-interval)";
-    lease_ttl: "lease-ttl", ["LEASE_TTL"], Some("2s"), Text,
+    lease_ttl: "lease-ttl", ["LEASE_TTL"], Some("2s"), Text, "DURATION",
         "Lease duration: a standby takes over at most this long after the holder dies (at least 10ms)";
-    lease_renew_interval: "lease-renew-interval", ["LEASE_RENEW_INTERVAL"], Some("500ms"), Text,
+    lease_renew_interval: "lease-renew-interval", ["LEASE_RENEW_INTERVAL"], Some("500ms"), Text, "DURATION",
         "How often the holder renews the lease (at least 1ms, < lease-renew-deadline)";
-    lease_renew_deadline: "lease-renew-deadline", ["LEASE_RENEW_DEADLINE"], Some("1500ms"), Text,
+    lease_renew_deadline: "lease-renew-deadline", ["LEASE_RENEW_DEADLINE"], Some("1500ms"), Text, "DURATION",
         "The holder stops acting when it has not renewed for this long (< lease-ttl)";
-    lease_retry_interval: "lease-retry-interval", ["LEASE_RETRY_INTERVAL"], Some("500ms"), Text,
+    lease_retry_interval: "lease-retry-interval", ["LEASE_RETRY_INTERVAL"], Some("500ms"), Text, "DURATION",
         "Longest wait between a standby's acquisition attempts (at least 1ms)";
-    census_interval: "census-interval", ["CENSUS_INTERVAL"], Some("5s"), Text,
+    census_interval: "census-interval", ["CENSUS_INTERVAL"], Some("5s"), Text, "DURATION",
         "Census interval; keep it well above the clock skew between replicas (at least 100ms)";
-    replica_id: "replica-id", ["REPLICA_ID"], None, Text,
+    replica_id: "replica-id", ["REPLICA_ID"], None, Text, "NAME",
         "This replica's name in status output (default: <hostname>-<pid>-<8 hex>)";
-    ka_time: "ka-time", ["KA_TIME"], Some("10s"), Text,
+    ka_time: "ka-time", ["KA_TIME"], Some("10s"), Text, "DURATION",
         "gRPC keepalive ping interval towards members (at least 1s: servers reject more frequent pings)";
-    ka_timeout: "ka-timeout", ["KA_TIMEOUT"], Some("20s"), Text, "gRPC keepalive timeout";
+    ka_timeout: "ka-timeout", ["KA_TIMEOUT"], Some("20s"), Text, "DURATION", "gRPC keepalive timeout";
     ka_permit_without_stream: "ka-permit-without-stream", ["KA_PERMIT_WITHOUT_STREAM"],
-        Some("false"), Bool, "Send keepalive pings with no call in flight";
-    http_addr: "http-addr", ["HTTP_ADDR"], Some("0.0.0.0:9090"), Text,
+        Some("false"), Bool, "BOOL", "Send keepalive pings with no call in flight";
+    http_addr: "http-addr", ["HTTP_ADDR"], Some("0.0.0.0:9090"), Text, "IP:PORT|off",
         "Address of /metrics, /healthz, /readyz and /version; `off` disables it. The default moves to the next free port up to 9099 when 9090 is taken; an address given explicitly must be free";
-    prom_port: "prom-port", ["PROM_PORT"], None, Text,
+    prom_port: "prom-port", ["PROM_PORT"], None, Text, "PORT",
         "Go-compatible: serve the HTTP endpoints on 0.0.0.0:<port> (overrides -http-addr)";
-    log_format: "log-format", ["LOG_FORMAT"], Some("text"), Text, "Log format: text or json";
-    traces: "traces", ["OTEL_TRACES_EXPORTER"], Some("otlp"), Text,
+    log_format: "log-format", ["LOG_FORMAT"], Some("text"), Text, "text|json", "Log format: text or json";
+    traces: "traces", ["OTEL_TRACES_EXPORTER"], Some("otlp"), Text, "otlp|none",
         "Span export: otlp (when OTEL_EXPORTER_OTLP_ENDPOINT is set) or none";
-    max_list_entries: "max-list-entries", ["MAX_LIST_ENTRIES"], Some("2000000"), Text,
+    max_list_entries: "max-list-entries", ["MAX_LIST_ENTRIES"], Some("2000000"), Text, "N",
         "Longest services or work-units list read; a longer one skips the cycle with an error";
-    max_list_bytes: "max-list-bytes", ["MAX_LIST_BYTES"], Some("256MiB"), Text,
+    max_list_bytes: "max-list-bytes", ["MAX_LIST_BYTES"], Some("256MiB"), Text, "SIZE",
         "Largest list read, in bytes of Redis memory (MEMORY USAGE); a larger one skips the cycle with an error";
-    mass_failure_percent: "mass-failure-percent", ["MASS_FAILURE_PERCENT"], Some("50"), Text,
+    mass_failure_percent: "mass-failure-percent", ["MASS_FAILURE_PERCENT"], Some("50"), Text, "PERCENT",
         "When more than this percent of a group's live members fail at once, the holder keeps their units until another replica or -mass-failure-confirm confirms it (100: off)";
-    mass_failure_confirm: "mass-failure-confirm", ["MASS_FAILURE_CONFIRM"], Some("10s"), Text,
+    mass_failure_confirm: "mass-failure-confirm", ["MASS_FAILURE_CONFIRM"], Some("10s"), Text, "DURATION",
         "How long a mass failure that no other replica confirmed is held before the holder acts on it";
-    redis_wait_replicas: "redis-wait-replicas", ["REDIS_WAIT_REPLICAS"], Some("0"), Text,
+    redis_wait_replicas: "redis-wait-replicas", ["REDIS_WAIT_REPLICAS"], Some("0"), Text, "N",
         "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
-    redis_wait_timeout: "redis-wait-timeout", ["REDIS_WAIT_TIMEOUT"], Some("100ms"), Text,
+    redis_wait_timeout: "redis-wait-timeout", ["REDIS_WAIT_TIMEOUT"], Some("100ms"), Text, "DURATION",
         "How long to wait for those acknowledgements (at least 1ms; with -redis-wait-replicas, shorter than -lease-renew-deadline minus -lease-renew-interval)";
-    log: "log", ["LOG"], Some("info"), Text,
+    log: "log", ["LOG"], Some("info"), Text, "LEVEL",
         "Log level when RUST_LOG is unset: error, warn, info, debug, trace or off, or comma-separated [target=]level directives";
-    config_type: "config-type", ["CONFIG_TYPE"], Some("args"), Text,
+    config_type: "config-type", ["CONFIG_TYPE"], Some("args"), Text, "args|env",
         "Accepted for compatibility; flags and environment are always both read (flag wins)";
 }
 
@@ -1240,10 +1247,7 @@ mod tests {
             "PING_TIMEOUT" => Some("300ms".to_string()),
             _ => None,
         };
-        let raw = RawConfig {
-            ping_timeout: Some("2s".into()),
-            ..Default::default()
-        };
+        let raw = RawConfig::default().with("ping-timeout", "2s");
         let c = resolve(&raw, &env).unwrap();
         assert_eq!(c.services_namespaces, ["from-plural"]);
         assert_eq!(c.poll_interval, Duration::from_millis(250));
@@ -1264,10 +1268,7 @@ mod tests {
     #[test]
     fn invalid_values_name_the_flag_and_value() {
         let bad = |raw: RawConfig| resolve(&raw, &no_env).unwrap_err();
-        let e = bad(RawConfig {
-            poll_interval: Some("fast".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("poll-interval", "fast"));
         assert_eq!(
             (e.flag, e.env, e.value.as_str()),
             ("poll-interval", "POLL_INTERVAL", "fast")
@@ -1277,55 +1278,25 @@ mod tests {
                 .starts_with("invalid -poll-interval (env POLL_INTERVAL) value \"fast\""),
             "{e}"
         );
-        let e = bad(RawConfig {
-            ping_timeout: Some("0s".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("ping-timeout", "0s"));
         assert_eq!(e.flag, "ping-timeout");
-        let e = bad(RawConfig {
-            lease_renew_deadline: Some("3s".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("lease-renew-deadline", "3s"));
         assert_eq!(e.flag, "lease-renew-deadline");
-        let e = bad(RawConfig {
-            failure_threshold: Some("0".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("failure-threshold", "0"));
         assert_eq!(e.flag, "failure-threshold");
-        let e = bad(RawConfig {
-            services_namespaces: Some(" , ".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("services-namespaces", " , "));
         assert_eq!(e.flag, "services-namespaces");
-        let e = bad(RawConfig {
-            distribution_namespace: Some("a{}b".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("distribution-namespace", "a{}b"));
         assert_eq!(e.flag, "distribution-namespace");
-        let e = bad(RawConfig {
-            redis_url: Some("http://x".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("redis-url", "http://x"));
         assert_eq!(e.flag, "redis-url");
-        let e = bad(RawConfig {
-            http_addr: Some("localhost".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("http-addr", "localhost"));
         assert_eq!(e.flag, "http-addr");
-        let e = bad(RawConfig {
-            prom_port: Some("99999".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("prom-port", "99999"));
         assert_eq!(e.flag, "prom-port");
-        let e = bad(RawConfig {
-            log_format: Some("xml".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("log-format", "xml"));
         assert_eq!(e.flag, "log-format");
-        let e = bad(RawConfig {
-            ka_permit_without_stream: Some("maybe".into()),
-            ..Default::default()
-        });
+        let e = bad(RawConfig::default().with("ka-permit-without-stream", "maybe"));
         assert_eq!(e.flag, "ka-permit-without-stream");
     }
 
@@ -1338,18 +1309,10 @@ mod tests {
                 .map(|a| a.to_string())
         };
         assert_eq!(addr(RawConfig::default()).as_deref(), Some("0.0.0.0:9090"));
-        assert_eq!(
-            addr(RawConfig {
-                http_addr: Some("off".into()),
-                ..Default::default()
-            }),
-            None
-        );
-        let go = RawConfig {
-            prom_port: Some("9100".into()),
-            http_addr: Some("127.0.0.1:1".into()),
-            ..Default::default()
-        };
+        assert_eq!(addr(RawConfig::default().with("http-addr", "off")), None);
+        let go = RawConfig::default()
+            .with("prom-port", "9100")
+            .with("http-addr", "127.0.0.1:1");
         assert_eq!(addr(go).as_deref(), Some("0.0.0.0:9100"));
     }
 
@@ -1371,19 +1334,14 @@ mod tests {
             "redis://distributor:***@127.0.0.1:6379"
         );
         // A user in the URL stays when only the password comes from elsewhere.
-        let raw = RawConfig {
-            redis_url: Some("redis://app@h:1".into()),
-            redis_pass: Some("p".into()),
-            ..Default::default()
-        };
+        let raw = RawConfig::default()
+            .with("redis-url", "redis://app@h:1")
+            .with("redis-pass", "p");
         assert_eq!(
             resolve(&raw, &no_env).unwrap().redis_url,
             "redis://app:p@h:1"
         );
-        let missing = RawConfig {
-            redis_password_file: Some("/nonexistent/pw".into()),
-            ..Default::default()
-        };
+        let missing = RawConfig::default().with("redis-password-file", "/nonexistent/pw");
         let e = resolve(&missing, &no_env).unwrap_err();
         assert_eq!(e.flag, "redis-password-file");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -1391,11 +1349,9 @@ mod tests {
 
     #[test]
     fn redis_addrs_replaces_only_the_host() {
-        let raw = RawConfig {
-            redis_url: Some("rediss://app:pw@old:6379/3".into()),
-            redis_addrs: Some("new:6380".into()),
-            ..Default::default()
-        };
+        let raw = RawConfig::default()
+            .with("redis-url", "rediss://app:pw@old:6379/3")
+            .with("redis-addrs", "new:6380");
         assert_eq!(
             resolve(&raw, &no_env).unwrap().redis_url,
             "rediss://app:pw@new:6380/3"
@@ -1404,11 +1360,9 @@ mod tests {
 
     #[test]
     fn several_nodes_mean_cluster() {
-        let raw = RawConfig {
-            redis_addrs: Some("a:7000, b:7001,c:7002".into()),
-            redis_pass: Some("pw".into()),
-            ..Default::default()
-        };
+        let raw = RawConfig::default()
+            .with("redis-addrs", "a:7000, b:7001,c:7002")
+            .with("redis-pass", "pw");
         let c = resolve(&raw, &no_env).unwrap();
         assert!(c.redis_cluster);
         assert_eq!(
@@ -1420,26 +1374,18 @@ mod tests {
             "redis://:***@a:7000,redis://:***@b:7001,redis://:***@c:7002"
         );
         assert_eq!(c.redis_options().urls.len(), 3);
-        let one = RawConfig {
-            redis_cluster: Some("true".into()),
-            ..Default::default()
-        };
+        let one = RawConfig::default().with("redis-cluster", "true");
         let c = resolve(&one, &no_env).unwrap();
         assert!(c.redis_cluster && c.redis_options().is_cluster());
-        let bad = RawConfig {
-            redis_url: Some("redis://a:1,http://b:2".into()),
-            ..Default::default()
-        };
+        let bad = RawConfig::default().with("redis-url", "redis://a:1,http://b:2");
         assert_eq!(resolve(&bad, &no_env).unwrap_err().flag, "redis-url");
     }
 
     #[test]
     fn redis_addrs_and_password() {
-        let raw = RawConfig {
-            redis_addrs: Some("10.0.0.5:6380".into()),
-            redis_pass: Some("p@ss:w/rd".into()),
-            ..Default::default()
-        };
+        let raw = RawConfig::default()
+            .with("redis-addrs", "10.0.0.5:6380")
+            .with("redis-pass", "p@ss:w/rd");
         let c = resolve(&raw, &no_env).unwrap();
         assert_eq!(c.redis_url, "redis://:p%40ss%3Aw%2Frd@10.0.0.5:6380");
         assert_eq!(c.redis_url_redacted(), "redis://:***@10.0.0.5:6380");
@@ -1598,12 +1544,10 @@ mod tests {
         assert!(format!("{c:?}").contains("redis://user:***@h:1/2"), "{c:?}");
         let c = with_env(&[("REDIS_PASS", PW), ("REDIS_ADDRS", "a:1,b:2")]).unwrap();
         assert_no_password("cluster config", &[format!("{c:?}")]);
-        let raw = RawConfig {
-            redis_pass: Some(PW.into()),
-            redis_url: Some(format!("redis://u:{PW}@h:1")),
-            redis_addrs: Some(format!("u:{PW}@h:1")),
-            ..Default::default()
-        };
+        let raw = RawConfig::default()
+            .with("redis-pass", PW)
+            .with("redis-url", format!("redis://u:{PW}@h:1"))
+            .with("redis-addrs", format!("u:{PW}@h:1"));
         assert_no_password("raw config", &[format!("{raw:?}")]);
     }
 
@@ -1919,10 +1863,7 @@ mod tests {
         );
         let c = with_env(&[("HTTP_ADDR", "0.0.0.0:9090")]).unwrap();
         assert_eq!(c.http_addr_origin, HttpAddrOrigin::HttpAddr);
-        let raw = RawConfig {
-            http_addr: Some("0.0.0.0:9090".into()),
-            ..Default::default()
-        };
+        let raw = RawConfig::default().with("http-addr", "0.0.0.0:9090");
         assert_eq!(
             resolve(&raw, &no_env).unwrap().http_addr_origin,
             HttpAddrOrigin::HttpAddr

@@ -14,9 +14,9 @@ pub use commands::{Command, ServicesOp, UnitsOp};
 
 use std::ffi::OsString;
 
-use clap::{CommandFactory, FromArgMatches, Parser};
+use clap::{Arg, CommandFactory, FromArgMatches, Parser};
 
-use crate::config::{self, Config, ConfigError, Kind, RawConfig};
+use crate::config::{self, Config, ConfigError, Kind, RawConfig, Setting};
 
 /// Splits a changing list of work units among live workers; a drop-in
 /// replacement for scientificideas/distributor. Every flag also reads an
@@ -24,158 +24,8 @@ use crate::config::{self, Config, ConfigError, Kind, RawConfig};
 #[derive(Parser, Debug)]
 #[command(name = "distributor", version)]
 pub struct Cli {
-    #[command(flatten)]
-    pub flags: Flags,
     #[command(subcommand)]
     pub command: Option<Command>,
-}
-
-/// Daemon settings; every one also reads an environment variable (README).
-/// `Debug` shows values as their settings' kinds allow (no password).
-#[derive(clap::Args)]
-pub struct Flags {
-    #[arg(long, global = true, value_name = "KEYS")]
-    pub services_namespaces: Option<String>,
-    #[arg(long, global = true, value_name = "KEY")]
-    pub workunits_namespace: Option<String>,
-    #[arg(long, global = true, value_name = "KEY")]
-    pub distribution_namespace: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub poll_interval: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub ping_timeout: Option<String>,
-    #[arg(long, global = true, value_name = "URL")]
-    pub redis_url: Option<String>,
-    #[arg(long, global = true, value_name = "HOST:PORT")]
-    pub redis_addrs: Option<String>,
-    #[arg(long, global = true, value_name = "PASSWORD")]
-    pub redis_pass: Option<String>,
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub redis_cluster: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub redis_password_file: Option<String>,
-    #[arg(long, global = true, value_name = "USER")]
-    pub redis_user: Option<String>,
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub redis_tls: Option<String>,
-    #[arg(long, global = true, value_name = "FILES")]
-    pub redis_tls_ca: Option<String>,
-    #[arg(long, global = true, value_name = "FILES")]
-    pub redis_rootca_certs: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub redis_tls_cert: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub redis_tls_key: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub ping_tls_ca: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub ping_tls_cert: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub ping_tls_key: Option<String>,
-    #[arg(long, global = true, value_name = "NAME")]
-    pub ping_tls_domain: Option<String>,
-    #[arg(long, global = true, value_name = "N")]
-    pub failure_threshold: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub forget_after: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub lease_ttl: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub lease_renew_interval: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub lease_renew_deadline: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub lease_retry_interval: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub census_interval: Option<String>,
-    #[arg(long, global = true, value_name = "NAME")]
-    pub replica_id: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub ka_time: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub ka_timeout: Option<String>,
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub ka_permit_without_stream: Option<String>,
-    #[arg(long, global = true, value_name = "LEVEL")]
-    pub log: Option<String>,
-    #[arg(long, global = true, value_name = "IP:PORT|off")]
-    pub http_addr: Option<String>,
-    #[arg(long, global = true, value_name = "PORT")]
-    pub prom_port: Option<String>,
-    #[arg(long, global = true, value_name = "text|json")]
-    pub log_format: Option<String>,
-    #[arg(long, global = true, value_name = "otlp|none")]
-    pub traces: Option<String>,
-    #[arg(long, global = true, value_name = "N")]
-    pub max_list_entries: Option<String>,
-    #[arg(long, global = true, value_name = "SIZE")]
-    pub max_list_bytes: Option<String>,
-    #[arg(long, global = true, value_name = "PERCENT")]
-    pub mass_failure_percent: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub mass_failure_confirm: Option<String>,
-    #[arg(long, global = true, value_name = "N")]
-    pub redis_wait_replicas: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub redis_wait_timeout: Option<String>,
-    #[arg(long, global = true, value_name = "args|env")]
-    pub config_type: Option<String>,
-}
-
-impl From<&Flags> for RawConfig {
-    fn from(c: &Flags) -> RawConfig {
-        RawConfig {
-            services_namespaces: c.services_namespaces.clone(),
-            workunits_namespace: c.workunits_namespace.clone(),
-            distribution_namespace: c.distribution_namespace.clone(),
-            poll_interval: c.poll_interval.clone(),
-            ping_timeout: c.ping_timeout.clone(),
-            redis_url: c.redis_url.clone(),
-            redis_addrs: c.redis_addrs.clone(),
-            redis_pass: c.redis_pass.clone(),
-            redis_cluster: c.redis_cluster.clone(),
-            redis_password_file: c.redis_password_file.clone(),
-            redis_user: c.redis_user.clone(),
-            redis_tls: c.redis_tls.clone(),
-            redis_tls_ca: c.redis_tls_ca.clone(),
-            redis_rootca_certs: c.redis_rootca_certs.clone(),
-            redis_tls_cert: c.redis_tls_cert.clone(),
-            redis_tls_key: c.redis_tls_key.clone(),
-            ping_tls_ca: c.ping_tls_ca.clone(),
-            ping_tls_cert: c.ping_tls_cert.clone(),
-            ping_tls_key: c.ping_tls_key.clone(),
-            ping_tls_domain: c.ping_tls_domain.clone(),
-            failure_threshold: c.failure_threshold.clone(),
-            forget_after: c.forget_after.clone(),
-            lease_ttl: c.lease_ttl.clone(),
-            lease_renew_interval: c.lease_renew_interval.clone(),
-            lease_renew_deadline: c.lease_renew_deadline.clone(),
-            lease_retry_interval: c.lease_retry_interval.clone(),
-            census_interval: c.census_interval.clone(),
-            replica_id: c.replica_id.clone(),
-            ka_time: c.ka_time.clone(),
-            ka_timeout: c.ka_timeout.clone(),
-            ka_permit_without_stream: c.ka_permit_without_stream.clone(),
-            log: c.log.clone(),
-            http_addr: c.http_addr.clone(),
-            prom_port: c.prom_port.clone(),
-            log_format: c.log_format.clone(),
-            traces: c.traces.clone(),
-            max_list_entries: c.max_list_entries.clone(),
-            max_list_bytes: c.max_list_bytes.clone(),
-            mass_failure_percent: c.mass_failure_percent.clone(),
-            mass_failure_confirm: c.mass_failure_confirm.clone(),
-            redis_wait_replicas: c.redis_wait_replicas.clone(),
-            redis_wait_timeout: c.redis_wait_timeout.clone(),
-            config_type: c.config_type.clone(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Flags {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        RawConfig::from(self).fmt(f)
-    }
 }
 
 /// What the command line asks for.
@@ -208,25 +58,32 @@ impl CliError {
     }
 }
 
-/// The clap command, with each flag's help, environment variables and default
-/// taken from the one settings table that the README documents.
+/// The clap command: the operator commands, and one global flag per setting
+/// of the table that the README documents, its help with the environment
+/// variables and the default.
 pub fn command() -> clap::Command {
-    let mut cmd = Cli::command();
-    for s in config::SETTINGS {
-        let default = s
-            .default
-            .map(|d| format!(" [default: {d}]"))
-            .unwrap_or_default();
-        let help = format!("{} [env: {}]{default}", s.help, s.env.join(", "));
-        // A value starting with '-' (`-poll-interval -1s`) is the flag's value,
-        // as in Go, so that our own check names the flag; a bool's value is
-        // optional, so a following flag stays a flag.
-        let hyphen_values = s.kind != Kind::Bool;
-        cmd = cmd.mut_arg(s.flag.replace('-', "_"), |a| {
-            a.help(help).allow_hyphen_values(hyphen_values)
-        });
+    config::SETTINGS
+        .iter()
+        .fold(Cli::command(), |cmd, s| cmd.arg(flag(s)))
+}
+
+fn flag(s: &'static Setting) -> Arg {
+    let default = s
+        .default
+        .map(|d| format!(" [default: {d}]"))
+        .unwrap_or_default();
+    let arg = Arg::new(s.flag)
+        .long(s.flag)
+        .global(true)
+        .value_name(s.value_name)
+        .help(format!("{} [env: {}]{default}", s.help, s.env.join(", ")));
+    // A value starting with '-' (`-poll-interval -1s`) is the flag's value, as
+    // in Go, so that our own check names the flag; a bool's value is optional,
+    // so a following flag stays a flag.
+    match s.kind {
+        Kind::Bool => arg.num_args(0..=1).default_missing_value("true"),
+        _ => arg.allow_hyphen_values(true),
     }
-    cmd
 }
 
 /// Parses and validates a whole command line (`args` includes the program
@@ -242,6 +99,14 @@ where
         .try_get_matches_from(args)
         .map_err(CliError::Clap)?;
     let cli = Cli::from_arg_matches(&matches).map_err(CliError::Clap)?;
+    let raw = config::SETTINGS
+        .iter()
+        .fold(RawConfig::default(), |raw, s| {
+            match matches.get_one::<String>(s.flag) {
+                Some(value) => raw.with(s.flag, value),
+                None => raw,
+            }
+        });
     for s in config::SETTINGS {
         for name in s.env {
             if let Some(value) = env(name)
@@ -254,7 +119,7 @@ where
         }
     }
     let env = |k: &str| env(k).and_then(|v| v.into_string().ok());
-    let config = config::resolve(&RawConfig::from(&cli.flags), &env).map_err(CliError::Config)?;
+    let config = config::resolve(&raw, &env).map_err(CliError::Config)?;
     Ok(Invocation {
         config,
         command: cli.command,
