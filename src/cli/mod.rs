@@ -103,7 +103,7 @@ where
         .iter()
         .fold(RawConfig::default(), |raw, s| {
             match matches.get_one::<String>(s.flag) {
-                Some(value) => raw.with(s.flag, value),
+                Some(value) => raw.with(s, value),
                 None => raw,
             }
         });
