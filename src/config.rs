@@ -15,7 +15,6 @@
 //! `***`. Every [`ConfigError`] is built through that.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::fmt::Display;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -580,56 +579,6 @@ impl ConfigError {
             reason,
         }
     }
-}
-
-/// Rewrites Go-style single-dash long flags (`-poll-interval=1s`) to clap's
-/// `--poll-interval=1s`. Single-letter flags (`-h`), values and arguments that
-/// are not UTF-8 are left alone; so is the argument after a setting that takes
-/// a value (`-poll-interval -1s`: `-1s` is the value, as in Go).
-pub fn normalize_go_flags<S: Into<OsString>>(args: impl IntoIterator<Item = S>) -> Vec<OsString> {
-    let mut out = Vec::new();
-    let mut rest_are_values = false;
-    let mut next_is_value = false;
-    for (i, arg) in args.into_iter().enumerate() {
-        let arg: OsString = arg.into();
-        if i == 0 || rest_are_values || std::mem::take(&mut next_is_value) {
-            out.push(arg);
-            continue;
-        }
-        let Some(text) = arg.to_str() else {
-            out.push(arg);
-            continue;
-        };
-        if text == "--" {
-            rest_are_values = true;
-            out.push(arg);
-            continue;
-        }
-        let long = match text.strip_prefix("--") {
-            Some(long) => Some((long, false)),
-            None => text
-                .strip_prefix('-')
-                .filter(|name| {
-                    let name_len = name.split('=').next().map_or(0, str::len);
-                    name_len > 1 && name.starts_with(|c: char| c.is_ascii_alphabetic())
-                })
-                .map(|name| (name, true)),
-        };
-        let Some((name, go_style)) = long else {
-            out.push(arg);
-            continue;
-        };
-        next_is_value = !name.contains('=')
-            && SETTINGS
-                .iter()
-                .any(|s| s.flag == name && s.kind != Kind::Bool);
-        if go_style {
-            out.push(format!("-{text}").into());
-        } else {
-            out.push(arg);
-        }
-    }
-    out
 }
 
 /// Parses a Go-style duration: `500ms`, `2s`, `1m30s`, `1.5h`, `250us`, `0`.
@@ -1459,34 +1408,6 @@ mod tests {
     }
 
     #[test]
-    fn go_style_flags_are_normalized() {
-        let args = [
-            "distributor",
-            "-poll-interval=500ms",
-            "-ping-timeout",
-            "1s",
-            "-h",
-            "--log",
-            "debug",
-            "-5",
-        ];
-        let out = normalize_go_flags(args.iter().map(|s| s.to_string()));
-        assert_eq!(
-            out,
-            [
-                "distributor",
-                "--poll-interval=500ms",
-                "--ping-timeout",
-                "1s",
-                "-h",
-                "--log",
-                "debug",
-                "-5"
-            ]
-        );
-    }
-
-    #[test]
     fn durations() {
         let ms = |s: &str| parse_duration(s).map(|d| d.as_millis());
         assert_eq!(ms("500ms"), Ok(500));
@@ -1855,34 +1776,6 @@ mod tests {
         assert!(
             with_env(&[("REDIS_WAIT_TIMEOUT", "5s")]).is_ok(),
             "no WAIT, no budget"
-        );
-    }
-
-    #[test]
-    fn normalizing_never_slices_inside_a_character() {
-        let args = [
-            "distributor",
-            "workunits",
-            "add",
-            "Ünit",
-            "-é",
-            "-Ü=1",
-            "-",
-            "-ab€",
-        ];
-        let out = normalize_go_flags(args.iter().map(|s| s.to_string()));
-        assert_eq!(
-            out,
-            [
-                "distributor",
-                "workunits",
-                "add",
-                "Ünit",
-                "-é",
-                "-Ü=1",
-                "-",
-                "--ab€"
-            ]
         );
     }
 

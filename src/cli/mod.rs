@@ -1,6 +1,7 @@
-//! The command line: clap's definition of flags and operator commands, and
-//! [`parse`], the whole pipeline from raw arguments to a validated
-//! [`Config`]: Go-style flags normalized, clap, then [`config::resolve`].
+//! The command line: clap's flags (built from [`config::SETTINGS`]) and
+//! operator commands ([`commands`]), and [`parse`], the whole pipeline from
+//! raw arguments to a validated [`Config`]: Go-style flags normalized, clap,
+//! then [`config::resolve`]. The daemon itself is [`daemon`].
 //!
 //! [`parse`] never panics and never exits: any input, non-UTF-8 included,
 //! gives a [`CliError`]; `main` prints it and exits (help and version with 0,
@@ -94,20 +95,17 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    let args = config::normalize_go_flags(args);
+    let args = normalize_go_flags(args);
     let matches = command()
         .try_get_matches_from(args)
         .map_err(CliError::Clap)?;
     let cli = Cli::from_arg_matches(&matches).map_err(CliError::Clap)?;
-    let raw = config::SETTINGS
-        .iter()
-        .fold(RawConfig::default(), |raw, s| {
-            match matches.get_one::<String>(s.flag) {
-                Some(value) => raw.with(s, value),
-                None => raw,
-            }
-        });
+    // The flags given, and no environment variable that is not UTF-8.
+    let mut raw = RawConfig::default();
     for s in config::SETTINGS {
+        if let Some(value) = matches.get_one::<String>(s.flag) {
+            raw = raw.with(s, value);
+        }
         for name in s.env {
             if let Some(value) = env(name)
                 && value.to_str().is_none()
@@ -124,6 +122,56 @@ where
         config,
         command: cli.command,
     })
+}
+
+/// Rewrites Go-style single-dash long flags (`-poll-interval=1s`) to clap's
+/// `--poll-interval=1s`. Single-letter flags (`-h`), values and arguments that
+/// are not UTF-8 are left alone; so is the argument after a setting that takes
+/// a value (`-poll-interval -1s`: `-1s` is the value, as in Go).
+fn normalize_go_flags<S: Into<OsString>>(args: impl IntoIterator<Item = S>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut rest_are_values = false;
+    let mut next_is_value = false;
+    for (i, arg) in args.into_iter().enumerate() {
+        let arg: OsString = arg.into();
+        if i == 0 || rest_are_values || std::mem::take(&mut next_is_value) {
+            out.push(arg);
+            continue;
+        }
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if text == "--" {
+            rest_are_values = true;
+            out.push(arg);
+            continue;
+        }
+        let long = match text.strip_prefix("--") {
+            Some(long) => Some((long, false)),
+            None => text
+                .strip_prefix('-')
+                .filter(|name| {
+                    let name_len = name.split('=').next().map_or(0, str::len);
+                    name_len > 1 && name.starts_with(|c: char| c.is_ascii_alphabetic())
+                })
+                .map(|name| (name, true)),
+        };
+        let Some((name, go_style)) = long else {
+            out.push(arg);
+            continue;
+        };
+        next_is_value = !name.contains('=')
+            && config::SETTINGS
+                .iter()
+                .any(|s| s.flag == name && s.kind != Kind::Bool);
+        if go_style {
+            out.push(format!("-{text}").into());
+        } else {
+            out.push(arg);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -211,6 +259,62 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn go_style_flags_are_normalized() {
+        let args = [
+            "distributor",
+            "-poll-interval=500ms",
+            "-ping-timeout",
+            "1s",
+            "-h",
+            "--log",
+            "debug",
+            "-5",
+        ];
+        let out = normalize_go_flags(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            out,
+            [
+                "distributor",
+                "--poll-interval=500ms",
+                "--ping-timeout",
+                "1s",
+                "-h",
+                "--log",
+                "debug",
+                "-5"
+            ]
+        );
+    }
+
+    #[test]
+    fn normalizing_never_slices_inside_a_character() {
+        let args = [
+            "distributor",
+            "workunits",
+            "add",
+            "Ünit",
+            "-é",
+            "-Ü=1",
+            "-",
+            "-ab€",
+        ];
+        let out = normalize_go_flags(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            out,
+            [
+                "distributor",
+                "workunits",
+                "add",
+                "Ünit",
+                "-é",
+                "-Ü=1",
+                "-",
+                "--ab€"
+            ]
+        );
     }
 
     /// One argument: a flag in any of its forms, a subcommand word, a value,
