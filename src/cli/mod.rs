@@ -1,18 +1,23 @@
-//! The command line: clap's definition of flags and operator commands, and
-//! [`parse`], the whole pipeline from raw arguments to a validated
-//! [`Config`]: Go-style flags normalized, clap, then [`config::resolve`].
+//! The command line: clap's flags (built from [`config::SETTINGS`]) and
+//! operator commands ([`commands`]), and [`parse`], the whole pipeline from
+//! raw arguments to a validated [`Config`]: Go-style flags normalized, clap,
+//! then [`config::resolve`]. The daemon itself is [`daemon`].
 //!
 //! [`parse`] never panics and never exits: any input, non-UTF-8 included,
 //! gives a [`CliError`]; `main` prints it and exits (help and version with 0,
 //! everything else with 2).
 
+pub mod commands;
+pub mod daemon;
 pub mod report;
+
+pub use commands::{Command, ServicesOp, UnitsOp};
 
 use std::ffi::OsString;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Arg, CommandFactory, FromArgMatches, Parser};
 
-use crate::config::{self, Config, ConfigError, Kind, RawConfig};
+use crate::config::{self, Config, ConfigError, Kind, RawConfig, Setting};
 
 /// Splits a changing list of work units among live workers; a drop-in
 /// replacement for scientificideas/distributor. Every flag also reads an
@@ -20,212 +25,8 @@ use crate::config::{self, Config, ConfigError, Kind, RawConfig};
 #[derive(Parser, Debug)]
 #[command(name = "distributor", version)]
 pub struct Cli {
-    #[command(flatten)]
-    pub flags: Flags,
     #[command(subcommand)]
     pub command: Option<Command>,
-}
-
-/// Operator commands; without one, `distributor` runs the daemon.
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Lease holder, epoch, generation, census and per-group members.
-    Status {
-        #[arg(long)]
-        json: bool,
-    },
-    /// One row per member: units and share, with balance and totals.
-    Table {
-        #[arg(long)]
-        json: bool,
-    },
-    /// Inspect or edit a services list (a group).
-    Services {
-        #[command(subcommand)]
-        op: ServicesOp,
-    },
-    /// Inspect or edit the work units list.
-    Workunits {
-        #[command(subcommand)]
-        op: UnitsOp,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-pub enum ServicesOp {
-    /// Members of one group, or of every configured group.
-    List { group: Option<String> },
-    /// Add a member address to a group (once).
-    Add { group: String, addr: String },
-    /// Remove a member address from a group.
-    Remove { group: String, addr: String },
-}
-
-#[derive(Subcommand, Debug)]
-pub enum UnitsOp {
-    List,
-    /// Add units that are not listed yet.
-    Add {
-        #[arg(required = true)]
-        units: Vec<String>,
-    },
-    /// Remove units.
-    Remove {
-        #[arg(required = true)]
-        units: Vec<String>,
-    },
-    /// Replace the whole list, atomically.
-    Set {
-        units: Vec<String>,
-    },
-}
-
-/// Daemon settings; every one also reads an environment variable (README).
-/// `Debug` shows values as their settings' kinds allow (no password).
-#[derive(clap::Args)]
-pub struct Flags {
-    #[arg(long, global = true, value_name = "KEYS")]
-    pub services_namespaces: Option<String>,
-    #[arg(long, global = true, value_name = "KEY")]
-    pub workunits_namespace: Option<String>,
-    #[arg(long, global = true, value_name = "KEY")]
-    pub distribution_namespace: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub poll_interval: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub ping_timeout: Option<String>,
-    #[arg(long, global = true, value_name = "URL")]
-    pub redis_url: Option<String>,
-    #[arg(long, global = true, value_name = "HOST:PORT")]
-    pub redis_addrs: Option<String>,
-    #[arg(long, global = true, value_name = "PASSWORD")]
-    pub redis_pass: Option<String>,
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub redis_cluster: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub redis_password_file: Option<String>,
-    #[arg(long, global = true, value_name = "USER")]
-    pub redis_user: Option<String>,
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub redis_tls: Option<String>,
-    #[arg(long, global = true, value_name = "FILES")]
-    pub redis_tls_ca: Option<String>,
-    #[arg(long, global = true, value_name = "FILES")]
-    pub redis_rootca_certs: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub redis_tls_cert: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub redis_tls_key: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub ping_tls_ca: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub ping_tls_cert: Option<String>,
-    #[arg(long, global = true, value_name = "FILE")]
-    pub ping_tls_key: Option<String>,
-    #[arg(long, global = true, value_name = "NAME")]
-    pub ping_tls_domain: Option<String>,
-    #[arg(long, global = true, value_name = "N")]
-    pub failure_threshold: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub forget_after: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub lease_ttl: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub lease_renew_interval: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub lease_renew_deadline: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub lease_retry_interval: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub census_interval: Option<String>,
-    #[arg(long, global = true, value_name = "NAME")]
-    pub replica_id: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub ka_time: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub ka_timeout: Option<String>,
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub ka_permit_without_stream: Option<String>,
-    #[arg(long, global = true, value_name = "LEVEL")]
-    pub log: Option<String>,
-    #[arg(long, global = true, value_name = "IP:PORT|off")]
-    pub http_addr: Option<String>,
-    #[arg(long, global = true, value_name = "PORT")]
-    pub prom_port: Option<String>,
-    #[arg(long, global = true, value_name = "text|json")]
-    pub log_format: Option<String>,
-    #[arg(long, global = true, value_name = "otlp|none")]
-    pub traces: Option<String>,
-    #[arg(long, global = true, value_name = "N")]
-    pub max_list_entries: Option<String>,
-    #[arg(long, global = true, value_name = "SIZE")]
-    pub max_list_bytes: Option<String>,
-    #[arg(long, global = true, value_name = "PERCENT")]
-    pub mass_failure_percent: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub mass_failure_confirm: Option<String>,
-    #[arg(long, global = true, value_name = "N")]
-    pub redis_wait_replicas: Option<String>,
-    #[arg(long, global = true, value_name = "DURATION")]
-    pub redis_wait_timeout: Option<String>,
-    #[arg(long, global = true, value_name = "args|env")]
-    pub config_type: Option<String>,
-}
-
-impl From<&Flags> for RawConfig {
-    fn from(c: &Flags) -> RawConfig {
-        RawConfig {
-            services_namespaces: c.services_namespaces.clone(),
-            workunits_namespace: c.workunits_namespace.clone(),
-            distribution_namespace: c.distribution_namespace.clone(),
-            poll_interval: c.poll_interval.clone(),
-            ping_timeout: c.ping_timeout.clone(),
-            redis_url: c.redis_url.clone(),
-            redis_addrs: c.redis_addrs.clone(),
-            redis_pass: c.redis_pass.clone(),
-            redis_cluster: c.redis_cluster.clone(),
-            redis_password_file: c.redis_password_file.clone(),
-            redis_user: c.redis_user.clone(),
-            redis_tls: c.redis_tls.clone(),
-            redis_tls_ca: c.redis_tls_ca.clone(),
-            redis_rootca_certs: c.redis_rootca_certs.clone(),
-            redis_tls_cert: c.redis_tls_cert.clone(),
-            redis_tls_key: c.redis_tls_key.clone(),
-            ping_tls_ca: c.ping_tls_ca.clone(),
-            ping_tls_cert: c.ping_tls_cert.clone(),
-            ping_tls_key: c.ping_tls_key.clone(),
-            ping_tls_domain: c.ping_tls_domain.clone(),
-            failure_threshold: c.failure_threshold.clone(),
-            forget_after: c.forget_after.clone(),
-            lease_ttl: c.lease_ttl.clone(),
-            lease_renew_interval: c.lease_renew_interval.clone(),
-            lease_renew_deadline: c.lease_renew_deadline.clone(),
-            lease_retry_interval: c.lease_retry_interval.clone(),
-            census_interval: c.census_interval.clone(),
-            replica_id: c.replica_id.clone(),
-            ka_time: c.ka_time.clone(),
-            ka_timeout: c.ka_timeout.clone(),
-            ka_permit_without_stream: c.ka_permit_without_stream.clone(),
-            log: c.log.clone(),
-            http_addr: c.http_addr.clone(),
-            prom_port: c.prom_port.clone(),
-            log_format: c.log_format.clone(),
-            traces: c.traces.clone(),
-            max_list_entries: c.max_list_entries.clone(),
-            max_list_bytes: c.max_list_bytes.clone(),
-            mass_failure_percent: c.mass_failure_percent.clone(),
-            mass_failure_confirm: c.mass_failure_confirm.clone(),
-            redis_wait_replicas: c.redis_wait_replicas.clone(),
-            redis_wait_timeout: c.redis_wait_timeout.clone(),
-            config_type: c.config_type.clone(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Flags {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        RawConfig::from(self).fmt(f)
-    }
 }
 
 /// What the command line asks for.
@@ -258,25 +59,32 @@ impl CliError {
     }
 }
 
-/// The clap command, with each flag's help, environment variables and default
-/// taken from the one settings table that the README documents.
+/// The clap command: the operator commands, and one global flag per setting
+/// of the table that the README documents, its help with the environment
+/// variables and the default.
 pub fn command() -> clap::Command {
-    let mut cmd = Cli::command();
-    for s in config::SETTINGS {
-        let default = s
-            .default
-            .map(|d| format!(" [default: {d}]"))
-            .unwrap_or_default();
-        let help = format!("{} [env: {}]{default}", s.help, s.env.join(", "));
-        // A value starting with '-' (`-poll-interval -1s`) is the flag's value,
-        // as in Go, so that our own check names the flag; a bool's value is
-        // optional, so a following flag stays a flag.
-        let hyphen_values = s.kind != Kind::Bool;
-        cmd = cmd.mut_arg(s.flag.replace('-', "_"), |a| {
-            a.help(help).allow_hyphen_values(hyphen_values)
-        });
+    config::SETTINGS
+        .iter()
+        .fold(Cli::command(), |cmd, s| cmd.arg(flag(s)))
+}
+
+fn flag(s: &'static Setting) -> Arg {
+    let default = s
+        .default
+        .map(|d| format!(" [default: {d}]"))
+        .unwrap_or_default();
+    let arg = Arg::new(s.flag)
+        .long(s.flag)
+        .global(true)
+        .value_name(s.value_name)
+        .help(format!("{} [env: {}]{default}", s.help, s.env.join(", ")));
+    // A value starting with '-' (`-poll-interval -1s`) is the flag's value, as
+    // in Go, so that our own check names the flag; a bool's value is optional,
+    // so a following flag stays a flag.
+    match s.kind {
+        Kind::Bool => arg.num_args(0..=1).default_missing_value("true"),
+        _ => arg.allow_hyphen_values(true),
     }
-    cmd
 }
 
 /// Parses and validates a whole command line (`args` includes the program
@@ -287,12 +95,17 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    let args = config::normalize_go_flags(args);
+    let args = normalize_go_flags(args);
     let matches = command()
         .try_get_matches_from(args)
         .map_err(CliError::Clap)?;
     let cli = Cli::from_arg_matches(&matches).map_err(CliError::Clap)?;
+    // The flags given, and no environment variable that is not UTF-8.
+    let mut raw = RawConfig::default();
     for s in config::SETTINGS {
+        if let Some(value) = matches.get_one::<String>(s.flag) {
+            raw = raw.with(s, value);
+        }
         for name in s.env {
             if let Some(value) = env(name)
                 && value.to_str().is_none()
@@ -304,11 +117,61 @@ where
         }
     }
     let env = |k: &str| env(k).and_then(|v| v.into_string().ok());
-    let config = config::resolve(&RawConfig::from(&cli.flags), &env).map_err(CliError::Config)?;
+    let config = config::resolve(&raw, &env).map_err(CliError::Config)?;
     Ok(Invocation {
         config,
         command: cli.command,
     })
+}
+
+/// Rewrites Go-style single-dash long flags (`-poll-interval=1s`) to clap's
+/// `--poll-interval=1s`. Single-letter flags (`-h`), values and arguments that
+/// are not UTF-8 are left alone; so is the argument after a setting that takes
+/// a value (`-poll-interval -1s`: `-1s` is the value, as in Go).
+fn normalize_go_flags<S: Into<OsString>>(args: impl IntoIterator<Item = S>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut rest_are_values = false;
+    let mut next_is_value = false;
+    for (i, arg) in args.into_iter().enumerate() {
+        let arg: OsString = arg.into();
+        if i == 0 || rest_are_values || std::mem::take(&mut next_is_value) {
+            out.push(arg);
+            continue;
+        }
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if text == "--" {
+            rest_are_values = true;
+            out.push(arg);
+            continue;
+        }
+        let long = match text.strip_prefix("--") {
+            Some(long) => Some((long, false)),
+            None => text
+                .strip_prefix('-')
+                .filter(|name| {
+                    let name_len = name.split('=').next().map_or(0, str::len);
+                    name_len > 1 && name.starts_with(|c: char| c.is_ascii_alphabetic())
+                })
+                .map(|name| (name, true)),
+        };
+        let Some((name, go_style)) = long else {
+            out.push(arg);
+            continue;
+        };
+        next_is_value = !name.contains('=')
+            && config::SETTINGS
+                .iter()
+                .any(|s| s.flag == name && s.kind != Kind::Bool);
+        if go_style {
+            out.push(format!("-{text}").into());
+        } else {
+            out.push(arg);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -396,6 +259,62 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn go_style_flags_are_normalized() {
+        let args = [
+            "distributor",
+            "-poll-interval=500ms",
+            "-ping-timeout",
+            "1s",
+            "-h",
+            "--log",
+            "debug",
+            "-5",
+        ];
+        let out = normalize_go_flags(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            out,
+            [
+                "distributor",
+                "--poll-interval=500ms",
+                "--ping-timeout",
+                "1s",
+                "-h",
+                "--log",
+                "debug",
+                "-5"
+            ]
+        );
+    }
+
+    #[test]
+    fn normalizing_never_slices_inside_a_character() {
+        let args = [
+            "distributor",
+            "workunits",
+            "add",
+            "Ünit",
+            "-é",
+            "-Ü=1",
+            "-",
+            "-ab€",
+        ];
+        let out = normalize_go_flags(args.iter().map(|s| s.to_string()));
+        assert_eq!(
+            out,
+            [
+                "distributor",
+                "workunits",
+                "add",
+                "Ünit",
+                "-é",
+                "-Ü=1",
+                "-",
+                "--ab€"
+            ]
+        );
     }
 
     /// One argument: a flag in any of its forms, a subcommand word, a value,
