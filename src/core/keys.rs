@@ -32,12 +32,20 @@ pub struct Keys {
     /// The census: replica id → "index replicas unix_ms", as last seen by each replica.
     pub replicas: String,
     /// Members a holder suspects of a mass failure that it has not acted on:
-    /// member → "replica epoch since_ms", so that the next holder can confirm.
+    /// member → "since_ms replica", so that the next holder can confirm.
     pub suspects: String,
+    /// Members' own reports (handoff protocol): member → "applied draining
+    /// deadline_ms weight", written by the members.
+    pub members: String,
+    /// Units in transit between owners: "<unit>,<group>" → "revoked_at
+    /// since_ms to from", written by the holder with the table.
+    pub transit: String,
     /// Pub/sub channel: the new generation, published after every table write.
     pub table_channel: String,
     /// Pub/sub channel: the released epoch, published when a holder lets go.
     pub lease_channel: String,
+    /// Pub/sub channel: a member's id, published after it wrote its report.
+    pub acked_channel: String,
     prefix: String,
 }
 
@@ -57,8 +65,11 @@ impl Keys {
             liveness: k("liveness"),
             replicas: k("replicas"),
             suspects: k("suspects"),
+            members: k("members"),
+            transit: k("transit"),
             table_channel: k("changed"),
             lease_channel: k("released"),
+            acked_channel: k("acked"),
             prefix,
         }
     }
@@ -147,6 +158,8 @@ mod tests {
             &k.epoch,
             &k.meta,
             &k.suspects,
+            &k.members,
+            &k.transit,
             &k.census(7),
         ] {
             assert!(k.is_reserved(key), "{key}");
@@ -178,6 +191,9 @@ mod tests {
             &k.meta,
             &k.liveness,
             &k.replicas,
+            &k.members,
+            &k.transit,
+            &k.acked_channel,
         ] {
             assert_eq!(slot_input(key), "t7");
         }
