@@ -65,7 +65,8 @@ impl std::fmt::Display for PingFailure {
     }
 }
 
-/// HTTP/2 keepalive of the pinger's channels (`-grpc-keepalive-*`).
+/// HTTP/2 keepalive of the pinger's channels (`-ka-time`, `-ka-timeout`,
+/// `-ka-permit-without-stream`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Keepalive {
     pub interval: Duration,
