@@ -398,3 +398,40 @@ async fn unreadable_reports_fall_back_to_the_handoff_delay() {
     fleet.replicas[h].take();
     fleet.shutdown().await;
 }
+
+/// `-forget-after` removes a long-failing member's report with its list
+/// entry (fenced, in the same script), so that `{T}:members` does not grow
+/// with every address a worker ever had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_member_takes_its_report_along() {
+    let units = units(6);
+    let (mut fleet, mut workers, _) = two_acking(&units, |f| {
+        f.config.forget_after = Some(Duration::from_millis(300));
+    })
+    .await;
+    let w2 = FlakyWorker::start(&fleet).await;
+    report(&fleet, &w2.addr, 0, false, PATIENT).await;
+    workers.push(w2);
+    let gone = workers[2].addr.clone();
+    workers[2].kill().await;
+    wait_for(
+        "the member and its report forgotten",
+        Duration::from_secs(10),
+        || async {
+            let listed: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+            let report: Option<String> = fleet
+                .redis
+                .cmd(&["HGET", &keys().members, &gone])
+                .await;
+            !listed.contains(&gone) && report.is_none()
+        },
+    )
+    .await;
+    // The others keep theirs.
+    for w in &workers[..2] {
+        let r: Option<String> = fleet.redis.cmd(&["HGET", &keys().members, &w.addr]).await;
+        assert!(r.is_some(), "{} lost its report", w.addr);
+    }
+    fleet.replicas.truncate(1);
+    fleet.shutdown().await;
+}
