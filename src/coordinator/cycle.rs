@@ -29,10 +29,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use opentelemetry::trace::TraceContextExt as _;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::core::handoff::{
@@ -85,6 +87,10 @@ pub(super) struct HandoffState {
     pub(super) inputs: Option<Arc<Inputs>>,
     /// What the last plan did, for status and metrics.
     pub(super) last: HandoffOutcome,
+    /// The trace span of each write that revoked units still in transit, by
+    /// generation: the write that grants them links to it, so that a move
+    /// reads as revoke → grant in the trace view.
+    revocations: BTreeMap<u64, opentelemetry::trace::SpanContext>,
 }
 
 /// What one cycle's handoff did.
@@ -92,8 +98,8 @@ pub(super) struct HandoffState {
 pub(super) struct HandoffOutcome {
     pub(super) revoked: usize,
     pub(super) placed: usize,
-    /// (group, unit, member, since_ms) of units granted after a move.
-    pub(super) moved: Vec<(String, String, String, u64)>,
+    /// Units granted after a move.
+    pub(super) moved: Vec<handoff::Moved>,
     pub(super) in_transit: usize,
     pub(super) owing: usize,
     pub(super) draining: usize,
@@ -896,6 +902,19 @@ impl CycleContext {
             otel.status_code = Empty,
             otel.status_message = Empty,
         );
+        // A grant links to the writes that revoked what it grants.
+        let linked: BTreeSet<u64> = view
+            .handoff
+            .last
+            .moved
+            .iter()
+            .map(|m| m.revoked_at)
+            .collect();
+        for g in linked {
+            if let Some(cx) = view.handoff.revocations.get(&g) {
+                span.add_link(cx.clone());
+            }
+        }
         match self
             .store
             .commit(&self.grant, &commit)
@@ -912,13 +931,24 @@ impl CycleContext {
                     *stored_digest = Some(next.digest().to_string());
                     // Revocations made by this write: numbered by it, and
                     // their waits start now that it is done.
+                    let mut revoked_here = false;
                     for t in transit.values_mut().flat_map(|u| u.values_mut()) {
                         if t.revoked_at == 0 {
                             t.revoked_at = g;
                             t.waiting_since = written;
+                            revoked_here = true;
                         }
                     }
+                    if revoked_here {
+                        let cx = span.context().span().span_context().clone();
+                        view.handoff.revocations.insert(g, cx);
+                    }
                 }
+                let open: BTreeSet<u64> = transit
+                    .values()
+                    .flat_map(|u| u.values().map(|t| t.revoked_at))
+                    .collect();
+                view.handoff.revocations.retain(|g, _| open.contains(g));
                 view.handoff.granted = Some(next);
                 view.handoff.transit = transit;
                 view.unsaved = HealthChanges::default();

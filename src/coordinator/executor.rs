@@ -649,8 +649,8 @@ impl Executor {
                 });
                 // Handoffs completed by this write: revocation to grant.
                 let now_ms = unix_ms();
-                for (_, _, _, since_ms) in &handoff.moved {
-                    let secs = now_ms.saturating_sub(*since_ms) as f64 / 1000.0;
+                for m in &handoff.moved {
+                    let secs = now_ms.saturating_sub(m.since_ms) as f64 / 1000.0;
                     self.metrics.handoff_duration.observe(secs);
                 }
                 self.update(|s| {

@@ -273,6 +273,19 @@ pub struct GroupInput<'a> {
     pub members: &'a [String],
 }
 
+/// A unit granted to its next owner after its revocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    pub group: String,
+    pub unit: String,
+    pub to: String,
+    /// Unix ms of its revocation.
+    pub since_ms: u64,
+    /// The generation of its revocation (0: revoked and released in this
+    /// very plan, from a member that is gone).
+    pub revoked_at: u64,
+}
+
 /// What one round of planning gives.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
@@ -281,9 +294,9 @@ pub struct Plan {
     pub transit: Transits,
     /// Units revoked by this plan.
     pub revoked: usize,
-    /// Units granted by this plan that were in transit: (group, unit,
-    /// member, since_ms of the revocation), for the handoff duration.
-    pub moved: Vec<(String, String, String, u64)>,
+    /// Units granted by this plan after a move, for the handoff duration
+    /// and the trace.
+    pub moved: Vec<Moved>,
     /// Units granted for the first time (new units, or units of no owner).
     pub placed: usize,
     /// Units removed from the list whose transit ended.
@@ -590,12 +603,13 @@ fn plan_group(
             Ok(()) => {
                 let t = transit.remove(u).expect("looked up above");
                 if !(t.from.len() == 1 && t.from.contains(to)) {
-                    out.moved.push((
-                        g.name.to_string(),
-                        u.to_string(),
-                        to.to_string(),
-                        t.since_ms,
-                    ));
+                    out.moved.push(Moved {
+                        group: g.name.to_string(),
+                        unit: u.to_string(),
+                        to: to.to_string(),
+                        since_ms: t.since_ms,
+                        revoked_at: t.revoked_at,
+                    });
                 }
                 granted_now.entry(to).or_default().insert(u);
             }

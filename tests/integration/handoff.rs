@@ -419,10 +419,7 @@ async fn a_forgotten_member_takes_its_report_along() {
         Duration::from_secs(10),
         || async {
             let listed: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
-            let report: Option<String> = fleet
-                .redis
-                .cmd(&["HGET", &keys().members, &gone])
-                .await;
+            let report: Option<String> = fleet.redis.cmd(&["HGET", &keys().members, &gone]).await;
             !listed.contains(&gone) && report.is_none()
         },
     )
