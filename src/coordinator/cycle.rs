@@ -791,17 +791,28 @@ impl CycleContext {
         // Granted: what this holder wrote last, if Redis still has exactly
         // that; else what Redis has (a new holding, a write whose outcome was
         // unknown, an edit), verified by the plan.
-        let (granted, verify) = match (&view.handoff.granted, stored_digest.as_deref()) {
-            (Some(g), Some(d)) if g.digest() == d => (Arc::clone(g), false),
-            _ => match stored_table {
-                Some(t) => (Arc::new(t), true),
-                None => match self.store.read_table().await {
-                    Ok(t) => (Arc::new(t), true),
-                    Err(e) => return Write::Failed(e),
-                },
-            },
+        let last = view.handoff.granted.as_ref();
+        let (granted, verify) = match last.filter(|g| stored_digest.as_deref() == Some(g.digest()))
+        {
+            Some(g) => (Arc::clone(g), false),
+            None => {
+                let stored = match stored_table {
+                    Some(t) => t,
+                    None => match self.store.read_table().await {
+                        Ok(t) => t,
+                        Err(e) => return Write::Failed(e),
+                    },
+                };
+                let (from, start) = handoff::starting_point(last, stored);
+                if from == handoff::StartingPoint::LastWritten {
+                    tracing::warn!(
+                        key = %self.store.keys().table,
+                        "the matching table is gone; handing off from the table this holder wrote last"
+                    );
+                }
+                (start, true)
+            }
         };
-
         let now = Instant::now();
         let now_ms = unix_ms();
         let groups: Vec<GroupInput<'_>> = inputs

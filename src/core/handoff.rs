@@ -48,6 +48,7 @@
 //!   ones plus the units in transit, not to the table.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -264,6 +265,30 @@ impl Settings {
             Some(at) => Err(at),
             None => Ok(()),
         }
+    }
+}
+
+/// Where a plan starts from when the stored table is not the one this
+/// holder wrote last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartingPoint {
+    /// What Redis holds (a new holding, a write of unknown outcome, an edit).
+    Stored,
+    /// What this holder wrote last: the stored table is gone (Redis lost its
+    /// data, or a `DEL`), and members may still work on what it granted.
+    LastWritten,
+}
+
+/// Picks the granted table to plan from (verify it: see [`PlanInput::verify`]).
+pub fn starting_point(
+    last_written: Option<&Arc<MatchingTable>>,
+    stored: MatchingTable,
+) -> (StartingPoint, Arc<MatchingTable>) {
+    match last_written {
+        Some(last) if stored.is_empty() && !last.is_empty() => {
+            (StartingPoint::LastWritten, Arc::clone(last))
+        }
+        _ => (StartingPoint::Stored, Arc::new(stored)),
     }
 }
 

@@ -432,3 +432,57 @@ async fn a_forgotten_member_takes_its_report_along() {
     fleet.replicas.truncate(1);
     fleet.shutdown().await;
 }
+
+/// The table vanishes (a `DEL`, or Redis losing its data while the holder
+/// keeps its lease) in the same instant as a member joins: the holder hands
+/// off from what it wrote last, so the joiner's units still wait for their
+/// owners' acknowledgements instead of being granted at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_table_does_not_cut_a_handoff_short() {
+    let units = units(24);
+    let (fleet, workers, g) = two_acking(&units, |_| {}).await;
+    let w2 = FlakyWorker::serve(Default::default()).await;
+    w2.set_healthy(true);
+    report(&fleet, &w2.addr, 0, false, PATIENT).await;
+    let k = keys();
+    let (): () = fleet
+        .redis
+        .multi(&[
+            &["DEL", &k.table, &k.transit],
+            &["RPUSH", SERVICES, &w2.addr],
+        ])
+        .await;
+    wait_for("the revocation", Duration::from_secs(10), || async {
+        let n: usize = fleet.redis.cmd(&["HLEN", &k.table]).await;
+        n > 0 && !snapshot(&fleet, &units).await.1.is_empty()
+    })
+    .await;
+    let (_, before, _) = snapshot(&fleet, &units).await;
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        let (rows, t, _) = snapshot(&fleet, &units).await;
+        assert_eq!(
+            t.keys().collect::<Vec<_>>(),
+            before.keys().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            rows.get(&w2.addr).map(String::as_str),
+            Some(""),
+            "granted before any acknowledgement"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let g = before.values().map(|t| t.revoked_at).max().unwrap().max(g);
+    for w in &workers {
+        report(&fleet, &w.addr, g, false, PATIENT).await;
+    }
+    let ids = vec![
+        workers[0].addr.clone(),
+        workers[1].addr.clone(),
+        w2.addr.clone(),
+    ];
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(5))
+        .await;
+    fleet.shutdown().await;
+}

@@ -639,6 +639,13 @@ impl FlakyWorker {
         fleet: &Fleet<B>,
         healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> FlakyWorker {
+        let w = FlakyWorker::serve(healthy).await;
+        let () = fleet.redis.cmd(&["RPUSH", SERVICES, &w.addr]).await;
+        w
+    }
+
+    /// Serves the ping without listing itself: the test lists it.
+    pub async fn serve(healthy: std::sync::Arc<std::sync::atomic::AtomicBool>) -> FlakyWorker {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let service =
@@ -653,7 +660,6 @@ impl FlakyWorker {
                 })
                 .await;
         });
-        let () = fleet.redis.cmd(&["RPUSH", SERVICES, &addr]).await;
         FlakyWorker {
             addr,
             healthy,
