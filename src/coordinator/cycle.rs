@@ -995,7 +995,8 @@ impl CycleContext {
         };
         let (state, reports) =
             tokio::join!(self.store.read_table_state(), self.store.read_reports());
-        let (mut stored_digest, stored_generation) = state.map_err(CycleError::Read)?;
+        let (mut stored_digest, stored_generation, stored_table) =
+            state.map_err(CycleError::Read)?;
         view.handoff
             .observe_reports(reports, &self.store.keys().members);
         let mut generation_floor = self.generation_floor.max(stored_generation);
@@ -1005,7 +1006,7 @@ impl CycleContext {
                 &mut view,
                 &mut stored_digest,
                 &mut generation_floor,
-                None,
+                stored_table,
             )
             .await;
         let groups = view.groups.clone();

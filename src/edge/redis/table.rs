@@ -136,17 +136,30 @@ impl Store {
     /// The stored table's digest, when it is known intact (the table guard
     /// says nobody touched it since it was verified, or Redis checked its
     /// content), and its generation: a handoff cycle's only table read.
-    pub async fn read_table_state(&self) -> Result<(Option<String>, u64), StoreError> {
+    ///
+    /// Unknown since the last check (after any write, this holder's too), the
+    /// table is read and verified once, as a full cycle does, and returned.
+    pub async fn read_table_state(
+        &self,
+    ) -> Result<(Option<String>, u64, Option<MatchingTable>), StoreError> {
         let mut guard = self.guard.lock().await;
         let content_check = guard.unsupported();
         let (known, state) = tokio::join!(guard.probe(), self.table_state(content_check));
         let (meta, generation) = state?;
-        let digest = match (known, meta) {
-            (Some(known), Some(meta)) if known == meta => Some(meta),
-            (_, Some(meta)) if content_check => Some(meta),
-            _ => None,
-        };
-        Ok((digest, generation))
+        Ok(match (known, meta) {
+            (_, None) => (None, generation, None),
+            (Some(known), Some(meta)) if known == meta => (Some(meta), generation, None),
+            (_, Some(meta)) if content_check => (Some(meta), generation, None),
+            (_, Some(meta)) => {
+                let stored = self.read_table().await?;
+                if stored.digest() == meta {
+                    guard.verified(meta.clone());
+                    (Some(meta), generation, Some(stored))
+                } else {
+                    (None, generation, Some(stored))
+                }
+            }
+        })
     }
 
     /// The members' reports (`{T}:members`), for the handoff. Never fails the
