@@ -390,4 +390,29 @@ mod tests {
         assert!(!text.contains("group=\"g\""), "{text}");
         assert!(text.contains("group=\"h\""), "{text}");
     }
+
+    #[test]
+    fn the_handoff_gauges_mirror_the_holders_status() {
+        let m = Metrics::new();
+        let mut s = Status {
+            role: Role::Holder,
+            ..Status::default()
+        };
+        s.handoff.in_transit = 7;
+        s.handoff.owing = 2;
+        s.handoff.draining = 1;
+        m.sync(&s);
+        let text = m.encode();
+        for line in [
+            "distributor_units_in_transit 7",
+            "distributor_members_owing 2",
+            "distributor_members_draining 1",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+        // A standby shows none: its view would be stale.
+        s.role = Role::Standby;
+        m.sync(&s);
+        assert!(m.encode().contains("distributor_units_in_transit 0"));
+    }
 }

@@ -486,3 +486,62 @@ async fn a_vanished_table_does_not_cut_a_handoff_short() {
         .await;
     fleet.shutdown().await;
 }
+
+/// `distributor status` shows units in transit, each member's applied
+/// generation against the table's, and members draining; so does the
+/// holder's status (which `/metrics` mirrors).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_metrics_show_the_handoff() {
+    let units = units(24);
+    let (fleet, workers, g) = two_acking(&units, |_| {}).await;
+    let w2 = FlakyWorker::start(&fleet).await;
+    report(&fleet, &w2.addr, g, false, PATIENT).await;
+    wait_for("the revocation", Duration::from_secs(10), || async {
+        !snapshot(&fleet, &units).await.1.is_empty()
+    })
+    .await;
+    let (_, moving, generation) = snapshot(&fleet, &units).await;
+    let status = |json: bool| {
+        let mut args = vec![
+            format!("-redis-url={}", fleet.redis.url()),
+            format!("-services-namespaces={SERVICES}"),
+            format!("-workunits-namespace={UNITS}"),
+            format!("-distribution-namespace={TABLE}"),
+            "status".to_string(),
+        ];
+        if json {
+            args.push("--json".into());
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = status(false);
+    assert!(
+        text.contains(&format!("in transit: {} units", moving.len())),
+        "{text}"
+    );
+    let behind = generation - g;
+    assert!(
+        text.contains(&format!(
+            "applied {g} ({behind} behind generation {generation})"
+        )),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&status(true)).unwrap();
+    assert_eq!(json["in_transit"], moving.len());
+    let h = fleet.wait_for_holder().await;
+    let s = fleet.statuses()[h].handoff.clone();
+    assert_eq!(s.in_transit, moving.len(), "{s:?}");
+    assert_eq!(s.acknowledging, 3);
+    // Draining shows too.
+    report(&fleet, &workers[1].addr, generation, true, PATIENT).await;
+    wait_for("draining in status", Duration::from_secs(5), || async {
+        status(false).contains("draining")
+    })
+    .await;
+    fleet.shutdown().await;
+}
