@@ -72,8 +72,6 @@ pub(super) struct HandoffState {
     /// The table as this holder last wrote (or read) it: what is granted.
     pub(super) granted: Option<Arc<MatchingTable>>,
     pub(super) transit: Transits,
-    /// When each member last answered a ping (this holder's clock).
-    last_ok: HashMap<String, Instant>,
     /// Members whose last ping was refused: their process is gone.
     gone: HashSet<String>,
     /// The members' reports, as last read and decoded.
@@ -113,7 +111,6 @@ impl HandoffState {
     fn facts(&self, member: &str) -> MemberFacts {
         MemberFacts {
             gone: self.gone.contains(member),
-            last_ok: self.last_ok.get(member).copied(),
             report: self.reports.get(member).copied(),
         }
     }
@@ -126,14 +123,10 @@ impl HandoffState {
     fn observe_pings(&mut self, reports: &[PingReport]) {
         for r in reports {
             match &r.result {
-                Ok(_) => {
-                    self.last_ok.insert(r.member.clone(), r.at);
-                    self.gone.remove(&r.member);
-                }
                 Err(PingFailure::Refused(_)) => {
                     self.gone.insert(r.member.clone());
                 }
-                Err(_) => {
+                _ => {
                     self.gone.remove(&r.member);
                 }
             }

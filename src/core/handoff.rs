@@ -12,26 +12,30 @@
 //!                                  no row has u                  │
 //!                                                                ├ A acknowledged a generation ≥ the revocation's
 //!                                                                ├ A's connection was refused (the process is gone)
-//!                                                                └ A's wait passed since the earlier of its last
-//!                                                                  answer and the revoking write (it fenced itself)
+//!                                                                └ A's wait passed since the revoking write
+//!                                                                  was done (A fenced itself by then)
 //! ```
 //!
 //! A member that speaks the protocol (it has an entry in `{T}:members`)
 //! acknowledges each table generation it applied, after it stopped every unit
-//! the generation took away, and fences itself (stops everything) once its
-//! deadline passed since the last read that showed a unit, or since the last
-//! ping. A member that does not (an old worker that only `HGET`s its row) gets
-//! the configured handoff delay instead: it must stop a unit within that delay
-//! of the write that took the unit out of its row.
+//! the generation took away, and fences itself: its hold on a unit ends its
+//! deadline after the last read that showed the unit (or earlier, when pings
+//! stop). A member that does not (an old worker that only `HGET`s its row)
+//! gets the configured handoff delay instead: it must stop a unit within that
+//! delay of the write that took the unit out of its row.
 //!
-//! Why the earlier of the two instants is enough (either bound alone is):
+//! Why the revoking write is the instant to count from:
 //!
 //! ```text
-//!   member's hold on u ends ≤ min(last read showing u, last ping received) + deadline
-//!   last read showing u     <  the revoking write      (it was sent before the write)
-//!   last ping received      ≤  holder's last answer    (the answer comes after)
-//!   ⇒ hold ends ≤ min(revoking write, last answer) + deadline ≤ release (wait ≥ deadline × drift)
+//!   member's hold on u ends ≤ last read showing u + deadline     (its clock)
+//!   last read showing u     <  the revoking write                (the read was served before it)
+//!   the revoking write      ≤  waiting_since                     (the holder saw it done)
+//!   ⇒ hold ends < waiting_since + deadline × (1 + drift) + margin = release
 //! ```
+//!
+//! The last ping is no such bound for the holder: a member that received a
+//! ping whose answer was lost (or came after the ping timeout) counts from
+//! that ping, and the holder cannot know when it arrived.
 //!
 //! Guarantees, checked by the tests below against simulated members that
 //! follow the protocol (or the old one) with random delays, pauses, deaths,
@@ -141,8 +145,6 @@ pub type Transits = BTreeMap<String, BTreeMap<String, Transit>>;
 pub struct MemberFacts {
     /// Its last ping was refused: nothing listens, the process is gone.
     pub gone: bool,
-    /// When this holder last had an answer from it (local, monotonic).
-    pub last_ok: Option<Instant>,
     /// From `{T}:members`, if it speaks the protocol.
     pub report: Option<MemberReport>,
 }
@@ -223,8 +225,8 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// How long after its last contact (or the revocation) a member can still
-    /// be working on a unit.
+    /// How long after the write that revoked a unit a member can still be
+    /// working on it.
     pub fn wait(&self, m: &MemberFacts) -> Duration {
         match &m.report {
             Some(r) => r.deadline + r.deadline * DRIFT_PERMILLE / 1000 + MARGIN,
@@ -253,10 +255,7 @@ impl Settings {
             {
                 continue;
             }
-            let since = f
-                .last_ok
-                .map_or(t.waiting_since, |ok| ok.min(t.waiting_since));
-            let until = since + self.wait(&f);
+            let until = t.waiting_since + self.wait(&f);
             if now < until {
                 at = Some(at.map_or(until, |a| a.max(until)));
             }

@@ -32,7 +32,6 @@ fn names(v: &[&str]) -> Vec<String> {
 fn acking(applied: u64) -> MemberFacts {
     MemberFacts {
         gone: false,
-        last_ok: None,
         report: Some(MemberReport {
             applied,
             draining: false,
@@ -148,9 +147,7 @@ fn without_an_acknowledgement_the_deadline_releases_the_unit() {
     let t0 = Instant::now();
     let mut c = Call::new(t0, &["a", "b"], &["u"]);
     c.live.remove("a");
-    let mut a = acking(4);
-    a.last_ok = Some(t0 - ms(400));
-    c.facts.insert("a".into(), a);
+    c.facts.insert("a".into(), acking(4));
     c.transit.entry("g".into()).or_default().insert(
         "u".into(),
         Transit {
@@ -162,8 +159,8 @@ fn without_an_acknowledgement_the_deadline_releases_the_unit() {
         },
     );
     c.desired = table(&[("b", "u")]);
-    // It stops by its last answer + its deadline (with drift and margin).
-    let at = t0 - ms(400) + ms(1150);
+    // It stops by the revoking write + its deadline (with drift and margin).
+    let at = t0 + ms(1150);
     c.now = at - ms(1);
     let p = c.plan();
     assert_eq!(p.transit_len(), 1);
@@ -196,13 +193,7 @@ fn a_gone_member_releases_at_once_and_an_old_one_after_the_handoff_delay() {
 
     // An old worker (no report) that answers pings: the handoff delay after
     // the revoking write.
-    c.facts.insert(
-        "a".into(),
-        MemberFacts {
-            last_ok: Some(t0),
-            ..MemberFacts::default()
-        },
-    );
+    c.facts.insert("a".into(), MemberFacts::default());
     c.live.insert("a".into());
     c.desired = table(&[("a", ""), ("b", "u")]);
     let p = c.plan();
@@ -462,6 +453,9 @@ struct Sim {
     paused_until: Option<Instant>,
     /// Redis unreachable until then (pings still answered).
     cut_until: Option<Instant>,
+    /// Until then it receives pings but its answers never reach the holder
+    /// (lost, or later than the ping timeout).
+    answers_lost_until: Option<Instant>,
     draining: bool,
     listed: bool,
     /// Units it owns, with the send instant of the last read that showed each.
@@ -528,6 +522,7 @@ enum Op {
     Kill(usize),
     Pause(usize, u64),
     CutRedis(usize, u64),
+    LoseAnswers(usize, u64),
     Drain(usize),
     AddUnit(u8),
     RemoveUnit(u8),
@@ -542,6 +537,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..8).prop_map(Op::Kill),
         1 => ((0usize..8), (100u64..2500)).prop_map(|(m, d)| Op::Pause(m, d)),
         1 => ((0usize..8), (100u64..2500)).prop_map(|(m, d)| Op::CutRedis(m, d)),
+        1 => ((0usize..8), (100u64..2500)).prop_map(|(m, d)| Op::LoseAnswers(m, d)),
         1 => (0usize..8).prop_map(Op::Drain),
         1 => (0u8..12).prop_map(Op::AddUnit),
         1 => (0u8..12).prop_map(Op::RemoveUnit),
@@ -632,6 +628,7 @@ impl World {
             alive: true,
             paused_until: None,
             cut_until: None,
+            answers_lost_until: None,
             draining: false,
             listed: true,
             owned: BTreeMap::new(),
@@ -756,13 +753,13 @@ impl World {
         // Pings and reports.
         for m in self.members.iter_mut().filter(|m| m.listed) {
             let f = self.facts.entry(m.name.clone()).or_default();
-            let answers = m.active(t) && !m.fenced(t);
+            let lost = m.answers_lost_until.is_some_and(|l| t < l);
+            let answers = m.active(t) && !m.fenced(t) && !lost;
             if m.active(t) {
                 m.last_ping = t;
             }
             if answers {
                 f.gone = false;
-                f.last_ok = Some(t);
             } else {
                 // A dead process refuses; a paused or fenced one does not answer OK.
                 f.gone = !m.alive;
@@ -887,6 +884,11 @@ proptest! {
                         m.cut_until = Some(t + ms(d));
                     }
                 }
+                Op::LoseAnswers(i, d) => {
+                    if let Some(m) = w.members.get_mut(i) {
+                        m.answers_lost_until = Some(t + ms(d));
+                    }
+                }
                 Op::Drain(i) => {
                     if let Some(m) = w.members.get_mut(i).filter(|m| m.acks) {
                         m.draining = true;
@@ -923,6 +925,7 @@ proptest! {
         for m in &mut w.members {
             m.paused_until = None;
             m.cut_until = None;
+            m.answers_lost_until = None;
         }
         w.run(ms(6_000));
         let t = w.t;
