@@ -117,28 +117,31 @@ pub enum ReadOutcome {
 #[derive(Debug, Clone)]
 struct Processed {
     generation: u64,
-    /// `None`: the table has no field for this member.
-    row: Option<Vec<String>>,
-    /// Send instant of the read that last showed this row.
-    shown: Instant,
-}
-
-#[derive(Debug, Clone)]
-struct Held {
-    token: FencingToken,
-    /// Send instant of the last processed read whose row showed the unit.
+    /// The row as stored (`None`: the table has no field for this member),
+    /// to tell an unchanged row at once.
+    raw: Option<String>,
+    /// Its units, deduplicated, in row order.
+    row: Vec<String>,
+    /// Send instant of the last read that showed this row: every owned unit
+    /// is in it, so this is when their holds were last refreshed.
     shown: Instant,
 }
 
 #[derive(Debug, Clone)]
 struct Stopping {
     token: FencingToken,
+    /// Send instant of the last processed read whose row showed the unit.
     shown: Instant,
+    /// Whether the last processed row has it (it came back).
+    in_row: bool,
     /// The highest processed generation whose row had the unit: a report
     /// must not claim more while the unit is being stopped.
     seen: u64,
     /// Its hold ended (and that was said, or it was fenced).
     overran: bool,
+    /// Revoked because its hold ended: late by definition, never reported
+    /// as late.
+    fenced: bool,
 }
 
 /// One member's ownership state (see the module documentation).
@@ -148,7 +151,9 @@ pub struct Ownership {
     weight: u32,
     started: Instant,
     processed: Option<Processed>,
-    owned: BTreeMap<String, Held>,
+    /// Owned units and their tokens. All are in the last processed row, so
+    /// they share one hold: see [`Ownership::owned_end`].
+    owned: BTreeMap<String, FencingToken>,
     stopping: BTreeMap<String, Stopping>,
     last_ping: Option<Instant>,
     /// Send instant of the last successful read (stale ones included: Redis
@@ -159,6 +164,9 @@ pub struct Ownership {
     draining: bool,
     stopped: bool,
     fenced: bool,
+    /// Bumped whenever what [`Ownership::owned`], `generation`, `in_table`
+    /// or `fenced` return changes.
+    revision: u64,
     steps: Vec<Step>,
 }
 
@@ -179,6 +187,7 @@ impl Ownership {
             draining: false,
             stopped: false,
             fenced: false,
+            revision: 0,
             steps: Vec::new(),
         }
     }
@@ -207,15 +216,30 @@ impl Ownership {
             self.update_contact(now);
             return ReadOutcome::Stale { processed: p };
         }
-        let row: Option<Vec<String>> = row.map(|r| {
+        // The same generation and row again (most reads): only the holds
+        // are refreshed.
+        if let Some(p) = &mut self.processed
+            && p.generation == generation
+            && p.raw.as_deref() == row
+        {
+            p.shown = p.shown.max(sent);
+            for s in self.stopping.values_mut().filter(|s| s.in_row) {
+                s.shown = s.shown.max(sent);
+            }
+            self.update_contact(now);
+            self.try_acquire(now);
+            return ReadOutcome::Processed;
+        }
+        let units: Vec<String> = {
             let mut seen = HashSet::new();
-            decode_row(r)
+            row.map(decode_row)
+                .unwrap_or_default()
                 .into_iter()
                 .filter(|u| !u.is_empty() && seen.insert(*u))
                 .map(str::to_string)
                 .collect()
-        });
-        let in_row: HashSet<&str> = row.iter().flatten().map(String::as_str).collect();
+        };
+        let in_row: HashSet<&str> = units.iter().map(String::as_str).collect();
         if !self.stopped {
             let why = if self.draining {
                 Revocation::Draining
@@ -233,22 +257,20 @@ impl Ownership {
                 .collect();
             self.revoke(gone, why, seen, false);
         }
-        for (u, h) in self.owned.iter_mut() {
-            if in_row.contains(u.as_str()) {
-                h.shown = h.shown.max(sent);
-            }
-        }
         for (u, s) in self.stopping.iter_mut() {
-            if in_row.contains(u.as_str()) {
+            s.in_row = in_row.contains(u.as_str());
+            if s.in_row {
                 s.shown = s.shown.max(sent);
                 s.seen = s.seen.max(generation);
             }
         }
         self.processed = Some(Processed {
             generation,
-            row,
+            raw: row.map(str::to_string),
+            row: units,
             shown: sent,
         });
+        self.revision += 1;
         self.update_contact(now);
         self.try_acquire(now);
         ReadOutcome::Processed
@@ -280,7 +302,7 @@ impl Ownership {
         for u in units {
             if let Some(s) = self.stopping.remove(u) {
                 let end = self.end_of(s.shown);
-                if now > end {
+                if now > end && !s.fenced {
                     late.push((
                         Tenure {
                             unit: u.clone(),
@@ -355,29 +377,27 @@ impl Ownership {
     /// The next instant at which something changes by time alone (a hold
     /// ends, contact is lost); call [`Ownership::tick`] then.
     pub fn next_wake(&self) -> Option<Instant> {
-        let owned = self.owned.values().map(|h| self.end_of(h.shown));
+        let owned = self.owned_end();
         let stopping = self
             .stopping
             .values()
             .filter(|s| !s.overran)
             .map(|s| self.end_of(s.shown));
         let contact = (!self.fenced).then(|| self.contact_end());
-        owned.chain(stopping).chain(contact).min()
+        owned.into_iter().chain(stopping).chain(contact).min()
     }
 
     /// The unit's token if this member owns it at `now`: acquired, not
     /// revoked, and its hold not ended.
     pub fn holds(&self, unit: &str, now: Instant) -> Option<FencingToken> {
-        self.owned
-            .get(unit)
-            .filter(|h| now < self.end_of(h.shown) && !self.stopped)
-            .map(|h| h.token)
+        let token = *self.owned.get(unit)?;
+        (now < self.owned_end()? && !self.stopped).then_some(token)
     }
 
     /// When the hold on an owned unit ends unless a read and a ping refresh
     /// it.
     pub fn hold_end(&self, unit: &str) -> Option<Instant> {
-        self.owned.get(unit).map(|h| self.end_of(h.shown))
+        self.owned.get(unit).and(self.owned_end())
     }
 
     /// Contact lost (no read or no ping for the deadline), or stopped.
@@ -385,16 +405,29 @@ impl Ownership {
         self.fenced
     }
 
+    /// The send instant of the last successful read and the last ping
+    /// received, if any.
+    pub fn last_contact(&self) -> (Option<Instant>, Option<Instant>) {
+        (self.last_read, self.last_ping)
+    }
+
+    /// Changes whenever [`Ownership::owned`], `generation`, `in_table` or
+    /// `fenced` may have changed: rebuild a view of them only then.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
     /// The owned units, in the order of the row.
     pub fn owned(&self) -> Vec<Tenure> {
-        let Some(row) = self.processed.as_ref().and_then(|p| p.row.as_ref()) else {
+        let Some(p) = &self.processed else {
             return Vec::new();
         };
-        row.iter()
+        p.row
+            .iter()
             .filter_map(|u| {
-                self.owned.get(u).map(|h| Tenure {
+                self.owned.get(u).map(|&token| Tenure {
                     unit: u.clone(),
-                    token: h.token,
+                    token,
                 })
             })
             .collect()
@@ -412,7 +445,7 @@ impl Ownership {
 
     /// Whether the last processed read found a field for this member.
     pub fn in_table(&self) -> bool {
-        self.processed.as_ref().is_some_and(|p| p.row.is_some())
+        self.processed.as_ref().is_some_and(|p| p.raw.is_some())
     }
 
     pub fn draining(&self) -> bool {
@@ -427,7 +460,7 @@ impl Ownership {
         self.draining
             && !self.stopped
             && self.written == Some((p.generation, true))
-            && p.row.as_ref().is_none_or(Vec::is_empty)
+            && p.row.is_empty()
             && self.owned.is_empty()
             && self.stopping.is_empty()
     }
@@ -440,6 +473,14 @@ impl Ownership {
                 .stopping
                 .values()
                 .all(|s| s.overran || self.end_of(s.shown) <= now)
+    }
+
+    /// When the holds of the owned units end (`None`: nothing owned).
+    fn owned_end(&self) -> Option<Instant> {
+        if self.owned.is_empty() {
+            return None;
+        }
+        self.processed.as_ref().map(|p| self.end_of(p.shown))
     }
 
     /// When a hold refreshed by a read sent at `shown` ends.
@@ -458,22 +499,22 @@ impl Ownership {
     }
 
     fn update_contact(&mut self, now: Instant) {
-        self.fenced = self.stopped || now >= self.contact_end();
+        let fenced = self.stopped || now >= self.contact_end();
+        if fenced != self.fenced {
+            self.fenced = fenced;
+            self.revision += 1;
+        }
     }
 
     /// Ends the holds that ended by `now` (revoked, fenced), and notes
     /// revocations still running past their hold.
     fn expire(&mut self, now: Instant) {
-        let mut ended: BTreeMap<Instant, Vec<String>> = BTreeMap::new();
-        for (u, h) in &self.owned {
-            let end = self.end_of(h.shown);
-            if end <= now {
-                ended.entry(end).or_default().push(u.clone());
-            }
-        }
-        let seen = self.generation();
-        for (end, units) in ended {
-            self.revoke(units, Revocation::Fenced { ended: end }, seen, true);
+        if let Some(end) = self.owned_end()
+            && end <= now
+        {
+            let all: Vec<String> = self.owned.keys().cloned().collect();
+            let seen = self.generation();
+            self.revoke(all, Revocation::Fenced { ended: end }, seen, true);
         }
         let mut overran: BTreeMap<Instant, Vec<Tenure>> = BTreeMap::new();
         let ends: Vec<(String, Instant)> = self
@@ -481,46 +522,49 @@ impl Ownership {
             .iter()
             .filter(|(_, s)| !s.overran)
             .map(|(u, s)| (u.clone(), self.end_of(s.shown)))
+            .filter(|(_, end)| *end <= now)
             .collect();
         for (u, end) in ends {
-            if end <= now {
-                let s = self.stopping.get_mut(&u).expect("listed above");
-                s.overran = true;
-                overran.entry(end).or_default().push(Tenure {
-                    unit: u,
-                    token: s.token,
-                });
-            }
+            let s = self.stopping.get_mut(&u).expect("listed above");
+            s.overran = true;
+            overran.entry(end).or_default().push(Tenure {
+                unit: u,
+                token: s.token,
+            });
         }
         for (ended, units) in overran {
             self.steps.push(Step::Overran { units, ended });
         }
     }
 
-    fn revoke(&mut self, units: Vec<String>, why: Revocation, seen: u64, overran: bool) {
+    fn revoke(&mut self, units: Vec<String>, why: Revocation, seen: u64, fenced: bool) {
         if units.is_empty() {
             return;
         }
+        let shown = self.processed.as_ref().map_or(self.started, |p| p.shown);
         let mut tenures = Vec::with_capacity(units.len());
         for u in units {
-            let Some(h) = self.owned.remove(&u) else {
+            let Some(token) = self.owned.remove(&u) else {
                 continue;
             };
             tenures.push(Tenure {
                 unit: u.clone(),
-                token: h.token,
+                token,
             });
             self.stopping.insert(
                 u,
                 Stopping {
-                    token: h.token,
-                    shown: h.shown,
+                    token,
+                    shown,
+                    in_row: false,
                     seen,
-                    overran,
+                    overran: fenced,
+                    fenced,
                 },
             );
         }
         if !tenures.is_empty() {
+            self.revision += 1;
             self.steps.push(Step::Revoke {
                 units: tenures,
                 why,
@@ -537,17 +581,17 @@ impl Ownership {
         let Some(p) = &self.processed else {
             return;
         };
-        if self.written.map(|w| w.0) != Some(p.generation) || self.last_ping.is_none() {
+        // Owned units are in the row: all of it is owned already.
+        if self.owned.len() == p.row.len()
+            || self.written.map(|w| w.0) != Some(p.generation)
+            || self.last_ping.is_none()
+            || self.end_of(p.shown) <= now
+        {
             return;
         }
-        if self.end_of(p.shown) <= now {
-            return;
-        }
-        let Some(row) = &p.row else {
-            return;
-        };
         let token = FencingToken(p.generation);
-        let new: Vec<Tenure> = row
+        let new: Vec<Tenure> = p
+            .row
             .iter()
             .filter(|u| !self.owned.contains_key(*u) && !self.stopping.contains_key(*u))
             .map(|u| Tenure {
@@ -558,10 +602,10 @@ impl Ownership {
         if new.is_empty() {
             return;
         }
-        let shown = p.shown;
         for t in &new {
-            self.owned.insert(t.unit.clone(), Held { token, shown });
+            self.owned.insert(t.unit.clone(), token);
         }
+        self.revision += 1;
         self.steps.push(Step::Acquire { units: new });
     }
 }

@@ -374,6 +374,8 @@ struct Model {
     started: Instant,
     /// Holds the next call must end first, with their ends.
     expect_fenced: BTreeMap<String, Instant>,
+    /// The view at the last revision: it may change only with the revision.
+    view: (u64, Vec<Tenure>, u64, bool, bool),
 }
 
 impl Model {
@@ -392,6 +394,7 @@ impl Model {
             stopped: false,
             started: t,
             expect_fenced: BTreeMap::new(),
+            view: (0, Vec::new(), 0, false, false),
         }
     }
 
@@ -665,8 +668,19 @@ impl Model {
         assert_eq!(r.draining, self.draining);
     }
 
-    fn check(&self, called: bool) {
+    fn check(&mut self, called: bool) {
         let now = self.t;
+        let view = (
+            self.o.revision(),
+            self.o.owned(),
+            self.o.generation(),
+            self.o.in_table(),
+            self.o.fenced(),
+        );
+        if view.0 == self.view.0 {
+            assert_eq!(view, self.view, "the view changed, the revision did not");
+        }
+        self.view = view;
         let owned: BTreeSet<String> = self.o.owned().into_iter().map(|t| t.unit).collect();
         let model: BTreeSet<String> = self
             .work
