@@ -20,5 +20,6 @@ pub mod trace;
 
 #[cfg(feature = "daemon")]
 pub use pinger::{FIRST_CONTACT, PingFailure, PingReport, PingSet, PingTask, Pinger};
+pub use responder::PingGate;
 pub use responder::{PingResponder, ping_service};
 pub(crate) use routes::TwoServices;
