@@ -11,6 +11,7 @@ mod compat;
 mod failover;
 mod fencing;
 mod hardening;
+mod member_handoff;
 mod process;
 mod security;
 mod table;
