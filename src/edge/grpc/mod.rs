@@ -18,8 +18,9 @@ mod responder;
 mod routes;
 pub mod trace;
 
+pub use responder::PingGate;
+
 #[cfg(feature = "daemon")]
 pub use pinger::{FIRST_CONTACT, PingFailure, PingReport, PingSet, PingTask, Pinger};
-pub use responder::PingGate;
 pub use responder::{PingResponder, ping_service};
 pub(crate) use routes::TwoServices;
