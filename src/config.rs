@@ -213,6 +213,8 @@ settings! {
         "When more than this percent of a group's live members fail at once, the holder keeps their units until another replica or -mass-failure-confirm confirms it (100: off)";
     MASS_FAILURE_CONFIRM: Dur = Dur(NS), "mass-failure-confirm" ["MASS_FAILURE_CONFIRM"] = Some("10s"), "DURATION",
         "How long a mass failure that no other replica confirmed is held before the holder acts on it";
+    HANDOFF_DELAY: Dur = Dur(Duration::ZERO), "handoff-delay" ["HANDOFF_DELAY"] = Some("10s"), "DURATION",
+        "How long a member that does not acknowledge (one that only reads its row, as Go workers do) gets to stop a unit after the write that took the unit from its row, before another member gets it; 0: in the same write";
     REDIS_WAIT_REPLICAS: Whole<u32> = Whole { min: 0, max: Some(64) }, "redis-wait-replicas" ["REDIS_WAIT_REPLICAS"] = Some("0"), "N",
         "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
     REDIS_WAIT_TIMEOUT: Dur = Dur(ms(1)), "redis-wait-timeout" ["REDIS_WAIT_TIMEOUT"] = Some("100ms"), "DURATION",
@@ -375,12 +377,7 @@ impl std::fmt::Debug for RawConfig {
 
 pub use crate::core::lease::LeaseTiming;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Keepalive {
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub while_idle: bool,
-}
+pub use crate::edge::grpc::Keepalive;
 
 /// Where [`Config::http_addr`] came from: only the built-in default may move
 /// to another port when it is taken.
@@ -437,6 +434,8 @@ pub struct Config {
     pub mass_failure_percent: u32,
     /// How long a lone holder holds an unconfirmed mass failure.
     pub mass_failure_confirm: Duration,
+    /// How long a member that does not acknowledge gets to stop a revoked unit.
+    pub handoff_delay: Duration,
     /// Redis replicas that must acknowledge (WAIT) lease and table writes.
     pub redis_wait_replicas: u32,
     pub redis_wait_timeout: Duration,
@@ -473,6 +472,7 @@ impl std::fmt::Debug for Config {
             max_list_bytes,
             mass_failure_percent,
             mass_failure_confirm,
+            handoff_delay,
             redis_wait_replicas,
             redis_wait_timeout,
             redis_tls,
@@ -501,6 +501,7 @@ impl std::fmt::Debug for Config {
             .field("max_list_bytes", max_list_bytes)
             .field("mass_failure_percent", mass_failure_percent)
             .field("mass_failure_confirm", mass_failure_confirm)
+            .field("handoff_delay", handoff_delay)
             .field("redis_wait_replicas", redis_wait_replicas)
             .field("redis_wait_timeout", redis_wait_timeout)
             .field("redis_tls", redis_tls)
@@ -994,6 +995,7 @@ pub fn resolve(
         max_list_bytes: l.get(&MAX_LIST_BYTES)?,
         mass_failure_percent: l.get(&MASS_FAILURE_PERCENT)?,
         mass_failure_confirm: l.get(&MASS_FAILURE_CONFIRM)?,
+        handoff_delay: l.get(&HANDOFF_DELAY)?,
         redis_wait_replicas: l.get(&REDIS_WAIT_REPLICAS)?,
         redis_wait_timeout: l.get(&REDIS_WAIT_TIMEOUT)?,
         redis_tls,

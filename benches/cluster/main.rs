@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Sections: `pings` (target 2), `detection` (3), `failover` (4),
-//! `redis_cost` (5), `table_write` (6), `memory` (holder peak RSS per unit).
+//! `redis_cost` (5), `table_write` (6), `memory` (holder peak RSS per unit),
+//! `handoff` (revoke → acknowledge → grant between live members).
 //! The assignment itself (target 1) is
 //! `benches/ring.rs`. The 10,000-member runs need about 12,000 open files:
 //! the bench raises its soft limit to the hard one, and skips them (saying so)
@@ -21,6 +22,7 @@ mod support;
 mod common;
 mod detection;
 mod failover;
+mod handoff;
 mod memory;
 mod pings;
 mod redis_cost;
@@ -33,6 +35,7 @@ const SECTIONS: &[&str] = &[
     "redis_cost",
     "table_write",
     "memory",
+    "handoff",
 ];
 
 fn main() {
@@ -75,6 +78,7 @@ fn main() {
                 "redis_cost" => redis_cost::run().await,
                 "table_write" => table_write::run().await,
                 "memory" => memory::run().await,
+                "handoff" => handoff::run().await,
                 _ => unreachable!(),
             }
         });

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::core::inputs::{RawInputs, Rejection, normalize};
+use crate::core::handoff;
+use crate::core::inputs::{RawInputs, Rejection, excerpt, normalize};
 use crate::core::liveness::Health;
 use crate::core::status::Overview;
 use crate::core::table::{MatchingTable, decode_row};
@@ -25,6 +26,36 @@ pub struct StatusReport {
     pub work_units: usize,
     /// Distinct invalid entries of the units list.
     pub invalid_work_units: usize,
+    /// Units on their way between owners (`{T}:transit`).
+    pub in_transit: usize,
+    /// The first [`TRANSIT_SHOWN`] of them, oldest first.
+    pub transit: Vec<TransitReport>,
+}
+
+/// How many units in transit a status report lists.
+pub const TRANSIT_SHOWN: usize = 20;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TransitReport {
+    pub unit: String,
+    pub group: String,
+    pub from: Vec<String>,
+    pub to: Option<String>,
+    /// The generation that revoked it.
+    pub revoked_at: u64,
+    pub for_ms: u64,
+}
+
+/// A member's own report (handoff protocol).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProtocolReport {
+    /// The highest generation it applied.
+    pub applied: u64,
+    /// How many generations the table is ahead of it.
+    pub behind: u64,
+    pub draining: bool,
+    pub deadline_ms: u64,
+    pub weight: u32,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -64,6 +95,11 @@ pub struct MemberReport {
     /// Why it gets no work, for failed members.
     pub reason: Option<String>,
     pub failing_for_ms: Option<u64>,
+    /// Its own report, if it speaks the handoff protocol; `None` for a
+    /// member that only reads its row (it gets `-handoff-delay`).
+    pub protocol: Option<ProtocolReport>,
+    /// Its `{T}:members` entry, when it cannot be read.
+    pub unreadable_report: Option<String>,
 }
 
 /// Builds the status report from what Redis holds.
@@ -103,11 +139,26 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         units: o.units.clone(),
     });
     let units_of = |id: &str| o.table.get(id).map_or(0, |v| decode_row(v).len());
-    let member = |id: &str, reason: Option<String>| MemberReport {
-        id: id.to_string(),
-        units: units_of(id),
-        reason,
-        failing_for_ms: None,
+    let generation = num("generation").unwrap_or(0);
+    let member = |id: &str, reason: Option<String>| {
+        let raw = o.reports.get(id);
+        let decoded = raw.and_then(|v| handoff::MemberReport::decode(v));
+        MemberReport {
+            id: id.to_string(),
+            units: units_of(id),
+            reason,
+            failing_for_ms: None,
+            protocol: decoded.map(|r| ProtocolReport {
+                applied: r.applied,
+                behind: generation.saturating_sub(r.applied),
+                draining: r.draining,
+                deadline_ms: r.deadline.as_millis() as u64,
+                weight: r.weight,
+            }),
+            unreadable_report: raw
+                .filter(|_| decoded.is_none())
+                .map(|v| excerpt(v.as_bytes())),
+        }
     };
     let mut groups = Vec::new();
     for g in &inputs.groups {
@@ -166,9 +217,35 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         .iter()
         .filter(|r| r.kind() == "unit")
         .count();
+    let mut transit: Vec<TransitReport> = o
+        .transit
+        .iter()
+        .map(|(field, value)| {
+            let (group, unit) = handoff::parse_transit_field(field).unwrap_or(("?", field));
+            let mut it = value.split(' ');
+            let revoked_at = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+            let since: u64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(now_ms);
+            let to = it.next().filter(|t| *t != "-").map(str::to_string);
+            let from = it
+                .next()
+                .map(|f| f.split(',').map(str::to_string).collect())
+                .unwrap_or_default();
+            TransitReport {
+                unit: unit.to_string(),
+                group: group.to_string(),
+                from,
+                to,
+                revoked_at,
+                for_ms: now_ms.saturating_sub(since),
+            }
+        })
+        .collect();
+    transit.sort_by(|a, b| b.for_ms.cmp(&a.for_ms).then_with(|| a.unit.cmp(&b.unit)));
+    let in_transit = transit.len();
+    transit.truncate(TRANSIT_SHOWN);
     StatusReport {
         table: table_key.to_string(),
-        generation: num("generation").unwrap_or(0),
+        generation,
         last_write,
         lease: LeaseReport {
             holder,
@@ -179,6 +256,25 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         groups,
         work_units: inputs.units.len(),
         invalid_work_units: invalid,
+        in_transit,
+        transit,
+    }
+}
+
+/// What a member's handoff report says, for the text rendering.
+fn protocol_text(m: &MemberReport, generation: u64) -> String {
+    match (&m.protocol, &m.unreadable_report) {
+        (Some(p), _) => {
+            let lag = if p.behind == 0 {
+                String::new()
+            } else {
+                format!(" ({} behind generation {generation})", p.behind)
+            };
+            let draining = if p.draining { ", draining" } else { "" };
+            format!("  applied {}{lag}{draining}", p.applied)
+        }
+        (None, Some(raw)) => format!("  unreadable report {raw}"),
+        (None, None) => "  (no acknowledgements: -handoff-delay)".into(),
     }
 }
 
@@ -248,7 +344,12 @@ pub fn render_status(r: &StatusReport) -> String {
             g.failed.len()
         );
         for m in &g.live {
-            out += &format!("  live    {:<28} {} units\n", m.id, m.units);
+            out += &format!(
+                "  live    {:<28} {} units{}\n",
+                m.id,
+                m.units,
+                protocol_text(m, r.generation)
+            );
         }
         for m in &g.failed {
             let since = m
@@ -267,6 +368,26 @@ pub fn render_status(r: &StatusReport) -> String {
         "work units: {} valid, {} invalid\n",
         r.work_units, r.invalid_work_units
     );
+    if r.in_transit > 0 {
+        out += &format!(
+            "in transit: {} units (revoked, not yet granted to their next owner)\n",
+            r.in_transit
+        );
+        for t in &r.transit {
+            out += &format!(
+                "  {:<24} group {} from {} to {}, revoked at generation {}, {} ago\n",
+                t.unit,
+                t.group,
+                t.from.join(","),
+                t.to.as_deref().unwrap_or("(none yet)"),
+                t.revoked_at,
+                ago(t.for_ms)
+            );
+        }
+        if r.in_transit > r.transit.len() {
+            out += &format!("  ... and {} more\n", r.in_transit - r.transit.len());
+        }
+    }
     out
 }
 
@@ -380,6 +501,8 @@ mod tests {
                     .map(|m| m.as_bytes().to_vec())
                     .collect(),
             )],
+            reports: Default::default(),
+            transit: Default::default(),
         }
     }
 

@@ -24,23 +24,28 @@
 //! cycle checks the lease is locally valid (`acts_until`) right before it
 //! writes, and Redis re-checks token and epoch in the write itself.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use opentelemetry::trace::TraceContextExt as _;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use xxhash_rust::xxh3::Xxh3;
 
+use crate::core::handoff::{
+    self, GroupInput, MemberFacts, MemberReport, PlanInput, Transit, Transits,
+};
 use crate::core::inputs::{self, Inputs};
 use crate::core::liveness::{HealthChanges, Liveness};
 use crate::core::suspicion::{self, GroupMembers, Guard, Review, Suspect, SuspectChanges};
 use crate::core::table::MatchingTable;
 use crate::edge::grpc::{FIRST_CONTACT, PingFailure, PingReport, Pinger};
-use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Snapshot, Store};
+use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Reports, Snapshot, Store};
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
 use crate::unix_ms;
@@ -54,9 +59,123 @@ pub(super) struct HolderView {
     /// Members of a mass failure not yet confirmed: their units stay.
     pub(super) suspects: BTreeMap<String, Suspect>,
     pub(super) unsaved_suspects: SuspectChanges,
+    /// The table the solver wants (desired), memoised.
     pub(super) memo: Option<Memo>,
     /// Per group (name, live, failed) as the last cycle counted it.
     pub(super) groups: Vec<(String, usize, usize)>,
+    pub(super) handoff: HandoffState,
+}
+
+/// What the handoff keeps between cycles (see `core::handoff`).
+#[derive(Clone, Default)]
+pub(super) struct HandoffState {
+    /// The table as this holder last wrote (or read) it: what is granted.
+    pub(super) granted: Option<Arc<MatchingTable>>,
+    pub(super) transit: Transits,
+    /// When each member last answered a ping (this holder's clock).
+    last_ok: HashMap<String, Instant>,
+    /// Members whose last ping was refused: their process is gone.
+    gone: HashSet<String>,
+    /// The members' reports, as last read and decoded.
+    pub(super) reports: HashMap<String, MemberReport>,
+    /// Unreadable report entries, as last logged (logged again on change).
+    bad_reports: BTreeSet<String>,
+    /// The group each member was last listed in.
+    former_group: HashMap<String, String>,
+    /// The last full cycle's inputs, for handoff cycles (which do not read
+    /// the lists again).
+    pub(super) inputs: Option<Arc<Inputs>>,
+    /// What the last plan did, for status and metrics.
+    pub(super) last: HandoffOutcome,
+    /// The trace span of each write that revoked units still in transit, by
+    /// generation: the write that grants them links to it, so that a move
+    /// reads as revoke → grant in the trace view.
+    revocations: BTreeMap<u64, opentelemetry::trace::SpanContext>,
+}
+
+/// What one cycle's handoff did.
+#[derive(Clone, Debug, Default)]
+pub(super) struct HandoffOutcome {
+    pub(super) revoked: usize,
+    pub(super) placed: usize,
+    /// Units granted after a move.
+    pub(super) moved: Vec<handoff::Moved>,
+    pub(super) in_transit: usize,
+    pub(super) owing: usize,
+    pub(super) draining: usize,
+    pub(super) acknowledging: usize,
+    pub(super) invalid_reports: usize,
+    /// Plan again then: a unit can be released by time.
+    pub(super) next_release: Option<Instant>,
+}
+
+impl HandoffState {
+    fn facts(&self, member: &str) -> MemberFacts {
+        MemberFacts {
+            gone: self.gone.contains(member),
+            last_ok: self.last_ok.get(member).copied(),
+            report: self.reports.get(member).copied(),
+        }
+    }
+
+    fn draining(&self, member: &str) -> bool {
+        self.reports.get(member).is_some_and(|r| r.draining)
+    }
+
+    /// Takes this cycle's ping results.
+    fn observe_pings(&mut self, reports: &[PingReport]) {
+        for r in reports {
+            match &r.result {
+                Ok(_) => {
+                    self.last_ok.insert(r.member.clone(), r.at);
+                    self.gone.remove(&r.member);
+                }
+                Err(PingFailure::Refused(_)) => {
+                    self.gone.insert(r.member.clone());
+                }
+                Err(_) => {
+                    self.gone.remove(&r.member);
+                }
+            }
+        }
+    }
+
+    /// Takes the members' reports; logs unreadable ones when they change.
+    fn observe_reports(&mut self, reports: Reports, key: &str) {
+        let raw = match reports {
+            Ok(raw) => raw,
+            Err(e) => {
+                // Members can write this key: a wrong type must not stop the
+                // holder. Without reports, every member gets the handoff delay.
+                if self.bad_reports.insert(format!("\0{e}")) {
+                    tracing::warn!(error = %e, key, "member reports unreadable; every member is treated as one that does not acknowledge");
+                }
+                self.reports.clear();
+                return;
+            }
+        };
+        let mut bad = BTreeSet::new();
+        self.reports.clear();
+        for (member, value) in raw {
+            match MemberReport::decode(&value) {
+                Some(r) => {
+                    self.reports.insert(member, r);
+                }
+                None => {
+                    bad.insert(format!("{member}={}", inputs::excerpt(value.as_bytes())));
+                }
+            }
+        }
+        if bad != self.bad_reports && !bad.is_empty() {
+            tracing::warn!(
+                key,
+                count = bad.len(),
+                first = %bad.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                "unreadable member reports (expected `applied draining deadline_ms weight`); those members are treated as ones that do not acknowledge"
+            );
+        }
+        self.bad_reports = bad;
+    }
 }
 
 impl HolderView {
@@ -108,6 +227,9 @@ pub(super) enum CycleError {
         entries: usize,
         first: Option<String>,
     },
+    /// A handoff cycle before the holding's first full cycle: nothing to do.
+    #[error("no full cycle yet")]
+    NotReady,
 }
 
 impl CycleError {
@@ -115,6 +237,7 @@ impl CycleError {
         match self {
             CycleError::Read(e) => e.kind(),
             CycleError::Inputs { .. } => "invalid_input",
+            CycleError::NotReady => "not_ready",
         }
     }
 }
@@ -188,6 +311,7 @@ pub(super) struct CycleContext {
     pub(super) guard: Guard,
     pub(super) failure_threshold: u32,
     pub(super) ping_timeout: Duration,
+    pub(super) handoff: handoff::Settings,
 }
 
 impl CycleContext {
@@ -222,8 +346,46 @@ impl CycleContext {
                 "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
             );
         }
+        // Units in transit: the handoffs of the last holder continue. Their
+        // waits restart now (its clock is not ours), so a handoff that was
+        // waiting on time is never cut short by a failover.
+        let now = Instant::now();
+        let mut transit = Transits::new();
+        let mut unreadable = Vec::new();
+        for (field, value) in inherited.transit {
+            match (
+                handoff::parse_transit_field(&field),
+                Transit::decode(&value, now),
+            ) {
+                (Some((group, unit)), Some(t)) => {
+                    transit
+                        .entry(group.to_string())
+                        .or_default()
+                        .insert(unit.to_string(), t);
+                }
+                _ => unreadable.push(format!(
+                    "{}={}",
+                    inputs::excerpt(field.as_bytes()),
+                    inputs::excerpt(value.as_bytes())
+                )),
+            }
+        }
+        if !unreadable.is_empty() {
+            // Written only by holders: an unreadable entry is an operator's
+            // edit. Dropping it could grant a unit early; the table read
+            // below is verified instead, and such a unit is revoked from
+            // whoever holds it if it is in two rows.
+            tracing::warn!(
+                key = %keys.transit,
+                count = unreadable.len(),
+                first = %unreadable.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                "ignoring unreadable transit entries"
+            );
+        }
+        let in_transit: usize = transit.values().map(BTreeMap::len).sum();
         tracing::info!(
             known_members = liveness.iter().count(),
+            in_transit,
             "inherited the last holder's view"
         );
         HolderView {
@@ -233,6 +395,10 @@ impl CycleContext {
             unsaved_suspects: SuspectChanges::default(),
             memo: None,
             groups: Vec::new(),
+            handoff: HandoffState {
+                transit,
+                ..HandoffState::default()
+            },
         }
     }
 
@@ -267,6 +433,8 @@ impl CycleContext {
             raw,
             stored_digest,
             stored_generation,
+            stored_table,
+            reports,
         } = snapshot;
         // Shared with the solver's blocking thread, never copied: at a million
         // units a copy is tens of megabytes.
@@ -387,6 +555,12 @@ impl CycleContext {
             })
             .chain(malformed);
         let now_ms = unix_ms();
+        view.handoff.observe_pings(&all_reports);
+        for g in &inputs.groups {
+            for m in &g.members {
+                view.handoff.former_group.insert(m.clone(), g.name.clone());
+            }
+        }
         let changes = view
             .liveness
             .observe(results, listed.iter().map(String::as_str), now_ms);
@@ -416,12 +590,16 @@ impl CycleContext {
             now_ms,
         );
         view.unsaved_suspects.record(&review, &view.suspects);
+        view.handoff
+            .observe_reports(reports, &self.store.keys().members);
+        view.handoff.inputs = Some(Arc::clone(&inputs));
         let write = self
             .settle(
                 &inputs,
                 &mut view,
                 &mut stored_digest,
                 &mut generation_floor,
+                stored_table,
             )
             .await;
         let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
@@ -567,25 +745,30 @@ impl CycleContext {
         })
     }
 
-    /// Solves the table for what is known now and writes it (fenced) if it or
-    /// the liveness history changed.
+    /// Solves the table the members should have (desired), plans the next
+    /// granted table from it with the handoff (break before make), and writes
+    /// it (fenced) if it, the units in transit or the liveness history
+    /// changed.
     async fn settle(
         &self,
         inputs: &Arc<Inputs>,
         view: &mut HolderView,
         stored_digest: &mut Option<String>,
         generation_floor: &mut u64,
+        stored_table: Option<MatchingTable>,
     ) -> Write {
-        let key = inputs_key(inputs, |m| view.keeps_units(m));
+        // Desired: live (or suspected) members that are not draining.
+        let eligible = |m: &str| view.keeps_units(m) && !view.handoff.draining(m);
+        let key = inputs_key(inputs, eligible);
+        let live: HashSet<String> = inputs
+            .members()
+            .filter(|m| eligible(m))
+            .map(str::to_string)
+            .collect();
         let memo = match view.memo.take() {
             Some(m) if m.key == key => m,
             _ => {
                 let inp = Arc::clone(inputs);
-                let live: HashSet<String> = inputs
-                    .members()
-                    .filter(|m| view.keeps_units(m))
-                    .map(str::to_string)
-                    .collect();
                 let assign = info_span!(
                     "assign",
                     units = inputs.units.len(),
@@ -602,34 +785,147 @@ impl CycleContext {
                 }
             }
         };
-        let table = memo.table.clone();
+        let desired = memo.table.clone();
         view.memo = Some(memo);
-        let digest = table.digest();
-        let table_changed = stored_digest.as_deref() != Some(digest);
-        if !table_changed && view.unsaved.is_empty() && view.unsaved_suspects.is_empty() {
+
+        // Granted: what this holder wrote last, if Redis still has exactly
+        // that; else what Redis has (a new holding, a write whose outcome was
+        // unknown, an edit), verified by the plan.
+        let last = view.handoff.granted.as_ref();
+        let (granted, verify) = match last.filter(|g| stored_digest.as_deref() == Some(g.digest()))
+        {
+            Some(g) => (Arc::clone(g), false),
+            None => {
+                let stored = match stored_table {
+                    Some(t) => t,
+                    None => match self.store.read_table().await {
+                        Ok(t) => t,
+                        Err(e) => return Write::Failed(e),
+                    },
+                };
+                let (from, start) = handoff::starting_point(last, stored);
+                if from == handoff::StartingPoint::LastWritten {
+                    tracing::warn!(
+                        key = %self.store.keys().table,
+                        "the matching table is gone; handing off from the table this holder wrote last"
+                    );
+                }
+                (start, true)
+            }
+        };
+        let now = Instant::now();
+        let now_ms = unix_ms();
+        let groups: Vec<GroupInput<'_>> = inputs
+            .groups
+            .iter()
+            .map(|g| GroupInput {
+                name: &g.name,
+                members: &g.members,
+            })
+            .collect();
+        let hs = &view.handoff;
+        let facts = |m: &str| hs.facts(m);
+        let rows_for = |m: &str| view.keeps_units(m);
+        let former = |m: &str| hs.former_group.get(m).cloned();
+        let plan = info_span!("handoff", verify).in_scope(|| {
+            handoff::plan(&PlanInput {
+                granted: &granted,
+                verify,
+                desired: &desired,
+                transit: &hs.transit,
+                groups: &groups,
+                former_group: &former,
+                units: &inputs.units,
+                facts: &facts,
+                rows_for: &rows_for,
+                settings: self.handoff,
+                now,
+                now_ms,
+            })
+        });
+        let owing: HashSet<&str> = plan
+            .transit
+            .values()
+            .flat_map(|t| t.values())
+            .flat_map(|t| t.from.iter().map(String::as_str))
+            .collect();
+        let outcome = HandoffOutcome {
+            revoked: plan.revoked,
+            placed: plan.placed,
+            moved: plan.moved.clone(),
+            in_transit: plan.transit_len(),
+            owing: owing.len(),
+            draining: inputs
+                .members()
+                .filter(|m| view.liveness.is_live(m) && hs.draining(m))
+                .count(),
+            acknowledging: inputs
+                .members()
+                .filter(|m| hs.reports.contains_key(*m))
+                .count(),
+            invalid_reports: hs.bad_reports.len(),
+            next_release: plan.next_release,
+        };
+        drop(owing);
+        let next = Arc::new(plan.granted);
+        let table_changed = stored_digest.as_deref() != Some(next.digest());
+        let transit_changed = plan.transit != view.handoff.transit || verify;
+        view.handoff.last = outcome;
+        if !table_changed
+            && !transit_changed
+            && view.unsaved.is_empty()
+            && view.unsaved_suspects.is_empty()
+        {
+            view.handoff.granted = Some(next);
             return Write::Unchanged;
         }
         if !self.may_act() {
             return Write::NotActing;
         }
+        let encoded: Vec<(String, String)> = plan
+            .transit
+            .iter()
+            .flat_map(|(g, units)| {
+                units
+                    .iter()
+                    .map(move |(u, t)| (handoff::transit_field(g, u), t.encode()))
+            })
+            .collect();
         let commit = Commit {
-            table: table_changed.then_some(&*table),
+            table: table_changed.then_some(&*next),
             health: &view.unsaved,
             suspects: &view.unsaved_suspects,
+            transit: transit_changed.then_some(encoded.as_slice()),
             generation_floor: *generation_floor,
             holder_id: &self.replica_id,
-            now_ms: unix_ms(),
+            now_ms,
         };
         let span = info_span!(
             "write_table",
             epoch = self.grant.epoch,
             table = table_changed,
-            rows = table.len(),
+            rows = next.len(),
             health_changes = view.unsaved.set.len() + view.unsaved.removed.len(),
+            revoked = view.handoff.last.revoked,
+            moved = view.handoff.last.moved.len(),
+            in_transit = view.handoff.last.in_transit,
             generation = Empty,
             otel.status_code = Empty,
             otel.status_message = Empty,
         );
+        // A grant links to the writes that revoked what it grants.
+        let linked: BTreeSet<u64> = view
+            .handoff
+            .last
+            .moved
+            .iter()
+            .map(|m| m.revoked_at)
+            .collect();
+        for g in linked {
+            if let Some(cx) = view.handoff.revocations.get(&g) {
+                span.add_link(cx.clone());
+            }
+        }
         match self
             .store
             .commit(&self.grant, &commit)
@@ -637,12 +933,35 @@ impl CycleContext {
             .await
         {
             Ok(Committed::Written { generation }) => {
+                let written = Instant::now();
+                let mut transit = plan.transit;
                 if let Some(g) = generation {
                     span.record("generation", g);
                     Span::current().record("generation", g);
                     *generation_floor = (*generation_floor).max(g);
-                    *stored_digest = Some(digest.to_string());
+                    *stored_digest = Some(next.digest().to_string());
+                    // Revocations made by this write: numbered by it, and
+                    // their waits start now that it is done.
+                    let mut revoked_here = false;
+                    for t in transit.values_mut().flat_map(|u| u.values_mut()) {
+                        if t.revoked_at == 0 {
+                            t.revoked_at = g;
+                            t.waiting_since = written;
+                            revoked_here = true;
+                        }
+                    }
+                    if revoked_here {
+                        let cx = span.context().span().span_context().clone();
+                        view.handoff.revocations.insert(g, cx);
+                    }
                 }
+                let open: BTreeSet<u64> = transit
+                    .values()
+                    .flat_map(|u| u.values().map(|t| t.revoked_at))
+                    .collect();
+                view.handoff.revocations.retain(|g, _| open.contains(g));
+                view.handoff.granted = Some(next);
+                view.handoff.transit = transit;
                 view.unsaved = HealthChanges::default();
                 view.unsaved_suspects = SuspectChanges::default();
                 Write::Written { generation }
@@ -656,6 +975,55 @@ impl CycleContext {
                 Write::Failed(e)
             }
         }
+    }
+
+    /// A handoff cycle: no list read and no pings, only the members' reports
+    /// and the table's state, then the same plan and write as a full cycle,
+    /// on the last full cycle's inputs and liveness. Run when a member
+    /// acknowledged (`{T}:acked`) or a wait ends, so that a move completes in
+    /// milliseconds rather than at the next poll.
+    pub(super) async fn run_handoff(
+        mut self,
+        view: Option<HolderView>,
+    ) -> Result<CycleReport, CycleError> {
+        let Some(mut view) = view else {
+            // A new holding: its first full cycle comes at once anyway.
+            return Err(CycleError::NotReady);
+        };
+        let Some(inputs) = view.handoff.inputs.clone() else {
+            return Err(CycleError::NotReady);
+        };
+        let (state, reports) =
+            tokio::join!(self.store.read_table_state(), self.store.read_reports());
+        let (mut stored_digest, stored_generation, stored_table) =
+            state.map_err(CycleError::Read)?;
+        view.handoff
+            .observe_reports(reports, &self.store.keys().members);
+        let mut generation_floor = self.generation_floor.max(stored_generation);
+        let write = self
+            .settle(
+                &inputs,
+                &mut view,
+                &mut stored_digest,
+                &mut generation_floor,
+                stored_table,
+            )
+            .await;
+        let groups = view.groups.clone();
+        Ok(CycleReport {
+            epoch: self.grant.epoch,
+            inputs,
+            failures: Vec::new(),
+            view,
+            transitions: Vec::new(),
+            review: Review::default(),
+            groups,
+            write,
+            generation_floor,
+            forgotten: Vec::new(),
+            in_flight: std::mem::take(&mut self.carried),
+            in_flight_members: std::mem::take(&mut self.carried_members),
+        })
     }
 }
 

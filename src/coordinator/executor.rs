@@ -35,7 +35,7 @@ use crate::config::Config;
 use crate::core::census::{self, Census, CensusView};
 use crate::core::inputs::Rejection;
 use crate::core::lease::{Acquisition, Claim, LeaseGrant, Renewal};
-use crate::core::status::{Role, Status};
+use crate::core::status::{HandoffStatus, Role, Status};
 use crate::core::suspicion::Guard;
 use crate::edge::grpc::{PingFailure, Pinger};
 use crate::edge::redis::{ListLimits, Notification, Store};
@@ -69,6 +69,8 @@ struct Holding {
     cycle_started: Instant,
     /// The span of the cycle in flight; closed when its results are taken.
     cycle_span: Span,
+    /// Whether the cycle running is a handoff cycle.
+    handoff_only: bool,
 }
 
 pub(super) struct Executor {
@@ -132,7 +134,11 @@ impl Executor {
 
     pub(super) async fn run(mut self, cancel: CancellationToken) {
         let keys = self.store.keys().clone();
-        let channels = vec![keys.lease_channel.clone(), keys.table_channel.clone()];
+        let channels = vec![
+            keys.lease_channel.clone(),
+            keys.table_channel.clone(),
+            keys.acked_channel.clone(),
+        ];
         let mut notifications = self.store.subscribe(channels.clone(), cancel.child_token());
         // Background steps that must never hold up a renewal report back here.
         let (census_tx, mut census_rx) = mpsc::channel(4);
@@ -199,6 +205,10 @@ impl Executor {
                     Some(Notification::Message(ch, payload)) if ch == keys.lease_channel => {
                         Event::ReleaseNotice { epoch: payload.parse().ok() }
                     }
+                    // A member wrote its report: its payload is never read.
+                    Some(Notification::Message(ch, _)) if ch == keys.acked_channel => {
+                        Event::HandoffHint
+                    }
                     // A table write by some holder, or a new subscription (a
                     // write may have been missed): a hint to re-read the
                     // generation from Redis. Its payload is never trusted.
@@ -251,9 +261,10 @@ impl Executor {
                         grant,
                         acts_until,
                         generation_floor,
+                        handoff_only,
                     } => {
                         self.acts_until.send_replace(acts_until);
-                        cycle = Some(self.start_cycle(grant, generation_floor));
+                        cycle = Some(self.start_cycle(grant, generation_floor, handoff_only));
                     }
                     other => self.perform(other, &mut calls),
                 }
@@ -329,6 +340,7 @@ impl Executor {
                     in_flight_members: HashSet::new(),
                     cycle_started: Instant::now(),
                     cycle_span: Span::none(),
+                    handoff_only: false,
                 });
                 self.update(|s| {
                     s.lease_problem = None;
@@ -462,11 +474,14 @@ impl Executor {
         &mut self,
         grant: LeaseGrant,
         generation_floor: u64,
+        handoff_only: bool,
     ) -> JoinHandle<Result<CycleReport, CycleError>> {
         let h = self.holding.as_mut().expect("a cycle starts while holding");
         h.cycle_started = Instant::now();
+        h.handoff_only = handoff_only;
         h.cycle_span = info_span!(
             "cycle",
+            handoff_only,
             replica = %self.config.replica_id,
             epoch = grant.epoch,
             members = Empty,
@@ -501,9 +516,16 @@ impl Executor {
             },
             failure_threshold: self.config.failure_threshold,
             ping_timeout: self.config.ping_timeout,
+            handoff: crate::core::handoff::Settings {
+                handoff_delay: self.config.handoff_delay,
+            },
         };
-        let task = ctx.run(h.view.clone()).instrument(h.cycle_span.clone());
-        tokio::spawn(task)
+        let view = h.view.clone();
+        if handoff_only {
+            tokio::spawn(ctx.run_handoff(view).instrument(h.cycle_span.clone()))
+        } else {
+            tokio::spawn(ctx.run(view).instrument(h.cycle_span.clone()))
+        }
     }
 
     /// Takes a finished cycle's results into the books (status, metrics,
@@ -515,6 +537,16 @@ impl Executor {
         let epoch = h.epoch;
         // Closed (and exported) when this function returns.
         let span = std::mem::replace(&mut h.cycle_span, Span::none());
+        let handoff_only = h.handoff_only;
+        if matches!(report, Err(CycleError::NotReady)) {
+            return Some(CycleSummary {
+                epoch,
+                outcome: CycleOutcome::Skipped,
+                generation_floor: 0,
+                own_suspicions: false,
+                next_release: None,
+            });
+        }
         // A cycle whose reads worked but whose write failed did not reach
         // Redis as it should: it refreshes nothing and counts as a failure.
         match &report {
@@ -523,7 +555,9 @@ impl Executor {
                 _ => self.redis_result(&Ok::<(), StoreError>(())),
             },
             Err(CycleError::Read(e)) => self.metrics.redis_error(e.kind()),
-            Err(CycleError::Inputs { .. }) => self.redis_result(&Ok::<(), StoreError>(())),
+            Err(CycleError::Inputs { .. } | CycleError::NotReady) => {
+                self.redis_result(&Ok::<(), StoreError>(()))
+            }
         }
         let report = match report {
             Ok(r) => {
@@ -544,7 +578,7 @@ impl Executor {
                 self.read_failing = true;
                 let outcome = match e {
                     CycleError::Read(_) => "read_error",
-                    CycleError::Inputs { .. } => "input_error",
+                    CycleError::Inputs { .. } | CycleError::NotReady => "input_error",
                 };
                 self.metrics.cycle(outcome, took);
                 self.update(|s| {
@@ -556,6 +590,7 @@ impl Executor {
                     outcome: CycleOutcome::Skipped,
                     generation_floor: 0,
                     own_suspicions: false,
+                    next_release: None,
                 });
             }
         };
@@ -572,8 +607,16 @@ impl Executor {
         let h = self.holding.as_mut().expect("checked above");
         h.in_flight = report.in_flight;
         h.in_flight_members = report.in_flight_members;
-        let table = report.view.memo.as_ref().expect("settled").table.clone();
+        // What is written: the granted table (the desired one minus units
+        // in transit).
+        let table = report
+            .view
+            .handoff
+            .granted
+            .clone()
+            .unwrap_or_else(|| report.view.memo.as_ref().expect("settled").table.clone());
         let suspects = report.view.suspects.len();
+        let handoff = report.view.handoff.last.clone();
         h.view = Some(report.view);
         for (member, list) in &report.forgotten {
             span.in_scope(|| {
@@ -597,9 +640,19 @@ impl Executor {
                         members = table.len(),
                         assignments = table.assignments(),
                         units = report.inputs.units.len(),
+                        revoked = handoff.revoked,
+                        moved = handoff.moved.len(),
+                        placed = handoff.placed,
+                        in_transit = handoff.in_transit,
                         "matching table written"
                     )
                 });
+                // Handoffs completed by this write: revocation to grant.
+                let now_ms = unix_ms();
+                for m in &handoff.moved {
+                    let secs = now_ms.saturating_sub(m.since_ms) as f64 / 1000.0;
+                    self.metrics.handoff_duration.observe(secs);
+                }
                 self.update(|s| {
                     bump(&mut s.generation, g);
                     s.last_write_ms = Some(unix_ms());
@@ -635,6 +688,7 @@ impl Executor {
                     outcome: CycleOutcome::Failed,
                     generation_floor: report.generation_floor,
                     own_suspicions,
+                    next_release: None,
                 });
             }
         };
@@ -642,7 +696,8 @@ impl Executor {
             if std::mem::take(&mut self.write_failing) {
                 tracing::info!("table writes recovered");
             }
-            self.metrics.cycle("ok", took);
+            self.metrics
+                .cycle(if handoff_only { "handoff" } else { "ok" }, took);
             let by_kind = Rejection::KINDS
                 .into_iter()
                 .map(|k| {
@@ -663,6 +718,13 @@ impl Executor {
                 s.invalid_by_kind = by_kind;
                 s.groups = report.groups;
                 s.suspects = suspects;
+                s.handoff = HandoffStatus {
+                    in_transit: handoff.in_transit,
+                    owing: handoff.owing,
+                    draining: handoff.draining,
+                    acknowledging: handoff.acknowledging,
+                    invalid_reports: handoff.invalid_reports,
+                };
             });
         }
         Some(CycleSummary {
@@ -670,6 +732,7 @@ impl Executor {
             outcome,
             generation_floor: report.generation_floor,
             own_suspicions,
+            next_release: handoff.next_release,
         })
     }
 

@@ -46,6 +46,9 @@ pub struct Settings {
     pub poll_interval: Duration,
 }
 
+/// The least time between two handoff cycles started by hints.
+pub const HANDOFF_SPACING: Duration = Duration::from_millis(2);
+
 /// Why a holder stops holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
@@ -95,6 +98,9 @@ pub struct CycleSummary {
     /// (a mass failure it saw and nobody confirmed yet; see
     /// `core::suspicion`): another replica should look.
     pub own_suspicions: bool,
+    /// When a unit in transit can be released by time: run a handoff cycle
+    /// then (see `core::handoff`).
+    pub next_release: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +142,9 @@ pub enum Event {
     Generation(u64),
     /// The census emitted a view.
     Census(CensusView),
+    /// A member acknowledged or changed its report (a `{T}:acked` message,
+    /// only a hint): run a handoff cycle soon.
+    HandoffHint,
     /// A release started by the machine finished (successfully or not).
     ReleaseDone,
     /// Stop: hand the lease over and end.
@@ -161,11 +170,14 @@ pub enum Action {
     /// [`Event::ReleaseDone`].
     Release { grant: LeaseGrant },
     /// Run one holder cycle that may write until `acts_until`; answer with
-    /// [`Event::CycleDone`].
+    /// [`Event::CycleDone`]. A handoff cycle (`handoff_only`) reads only the
+    /// members' reports and the table's state, pings nobody, and plans on the
+    /// last full cycle's inputs.
     StartCycle {
         grant: LeaseGrant,
         acts_until: Instant,
         generation_floor: u64,
+        handoff_only: bool,
     },
     /// Drop the cycle in flight: its results are void.
     AbortCycle,
@@ -219,6 +231,10 @@ pub struct Holder {
     /// Whether a cycle is running.
     cycling: bool,
     next_cycle: Instant,
+    /// When a handoff cycle is due (an acknowledgement, a wait that ends).
+    next_handoff: Option<Instant>,
+    /// When the last handoff cycle started.
+    last_handoff: Instant,
 }
 
 /// One replica's coordinator state.
@@ -287,6 +303,9 @@ impl Machine {
                 }
                 if !h.cycling {
                     wake = wake.min(h.next_cycle);
+                    if let Some(at) = h.next_handoff {
+                        wake = wake.min(at);
+                    }
                 }
                 Some(wake)
             }
@@ -418,6 +437,8 @@ impl Machine {
                     renewing: None,
                     cycling: false,
                     next_cycle: now,
+                    next_handoff: None,
+                    last_handoff: now,
                 });
                 // Start at once if the lease is still valid (a slow answer
                 // may have eaten it up).
@@ -478,8 +499,17 @@ impl Machine {
                     Err(()) => h.lease.renewal_failed(now),
                 }
             }
+            Event::HandoffHint => {
+                // Spaced: a flood of hints (anyone allowed to publish can
+                // send them) costs at most one small cycle per spacing.
+                let at = (h.last_handoff + HANDOFF_SPACING).max(now);
+                h.next_handoff = Some(h.next_handoff.map_or(at, |n| n.min(at)));
+            }
             Event::CycleDone(summary) => {
                 h.cycling = false;
+                if let Some(at) = summary.next_release {
+                    h.next_handoff = Some(h.next_handoff.map_or(at, |n| n.min(at)));
+                }
                 if summary.epoch == h.lease.epoch() {
                     self.generation_floor = self.generation_floor.max(summary.generation_floor);
                     match summary.outcome {
@@ -517,13 +547,26 @@ impl Machine {
             });
         }
         if !h.cycling && now >= h.next_cycle {
+            // A full cycle plans the handoff too.
             h.cycling = true;
+            h.next_handoff = None;
             out.push(Action::StartCycle {
                 grant: h.lease.grant.clone(),
                 acts_until: h.lease.acts_until(),
                 generation_floor: self.generation_floor,
+                handoff_only: false,
             });
             h.next_cycle = (h.next_cycle + self.settings.poll_interval).max(now);
+        } else if !h.cycling && h.next_handoff.is_some_and(|at| now >= at) {
+            h.cycling = true;
+            h.next_handoff = None;
+            h.last_handoff = now;
+            out.push(Action::StartCycle {
+                grant: h.lease.grant.clone(),
+                acts_until: h.lease.acts_until(),
+                generation_floor: self.generation_floor,
+                handoff_only: true,
+            });
         }
         Phase::Holder(h)
     }

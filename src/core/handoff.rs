@@ -48,6 +48,7 @@
 //!   ones plus the units in transit, not to the table.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -267,10 +268,47 @@ impl Settings {
     }
 }
 
+/// Where a plan starts from when the stored table is not the one this
+/// holder wrote last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartingPoint {
+    /// What Redis holds (a new holding, a write of unknown outcome, an edit).
+    Stored,
+    /// What this holder wrote last: the stored table is gone (Redis lost its
+    /// data, or a `DEL`), and members may still work on what it granted.
+    LastWritten,
+}
+
+/// Picks the granted table to plan from (verify it: see [`PlanInput::verify`]).
+pub fn starting_point(
+    last_written: Option<&Arc<MatchingTable>>,
+    stored: MatchingTable,
+) -> (StartingPoint, Arc<MatchingTable>) {
+    match last_written {
+        Some(last) if stored.is_empty() && !last.is_empty() => {
+            (StartingPoint::LastWritten, Arc::clone(last))
+        }
+        _ => (StartingPoint::Stored, Arc::new(stored)),
+    }
+}
+
 /// One group's share of the inputs of [`plan`].
 pub struct GroupInput<'a> {
     pub name: &'a str,
     pub members: &'a [String],
+}
+
+/// A unit granted to its next owner after its revocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    pub group: String,
+    pub unit: String,
+    pub to: String,
+    /// Unix ms of its revocation.
+    pub since_ms: u64,
+    /// The generation of its revocation (0: revoked and released in this
+    /// very plan, from a member that is gone).
+    pub revoked_at: u64,
 }
 
 /// What one round of planning gives.
@@ -281,9 +319,9 @@ pub struct Plan {
     pub transit: Transits,
     /// Units revoked by this plan.
     pub revoked: usize,
-    /// Units granted by this plan that were in transit: (group, unit,
-    /// member, since_ms of the revocation), for the handoff duration.
-    pub moved: Vec<(String, String, String, u64)>,
+    /// Units granted by this plan after a move, for the handoff duration
+    /// and the trace.
+    pub moved: Vec<Moved>,
     /// Units granted for the first time (new units, or units of no owner).
     pub placed: usize,
     /// Units removed from the list whose transit ended.
@@ -590,12 +628,13 @@ fn plan_group(
             Ok(()) => {
                 let t = transit.remove(u).expect("looked up above");
                 if !(t.from.len() == 1 && t.from.contains(to)) {
-                    out.moved.push((
-                        g.name.to_string(),
-                        u.to_string(),
-                        to.to_string(),
-                        t.since_ms,
-                    ));
+                    out.moved.push(Moved {
+                        group: g.name.to_string(),
+                        unit: u.to_string(),
+                        to: to.to_string(),
+                        since_ms: t.since_ms,
+                        revoked_at: t.revoked_at,
+                    });
                 }
                 granted_now.entry(to).or_default().insert(u);
             }

@@ -55,6 +55,23 @@ pub struct Status {
     /// Why no replica can hold the lease, when its key is not a replica's
     /// (no TTL, another type): seen by the last acquisition attempt.
     pub lease_problem: Option<String>,
+    /// The handoff, as the holder's last cycle saw it.
+    pub handoff: HandoffStatus,
+}
+
+/// The handoff as the holder's last cycle saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HandoffStatus {
+    /// Units revoked and not granted to their next owner yet.
+    pub in_transit: usize,
+    /// Members that have not released units revoked from them.
+    pub owing: usize,
+    /// Live members that reported draining.
+    pub draining: usize,
+    /// Members that speak the protocol (a readable `{T}:members` entry).
+    pub acknowledging: usize,
+    /// Unreadable `{T}:members` entries.
+    pub invalid_reports: usize,
 }
 
 /// What `distributor status` and `distributor table` show, read in one go.
@@ -68,4 +85,8 @@ pub struct Overview {
     pub table: std::collections::BTreeMap<String, String>,
     pub units: Vec<Vec<u8>>,
     pub groups: Vec<(String, Vec<Vec<u8>>)>,
+    /// `{T}:members`: the members' own reports, undecoded.
+    pub reports: std::collections::BTreeMap<String, String>,
+    /// `{T}:transit`: units in transit, undecoded.
+    pub transit: std::collections::BTreeMap<String, String>,
 }

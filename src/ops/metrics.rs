@@ -72,6 +72,10 @@ pub struct Metrics {
     pub lease_transitions: Family<Transition, Counter>,
     pub redis_errors: Family<Kind, Counter>,
     pub table_bytes: Gauge<u64, AtomicU64>,
+    pub handoff_duration: Histogram,
+    pub units_in_transit: Gauge,
+    pub members_owing: Gauge,
+    pub members_draining: Gauge,
     /// Groups that have `members` series now.
     member_groups: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -192,6 +196,33 @@ impl Metrics {
             prometheus_client::registry::Unit::Bytes,
             table_bytes.clone(),
         );
+        let handoff_duration = Histogram::new([
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        ]);
+        r.register_with_unit(
+            "handoff_duration",
+            "From a unit's revocation to its grant to the next owner (holder only)",
+            prometheus_client::registry::Unit::Seconds,
+            handoff_duration.clone(),
+        );
+        let units_in_transit = Gauge::default();
+        r.register(
+            "units_in_transit",
+            "Units revoked from a member and not yet granted to the next (holder only)",
+            units_in_transit.clone(),
+        );
+        let members_owing = Gauge::default();
+        r.register(
+            "members_owing",
+            "Members with revoked units they have not released yet: no acknowledgement, and their wait not over (holder only)",
+            members_owing.clone(),
+        );
+        let members_draining = Gauge::default();
+        r.register(
+            "members_draining",
+            "Live members that reported draining (holder only)",
+            members_draining.clone(),
+        );
         let build = Family::<Build, Gauge>::default();
         build
             .get_or_create(&Build {
@@ -219,6 +250,10 @@ impl Metrics {
             lease_transitions,
             redis_errors,
             table_bytes,
+            handoff_duration,
+            units_in_transit,
+            members_owing,
+            members_draining,
             member_groups: Default::default(),
         }
     }
@@ -296,6 +331,9 @@ impl Metrics {
             self.work_units.set(s.units as i64);
             self.suspects.set(s.suspects as i64);
             self.set_members(&s.groups);
+            self.units_in_transit.set(s.handoff.in_transit as i64);
+            self.members_owing.set(s.handoff.owing as i64);
+            self.members_draining.set(s.handoff.draining as i64);
             for kind in crate::core::inputs::Rejection::KINDS {
                 let n: usize = s
                     .invalid_by_kind
@@ -311,6 +349,9 @@ impl Metrics {
             // Only the holder observes members; a standby's view would be stale.
             self.set_members(&[]);
             self.suspects.set(0);
+            self.units_in_transit.set(0);
+            self.members_owing.set(0);
+            self.members_draining.set(0);
         }
     }
 }
@@ -348,5 +389,30 @@ mod tests {
         let text = m.encode();
         assert!(!text.contains("group=\"g\""), "{text}");
         assert!(text.contains("group=\"h\""), "{text}");
+    }
+
+    #[test]
+    fn the_handoff_gauges_mirror_the_holders_status() {
+        let m = Metrics::new();
+        let mut s = Status {
+            role: Role::Holder,
+            ..Status::default()
+        };
+        s.handoff.in_transit = 7;
+        s.handoff.owing = 2;
+        s.handoff.draining = 1;
+        m.sync(&s);
+        let text = m.encode();
+        for line in [
+            "distributor_units_in_transit 7",
+            "distributor_members_owing 2",
+            "distributor_members_draining 1",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+        // A standby shows none: its view would be stale.
+        s.role = Role::Standby;
+        m.sync(&s);
+        assert!(m.encode().contains("distributor_units_in_transit 0"));
     }
 }

@@ -124,6 +124,7 @@ async fn cluster_fences_a_stale_holder() {
         table: Some(&t),
         health: &none,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
+        transit: None,
         generation_floor: 0,
         holder_id: id,
         now_ms: 2,

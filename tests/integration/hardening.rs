@@ -41,21 +41,26 @@ async fn a_published_generation_is_only_a_hint() {
             .cmd(&["PUBLISH", &keys().table_channel, payload])
             .await;
     }
-    // A change: the next write is the next generation, an integer.
+    // A change: the next writes (a revocation, then the grant, unless the
+    // member is seen gone at once) take the next generations, integers.
     fleet.members[0].take().unwrap().abort();
     fleet.wait_for_table(&units, Duration::from_secs(5)).await;
     let m = meta(&fleet).await;
-    assert_eq!(
-        m["generation"],
-        (before + 1).to_string(),
-        "the generation is the next integer: {m:?}"
+    let after: u64 = m["generation"].parse().expect("an integer");
+    assert!(
+        (before + 1..=before + 2).contains(&after),
+        "the generation goes on from {before}, as an integer: {m:?}"
     );
     // A new holder (that also saw the messages) goes on from there.
     let h = fleet.wait_for_holder().await;
     fleet.replicas[h].take().unwrap().shutdown().await;
     fleet.members[1].take().unwrap().abort();
     fleet.wait_for_table(&units, Duration::from_secs(10)).await;
-    assert_eq!(fleet.generation().await, before + 2);
+    let last = fleet.generation().await;
+    assert!(
+        (after + 1..=after + 2).contains(&last),
+        "{after} then {last}"
+    );
     // Members follow their rows.
     let table = fleet.table().await;
     for m in fleet.members.iter().flatten() {
@@ -63,7 +68,7 @@ async fn a_published_generation_is_only_a_hint() {
         let want = table.units_of(m.id()).len();
         wait_for("the member follows its row", Duration::from_secs(5), || {
             let a = rx.borrow_and_update().clone();
-            async move { a.units.len() == want && a.generation == before + 2 }
+            async move { a.units.len() == want && a.generation == last }
         })
         .await;
     }
@@ -203,6 +208,7 @@ async fn scripts_validate_everything_before_their_first_write() {
         table: Some(t),
         health: &none,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
+        transit: None,
         generation_floor: 0,
         holder_id: "a",
         now_ms: 1,
@@ -517,7 +523,8 @@ async fn status_says_why_a_member_fails() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("127.0.0.1:1") && text.contains("has never answered a ping: unavailable"),
+        text.contains("127.0.0.1:1")
+            && text.contains("has never answered a ping: connection refused"),
         "{text}"
     );
     fleet.shutdown().await;

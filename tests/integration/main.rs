@@ -10,6 +10,7 @@ mod cluster;
 mod compat;
 mod failover;
 mod fencing;
+mod handoff;
 mod hardening;
 mod member_handoff;
 mod process;

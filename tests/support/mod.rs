@@ -166,6 +166,24 @@ pub trait Backend: Sync {
                 .unwrap_or_else(|e| panic!("{args:?}: {e}"))
         }
     }
+
+    /// Several commands in one `MULTI`/`EXEC`: their replies as a tuple.
+    fn multi<T: redis::FromRedisValue>(&self, cmds: &[&[&str]]) -> impl Future<Output = T> + Send {
+        async move {
+            let mut c = self.conn().await;
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            for args in cmds {
+                let cmd = pipe.cmd(args[0]);
+                for a in &args[1..] {
+                    cmd.arg(*a);
+                }
+            }
+            pipe.query_async(&mut c)
+                .await
+                .unwrap_or_else(|e| panic!("{cmds:?}: {e}"))
+        }
+    }
 }
 
 impl Backend for RedisServer {
@@ -230,6 +248,9 @@ pub fn fast_config(redis_url: &str, replica: &str) -> Config {
     c.lease.renew_deadline = Duration::from_millis(700);
     c.lease.retry_interval = Duration::from_millis(300);
     c.census_interval = Duration::from_millis(400);
+    // Members that do not acknowledge read their row at least every 300 ms
+    // (the kit's member poll) and stop at once.
+    c.handoff_delay = Duration::from_millis(500);
     c
 }
 
@@ -588,6 +609,7 @@ pub struct FlakyWorker {
     pub addr: String,
     pub healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
     pub server: tokio::task::JoinHandle<()>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 #[derive(Clone)]
@@ -617,23 +639,42 @@ impl FlakyWorker {
         fleet: &Fleet<B>,
         healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> FlakyWorker {
+        let w = FlakyWorker::serve(healthy).await;
+        let () = fleet.redis.cmd(&["RPUSH", SERVICES, &w.addr]).await;
+        w
+    }
+
+    /// Serves the ping without listing itself: the test lists it.
+    pub async fn serve(healthy: std::sync::Arc<std::sync::atomic::AtomicBool>) -> FlakyWorker {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let service =
             distributor::proto::grpc_pinger_server::GrpcPingerServer::new(Flaky(healthy.clone()));
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(service)
-                .serve_with_incoming(incoming)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
                 .await;
         });
-        let () = fleet.redis.cmd(&["RPUSH", SERVICES, &addr]).await;
         FlakyWorker {
             addr,
             healthy,
             server,
+            stop: Some(stop),
         }
+    }
+
+    /// Like a process that exits: the listener and every connection close,
+    /// so the next ping is refused.
+    pub async fn kill(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.server).await;
     }
 
     pub fn set_healthy(&self, healthy: bool) {

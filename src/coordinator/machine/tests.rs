@@ -51,6 +51,7 @@ fn summary(epoch: u64, outcome: CycleOutcome) -> CycleSummary {
         outcome,
         generation_floor: 0,
         own_suspicions: false,
+        next_release: None,
     }
 }
 
@@ -423,8 +424,11 @@ enum Op {
     AnswerAcquire(u8),
     /// The renewal in flight answers: renewed, lost, or an error.
     AnswerRenew(u8),
-    /// The cycle in flight ends with this outcome (and maybe a mass failure).
-    FinishCycle(u8, bool),
+    /// The cycle in flight ends with this outcome (and maybe a mass failure,
+    /// and maybe a handoff wait ending that many ms later).
+    FinishCycle(u8, bool, Option<u64>),
+    /// A member acknowledged (`{T}:acked`).
+    Hint,
     FinishRelease,
     Notice(Option<u64>),
     Generation(u64),
@@ -437,7 +441,9 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0u64..1200).prop_map(Op::Advance),
         2 => (0u8..3).prop_map(Op::AnswerAcquire),
         2 => (0u8..3).prop_map(Op::AnswerRenew),
-        2 => (0u8..6, any::<bool>()).prop_map(|(o, m)| Op::FinishCycle(o, m)),
+        2 => (0u8..6, any::<bool>(), proptest::option::of(0u64..1500))
+            .prop_map(|(o, m, r)| Op::FinishCycle(o, m, r)),
+        1 => Just(Op::Hint),
         1 => Just(Op::FinishRelease),
         1 => proptest::option::of(0u64..20).prop_map(Op::Notice),
         1 => (0u64..100).prop_map(Op::Generation),
@@ -598,7 +604,7 @@ fn drive(ops: Vec<Op>) {
                 };
                 feed(&mut m, &mut f, Event::Renewed { sent_at, result }, now);
             }
-            Op::FinishCycle(k, mass) if f.cycle.is_some() => {
+            Op::FinishCycle(k, mass, release) if f.cycle.is_some() => {
                 let (epoch, _) = f.cycle.take().unwrap();
                 let outcome = match k {
                     0 => CycleOutcome::Skipped,
@@ -613,10 +619,12 @@ fn drive(ops: Vec<Op>) {
                     outcome,
                     generation_floor: 0,
                     own_suspicions: mass,
+                    next_release: release.map(|r| now + ms(r)),
                 });
                 feed(&mut m, &mut f, ev, now);
             }
             Op::FinishRelease if f.release > 0 => feed(&mut m, &mut f, Event::ReleaseDone, now),
+            Op::Hint => feed(&mut m, &mut f, Event::HandoffHint, now),
             Op::Notice(e) => feed(&mut m, &mut f, Event::ReleaseNotice { epoch: e }, now),
             Op::Generation(g) => feed(&mut m, &mut f, Event::Generation(g), now),
             Op::Census(n) => {

@@ -5,6 +5,7 @@
 //! members.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -365,6 +366,21 @@ fn several_groups_hand_off_independently() {
         BTreeSet::from(["x".to_string(), "z".to_string()])
     );
     assert_eq!(p.transit["g2"]["u"].to.as_deref(), Some("x"));
+}
+
+#[test]
+fn a_vanished_table_is_planned_from_the_one_written_last() {
+    let last = Arc::new(table(&[("a", "u"), ("b", "v")]));
+    // Gone (a data loss, a DEL): what was granted stays the truth.
+    let (from, t) = starting_point(Some(&last), MatchingTable::default());
+    assert_eq!((from, &*t), (StartingPoint::LastWritten, &*last));
+    // Edited, or another holder's: what Redis has.
+    let edited = table(&[("a", "u,v")]);
+    let (from, t) = starting_point(Some(&last), edited.clone());
+    assert_eq!((from, &*t), (StartingPoint::Stored, &edited));
+    // A new holding: what Redis has, even empty.
+    let (from, t) = starting_point(None, MatchingTable::default());
+    assert_eq!((from, t.is_empty()), (StartingPoint::Stored, true));
 }
 
 #[test]

@@ -17,7 +17,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use crate::config::Keepalive;
 use crate::core::inputs::check_member_addr;
 use crate::proto::grpc_pinger_client::GrpcPingerClient;
 
@@ -28,7 +27,10 @@ pub enum PingFailure {
     Malformed(&'static str),
     /// No answer within the ping timeout (a hung or overloaded member).
     Timeout,
-    /// Connection refused, reset, or otherwise unavailable.
+    /// Connection refused: nothing listens at the address, so the member's
+    /// process is gone (a handoff from it needs no wait).
+    Refused(String),
+    /// Connection reset, unreachable, or otherwise unavailable.
     Unavailable(String),
     /// The TLS handshake failed: wrong or missing certificate on either side.
     Tls(String),
@@ -42,6 +44,7 @@ impl PingFailure {
         match self {
             PingFailure::Malformed(_) => "malformed",
             PingFailure::Timeout => "timeout",
+            PingFailure::Refused(_) => "refused",
             PingFailure::Unavailable(_) => "unavailable",
             PingFailure::Tls(_) => "tls",
             PingFailure::Status(..) => "status",
@@ -54,11 +57,21 @@ impl std::fmt::Display for PingFailure {
         match self {
             PingFailure::Malformed(why) => write!(f, "malformed address: {why}"),
             PingFailure::Timeout => write!(f, "no answer within the ping timeout"),
+            PingFailure::Refused(why) => write!(f, "connection refused: {why}"),
             PingFailure::Unavailable(why) => write!(f, "unavailable: {why}"),
             PingFailure::Tls(why) => write!(f, "TLS handshake failed: {why}"),
             PingFailure::Status(code, msg) => write!(f, "answered {code:?}: {msg}"),
         }
     }
+}
+
+/// HTTP/2 keepalive of the pinger's channels (`-ka-time`, `-ka-timeout`,
+/// `-ka-permit-without-stream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub while_idle: bool,
 }
 
 /// The longest a first contact with a member (connection, TLS, ping) may take,
@@ -71,6 +84,9 @@ pub struct PingReport {
     pub member: String,
     /// Round-trip time on success.
     pub result: Result<Duration, PingFailure>,
+    /// When the answer (or the failure) came: a member that answered was
+    /// alive at some instant before this one (the handoff counts from it).
+    pub at: Instant,
 }
 
 /// Pings in flight, as they complete.
@@ -207,7 +223,11 @@ impl Pinger {
                 let handle = tokio::spawn(
                     async move {
                         let result = pinger.ping(&member).await;
-                        PingReport { member, result }
+                        PingReport {
+                            member,
+                            result,
+                            at: Instant::now(),
+                        }
                     }
                     .in_current_span(),
                 );
@@ -230,12 +250,18 @@ fn classify(status: tonic::Status) -> PingFailure {
         tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => PingFailure::Timeout,
         tonic::Code::Unavailable | tonic::Code::Unknown if is_transport(&status) => {
             let mut why = status.message().to_string();
+            let mut refused = false;
             let mut source = std::error::Error::source(&status);
             while let Some(s) = source {
                 why = s.to_string();
+                refused |= s
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
                 source = s.source();
             }
-            if why.contains("timed out") {
+            if refused {
+                PingFailure::Refused(why)
+            } else if why.contains("timed out") {
                 PingFailure::Timeout
             } else if is_tls_failure(&why) {
                 PingFailure::Tls(why)
@@ -273,6 +299,7 @@ mod tests {
         let ok = PingReport {
             member: "b:1".into(),
             result: Ok(Duration::from_millis(1)),
+            at: Instant::now(),
         };
         set.push(PingTask::new("b:1".into(), tokio::spawn(async move { ok })));
         let mut done: Vec<(String, bool)> = Vec::new();
@@ -281,5 +308,28 @@ mod tests {
         }
         done.sort();
         assert_eq!(done, [("a:1".into(), false), ("b:1".into(), true)]);
+    }
+
+    /// Refused (nothing listens: the process is gone) is told apart from a
+    /// member that does not answer: only the first lets its units move at once.
+    #[tokio::test]
+    async fn a_closed_port_is_refused_and_a_silent_one_times_out() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let closed_addr = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        // Accepts connections, never answers.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent_addr = silent.local_addr().unwrap().to_string();
+        let _keep = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = silent.accept().await {
+                held.push(s);
+            }
+        });
+        let pinger = Pinger::new(Duration::from_millis(300), None);
+        let r = pinger.ping(&closed_addr).await;
+        assert!(matches!(r, Err(PingFailure::Refused(_))), "{r:?}");
+        let r = pinger.ping(&silent_addr).await;
+        assert!(matches!(r, Err(PingFailure::Timeout)), "{r:?}");
     }
 }

@@ -122,10 +122,12 @@ impl Store {
             .partition(|(list, _)| !cluster || crate::core::keys::slot(list) == table_slot);
         let mut removed = Vec::new();
         if !near.is_empty() {
-            removed.extend(self.forget_fenced(grant, &near).await?);
+            removed.extend(self.forget_fenced(grant, &near, true).await?);
         }
-        for (list, entry) in far {
-            if self.forget_fenced(grant, &[]).await.is_ok() {
+        for pair @ (list, entry) in far {
+            // The fencing check (and the report's removal) in the table's
+            // slot, then the list's own LREM.
+            if self.forget_fenced(grant, &[pair], false).await.is_ok() {
                 let n = self.remove_all_bytes(list, entry).await?;
                 if n > 0 {
                     removed.push((list.clone(), entry.clone()));
@@ -135,24 +137,31 @@ impl Store {
         Ok(removed)
     }
 
-    /// One `forget.lua` call over `pairs` (all in the table's slot); with no
-    /// pairs, only the fencing check.
+    /// One `forget.lua` call over `pairs`: fenced, it removes their reports
+    /// and, with `lists_here` (the lists in the table's slot), their list entries.
     async fn forget_fenced(
         &self,
         grant: &LeaseGrant,
         pairs: &[&(String, Vec<u8>)],
+        lists_here: bool,
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let mut lists: Vec<&str> = pairs.iter().map(|(l, _)| l.as_str()).collect();
+        let mut lists: Vec<&str> = if lists_here {
+            pairs.iter().map(|(l, _)| l.as_str()).collect()
+        } else {
+            Vec::new()
+        };
         lists.sort();
         lists.dedup();
         let mut inv = self.scripts.forget.prepare_invoke();
-        inv.key(&self.keys.lease).key(&self.keys.epoch);
+        inv.key(&self.keys.lease)
+            .key(&self.keys.epoch)
+            .key(&self.keys.members);
         for l in &lists {
             inv.key(*l);
         }
         inv.arg(&grant.token).arg(grant.epoch);
         for (list, entry) in pairs {
-            let n = lists.binary_search(&list.as_str()).expect("listed") + 1;
+            let n = lists.binary_search(&list.as_str()).map_or(0, |i| i + 1);
             inv.arg(n).arg(entry.as_slice());
         }
         let mut conn = self.conn();

@@ -49,7 +49,7 @@ pub mod scripts;
 mod table;
 
 use conn::{Conn, Dialer, Links};
-use reply::{bytes_list, int, redis_err, reply_err, text};
+use reply::{bytes_list, int, redis_err, reply_err, text, text_pairs};
 pub use scripts::MAX_COUNT;
 use scripts::{Scripts, checked, stored_count};
 
@@ -138,13 +138,23 @@ pub struct ListLimits {
 }
 
 /// What a holder reads at the start of a cycle.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub struct Snapshot {
     pub raw: RawInputs,
     /// Digest of the stored table, as its writer recorded it.
     pub stored_digest: Option<String>,
     pub stored_generation: u64,
+    /// The stored table, when this read had to verify it (after a write, an
+    /// edit or a reconnect): what is granted now, whatever wrote it.
+    pub stored_table: Option<MatchingTable>,
+    /// The members' own reports (`{T}:members`), undecoded.
+    pub reports: Reports,
 }
+
+/// Members' reports as read: `member → value`, undecoded (lossy UTF-8), or
+/// why the hash could not be read at all (a key of the wrong type). Written
+/// by members, so never trusted: the cycle decodes and reports bad entries.
+pub type Reports = Result<Vec<(String, String)>, StoreError>;
 
 /// What a holder writes at the end of a cycle.
 #[derive(Debug, Clone)]
@@ -154,6 +164,9 @@ pub struct Commit<'a> {
     pub health: &'a HealthChanges,
     /// Mass-failure suspects to record or clear (`{T}:suspects`).
     pub suspects: &'a SuspectChanges,
+    /// Units in transit, replacing `{T}:transit` whole (`None`: unchanged).
+    /// A value whose `revoked_at` is `0` gets this write's generation.
+    pub transit: Option<&'a [(String, String)]>,
     pub generation_floor: u64,
     pub holder_id: &'a str,
     pub now_ms: u64,
@@ -167,6 +180,8 @@ pub struct Inheritance {
     pub suspects: std::collections::BTreeMap<String, Suspect>,
     pub unreadable_suspects: Vec<(String, String)>,
     pub generation: u64,
+    /// `{T}:transit`, undecoded: units a handoff is moving.
+    pub transit: Vec<(String, String)>,
 }
 
 /// The outcome of a fenced write.

@@ -51,3 +51,19 @@ pub(super) fn bytes_list(v: Value) -> Vec<Vec<u8>> {
         _ => Vec::new(),
     }
 }
+
+/// The fields and values of a hash reply (`HGETALL`, RESP2 or RESP3), as
+/// text (lossy for bytes that are not UTF-8); `None` for any other shape.
+pub(super) fn text_pairs(v: Value) -> Option<Vec<(String, String)>> {
+    let lossy = |v: &Value| text(v).unwrap_or_default();
+    match v {
+        Value::Array(items) if items.len() % 2 == 0 => Some(
+            items
+                .chunks(2)
+                .map(|p| (lossy(&p[0]), lossy(&p[1])))
+                .collect(),
+        ),
+        Value::Map(pairs) => Some(pairs.iter().map(|(k, v)| (lossy(k), lossy(v))).collect()),
+        _ => None,
+    }
+}

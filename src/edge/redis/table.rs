@@ -20,8 +20,8 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{
-    BULK_TIMEOUT, Commit, Committed, Inheritance, LeaseGrant, ListLimits, Snapshot, Store,
-    bytes_list, checked, int, reply_err, stored_count, text,
+    BULK_TIMEOUT, Commit, Committed, Inheritance, LeaseGrant, ListLimits, Reports, Snapshot, Store,
+    bytes_list, checked, int, reply_err, stored_count, text, text_pairs,
 };
 use crate::core::inputs::RawInputs;
 use crate::core::status::Overview;
@@ -70,9 +70,10 @@ impl Store {
             })
             .collect();
         let content_check = guard.unsupported();
-        let (replies, state) = tokio::join!(
+        let (replies, state, reports) = tokio::join!(
             self.pipelined(self.bulk(), "read lists", BULK_TIMEOUT, cmds),
-            self.table_state(content_check)
+            self.table_state(content_check),
+            self.read_reports()
         );
         let replies = match replies {
             Ok(r) => r,
@@ -100,6 +101,7 @@ impl Store {
         }
         let units = lists.pop().expect("the units list").1;
 
+        let mut stored_table = None;
         let stored_digest = match (known, meta_digest) {
             (_, None) => None,
             (Some(known), Some(meta)) if known == meta => Some(meta),
@@ -108,7 +110,9 @@ impl Store {
                 // Unknown since the last check (a write, an edit, a reconnect):
                 // verify the content once; the guard is armed from here on.
                 let stored = self.read_table().await?;
-                if stored.digest() == meta {
+                let intact = stored.digest() == meta;
+                stored_table = Some(stored);
+                if intact {
                     guard.verified(meta.clone());
                     Some(meta)
                 } else {
@@ -124,7 +128,64 @@ impl Store {
             },
             stored_digest,
             stored_generation,
+            stored_table,
+            reports,
         })
+    }
+
+    /// The stored table's digest, when it is known intact (the table guard
+    /// says nobody touched it since it was verified, or Redis checked its
+    /// content), and its generation: a handoff cycle's only table read.
+    ///
+    /// Unknown since the last check (after any write, this holder's too), the
+    /// table is read and verified once, as a full cycle does, and returned.
+    pub async fn read_table_state(
+        &self,
+    ) -> Result<(Option<String>, u64, Option<MatchingTable>), StoreError> {
+        let mut guard = self.guard.lock().await;
+        let content_check = guard.unsupported();
+        let (known, state) = tokio::join!(guard.probe(), self.table_state(content_check));
+        let (meta, generation) = state?;
+        Ok(match (known, meta) {
+            (_, None) => (None, generation, None),
+            (Some(known), Some(meta)) if known == meta => (Some(meta), generation, None),
+            (_, Some(meta)) if content_check => (Some(meta), generation, None),
+            (_, Some(meta)) => {
+                let stored = self.read_table().await?;
+                if stored.digest() == meta {
+                    guard.verified(meta.clone());
+                    (Some(meta), generation, Some(stored))
+                } else {
+                    (None, generation, Some(stored))
+                }
+            }
+        })
+    }
+
+    /// The members' reports (`{T}:members`), for the handoff. Never fails the
+    /// cycle: a hash of the wrong type (members can write it) is an error of
+    /// its own, and the holder then treats every member as one that does not
+    /// acknowledge.
+    pub async fn read_reports(&self) -> Reports {
+        let key = self.keys.members.clone();
+        let cmd = redis::cmd("HGETALL").arg(&key).to_owned();
+        let replies = self
+            .pipelined_lenient(
+                self.bulk(),
+                "read member reports",
+                self.op_timeout,
+                vec![(key.clone(), cmd)],
+            )
+            .await?;
+        match replies.into_iter().next() {
+            Some(Value::ServerError(e)) if e.code() == "WRONGTYPE" => Err(self
+                .find_wrong_type(&[&key], "hash")
+                .await
+                .unwrap_or_else(|| reply_err("read member reports", &Value::ServerError(e)))),
+            Some(v @ Value::ServerError(_)) => Err(reply_err("read member reports", &v)),
+            Some(v) => text_pairs(v.clone()).ok_or_else(|| reply_err("read member reports", &v)),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// `LLEN` and `MEMORY USAGE` of every list, refusing any over a limit.
@@ -250,7 +311,8 @@ impl Store {
             .key(&self.keys.epoch)
             .key(&self.keys.lease)
             .key(&self.keys.liveness)
-            .key(&self.keys.suspects);
+            .key(&self.keys.suspects)
+            .key(&self.keys.transit);
         let digest = c.table.map(MatchingTable::digest).unwrap_or_default();
         let rows = c.table.map_or(0, MatchingTable::len);
         inv.arg(&grant.token)
@@ -265,7 +327,9 @@ impl Store {
             .arg(c.health.set.len())
             .arg(c.health.removed.len())
             .arg(c.suspects.set.len())
-            .arg(c.suspects.removed.len());
+            .arg(c.suspects.removed.len())
+            .arg(if c.transit.is_some() { "1" } else { "0" })
+            .arg(c.transit.map_or(0, <[_]>::len));
         if let Some(t) = c.table {
             for (member, units) in t.rows() {
                 inv.arg(member).arg(units);
@@ -283,12 +347,23 @@ impl Store {
         for member in &c.suspects.removed {
             inv.arg(member);
         }
+        for (field, value) in c.transit.unwrap_or_default() {
+            inv.arg(field).arg(value);
+        }
         // A big table takes longer to transfer and apply than a renewal: the
         // budget grows with rows and with bytes (measured: 10,000 rows of a
         // million units apply in about 50 ms; allow 20 MB/s on a loaded host).
-        let bytes: usize = c
-            .table
-            .map_or(0, |t| t.rows().iter().map(|(m, v)| m.len() + v.len()).sum());
+        let bytes: usize = c.table.map_or(0, |t| {
+            t.rows()
+                .iter()
+                .map(|(m, v)| m.len() + v.len())
+                .sum::<usize>()
+        }) + c
+            .transit
+            .unwrap_or_default()
+            .iter()
+            .map(|(f, v)| f.len() + v.len() + 200)
+            .sum::<usize>();
         let timeout = self.op_timeout
             + Duration::from_millis((rows as u64) / 10)
             + Duration::from_millis((bytes as u64) / 20_000);
@@ -415,21 +490,29 @@ impl Store {
         let mut pipe = redis::pipe();
         pipe.cmd("HGETALL").arg(&self.keys.liveness);
         pipe.cmd("HGETALL").arg(&self.keys.suspects);
-        let mut conn = self.conn();
-        let (liveness, suspects): (HashMap<String, String>, HashMap<String, String>) = match self
-            .bounded(
-                "read liveness",
-                self.op_timeout,
-                pipe.query_async(&mut conn),
-            )
+        pipe.cmd("HGETALL").arg(&self.keys.transit);
+        // Transit can be large (a mass move): not on the lease connection.
+        let mut conn = self.bulk();
+        let (liveness, suspects, transit): (
+            HashMap<String, String>,
+            HashMap<String, String>,
+            Value,
+        ) = match self
+            .bounded("read liveness", BULK_TIMEOUT, pipe.query_async(&mut conn))
             .await
         {
             Ok(r) => r,
             Err(e) => {
-                let keys = [self.keys.liveness.as_str(), self.keys.suspects.as_str()];
+                let keys = [
+                    self.keys.liveness.as_str(),
+                    self.keys.suspects.as_str(),
+                    self.keys.transit.as_str(),
+                ];
                 return Err(self.classify(e, &keys, "hash").await);
             }
         };
+        let transit =
+            text_pairs(transit.clone()).ok_or_else(|| reply_err("read transit", &transit))?;
         let generation = self.read_generation().await?;
         let mut bad = Vec::new();
         let suspects = suspects
@@ -447,6 +530,7 @@ impl Store {
             suspects,
             unreadable_suspects: bad,
             generation,
+            transit,
         })
     }
 
@@ -471,6 +555,8 @@ impl Store {
             on("HGETALL", &k.replicas),
             on("HGETALL", &k.liveness),
             on("HGETALL", &k.table),
+            on("HGETALL", &k.members),
+            on("HGETALL", &k.transit),
             range(units_key),
         ];
         cmds.extend(services.iter().map(|key| range(key)));
@@ -505,6 +591,12 @@ impl Store {
         let replicas = map(next());
         let liveness = map(next());
         let table = map(next());
+        // Members write their reports: read leniently (lossy), never fail.
+        let lenient = |v: Value| -> std::collections::BTreeMap<String, String> {
+            text_pairs(v).into_iter().flatten().collect()
+        };
+        let reports = lenient(next());
+        let transit = lenient(next());
         let units = bytes_list(next());
         let groups = services
             .iter()
@@ -519,6 +611,8 @@ impl Store {
             table,
             units,
             groups,
+            reports,
+            transit,
         })
     }
 }

@@ -1,11 +1,14 @@
 -- The only writer of the matching table: a fenced, atomic replace.
--- KEYS: table, meta, epoch, lease, liveness, suspects
+-- KEYS: table, meta, epoch, lease, liveness, suspects, transit
 -- ARGV: token, epoch, generation_floor, digest, now_ms, holder_id, channel,
 --       write_table (0|1), n_rows, n_health_set, n_health_del,
---       n_suspect_set, n_suspect_del,
+--       n_suspect_set, n_suspect_del, write_transit (0|1), n_transit,
 --       then n_rows (member, units) pairs, n_health_set (member, state) pairs,
---       n_health_del member names, n_suspect_set (member, suspicion) pairs and
---       n_suspect_del member names.
+--       n_health_del member names, n_suspect_set (member, suspicion) pairs,
+--       n_suspect_del member names and n_transit (field, value) pairs.
+-- With write_transit, the transit hash is replaced whole; a value that
+-- starts with "0 " (a revocation this write makes) gets the new generation
+-- instead of the 0, so revocations are numbered by the write that makes them.
 -- Returns {1, generation} (generation -1 when only liveness was written),
 -- {0, reason} when the caller no longer holds the lease (Redis itself rejects
 -- a stale holder's write), or {-2, key, field, value, expected} when a stored
@@ -25,13 +28,15 @@ if not argv_floor then return invalid('ARGV', 'generation_floor', ARGV[3], COUNT
 if not count(ARGV[5]) then return invalid('ARGV', 'now_ms', ARGV[5], COUNT) end
 local n_rows, n_set, n_del = count(ARGV[9]), count(ARGV[10]), count(ARGV[11])
 local n_sus, n_unsus = count(ARGV[12]), count(ARGV[13])
-if not (n_rows and n_set and n_del and n_sus and n_unsus)
-  or #ARGV ~= 13 + 2 * n_rows + 2 * n_set + n_del + 2 * n_sus + n_unsus then
+local n_transit = count(ARGV[15])
+if not (n_rows and n_set and n_del and n_sus and n_unsus and n_transit)
+  or #ARGV ~= 15 + 2 * n_rows + 2 * n_set + n_del + 2 * n_sus + n_unsus + 2 * n_transit then
   return invalid('ARGV', 'counts', table.concat({ARGV[9] or '', ARGV[10] or '', ARGV[11] or '',
-    ARGV[12] or '', ARGV[13] or ''}, ' ') .. ' for ' .. #ARGV .. ' arguments',
+    ARGV[12] or '', ARGV[13] or '', ARGV[15] or ''}, ' ') .. ' for ' .. #ARGV .. ' arguments',
     'counts that match the arguments')
 end
 local write_table = ARGV[8] == '1'
+local write_transit = ARGV[14] == '1'
 
 -- The metadata and liveness hashes are ours and derived: a wrong type (an
 -- operator's mistake) is reset below. The table itself is deleted before it
@@ -58,6 +63,24 @@ if write_table then
 end
 local liveness_type = type_of(KEYS[5])
 local suspects_type = type_of(KEYS[6])
+local transit_type = type_of(KEYS[7])
+
+local rows_at = 16
+local set_at = rows_at + 2 * n_rows
+local del_at = set_at + 2 * n_set
+local sus_at = del_at + n_del
+local unsus_at = sus_at + 2 * n_sus
+local transit_at = unsus_at + n_unsus
+
+-- A revocation (a transit value starting with "0 ") is numbered by the
+-- table write that makes it: none without one.
+if write_transit then
+  for i = transit_at + 1, transit_at + 2 * n_transit - 1, 2 do
+    if string.sub(ARGV[i], 1, 2) == '0 ' and not write_table then
+      return invalid('ARGV', ARGV[i - 1], ARGV[i], 'a revocation written with the table')
+    end
+  end
+end
 
 -- Writes from here on; none of them can fail.
 if meta_type ~= 'hash' and meta_type ~= 'none' then
@@ -68,6 +91,9 @@ if liveness_type ~= 'hash' and liveness_type ~= 'none' then
 end
 if suspects_type ~= 'hash' and suspects_type ~= 'none' then
   redis.call('DEL', KEYS[6])
+end
+if write_transit and transit_type ~= 'none' then
+  redis.call('DEL', KEYS[7])
 end
 
 -- HSET/HDEL in chunks: Lua's unpack() is limited to a few thousand values.
@@ -81,12 +107,6 @@ local function apply(cmd, key, first, last)
   end
 end
 
-local rows_at = 14
-local set_at = rows_at + 2 * n_rows
-local del_at = set_at + 2 * n_set
-local sus_at = del_at + n_del
-local unsus_at = sus_at + 2 * n_sus
-
 if write_table then
   redis.call('DEL', KEYS[1])
   apply('HSET', KEYS[1], rows_at, set_at - 1)
@@ -97,6 +117,16 @@ apply('HSET', KEYS[5], set_at, del_at - 1)
 apply('HDEL', KEYS[5], del_at, sus_at - 1)
 apply('HSET', KEYS[6], sus_at, unsus_at - 1)
 apply('HDEL', KEYS[6], unsus_at, unsus_at + n_unsus - 1)
+if write_transit then
+  local gen = tostring(generation)
+  for i = transit_at, transit_at + 2 * n_transit - 1, 2 do
+    local v = ARGV[i + 1]
+    if string.sub(v, 1, 2) == '0 ' then
+      v = gen .. string.sub(v, 2)
+    end
+    redis.call('HSET', KEYS[7], ARGV[i], v)
+  end
+end
 if write_table then
   redis.call('PUBLISH', ARGV[7], generation)
 end

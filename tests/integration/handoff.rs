@@ -1,0 +1,547 @@
+//! The holder's side of the safe handoff, against a real Redis and real gRPC
+//! pings. The members here are plain ping servers ([`FlakyWorker`]); the test
+//! plays their protocol part by hand (reports in `{T}:members`, `PUBLISH
+//! {T}:acked`), so that every step of a move can be observed and held.
+//! (The `Member` library's side is tested in `member_handoff.rs`.)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use distributor::core::handoff::{MemberReport, Transit, parse_transit_field};
+use distributor::core::table::decode_row;
+use tokio::time::Instant;
+
+use crate::support::*;
+
+/// A long deadline: moves of these members wait for their acknowledgement,
+/// never for time.
+const PATIENT: Duration = Duration::from_secs(120);
+
+async fn report(fleet: &Fleet, member: &str, applied: u64, draining: bool, deadline: Duration) {
+    let r = MemberReport {
+        applied,
+        draining,
+        deadline,
+        weight: 1,
+    };
+    let k = keys();
+    let _: i64 = fleet
+        .redis
+        .cmd(&["HSET", &k.members, member, &r.encode()])
+        .await;
+    let _: i64 = fleet
+        .redis
+        .cmd(&["PUBLISH", &k.acked_channel, member])
+        .await;
+}
+
+/// `{T}:transit` as (unit → entry).
+async fn transit(fleet: &Fleet) -> BTreeMap<String, Transit> {
+    let raw: BTreeMap<String, String> = fleet.redis.cmd(&["HGETALL", &keys().transit]).await;
+    raw.iter()
+        .map(|(f, v)| {
+            let (_, unit) = parse_transit_field(f).expect("a transit field");
+            (
+                unit.to_string(),
+                Transit::decode(v, std::time::Instant::now().into()).expect("a transit value"),
+            )
+        })
+        .collect()
+}
+
+/// Table, transit and generation read together (one MULTI), checked: no unit
+/// in two rows, none in a row and in transit, and rows plus transit hold
+/// every unit exactly once.
+async fn snapshot(
+    fleet: &Fleet,
+    units: &[String],
+) -> (BTreeMap<String, String>, BTreeMap<String, Transit>, u64) {
+    let k = keys();
+    let (rows, raw, g): (
+        BTreeMap<String, String>,
+        BTreeMap<String, String>,
+        Option<u64>,
+    ) = fleet
+        .redis
+        .multi(&[
+            &["HGETALL", &k.table],
+            &["HGETALL", &k.transit],
+            &["HGET", &k.meta, "generation"],
+        ])
+        .await;
+    let transit: BTreeMap<String, Transit> = raw
+        .iter()
+        .map(|(f, v)| {
+            let (_, unit) = parse_transit_field(f).unwrap();
+            (
+                unit.to_string(),
+                Transit::decode(v, Instant::now()).unwrap(),
+            )
+        })
+        .collect();
+    let mut seen = BTreeSet::new();
+    for (m, row) in &rows {
+        for u in decode_row(row) {
+            assert!(seen.insert(u.to_string()), "unit {u} in two rows ({m})");
+            assert!(
+                !transit.contains_key(u),
+                "unit {u} in {m}'s row and in transit"
+            );
+        }
+    }
+    let all: BTreeSet<String> = seen.into_iter().chain(transit.keys().cloned()).collect();
+    let want: BTreeSet<String> = units.iter().cloned().collect();
+    assert_eq!(all, want, "rows and transit hold every unit once");
+    (rows, transit, g.unwrap_or(0))
+}
+
+/// Two workers that acknowledge, converged; returns them and the generation.
+async fn two_acking(
+    units: &[String],
+    tune: impl FnOnce(&mut Fleet),
+) -> (Fleet, Vec<FlakyWorker>, u64) {
+    let mut fleet = Fleet::new(RedisServer::start());
+    tune(&mut fleet);
+    fleet.set_units(units).await;
+    let workers = vec![
+        FlakyWorker::start(&fleet).await,
+        FlakyWorker::start(&fleet).await,
+    ];
+    for w in &workers {
+        report(&fleet, &w.addr, 0, false, PATIENT).await;
+    }
+    fleet.add_replica();
+    let ids: Vec<String> = workers.iter().map(|w| w.addr.clone()).collect();
+    fleet
+        .wait_for_table_with(units, &ids, Duration::from_secs(10))
+        .await;
+    let g = fleet.generation().await;
+    (fleet, workers, g)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_is_revoked_first_and_granted_after_the_acknowledgement() {
+    let units = units(24);
+    let (fleet, mut workers, _) = two_acking(&units, |_| {}).await;
+    // A third worker joins: the ring moves some units to it.
+    let w2 = FlakyWorker::start(&fleet).await;
+    report(&fleet, &w2.addr, 0, false, PATIENT).await;
+    wait_for("the revocation", Duration::from_secs(10), || async {
+        let (rows, t, _) = snapshot(&fleet, &units).await;
+        !t.is_empty() && rows.get(&w2.addr).is_some_and(|r| r.is_empty())
+    })
+    .await;
+    let (_, moving, g) = snapshot(&fleet, &units).await;
+    let revoked_at = moving.values().map(|t| t.revoked_at).max().unwrap();
+    let (a, b) = (workers[0].addr.clone(), workers[1].addr.clone());
+    let ids = vec![a.clone(), b.clone(), w2.addr.clone()];
+    for (u, t) in &moving {
+        assert!(
+            t.to.as_ref().is_some_and(|to| ids.contains(to)),
+            "{u}: {t:?}"
+        );
+        assert!(t.revoked_at > 0 && t.revoked_at <= g, "{u}: {t:?}");
+    }
+    // Without acknowledgements nothing is granted, however long it takes
+    // (observed for a second: ten poll intervals).
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        let (rows, t, _) = snapshot(&fleet, &units).await;
+        assert_eq!(t.len(), moving.len(), "granted without an acknowledgement");
+        assert_eq!(rows.get(&w2.addr).map(String::as_str), Some(""));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // One of the two acknowledges: only the units it held move on.
+    let from_a: BTreeSet<&String> = moving
+        .iter()
+        .filter(|(_, t)| t.from.contains(&a))
+        .map(|(u, _)| u)
+        .collect();
+    assert!(!from_a.is_empty(), "{moving:?}");
+    let acked = Instant::now();
+    report(&fleet, &a, revoked_at, false, PATIENT).await;
+    wait_for("a's units granted", Duration::from_secs(5), || async {
+        let (_, t, _) = snapshot(&fleet, &units).await;
+        from_a.iter().all(|u| !t.contains_key(*u))
+    })
+    .await;
+    eprintln!("acknowledgement to grant: {:?}", acked.elapsed());
+    let (rows, t, _) = snapshot(&fleet, &units).await;
+    assert!(t.values().all(|t| t.from.contains(&b)), "{t:?}");
+    for u in &from_a {
+        let to = moving[*u].to.as_ref().unwrap();
+        assert!(
+            decode_row(&rows[to]).contains(&u.as_str()),
+            "{u} not granted to {to}"
+        );
+    }
+    report(&fleet, &b, revoked_at, false, PATIENT).await;
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(5))
+        .await;
+    assert!(transit(&fleet).await.is_empty());
+    workers.push(w2);
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_does_not_acknowledge_gets_the_handoff_delay() {
+    const DELAY: Duration = Duration::from_millis(1500);
+    let units = units(24);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.handoff_delay = DELAY;
+    fleet.set_units(&units).await;
+    // Old workers: no reports.
+    let workers = [
+        FlakyWorker::start(&fleet).await,
+        FlakyWorker::start(&fleet).await,
+    ];
+    fleet.add_replica();
+    let ids: Vec<String> = workers.iter().map(|w| w.addr.clone()).collect();
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(10))
+        .await;
+    let w2 = FlakyWorker::start(&fleet).await;
+    wait_for("the revocation", Duration::from_secs(10), || async {
+        !snapshot(&fleet, &units).await.1.is_empty()
+    })
+    .await;
+    let seen = Instant::now();
+    let mut ids = ids;
+    ids.push(w2.addr.clone());
+    loop {
+        let (_, t, _) = snapshot(&fleet, &units).await;
+        if t.is_empty() {
+            break;
+        }
+        assert!(seen.elapsed() < DELAY * 4, "never granted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Seen in transit after the revoking write returned to the holder, so
+    // at most a write's latency early.
+    assert!(
+        seen.elapsed() >= DELAY - Duration::from_millis(100),
+        "granted {:?} after the revocation, before the {DELAY:?} handoff delay",
+        seen.elapsed()
+    );
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(5))
+        .await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_worker_hands_off_at_once() {
+    let units = units(24);
+    let (fleet, mut workers, _) = two_acking(&units, |_| {}).await;
+    // Its process is gone: nothing listens. No acknowledgement can come and
+    // none is needed (its deadline is two minutes).
+    workers[1].kill().await;
+    let survivor = vec![workers[0].addr.clone()];
+    fleet
+        .wait_for_table_with(&units, &survivor, Duration::from_secs(5))
+        .await;
+    assert!(transit(&fleet).await.is_empty());
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_worker_is_released_by_its_deadline() {
+    let units = units(12);
+    let (fleet, workers, _) = two_acking(&units, |_| {}).await;
+    // A short deadline for worker 1, then it hangs (pings fail, not refused).
+    let deadline = Duration::from_millis(800);
+    report(
+        &fleet,
+        &workers[1].addr,
+        fleet.generation().await,
+        false,
+        deadline,
+    )
+    .await;
+    let hung = Instant::now();
+    workers[1].set_healthy(false);
+    wait_for("the revocation", Duration::from_secs(5), || async {
+        !snapshot(&fleet, &units).await.1.is_empty()
+    })
+    .await;
+    let survivor = vec![workers[0].addr.clone()];
+    fleet
+        .wait_for_table_with(&units, &survivor, Duration::from_secs(10))
+        .await;
+    // Its last answer came before it hung: the release comes no earlier than
+    // its deadline (with drift margin) after that answer.
+    assert!(
+        hung.elapsed() >= deadline,
+        "released {:?} after the hang, before its {deadline:?} deadline",
+        hung.elapsed()
+    );
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_holder_continues_a_handoff_and_never_restarts_it() {
+    let units = units(24);
+    let (mut fleet, workers, _) = two_acking(&units, |f| {
+        f.add_replica();
+    })
+    .await;
+    let w2 = FlakyWorker::start(&fleet).await;
+    report(&fleet, &w2.addr, 0, false, PATIENT).await;
+    wait_for("the revocation", Duration::from_secs(10), || async {
+        !snapshot(&fleet, &units).await.1.is_empty()
+    })
+    .await;
+    let (_, before, _) = snapshot(&fleet, &units).await;
+    // The holder goes; the other replica takes over mid-handoff.
+    let h = fleet.wait_for_holder().await;
+    let old_epoch = fleet.statuses()[h].epoch;
+    fleet.replicas[h].take().unwrap().shutdown().await;
+    wait_for("a new holder", Duration::from_secs(10), || async {
+        fleet
+            .statuses()
+            .iter()
+            .any(|s| s.role == distributor::Role::Holder && s.epoch > old_epoch)
+    })
+    .await;
+    // It keeps the same units in transit, revoked at the same generation.
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        let (_, t, _) = snapshot(&fleet, &units).await;
+        assert_eq!(
+            t.iter().map(|(u, t)| (u, t.revoked_at)).collect::<Vec<_>>(),
+            before
+                .iter()
+                .map(|(u, t)| (u, t.revoked_at))
+                .collect::<Vec<_>>(),
+            "the new holder changed the handoff"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let g = before.values().map(|t| t.revoked_at).max().unwrap();
+    for w in &workers {
+        report(&fleet, &w.addr, g, false, PATIENT).await;
+    }
+    let ids = vec![
+        workers[0].addr.clone(),
+        workers[1].addr.clone(),
+        w2.addr.clone(),
+    ];
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(5))
+        .await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_worker_is_emptied_with_the_same_handoff() {
+    let units = units(16);
+    let (fleet, workers, g) = two_acking(&units, |_| {}).await;
+    let (a, b) = (workers[0].addr.clone(), workers[1].addr.clone());
+    report(&fleet, &b, g, true, PATIENT).await;
+    // Its units are revoked (its row stays, empty: it is live).
+    wait_for("the revocation", Duration::from_secs(5), || async {
+        let (rows, t, _) = snapshot(&fleet, &units).await;
+        !t.is_empty() && rows.get(&b).is_some_and(|r| r.is_empty())
+    })
+    .await;
+    let (_, t, _) = snapshot(&fleet, &units).await;
+    let revoked_at = t.values().map(|t| t.revoked_at).max().unwrap();
+    report(&fleet, &b, revoked_at, true, PATIENT).await;
+    wait_for(
+        "everything on the other worker",
+        Duration::from_secs(5),
+        || async {
+            let (rows, t, _) = snapshot(&fleet, &units).await;
+            t.is_empty()
+                && rows.get(&b).is_some_and(|r| r.is_empty())
+                && rows
+                    .get(&a)
+                    .is_some_and(|r| decode_row(r).len() == units.len())
+        },
+    )
+    .await;
+    fleet.shutdown().await;
+}
+
+/// Reports are written by members: garbage, a hostile deadline or a key of
+/// the wrong type never stop the holder; such members get the handoff delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_reports_fall_back_to_the_handoff_delay() {
+    let units = units(12);
+    let (mut fleet, workers, _) = two_acking(&units, |f| {
+        f.config.handoff_delay = Duration::from_millis(300)
+    })
+    .await;
+    let k = keys();
+    let _: i64 = fleet
+        .redis
+        .cmd(&["HSET", &k.members, &workers[0].addr, "garbage \u{1}"])
+        .await;
+    let _: () = fleet.redis.cmd(&["DEL", &k.members]).await;
+    let _: () = fleet.redis.cmd(&["SET", &k.members, "not a hash"]).await;
+    let w2 = FlakyWorker::start(&fleet).await;
+    let ids = vec![
+        workers[0].addr.clone(),
+        workers[1].addr.clone(),
+        w2.addr.clone(),
+    ];
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(10))
+        .await;
+    let h = fleet.wait_for_holder().await;
+    assert!(
+        fleet.statuses()[h].last_error.is_none(),
+        "{:?}",
+        fleet.statuses()[h]
+    );
+    fleet.replicas[h].take();
+    fleet.shutdown().await;
+}
+
+/// `-forget-after` removes a long-failing member's report with its list
+/// entry (fenced, in the same script), so that `{T}:members` does not grow
+/// with every address a worker ever had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_member_takes_its_report_along() {
+    let units = units(6);
+    let (mut fleet, mut workers, _) = two_acking(&units, |f| {
+        f.config.forget_after = Some(Duration::from_millis(300));
+    })
+    .await;
+    let w2 = FlakyWorker::start(&fleet).await;
+    report(&fleet, &w2.addr, 0, false, PATIENT).await;
+    workers.push(w2);
+    let gone = workers[2].addr.clone();
+    workers[2].kill().await;
+    wait_for(
+        "the member and its report forgotten",
+        Duration::from_secs(10),
+        || async {
+            let listed: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+            let report: Option<String> = fleet.redis.cmd(&["HGET", &keys().members, &gone]).await;
+            !listed.contains(&gone) && report.is_none()
+        },
+    )
+    .await;
+    // The others keep theirs.
+    for w in &workers[..2] {
+        let r: Option<String> = fleet.redis.cmd(&["HGET", &keys().members, &w.addr]).await;
+        assert!(r.is_some(), "{} lost its report", w.addr);
+    }
+    fleet.replicas.truncate(1);
+    fleet.shutdown().await;
+}
+
+/// The table vanishes (a `DEL`, or Redis losing its data while the holder
+/// keeps its lease) in the same instant as a member joins: the holder hands
+/// off from what it wrote last, so the joiner's units still wait for their
+/// owners' acknowledgements instead of being granted at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_table_does_not_cut_a_handoff_short() {
+    let units = units(24);
+    let (fleet, workers, g) = two_acking(&units, |_| {}).await;
+    let w2 = FlakyWorker::serve(Default::default()).await;
+    w2.set_healthy(true);
+    report(&fleet, &w2.addr, 0, false, PATIENT).await;
+    let k = keys();
+    let (): () = fleet
+        .redis
+        .multi(&[
+            &["DEL", &k.table, &k.transit],
+            &["RPUSH", SERVICES, &w2.addr],
+        ])
+        .await;
+    wait_for("the revocation", Duration::from_secs(10), || async {
+        let n: usize = fleet.redis.cmd(&["HLEN", &k.table]).await;
+        n > 0 && !snapshot(&fleet, &units).await.1.is_empty()
+    })
+    .await;
+    let (_, before, _) = snapshot(&fleet, &units).await;
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        let (rows, t, _) = snapshot(&fleet, &units).await;
+        assert_eq!(
+            t.keys().collect::<Vec<_>>(),
+            before.keys().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            rows.get(&w2.addr).map(String::as_str),
+            Some(""),
+            "granted before any acknowledgement"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let g = before.values().map(|t| t.revoked_at).max().unwrap().max(g);
+    for w in &workers {
+        report(&fleet, &w.addr, g, false, PATIENT).await;
+    }
+    let ids = vec![
+        workers[0].addr.clone(),
+        workers[1].addr.clone(),
+        w2.addr.clone(),
+    ];
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(5))
+        .await;
+    fleet.shutdown().await;
+}
+
+/// `distributor status` shows units in transit, each member's applied
+/// generation against the table's, and members draining; so does the
+/// holder's status (which `/metrics` mirrors).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_metrics_show_the_handoff() {
+    let units = units(24);
+    let (fleet, workers, g) = two_acking(&units, |_| {}).await;
+    let w2 = FlakyWorker::start(&fleet).await;
+    report(&fleet, &w2.addr, g, false, PATIENT).await;
+    wait_for("the revocation", Duration::from_secs(10), || async {
+        !snapshot(&fleet, &units).await.1.is_empty()
+    })
+    .await;
+    let (_, moving, generation) = snapshot(&fleet, &units).await;
+    let status = |json: bool| {
+        let mut args = vec![
+            format!("-redis-url={}", fleet.redis.url()),
+            format!("-services-namespaces={SERVICES}"),
+            format!("-workunits-namespace={UNITS}"),
+            format!("-distribution-namespace={TABLE}"),
+            "status".to_string(),
+        ];
+        if json {
+            args.push("--json".into());
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = status(false);
+    assert!(
+        text.contains(&format!("in transit: {} units", moving.len())),
+        "{text}"
+    );
+    let behind = generation - g;
+    assert!(
+        text.contains(&format!(
+            "applied {g} ({behind} behind generation {generation})"
+        )),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&status(true)).unwrap();
+    assert_eq!(json["in_transit"], moving.len());
+    let h = fleet.wait_for_holder().await;
+    let s = fleet.statuses()[h].handoff.clone();
+    assert_eq!(s.in_transit, moving.len(), "{s:?}");
+    assert_eq!(s.acknowledging, 3);
+    // Draining shows too.
+    report(&fleet, &workers[1].addr, generation, true, PATIENT).await;
+    wait_for("draining in status", Duration::from_secs(5), || async {
+        status(false).contains("draining")
+    })
+    .await;
+    fleet.shutdown().await;
+}
