@@ -143,6 +143,8 @@ pub enum MemberError {
     Store(#[from] StoreError),
     #[error("member TLS: {0}")]
     Tls(crate::edge::tls::TlsError),
+    #[error("invalid member option {name}: {reason}")]
+    Option { name: &'static str, reason: String },
 }
 
 /// Why a replica could not start (`Distributor::start`).

@@ -10,7 +10,7 @@
 //!    table        matching table, digest  lease      lease timing
 //!    inputs       validation of lists     census     interval counter
 //!    suspicion    mass-failure guard      keys       Redis key names
-//!    status       what a replica knows
+//!    status       what a replica knows    ownership  a member's holds
 //!  coordinator/   one replica: the lease state machine and its executor
 //!  edge/          IO at the edges
 //!    redis/       connections, bounded calls, Lua scripts, pub/sub
@@ -64,7 +64,10 @@ pub use core::table::MatchingTable;
 #[cfg(feature = "member")]
 pub use error::{MemberError, StartError, StoreError};
 #[cfg(feature = "member")]
-pub use member::{Assignment, Member, MemberOptions};
+pub use member::{
+    Assignment, Drained, FencingToken, Handoff, Hold, HoldLost, Member, MemberOptions, Owned,
+    Revocation,
+};
 
 /// Milliseconds since the Unix epoch, for values shared between processes.
 pub fn unix_ms() -> u64 {

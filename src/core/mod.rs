@@ -9,6 +9,7 @@ pub mod inputs;
 pub mod keys;
 pub mod lease;
 pub mod liveness;
+pub mod ownership;
 pub mod ring;
 pub mod status;
 pub mod suspicion;

@@ -2,46 +2,87 @@
 //!
 //! A [`Member`] serves the ping RPC (`/proto.GRPCPinger/Ping`) and the standard
 //! `grpc.health.v1` health service, registers its address in its services list,
-//! and follows its own row of the matching table through a
-//! `watch::Receiver<Assignment>`.
+//! and follows its own row of the matching table with the handoff protocol
+//! (README, "Protocol"): it hands units to the application ([`Handoff`], or
+//! the `watch::Receiver<Assignment>`), takes them back, reports each applied
+//! generation, and fences itself when it loses contact.
 //!
-//! Guarantees:
-//! - registration is one Lua script (`LPOS` then `LPUSH`): atomic and idempotent,
-//!   so a restart or a retry never lists the member twice;
-//! - it re-registers periodically, which heals a Redis that lost its data;
-//! - the assignment follows the table-change notification, with `HGET` polling
-//!   as a fallback for lost messages, and row and generation are read together;
-//! - on shutdown (or drop) it deregisters, then stops serving. A crashed member
-//!   simply stops answering: the distributor stops giving it work.
+//! ```text
+//!  mod.rs      Member, its options and assignment; start, drain, shutdown
+//!  handoff.rs  the application's side: Handoff, Owned, Hold
+//!  follow.rs   the member's task: reads, reports, handler calls, leaving
+//! ```
+//!
+//! Guarantees (the rules are `core::ownership`'s):
+//! - a unit is handed to the application only after a read showed it in this
+//!   member's row, the generation was reported, and a ping came; it is taken
+//!   back (revoked) as soon as a read shows it gone, and the report of that
+//!   generation is written only once the revocation returned;
+//! - the hold on a unit ends `deadline` after the earlier of the last read
+//!   that showed it and the last ping (monotonic clock); at that instant the
+//!   unit is revoked, also when the process was paused past it, before
+//!   anything else happens; while out of contact the member answers pings
+//!   `UNAVAILABLE` and its health service says `NOT_SERVING`;
+//! - registration is one Lua script (`LPOS` then `LPUSH`): atomic and
+//!   idempotent; it re-registers periodically (healing a Redis that lost its
+//!   data), and re-writes its report with it;
+//! - [`Member::drain`] hands every unit over through the holder before it
+//!   deregisters (bounded by the drain timeout); [`Member::shutdown`] and
+//!   dropping stop every unit first, then deregister and stop serving; a
+//!   crashed member (or [`Member::abort`]) simply stops answering.
 
+mod follow;
+mod handoff;
+
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use self::follow::{Ending, Follower, Mode};
+use self::handoff::Shared;
+pub use self::handoff::{Handoff, Hold, HoldLost, Owned};
+use crate::core::handoff::{MAX_DEADLINE, MAX_WEIGHT};
 use crate::core::inputs::check_member_addr;
-use crate::core::table::decode_row;
+use crate::core::ownership::Ownership;
+pub use crate::core::ownership::{FencingToken, Revocation};
 use crate::edge::grpc::{PingResponder, TwoServices};
-use crate::edge::redis::{Notification, Store};
+use crate::edge::redis::Store;
 use crate::edge::tls::TlsFiles;
-use crate::error::{MemberError, StoreError};
+use crate::error::MemberError;
 use crate::proto::grpc_pinger_server::GrpcPingerServer;
 
-/// This member's share of the work, as of one table generation.
+/// This member's share of the work: the units it owns now.
+///
+/// It carries the same truth as the [`Handoff`] calls: a unit appears once it
+/// is acquired (after a read showed it, its generation was reported and a
+/// ping came) and disappears when its revocation starts. Without a handler,
+/// the revocation completes (and is reported to the holder) right after the
+/// assignment without the unit is published, so a worker that only watches
+/// must stop a unit synchronously when it disappears, or check
+/// [`Member::holds`] (or a [`Hold`]) before each side effect: the holder may
+/// hand the unit to its next owner a few Redis round trips later.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Assignment {
     /// Whether the table has a field for this member: live and in the table.
     /// `false` means not a member now (failing, not listed, or no table yet).
     pub in_table: bool,
-    /// The units this member owns, in table order (sorted); empty when its
-    /// field is empty (live, no units) or absent.
+    /// The units this member owns, in row order.
     pub units: Vec<String>,
-    /// The generation of the table they were read from (0: no table yet).
+    /// Each owned unit's fencing token: the generation it was acquired at.
+    pub tokens: BTreeMap<String, FencingToken>,
+    /// The last processed table generation (0: no table yet).
     pub generation: u64,
+    /// Out of contact: no successful read of the table, or no ping, within
+    /// the deadline. The member then owns nothing and answers pings
+    /// `UNAVAILABLE`.
+    pub fenced: bool,
 }
 
 /// How a member finds Redis and the table, and how it is reached.
@@ -58,8 +99,21 @@ pub struct MemberOptions {
     /// as bound (with the actual port).
     pub advertise: Option<String>,
     pub reregister_interval: Duration,
-    /// Fallback `HGET` polling, in case a notification is lost.
+    /// Fallback polling of the row, in case a notification is lost. Reads
+    /// also extend the holds: at most half the deadline.
     pub poll_interval: Duration,
+    /// The fencing deadline (default 10 s, at most 300 s): the hold on a unit
+    /// ends this long after the earlier of the last read that showed it and
+    /// the last ping. It must exceed the holder's poll interval + lease TTL +
+    /// ping timeout (1 s + 2 s + 1 s by default) with margin, or a holder
+    /// failover fences every member; a longer one makes moves away from a
+    /// member that died or was cut off wait longer.
+    pub deadline: Duration,
+    /// How long [`Member::drain`] waits for the holder to move every unit
+    /// away before it stops them itself (default 30 s).
+    pub drain_timeout: Duration,
+    /// Capacity weight reported to the holder (default 1, at most 1000).
+    pub weight: u32,
     /// Custom CA / client certificate for a `rediss://` URL.
     pub redis_tls: TlsFiles,
     /// Redis Cluster mode with one seed URL (several comma-separated URLs in
@@ -85,27 +139,87 @@ impl MemberOptions {
             advertise: None,
             reregister_interval: Duration::from_secs(5),
             poll_interval: Duration::from_secs(1),
+            deadline: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(30),
+            weight: 1,
             redis_tls: TlsFiles::default(),
             redis_cluster: false,
             tls: None,
         }
     }
+
+    fn check(&self) -> Result<(), MemberError> {
+        let bad = |name: &'static str, reason: String| Err(MemberError::Option { name, reason });
+        if self.deadline.is_zero() || self.deadline > MAX_DEADLINE {
+            return bad(
+                "deadline",
+                format!("{:?} is not in (0, {MAX_DEADLINE:?}]", self.deadline),
+            );
+        }
+        if self.poll_interval.is_zero() || self.poll_interval * 2 > self.deadline {
+            return bad(
+                "poll_interval",
+                format!(
+                    "{:?} must be positive and at most half the deadline ({:?}): reads extend the holds",
+                    self.poll_interval, self.deadline
+                ),
+            );
+        }
+        if self.reregister_interval.is_zero() {
+            return bad("reregister_interval", "must be positive".into());
+        }
+        if !(1..=MAX_WEIGHT).contains(&self.weight) {
+            return bad(
+                "weight",
+                format!("{} is not in 1..={MAX_WEIGHT}", self.weight),
+            );
+        }
+        Ok(())
+    }
 }
 
-/// A running member. Dropping it deregisters and stops serving in the background.
+/// How [`Member::drain`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drained {
+    /// The holder moved every unit away (each revocation returned and was
+    /// reported); deregistered.
+    HandedOver,
+    /// The drain timeout passed first: the member stopped its units itself,
+    /// then deregistered.
+    TimedOut,
+    /// Contact was lost while draining (no read or no ping within the
+    /// deadline): every hold had ended and no holder could hand anything
+    /// over; deregistered if Redis answered.
+    Fenced,
+}
+
+/// A running member. Dropping it stops every unit, deregisters and stops
+/// serving in the background.
 pub struct Member {
     id: String,
     local_addr: SocketAddr,
     assignment: watch::Receiver<Assignment>,
-    cancel: CancellationToken,
-    task: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    mode: watch::Sender<Mode>,
+    task: Option<JoinHandle<Ending>>,
     server: Option<JoinHandle<()>>,
 }
 
 impl Member {
-    /// Binds the gRPC server, then registers and follows the table in the
-    /// background. Redis being down is not an error here: it is retried.
+    /// [`Member::start_with`] without a handler: follow
+    /// [`Member::assignment`].
     pub async fn start(opts: MemberOptions) -> Result<Member, MemberError> {
+        Member::start_with(opts, ()).await
+    }
+
+    /// Binds the gRPC server, then registers and follows the table in the
+    /// background, calling `handoff` as units come and go. Redis being down
+    /// is not an error here: it is retried.
+    pub async fn start_with<H: Handoff>(
+        opts: MemberOptions,
+        handoff: H,
+    ) -> Result<Member, MemberError> {
+        opts.check()?;
         let listener =
             TcpListener::bind(opts.listen)
                 .await
@@ -151,7 +265,7 @@ impl Member {
             })?;
         }
 
-        let cancel = CancellationToken::new();
+        let shared = Shared::new(Ownership::new(opts.deadline, opts.weight, Instant::now()));
         let serving = CancellationToken::new();
         let (health, health_service) = tonic_health::server::health_reporter();
         health
@@ -162,7 +276,7 @@ impl Member {
             // No Nagle: a ping is one tiny frame each way, and delaying it costs ~40 ms.
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let pinger = GrpcPingerServer::new(PingResponder::new(&id));
+            let pinger = GrpcPingerServer::new(PingResponder::gated(&id, shared.clone()));
             tokio::spawn(async move {
                 let result = server
                     .serve_with_incoming_shutdown(
@@ -178,28 +292,30 @@ impl Member {
         };
 
         let (tx, rx) = watch::channel(Assignment::default());
+        let (mode, mode_rx) = watch::channel(Mode::Run);
         let follow = Follower {
             store,
             opts,
             id: id.clone(),
+            shared: shared.clone(),
+            handoff: Arc::new(handoff),
             tx,
-            bad_generation: AtomicBool::new(false),
+            health: health.clone(),
         };
-        let task = {
-            let cancel = cancel.clone();
-            tokio::spawn(async move {
-                follow.run(cancel).await;
-                health
-                    .set_not_serving::<GrpcPingerServer<PingResponder>>()
-                    .await;
-                serving.cancel();
-            })
-        };
+        let task = tokio::spawn(async move {
+            let ending = follow.run(mode_rx).await;
+            health
+                .set_not_serving::<GrpcPingerServer<PingResponder>>()
+                .await;
+            serving.cancel();
+            ending
+        });
         Ok(Member {
             id,
             local_addr,
             assignment: rx,
-            cancel,
+            shared,
+            mode,
             task: Some(task),
             server: Some(server),
         })
@@ -214,138 +330,74 @@ impl Member {
         self.local_addr
     }
 
-    /// Follows this member's row; `changed()` fires on every new generation.
+    /// Follows this member's ownership; `changed()` fires on every change
+    /// (see [`Assignment`] for what a watcher must do).
     pub fn assignment(&self) -> watch::Receiver<Assignment> {
         self.assignment.clone()
     }
 
-    /// Deregisters, then stops serving, waiting for both.
-    pub async fn shutdown(mut self) {
-        self.cancel.cancel();
-        if let Some(t) = self.task.take() {
-            let _ = t.await;
-        }
-        if let Some(s) = self.server.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
+    /// The unit's fencing token if this member holds it now: acquired, not
+    /// revoked, and its hold not ended (by the monotonic clock, now). Check
+    /// it before each side effect on the unit.
+    pub fn holds(&self, unit: &str) -> Option<FencingToken> {
+        self.shared.lock().holds(unit, Instant::now())
+    }
+
+    /// A handle on the current hold of `unit`, to check before each side
+    /// effect without the `Member`; `None` if it is not held now.
+    pub fn hold(&self, unit: &str) -> Option<Hold> {
+        self.shared.hold(unit)
+    }
+
+    /// Drains: reports `draining`, lets the holder move every unit away
+    /// (each revocation returns and is reported first), then deregisters
+    /// (`LREM` from its list, `HDEL` from `{T}:members`) and stops serving.
+    /// After the drain timeout it stops every unit itself, then deregisters;
+    /// a member that lost contact while draining (it holds nothing any more)
+    /// deregisters at once.
+    pub async fn drain(mut self) -> Drained {
+        self.mode.send_replace(Mode::Drain);
+        match self.join().await {
+            Ending::HandedOver => Drained::HandedOver,
+            Ending::Fenced => Drained::Fenced,
+            Ending::TimedOut | Ending::Stopped => Drained::TimedOut,
         }
     }
 
-    /// Stops at once, like a crash: no deregistration, connections refused.
+    /// Stops now: revokes every unit (waiting for each revocation, at most
+    /// until its hold ends), then deregisters and stops serving. Its units
+    /// stay unworked until the holder sees it gone (prefer
+    /// [`Member::drain`], which moves them first).
+    pub async fn shutdown(mut self) {
+        self.mode.send_replace(Mode::Stop);
+        self.join().await;
+    }
+
+    /// Stops at once, like a crash: no revocation, no deregistration,
+    /// connections refused.
     pub fn abort(mut self) {
-        for t in [self.task.take(), self.server.take()].into_iter().flatten() {
+        if let Some(t) = self.server.take() {
             t.abort();
         }
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+
+    async fn join(&mut self) -> Ending {
+        let ending = match self.task.take() {
+            Some(t) => t.await.unwrap_or(Ending::Stopped),
+            None => Ending::Stopped,
+        };
+        if let Some(s) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
+        }
+        ending
     }
 }
 
 impl Drop for Member {
     fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
-struct Follower {
-    store: Store,
-    opts: MemberOptions,
-    id: String,
-    tx: watch::Sender<Assignment>,
-    /// Whether an unreadable generation was already logged.
-    bad_generation: AtomicBool,
-}
-
-impl Follower {
-    async fn run(self, cancel: CancellationToken) {
-        let keys = self.store.keys().clone();
-        let mut notes = self
-            .store
-            .subscribe(vec![keys.table_channel.clone()], cancel.child_token());
-        let mut registered = false;
-        let mut reregister = tokio::time::interval(self.opts.reregister_interval);
-        let mut poll = tokio::time::interval(self.opts.poll_interval);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => break,
-                _ = reregister.tick() => registered = self.register(registered).await,
-                n = notes.recv() => match n {
-                    Some(Notification::Message(..)) | Some(Notification::Subscribed) => self.refresh().await,
-                    None => break,
-                },
-                _ = poll.tick() => self.refresh().await,
-            }
-        }
-        match self
-            .store
-            .deregister(&self.opts.services_key, &self.id)
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(member = %self.id, list = %self.opts.services_key, "deregistered")
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, member = %self.id, "could not deregister; the distributor will see it fail")
-            }
-        }
-    }
-
-    async fn register(&self, was_registered: bool) -> bool {
-        match self.store.register(&self.opts.services_key, &self.id).await {
-            Ok(added) => {
-                if added && was_registered {
-                    tracing::info!(member = %self.id, list = %self.opts.services_key, "re-registered (the list had lost this member)");
-                } else if added {
-                    tracing::info!(member = %self.id, list = %self.opts.services_key, "registered");
-                }
-                true
-            }
-            Err(e) => {
-                log_store_error(&e, "could not register; retrying");
-                was_registered
-            }
-        }
-    }
-
-    async fn refresh(&self) {
-        match self.store.read_row(&self.id).await {
-            Ok((row, generation)) => {
-                let generation = match generation {
-                    Ok(g) => g,
-                    // The row is still the truth; keep the last generation
-                    // (and say so once) rather than stop following it.
-                    Err(e) => {
-                        if !self.bad_generation.swap(true, Ordering::Relaxed) {
-                            tracing::warn!(error = %e, "the table's generation is unreadable; following the row anyway");
-                        }
-                        self.tx.borrow().generation
-                    }
-                };
-                let next = Assignment {
-                    in_table: row.is_some(),
-                    units: row
-                        .as_deref()
-                        .map(decode_row)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(str::to_string)
-                        .collect(),
-                    generation,
-                };
-                self.tx.send_if_modified(|a| {
-                    let changed = *a != next;
-                    *a = next;
-                    changed
-                });
-            }
-            Err(e) => log_store_error(&e, "could not read the matching table"),
-        }
-    }
-}
-
-fn log_store_error(e: &StoreError, what: &str) {
-    if e.is_retryable() {
-        tracing::debug!(error = %e, "{what}");
-    } else {
-        tracing::warn!(error = %e, "{what}");
+        self.mode.send_replace(Mode::Stop);
     }
 }

@@ -12,6 +12,7 @@ mod failover;
 mod fencing;
 mod handoff;
 mod hardening;
+mod member_handoff;
 mod process;
 mod security;
 mod table;

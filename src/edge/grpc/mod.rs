@@ -18,6 +18,8 @@ mod responder;
 mod routes;
 pub mod trace;
 
+pub use responder::PingGate;
+
 #[cfg(feature = "daemon")]
 pub use pinger::{FIRST_CONTACT, Keepalive, PingFailure, PingReport, PingSet, PingTask, Pinger};
 pub use responder::{PingResponder, ping_service};

@@ -10,6 +10,7 @@
 //!  table.rs    snapshot read and list sizing, table state, commit, table reads
 //!  guard.rs    the table guard: was the table touched since it was verified?
 //!  lists.rs    registration, operator list edits and reads, fenced forgets
+//!  member.rs   a member's report, its removal, the transit it is owed
 //!  census.rs   the census step
 //!  pubsub.rs   notifications, on their own connection
 //! ```
@@ -41,6 +42,7 @@ mod conn;
 mod guard;
 mod lease;
 mod lists;
+mod member;
 mod pubsub;
 mod reply;
 pub mod scripts;

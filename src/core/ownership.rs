@@ -1,0 +1,614 @@
+//! A member's side of the handoff: which units it owns, until when, and what
+//! it tells the holder. Pure: every method takes the current instant, and the
+//! work to do comes back as [`Step`]s for the caller to run.
+//!
+//! ```text
+//!  read (generation g, row)          units owned, not in the row ──▶ Revoke (stopping)
+//!                                    revocations done ─────────────▶ report applied = g
+//!                                    report written ───────────────▶ Acquire the rest of the row
+//!  ping received                     refreshes every hold
+//!  hold ended (no read, no ping)     ──▶ Revoke (fenced); contact lost ──▶ answer pings UNAVAILABLE
+//! ```
+//!
+//! Rules, each checked by the tests below against an independent model:
+//! - generations are processed in increasing order: a read of a lower one
+//!   than the last processed changes nothing;
+//! - **a hold ends** `deadline` after the earlier of the send instant of the
+//!   last processed read whose row showed the unit and the last ping
+//!   received; no unit is owned past its hold's end, and an ended hold never
+//!   comes back: every call first ends the holds that ended by `now`, before
+//!   it records a read or a ping;
+//! - a unit is acquired only from the row of the last processed generation,
+//!   once that generation is reported (every revocation it implies is done),
+//!   after a ping, never while it is still being stopped, never while
+//!   draining or stopped; its [`FencingToken`] is that generation;
+//! - a report `applied = a` is written only when every unit still worked on
+//!   (owned or being stopped) was in the row of a processed generation `≥ a`
+//!   since its acquisition: a unit revoked at a generation `≤ a`, even one
+//!   this member skipped, is stopped. Reports never go backwards;
+//! - **contact** is lost (the member is *fenced*) when no read succeeded, or
+//!   no ping came, for `deadline` (counted from the start before the first
+//!   one); while fenced it holds nothing and answers pings `UNAVAILABLE`;
+//! - a drain completes once the member reported `draining` at the last
+//!   processed generation, that generation's row is empty or absent, and it
+//!   owns and stops nothing.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::core::handoff::MemberReport;
+use crate::core::table::decode_row;
+
+/// The generation of the table at which a member acquired a unit. It grows
+/// from one owner of a unit to the next (every move is a new table write), so
+/// a downstream system that remembers the highest token it saw per unit can
+/// refuse a late write of an earlier owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct FencingToken(pub u64);
+
+impl std::fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// One holding of a unit: the unit and the token it was acquired with.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tenure {
+    pub unit: String,
+    pub token: FencingToken,
+}
+
+/// Why a unit is taken from the member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revocation {
+    /// The table no longer has it in this member's row: it moves to another
+    /// member (or was removed from the list). The holder gives it to the next
+    /// owner only once this revocation completed and was reported, or the
+    /// member's deadline passed.
+    Moved,
+    /// The same, while this member drains.
+    Draining,
+    /// The hold ended at `ended` (reads or pings stopped for the deadline, or
+    /// the process was paused): the next owner may already have it. Stop at
+    /// once.
+    Fenced { ended: Instant },
+    /// The member stops: a shutdown, a drain that timed out, or a dropped
+    /// `Member`.
+    Shutdown,
+}
+
+impl Revocation {
+    /// A short label for logs and events: `moved`, `draining`, `fenced`,
+    /// `shutdown`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Revocation::Moved => "moved",
+            Revocation::Draining => "draining",
+            Revocation::Fenced { .. } => "fenced",
+            Revocation::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// Work for the caller, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Stop these units; call [`Ownership::revoked`] once they are stopped.
+    Revoke { units: Vec<Tenure>, why: Revocation },
+    /// Start these units: they are owned from now on.
+    Acquire { units: Vec<Tenure> },
+    /// These units are still being stopped, and their hold ended at `ended`:
+    /// the next owner may start them now (log it loudly).
+    Overran { units: Vec<Tenure>, ended: Instant },
+}
+
+/// What a read did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// Processed (a new generation, or the same one again).
+    Processed,
+    /// A lower generation than the last processed one: ignored.
+    Stale { processed: u64 },
+}
+
+#[derive(Debug, Clone)]
+struct Processed {
+    generation: u64,
+    /// The row as stored (`None`: the table has no field for this member),
+    /// to tell an unchanged row at once.
+    raw: Option<String>,
+    /// Its units, deduplicated, in row order.
+    row: Vec<String>,
+    /// Send instant of the last read that showed this row: every owned unit
+    /// is in it, so this is when their holds were last refreshed.
+    shown: Instant,
+}
+
+#[derive(Debug, Clone)]
+struct Stopping {
+    token: FencingToken,
+    /// Send instant of the last processed read whose row showed the unit.
+    shown: Instant,
+    /// Whether the last processed row has it (it came back).
+    in_row: bool,
+    /// The highest processed generation whose row had the unit: a report
+    /// must not claim more while the unit is being stopped.
+    seen: u64,
+    /// Its hold ended (and that was said, or it was fenced).
+    overran: bool,
+    /// Revoked because its hold ended: late by definition, never reported
+    /// as late.
+    fenced: bool,
+}
+
+/// One member's ownership state (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Ownership {
+    deadline: Duration,
+    weight: u32,
+    started: Instant,
+    processed: Option<Processed>,
+    /// Owned units and their tokens. All are in the last processed row, so
+    /// they share one hold: see [`Ownership::owned_end`].
+    owned: BTreeMap<String, FencingToken>,
+    stopping: BTreeMap<String, Stopping>,
+    last_ping: Option<Instant>,
+    /// Send instant of the last successful read (stale ones included: Redis
+    /// answered).
+    last_read: Option<Instant>,
+    /// The report last written: `(applied, draining)`.
+    written: Option<(u64, bool)>,
+    draining: bool,
+    stopped: bool,
+    fenced: bool,
+    /// Bumped whenever what [`Ownership::owned`], `generation`, `in_table`
+    /// or `fenced` return changes.
+    revision: u64,
+    steps: Vec<Step>,
+}
+
+impl Ownership {
+    /// A member that starts at `now`: it owns nothing, is not fenced, and
+    /// has neither read nor been pinged.
+    pub fn new(deadline: Duration, weight: u32, now: Instant) -> Ownership {
+        Ownership {
+            deadline,
+            weight,
+            started: now,
+            processed: None,
+            owned: BTreeMap::new(),
+            stopping: BTreeMap::new(),
+            last_ping: None,
+            last_read: None,
+            written: None,
+            draining: false,
+            stopped: false,
+            fenced: false,
+            revision: 0,
+            steps: Vec::new(),
+        }
+    }
+
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// A successful read sent at `sent` (before `now`): the row (`None`: no
+    /// field) and the generation (`None`: unreadable, taken as the last
+    /// processed one, so that the row is still followed).
+    pub fn read(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        generation: Option<u64>,
+        row: Option<&str>,
+    ) -> ReadOutcome {
+        self.expire(now);
+        self.last_read = Some(self.last_read.map_or(sent, |r| r.max(sent)));
+        let prev = self.processed.as_ref().map(|p| p.generation);
+        let generation = generation.or(prev).unwrap_or(0);
+        if let Some(p) = prev
+            && generation < p
+        {
+            self.update_contact(now);
+            return ReadOutcome::Stale { processed: p };
+        }
+        // The same generation and row again (most reads): only the holds
+        // are refreshed.
+        if let Some(p) = &mut self.processed
+            && p.generation == generation
+            && p.raw.as_deref() == row
+        {
+            p.shown = p.shown.max(sent);
+            for s in self.stopping.values_mut().filter(|s| s.in_row) {
+                s.shown = s.shown.max(sent);
+            }
+            self.update_contact(now);
+            self.try_acquire(now);
+            return ReadOutcome::Processed;
+        }
+        let units: Vec<String> = {
+            let mut seen = HashSet::new();
+            row.map(decode_row)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|u| !u.is_empty() && seen.insert(*u))
+                .map(str::to_string)
+                .collect()
+        };
+        let in_row: HashSet<&str> = units.iter().map(String::as_str).collect();
+        if !self.stopped {
+            let why = if self.draining {
+                Revocation::Draining
+            } else {
+                Revocation::Moved
+            };
+            // Owned units are in the row of `prev`: that is the most a report
+            // may claim while they are being stopped.
+            let seen = prev.unwrap_or(generation);
+            let gone: Vec<String> = self
+                .owned
+                .keys()
+                .filter(|u| !in_row.contains(u.as_str()))
+                .cloned()
+                .collect();
+            self.revoke(gone, why, seen, false);
+        }
+        for (u, s) in self.stopping.iter_mut() {
+            s.in_row = in_row.contains(u.as_str());
+            if s.in_row {
+                s.shown = s.shown.max(sent);
+                s.seen = s.seen.max(generation);
+            }
+        }
+        self.processed = Some(Processed {
+            generation,
+            raw: row.map(str::to_string),
+            row: units,
+            shown: sent,
+        });
+        self.revision += 1;
+        self.update_contact(now);
+        self.try_acquire(now);
+        ReadOutcome::Processed
+    }
+
+    /// A ping received at `now`. Returns whether to answer it OK: `false`
+    /// while fenced (or stopped).
+    pub fn ping(&mut self, now: Instant) -> bool {
+        // Holds that ended before this ping stay ended.
+        self.expire(now);
+        self.last_ping = Some(self.last_ping.map_or(now, |p| p.max(now)));
+        self.update_contact(now);
+        self.try_acquire(now);
+        !self.fenced
+    }
+
+    /// Ends the holds that ended by `now`; call it at [`Ownership::next_wake`].
+    pub fn tick(&mut self, now: Instant) {
+        self.expire(now);
+        self.update_contact(now);
+    }
+
+    /// The application stopped `units` (revoked earlier). Returns those that
+    /// it stopped after their hold had ended, with how long after.
+    pub fn revoked(&mut self, now: Instant, units: &[String]) -> Vec<(Tenure, Duration)> {
+        // Before the holds that ended are ended: a unit stopped now is
+        // reported late here, not also as overrunning.
+        let mut late = Vec::new();
+        for u in units {
+            if let Some(s) = self.stopping.remove(u) {
+                let end = self.end_of(s.shown);
+                if now > end && !s.fenced {
+                    late.push((
+                        Tenure {
+                            unit: u.clone(),
+                            token: s.token,
+                        },
+                        now - end,
+                    ));
+                }
+            }
+        }
+        self.expire(now);
+        self.update_contact(now);
+        self.try_acquire(now);
+        late
+    }
+
+    /// The report to write now, if it differs from the last one written.
+    pub fn report_due(&self) -> Option<MemberReport> {
+        let p = self.processed.as_ref()?;
+        let applied = self
+            .stopping
+            .values()
+            .map(|s| s.seen)
+            .fold(p.generation, u64::min);
+        debug_assert!(self.written.is_none_or(|(w, _)| w <= applied));
+        let want = (applied, self.draining);
+        (self.written != Some(want)).then_some(MemberReport {
+            applied,
+            draining: self.draining,
+            deadline: self.deadline,
+            weight: self.weight,
+        })
+    }
+
+    /// `report` was written.
+    pub fn reported(&mut self, now: Instant, report: MemberReport) {
+        self.expire(now);
+        let w = (report.applied, report.draining);
+        if self.written.is_none_or(|old| old.0 <= w.0) {
+            self.written = Some(w);
+        }
+        self.update_contact(now);
+        self.try_acquire(now);
+    }
+
+    /// Start draining: report it, acquire nothing more, and let the table
+    /// take the units away.
+    pub fn drain(&mut self, now: Instant) {
+        self.expire(now);
+        self.draining = true;
+        self.update_contact(now);
+    }
+
+    /// Stop: revoke every unit now, acquire nothing more, answer pings
+    /// `UNAVAILABLE`.
+    pub fn stop(&mut self, now: Instant) {
+        self.expire(now);
+        if !self.stopped {
+            self.stopped = true;
+            let all: Vec<String> = self.owned.keys().cloned().collect();
+            let seen = self.generation();
+            self.revoke(all, Revocation::Shutdown, seen, false);
+        }
+        self.update_contact(now);
+    }
+
+    /// The steps produced since the last call, in order.
+    pub fn take_steps(&mut self) -> Vec<Step> {
+        std::mem::take(&mut self.steps)
+    }
+
+    /// The next instant at which something changes by time alone (a hold
+    /// ends, contact is lost); call [`Ownership::tick`] then.
+    pub fn next_wake(&self) -> Option<Instant> {
+        let owned = self.owned_end();
+        let stopping = self
+            .stopping
+            .values()
+            .filter(|s| !s.overran)
+            .map(|s| self.end_of(s.shown));
+        let contact = (!self.fenced).then(|| self.contact_end());
+        owned.into_iter().chain(stopping).chain(contact).min()
+    }
+
+    /// The unit's token if this member owns it at `now`: acquired, not
+    /// revoked, and its hold not ended.
+    pub fn holds(&self, unit: &str, now: Instant) -> Option<FencingToken> {
+        let token = *self.owned.get(unit)?;
+        (now < self.owned_end()? && !self.stopped).then_some(token)
+    }
+
+    /// When the hold on an owned unit ends unless a read and a ping refresh
+    /// it.
+    pub fn hold_end(&self, unit: &str) -> Option<Instant> {
+        self.owned.get(unit).and(self.owned_end())
+    }
+
+    /// Contact lost (no read or no ping for the deadline), or stopped.
+    pub fn fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// The send instant of the last successful read and the last ping
+    /// received, if any.
+    pub fn last_contact(&self) -> (Option<Instant>, Option<Instant>) {
+        (self.last_read, self.last_ping)
+    }
+
+    /// Changes whenever [`Ownership::owned`], `generation`, `in_table` or
+    /// `fenced` may have changed: rebuild a view of them only then.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The owned units, in the order of the row.
+    pub fn owned(&self) -> Vec<Tenure> {
+        let Some(p) = &self.processed else {
+            return Vec::new();
+        };
+        p.row
+            .iter()
+            .filter_map(|u| {
+                self.owned.get(u).map(|&token| Tenure {
+                    unit: u.clone(),
+                    token,
+                })
+            })
+            .collect()
+    }
+
+    /// Units being stopped.
+    pub fn stopping(&self) -> usize {
+        self.stopping.len()
+    }
+
+    /// The last processed generation (0 before the first read).
+    pub fn generation(&self) -> u64 {
+        self.processed.as_ref().map_or(0, |p| p.generation)
+    }
+
+    /// Whether the last processed read found a field for this member.
+    pub fn in_table(&self) -> bool {
+        self.processed.as_ref().is_some_and(|p| p.raw.is_some())
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Draining is complete (see the module documentation).
+    pub fn drained(&self) -> bool {
+        let Some(p) = &self.processed else {
+            return false;
+        };
+        self.draining
+            && !self.stopped
+            && self.written == Some((p.generation, true))
+            && p.row.is_empty()
+            && self.owned.is_empty()
+            && self.stopping.is_empty()
+    }
+
+    /// Nothing is owned, and every unit still being stopped is past its
+    /// hold (waiting longer would not keep it from the next owner).
+    pub fn settled(&self, now: Instant) -> bool {
+        self.owned.is_empty()
+            && self
+                .stopping
+                .values()
+                .all(|s| s.overran || self.end_of(s.shown) <= now)
+    }
+
+    /// When the holds of the owned units end (`None`: nothing owned).
+    fn owned_end(&self) -> Option<Instant> {
+        if self.owned.is_empty() {
+            return None;
+        }
+        self.processed.as_ref().map(|p| self.end_of(p.shown))
+    }
+
+    /// When a hold refreshed by a read sent at `shown` ends.
+    fn end_of(&self, shown: Instant) -> Instant {
+        match self.last_ping {
+            Some(p) => shown.min(p) + self.deadline,
+            // Never pinged: no hold (nothing is acquired before a ping).
+            None => self.started,
+        }
+    }
+
+    fn contact_end(&self) -> Instant {
+        let read = self.last_read.unwrap_or(self.started);
+        let ping = self.last_ping.unwrap_or(self.started);
+        read.min(ping) + self.deadline
+    }
+
+    fn update_contact(&mut self, now: Instant) {
+        let fenced = self.stopped || now >= self.contact_end();
+        if fenced != self.fenced {
+            self.fenced = fenced;
+            self.revision += 1;
+        }
+    }
+
+    /// Ends the holds that ended by `now` (revoked, fenced), and notes
+    /// revocations still running past their hold.
+    fn expire(&mut self, now: Instant) {
+        if let Some(end) = self.owned_end()
+            && end <= now
+        {
+            let all: Vec<String> = self.owned.keys().cloned().collect();
+            let seen = self.generation();
+            self.revoke(all, Revocation::Fenced { ended: end }, seen, true);
+        }
+        let mut overran: BTreeMap<Instant, Vec<Tenure>> = BTreeMap::new();
+        let ends: Vec<(String, Instant)> = self
+            .stopping
+            .iter()
+            .filter(|(_, s)| !s.overran)
+            .map(|(u, s)| (u.clone(), self.end_of(s.shown)))
+            .filter(|(_, end)| *end <= now)
+            .collect();
+        for (u, end) in ends {
+            let s = self.stopping.get_mut(&u).expect("listed above");
+            s.overran = true;
+            overran.entry(end).or_default().push(Tenure {
+                unit: u,
+                token: s.token,
+            });
+        }
+        for (ended, units) in overran {
+            self.steps.push(Step::Overran { units, ended });
+        }
+    }
+
+    fn revoke(&mut self, units: Vec<String>, why: Revocation, seen: u64, fenced: bool) {
+        if units.is_empty() {
+            return;
+        }
+        let shown = self.processed.as_ref().map_or(self.started, |p| p.shown);
+        let mut tenures = Vec::with_capacity(units.len());
+        for u in units {
+            let Some(token) = self.owned.remove(&u) else {
+                continue;
+            };
+            tenures.push(Tenure {
+                unit: u.clone(),
+                token,
+            });
+            self.stopping.insert(
+                u,
+                Stopping {
+                    token,
+                    shown,
+                    in_row: false,
+                    seen,
+                    overran: fenced,
+                    fenced,
+                },
+            );
+        }
+        if !tenures.is_empty() {
+            self.revision += 1;
+            self.steps.push(Step::Revoke {
+                units: tenures,
+                why,
+            });
+        }
+    }
+
+    /// Acquires the rest of the last processed row, if it is reported and
+    /// the hold a read and a ping give is still running.
+    fn try_acquire(&mut self, now: Instant) {
+        if self.draining || self.stopped {
+            return;
+        }
+        let Some(p) = &self.processed else {
+            return;
+        };
+        // Owned units are in the row: all of it is owned already.
+        if self.owned.len() == p.row.len()
+            || self.written.map(|w| w.0) != Some(p.generation)
+            || self.last_ping.is_none()
+            || self.end_of(p.shown) <= now
+        {
+            return;
+        }
+        let token = FencingToken(p.generation);
+        let new: Vec<Tenure> = p
+            .row
+            .iter()
+            .filter(|u| !self.owned.contains_key(*u) && !self.stopping.contains_key(*u))
+            .map(|u| Tenure {
+                unit: u.clone(),
+                token,
+            })
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        for t in &new {
+            self.owned.insert(t.unit.clone(), token);
+        }
+        self.revision += 1;
+        self.steps.push(Step::Acquire { units: new });
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,754 @@
+//! Tests of a member's ownership: one per rule, and a property test that
+//! drives it with random reads (generations out of order, skipped, repeated,
+//! unreadable), pings, pauses, slow and out-of-order stops, report writes,
+//! drains and stops, checking every step against an independent model of
+//! the protocol's promises.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::time::Instant;
+
+use super::*;
+
+const DEADLINE: Duration = Duration::from_millis(1000);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn tenures(units: &[&str], token: u64) -> Vec<Tenure> {
+    units
+        .iter()
+        .map(|u| Tenure {
+            unit: u.to_string(),
+            token: FencingToken(token),
+        })
+        .collect()
+}
+
+fn names(units: &[&str]) -> Vec<String> {
+    units.iter().map(|u| u.to_string()).collect()
+}
+
+/// Writes the due report, if any; returns its `applied`.
+fn report(o: &mut Ownership, now: Instant) -> Option<u64> {
+    let r = o.report_due()?;
+    o.reported(now, r);
+    Some(r.applied)
+}
+
+/// A member at generation `g` owning `row`, pinged and reported at `t`.
+fn owning(t: Instant, g: u64, row: &str) -> Ownership {
+    let mut o = Ownership::new(DEADLINE, 1, t);
+    o.ping(t);
+    o.read(t, t, Some(g), Some(row));
+    report(&mut o, t);
+    o.take_steps();
+    o
+}
+
+#[test]
+fn units_are_acquired_after_a_read_its_report_and_a_ping() {
+    let t = Instant::now();
+    let mut o = Ownership::new(DEADLINE, 2, t);
+    assert!(o.report_due().is_none(), "nothing to report before a read");
+    assert_eq!(o.read(t, t, Some(3), Some("a,b")), ReadOutcome::Processed);
+    assert!(o.take_steps().is_empty(), "not before the report");
+    let r = o.report_due().unwrap();
+    assert_eq!(r.encode(), "3 0 1000 2");
+    o.reported(t, r);
+    assert!(o.take_steps().is_empty(), "not before a ping");
+    assert_eq!(o.holds("a", t), None);
+    assert!(o.ping(t + ms(10)));
+    assert_eq!(
+        o.take_steps(),
+        [Step::Acquire {
+            units: tenures(&["a", "b"], 3)
+        }]
+    );
+    assert_eq!(o.holds("a", t + ms(10)), Some(FencingToken(3)));
+    // The hold runs from the earlier of the read (t) and the ping.
+    assert_eq!(o.hold_end("a"), Some(t + DEADLINE));
+    assert!(o.report_due().is_none());
+}
+
+#[test]
+fn a_revocation_completes_before_the_report_and_the_report_before_acquisitions() {
+    let t = Instant::now();
+    let mut o = owning(t, 3, "a,b");
+    let t1 = t + ms(100);
+    o.ping(t1);
+    o.read(t1, t1, Some(5), Some("b,c"));
+    assert_eq!(
+        o.take_steps(),
+        [Step::Revoke {
+            units: tenures(&["a"], 3),
+            why: Revocation::Moved
+        }]
+    );
+    assert_eq!(o.holds("a", t1), None, "not owned once revoked");
+    // While `a` is being stopped, generation 5 is not applied: at most 3.
+    assert_eq!(report(&mut o, t1), None);
+    let t2 = t1 + ms(200);
+    assert!(o.revoked(t2, &names(&["a"])).is_empty());
+    assert!(o.take_steps().is_empty(), "c waits for the report");
+    assert_eq!(report(&mut o, t2), Some(5));
+    assert_eq!(
+        o.take_steps(),
+        [Step::Acquire {
+            units: tenures(&["c"], 5)
+        }]
+    );
+    let owned: Vec<Tenure> = o.owned();
+    assert_eq!(
+        owned,
+        [tenures(&["b"], 3), tenures(&["c"], 5)].concat(),
+        "row order, each with the token of its acquisition"
+    );
+}
+
+#[test]
+fn a_report_never_covers_a_skipped_revocation_still_being_stopped() {
+    let t = Instant::now();
+    let mut o = owning(t, 3, "a,b");
+    // Generations 4..=8 are skipped; 9 no longer has `a`. The holder may
+    // have revoked it at any of them, so nothing above 3 may be reported
+    // until `a` is stopped.
+    o.read(t, t, Some(9), Some("b"));
+    o.take_steps();
+    assert!(o.report_due().is_none(), "3 is reported already");
+    o.revoked(t, &names(&["a"]));
+    assert_eq!(o.report_due().unwrap().applied, 9);
+}
+
+#[test]
+fn lower_generations_are_ignored() {
+    let t = Instant::now();
+    let mut o = owning(t, 7, "a");
+    assert_eq!(
+        o.read(t, t, Some(6), Some("x")),
+        ReadOutcome::Stale { processed: 7 }
+    );
+    assert!(o.take_steps().is_empty());
+    assert_eq!(o.generation(), 7);
+    // The same generation again is processed (and refreshes holds).
+    let t1 = t + ms(500);
+    o.ping(t1);
+    assert_eq!(o.read(t1, t1, Some(7), Some("a")), ReadOutcome::Processed);
+    assert_eq!(o.hold_end("a"), Some(t1 + DEADLINE));
+    // An unreadable generation follows the row at the last one.
+    o.read(t1, t1, None, Some("a,z"));
+    report(&mut o, t1);
+    assert_eq!(
+        o.take_steps(),
+        [Step::Acquire {
+            units: tenures(&["z"], 7)
+        }]
+    );
+}
+
+#[test]
+fn a_unit_still_being_stopped_comes_back_only_after_its_stop() {
+    let t = Instant::now();
+    let mut o = owning(t, 3, "a");
+    o.read(t, t, Some(4), Some(""));
+    o.take_steps();
+    report(&mut o, t);
+    o.read(t, t, Some(5), Some("a"));
+    report(&mut o, t);
+    assert!(o.take_steps().is_empty(), "a is still being stopped");
+    assert_eq!(o.holds("a", t), None);
+    o.revoked(t, &names(&["a"]));
+    report(&mut o, t);
+    assert_eq!(
+        o.take_steps(),
+        [Step::Acquire {
+            units: tenures(&["a"], 5)
+        }]
+    );
+}
+
+#[test]
+fn a_hold_ends_a_deadline_after_the_earlier_of_read_and_ping_and_stays_ended() {
+    let t = Instant::now();
+    let mut o = owning(t, 3, "a");
+    // Pings go on, reads stop: the hold ends a deadline after the read.
+    o.ping(t + ms(900));
+    assert_eq!(o.next_wake(), Some(t + DEADLINE));
+    assert!(o.holds("a", t + ms(999)).is_some());
+    assert!(o.holds("a", t + DEADLINE).is_none(), "ended, even unticked");
+    // The process was paused; it wakes long after, and a ping and a fresh
+    // read arrive before anything else: the hold is ended first, at its end.
+    let woke = t + ms(5000);
+    o.ping(woke);
+    assert_eq!(
+        o.take_steps(),
+        [Step::Revoke {
+            units: tenures(&["a"], 3),
+            why: Revocation::Fenced {
+                ended: t + DEADLINE
+            }
+        }]
+    );
+    o.read(woke, woke, Some(3), Some("a"));
+    assert!(o.take_steps().is_empty(), "still being stopped");
+    o.revoked(woke, &names(&["a"]));
+    report(&mut o, woke);
+    assert_eq!(
+        o.take_steps(),
+        [Step::Acquire {
+            units: tenures(&["a"], 3)
+        }],
+        "back with a fresh read and ping, the table unchanged"
+    );
+}
+
+#[test]
+fn contact_is_lost_without_reads_or_without_pings_and_comes_back_with_both() {
+    let t = Instant::now();
+    let mut o = Ownership::new(DEADLINE, 1, t);
+    assert!(!o.fenced(), "not fenced at start");
+    assert!(o.ping(t), "answers its first ping before any read");
+    o.tick(t + DEADLINE);
+    assert!(o.fenced(), "no read within the deadline");
+    assert!(!o.ping(t + DEADLINE), "UNAVAILABLE while fenced");
+    let t1 = t + ms(1500);
+    o.read(t1, t1, Some(1), Some("a"));
+    assert!(!o.fenced());
+    report(&mut o, t1);
+    assert_eq!(o.take_steps().len(), 1, "acquired: read and ping are fresh");
+    // Pings stop.
+    let t2 = t + ms(1900);
+    o.read(t2, t2, Some(1), Some("a"));
+    assert_eq!(o.next_wake(), Some(t + ms(2000)));
+    o.tick(t + ms(2000));
+    assert!(o.fenced());
+    assert!(matches!(
+        o.take_steps()[..],
+        [Step::Revoke {
+            why: Revocation::Fenced { .. },
+            ..
+        }]
+    ));
+    assert_eq!(o.holds("a", t + ms(2000)), None);
+    assert!(
+        o.ping(t + ms(2100)),
+        "a ping with a fresh read ends the fence"
+    );
+}
+
+#[test]
+fn a_drain_reports_takes_units_away_as_draining_and_completes_on_an_empty_row() {
+    let t = Instant::now();
+    let mut o = owning(t, 3, "a,b");
+    o.drain(t);
+    assert_eq!(o.report_due().unwrap().encode(), "3 1 1000 1");
+    report(&mut o, t);
+    assert!(!o.drained());
+    o.read(t, t, Some(4), Some(""));
+    assert_eq!(
+        o.take_steps(),
+        [Step::Revoke {
+            units: tenures(&["a", "b"], 3),
+            why: Revocation::Draining
+        }]
+    );
+    o.revoked(t, &names(&["a", "b"]));
+    assert!(!o.drained(), "generation 4 not yet reported");
+    report(&mut o, t);
+    assert!(o.drained());
+    // A row with units again (a holder that had not seen the drain): nothing
+    // is acquired, and the drain is not complete.
+    o.read(t, t, Some(5), Some("c"));
+    report(&mut o, t);
+    assert!(o.take_steps().is_empty());
+    assert!(!o.drained());
+    // No field at all is as good as an empty one.
+    o.read(t, t, Some(6), None);
+    report(&mut o, t);
+    assert!(o.drained());
+}
+
+#[test]
+fn a_stop_revokes_everything_and_settles_when_stops_end_or_overrun() {
+    let t = Instant::now();
+    let mut o = owning(t, 3, "a,b");
+    o.stop(t);
+    assert!(o.fenced());
+    assert!(!o.ping(t), "UNAVAILABLE once stopped");
+    assert_eq!(
+        o.take_steps(),
+        [Step::Revoke {
+            units: tenures(&["a", "b"], 3),
+            why: Revocation::Shutdown
+        }]
+    );
+    assert!(!o.settled(t));
+    o.revoked(t, &names(&["a"]));
+    assert!(!o.settled(t));
+    // `b` hangs: past its hold, waiting longer helps nobody.
+    o.tick(t + DEADLINE);
+    assert_eq!(
+        o.take_steps(),
+        [Step::Overran {
+            units: tenures(&["b"], 3),
+            ended: t + DEADLINE
+        }]
+    );
+    assert!(o.settled(t + DEADLINE));
+    let late = o.revoked(t + ms(1500), &names(&["b"]));
+    assert_eq!(late, [(tenures(&["b"], 3)[0].clone(), ms(500))]);
+}
+
+// ---------------------------------------------------------------------------
+// The model.
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Time passes (a large value is a pause: nothing happens meanwhile).
+    Wait(u64),
+    /// A read sent `ago` ms before now, of generation `base + dg` (`None`:
+    /// unreadable), with a row of the units in the mask (`None`: no field).
+    Read {
+        ago: u64,
+        dg: Option<i8>,
+        row: Option<u8>,
+    },
+    Ping,
+    Tick,
+    /// One of the units being stopped is stopped.
+    Stopped(usize),
+    /// The due report is written.
+    Reported,
+    Drain,
+    Stop,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u64..700).prop_map(Op::Wait),
+        1 => (700u64..4000).prop_map(Op::Wait),
+        6 => (
+            0u64..300,
+            prop::option::weighted(0.95, -2i8..4),
+            prop::option::weighted(0.9, any::<u8>())
+        )
+            .prop_map(|(ago, dg, row)| Op::Read { ago, dg, row }),
+        5 => Just(Op::Ping),
+        2 => Just(Op::Tick),
+        4 => (0usize..8).prop_map(Op::Stopped),
+        4 => Just(Op::Reported),
+        1 => Just(Op::Drain),
+        1 => Just(Op::Stop),
+    ]
+}
+
+const UNITS: [&str; 6] = ["u0", "u1", "u2", "u3", "u4", "u5"];
+
+/// What the model knows of a unit the member works on (owned or stopping).
+#[derive(Debug, Clone)]
+struct Work {
+    token: FencingToken,
+    /// Highest processed generation whose row had it during this tenure.
+    seen: u64,
+    /// Send instant of the last processed read whose row had it.
+    shown: Instant,
+    stopping: bool,
+}
+
+struct Model {
+    t: Instant,
+    o: Ownership,
+    work: BTreeMap<String, Work>,
+    /// Generation, row and send instant of the last processed read.
+    processed: Option<(u64, Option<BTreeSet<String>>, Instant)>,
+    last_ping: Option<Instant>,
+    /// Send instant of the last successful read, stale ones included.
+    last_read: Option<Instant>,
+    last_read_done: Instant,
+    written: Option<u64>,
+    draining: bool,
+    stopped: bool,
+    started: Instant,
+    /// Holds the next call must end first, with their ends.
+    expect_fenced: BTreeMap<String, Instant>,
+    /// The view at the last revision: it may change only with the revision.
+    view: (u64, Vec<Tenure>, u64, bool, bool),
+}
+
+impl Model {
+    fn new() -> Model {
+        let t = Instant::now();
+        Model {
+            t,
+            o: Ownership::new(DEADLINE, 1, t),
+            work: BTreeMap::new(),
+            processed: None,
+            last_ping: None,
+            last_read: None,
+            last_read_done: t,
+            written: None,
+            draining: false,
+            stopped: false,
+            started: t,
+            expect_fenced: BTreeMap::new(),
+            view: (0, Vec::new(), 0, false, false),
+        }
+    }
+
+    /// When the model says a hold refreshed at `shown` ends.
+    fn end(&self, shown: Instant) -> Instant {
+        shown.min(self.last_ping.expect("nothing is held before a ping")) + DEADLINE
+    }
+
+    fn apply(&mut self, op: &Op) {
+        let now = self.t;
+        match *op {
+            Op::Wait(n) => self.t += ms(n),
+            Op::Read { ago, dg, row } => {
+                // Reads are sequential: sent after the last one came back.
+                let sent = now
+                    .checked_sub(ms(ago))
+                    .unwrap_or(now)
+                    .max(self.last_read_done);
+                let base = self.processed.as_ref().map_or(0, |p| p.0) as i64;
+                let g = dg.map(|d| (base + i64::from(d)).max(0) as u64);
+                let row: Option<BTreeSet<String>> = row.map(|mask| {
+                    UNITS
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| mask & (1 << i) != 0)
+                        .map(|(_, u)| u.to_string())
+                        .collect()
+                });
+                let text = row
+                    .as_ref()
+                    .map(|r| r.iter().map(String::as_str).collect::<Vec<_>>().join(","));
+                self.fence(now);
+                let out = self.o.read(now, sent, g, text.as_deref());
+                self.last_read = Some(sent);
+                self.last_read_done = now;
+                let g = g.unwrap_or(base as u64);
+                let stale = self.processed.as_ref().is_some_and(|p| g < p.0);
+                if stale {
+                    assert!(matches!(out, ReadOutcome::Stale { .. }));
+                    let steps = self.o.take_steps();
+                    assert!(
+                        steps.iter().all(|s| matches!(
+                            s,
+                            Step::Revoke {
+                                why: Revocation::Fenced { .. },
+                                ..
+                            } | Step::Overran { .. }
+                        )),
+                        "a stale read did something: {steps:?}"
+                    );
+                    self.steps(steps, now);
+                } else {
+                    assert_eq!(out, ReadOutcome::Processed);
+                    let r = row.clone().unwrap_or_default();
+                    let steps = self.o.take_steps();
+                    let mut revoked = BTreeSet::new();
+                    for s in &steps {
+                        if let Step::Revoke { units, why } = s
+                            && !matches!(why, Revocation::Fenced { .. })
+                        {
+                            assert!(
+                                matches!(why, Revocation::Moved | Revocation::Draining),
+                                "{why:?}"
+                            );
+                            assert_eq!(*why == Revocation::Draining, self.draining);
+                            revoked.extend(units.iter().map(|t| t.unit.clone()));
+                        }
+                    }
+                    let want: BTreeSet<String> = self
+                        .work
+                        .iter()
+                        .filter(|(u, w)| !w.stopping && !r.contains(*u) && !self.stopped)
+                        .map(|(u, _)| u.clone())
+                        .collect();
+                    assert_eq!(
+                        revoked, want,
+                        "revoked exactly the owned units not in the row"
+                    );
+                    for (u, w) in self.work.iter_mut() {
+                        if r.contains(u) {
+                            w.seen = w.seen.max(g);
+                            w.shown = w.shown.max(sent);
+                        }
+                    }
+                    self.processed = Some((g, row, sent));
+                    self.steps(steps, now);
+                }
+            }
+            Op::Ping => {
+                self.fence(now);
+                let ok = self.o.ping(now);
+                self.last_ping = Some(now);
+                let steps = self.o.take_steps();
+                self.steps(steps, now);
+                // Answered OK unless stopped or no read for the deadline.
+                let read = self.last_read.unwrap_or(self.started);
+                assert_eq!(ok, !self.stopped && now < read + DEADLINE);
+                assert_eq!(ok, !self.o.fenced());
+            }
+            Op::Tick => {
+                self.fence(now);
+                self.o.tick(now);
+                let steps = self.o.take_steps();
+                self.steps(steps, now);
+            }
+            Op::Stopped(i) => {
+                let stopping: Vec<String> = self
+                    .work
+                    .iter()
+                    .filter(|(_, w)| w.stopping)
+                    .map(|(u, _)| u.clone())
+                    .collect();
+                if stopping.is_empty() {
+                    return;
+                }
+                let u = stopping[i % stopping.len()].clone();
+                self.fence(now);
+                self.o.revoked(now, std::slice::from_ref(&u));
+                self.work.remove(&u);
+                let steps = self.o.take_steps();
+                self.steps(steps, now);
+            }
+            Op::Reported => {
+                self.fence(now);
+                if let Some(r) = self.o.report_due() {
+                    self.check_report(&r);
+                    self.o.reported(now, r);
+                    self.written = Some(r.applied);
+                } else {
+                    self.o.tick(now);
+                }
+                let steps = self.o.take_steps();
+                self.steps(steps, now);
+            }
+            Op::Drain => {
+                self.fence(now);
+                self.o.drain(now);
+                let steps = self.o.take_steps();
+                self.steps(steps, now);
+                if !self.draining && self.processed.is_some() {
+                    assert!(self.o.report_due().is_some_and(|r| r.draining));
+                }
+                self.draining = true;
+            }
+            Op::Stop => {
+                self.fence(now);
+                self.o.stop(now);
+                let steps = self.o.take_steps();
+                let was_owned: BTreeSet<String> = self
+                    .work
+                    .iter()
+                    .filter(|(_, w)| !w.stopping)
+                    .map(|(u, _)| u.clone())
+                    .collect();
+                let mut revoked = BTreeSet::new();
+                for s in &steps {
+                    if let Step::Revoke {
+                        units,
+                        why: Revocation::Shutdown,
+                    } = s
+                    {
+                        revoked.extend(units.iter().map(|t| t.unit.clone()));
+                    }
+                }
+                if !self.stopped {
+                    assert_eq!(revoked, was_owned, "a stop revokes everything owned");
+                }
+                self.stopped = true;
+                self.steps(steps, now);
+            }
+        }
+        self.check(!matches!(op, Op::Wait(_)));
+    }
+
+    /// Every call first ends the holds that ended by `now`: the model
+    /// expects exactly those fenced, each at its own end, before anything
+    /// else the call does.
+    fn fence(&mut self, now: Instant) {
+        let ended: BTreeMap<String, Instant> = self
+            .work
+            .iter()
+            .filter(|(_, w)| !w.stopping && self.end(w.shown) <= now)
+            .map(|(u, w)| (u.clone(), self.end(w.shown)))
+            .collect();
+        for u in ended.keys() {
+            self.work.get_mut(u).unwrap().stopping = true;
+        }
+        self.expect_fenced = ended;
+    }
+
+    fn steps(&mut self, steps: Vec<Step>, now: Instant) {
+        let expected = std::mem::take(&mut self.expect_fenced);
+        let mut fenced = BTreeMap::new();
+        for s in steps {
+            match s {
+                Step::Revoke {
+                    units,
+                    why: Revocation::Fenced { ended },
+                } => {
+                    assert!(ended <= now);
+                    for t in units {
+                        assert_eq!(self.work[&t.unit].token, t.token);
+                        fenced.insert(t.unit, ended);
+                    }
+                }
+                Step::Revoke { units, .. } => {
+                    for t in units {
+                        let w = self
+                            .work
+                            .get_mut(&t.unit)
+                            .expect("revoked a unit not owned");
+                        assert!(!w.stopping, "revoked twice: {}", t.unit);
+                        assert_eq!(w.token, t.token);
+                        w.stopping = true;
+                    }
+                }
+                Step::Acquire { units } => {
+                    let (g, row, shown) = self.processed.clone().expect("acquired before a read");
+                    assert!(!self.draining && !self.stopped, "acquired while leaving");
+                    assert_eq!(self.written, Some(g), "acquired before the report");
+                    let ping = self.last_ping.expect("acquired before a ping");
+                    for t in units {
+                        assert!(row.as_ref().is_some_and(|r| r.contains(&t.unit)));
+                        assert!(
+                            !self.work.contains_key(&t.unit),
+                            "acquired while still worked on: {}",
+                            t.unit
+                        );
+                        assert_eq!(t.token, FencingToken(g));
+                        assert!(shown.min(ping) + DEADLINE > now, "acquired without a hold");
+                        self.work.insert(
+                            t.unit,
+                            Work {
+                                token: t.token,
+                                seen: g,
+                                shown,
+                                stopping: false,
+                            },
+                        );
+                    }
+                }
+                Step::Overran { units, ended } => {
+                    assert!(ended <= now);
+                    for t in units {
+                        assert!(self.work.get(&t.unit).is_some_and(|w| w.stopping));
+                    }
+                }
+            }
+        }
+        assert_eq!(fenced, expected, "fenced exactly the holds that ended");
+    }
+
+    /// A report claims every unit revoked at a generation `≤ applied` is
+    /// stopped: every unit still worked on must have been in a processed row
+    /// of a generation `≥ applied`. Reports never go back.
+    fn check_report(&self, r: &MemberReport) {
+        let (g, _, _) = self.processed.as_ref().expect("a report before a read");
+        assert!(r.applied <= *g);
+        for (u, w) in &self.work {
+            assert!(
+                r.applied <= w.seen,
+                "report {} while {u} (last seen at {}) is still worked on",
+                r.applied,
+                w.seen
+            );
+        }
+        assert!(
+            self.written.is_none_or(|w| w <= r.applied),
+            "report went back"
+        );
+        assert_eq!(r.draining, self.draining);
+    }
+
+    fn check(&mut self, called: bool) {
+        let now = self.t;
+        let view = (
+            self.o.revision(),
+            self.o.owned(),
+            self.o.generation(),
+            self.o.in_table(),
+            self.o.fenced(),
+        );
+        if view.0 == self.view.0 {
+            assert_eq!(view, self.view, "the view changed, the revision did not");
+        }
+        self.view = view;
+        let owned: BTreeSet<String> = self.o.owned().into_iter().map(|t| t.unit).collect();
+        let model: BTreeSet<String> = self
+            .work
+            .iter()
+            .filter(|(_, w)| !w.stopping)
+            .map(|(u, _)| u.clone())
+            .collect();
+        assert_eq!(owned, model);
+        assert_eq!(
+            self.o.stopping(),
+            self.work.values().filter(|w| w.stopping).count()
+        );
+        for (u, w) in &self.work {
+            let held = self.o.holds(u, now);
+            if w.stopping {
+                assert_eq!(held, None);
+            } else {
+                // Owned means held, within the model's bound.
+                let end = self.end(w.shown);
+                assert_eq!(self.o.hold_end(u), Some(end));
+                assert_eq!(held, (now < end).then_some(w.token));
+            }
+        }
+        if let Some(r) = self.o.report_due() {
+            self.check_report(&r);
+        }
+        if self.o.drained() {
+            assert!(self.work.is_empty());
+            let (g, row, _) = self.processed.as_ref().unwrap();
+            assert!(row.as_ref().is_none_or(BTreeSet::is_empty));
+            assert_eq!(self.written, Some(*g));
+        }
+        // Right after a call, nothing is due by time until the next wake-up.
+        if called && let Some(w) = self.o.next_wake() {
+            assert!(w > now, "a wake-up in the past");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn ownership_keeps_its_promises(ops in prop::collection::vec(op(), 1..80)) {
+        let mut m = Model::new();
+        for op in &ops {
+            m.apply(op);
+        }
+        // Liveness: once every stop completes and the reports are written,
+        // the last generation is applied; a fresh read and ping then give
+        // the member its whole row (unless it is leaving).
+        m.apply(&Op::Tick);
+        while m.o.stopping() > 0 {
+            m.apply(&Op::Stopped(0));
+        }
+        m.apply(&Op::Reported);
+        m.apply(&Op::Reported);
+        prop_assert!(m.o.report_due().is_none());
+        if let Some((g, _, _)) = &m.processed {
+            prop_assert_eq!(m.written, Some(*g));
+        }
+        m.apply(&Op::Ping);
+        m.apply(&Op::Read { ago: 0, dg: Some(0), row: Some(0b111) });
+        m.apply(&Op::Reported);
+        m.apply(&Op::Ping);
+        if !m.draining && !m.stopped {
+            let owned: Vec<String> = m.o.owned().into_iter().map(|t| t.unit).collect();
+            prop_assert_eq!(owned, names(&["u0", "u1", "u2"]));
+        }
+    }
+}

@@ -1,0 +1,641 @@
+//! The member's task: all of its IO. It reads its row, writes its report,
+//! registers, runs the application's [`Handoff`] calls, keeps the assignment
+//! and the health service current, drains and leaves. What to do is decided
+//! by `core::ownership`; this file only carries it out.
+//!
+//! Guarantees:
+//! - one Redis call at a time, in order (a report before a read, a read
+//!   before a registration), never blocking the timers: a hold that ends is
+//!   revoked at its end even while a call hangs for its deadline;
+//! - the assignment without a unit is published before the application's
+//!   revocation starts, and the report follows only once it returned;
+//! - for one unit, `revoked` never starts before `acquired` returned; a
+//!   handler that panics counts as returned (and is logged);
+//! - a failing read logs once, then a summary every 30 s, then once when
+//!   reads work again: never a line per poll.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use super::handoff::{Handoff, Shared};
+use super::{Assignment, MemberOptions};
+use crate::core::handoff::MemberReport;
+use crate::core::ownership::{Ownership, ReadOutcome, Revocation, Step};
+use crate::edge::grpc::PingResponder;
+use crate::edge::redis::{Notification, Store};
+use crate::error::StoreError;
+use crate::proto::grpc_pinger_server::GrpcPingerServer;
+
+/// What the [`Member`](super::Member) asks of its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    Run,
+    Drain,
+    Stop,
+}
+
+/// How the task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ending {
+    /// Drained: the holder took every unit away; deregistered.
+    HandedOver,
+    /// The drain timed out: every unit was stopped; deregistered.
+    TimedOut,
+    /// Contact was lost while draining: every hold had ended, nothing was
+    /// left to hand over; deregistered (if Redis answered).
+    Fenced,
+    /// Stopped on request: every unit was stopped; deregistered.
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Following,
+    Draining {
+        until: Instant,
+    },
+    /// Every unit revoked; waiting for the revocations, then leaving.
+    Stopping {
+        ending: Ending,
+    },
+    /// Deregistering.
+    Leaving {
+        ending: Ending,
+    },
+}
+
+/// A finished handler call.
+enum Done {
+    Revoked(Vec<String>),
+    Acquired(Vec<String>),
+}
+
+type ReadResult = Result<(Option<String>, Result<u64, StoreError>), StoreError>;
+
+/// A finished Redis call.
+enum Io {
+    Read {
+        sent: Instant,
+        result: ReadResult,
+    },
+    Report {
+        report: MemberReport,
+        announce: bool,
+        result: Result<(), StoreError>,
+    },
+    Registered(Result<bool, StoreError>),
+    Transit(Result<bool, StoreError>),
+    Left,
+}
+
+type IoCall = Pin<Box<dyn Future<Output = Io> + Send>>;
+
+/// How long a failed report waits before it is written again.
+const REPORT_RETRY: Duration = Duration::from_millis(250);
+/// How often a read failure that goes on is summarised in the log.
+const FAILURE_SUMMARY: Duration = Duration::from_secs(30);
+
+pub(super) struct Follower<H> {
+    pub(super) store: Store,
+    pub(super) opts: MemberOptions,
+    pub(super) id: String,
+    pub(super) shared: Arc<Shared>,
+    pub(super) handoff: Arc<H>,
+    pub(super) tx: watch::Sender<Assignment>,
+    pub(super) health: HealthReporter,
+}
+
+/// The task's own bookkeeping.
+struct Loop {
+    phase: Phase,
+    io: Option<IoCall>,
+    want_read: bool,
+    want_register: bool,
+    want_refresh: bool,
+    want_transit: bool,
+    registered: bool,
+    report_wait: Option<Instant>,
+    last_report: Option<MemberReport>,
+    /// Units whose `acquired` call runs, and the signal of its end.
+    acquiring: HashMap<String, CancellationToken>,
+    serving: bool,
+    fenced: bool,
+    /// The ownership revision the published assignment shows.
+    revision: Option<u64>,
+    bad_generation: bool,
+    stale: bool,
+    failures: ReadFailures,
+}
+
+impl<H: Handoff> Follower<H> {
+    pub(super) async fn run(self, mut mode: watch::Receiver<Mode>) -> Ending {
+        let subscription = CancellationToken::new();
+        let _unsubscribe = subscription.clone().drop_guard();
+        let mut notes = self.store.subscribe(
+            vec![self.store.keys().table_channel.clone()],
+            subscription.child_token(),
+        );
+        let mut poll = tokio::time::interval(self.opts.poll_interval);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut reregister = tokio::time::interval(self.opts.reregister_interval);
+        reregister.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+        let mut mode_open = true;
+        let mut notes_open = true;
+        let mut l = Loop {
+            phase: Phase::Following,
+            io: None,
+            want_read: true,
+            want_register: true,
+            want_refresh: false,
+            want_transit: false,
+            registered: false,
+            report_wait: None,
+            last_report: None,
+            acquiring: HashMap::new(),
+            serving: true,
+            fenced: false,
+            revision: None,
+            bad_generation: false,
+            stale: false,
+            failures: ReadFailures::default(),
+        };
+        loop {
+            self.run_steps(&mut l, &done_tx).await;
+            let now = Instant::now();
+            match l.phase {
+                Phase::Draining { until } if now >= until => {
+                    tracing::warn!(
+                        member = %self.id,
+                        drain_timeout = ?self.opts.drain_timeout,
+                        "the drain timed out (no holder emptied this member's row); stopping every unit"
+                    );
+                    self.shared.lock().stop(now);
+                    l.phase = Phase::Stopping {
+                        ending: Ending::TimedOut,
+                    };
+                    continue;
+                }
+                Phase::Draining { .. }
+                    if l.io.is_none() && {
+                        let c = self.shared.lock();
+                        c.fenced() && c.settled(now)
+                    } =>
+                {
+                    tracing::warn!(member = %self.id, "lost contact while draining: every hold has ended, nothing is left to hand over; deregistering");
+                    l.phase = Phase::Leaving {
+                        ending: Ending::Fenced,
+                    };
+                }
+                Phase::Stopping { ending } if l.io.is_none() && self.shared.lock().settled(now) => {
+                    l.phase = Phase::Leaving { ending };
+                }
+                _ => {}
+            }
+            if l.io.is_none() {
+                l.io = self.next_io(&mut l, now);
+            }
+            let wake = [
+                self.shared.lock().next_wake(),
+                match l.phase {
+                    Phase::Draining { until } => Some(until),
+                    _ => None,
+                },
+                l.report_wait,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            tokio::select! {
+                biased;
+                changed = mode.changed(), if mode_open => {
+                    let next = match changed {
+                        Ok(()) => *mode.borrow_and_update(),
+                        Err(_) => {
+                            mode_open = false;
+                            Mode::Stop
+                        }
+                    };
+                    self.switch(&mut l, next);
+                }
+                _ = sleep_until(wake) => {
+                    self.shared.lock().tick(Instant::now());
+                    if l.report_wait.is_some_and(|t| t <= Instant::now()) {
+                        l.report_wait = None;
+                    }
+                }
+                Some(done) = done_rx.recv() => self.finished(&mut l, done),
+                _ = self.shared.wake.notified() => {}
+                io = poll_io(&mut l.io), if l.io.is_some() => {
+                    l.io = None;
+                    if let Some(ending) = self.handle_io(&mut l, io) {
+                        return ending;
+                    }
+                }
+                note = notes.recv(), if notes_open => match note {
+                    Some(Notification::Message(..) | Notification::Subscribed) => l.want_read = true,
+                    None => notes_open = false,
+                },
+                _ = poll.tick() => l.want_read = true,
+                _ = reregister.tick() => {
+                    l.want_register = true;
+                    l.want_refresh = true;
+                }
+            }
+        }
+    }
+
+    fn switch(&self, l: &mut Loop, mode: Mode) {
+        let now = Instant::now();
+        match (mode, l.phase) {
+            (Mode::Drain, Phase::Following) => {
+                tracing::info!(member = %self.id, drain_timeout = ?self.opts.drain_timeout, "draining: reporting it and waiting for the holder to move every unit away");
+                self.shared.lock().drain(now);
+                l.phase = Phase::Draining {
+                    until: now + self.opts.drain_timeout,
+                };
+            }
+            (Mode::Stop, Phase::Following | Phase::Draining { .. }) => {
+                tracing::info!(member = %self.id, "stopping: revoking every unit, then deregistering");
+                self.shared.lock().stop(now);
+                l.phase = Phase::Stopping {
+                    ending: Ending::Stopped,
+                };
+            }
+            _ => {}
+        }
+    }
+
+    /// Carries out what the state asks: publishes the assignment, then
+    /// starts the handler calls; keeps the health service in step.
+    async fn run_steps(&self, l: &mut Loop, done: &mpsc::UnboundedSender<Done>) {
+        let (steps, assignment, fenced) = {
+            let mut c = self.shared.lock();
+            // Rebuilt only when it changed: a row may hold many units, and
+            // every ping wakes this loop.
+            let assignment =
+                (l.revision != Some(c.revision())).then(|| (c.revision(), assignment_of(&c)));
+            (c.take_steps(), assignment, c.fenced())
+        };
+        if let Some((revision, assignment)) = assignment {
+            l.revision = Some(revision);
+            self.tx.send_if_modified(|a| {
+                let changed = *a != assignment;
+                *a = assignment;
+                changed
+            });
+        }
+        for step in steps {
+            match step {
+                Step::Revoke { units, why } => {
+                    let now = Instant::now();
+                    let names: Vec<String> = units.iter().map(|t| t.unit.clone()).collect();
+                    match why {
+                        Revocation::Fenced { ended } => tracing::warn!(
+                            member = %self.id,
+                            units = names.len(),
+                            first = %names[0],
+                            ended_ago = ?now.saturating_duration_since(ended),
+                            deadline = ?self.opts.deadline,
+                            "hold ended (no successful read or no ping within the deadline, or the process was paused): revoking at once"
+                        ),
+                        why => {
+                            tracing::debug!(member = %self.id, units = names.len(), reason = why.reason(), "revoking")
+                        }
+                    }
+                    let waits: Vec<CancellationToken> = names
+                        .iter()
+                        .filter_map(|u| l.acquiring.get(u).cloned())
+                        .collect();
+                    let owned = self.shared.owned(units);
+                    let handoff = self.handoff.clone();
+                    let done = done.clone();
+                    let member = self.id.clone();
+                    tokio::spawn(async move {
+                        for w in waits {
+                            w.cancelled().await;
+                        }
+                        let call = tokio::spawn(async move { handoff.revoked(owned, why).await });
+                        if let Err(e) = call.await {
+                            tracing::error!(member, error = %e, reason = why.reason(), "the revocation handler failed; counting its units as stopped");
+                        }
+                        let _ = done.send(Done::Revoked(names));
+                    });
+                }
+                Step::Acquire { units } => {
+                    let names: Vec<String> = units.iter().map(|t| t.unit.clone()).collect();
+                    tracing::debug!(member = %self.id, units = names.len(), token = %units[0].token, "acquired");
+                    let finished = CancellationToken::new();
+                    for u in &names {
+                        l.acquiring.insert(u.clone(), finished.clone());
+                    }
+                    let owned = self.shared.owned(units);
+                    let handoff = self.handoff.clone();
+                    let done = done.clone();
+                    let member = self.id.clone();
+                    tokio::spawn(async move {
+                        let _finished = finished.drop_guard();
+                        let call = tokio::spawn(async move { handoff.acquired(owned).await });
+                        if let Err(e) = call.await {
+                            tracing::error!(member, error = %e, "the acquisition handler failed");
+                        }
+                        let _ = done.send(Done::Acquired(names));
+                    });
+                }
+                Step::Overran { units, ended } => {
+                    let names: Vec<&str> = units.iter().map(|t| t.unit.as_str()).collect();
+                    tracing::error!(
+                        member = %self.id,
+                        units = ?names,
+                        ended_ago = ?Instant::now().saturating_duration_since(ended),
+                        deadline = ?self.opts.deadline,
+                        "a revocation is still running after the hold ended: the next owner may already work on these units (make revocations finish within the deadline)"
+                    );
+                }
+            }
+        }
+        if fenced != l.fenced {
+            l.fenced = fenced;
+            let (read, ping) = self.shared.lock().last_contact();
+            let ago = |t: Option<Instant>| t.map(|t| t.elapsed());
+            if fenced && !matches!(l.phase, Phase::Stopping { .. } | Phase::Leaving { .. }) {
+                tracing::warn!(member = %self.id, since_read = ?ago(read), since_ping = ?ago(ping), deadline = ?self.opts.deadline, "fenced: no successful read of the table or no ping within the deadline; holding nothing and answering pings UNAVAILABLE");
+            } else if !fenced {
+                tracing::info!(member = %self.id, "in contact again: reads and pings within the deadline");
+            }
+        }
+        let serve = !fenced;
+        if serve != l.serving {
+            l.serving = serve;
+            let status = if serve {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            self.health.set_service_status("", status).await;
+            if serve {
+                self.health
+                    .set_serving::<GrpcPingerServer<PingResponder>>()
+                    .await;
+            } else {
+                self.health
+                    .set_not_serving::<GrpcPingerServer<PingResponder>>()
+                    .await;
+            }
+        }
+    }
+
+    fn finished(&self, l: &mut Loop, done: Done) {
+        match done {
+            Done::Revoked(units) => {
+                let late = self.shared.lock().revoked(Instant::now(), &units);
+                for (t, by) in late {
+                    tracing::error!(member = %self.id, unit = %t.unit, token = %t.token, late = ?by, "a revocation finished after the unit's hold had ended: it may have overlapped with the next owner");
+                }
+            }
+            Done::Acquired(units) => {
+                for u in units {
+                    if l.acquiring.get(&u).is_some_and(|t| t.is_cancelled()) {
+                        l.acquiring.remove(&u);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next Redis call, if any is wanted now.
+    fn next_io(&self, l: &mut Loop, now: Instant) -> Option<IoCall> {
+        let store = self.store.clone();
+        let id = self.id.clone();
+        match l.phase {
+            Phase::Leaving { .. } => {
+                let list = self.opts.services_key.clone();
+                return Some(Box::pin(async move {
+                    match store.deregister(&list, &id).await {
+                        Ok(_) => tracing::info!(member = %id, list, "deregistered"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, member = %id, "could not deregister; the distributor will see it fail")
+                        }
+                    }
+                    if let Err(e) = store.remove_report(&id).await {
+                        tracing::warn!(error = %e, member = %id, "could not remove this member's report");
+                    }
+                    Io::Left
+                }));
+            }
+            Phase::Stopping { .. } => return None,
+            Phase::Following | Phase::Draining { .. } => {}
+        }
+        if l.report_wait.is_none_or(|t| now >= t) {
+            l.report_wait = None;
+            let due = self.shared.lock().report_due();
+            let refresh = l.want_refresh.then_some(l.last_report).flatten();
+            if let Some((report, announce)) = due.map(|r| (r, true)).or(refresh.map(|r| (r, false)))
+            {
+                l.want_refresh = false;
+                return Some(Box::pin(async move {
+                    let result = store.write_report(&id, &report, announce).await;
+                    Io::Report {
+                        report,
+                        announce,
+                        result,
+                    }
+                }));
+            }
+        }
+        if l.want_read {
+            l.want_read = false;
+            return Some(Box::pin(async move {
+                let sent = Instant::now();
+                let result = store.read_row(&id).await;
+                Io::Read { sent, result }
+            }));
+        }
+        if l.want_register {
+            l.want_register = false;
+            let list = self.opts.services_key.clone();
+            return Some(Box::pin(async move {
+                Io::Registered(store.register(&list, &id).await)
+            }));
+        }
+        if l.want_transit
+            && matches!(l.phase, Phase::Draining { .. })
+            && self.shared.lock().drained()
+        {
+            l.want_transit = false;
+            return Some(Box::pin(async move {
+                Io::Transit(store.transit_waits_on(&id).await)
+            }));
+        }
+        None
+    }
+
+    /// Takes a finished Redis call; `Some` when the task is done.
+    fn handle_io(&self, l: &mut Loop, io: Io) -> Option<Ending> {
+        let now = Instant::now();
+        match io {
+            Io::Read { sent, result } => match result {
+                Ok((row, generation)) => {
+                    l.failures.recovered(&self.id);
+                    let generation = match generation {
+                        Ok(g) => {
+                            l.bad_generation = false;
+                            Some(g)
+                        }
+                        Err(e) => {
+                            if !l.bad_generation {
+                                tracing::warn!(error = %e, "the table's generation is unreadable; following the row at the last generation");
+                            }
+                            l.bad_generation = true;
+                            None
+                        }
+                    };
+                    let outcome = self
+                        .shared
+                        .lock()
+                        .read(now, sent, generation, row.as_deref());
+                    match outcome {
+                        ReadOutcome::Processed => l.stale = false,
+                        ReadOutcome::Stale { processed } => {
+                            if !l.stale {
+                                tracing::warn!(member = %self.id, read = ?generation, processed, "the table's generation went back (Redis lost its data?); ignoring rows until it passes the last processed one");
+                            }
+                            l.stale = true;
+                        }
+                    }
+                    l.want_transit = true;
+                }
+                Err(e) => l.failures.failed(&self.id, &e),
+            },
+            Io::Report {
+                report,
+                announce,
+                result,
+            } => match result {
+                Ok(()) => {
+                    self.shared.lock().reported(now, report);
+                    l.last_report = Some(report);
+                    if announce {
+                        tracing::debug!(member = %self.id, applied = report.applied, draining = report.draining, "reported");
+                    }
+                }
+                Err(e) => {
+                    log_store_error(&e, "could not write this member's report; retrying");
+                    l.report_wait = Some(now + REPORT_RETRY);
+                }
+            },
+            Io::Registered(result) => match result {
+                Ok(added) => {
+                    if added && l.registered {
+                        tracing::info!(member = %self.id, list = %self.opts.services_key, "re-registered (the list had lost this member)");
+                    } else if added {
+                        tracing::info!(member = %self.id, list = %self.opts.services_key, "registered");
+                    }
+                    l.registered = true;
+                }
+                Err(e) => log_store_error(&e, "could not register; retrying"),
+            },
+            Io::Transit(result) => match result {
+                Ok(false) if self.shared.lock().drained() => {
+                    if let Phase::Draining { .. } = l.phase {
+                        tracing::info!(member = %self.id, "drained: the holder moved every unit away; deregistering");
+                        l.phase = Phase::Leaving {
+                            ending: Ending::HandedOver,
+                        };
+                    }
+                }
+                Ok(_) => {
+                    tracing::debug!(member = %self.id, "drained, but the holder still waits on units revoked from this member")
+                }
+                Err(e) => log_store_error(&e, "could not read the units in transit; retrying"),
+            },
+            Io::Left => {
+                if let Phase::Leaving { ending } = l.phase {
+                    return Some(ending);
+                }
+            }
+        }
+        None
+    }
+}
+
+fn assignment_of(c: &Ownership) -> Assignment {
+    let owned = c.owned();
+    Assignment {
+        in_table: c.in_table(),
+        units: owned.iter().map(|t| t.unit.clone()).collect(),
+        tokens: owned.into_iter().map(|t| (t.unit, t.token)).collect(),
+        generation: c.generation(),
+        fenced: c.fenced(),
+    }
+}
+
+async fn sleep_until(wake: Option<Instant>) {
+    match wake {
+        Some(w) => tokio::time::sleep_until(w).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn poll_io(io: &mut Option<IoCall>) -> Io {
+    match io {
+        Some(call) => call.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Read failures, summarised.
+#[derive(Default)]
+struct ReadFailures {
+    since: Option<Instant>,
+    count: u64,
+    said: Option<Instant>,
+}
+
+impl ReadFailures {
+    fn failed(&mut self, member: &str, e: &StoreError) {
+        let now = Instant::now();
+        self.count += 1;
+        let since = *self.since.get_or_insert(now);
+        match self.said {
+            None => {
+                tracing::warn!(member, error = %e, kind = e.kind(), "could not read the matching table; retrying (further failures are summarised)");
+                self.said = Some(now);
+            }
+            Some(said) if now - said >= FAILURE_SUMMARY => {
+                tracing::warn!(member, error = %e, kind = e.kind(), failures = self.count, failing_for = ?now - since, "still cannot read the matching table");
+                self.said = Some(now);
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn recovered(&mut self, member: &str) {
+        if let Some(since) = self.since.take() {
+            tracing::info!(
+                member,
+                failures = self.count,
+                failed_for = ?since.elapsed(),
+                "reading the matching table again"
+            );
+        }
+        self.count = 0;
+        self.said = None;
+    }
+}
+
+pub(super) fn log_store_error(e: &StoreError, what: &str) {
+    if e.is_retryable() {
+        tracing::debug!(error = %e, "{what}");
+    } else {
+        tracing::warn!(error = %e, "{what}");
+    }
+}

@@ -1,0 +1,176 @@
+//! The application's side of a handoff: the [`Handoff`] trait that a
+//! [`Member`](super::Member) calls when units come and go, the units it hands
+//! over ([`Owned`]), and the [`Hold`] to check before each side effect.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::core::ownership::{FencingToken, Ownership, Revocation, Tenure};
+use crate::edge::grpc::PingGate;
+
+/// What the application does when this member gains or loses units.
+///
+/// The member calls these from its own tasks; calls for one unit never
+/// overlap (a revocation waits until the unit's `acquired` returned), calls
+/// for different units may run concurrently.
+pub trait Handoff: Send + Sync + 'static {
+    /// `units` are this member's from now on: start them, and return (their
+    /// work runs elsewhere; keep each [`Owned::hold`] to check before a side
+    /// effect).
+    fn acquired(&self, units: Vec<Owned>) -> impl Future<Output = ()> + Send;
+
+    /// Stop `units` completely, then return: once this returns, nothing the
+    /// application does touches them any more. The member reports that to
+    /// the holder, which only then gives them to their next owner; so a
+    /// revocation that takes long delays the move (and holds up this
+    /// member's acquisitions: revocations first). One that outlasts the
+    /// units' hold is logged loudly, since the next owner may then start.
+    /// With [`Revocation::Fenced`] the hold has already ended: stop at once.
+    fn revoked(&self, units: Vec<Owned>, why: Revocation) -> impl Future<Output = ()> + Send;
+}
+
+/// No handler: follow [`Member::assignment`](super::Member::assignment)
+/// instead. A revocation completes as soon as the assignment without the
+/// units is published.
+impl Handoff for () {
+    async fn acquired(&self, _: Vec<Owned>) {}
+    async fn revoked(&self, _: Vec<Owned>, _: Revocation) {}
+}
+
+/// A unit handed to the application, with its fencing token and its hold.
+#[derive(Debug, Clone)]
+pub struct Owned {
+    pub unit: String,
+    pub token: FencingToken,
+    pub hold: Hold,
+}
+
+/// A cheap handle on this member's hold of one unit (one tenure): check it
+/// before every side effect. It reads the monotonic clock and the member's
+/// state under a short lock, no IO.
+#[derive(Clone)]
+pub struct Hold {
+    unit: Arc<str>,
+    token: FencingToken,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("unit", &self.unit)
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+/// The hold on a unit has ended: it was revoked, or the member lost contact
+/// for its deadline. Its next owner may already work on it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the hold on unit {unit:?} (token {token}) has ended")]
+pub struct HoldLost {
+    pub unit: String,
+    pub token: FencingToken,
+}
+
+impl Hold {
+    pub fn unit(&self) -> &str {
+        &self.unit
+    }
+
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// Whether this member still owns the unit with this token now: not
+    /// revoked, and the hold's end (see [`Hold::ends`]) not reached.
+    pub fn is_held(&self) -> bool {
+        self.check().is_ok()
+    }
+
+    /// [`Hold::is_held`], as a `Result` for `?` before a side effect.
+    pub fn check(&self) -> Result<FencingToken, HoldLost> {
+        let held = self.shared.lock().holds(&self.unit, Instant::now());
+        match held {
+            Some(t) if t == self.token => Ok(t),
+            _ => Err(HoldLost {
+                unit: self.unit.to_string(),
+                token: self.token,
+            }),
+        }
+    }
+
+    /// When the hold ends unless a read and a ping extend it; `None` once it
+    /// has ended. A side effect that must finish within the hold can bound
+    /// itself by this instant.
+    pub fn ends(&self) -> Option<Instant> {
+        let core = self.shared.lock();
+        let now = Instant::now();
+        (core.holds(&self.unit, now) == Some(self.token))
+            .then(|| core.hold_end(&self.unit))
+            .flatten()
+    }
+}
+
+/// The member's ownership, shared by its task, its ping responder and the
+/// application's holds.
+pub(crate) struct Shared {
+    core: Mutex<Ownership>,
+    /// Wakes the member's task after a ping changed the state.
+    pub(crate) wake: Notify,
+}
+
+impl Shared {
+    pub(crate) fn new(core: Ownership) -> Arc<Shared> {
+        Arc::new(Shared {
+            core: Mutex::new(core),
+            wake: Notify::new(),
+        })
+    }
+
+    /// The state; never held across an await. A panic while it was held
+    /// (a bug) does not stop the member: the state is still consistent per
+    /// call.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Ownership> {
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn owned(self: &Arc<Shared>, tenures: Vec<Tenure>) -> Vec<Owned> {
+        tenures
+            .into_iter()
+            .map(|t| Owned {
+                hold: Hold {
+                    unit: t.unit.as_str().into(),
+                    token: t.token,
+                    shared: self.clone(),
+                },
+                unit: t.unit,
+                token: t.token,
+            })
+            .collect()
+    }
+
+    pub(crate) fn hold(self: &Arc<Shared>, unit: &str) -> Option<Hold> {
+        let token = self.lock().holds(unit, Instant::now())?;
+        Some(Hold {
+            unit: unit.into(),
+            token,
+            shared: self.clone(),
+        })
+    }
+}
+
+impl PingGate for Shared {
+    fn admit(&self, received: Instant) -> Result<(), String> {
+        let ok = self.lock().ping(received);
+        self.wake.notify_one();
+        if ok {
+            Ok(())
+        } else {
+            Err("fenced: no successful read of the matching table or no ping within the deadline, or stopping".into())
+        }
+    }
+}

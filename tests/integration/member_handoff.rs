@@ -1,0 +1,914 @@
+//! The member side of the handoff protocol, against a real Redis and real
+//! pings, with the test playing the holder: it writes the table rows and
+//! `{T}:meta generation` and publishes `{T}:changed`, pings the member over
+//! gRPC, and reads `{T}:members`. Members run in-process (with a recording
+//! handler) or as `examples/worker --events` processes (stopped, continued,
+//! terminated), whose stdout must be JSON lines only.
+
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use distributor::core::handoff::MemberReport;
+use distributor::proto::grpc_pinger_client::GrpcPingerClient;
+use distributor::{Drained, FencingToken, Handoff, Member, MemberOptions, Owned, Revocation};
+use tokio::time::Instant;
+
+use crate::support::*;
+
+const DEADLINE: Duration = Duration::from_secs(1);
+
+fn options(redis: &RedisServer, port: u16) -> MemberOptions {
+    let mut o = MemberOptions::new(&redis.url(), SERVICES, TABLE, ([127, 0, 0, 1], port).into());
+    o.poll_interval = Duration::from_millis(100);
+    o.reregister_interval = Duration::from_millis(300);
+    o.deadline = DEADLINE;
+    o.drain_timeout = Duration::from_secs(10);
+    o
+}
+
+/// The fake holder's write: the whole table, then its generation, in one
+/// transaction, then the notification.
+async fn write_table(redis: &RedisServer, generation: u64, rows: &[(&str, &str)]) {
+    let mut c = redis.conn().await;
+    let mut p = redis::pipe();
+    p.atomic().del(TABLE).ignore();
+    for (m, units) in rows {
+        p.hset(TABLE, *m, *units).ignore();
+    }
+    p.hset(keys().meta, "generation", generation).ignore();
+    let () = p.query_async(&mut c).await.unwrap();
+    let _: i64 = redis
+        .cmd(&["PUBLISH", &keys().table_channel, &generation.to_string()])
+        .await;
+}
+
+async fn report(redis: &RedisServer, member: &str) -> Option<MemberReport> {
+    let raw: Option<String> = redis.cmd(&["HGET", &keys().members, member]).await;
+    raw.map(|r| MemberReport::decode(&r).unwrap_or_else(|| panic!("bad report {r:?}")))
+}
+
+async fn listed(redis: &RedisServer, member: &str) -> bool {
+    let list: Vec<String> = redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+    list.iter().any(|m| m == member)
+}
+
+async fn wait_report(redis: &RedisServer, member: &str, applied: u64, draining: bool) {
+    wait_for(
+        &format!("report {applied} draining={draining}"),
+        Duration::from_secs(5),
+        || async {
+            report(redis, member)
+                .await
+                .is_some_and(|r| r.applied == applied && r.draining == draining)
+        },
+    )
+    .await;
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+fn unix_us() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
+}
+
+// ---------------------------------------------------------------------------
+// Pings, as the holder sends them.
+
+/// One ping: when it was sent, when its answer came, and the answer.
+#[derive(Debug, Clone)]
+struct Ping {
+    sent: Instant,
+    done: Instant,
+    answer: Result<(), tonic::Code>,
+}
+
+/// Pings a member every 100 ms until paused or dropped.
+struct Pinger {
+    paused: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<Ping>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Pinger {
+    fn start(addr: &str) -> Pinger {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_timeout(Duration::from_millis(300))
+            .connect_lazy();
+        let paused = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let task = {
+            let (paused, log) = (paused.clone(), log.clone());
+            tokio::spawn(async move {
+                let mut client = GrpcPingerClient::new(channel);
+                loop {
+                    if !paused.load(Ordering::SeqCst) {
+                        let sent = Instant::now();
+                        let answer =
+                            match tokio::time::timeout(Duration::from_millis(300), client.ping(()))
+                                .await
+                            {
+                                Ok(Ok(_)) => Ok(()),
+                                Ok(Err(status)) => Err(status.code()),
+                                Err(_) => Err(tonic::Code::DeadlineExceeded),
+                            };
+                        let done = Instant::now();
+                        log.lock().unwrap().push(Ping { sent, done, answer });
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
+        Pinger { paused, log, task }
+    }
+
+    /// Stops pinging; returns the last ping (one in flight finishes).
+    async fn pause(&self) -> Option<Ping> {
+        self.paused.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        self.last()
+    }
+
+    fn resume(&self) {
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    fn last(&self) -> Option<Ping> {
+        self.log.lock().unwrap().last().cloned()
+    }
+}
+
+impl Drop for Pinger {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn health(addr: &str) -> i32 {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
+    h.check(tonic_health::pb::HealthCheckRequest {
+        service: "proto.GRPCPinger".into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .status
+}
+
+const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+
+// ---------------------------------------------------------------------------
+// An in-process application that records what it is handed.
+
+#[derive(Debug, Clone, PartialEq)]
+enum Call {
+    Acquired,
+    RevokeStarted(Revocation),
+    Revoked(Revocation),
+}
+
+#[derive(Debug, Clone)]
+struct Event {
+    call: Call,
+    unit: String,
+    token: FencingToken,
+    at: Instant,
+    /// For a revocation start: whether the unit's hold still said held.
+    held: bool,
+}
+
+#[derive(Clone, Default)]
+struct Recorder {
+    log: Arc<Mutex<Vec<Event>>>,
+    revocation_takes: Duration,
+}
+
+impl Recorder {
+    fn slow(takes: Duration) -> Recorder {
+        Recorder {
+            revocation_takes: takes,
+            ..Recorder::default()
+        }
+    }
+
+    fn events(&self) -> Vec<Event> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn find(&self, call: &Call, unit: &str) -> Option<Event> {
+        self.events()
+            .into_iter()
+            .find(|e| &e.call == call && e.unit == unit)
+    }
+
+    fn find_where(&self, f: impl Fn(&Event) -> bool) -> Option<Event> {
+        self.events().into_iter().find(|e| f(e))
+    }
+
+    async fn wait(&self, what: &str, f: impl Fn(&Event) -> bool) -> Event {
+        wait_for(what, Duration::from_secs(5), || {
+            let found = self.find_where(&f).is_some();
+            async move { found }
+        })
+        .await;
+        self.find_where(f).unwrap()
+    }
+
+    fn push(&self, call: Call, u: &Owned, held: bool) {
+        self.log.lock().unwrap().push(Event {
+            call,
+            unit: u.unit.clone(),
+            token: u.token,
+            at: Instant::now(),
+            held,
+        });
+    }
+}
+
+impl Handoff for Recorder {
+    async fn acquired(&self, units: Vec<Owned>) {
+        for u in &units {
+            self.push(Call::Acquired, u, u.hold.is_held());
+        }
+    }
+
+    async fn revoked(&self, units: Vec<Owned>, why: Revocation) {
+        for u in &units {
+            self.push(Call::RevokeStarted(why), u, u.hold.is_held());
+        }
+        tokio::time::sleep(self.revocation_takes).await;
+        for u in &units {
+            self.push(Call::Revoked(why), u, false);
+        }
+    }
+}
+
+fn is_fenced(call: &Call) -> bool {
+    matches!(
+        call,
+        Call::RevokeStarted(Revocation::Fenced { .. }) | Call::Revoked(Revocation::Fenced { .. })
+    )
+}
+
+// ---------------------------------------------------------------------------
+// In-process members.
+
+/// Before any read there is nothing to acquire; after the read (and the
+/// report it writes at once, before anything is acquired), still nothing
+/// until a ping comes; then the row, with the generation as token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_are_acquired_after_the_start_report_and_a_ping() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 5, &[(&id, "a,b")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(options(&redis, port), app.clone())
+        .await
+        .unwrap();
+    assert_eq!(member.id(), id);
+
+    // The report at start: generation 5 read, nothing held.
+    wait_report(&redis, &id, 5, false).await;
+    assert_eq!(report(&redis, &id).await.unwrap().encode(), "5 0 1000 1");
+    // Several reads later, still nothing: no ping came.
+    let mut rx = member.assignment();
+    wait_for("a few reads", Duration::from_secs(5), || {
+        let a = rx.borrow_and_update().clone();
+        async move { a.generation == 5 && a.in_table }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(app.events().is_empty(), "{:?}", app.events());
+    assert!(member.assignment().borrow().units.is_empty());
+    assert_eq!(member.holds("a"), None);
+
+    let pinger = Pinger::start(&id);
+    let got = app.wait("a acquired", |e| e.call == Call::Acquired).await;
+    assert_eq!(got.token, FencingToken(5));
+    assert!(got.held, "the hold is on when the unit is handed over");
+    wait_for("b acquired", Duration::from_secs(5), || {
+        let ok = app.find(&Call::Acquired, "b").is_some();
+        async move { ok }
+    })
+    .await;
+    let a = member.assignment().borrow().clone();
+    assert_eq!(a.units, ["a", "b"]);
+    assert_eq!(a.tokens["b"], FencingToken(5));
+    assert!(!a.fenced);
+    assert_eq!(member.holds("a"), Some(FencingToken(5)));
+    assert_eq!(
+        pinger.last().unwrap().answer,
+        Ok(()),
+        "answers pings while in contact"
+    );
+    member.shutdown().await;
+}
+
+/// A slow revocation: the assignment drops the unit and its hold ends when
+/// the revocation starts; the report of the generation that took it is
+/// written only after the application returned; the generation's new unit is
+/// acquired only after that report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_completes_before_the_report_and_the_report_before_acquisitions() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    let mut opts = options(&redis, port);
+    opts.deadline = Duration::from_secs(5);
+    write_table(&redis, 5, &[(&id, "a,b")]).await;
+    let app = Recorder::slow(Duration::from_millis(800));
+    let member = Member::start_with(opts, app.clone()).await.unwrap();
+    let _pinger = Pinger::start(&id);
+    app.wait("b acquired", |e| e.call == Call::Acquired && e.unit == "b")
+        .await;
+    let hold_a = member.hold("a").expect("a is held");
+    assert!(hold_a.is_held());
+
+    write_table(&redis, 6, &[(&id, "b,c")]).await;
+    let started = app
+        .wait("a's revocation starts", |e| {
+            e.call == Call::RevokeStarted(Revocation::Moved)
+        })
+        .await;
+    assert_eq!(started.unit, "a");
+    assert!(!started.held, "no longer held once its revocation starts");
+    assert!(!hold_a.is_held());
+    assert!(hold_a.check().is_err());
+    assert!(!member.assignment().borrow().units.contains(&"a".into()));
+    // While the application stops `a`, the report stays at 5.
+    let mut seen_6 = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen_6.is_none() {
+        assert!(Instant::now() < deadline, "generation 6 never reported");
+        if report(&redis, &id).await.unwrap().applied == 6 {
+            seen_6 = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopped = app.find(&Call::Revoked(Revocation::Moved), "a").unwrap();
+    assert!(
+        seen_6.unwrap() >= stopped.at,
+        "generation 6 reported {:?} before a's revocation returned",
+        stopped.at - seen_6.unwrap()
+    );
+    let c = app
+        .wait("c acquired", |e| e.call == Call::Acquired && e.unit == "c")
+        .await;
+    assert_eq!(c.token, FencingToken(6));
+    assert!(c.at >= stopped.at, "c acquired before a was stopped");
+    let a = member.assignment().borrow().clone();
+    assert_eq!(a.units, ["b", "c"]);
+    assert_eq!(a.tokens["b"], FencingToken(5), "b kept its first token");
+    member.shutdown().await;
+}
+
+/// A generation lower than the last processed one changes nothing; a higher
+/// one after it is processed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lower_generations_are_ignored() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 5, &[(&id, "a")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(options(&redis, port), app.clone())
+        .await
+        .unwrap();
+    let _pinger = Pinger::start(&id);
+    app.wait("a acquired", |e| e.call == Call::Acquired).await;
+
+    write_table(&redis, 3, &[(&id, "x")]).await;
+    // Several polls (every 100 ms) and the notification: nothing moves.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let a = member.assignment().borrow().clone();
+    assert_eq!(a.units, ["a"]);
+    assert_eq!(a.generation, 5);
+    assert_eq!(app.events().len(), 1, "{:?}", app.events());
+    assert_eq!(report(&redis, &id).await.unwrap().applied, 5);
+
+    write_table(&redis, 8, &[(&id, "a,y")]).await;
+    let y = app.wait("y acquired", |e| e.unit == "y").await;
+    assert_eq!(y.token, FencingToken(8));
+    wait_report(&redis, &id, 8, false).await;
+    assert!(app.find(&Call::Acquired, "x").is_none());
+    member.shutdown().await;
+}
+
+/// Pings stop (the holder is gone or cut off): the hold ends a deadline
+/// after the last ping received, the units are revoked as fenced at that
+/// instant, the health service says NOT_SERVING; pings again (with reads
+/// going on) bring the units back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_pings_the_member_fences_itself_at_the_deadline() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 5, &[(&id, "a,b")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(options(&redis, port), app.clone())
+        .await
+        .unwrap();
+    let pinger = Pinger::start(&id);
+    app.wait("b acquired", |e| e.unit == "b").await;
+    assert_eq!(health(&id).await, SERVING);
+
+    let last = pinger.pause().await.unwrap();
+    assert_eq!(last.answer, Ok(()));
+    let fenced = app
+        .wait("fenced", |e| {
+            matches!(e.call, Call::RevokeStarted(Revocation::Fenced { .. }))
+        })
+        .await;
+    let Call::RevokeStarted(Revocation::Fenced { ended }) = fenced.call else {
+        unreachable!()
+    };
+    // The last ping was received between its send and its answer.
+    assert!(
+        ended >= last.sent + DEADLINE && ended <= last.done + DEADLINE,
+        "hold ended {:?} after the last ping's send (deadline {DEADLINE:?})",
+        ended - last.sent
+    );
+    assert!(
+        fenced.at - ended < Duration::from_millis(200),
+        "revoked late"
+    );
+    wait_for("both fenced", Duration::from_secs(2), || {
+        let n = app.events().iter().filter(|e| is_fenced(&e.call)).count();
+        async move { n == 4 }
+    })
+    .await;
+    let a = member.assignment().borrow().clone();
+    assert!(a.fenced && a.units.is_empty(), "{a:?}");
+    assert_eq!(member.holds("a"), None);
+    assert_eq!(health(&id).await, NOT_SERVING);
+    // Nothing revoked by the table: the report stays.
+    assert_eq!(report(&redis, &id).await.unwrap().applied, 5);
+
+    pinger.resume();
+    let back = app
+        .wait("a acquired again", |e| {
+            e.call == Call::Acquired && e.unit == "a" && e.at > fenced.at
+        })
+        .await;
+    assert_eq!(back.token, FencingToken(5), "same table, same token");
+    wait_for("serving again", Duration::from_secs(5), || async {
+        health(&id).await == SERVING
+    })
+    .await;
+    assert!(!member.assignment().borrow().fenced);
+    member.shutdown().await;
+}
+
+/// Redis stops answering (its process is stopped: connections hang, as in a
+/// partition): no read succeeds, the units are revoked as fenced a deadline
+/// after the last read, and pings are answered UNAVAILABLE until Redis
+/// answers again; then the units come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_reads_the_member_fences_itself_and_answers_pings_unavailable() {
+    let redis = RedisServer::start();
+    let info: String = redis.cmd(&["INFO", "server"]).await;
+    let redis_pid: u32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 5, &[(&id, "a,b")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(options(&redis, port), app.clone())
+        .await
+        .unwrap();
+    let pinger = Pinger::start(&id);
+    app.wait("b acquired", |e| e.unit == "b").await;
+
+    let cut = Instant::now();
+    signal(redis_pid, "-STOP");
+    let resume = Continue(redis_pid);
+    let fenced = app
+        .wait("fenced", |e| {
+            matches!(e.call, Call::RevokeStarted(Revocation::Fenced { .. }))
+        })
+        .await;
+    let Call::RevokeStarted(Revocation::Fenced { ended }) = fenced.call else {
+        unreachable!()
+    };
+    // The last read was sent at most one poll (100 ms) before the cut.
+    assert!(
+        ended <= cut + DEADLINE && ended + Duration::from_millis(300) >= cut + DEADLINE,
+        "hold ended {:?} after the cut",
+        ended - cut
+    );
+    wait_for(
+        "pings answered UNAVAILABLE",
+        Duration::from_secs(3),
+        || {
+            let p = pinger.last();
+            async move { p.is_some_and(|p| p.sent > ended && p.answer == Err(tonic::Code::Unavailable)) }
+        },
+    )
+    .await;
+    assert!(member.assignment().borrow().fenced);
+    assert_eq!(health(&id).await, NOT_SERVING);
+
+    drop(resume);
+    let back = app
+        .wait("acquired again", |e| {
+            e.call == Call::Acquired && e.unit == "a" && e.at > fenced.at
+        })
+        .await;
+    assert_eq!(back.token, FencingToken(5));
+    wait_for("pings answered OK", Duration::from_secs(5), || {
+        let p = pinger.last();
+        async move { p.is_some_and(|p| p.answer.is_ok()) }
+    })
+    .await;
+    member.shutdown().await;
+}
+
+/// Continues a stopped process when dropped, even if the test fails.
+struct Continue(u32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        signal(self.0, "-CONT");
+    }
+}
+
+/// A drain no holder completes: `draining` is reported, then after the drain
+/// timeout every unit is stopped (reason shutdown) and the member
+/// deregisters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_that_times_out_stops_every_unit_and_deregisters() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    let mut opts = options(&redis, port);
+    opts.deadline = Duration::from_secs(3);
+    opts.drain_timeout = Duration::from_secs(1);
+    write_table(&redis, 5, &[(&id, "a,b")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(opts, app.clone()).await.unwrap();
+    let _pinger = Pinger::start(&id);
+    app.wait("b acquired", |e| e.unit == "b").await;
+    wait_for("listed", Duration::from_secs(5), || listed(&redis, &id)).await;
+
+    let started = Instant::now();
+    let drain = tokio::spawn(member.drain());
+    wait_report(&redis, &id, 5, true).await;
+    assert_eq!(drain.await.unwrap(), Drained::TimedOut);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    for u in ["a", "b"] {
+        assert!(
+            app.find(&Call::Revoked(Revocation::Shutdown), u).is_some(),
+            "{:?}",
+            app.events()
+        );
+    }
+    assert!(!listed(&redis, &id).await);
+    assert_eq!(report(&redis, &id).await, None);
+}
+
+/// A drained member leaves only once the holder no longer waits on it: its
+/// row is empty at a generation it reported, and no unit in transit names
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_waits_for_the_holder_to_release_units_in_transit() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    let mut opts = options(&redis, port);
+    opts.deadline = Duration::from_secs(5);
+    write_table(&redis, 5, &[(&id, "a")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(opts, app.clone()).await.unwrap();
+    let _pinger = Pinger::start(&id);
+    app.wait("a acquired", |e| e.unit == "a").await;
+    wait_for("listed", Duration::from_secs(5), || listed(&redis, &id)).await;
+
+    let drain = tokio::spawn(member.drain());
+    wait_report(&redis, &id, 5, true).await;
+    // The holder revokes `a` (in transit from this member) and empties the row.
+    let field = distributor::core::handoff::transit_field(SERVICES, "a");
+    let () = redis
+        .cmd(&["HSET", &keys().transit, &field, &format!("6 0 - {id}")])
+        .await;
+    write_table(&redis, 6, &[(&id, "")]).await;
+    app.wait("a revoked", |e| {
+        e.call == Call::Revoked(Revocation::Draining)
+    })
+    .await;
+    wait_report(&redis, &id, 6, true).await;
+    // Several reads later it is still listed: the holder still waits on it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(listed(&redis, &id).await);
+    assert!(!drain.is_finished());
+
+    // The holder takes the acknowledgement and releases `a`.
+    let () = redis.cmd(&["HDEL", &keys().transit, &field]).await;
+    write_table(&redis, 7, &[(&id, "")]).await;
+    let drained = tokio::time::timeout(Duration::from_secs(5), drain)
+        .await
+        .expect("the drain completes")
+        .unwrap();
+    assert_eq!(drained, Drained::HandedOver);
+    assert!(!listed(&redis, &id).await);
+    assert_eq!(report(&redis, &id).await, None);
+}
+
+// ---------------------------------------------------------------------------
+// `examples/worker --events` processes.
+
+/// The example worker, built once per test run beside the binary under test
+/// (`cargo test --test integration` does not build examples by itself).
+fn worker_binary() -> std::path::PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let mut cargo = Command::new(env!("CARGO"));
+        // The variables cargo sets for running this test (the package's,
+        // its build script's OUT_DIR, the library path) would make that
+        // build differ from the one that built this test, and each would
+        // then rebuild the library for the other.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy().into_owned();
+            let set_by_cargo = (k.starts_with("CARGO_")
+                && !matches!(k.as_str(), "CARGO_HOME" | "CARGO_TARGET_DIR"))
+                || matches!(k.as_str(), "OUT_DIR" | "LD_LIBRARY_PATH");
+            if set_by_cargo {
+                cargo.env_remove(&k);
+            }
+        }
+        let out = cargo
+            .args(["build", "--quiet", "--example", "worker", "--manifest-path"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cargo build --example worker: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    crate::support::docker::worker_binary()
+}
+
+/// One line of `--events` output.
+#[derive(Debug, Clone)]
+struct Line {
+    event: String,
+    unit: String,
+    member: String,
+    generation: u64,
+    unix_us: u128,
+    reason: Option<String>,
+}
+
+/// Parses a line; panics unless it is exactly one event object.
+fn parse(line: &str) -> Line {
+    let v: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"));
+    let o = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {line:?}"));
+    let event = o["event"].as_str().unwrap().to_string();
+    let mut keys: Vec<&str> = o.keys().map(String::as_str).collect();
+    keys.sort();
+    let want: &[&str] = match event.as_str() {
+        "acquired" => &["event", "generation", "member", "unit", "unix_us"],
+        "released" => &["event", "generation", "member", "reason", "unit", "unix_us"],
+        other => panic!("unknown event {other:?}: {line:?}"),
+    };
+    assert_eq!(keys, want, "{line:?}");
+    Line {
+        event,
+        unit: o["unit"].as_str().unwrap().to_string(),
+        member: o["member"].as_str().unwrap().to_string(),
+        generation: o["generation"].as_u64().unwrap(),
+        unix_us: u128::from(o["unix_us"].as_u64().unwrap()),
+        reason: o.get("reason").map(|r| r.as_str().unwrap().to_string()),
+    }
+}
+
+/// A worker process with `--events`; its stdout is parsed line by line
+/// (every line must be an event), its stderr kept in a file.
+struct WorkerProcess {
+    child: Child,
+    id: String,
+    lines: Arc<Mutex<Vec<Line>>>,
+    log: std::path::PathBuf,
+}
+
+impl WorkerProcess {
+    fn start(redis: &RedisServer, deadline: &str, extra: &[&str]) -> WorkerProcess {
+        let port = free_port();
+        let id = format!("127.0.0.1:{port}");
+        let log = std::env::temp_dir().join(format!("member-handoff-{port}.log"));
+        let mut child = Command::new(worker_binary())
+            .args(["--events", "--listen", &id, "--redis-url", &redis.url()])
+            .args(["--services-key", SERVICES, "--table", TABLE])
+            .args(["--deadline", deadline, "--poll-interval", "100ms"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { return };
+                    lines.lock().unwrap().push(parse(&line));
+                }
+            });
+        }
+        WorkerProcess {
+            child,
+            id,
+            lines,
+            log,
+        }
+    }
+
+    fn lines(&self) -> Vec<Line> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    async fn wait_lines(&self, what: &str, f: impl Fn(&[Line]) -> bool) -> Vec<Line> {
+        let ok = wait_until(Duration::from_secs(8), Duration::from_millis(20), || {
+            let ok = f(&self.lines());
+            async move { ok }
+        })
+        .await;
+        assert!(
+            ok,
+            "timed out waiting for: {what}\nevents {:#?}\nstderr:\n{}",
+            self.lines(),
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+        self.lines()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+fn has(lines: &[Line], event: &str, unit: &str, reason: Option<&str>) -> bool {
+    lines
+        .iter()
+        .any(|l| l.event == event && l.unit == unit && l.reason.as_deref() == reason)
+}
+
+/// A worker stopped (SIGSTOP) past its deadline: on SIGCONT its first events
+/// release every unit as fenced, stamped with the instant its hold ended
+/// (while it was frozen); only then are the units acquired again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_worker_releases_its_units_at_the_end_of_its_hold() {
+    let redis = RedisServer::start();
+    let w = WorkerProcess::start(&redis, "1s", &[]);
+    write_table(&redis, 4, &[(&w.id, "a,b")]).await;
+    let _pinger = Pinger::start(&w.id);
+    let before = w
+        .wait_lines("a and b acquired", |l| {
+            has(l, "acquired", "a", None) && has(l, "acquired", "b", None)
+        })
+        .await;
+    assert!(before.iter().all(|l| l.generation == 4 && l.member == w.id));
+
+    let stopped_us = unix_us();
+    signal(w.pid(), "-STOP");
+    let resume = Continue(w.pid());
+    // The pause itself: 2.5 deadlines.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let continued_us = unix_us();
+    drop(resume);
+
+    let lines = w
+        .wait_lines("a and b acquired again", |l| {
+            l.len() >= before.len() + 4 && has(&l[before.len()..], "acquired", "b", None)
+        })
+        .await;
+    let after = &lines[before.len()..];
+    // First the releases, then the acquisitions.
+    assert_eq!(
+        after.iter().map(|l| l.event.as_str()).collect::<Vec<_>>()[..4],
+        ["released", "released", "acquired", "acquired"],
+        "{after:#?}"
+    );
+    for l in &after[..2] {
+        assert_eq!(l.reason.as_deref(), Some("fenced"));
+        assert_eq!(l.generation, 4);
+        // The hold ended a deadline after the last read or ping before the
+        // pause (at most one poll or ping interval, 100 ms, before it).
+        let deadline_us = DEADLINE.as_micros();
+        assert!(
+            l.unix_us <= stopped_us + deadline_us
+                && l.unix_us + 250_000 >= stopped_us + deadline_us,
+            "released at {} µs after the stop",
+            l.unix_us as i128 - stopped_us as i128
+        );
+        assert!(l.unix_us < continued_us, "the hold ended while frozen");
+    }
+    for l in &after[2..4] {
+        assert!(l.unix_us >= continued_us, "acquired before the pause ended");
+        assert_eq!(l.generation, 4, "same table, same token");
+    }
+}
+
+/// SIGTERM drains: `draining` reported, the units released (after their
+/// slow stop) once the holder empties the row, the report of that
+/// generation written only after the releases, then the member leaves its
+/// list and `{T}:members` and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_the_worker_through_the_holder() {
+    let redis = RedisServer::start();
+    let w = WorkerProcess::start(&redis, "3s", &["--work-ms", "300"]);
+    write_table(&redis, 4, &[(&w.id, "a,b")]).await;
+    let _pinger = Pinger::start(&w.id);
+    w.wait_lines("a and b acquired", |l| {
+        has(l, "acquired", "a", None) && has(l, "acquired", "b", None)
+    })
+    .await;
+    wait_for("listed", Duration::from_secs(5), || listed(&redis, &w.id)).await;
+
+    signal(w.pid(), "-TERM");
+    wait_report(&redis, &w.id, 4, true).await;
+    assert_eq!(report(&redis, &w.id).await.unwrap().encode(), "4 1 3000 1");
+    // Draining: the holder gives it an empty row.
+    write_table(&redis, 5, &[(&w.id, "")]).await;
+    let mut seen_5 = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen_5.is_none() {
+        assert!(Instant::now() < deadline, "generation 5 never reported");
+        match report(&redis, &w.id).await {
+            Some(r) if r.applied == 5 => seen_5 = Some(unix_us()),
+            // Reported and already gone: too fast to see; still fine.
+            None => seen_5 = Some(unix_us()),
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = tokio::task::spawn_blocking(move || {
+        let mut w = w;
+        let status = w.child.wait().unwrap();
+        (status, w)
+    });
+    let (status, w) = tokio::time::timeout(Duration::from_secs(10), status)
+        .await
+        .expect("the worker exits")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let lines = w.lines();
+    for u in ["a", "b"] {
+        let released = lines
+            .iter()
+            .find(|l| l.event == "released" && l.unit == u)
+            .unwrap_or_else(|| panic!("{u} not released: {lines:#?}"));
+        assert_eq!(released.reason.as_deref(), Some("draining"));
+        assert_eq!(released.generation, 4);
+        assert!(
+            released.unix_us <= seen_5.unwrap(),
+            "generation 5 reported before {u} was released"
+        );
+    }
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert!(!listed(&redis, &w.id).await);
+    assert_eq!(report(&redis, &w.id).await, None);
+}
