@@ -21,10 +21,11 @@ It follows the README's "Protocol, for workers in any language" step by step:
    the (monotonic) send instant of the last read showing the unit and the
    last ping it answered OK. A watchdog stops everything --work-ms (the stop's
    own length) plus 100 ms before that. Then pings get UNAVAILABLE (and pings
-   so refused do not count) until every stop finished and a read sent after
-   the fence succeeded. The work checks its hold before every side effect, so
-   a process frozen past its hold (SIGSTOP) does nothing after it and, once
-   thawed, reports the release at the hold's end, before anything else.
+   so refused do not count) until a read sent after the fence succeeded, and
+   nothing starts until every stop finished. The work checks its hold before
+   every side effect, so a process frozen past its hold (SIGSTOP) does
+   nothing after it and, once thawed, reports the release at the hold's end,
+   before anything else.
 6. Drain on SIGTERM/SIGINT: report draining=1 (and PUBLISH), keep
    acknowledging until its field is present and empty at a generation it
    acknowledged, then LREM itself, HDEL its report, exit 0. After
@@ -138,6 +139,7 @@ class Worker:
             if self.fenced_at is None:
                 log.warning("fenced: no read or ping for %.1f s; stopping everything", self.deadline - self.budget)
                 self.fenced_at = now
+                self.wake.set()  # a read after the fence, to answer the next ping
             for unit in list(self.units):
                 self.stop(unit)
 
@@ -161,6 +163,7 @@ class Worker:
             mono, reason = min(mono, end), "fenced"
         del self.units[unit]
         self.emit("released", unit, h.token, mono, reason)
+        self.wake.set()  # start what waited for this stop
 
     def emit(self, event, unit, token, mono, reason=None):
         if not self.args.events:
@@ -176,7 +179,7 @@ class Worker:
         now = time.monotonic()
         self.check()
         if self.fenced_at is not None:
-            if self.units or self.last_read is None or self.last_read <= self.fenced_at:
+            if self.last_read is None or self.last_read <= self.fenced_at:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "fenced: waiting for a read")
             log.info("unfenced: a read succeeded and a ping came")
             self.fenced_at = None
@@ -221,7 +224,9 @@ class Worker:
             if drained and not self.units:
                 await self.finish("drained")
             return
-        if self.fenced_at is not None or self.hold_end(sent) - self.budget <= time.monotonic():
+        if self.fenced_at is not None or any(h.stopping for h in self.units.values()):
+            return  # (a thawed process prints every fenced release before anything else)
+        if self.hold_end(sent) - self.budget <= time.monotonic():
             return
         for u in wanted:
             if u not in self.units:
