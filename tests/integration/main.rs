@@ -13,6 +13,7 @@ mod fencing;
 mod handoff;
 mod hardening;
 mod process;
+mod python_worker;
 mod security;
 mod table;
 mod tls;
