@@ -11,6 +11,7 @@ mod compat;
 mod failover;
 mod fencing;
 mod handoff;
+mod handoff_repro;
 mod hardening;
 mod process;
 mod python_worker;
