@@ -108,7 +108,7 @@ class Worker:
         self.units = {}  # unit -> Held
         self.last_ping = None  # monotonic: last ping answered OK
         self.last_read = None  # monotonic send instant of the last successful read
-        self.fenced_at = time.monotonic()  # fenced until a read and a ping
+        self.fenced_at = time.monotonic()  # pings get UNAVAILABLE until a read sent after this
         self.applied, self.row = 0, None  # the last generation processed, and its row
         self.reported = self.reported_draining = None
         self.draining = self.leaving = False
@@ -303,12 +303,7 @@ class Worker:
 
 async def main(args):
     r = aioredis.from_url(args.redis_url, decode_responses=True, socket_timeout=2, socket_connect_timeout=2)
-    server = grpc.aio.server(options=[
-        # The holder's HTTP/2 keepalive pings (-ka-time) must not count as abuse.
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
-        ("grpc.http2.max_ping_strikes", 0),
-        ("grpc.keepalive_permit_without_calls", 1),
-    ])
+    server = grpc.aio.server()
     port = server.add_insecure_port(args.listen)
     host = args.listen.rsplit(":", 1)[0]
     ident = args.advertise or "%s:%d" % (host, port)
