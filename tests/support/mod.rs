@@ -7,6 +7,7 @@
 
 pub mod docker;
 pub mod otlp;
+pub mod ownership;
 pub mod pki;
 
 use std::future::Future;

@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""A worker of distributor's safe handoff protocol, in Python (grpcio, redis-py).
+
+It follows the README's "Protocol, for workers in any language" step by step:
+
+1. Serve `/proto.GRPCPinger/Ping` (google.protobuf.Empty is zero bytes, so no
+   generated code is needed) and `grpc.health.v1.Health/Check`.
+2. Register with the README's EVAL (LPOS, else LPUSH); again every
+   --reregister-ms, with its report, in case Redis lost its data.
+3. Follow its row: `MULTI; HGET <table> <id>; HGET {<table>}:meta generation;
+   EXEC`, on every `{<table>}:changed` message (a hint only) and every --poll-ms.
+4. Apply each generation g in increasing order: stop every unit not in the
+   row, completely; then, if that took units away (or at start, or when the
+   draining flag changed), report `HSET {<table>}:members <id> "<g>
+   <draining> <deadline_ms> 1"` and `PUBLISH {<table>}:acked <id>`; only then
+   start the new units, with fencing token g. A generation that only adds
+   units needs no report (each report costs the holder a cycle). A lower
+   generation is ignored; if that lasts past the deadline (Redis lost its
+   data), it starts over once fenced, as a new process would.
+5. Fence itself: its hold on a unit ends --deadline-ms after the earlier of
+   the (monotonic) send instant of the last read showing the unit and the
+   last ping it answered OK. A watchdog stops everything --work-ms (the stop's
+   own length) plus 100 ms before that. Then pings get UNAVAILABLE (and pings
+   so refused do not count) until a read sent after the fence succeeded, and
+   nothing starts until every stop finished. The work checks its hold before
+   every side effect, so a process frozen past its hold (SIGSTOP) does
+   nothing after it and, once thawed, reports the release at the hold's end,
+   before anything else.
+6. Drain on SIGTERM/SIGINT: report draining=1 (and PUBLISH), keep
+   acknowledging until its field is present and empty at a generation it
+   acknowledged, then LREM itself, HDEL its report, exit 0. After
+   --drain-timeout seconds, or a second signal: stop everything, deregister,
+   exit 0.
+
+With --events, stdout carries one JSON object per line per ownership change
+and nothing else (logs go to stderr); `generation` is the unit's token:
+  {"event":"acquired","unit":"u","member":"host:port","generation":7,"unix_us":T}
+  {"event":"released",...,"unix_us":T}  (+ "reason":"fenced" when the hold ended
+  first; then unix_us is the earlier of the stop's end and the hold's end)
+"""
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+
+import grpc
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+log = logging.getLogger("worker")
+
+REGISTER = ("if redis.call('LPOS',KEYS[1],ARGV[1]) then return 0 end "
+            "redis.call('LPUSH',KEYS[1],ARGV[1]) return 1")
+SERVING, NOT_SERVING = b"\x08\x01", b"\x08\x02"  # HealthCheckResponse.status
+
+
+def coordination_prefix(table):
+    """`{T}`, or `T` itself when it has a non-empty {hash tag} (README: Redis keys)."""
+    start = table.find("{")
+    end = table.find("}", start + 1) if start >= 0 else -1
+    return table if end > start + 1 else "{" + table + "}"
+
+
+def wall_us(mono):
+    """A time.monotonic() instant as Unix microseconds."""
+    return time.time_ns() // 1000 - int((time.monotonic() - mono) * 1e6)
+
+
+class Work:
+    """The application: one task per unit. Its stop takes --work-ms."""
+
+    def __init__(self, stop_ms):
+        self.stop_s, self.tasks = stop_ms / 1000, {}
+
+    def start(self, unit, token, holds):
+        self.tasks[unit] = asyncio.create_task(self.run(unit, token, holds))
+
+    async def run(self, unit, token, holds):
+        while True:
+            await asyncio.sleep(0.05)
+            if not holds(unit):  # check the hold before every side effect
+                return
+            # ... one step of work on `unit`, writes fenced downstream by `token`
+
+    async def stop(self, unit):
+        self.tasks.pop(unit).cancel()
+        await asyncio.sleep(self.stop_s)  # flushing, closing: still touching the unit
+
+
+class Held:
+    def __init__(self, token, seen):
+        self.token, self.seen, self.stopping = token, seen, None
+
+
+class Worker:
+    def __init__(self, args, r, ident):
+        self.args, self.r, self.id = args, r, ident
+        prefix = coordination_prefix(args.table)
+        self.meta, self.members = prefix + ":meta", prefix + ":members"
+        self.changed, self.acked = prefix + ":changed", prefix + ":acked"
+        self.deadline = args.deadline_ms / 1000
+        self.budget = args.work_ms / 1000 + 0.1  # fence this long before a hold ends
+        self.app = Work(args.work_ms)
+        self.units = {}  # unit -> Held
+        self.last_ping = None  # monotonic: last ping answered OK
+        self.last_read = None  # monotonic send instant of the last successful read
+        self.fenced_at = time.monotonic()  # pings get UNAVAILABLE until a read sent after this
+        self.applied, self.row = 0, None  # the last generation processed, and its row
+        self.reported = self.reported_draining = None
+        self.draining = self.leaving = False
+        self.wake, self.done = asyncio.Event(), asyncio.Event()
+
+    # Step 5: the hold.
+    def hold_end(self, seen):
+        return float("-inf") if self.last_ping is None else min(seen, self.last_ping) + self.deadline
+
+    def holds(self, unit):
+        """Whether the application may still act on `unit` (before every side effect)."""
+        h = self.units.get(unit)
+        if h is None or h.stopping is not None:
+            return False
+        if time.monotonic() < self.hold_end(h.seen):
+            return True
+        self.check()
+        return False
+
+    def check(self):
+        """Fences (stops everything) when a hold is about to end. Runs first
+        in every ping, read and side effect, so a thawed process stops first."""
+        now = time.monotonic()
+        ends = [self.hold_end(h.seen) for h in self.units.values() if h.stopping is None]
+        if self.fenced_at is None and self.last_read is not None:
+            ends.append(self.hold_end(self.last_read))
+        if ends and min(ends) - self.budget <= now:
+            if self.fenced_at is None:
+                log.warning("fenced: no read or ping for %.1f s; stopping everything", self.deadline - self.budget)
+                self.fenced_at = now
+                self.wake.set()  # a read after the fence, to answer the next ping
+            for unit in list(self.units):
+                self.stop(unit)
+
+    async def watchdog(self):
+        while True:
+            self.check()
+            ends = [self.hold_end(h.seen) for h in self.units.values() if h.stopping is None]
+            await asyncio.sleep(min([0.25] + [max(0.005, e - self.budget - time.monotonic()) for e in ends]))
+
+    def stop(self, unit):
+        h = self.units[unit]
+        if h.stopping is None:
+            h.stopping = asyncio.create_task(self.stopped(unit, h))
+        return h.stopping
+
+    async def stopped(self, unit, h):
+        await self.app.stop(unit)
+        end, reason = self.hold_end(h.seen), None
+        mono = time.monotonic()
+        if self.fenced_at is not None or mono > end:
+            mono, reason = min(mono, end), "fenced"
+        del self.units[unit]
+        self.emit("released", unit, h.token, mono, reason)
+        self.wake.set()  # start what waited for this stop
+
+    def emit(self, event, unit, token, mono, reason=None):
+        if not self.args.events:
+            return
+        e = {"event": event, "unit": unit, "member": self.id, "generation": token, "unix_us": wall_us(mono)}
+        if reason:
+            e["reason"] = reason
+        sys.stdout.write(json.dumps(e, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+    # Step 1: pings.
+    async def ping(self, _request, context):
+        now = time.monotonic()
+        self.check()
+        if self.fenced_at is not None:
+            if self.last_read is None or self.last_read <= self.fenced_at:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "fenced: waiting for a read")
+            log.info("unfenced: a read succeeded and a ping came")
+            self.fenced_at = None
+            self.wake.set()
+        self.last_ping = now
+        return b""
+
+    async def health(self, _request, _context):
+        return NOT_SERVING if self.fenced_at is not None or self.leaving else SERVING
+
+    # Steps 3 and 4: follow the row.
+    async def read(self):
+        sent = time.monotonic()
+        async with self.r.pipeline(transaction=True) as p:
+            row, g = await p.hget(self.args.table, self.id).hget(self.meta, "generation").execute()
+        return sent, row, int(g or 0)
+
+    async def apply(self, sent, row, g):
+        self.check()
+        wanted = [u for u in (row or "").split(",") if u]
+        if g < self.applied:  # a stale Redis replica promoted, or Redis lost its data
+            if self.fenced_at is None or self.units:
+                log.warning("generation %d after %d: ignored", g, self.applied)
+                return
+            # Ignored past the deadline: fenced, nothing runs. Start over, as a new process would.
+            log.warning("generation %d after %d for too long: starting over", g, self.applied)
+            self.row = None
+        self.last_read = sent
+        for u, h in self.units.items():
+            if u in wanted and h.stopping is None:
+                h.seen = sent
+        await asyncio.gather(*[self.stop(u) for u in list(self.units) if u not in wanted])
+        # Acknowledge what took units away (or changed the draining flag): a
+        # generation that only adds units needs no acknowledgement.
+        lost = self.row is None or any(u not in wanted for u in self.row)
+        self.applied = g
+        drained = self.draining and row == ""  # its end needs this very generation acknowledged
+        if lost or self.reported_draining != self.draining or (drained and self.reported != self.report_value()):
+            await self.report()
+        self.row = wanted  # (after the report: if it failed, the next read reports)
+        if self.draining:
+            if drained and not self.units:
+                await self.finish("drained")
+            return
+        if self.fenced_at is not None or any(h.stopping for h in self.units.values()):
+            return  # (a thawed process prints every fenced release before anything else)
+        if self.hold_end(sent) - self.budget <= time.monotonic():
+            return
+        for u in wanted:
+            if u not in self.units:
+                self.units[u] = Held(g, sent)
+                self.app.start(u, g, self.holds)
+                self.emit("acquired", u, g, time.monotonic())
+
+    def report_value(self):
+        return "%d %d %d 1" % (self.applied, self.draining, self.args.deadline_ms)
+
+    async def report(self, publish=True):
+        value = self.report_value()
+        p = self.r.pipeline(transaction=False).hset(self.members, self.id, value)
+        await (p.publish(self.acked, self.id) if publish else p).execute()
+        self.reported, self.reported_draining = value, self.draining
+
+    async def follow(self):
+        next_register = 0.0
+        while not self.leaving:
+            try:
+                await self.apply(*await self.read())
+                now = time.monotonic()
+                if now >= next_register and not self.leaving:  # step 2, after the first report
+                    if await self.r.eval(REGISTER, 1, self.args.services_key, self.id):
+                        log.info("registered in %s", self.args.services_key)
+                    await self.report(publish=False)  # heals a Redis that lost it
+                    next_register = now + self.args.reregister_ms / 1000
+            except (RedisError, OSError, ValueError) as e:
+                log.warning("redis: %s", e)
+            try:
+                await asyncio.wait_for(self.wake.wait(), self.args.poll_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+            self.wake.clear()
+
+    async def listen(self):
+        while True:
+            ps = self.r.pubsub()
+            try:
+                await ps.subscribe(self.changed)
+                self.wake.set()
+                async for m in ps.listen():
+                    if m["type"] == "message":
+                        self.wake.set()
+            except (RedisError, OSError) as e:
+                log.warning("subscription: %s", e)
+            finally:
+                await ps.aclose()
+            await asyncio.sleep(0.5)
+
+    # Step 6: drain.
+    def on_signal(self):
+        if self.draining:
+            asyncio.ensure_future(self.finish("second signal"))
+            return
+        log.info("draining")
+        self.draining = True
+        self.wake.set()
+        asyncio.get_running_loop().call_later(self.args.drain_timeout, lambda: asyncio.ensure_future(self.finish("drain timeout")))
+
+    async def finish(self, why):
+        if self.leaving:
+            return
+        self.leaving = True
+        log.info("leaving (%s)", why)
+        await asyncio.gather(*[self.stop(u) for u in list(self.units)])
+        try:
+            await self.r.lrem(self.args.services_key, 0, self.id)
+            await self.r.hdel(self.members, self.id)
+        except (RedisError, OSError) as e:
+            log.warning("could not deregister: %s", e)
+        self.done.set()
+
+
+async def main(args):
+    r = aioredis.from_url(args.redis_url, decode_responses=True, socket_timeout=2, socket_connect_timeout=2)
+    server = grpc.aio.server()
+    port = server.add_insecure_port(args.listen)
+    host = args.listen.rsplit(":", 1)[0]
+    ident = args.advertise or "%s:%d" % (host, port)
+    if not args.advertise and host in ("0.0.0.0", "[::]", ""):
+        sys.exit("listening on all interfaces: give --advertise")
+    w = Worker(args, r, ident)
+    unary = grpc.unary_unary_rpc_method_handler
+    server.add_generic_rpc_handlers((
+        grpc.method_handlers_generic_handler("proto.GRPCPinger", {"Ping": unary(w.ping)}),
+        grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": unary(w.health)}),
+    ))
+    await server.start()
+    log.info("worker %s serving; deadline %d ms", ident, args.deadline_ms)
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(s, w.on_signal)
+    tasks = [asyncio.create_task(c) for c in (w.follow(), w.listen(), w.watchdog())]
+    await w.done.wait()
+    for t in tasks:
+        t.cancel()
+    await server.stop(None)
+    await r.aclose()
+    log.info("worker %s exited", ident)
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379")
+    p.add_argument("--services-key", default="sys-robots-list")
+    p.add_argument("--table", default="sys-matching-table")
+    p.add_argument("--listen", default="127.0.0.1:0", help="host:port to serve gRPC on")
+    p.add_argument("--advertise", help="the address the distributor dials (default: --listen as bound)")
+    p.add_argument("--deadline-ms", type=int, default=10000, help="fencing deadline (at most 300000)")
+    p.add_argument("--drain-timeout", type=float, default=30.0, help="seconds")
+    p.add_argument("--work-ms", type=int, default=0, help="how long stopping a unit takes")
+    p.add_argument("--poll-ms", type=int, default=1000, help="row polling, besides notifications")
+    p.add_argument("--reregister-ms", type=int, default=5000)
+    p.add_argument("--events", action="store_true", help="JSON ownership events on stdout")
+    args = p.parse_args()
+    if not 0 < args.deadline_ms <= 300000 or args.work_ms / 1000 + 0.1 >= args.deadline_ms / 2000:
+        p.error("need 0 < --deadline-ms <= 300000 and --work-ms + 100 below half of it")
+    return args
+
+
+if __name__ == "__main__":
+    arguments = parse()
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(levelname)s worker: %(message)s")
+    asyncio.run(main(arguments))
