@@ -1,7 +1,8 @@
-//! Reproductions of two holder-side problems found while writing the Python
-//! reference worker. Ignored: they fail on this branch. Run them with
-//! `cargo test --test integration handoff_repro -- --ignored --nocapture`.
-//! The members are hand-played, as in `handoff.rs`.
+//! Regression tests of two holder-side problems found while writing the
+//! Python reference worker (both failed before their fixes: the write loop
+//! before handoff cycles verified the table after a write, the early release
+//! before the holder counted only from the revoking write). The members are
+//! hand-played, as in `handoff.rs`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,7 +43,6 @@ async fn report(fleet: &Fleet, member: &str, applied: u64, deadline: Duration) {
 /// few milliseconds until the next full cycle verifies the content (about
 /// 300 writes per change with the default 1 s poll interval).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "holder bug: handoff cycles rewrite an unchanged table after the holder's own write"]
 async fn acknowledging_every_generation_makes_no_write_loop() {
     let units = units(8);
     let mut fleet = Fleet::new(RedisServer::start());
@@ -142,7 +142,6 @@ impl distributor::proto::grpc_pinger_server::GrpcPinger for LatePinger {
 /// (here: a member that cannot read Redis any more, and whose answers come
 /// late, has its unit given away while its hold still runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "protocol bug: the holder counts from its last answer, the member from its last ping received"]
 async fn a_unit_is_not_given_away_before_its_holders_deadline() {
     const DEADLINE: Duration = Duration::from_millis(1000);
     let units = units(6);
