@@ -1,5 +1,6 @@
 //! Traces: a holder cycle reaches a real OTLP collector as one linked trace,
-//! with the member's ping handling joined to it through `traceparent`.
+//! with the member's ping handling joined to it through `traceparent`, and a
+//! handoff's grant linked to the write that revoked what it grants.
 //! Its own binary, because it installs the process-wide tracing subscriber.
 
 mod support;
@@ -26,7 +27,7 @@ fn one<'a>(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cycle_is_one_linked_trace_including_the_members_ping() {
+async fn a_cycle_is_one_linked_trace_including_the_members_ping_and_handoffs() {
     let collector = Collector::start().await;
     let endpoint = collector.endpoint();
     let env = move |k: &str| (k == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| endpoint.clone());
@@ -41,6 +42,10 @@ async fn a_cycle_is_one_linked_trace_including_the_members_ping() {
     fleet.members[0].take().unwrap().abort();
     fleet.wait_for_table(&units, Duration::from_secs(5)).await;
     let live = fleet.member_id(1);
+    // A member joins: units move from the live one (revoked, acknowledged,
+    // granted in a later write).
+    fleet.add_member().await;
+    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
     fleet.shutdown().await;
     telemetry.shutdown(Duration::from_secs(10)).await;
 
@@ -99,6 +104,19 @@ async fn a_cycle_is_one_linked_trace_including_the_members_ping() {
             && s.trace_id == cycle.trace_id),
         "a dead member answers nothing"
     );
+
+    // The write that granted moved units links to the write that revoked them.
+    let grant = one(&spans, "write_table", |s| {
+        s.attributes.get("moved").is_some_and(|m| m != "0") && !s.links.is_empty()
+    });
+    for (trace, span) in &grant.links {
+        let revoke = by_id(span).expect("the linked revocation was exported");
+        assert_eq!(&revoke.trace_id, trace);
+        assert_eq!(revoke.name, "write_table");
+        assert_ne!(revoke.attributes.get("revoked").map(String::as_str), Some("0"));
+        let (r, g) = (&revoke.attributes["generation"], &grant.attributes["generation"]);
+        assert!(r.parse::<u64>().unwrap() < g.parse::<u64>().unwrap(), "{r} then {g}");
+    }
 
     // Lease transitions are spans of their own.
     one(&spans, "lease", |s| {

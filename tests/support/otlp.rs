@@ -27,6 +27,8 @@ pub struct CollectedSpan {
     pub status_code: i32,
     pub status_message: String,
     pub events: Vec<(String, BTreeMap<String, String>)>,
+    /// Links to other spans: (trace id, span id).
+    pub links: Vec<(Vec<u8>, Vec<u8>)>,
     pub service_name: String,
 }
 
@@ -79,6 +81,7 @@ impl TraceService for Sink {
                             .into_iter()
                             .map(|e| (e.name, flatten(&e.attributes)))
                             .collect(),
+                        links: s.links.into_iter().map(|l| (l.trace_id, l.span_id)).collect(),
                         service_name: service_name.clone(),
                     });
                 }
