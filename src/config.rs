@@ -375,12 +375,7 @@ impl std::fmt::Debug for RawConfig {
 
 pub use crate::core::lease::LeaseTiming;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Keepalive {
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub while_idle: bool,
-}
+pub use crate::edge::grpc::Keepalive;
 
 /// Where [`Config::http_addr`] came from: only the built-in default may move
 /// to another port when it is taken.

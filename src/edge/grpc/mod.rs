@@ -11,7 +11,7 @@
 //!  routes.rs     the member's two services on one server, without an HTTP router
 //! ```
 
-// The pinger takes its keepalive settings from the daemon's configuration.
+// The pinger is the holder's side: only the daemon pings.
 #[cfg(feature = "daemon")]
 mod pinger;
 mod responder;
@@ -19,6 +19,6 @@ mod routes;
 pub mod trace;
 
 #[cfg(feature = "daemon")]
-pub use pinger::{FIRST_CONTACT, PingFailure, PingReport, PingSet, PingTask, Pinger};
+pub use pinger::{FIRST_CONTACT, Keepalive, PingFailure, PingReport, PingSet, PingTask, Pinger};
 pub use responder::{PingResponder, ping_service};
 pub(crate) use routes::TwoServices;

@@ -17,7 +17,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use crate::config::Keepalive;
 use crate::core::inputs::check_member_addr;
 use crate::proto::grpc_pinger_client::GrpcPingerClient;
 
@@ -59,6 +58,15 @@ impl std::fmt::Display for PingFailure {
             PingFailure::Status(code, msg) => write!(f, "answered {code:?}: {msg}"),
         }
     }
+}
+
+/// HTTP/2 keepalive of the pinger's channels (`-ka-time`, `-ka-timeout`,
+/// `-ka-permit-without-stream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub while_idle: bool,
 }
 
 /// The longest a first contact with a member (connection, TLS, ping) may take,
