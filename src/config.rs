@@ -2,7 +2,7 @@
 //!
 //! Pure, except that files named by settings are read. [`SETTINGS`] is the
 //! one table of settings: each declares its flag, environment variables,
-//! default, help, value name and its [`Type`] with its bounds. [`crate::cli`]
+//! default, help, value name and its [`Type`] with its bounds. `cli`
 //! builds clap's flags from it and parses the command line into
 //! [`RawConfig`]; [`resolve`] layers flag over environment over default, reads
 //! every setting as its type, and checks the rules between settings, so an
