@@ -4,6 +4,7 @@
 //! backoff on the next tick; a non-retryable one (a key of the wrong type, a
 //! permission error) is logged, counted and skipped, keeping the last table.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Errors of the Redis store.
@@ -142,7 +143,7 @@ pub enum MemberError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("member TLS: {0}")]
-    Tls(crate::edge::tls::TlsError),
+    Tls(TlsError),
     #[error("invalid member option {name}: {reason}")]
     Option { name: &'static str, reason: String },
 }
@@ -155,9 +156,29 @@ pub enum StartError {
     /// Ping TLS was configured but its files cannot be used: pinging without
     /// it would be refused by members (or, worse, accepted in plaintext).
     #[error("ping TLS: {0}")]
-    Tls(#[from] crate::edge::tls::TlsError),
+    Tls(#[from] TlsError),
     /// Settings the coordinator cannot run with (embedders; the daemon's
     /// configuration is checked before).
     #[error("invalid configuration: {0}")]
     Config(String),
+}
+
+/// A TLS file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {what} {path:?}: {source}")]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} {path:?} holds no PEM block")]
+    NotPem { what: &'static str, path: PathBuf },
+    #[error("a TLS certificate needs its key, and a key its certificate")]
+    Unpaired,
+    #[error("ping TLS needs a CA certificate to verify members (-ping-tls-ca)")]
+    NoCa,
+    #[error("TLS configuration rejected: {0}")]
+    Rejected(String),
 }

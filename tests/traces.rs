@@ -113,9 +113,18 @@ async fn a_cycle_is_one_linked_trace_including_the_members_ping_and_handoffs() {
         let revoke = by_id(span).expect("the linked revocation was exported");
         assert_eq!(&revoke.trace_id, trace);
         assert_eq!(revoke.name, "write_table");
-        assert_ne!(revoke.attributes.get("revoked").map(String::as_str), Some("0"));
-        let (r, g) = (&revoke.attributes["generation"], &grant.attributes["generation"]);
-        assert!(r.parse::<u64>().unwrap() < g.parse::<u64>().unwrap(), "{r} then {g}");
+        assert_ne!(
+            revoke.attributes.get("revoked").map(String::as_str),
+            Some("0")
+        );
+        let (r, g) = (
+            &revoke.attributes["generation"],
+            &grant.attributes["generation"],
+        );
+        assert!(
+            r.parse::<u64>().unwrap() < g.parse::<u64>().unwrap(),
+            "{r} then {g}"
+        );
     }
 
     // Lease transitions are spans of their own.

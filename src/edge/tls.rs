@@ -36,25 +36,7 @@ impl std::fmt::Debug for TlsMaterial {
     }
 }
 
-/// A TLS file that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("cannot read {what} {path:?}: {source}")]
-    Read {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{what} {path:?} holds no PEM block")]
-    NotPem { what: &'static str, path: PathBuf },
-    #[error("a TLS certificate needs its key, and a key its certificate")]
-    Unpaired,
-    #[error("ping TLS needs a CA certificate to verify members (-ping-tls-ca)")]
-    NoCa,
-    #[error("TLS configuration rejected: {0}")]
-    Rejected(String),
-}
+pub use crate::error::TlsError;
 
 fn read(what: &'static str, path: &PathBuf) -> Result<Vec<u8>, TlsError> {
     let bytes = std::fs::read(path).map_err(|source| TlsError::Read {

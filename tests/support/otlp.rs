@@ -81,7 +81,11 @@ impl TraceService for Sink {
                             .into_iter()
                             .map(|e| (e.name, flatten(&e.attributes)))
                             .collect(),
-                        links: s.links.into_iter().map(|l| (l.trace_id, l.span_id)).collect(),
+                        links: s
+                            .links
+                            .into_iter()
+                            .map(|l| (l.trace_id, l.span_id))
+                            .collect(),
                         service_name: service_name.clone(),
                     });
                 }
