@@ -17,7 +17,14 @@ use crate::support::*;
 /// never for time.
 const PATIENT: Duration = Duration::from_secs(120);
 
-async fn report(fleet: &Fleet, member: &str, applied: u64, draining: bool, deadline: Duration) {
+/// Writes a member's report and publishes the `{T}:acked` hint, as a member would.
+pub(crate) async fn report(
+    fleet: &Fleet,
+    member: &str,
+    applied: u64,
+    draining: bool,
+    deadline: Duration,
+) {
     let r = MemberReport {
         applied,
         draining,

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distributor::core::handoff::MemberReport;
 use distributor::core::table::decode_row;
 use tokio::time::Instant;
 
@@ -16,22 +15,9 @@ use crate::support::*;
 
 const PATIENT: Duration = Duration::from_secs(120);
 
+/// A report that is not draining (see [`crate::handoff::report`]).
 async fn report(fleet: &Fleet, member: &str, applied: u64, deadline: Duration) {
-    let r = MemberReport {
-        applied,
-        draining: false,
-        deadline,
-        weight: 1,
-    };
-    let k = keys();
-    let _: i64 = fleet
-        .redis
-        .cmd(&["HSET", &k.members, member, &r.encode()])
-        .await;
-    let _: i64 = fleet
-        .redis
-        .cmd(&["PUBLISH", &k.acked_channel, member])
-        .await;
+    crate::handoff::report(fleet, member, applied, false, deadline).await;
 }
 
 /// A handoff-only cycle right after the holder's own write finds its WATCH
