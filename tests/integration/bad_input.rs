@@ -273,3 +273,67 @@ async fn a_list_over_the_limit_skips_the_cycle_and_keeps_the_table() {
         .await;
     fleet.shutdown().await;
 }
+
+/// Redis's bytes sent so far (`INFO stats`).
+async fn net_output_bytes(fleet: &Fleet) -> u64 {
+    let info: String = fleet.redis.cmd(&["INFO", "stats"]).await;
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO stats has total_net_output_bytes")
+}
+
+/// A list over either limit is measured (`LLEN`, `MEMORY USAGE`), never
+/// transferred: over several skipped cycles Redis sends less than one copy
+/// of it (hardening item 8: bound what is read, and bound bytes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_over_a_limit_is_never_transferred() {
+    let units = units(20);
+    let (fleet, before) = Fleet::converged(
+        |c| {
+            c.max_list_entries = 3_000;
+            c.max_list_bytes = 256 * 1024;
+        },
+        2,
+        1,
+        &units,
+    )
+    .await;
+    let long =
+        |n: usize, len: usize| -> Vec<String> { (0..n).map(|i| format!("{i:0len$}")).collect() };
+    // Phase 1: too many entries (4,000 x 100 bytes: 400 kB).
+    // Phase 2: few enough entries, too many bytes (2,000 x 200 bytes: 400 kB).
+    for (list, setting) in [
+        (long(4_000, 100), "-max-list-entries"),
+        (long(2_000, 200), "-max-list-bytes"),
+    ] {
+        let list_bytes: usize = list.iter().map(String::len).sum();
+        fleet.set_units(&list).await;
+        wait_for("the limit is reported", Duration::from_secs(5), || async {
+            holder_status(&fleet)
+                .await
+                .last_error
+                .is_some_and(|e| e.contains("\"test-units\"") && e.contains(setting))
+        })
+        .await;
+        let failed = holder_status(&fleet).await.failed_cycles;
+        let sent = net_output_bytes(&fleet).await;
+        wait_for(
+            "five more skipped cycles",
+            Duration::from_secs(10),
+            || async { holder_status(&fleet).await.failed_cycles >= failed + 5 },
+        )
+        .await;
+        let during = net_output_bytes(&fleet).await - sent;
+        assert!(
+            during < list_bytes as u64,
+            "{setting}: Redis sent {during} bytes in five skipped cycles, the list is {list_bytes}"
+        );
+        assert_eq!(fleet.table().await, before, "{setting}: the table is kept");
+    }
+    fleet.set_units(&units[..10]).await;
+    fleet
+        .wait_for_table(&units[..10], Duration::from_secs(5))
+        .await;
+    fleet.shutdown().await;
+}
