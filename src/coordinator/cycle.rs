@@ -76,6 +76,14 @@ pub(super) struct HandoffState {
     gone: HashSet<String>,
     /// The members' reports, as last read and decoded.
     pub(super) reports: HashMap<String, MemberReport>,
+    /// Members that reported draining and then removed their report: they
+    /// finished their drain and deregistered (README, protocol step 6). The
+    /// lists a handoff cycle plans with are the last full cycle's, where such
+    /// a member is still listed; without its report it would look like a
+    /// member that does not acknowledge, and get units again. It stays out
+    /// until a full cycle finds it unlisted or it reports again (a new
+    /// process on the same address).
+    departed: HashSet<String>,
     /// Unreadable report entries, as last logged (logged again on change).
     bad_reports: BTreeSet<String>,
     /// The group each member was last listed in.
@@ -116,7 +124,21 @@ impl HandoffState {
     }
 
     fn draining(&self, member: &str) -> bool {
-        self.reports.get(member).is_some_and(|r| r.draining)
+        self.reports.get(member).is_some_and(|r| r.draining) || self.departed.contains(member)
+    }
+
+    /// A full cycle read the lists: departed members no longer listed are
+    /// forgotten (listed again later, they are new registrations).
+    fn forget_departed(&mut self, inputs: &Inputs) {
+        if self.departed.is_empty() {
+            return;
+        }
+        let listed: HashSet<&str> = inputs
+            .groups
+            .iter()
+            .flat_map(|g| g.members.iter().map(String::as_str))
+            .collect();
+        self.departed.retain(|m| listed.contains(m.as_str()));
     }
 
     /// Takes this cycle's ping results.
@@ -148,6 +170,12 @@ impl HandoffState {
             }
         };
         let mut bad = BTreeSet::new();
+        let was_draining: Vec<String> = self
+            .reports
+            .iter()
+            .filter(|(_, r)| r.draining)
+            .map(|(m, _)| m.clone())
+            .collect();
         self.reports.clear();
         for (member, value) in raw {
             match MemberReport::decode(&value) {
@@ -168,6 +196,13 @@ impl HandoffState {
             );
         }
         self.bad_reports = bad;
+        for m in was_draining {
+            if !self.reports.contains_key(&m) {
+                self.departed.insert(m);
+            }
+        }
+        let reports = &self.reports;
+        self.departed.retain(|m| !reports.contains_key(m));
     }
 }
 
@@ -585,6 +620,7 @@ impl CycleContext {
         view.unsaved_suspects.record(&review, &view.suspects);
         view.handoff
             .observe_reports(reports, &self.store.keys().members);
+        view.handoff.forget_departed(&inputs);
         view.handoff.inputs = Some(Arc::clone(&inputs));
         let write = self
             .settle(

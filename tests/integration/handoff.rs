@@ -371,6 +371,63 @@ async fn a_draining_worker_is_emptied_with_the_same_handoff() {
     fleet.shutdown().await;
 }
 
+/// A drained member deregisters (`LREM`, `HDEL` of its report: protocol
+/// step 6). Handoff cycles plan with the lists of the last full cycle, where
+/// it is still listed: without its report it must not look like a member
+/// that does not acknowledge and get units back (found by chaos scenario
+/// 11, a rolling restart of the workers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_member_that_deregistered_gets_no_units_back() {
+    let units = units(16);
+    // Full cycles rarely: what happens between them is handoff cycles.
+    let (fleet, workers, g) = two_acking(&units, |f| {
+        f.config.poll_interval = Duration::from_secs(4);
+    })
+    .await;
+    let (a, b) = (workers[0].addr.clone(), workers[1].addr.clone());
+    report(&fleet, &b, g, true, PATIENT).await;
+    wait_for("the revocation", Duration::from_secs(5), || async {
+        let (rows, t, _) = snapshot(&fleet, &units).await;
+        !t.is_empty() && rows.get(&b).is_some_and(|r| r.is_empty())
+    })
+    .await;
+    let (_, t, _) = snapshot(&fleet, &units).await;
+    let revoked_at = t.values().map(|t| t.revoked_at).max().unwrap();
+    report(&fleet, &b, revoked_at, true, PATIENT).await;
+    let all_on_a = || async {
+        let (rows, t, _) = snapshot(&fleet, &units).await;
+        t.is_empty()
+            && rows.get(&b).is_none_or(|r| r.is_empty())
+            && rows
+                .get(&a)
+                .is_some_and(|r| decode_row(r).len() == units.len())
+    };
+    wait_for("everything on a", Duration::from_secs(5), all_on_a).await;
+    // b deregisters, as its drain ends; a's next report is a hint that
+    // makes the holder plan again before its next full cycle.
+    let k = keys();
+    let _: i64 = fleet.redis.cmd(&["LREM", SERVICES, "0", &b]).await;
+    let _: i64 = fleet.redis.cmd(&["HDEL", &k.members, &b]).await;
+    let h = fleet.wait_for_holder().await;
+    let handoff_cycles = || {
+        let samples = parse_metrics(&fleet.replicas[h].as_ref().unwrap().metrics().encode());
+        metric(
+            &samples,
+            "distributor_cycles_total",
+            &[("outcome", "handoff")],
+        )
+        .unwrap_or(0.0)
+    };
+    let before = handoff_cycles();
+    report(&fleet, &a, fleet.generation().await, false, PATIENT).await;
+    wait_for("a handoff cycle", Duration::from_secs(3), || async {
+        handoff_cycles() > before
+    })
+    .await;
+    assert!(all_on_a().await, "{:?}", snapshot(&fleet, &units).await);
+    fleet.shutdown().await;
+}
+
 /// Reports are written by members: garbage, a hostile deadline or a key of
 /// the wrong type never stop the holder; such members get the handoff delay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
