@@ -17,6 +17,7 @@ mod support;
 mod checker;
 mod cluster;
 mod forward;
+mod owners;
 mod scenarios;
 
 use std::future::Future;
