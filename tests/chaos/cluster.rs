@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, SystemTime};
 
 use distributor::MatchingTable;
@@ -398,6 +398,87 @@ impl Cluster {
         // Reaped: it does nothing from here on.
         self.owners
             .ended(&w.id, Ending::Killed, ownership::unix_us_now());
+    }
+
+    /// SIGTERM: the worker drains (the holder moves its units away, it
+    /// deregisters) and exits by itself. For the checker it stops being a
+    /// member at once: its row must be gone within [`crate::checker::GRACE`].
+    pub fn terminate_worker(&mut self, i: usize) {
+        let w = &self.workers[i];
+        let pid = w
+            .process
+            .as_ref()
+            .and_then(|p| p.child.as_ref())
+            .expect("a running worker")
+            .id();
+        self.checker.worker(&w.id, false);
+        let ok = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -TERM {pid} (worker {})", w.id);
+    }
+
+    /// Waits (bounded) for worker `i`, sent SIGTERM, to exit; returns its
+    /// exit status.
+    pub async fn wait_worker_exit(&mut self, i: usize, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            self.checker.assert_ok();
+            let w = &mut self.workers[i];
+            let child = w
+                .process
+                .as_mut()
+                .and_then(|p| p.child.as_mut())
+                .expect("a worker process");
+            if let Some(status) = child.try_wait().expect("waitpid") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {} did not exit within {limit:?} of SIGTERM:\n{}",
+                w.id,
+                w.process.as_ref().unwrap().tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let w = &mut self.workers[i];
+        // Reaped: `Process` has nothing left to kill.
+        w.process.as_mut().unwrap().child = None;
+        w.process = None;
+        self.owners
+            .ended(&w.id, Ending::Exited, ownership::unix_us_now());
+        status
+    }
+
+    /// Waits until the workers' events show every unit of the latest table
+    /// owned by the member of its row, and nothing else owned.
+    pub async fn wait_owners(&mut self, what: &str, limit: Duration) -> Duration {
+        let started = Instant::now();
+        let deadline = started + limit;
+        loop {
+            self.checker.assert_ok();
+            self.check_workers();
+            let table = self.checker.last().map(|s| s.table).unwrap_or_default();
+            let want: BTreeMap<String, std::collections::BTreeSet<String>> = table
+                .iter()
+                .flat_map(|(m, row)| {
+                    row.split(',')
+                        .filter(|u| !u.is_empty())
+                        .map(move |u| (u.to_string(), [m.clone()].into()))
+                })
+                .collect();
+            let owners = self.owners.owners();
+            if owners == want {
+                return started.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "[{}] timed out after {limit:?} waiting for: {what}\nthe table: {want:?}\nby the events: {owners:?}",
+                self.scenario
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn running_workers(&self) -> Vec<String> {

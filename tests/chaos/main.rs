@@ -134,6 +134,14 @@ fn chaos_10_redis_master_killed_replica_promoted() {
 }
 
 #[test]
+fn chaos_11_workers_rolling_restart() {
+    scenario(
+        "workers-rolling-restart",
+        scenarios::workers_rolling_restart,
+    );
+}
+
+#[test]
 fn chaos_9b_holder_cut_during_a_ping_round_moves_no_unit() {
     scenario(
         "cut-during-a-ping-round",

@@ -14,8 +14,11 @@
 //! prints nothing more, and it cannot work on anything once it is reaped, so
 //! its open holds end there, never later. (Its lease on a unit from the
 //! holder's point of view, "deadline after its last read", is the holder's
-//! business: the overlap check compares what processes did.)
+//! business: the overlap check compares what processes did.) A process that
+//! exited by itself (a drain) must have printed a release for everything it
+//! acquired: one that did not is a violation, not closed silently.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
@@ -26,6 +29,8 @@ use crate::support::ownership::{self, Bounds, Report};
 pub enum Ending {
     /// SIGKILL (by the test): holds end when it was reaped.
     Killed,
+    /// It exited by itself (SIGTERM: a drain), having released everything.
+    Exited,
 }
 
 /// One worker process.
@@ -113,6 +118,44 @@ impl Journal {
         lines
     }
 
+    /// Who holds each unit now, by the events.
+    pub fn owners(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let s = self.state();
+        // Only the intervals matter here, not the liveness verdict.
+        let bounds = Bounds {
+            reown: std::time::Duration::from_secs(24 * 3600),
+        };
+        let mut owners: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for i in ownership::check(&Self::lines(&s, false), &bounds).intervals {
+            if i.to_us.is_none() {
+                owners.entry(i.unit).or_default().insert(i.member);
+            }
+        }
+        owners
+    }
+
+    /// What `member`'s last process printed: its event lines, parsed.
+    pub fn events_of(&self, member: &str) -> Vec<serde_json::Value> {
+        let s = self.state();
+        let Some(life) = s.lives.iter().rev().find(|l| l.member == member) else {
+            return Vec::new();
+        };
+        read_lines(&life.events, false)
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Every process's event lines so far, parsed.
+    pub fn all_events(&self) -> Vec<serde_json::Value> {
+        let s = self.state();
+        s.lives
+            .iter()
+            .flat_map(|l| read_lines(&l.events, false))
+            .filter_map(|l| serde_json::from_str(&l).ok())
+            .collect()
+    }
+
     /// The check, with an `end` marker now. Call it once every worker
     /// process has ended.
     pub fn check(&self, bounds: &Bounds) -> Report {
@@ -120,7 +163,22 @@ impl Journal {
         s.markers
             .push(ownership::end_line(ownership::unix_us_now()));
         let lines = Self::lines(&s, true);
-        ownership::check(&lines, bounds)
+        let mut report = ownership::check(&lines, bounds);
+        // A process that exited by itself released what it held.
+        for life in &s.lives {
+            if let Some((Ending::Exited, _)) = life.ended {
+                let own = read_lines(&life.events, true);
+                for i in ownership::check(&own, bounds).intervals {
+                    if i.to_us.is_none() {
+                        report.violations.push(format!(
+                            "{} exited by itself still holding {} (acquired with generation {} at {}): no release printed",
+                            life.member, i.unit, i.generation, i.from_us
+                        ));
+                    }
+                }
+            }
+        }
+        report
     }
 
     /// The events files, for a failure message.
