@@ -7,7 +7,10 @@
 //!
 //! 1. *Owners are registered.* Every table row (an empty one too: a live
 //!    member without units) belongs to a member listed in the services list of
-//!    the same snapshot.
+//!    the same snapshot; the one exception is the empty row of a member that
+//!    left the list less than [`GRACE`] ago (a drained member deregisters
+//!    once its row is present and empty, and the holder drops the row on its
+//!    next cycle). A row with units of an unlisted member is always flagged.
 //! 2. *Owners answer.* Every row belongs to a worker process that runs, or that
 //!    the test killed less than [`GRACE`] ago (the documented detection window:
 //!    poll interval + ping timeout + one cycle, plus slack for a loaded machine).
@@ -222,6 +225,8 @@ struct State {
     inputs_changed: Option<Instant>,
     inputs: Option<(Vec<String>, Vec<String>)>,
     units_changed: Option<Instant>,
+    /// When each member was last seen in the services list.
+    last_listed: HashMap<String, Instant>,
     max_epoch: Option<u64>,
     max_generation: Option<u64>,
     max_write_epoch: Option<u64>,
@@ -545,9 +550,21 @@ fn check(s: &mut State, sample: Sample) {
     // 1-3: owners and units.
     let mut seen: HashMap<&str, &str> = HashMap::new();
     for (member, row) in &sample.table {
-        if !listed.contains(member.as_str()) {
+        let left_lately = s
+            .last_listed
+            .get(member)
+            .is_some_and(|at| t.duration_since(*at) < GRACE);
+        let just_left_empty = row.is_empty() && left_lately;
+        if !listed.contains(member.as_str()) && !just_left_empty {
             problems.push(format!(
-                "row of {member}, which is not in the services list"
+                "row of {member}, which is not in the services list{}",
+                match s.last_listed.get(member) {
+                    Some(at) => format!(
+                        " (it left {:?} before this sample; units: {row:?})",
+                        t.duration_since(*at)
+                    ),
+                    None => format!(" (units: {row:?})"),
+                }
             ));
         }
         match s.lives.get(member) {
@@ -565,6 +582,10 @@ fn check(s: &mut State, sample: Sample) {
                 problems.push(format!("unit {unit} of {member} is not in the units list"));
             }
         }
+    }
+
+    for m in &services {
+        s.last_listed.insert(m.clone(), t);
     }
 
     // 4: exactly the solver's table once the inputs settled.
@@ -1003,6 +1024,37 @@ mod self_test {
         let row = format!("{},{dup}", table[&b[0]]);
         table.insert(b[0].clone(), row);
         assert_flags(sample(2, table, 1, 2), "owned by both");
+    }
+
+    #[test]
+    fn checker_accepts_the_empty_row_of_a_member_that_just_left_only() {
+        // W2 drained: its row is empty, then it leaves the list; the holder
+        // drops the row on its next cycle.
+        let table = |w2: &str| {
+            let mut t = Fleet::expected(&[W1.into()], &units()).rows().clone();
+            t.insert(W2.into(), w2.into());
+            t
+        };
+        let run = |w2_row: &str, left_ago: Duration| {
+            let mut s = state(sample(1, table(""), 1, 1));
+            s.last_listed.insert(W2.into(), Instant::now() - left_ago);
+            let mut left = sample(2, table(w2_row), 1, 1);
+            left.services.retain(|m| m != W2);
+            check(&mut s, left);
+            s.violations
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(run("", ms(100)), Vec::<String>::new());
+        let v = run("", GRACE + ms(100));
+        assert!(
+            v.iter().any(|v| v.contains("not in the services list")),
+            "{v:#?}"
+        );
+        let v = run("unit-0000", ms(100));
+        assert!(
+            v.iter().any(|v| v.contains("not in the services list")),
+            "{v:#?}"
+        );
     }
 
     #[test]

@@ -19,8 +19,9 @@
 //! failover points at it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, SystemTime};
 
 use distributor::MatchingTable;
@@ -29,7 +30,9 @@ use tokio::time::Instant;
 
 use crate::checker::{Checker, Sample};
 use crate::forward::Forwarder;
+use crate::owners::{Ending, Journal};
 use crate::support::docker::{self, BridgeNetwork, Process, bollard};
+use crate::support::ownership::{self, Bounds};
 use crate::support::{Fleet, SERVICES, TABLE, UNITS, free_port, http_get, metric, parse_metrics};
 
 /// The replicas' timings: fast, and as the README requires
@@ -55,6 +58,21 @@ pub const CYCLE_SEEN_WITHIN: Duration = Duration::from_millis(40);
 
 /// Slack on top of the TTL for a takeover after a crash.
 pub const FAILOVER_SLACK: Duration = Duration::from_millis(1500);
+
+/// The example workers' fencing deadline (`--deadline`; the worker's default
+/// is 10 s). Above every takeover the scenarios allow (TTL + slack = 2.5 s),
+/// so a failover alone never fences a worker; a Redis outage (scenarios 3
+/// and 8) does, and the ownership check sees those fenced releases.
+pub const WORKER_DEADLINE: Duration = Duration::from_millis(3000);
+
+/// The ownership check's default bound: a listed unit is owned again within
+/// this long. A crashed worker's units are in other rows within [`GRACE`]
+/// (checker rule 2); a member takes the units of its row within one of its
+/// polls (1 s) of the write, usually at once (`{T}:changed`); moves between
+/// live members wait for an acknowledgement (milliseconds). The rest is
+/// slack for the 2-core machine. Scenarios with longer outages set their own
+/// ([`Cluster::reown`]).
+pub const REOWN: Duration = Duration::from_secs(5);
 
 /// The network alias of the Redis master, for the replicas (replicated Redis).
 pub const REDIS_ALIAS: &str = "redis";
@@ -108,6 +126,8 @@ pub struct Worker {
     pub id: String,
     pub process: Option<Process>,
     log: PathBuf,
+    /// Processes started so far (each prints its events to its own file).
+    runs: usize,
 }
 
 pub struct Redis {
@@ -135,6 +155,11 @@ impl Timings {
     pub fn record(&mut self, what: &'static str, d: Duration) {
         say(&format!("  {what}: {}", ms(d)));
         self.0.push((what, d));
+    }
+
+    /// Many measurements at once, not printed one by one.
+    pub fn record_all(&mut self, what: &'static str, ds: impl Iterator<Item = Duration>) {
+        self.0.extend(ds.map(|d| (what, d)));
     }
 
     pub fn report(&self, scenario: &str) -> String {
@@ -177,6 +202,10 @@ pub struct Cluster {
     pub workers: Vec<Worker>,
     pub units: Vec<String>,
     pub checker: Checker,
+    /// The workers' ownership events and the test's markers.
+    pub owners: Journal,
+    /// The ownership check's bound for this scenario (default [`REOWN`]).
+    pub reown: Duration,
     pub timings: Timings,
     pub network: Option<BridgeNetwork>,
     /// Active `iptables` cuts: (replica, host pid of its process, rule).
@@ -228,6 +257,8 @@ impl Cluster {
             workers: Vec::new(),
             units: crate::support::units(opts.units),
             checker,
+            owners: Journal::default(),
+            reown: REOWN,
             timings: Timings::default(),
             network,
             cuts: Vec::new(),
@@ -248,6 +279,7 @@ impl Cluster {
                 id,
                 process: None,
                 log: dir.join(format!("worker-{i}.log")),
+                runs: 0,
             });
             cluster.start_worker(i);
         }
@@ -295,6 +327,7 @@ impl Cluster {
             .wait_table("the first table", Duration::from_secs(30), t)
             .await;
         cluster.checker.arm();
+        cluster.owners.arm(&cluster.units);
         say(&format!(
             "[{scenario}] converged: redis :{redis_port}, replicas {:?}, {} workers, {} units, in {}",
             cluster
@@ -316,6 +349,9 @@ impl Cluster {
     /// Rewrites the units list, as the producer ("another process") does.
     pub async fn write_units(&self) {
         let mut c = connect(&self.redis_url()).await;
+        // Dated before the write: a unit counts as listed (or unlisted) no
+        // later than it is.
+        self.owners.listed(&self.units);
         let mut p = redis::pipe();
         p.atomic()
             .del(UNITS)
@@ -325,11 +361,17 @@ impl Cluster {
         let () = p.query_async(&mut c).await.unwrap();
     }
 
+    /// Starts worker `i` (again, on its address): ownership events on
+    /// stdout (`--events`) into a file of this process's own, logs on
+    /// stderr into the worker's log.
     pub fn start_worker(&mut self, i: usize) {
         let w = &mut self.workers[i];
         assert!(w.process.is_none(), "worker {i} already runs");
+        w.runs += 1;
+        let events = self.dir.join(format!("worker-{i}.{}.events", w.runs));
         let mut cmd = Command::new(docker::worker_binary());
-        cmd.args(["--listen", &w.id])
+        cmd.args(["--listen", &w.id, "--events"])
+            .args(["--deadline", &format!("{}ms", WORKER_DEADLINE.as_millis())])
             .env(
                 "REDIS_URL",
                 format!("redis://127.0.0.1:{}", self.redis.port),
@@ -337,7 +379,8 @@ impl Cluster {
             .env("SERVICES_KEY", SERVICES)
             .env("DISTRIBUTION_NAMESPACE", TABLE)
             .env("RUST_LOG", "info");
-        w.process = Some(Process::spawn(cmd, w.log.clone()));
+        w.process = Some(spawn_worker(cmd, &w.log, &events));
+        self.owners.started(&w.id, events);
         self.checker.worker(&w.id, true);
     }
 
@@ -352,6 +395,90 @@ impl Cluster {
             w.id,
             p.tail(20)
         );
+        // Reaped: it does nothing from here on.
+        self.owners
+            .ended(&w.id, Ending::Killed, ownership::unix_us_now());
+    }
+
+    /// SIGTERM: the worker drains (the holder moves its units away, it
+    /// deregisters) and exits by itself. For the checker it stops being a
+    /// member at once: its row must be gone within [`crate::checker::GRACE`].
+    pub fn terminate_worker(&mut self, i: usize) {
+        let w = &self.workers[i];
+        let pid = w
+            .process
+            .as_ref()
+            .and_then(|p| p.child.as_ref())
+            .expect("a running worker")
+            .id();
+        self.checker.worker(&w.id, false);
+        let ok = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -TERM {pid} (worker {})", w.id);
+    }
+
+    /// Waits (bounded) for worker `i`, sent SIGTERM, to exit; returns its
+    /// exit status.
+    pub async fn wait_worker_exit(&mut self, i: usize, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            self.checker.assert_ok();
+            let w = &mut self.workers[i];
+            let child = w
+                .process
+                .as_mut()
+                .and_then(|p| p.child.as_mut())
+                .expect("a worker process");
+            if let Some(status) = child.try_wait().expect("waitpid") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {} did not exit within {limit:?} of SIGTERM:\n{}",
+                w.id,
+                w.process.as_ref().unwrap().tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let w = &mut self.workers[i];
+        // Reaped: `Process` has nothing left to kill.
+        w.process.as_mut().unwrap().child = None;
+        w.process = None;
+        self.owners
+            .ended(&w.id, Ending::Exited, ownership::unix_us_now());
+        status
+    }
+
+    /// Waits until the workers' events show every unit of the latest table
+    /// owned by the member of its row, and nothing else owned.
+    pub async fn wait_owners(&mut self, what: &str, limit: Duration) -> Duration {
+        let started = Instant::now();
+        let deadline = started + limit;
+        loop {
+            self.checker.assert_ok();
+            self.check_workers();
+            let table = self.checker.last().map(|s| s.table).unwrap_or_default();
+            let want: BTreeMap<String, std::collections::BTreeSet<String>> = table
+                .iter()
+                .flat_map(|(m, row)| {
+                    row.split(',')
+                        .filter(|u| !u.is_empty())
+                        .map(move |u| (u.to_string(), [m.clone()].into()))
+                })
+                .collect();
+            let owners = self.owners.owners();
+            if owners == want {
+                return started.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "[{}] timed out after {limit:?} waiting for: {what}\nthe table: {want:?}\nby the events: {owners:?}",
+                self.scenario
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn running_workers(&self) -> Vec<String> {
@@ -594,7 +721,11 @@ impl Cluster {
             .collect()
     }
 
+    /// SIGKILLs the single Redis (no persistence): the units list is lost
+    /// with everything else, so from now on, for the ownership check, no
+    /// unit is listed until the test writes the list again.
     pub async fn kill_redis(&self) {
+        self.owners.listed(&[]);
         docker::signal(&self.docker, self.redis.container.id(), "SIGKILL").await;
     }
 
@@ -761,23 +892,52 @@ impl Cluster {
         }
     }
 
-    /// Stops the checker, fails on any violation, prints the timings, and
-    /// removes everything.
+    /// Stops the checker, fails on any violation, ends the workers and runs
+    /// the ownership check on their events, prints the timings, and removes
+    /// everything.
     pub async fn finish(mut self) {
         self.checker.stop().await;
         self.checker.assert_ok();
+        self.check_workers();
         let summary = self.checker.summary();
+        for w in &mut self.workers {
+            if let Some(mut p) = w.process.take() {
+                p.kill();
+                self.owners
+                    .ended(&w.id, Ending::Killed, ownership::unix_us_now());
+            }
+        }
+        let report = self.owners.check(&Bounds { reown: self.reown });
+        say(&format!(
+            "[{}] ownership (bound {}): {}",
+            self.scenario,
+            ms(self.reown),
+            report.summary()
+        ));
+        assert!(
+            report.violations.is_empty(),
+            "[{}] OWNERSHIP VIOLATED: {} violation(s) by the workers' events (files: {:?}):\n{}",
+            self.scenario,
+            report.violations.len(),
+            self.owners.files(),
+            report
+                .violations
+                .iter()
+                .take(20)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        self.timings.record_all(
+            "listed unit without owner (worker events)",
+            report.gaps_us.iter().map(|g| Duration::from_micros(*g)),
+        );
         say(&format!(
             "[{}] passed in {}; checker: {summary}",
             self.scenario,
             ms(self.started.elapsed())
         ));
         say(self.timings.report(&self.scenario).trim_end());
-        for w in &mut self.workers {
-            if let Some(mut p) = w.process.take() {
-                p.kill();
-            }
-        }
         for r in std::mem::take(&mut self.replicas) {
             let _ = r.container.rm().await;
         }
@@ -839,6 +999,29 @@ impl Drop for Cluster {
         }
         // Then the fields drop in order: replicas and Redis (testcontainers
         // removes the containers), workers (killed), the network (removed).
+    }
+}
+
+/// Spawns a worker: stdout (its events) into `events`, stderr appended to
+/// `log`; killed (SIGKILL) when dropped, and by a later run if this one dies.
+fn spawn_worker(mut cmd: Command, log: &Path, events: &Path) -> Process {
+    let err = File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("could not open {}: {e}", log.display()));
+    let out = File::create(events)
+        .unwrap_or_else(|e| panic!("could not create {}: {e}", events.display()));
+    let child = cmd
+        .env(docker::OWNER_ENV, std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not spawn {cmd:?}: {e}"));
+    Process {
+        child: Some(child),
+        log: log.to_path_buf(),
     }
 }
 

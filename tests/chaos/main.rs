@@ -17,6 +17,7 @@ mod support;
 mod checker;
 mod cluster;
 mod forward;
+mod owners;
 mod scenarios;
 
 use std::future::Future;
@@ -130,6 +131,14 @@ fn chaos_9_holder_cut_off_the_workers_not_redis() {
 #[test]
 fn chaos_10_redis_master_killed_replica_promoted() {
     scenario("redis-promotion", scenarios::redis_promotion);
+}
+
+#[test]
+fn chaos_11_workers_rolling_restart() {
+    scenario(
+        "workers-rolling-restart",
+        scenarios::workers_rolling_restart,
+    );
 }
 
 #[test]

@@ -15,6 +15,14 @@ use crate::support::docker::bollard;
 /// Generous upper bound for waits whose time is asserted separately.
 const LONG: Duration = Duration::from_secs(20);
 
+/// The ownership check's bound where Redis goes away: after a data loss
+/// (scenarios 3 and 8) the table is right within 12 s of the restart
+/// (workers re-register every 5 s; scenario 3 asserts the 12 s), and after a
+/// promotion (scenario 10) a holder acts within 10 s of the master's death
+/// (asserted), the killed worker's units in other rows within a detection
+/// window after that; plus 1 s for members to take the units of their rows.
+const OUTAGE_REOWN: Duration = Duration::from_secs(13);
+
 /// 1. SIGKILL the holder five times in a row: each time another replica takes
 ///    over within TTL + slack, and the table (same members, same units) never
 ///    changes, not even its generation.
@@ -175,6 +183,7 @@ pub async fn frozen_holder(docker: bollard::Docker) {
 ///    within a bounded time.
 pub async fn redis_data_loss(docker: bollard::Docker) {
     let mut c = Cluster::start(&docker, "redis-data-loss", Options::host(5)).await;
+    c.reown = OUTAGE_REOWN;
     for round in 1..=2 {
         let t0 = Instant::now();
         c.kill_redis().await;
@@ -463,6 +472,7 @@ pub async fn rolling_restart(docker: bollard::Docker) {
 ///    after the loss carries a generation above every one a replica saw.
 pub async fn generation_after_data_loss(docker: bollard::Docker) {
     let mut c = Cluster::start(&docker, "generation-reset", Options::host(3)).await;
+    c.reown = OUTAGE_REOWN;
     let before = c.checker.last().unwrap();
     assert!(before.meta.contains_key("writer"), "the first table write");
     let before = before.generation().unwrap();
@@ -665,6 +675,7 @@ pub async fn redis_promotion(docker: bollard::Docker) {
     opts.replicated_redis = true;
     opts.env.push(("REDIS_WAIT_REPLICAS", "1"));
     let mut c = Cluster::start(&docker, "redis-promotion", opts).await;
+    c.reown = OUTAGE_REOWN;
     let started = Instant::now();
     let delays: Vec<u64> = (0..ROUNDS).map(|_| rand::random_range(0..400)).collect();
     say(&format!("  master killed {delays:?} ms after each worker"));
@@ -843,4 +854,152 @@ async fn wait_census(c: &Cluster, i: usize) {
         |n| n == Some(all),
     )
     .await;
+}
+
+/// 11. Restart every worker in turn with SIGTERM while a producer churns the
+///     units. A drained worker has the holder move its units away (each one
+///     released first, then acknowledged, then granted to the next owner),
+///     leaves the services list and `{T}:members`, and exits 0; it starts
+///     again on the same address and gets units again. The ownership check
+///     (every scenario's) finds no unit with two owners, and the table is the
+///     solver's after every step.
+pub async fn workers_rolling_restart(docker: bollard::Docker) {
+    /// A drain is a few handoff cycles; the worker gives up after 30 s.
+    const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+    let mut c = Cluster::start(&docker, "workers-rolling-restart", Options::host(5)).await;
+    let started = Instant::now();
+    c.wait_owners("every unit owned by its row's member (events)", LONG)
+        .await;
+    let keys = Keys::new(TABLE);
+    let mut churned = 0;
+    let mut handed_over = 0;
+    for i in 0..c.workers.len() {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "{i} worker restarts take more than 90 s"
+        );
+        let id = c.workers[i].id.clone();
+        let held: Vec<String> = c
+            .owners
+            .owners()
+            .into_iter()
+            .filter(|(_, o)| o.contains(&id))
+            .map(|(u, _)| u)
+            .collect();
+        assert!(!held.is_empty(), "{id} holds nothing to hand over");
+        let t0 = Instant::now();
+        let term_us = crate::support::ownership::unix_us_now();
+        c.terminate_worker(i);
+        // The producer churns while the worker drains.
+        churn(&mut c, &mut churned).await;
+        let status = c.wait_worker_exit(i, DRAIN_LIMIT).await;
+        let drained = t0.elapsed();
+        assert!(status.success(), "{id} after SIGTERM: {status:?}");
+        c.timings
+            .record("worker drained and exited 0 (from SIGTERM)", drained);
+        let mut conn = c.redis_conn().await;
+        let listed: Vec<String> = redis::cmd("LRANGE")
+            .arg(crate::support::SERVICES)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(!listed.contains(&id), "{id} still listed: {listed:?}");
+        let report: Option<String> = redis::cmd("HGET")
+            .arg(&keys.members)
+            .arg(&id)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(report, None, "{id}'s report in {} stays", keys.members);
+        // It handed every unit over: released for the drain (or moved by
+        // the churn), none by its fence or by giving up.
+        let released: Vec<serde_json::Value> = c
+            .owners
+            .events_of(&id)
+            .into_iter()
+            .filter(|e| e["event"] == "released")
+            .collect();
+        let odd: Vec<&serde_json::Value> = released
+            .iter()
+            .filter(|e| e["reason"] != "draining" && e["reason"] != "moved")
+            .collect();
+        assert!(odd.is_empty(), "{id} released units otherwise: {odd:?}");
+        let d = c
+            .wait_table(&format!("the table without worker {i}"), LONG, t0)
+            .await;
+        c.timings
+            .record("table without the drained worker (from SIGTERM)", d);
+        c.wait_owners("the drained worker's units owned by others (events)", LONG)
+            .await;
+        // When each unit it held (and that is still listed) was acquired by
+        // its next owner, counted from the SIGTERM.
+        let next = next_owner_at(&c, &held, &id, term_us);
+        handed_over += next.len();
+        if let Some(max) = next.iter().max() {
+            c.timings.record(
+                "drained worker's units owned by others (from SIGTERM)",
+                *max,
+            );
+        }
+
+        let t1 = Instant::now();
+        c.start_worker(i);
+        churn(&mut c, &mut churned).await;
+        let d = c
+            .wait_table(&format!("the table with worker {i} again"), LONG, t1)
+            .await;
+        c.timings
+            .record("restarted worker back in the table (from its start)", d);
+        let d = c
+            .wait_owners("the restarted worker's units owned (events)", LONG)
+            .await;
+        c.timings.record(
+            "restarted worker's units acquired (events, after the table)",
+            d,
+        );
+        say(&format!(
+            "  worker {i} ({id}): SIGTERM, drained its {} units in {}, exit 0, restarted; units churned so far: {churned}",
+            held.len(),
+            ms(drained)
+        ));
+    }
+    assert!(
+        handed_over >= c.workers.len(),
+        "too few units handed over by drains: {handed_over}"
+    );
+    c.finish().await;
+}
+
+/// The producer replaces two units: the oldest two go, two new ones come.
+async fn churn(c: &mut Cluster, churned: &mut usize) {
+    c.units.drain(..2);
+    for _ in 0..2 {
+        c.units.push(format!("churn-{:04}", *churned));
+        *churned += 1;
+    }
+    c.write_units().await;
+}
+
+/// For each of `units` that `from` held at `since_us` and that another member
+/// acquired after it: how long after `since_us` that was.
+fn next_owner_at(c: &Cluster, units: &[String], from: &str, since_us: u64) -> Vec<Duration> {
+    let lines: Vec<serde_json::Value> = c.owners.all_events();
+    units
+        .iter()
+        .filter_map(|u| {
+            lines
+                .iter()
+                .filter(|e| {
+                    e["event"] == "acquired"
+                        && e["unit"] == u.as_str()
+                        && e["member"] != from
+                        && e["unix_us"].as_u64().is_some_and(|t| t >= since_us)
+                })
+                .filter_map(|e| e["unix_us"].as_u64())
+                .min()
+                .map(|t| Duration::from_micros(t - since_us))
+        })
+        .collect()
 }
