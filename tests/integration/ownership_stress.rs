@@ -816,6 +816,18 @@ impl Stress {
         self.rng.random_range(0..self.workers.len())
     }
 
+    /// A worker that holds units by its events (any, if none does): a freeze
+    /// or a cut of one that holds nothing would prove little.
+    fn pick_holding_worker(&mut self) -> usize {
+        let holding: Vec<usize> = (0..self.workers.len())
+            .filter(|&i| self.journal.holds(&self.workers[i].id) > 0)
+            .collect();
+        match holding.choose(&mut self.rng) {
+            Some(&i) => i,
+            None => self.pick_worker(),
+        }
+    }
+
     /// Removes and adds a few units in one atomic rewrite of the list.
     async fn change_units(&mut self) -> String {
         let remove = self
@@ -921,10 +933,7 @@ impl Stress {
                         }
                         1 if frozen.is_none() => {
                             // One that holds units, so that some must wait.
-                            let holding: Vec<usize> = (0..self.workers.len())
-                                .filter(|&i| self.journal.holds(&self.workers[i].id) > 0)
-                                .collect();
-                            let i = *holding.choose(&mut self.rng).expect("a worker holds units");
+                            let i = self.pick_holding_worker();
                             self.freeze(i).await;
                             frozen = Some((i, Instant::now()));
                             format!("{} frozen", self.workers[i].id)
@@ -981,7 +990,7 @@ impl Stress {
                 // does): the worker's hold ends while it is stopped.
                 let past = self.done.get(&Step::Freeze).copied().unwrap_or(0) % 2 == 0;
                 let pause = self.pause(past, 1500);
-                let i = self.pick_worker();
+                let i = self.pick_holding_worker();
                 self.freeze(i).await;
                 let since = Instant::now();
                 let meanwhile = if self.rng.random_bool(0.5) {
@@ -998,7 +1007,7 @@ impl Stress {
                 // pinged, must fence itself (release everything) on time.
                 let past = self.done.get(&Step::Cut).copied().unwrap_or(0) == 0;
                 let pause = self.pause(past, 2000);
-                let i = self.pick_worker();
+                let i = self.pick_holding_worker();
                 let w = &self.workers[i];
                 let held = self.journal.holds(&w.id);
                 let since = Instant::now();
