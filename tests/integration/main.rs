@@ -14,6 +14,7 @@ mod handoff;
 mod handoff_repro;
 mod hardening;
 mod member_handoff;
+mod ownership_stress;
 mod process;
 mod python_worker;
 mod security;

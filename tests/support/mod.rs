@@ -493,6 +493,39 @@ impl<B: Backend> Fleet<B> {
     }
 }
 
+/// The example worker (`examples/worker.rs`), built once per test process
+/// beside the binary under test: `cargo test --test integration` does not
+/// build examples by itself.
+pub fn example_worker() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let mut cargo = Command::new(env!("CARGO"));
+        // The variables cargo sets for running this test would make that
+        // build differ from the one that built the test, and each would then
+        // rebuild the library for the other.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy().into_owned();
+            let set_by_cargo = (k.starts_with("CARGO_")
+                && !matches!(k.as_str(), "CARGO_HOME" | "CARGO_TARGET_DIR"))
+                || matches!(k.as_str(), "OUT_DIR" | "LD_LIBRARY_PATH");
+            if set_by_cargo {
+                cargo.env_remove(&k);
+            }
+        }
+        let out = cargo
+            .args(["build", "--quiet", "--example", "worker", "--manifest-path"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cargo build --example worker: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    docker::worker_binary()
+}
+
 pub fn units(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("unit-{i:04}")).collect()
 }
@@ -690,6 +723,8 @@ impl FlakyWorker {
 pub struct FreezableProxy {
     pub port: u16,
     generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// While set, every connection freezes, new ones included ([`FreezableProxy::cut`]).
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -697,6 +732,7 @@ async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
     born: u64,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -706,7 +742,9 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if generation.load(std::sync::atomic::Ordering::SeqCst) != born {
+        if generation.load(std::sync::atomic::Ordering::SeqCst) != born
+            || cut.load(std::sync::atomic::Ordering::SeqCst)
+        {
             // Frozen: keep both sockets open and never forward again.
             std::future::pending::<()>().await;
         }
@@ -721,11 +759,14 @@ impl FreezableProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let shared = generation.clone();
+        let shared_cut = cut.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let born = shared.load(std::sync::atomic::Ordering::SeqCst);
                 let generation = shared.clone();
+                let cut = shared_cut.clone();
                 tokio::spawn(async move {
                     let Ok(server) =
                         tokio::net::TcpStream::connect(("127.0.0.1", target_port)).await
@@ -734,8 +775,8 @@ impl FreezableProxy {
                     };
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
-                    let up = tokio::spawn(pump(cr, sw, generation.clone(), born));
-                    let down = tokio::spawn(pump(sr, cw, generation, born));
+                    let up = tokio::spawn(pump(cr, sw, generation.clone(), cut.clone(), born));
+                    let down = tokio::spawn(pump(sr, cw, generation, cut, born));
                     let _ = tokio::join!(up, down);
                 });
             }
@@ -743,6 +784,7 @@ impl FreezableProxy {
         FreezableProxy {
             port,
             generation,
+            cut,
             task,
         }
     }
@@ -751,6 +793,20 @@ impl FreezableProxy {
     pub fn freeze_existing(&self) {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A silent partition until [`FreezableProxy::heal`]: every connection
+    /// open now freezes for good, and so does every connection made
+    /// meanwhile as soon as it carries a byte.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.freeze_existing();
+    }
+
+    /// Ends a [`FreezableProxy::cut`]: connections made from now on flow
+    /// (the frozen ones stay frozen; their client must replace them).
+    pub fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

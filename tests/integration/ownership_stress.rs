@@ -1,0 +1,1274 @@
+//! A seeded chaos schedule against real processes: 3 `distributor` replicas
+//! (the built binary) on one real Redis, 6 example workers
+//! (`examples/worker.rs --events`, each reaching Redis through its own
+//! [`FreezableProxy`]) and an old-protocol worker (a ping server in this
+//! process that only reads its row every 100 ms; the replicas' handoff
+//! delay is 1 s), over 300 to 640 work units. Workers have a 2 s deadline,
+//! poll their row every 200 ms and take 0 to 100 ms to stop a unit; replicas
+//! cycle every 250 ms with a 1 s lease. The schedule shuffles a fixed
+//! multiset of steps (each scenario at least once), with random parameters:
+//!
+//! - **join**: a new worker process;
+//! - **drain**: SIGTERM a worker; it must exit 0, off the list, holding nothing;
+//! - **kill**: SIGKILL a worker (sometimes a new process on the same address);
+//! - **units**: add and remove units in one atomic rewrite of the list;
+//! - **holder kill mid-handoff**: make units move (a join, a units change, or
+//!   a worker frozen so that its units wait for its deadline), wait until
+//!   `{T}:transit` is non-empty, SIGKILL the holder process; another replica
+//!   must take over and finish the handoffs from `{T}:transit` (a fresh
+//!   replica process replaces the dead one);
+//! - **holder SIGTERM**: a graceful handover;
+//! - **freeze**: SIGSTOP a worker for half its deadline up to well past it,
+//!   then SIGCONT (sometimes the units change meanwhile);
+//! - **cut**: cut a worker's Redis connections (every connection through its
+//!   proxy freezes, new ones too) while the holder still pings it, then heal.
+//!
+//! After each step the test either waits until the fleet settled (the table
+//! is the solver's for the running workers and listed units, and the events
+//! say every unit is owned by exactly its row's member) or goes on after a
+//! short random pause, so that steps also land on handoffs in flight. Every
+//! ownership event goes to the ownership checker (`support::ownership`),
+//! which must find no unit with two owners at once, fencing tokens growing
+//! from owner to owner, and every listed unit owned again within [`REOWN`];
+//! at the end every listed unit has exactly one owner.
+//!
+//! One adjustment, explained in [`redate`]: a worker frozen in the middle
+//! of a slow stop past its hold prints that release after its thaw, though
+//! its hold (its right to act) ended while it was stopped; the member logs
+//! such a revocation, and the release is dated back to the hold's end, only
+//! when a freeze of that worker explains it. Any other error a worker logs
+//! fails the test.
+//!
+//! The seed is printed; `OWNERSHIP_SEED=<n>` replays the same schedule (the
+//! timing of the processes is not replayed). The processes' logs are printed
+//! (their tails) and kept on a failure; `OWNERSHIP_KEEP_LOGS=1` keeps them
+//! after a pass too.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use crate::support::ownership::{self, Bounds};
+use crate::support::*;
+
+/// The workers' fencing deadline.
+const DEADLINE: Duration = Duration::from_millis(2000);
+/// The replicas' handoff delay for the old-protocol worker (it reads its row
+/// every 100 ms and stops at once: a margin of ten reads).
+const HANDOFF_DELAY: Duration = Duration::from_millis(1000);
+/// The checker's bound: a listed unit is owned again within this long. The
+/// slowest path is a frozen or cut-off worker's units (its deadline × 1.05 +
+/// 100 ms after the revoking write) across a holder SIGKILL (one lease TTL,
+/// then the wait again from the new holder's start): about 5 s.
+const REOWN: Duration = Duration::from_secs(10);
+/// Every wait for the fleet to settle (generous: liveness, not speed).
+const SETTLE: Duration = Duration::from_secs(40);
+/// Work unit names to draw from, and how many are listed at the start.
+const POOL: usize = 640;
+const LISTED: usize = 480;
+/// Units changes keep at least this many listed.
+const MIN_LISTED: usize = 300;
+const REPLICAS: usize = 3;
+const WORKERS: usize = 6;
+const MIN_WORKERS: usize = 4;
+const MAX_WORKERS: usize = 8;
+/// No new step starts after this long (the schedule is bounded in count too).
+const BUDGET: Duration = Duration::from_secs(120);
+
+/// Straight to stderr, past the test harness's capture.
+fn say(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// Every ownership event line in arrival order, and who owns what by them.
+#[derive(Clone, Default)]
+struct Journal(Arc<Mutex<JournalState>>);
+
+#[derive(Default)]
+struct JournalState {
+    lines: Vec<String>,
+    /// member → units it holds, by its own events.
+    held: HashMap<String, BTreeSet<String>>,
+}
+
+impl Journal {
+    fn push(&self, line: String) {
+        let mut s = self.0.lock().unwrap();
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+            let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+            match (text("event").as_deref(), text("member"), text("unit")) {
+                (Some("acquired"), Some(m), Some(u)) => {
+                    s.held.entry(m).or_default().insert(u);
+                }
+                (Some("released"), Some(m), Some(u)) => {
+                    s.held.entry(m).or_default().remove(&u);
+                }
+                (Some("exited"), Some(m), _) => {
+                    s.held.remove(&m);
+                }
+                _ => {}
+            }
+        }
+        s.lines.push(line);
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().lines.clone()
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().lines.len()
+    }
+
+    /// unit → its owners now, by the events.
+    fn owners(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let s = self.0.lock().unwrap();
+        let mut owners: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (m, units) in &s.held {
+            for u in units {
+                owners.entry(u.clone()).or_default().insert(m.clone());
+            }
+        }
+        owners
+    }
+
+    fn holds(&self, member: &str) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .held
+            .get(member)
+            .map_or(0, BTreeSet::len)
+    }
+
+    fn listed(&self, units: &[String]) {
+        self.push(ownership::listed_line(units, ownership::unix_us_now()));
+    }
+}
+
+/// The processes' logs, kept in a directory that is removed only after a
+/// pass; on a failure their tails are printed with the seed.
+struct Logs {
+    dir: PathBuf,
+    seed: u64,
+    journal: Journal,
+    /// (name, path, the member id of a worker's log)
+    files: Mutex<Vec<(String, PathBuf, Option<String>)>>,
+}
+
+impl Logs {
+    fn new(seed: u64, journal: Journal) -> Logs {
+        let dir = std::env::temp_dir().join(format!(
+            "distributor-ownership-stress-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Logs {
+            dir,
+            seed,
+            journal,
+            files: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn file(&self, name: &str, member: Option<&str>) -> std::fs::File {
+        let path = self.dir.join(format!("{name}.log"));
+        self.files.lock().unwrap().push((
+            name.to_string(),
+            path.clone(),
+            member.map(str::to_string),
+        ));
+        std::fs::File::create(path).unwrap()
+    }
+}
+
+impl Logs {
+    /// Per kind of process (`worker`, `r`eplica), the number of WARN and
+    /// ERROR lines in its logs, and the first few ERROR lines.
+    fn summary(&self) -> (String, Vec<String>) {
+        let mut counts: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        let mut errors = Vec::new();
+        for (name, path, _) in self.files.lock().unwrap().iter() {
+            let kind = if name.starts_with("worker") {
+                "workers"
+            } else {
+                "replicas"
+            };
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            for line in text.lines() {
+                for level in ["WARN", "ERROR"] {
+                    if line.contains(&format!(" {level} ")) {
+                        *counts.entry((kind, level)).or_default() += 1;
+                        if level == "ERROR" && errors.len() < 5 {
+                            errors.push(format!("{name}: {line}"));
+                        }
+                    }
+                }
+            }
+        }
+        let counts = counts
+            .iter()
+            .map(|((kind, level), n)| format!("{kind} {level} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (counts, errors)
+    }
+}
+
+/// What a member logs when an application's revocation returned after the
+/// unit's hold had ended: the example worker's simulated stop (`--work-ms`)
+/// was running when the process was frozen past its deadline.
+const OVERRAN: &str = "a revocation finished after the unit's hold had ended";
+/// Its companion, logged while such a revocation still runs.
+const STILL_RUNNING: &str = "a revocation is still running after the hold ended";
+
+/// One [`OVERRAN`] line: the hold of `unit` (tenure `token`) ended at
+/// `hold_end_us` at the latest (the line's time minus how late it was).
+#[derive(Debug)]
+struct Overran {
+    member: String,
+    unit: String,
+    token: u64,
+    hold_end_us: u64,
+    line: String,
+}
+
+impl Logs {
+    /// Every [`OVERRAN`] line of the workers' logs.
+    fn overran(&self) -> Vec<Overran> {
+        let mut out = Vec::new();
+        for (_, path, member) in self.files.lock().unwrap().iter() {
+            let Some(member) = member else { continue };
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            for line in text.lines().filter(|l| l.contains(OVERRAN)) {
+                let parsed = (|| {
+                    let at = log_time_us(line.split_whitespace().next()?)?;
+                    let late = duration_us(field(line, "late")?)?;
+                    Some(Overran {
+                        member: member.clone(),
+                        unit: field(line, "unit")?.to_string(),
+                        token: field(line, "token")?.parse().ok()?,
+                        hold_end_us: at.checked_sub(late)?,
+                        line: line.to_string(),
+                    })
+                })();
+                out.push(parsed.unwrap_or_else(|| panic!("unparsed: {line}")));
+            }
+        }
+        out
+    }
+
+    /// ERROR lines of the workers' logs other than [`OVERRAN`] and
+    /// [`STILL_RUNNING`].
+    fn other_worker_errors(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, path, member) in self.files.lock().unwrap().iter() {
+            if member.is_none() {
+                continue;
+            }
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            out.extend(
+                text.lines()
+                    .filter(|l| l.contains(" ERROR "))
+                    .filter(|l| !l.contains(OVERRAN) && !l.contains(STILL_RUNNING))
+                    .map(|l| format!("{name}: {l}")),
+            );
+        }
+        out
+    }
+}
+
+/// The value of `name=` in a log line (up to the next space).
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let at = line.find(&format!(" {name}="))? + name.len() + 2;
+    line[at..].split_whitespace().next()
+}
+
+/// `2026-01-02T03:04:05.123456Z` in µs since the Unix epoch.
+fn log_time_us(ts: &str) -> Option<u64> {
+    let (date, time) = ts.strip_suffix('Z')?.split_once('T')?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let t: Vec<i64> = hms
+        .split(':')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    let (&[y, m, day], &[h, min, sec]) = (&d[..], &t[..]) else {
+        return None;
+    };
+    // Days from the civil date (H. Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    let micros: i64 = format!("{frac:0<6}")[..6].parse().ok()?;
+    u64::try_from(((days * 24 + h) * 60 + min) * 60 + sec)
+        .ok()
+        .map(|s| s * 1_000_000 + micros as u64)
+}
+
+/// A `Duration`'s `Debug` form (`1.5s`, `250ms`, `12µs`, `7ns`) in µs.
+fn duration_us(text: &str) -> Option<u64> {
+    let (number, scale) = [("ns", 1e-3), ("µs", 1.0), ("ms", 1e3), ("s", 1e6)]
+        .iter()
+        .find_map(|(suffix, scale)| text.strip_suffix(suffix).map(|n| (n, *scale)))?;
+    Some((number.parse::<f64>().ok()? * scale).round() as u64)
+}
+
+/// The example worker dates a release at the end of its simulated stop. When
+/// the process was frozen during that stop past the unit's hold, the stop
+/// ends after the thaw, although the worker's authority over the unit ended
+/// with its hold (the README's rule for a process that may pause: check the
+/// hold before every side effect). Each such release, as its member logged
+/// it ([`OVERRAN`]), is dated back to the hold's end (a bound from above),
+/// only when a freeze of that member explains it: the hold ended while it
+/// was stopped, and the release came after the SIGSTOP. Returns the lines
+/// and how many were re-dated, or what could not be explained.
+fn redate(
+    lines: &[String],
+    overran: &[Overran],
+    freezes: &[(String, u64, u64)],
+) -> Result<(Vec<String>, usize), Vec<String>> {
+    let mut out = lines.to_vec();
+    let mut unexplained = Vec::new();
+    let mut redated = 0;
+    let events: Vec<Option<serde_json::Value>> =
+        lines.iter().map(|l| serde_json::from_str(l).ok()).collect();
+    for o in overran {
+        let release = events
+            .iter()
+            .enumerate()
+            .filter_map(|(n, v)| Some((n, v.as_ref()?)))
+            .filter(|(_, v)| {
+                v["event"] == "released"
+                    && v["reason"] != "fenced"
+                    && v["member"] == o.member.as_str()
+                    && v["unit"] == o.unit.as_str()
+                    && v["generation"] == o.token
+            })
+            .filter_map(|(n, v)| Some((n, v["unix_us"].as_u64()?)))
+            .filter(|(_, at)| *at <= o.hold_end_us + 10_000_000)
+            .max_by_key(|(_, at)| *at);
+        let Some((n, at)) = release else {
+            unexplained.push(format!("no release line for: {}", o.line));
+            continue;
+        };
+        let frozen = freezes.iter().any(|(m, stop, cont)| {
+            *m == o.member
+                && *stop <= o.hold_end_us + 100_000
+                && o.hold_end_us <= cont + 200_000
+                && at >= *stop
+        });
+        if !frozen {
+            unexplained.push(format!("no freeze explains: {}", o.line));
+            continue;
+        }
+        if o.hold_end_us < at {
+            let mut v = events[n].clone().unwrap();
+            v["unix_us"] = o.hold_end_us.into();
+            v["redated_from"] = at.into();
+            out[n] = v.to_string();
+            redated += 1;
+        }
+    }
+    if unexplained.is_empty() {
+        Ok((out, redated))
+    } else {
+        Err(unexplained)
+    }
+}
+
+impl Drop for Logs {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            if std::env::var_os("OWNERSHIP_KEEP_LOGS").is_some() {
+                say(&format!(
+                    "ownership_stress: logs kept in {}",
+                    self.dir.display()
+                ));
+            } else {
+                let _ = std::fs::remove_dir_all(&self.dir);
+            }
+            return;
+        }
+        for (name, path, _) in self.files.lock().unwrap().iter() {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            say(&format!(
+                "--- {name} (last 40 of {} lines) ---",
+                lines.len()
+            ));
+            for l in &lines[lines.len().saturating_sub(40)..] {
+                say(l);
+            }
+        }
+        let lines = self.journal.lines();
+        say(&format!("--- events (last 100 of {}) ---", lines.len()));
+        for l in &lines[lines.len().saturating_sub(100)..] {
+            say(l);
+        }
+        say(&format!(
+            "ownership_stress: FAILED with seed {} (replay: OWNERSHIP_SEED={}); logs kept in {}",
+            self.seed,
+            self.seed,
+            self.dir.display()
+        ));
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// Waits (bounded) for `child` to exit, without blocking the runtime.
+async fn reaped(child: &mut Child, what: &str, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not exit within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One `distributor` process; SIGKILLed on drop.
+struct Replica {
+    id: String,
+    child: Child,
+}
+
+impl Replica {
+    fn spawn(redis: &RedisServer, id: String, logs: &Logs) -> Replica {
+        let log = logs.file(&id, None);
+        let child = Command::new(env!("CARGO_BIN_EXE_distributor"))
+            .arg(format!("-redis-url={}", redis.url()))
+            .arg(format!("-services-namespaces={SERVICES}"))
+            .arg(format!("-workunits-namespace={UNITS}"))
+            .arg(format!("-distribution-namespace={TABLE}"))
+            .args([
+                "-poll-interval=250ms",
+                "-ping-timeout=250ms",
+                "-lease-ttl=1s",
+                "-lease-renew-interval=200ms",
+                "-lease-renew-deadline=700ms",
+                "-lease-retry-interval=300ms",
+                "-census-interval=500ms",
+                "-http-addr=off",
+                "-traces=none",
+            ])
+            .arg(format!("-handoff-delay={}ms", HANDOFF_DELAY.as_millis()))
+            .arg(format!("-replica-id={id}"))
+            .env_remove("HTTP_ADDR")
+            .env_remove("PROM_PORT")
+            .env_remove("LOG")
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Replica { id, child }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One example worker process with `--events`, its Redis traffic through its
+/// own proxy; SIGKILLed on drop (a stopped one too).
+struct Worker {
+    id: String,
+    port: u16,
+    child: Child,
+    proxy: FreezableProxy,
+    stdout: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    async fn spawn(
+        redis: &RedisServer,
+        port: u16,
+        work_ms: u64,
+        journal: &Journal,
+        logs: &Logs,
+        n: usize,
+    ) -> Worker {
+        let proxy = FreezableProxy::start(redis.port()).await;
+        let id = format!("127.0.0.1:{port}");
+        let log = logs.file(&format!("worker-{n}-{port}"), Some(&id));
+        let mut child = Command::new(example_worker())
+            .args(["--events", "--listen", &id])
+            .args(["--redis-url", &format!("redis://127.0.0.1:{}", proxy.port)])
+            .args(["--services-key", SERVICES, "--table", TABLE])
+            .args(["--deadline", &format!("{}ms", DEADLINE.as_millis())])
+            .args(["--poll-interval", "200ms", "--drain-timeout", "15s"])
+            .args(["--work-ms", &work_ms.to_string()])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let events = journal.clone();
+        let stdout = std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                events.push(line);
+            }
+        });
+        Worker {
+            id,
+            port,
+            child,
+            proxy,
+            stdout: Some(stdout),
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        signal(self.child.id(), sig);
+    }
+
+    /// Its state letter in /proc (`T` when stopped).
+    fn state(&self) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let after = stat.rsplit_once(") ").expect("a stat line").1;
+        after.chars().next().unwrap()
+    }
+
+    async fn stopped(&self) {
+        wait_for("the worker to stop", Duration::from_secs(5), || async {
+            self.state() == 'T'
+        })
+        .await;
+    }
+
+    /// Waits (bounded) for the process to exit and its last line to be read.
+    async fn exited(&mut self, limit: Duration) -> ExitStatus {
+        let status = reaped(&mut self.child, &self.id, limit).await;
+        let reader = self.stdout.take().unwrap();
+        wait_for("its stdout to close", Duration::from_secs(5), || async {
+            reader.is_finished()
+        })
+        .await;
+        status
+    }
+
+    /// SIGKILL; the `exited` marker closes what it held.
+    async fn kill(&mut self, journal: &Journal) {
+        self.child.kill().unwrap();
+        self.exited(Duration::from_secs(5)).await;
+        journal.push(ownership::exited_line(&self.id, ownership::unix_us_now()));
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Prints a unit set's changes as events of `member`.
+fn note_changes(
+    journal: &Journal,
+    member: &str,
+    held: &mut BTreeMap<String, u64>,
+    now: &[String],
+    generation: u64,
+) {
+    let at = ownership::unix_us_now();
+    let keep: BTreeSet<&String> = now.iter().collect();
+    held.retain(|u, g| {
+        let stays = keep.contains(u);
+        if !stays {
+            journal.push(ownership::event_line("released", u, member, *g, at));
+        }
+        stays
+    });
+    for u in now {
+        if !held.contains_key(u) {
+            held.insert(u.clone(), generation);
+            journal.push(ownership::event_line("acquired", u, member, generation, at));
+        }
+    }
+}
+
+/// An old-protocol worker: answers pings, reads its row and the generation
+/// every 100 ms, never reports. What it reads is what it works on.
+async fn old_worker(
+    fleet: &Fleet,
+    journal: &Journal,
+) -> (FlakyWorker, tokio::task::JoinHandle<()>) {
+    let pinger = FlakyWorker::start(fleet).await;
+    let (id, journal) = (pinger.addr.clone(), journal.clone());
+    let mut c = fleet.redis.conn().await;
+    let reader = tokio::spawn(async move {
+        let mut held = BTreeMap::new();
+        loop {
+            let read: redis::RedisResult<(Option<String>, Option<u64>)> = redis::pipe()
+                .atomic()
+                .hget(TABLE, &id)
+                .hget(keys().meta, "generation")
+                .query_async(&mut c)
+                .await;
+            if let Ok((row, g)) = read {
+                let units: Vec<String> = row
+                    .iter()
+                    .flat_map(|r| r.split(','))
+                    .filter(|u| !u.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                note_changes(&journal, &id, &mut held, &units, g.unwrap_or(0));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    (pinger, reader)
+}
+
+/// The lease holder's replica id and the epoch, while a lease is held.
+async fn holder(redis: &RedisServer) -> Option<(String, u64)> {
+    let (h, epoch, pttl): (Option<String>, Option<u64>, i64) = redis
+        .multi(&[
+            &["HGET", &keys().meta, "holder"],
+            &["GET", &keys().epoch],
+            &["PTTL", &keys().lease],
+        ])
+        .await;
+    h.filter(|h| !h.is_empty() && pttl > 0)
+        .map(|h| (h, epoch.unwrap_or(0)))
+}
+
+async fn in_transit(redis: &RedisServer) -> usize {
+    redis.cmd(&["HLEN", &keys().transit]).await
+}
+
+fn stats(label: &str, values: &mut [Duration]) -> String {
+    if values.is_empty() {
+        return format!("{label}: none");
+    }
+    values.sort();
+    format!(
+        "{label}: n {} min {:?} median {:?} max {:?}",
+        values.len(),
+        values[0],
+        values[values.len() / 2],
+        values[values.len() - 1]
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Step {
+    Join,
+    Drain,
+    Kill,
+    KillAndRestart,
+    Units,
+    HolderKillMidHandoff,
+    HolderTerm,
+    Freeze,
+    Cut,
+}
+
+/// The plan: every scenario at least this many times, shuffled.
+const PLAN: &[(Step, usize)] = &[
+    (Step::Join, 4),
+    (Step::Drain, 3),
+    (Step::Kill, 3),
+    (Step::KillAndRestart, 1),
+    (Step::Units, 5),
+    (Step::HolderKillMidHandoff, 3),
+    (Step::HolderTerm, 1),
+    (Step::Freeze, 3),
+    (Step::Cut, 2),
+];
+
+/// Everything the schedule acts on.
+struct Stress {
+    rng: StdRng,
+    fleet: Fleet,
+    journal: Journal,
+    logs: Logs,
+    replicas: Vec<Replica>,
+    workers: Vec<Worker>,
+    old_id: String,
+    pool: Vec<String>,
+    units: Vec<String>,
+    spawned_workers: usize,
+    spawned_replicas: usize,
+    settles: Vec<Duration>,
+    takeovers: Vec<Duration>,
+    inherited: Vec<usize>,
+    done: BTreeMap<Step, usize>,
+    frozen_since: Option<u64>,
+    /// Every freeze: (member, SIGSTOP sent, SIGCONT sent), unix µs.
+    freezes: Vec<(String, u64, u64)>,
+}
+
+impl Stress {
+    fn add_replica(&mut self) {
+        let id = format!("r{}", self.spawned_replicas);
+        self.spawned_replicas += 1;
+        self.replicas
+            .push(Replica::spawn(&self.fleet.redis, id, &self.logs));
+    }
+
+    async fn add_worker(&mut self, port: Option<u16>) {
+        let port = port.unwrap_or_else(free_port);
+        let work_ms = *[0, 20, 50, 100].choose(&mut self.rng).unwrap();
+        let n = self.spawned_workers;
+        self.spawned_workers += 1;
+        let w = Worker::spawn(
+            &self.fleet.redis,
+            port,
+            work_ms,
+            &self.journal,
+            &self.logs,
+            n,
+        )
+        .await;
+        self.workers.push(w);
+    }
+
+    fn live(&self) -> Vec<String> {
+        let mut live: Vec<String> = self.workers.iter().map(|w| w.id.clone()).collect();
+        live.push(self.old_id.clone());
+        live
+    }
+
+    /// Waits until the table is the solver's for the running workers and the
+    /// listed units, and every unit is owned, by the events, by exactly its
+    /// row's member.
+    async fn settle(&mut self) {
+        let started = Instant::now();
+        let table = self
+            .fleet
+            .wait_for_table_with(&self.units, &self.live(), SETTLE)
+            .await;
+        let mut want: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (member, row) in table.rows() {
+            for u in row.split(',').filter(|u| !u.is_empty()) {
+                want.entry(u.to_string())
+                    .or_default()
+                    .insert(member.clone());
+            }
+        }
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            let owners = self.journal.owners();
+            if owners == want {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ownership by the events did not match the table within {SETTLE:?}\ntable  {want:?}\nevents {owners:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        self.settles.push(started.elapsed());
+    }
+
+    /// SIGSTOP, recording when.
+    async fn freeze(&mut self, i: usize) {
+        let at = ownership::unix_us_now();
+        self.workers[i].signal("STOP");
+        self.workers[i].stopped().await;
+        self.frozen_since = Some(at);
+    }
+
+    /// SIGCONT, recording the freeze.
+    fn thaw(&mut self, i: usize) {
+        self.workers[i].signal("CONT");
+        let since = self.frozen_since.take().expect("frozen");
+        self.freezes
+            .push((self.workers[i].id.clone(), since, ownership::unix_us_now()));
+    }
+
+    fn pick_worker(&mut self) -> usize {
+        self.rng.random_range(0..self.workers.len())
+    }
+
+    /// A worker that holds units by its events (any, if none does): a freeze
+    /// or a cut of one that holds nothing would prove little.
+    fn pick_holding_worker(&mut self) -> usize {
+        let holding: Vec<usize> = (0..self.workers.len())
+            .filter(|&i| self.journal.holds(&self.workers[i].id) > 0)
+            .collect();
+        match holding.choose(&mut self.rng) {
+            Some(&i) => i,
+            None => self.pick_worker(),
+        }
+    }
+
+    /// Removes and adds a few units in one atomic rewrite of the list.
+    async fn change_units(&mut self) -> String {
+        let remove = self
+            .rng
+            .random_range(0..=60)
+            .min(self.units.len() - MIN_LISTED);
+        let unlisted: Vec<String> = self
+            .pool
+            .iter()
+            .filter(|u| !self.units.contains(u))
+            .cloned()
+            .collect();
+        let add = self.rng.random_range(0..=60).min(unlisted.len());
+        self.units.shuffle(&mut self.rng);
+        self.units.truncate(self.units.len() - remove);
+        self.units
+            .extend(unlisted.choose_multiple(&mut self.rng, add).cloned());
+        self.units.sort();
+        self.fleet.set_units(&self.units).await;
+        self.journal.listed(&self.units);
+        format!("-{remove} +{add} units, {} listed", self.units.len())
+    }
+
+    /// The current holder's index in `replicas`, once one holds the lease.
+    async fn wait_holder(&self) -> (usize, String, u64) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some((id, epoch)) = holder(&self.fleet.redis).await
+                && let Some(i) = self.replicas.iter().position(|r| r.id == id)
+            {
+                return (i, id, epoch);
+            }
+            assert!(Instant::now() < deadline, "no holder within 15s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until a replica other than `old` holds a lease above `epoch`.
+    async fn takeover(&self, old: &str, epoch: u64) -> Duration {
+        let started = Instant::now();
+        wait_for("a new holder", Duration::from_secs(15), || async {
+            holder(&self.fleet.redis)
+                .await
+                .is_some_and(|(h, e)| h != old && e > epoch)
+        })
+        .await;
+        started.elapsed()
+    }
+
+    async fn step(&mut self, step: Step) -> String {
+        match step {
+            Step::Join => {
+                self.add_worker(None).await;
+                format!("{} joined", self.workers.last().unwrap().id)
+            }
+            Step::Drain => {
+                let i = self.pick_worker();
+                let mut w = self.workers.remove(i);
+                let started = Instant::now();
+                w.signal("TERM");
+                let status = w.exited(Duration::from_secs(25)).await;
+                assert!(status.success(), "{} after SIGTERM: {status:?}", w.id);
+                let listed: Vec<String> =
+                    self.fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+                assert!(!listed.contains(&w.id), "{} still listed", w.id);
+                assert_eq!(
+                    self.journal.holds(&w.id),
+                    0,
+                    "{} exited holding units",
+                    w.id
+                );
+                format!("{} drained and exited 0 in {:?}", w.id, started.elapsed())
+            }
+            Step::Kill | Step::KillAndRestart => {
+                let i = self.pick_worker();
+                let mut w = self.workers.remove(i);
+                let held = self.journal.holds(&w.id);
+                w.kill(&self.journal).await;
+                let (id, port) = (w.id.clone(), w.port);
+                drop(w);
+                if step == Step::KillAndRestart {
+                    self.add_worker(Some(port)).await;
+                    format!("{id} SIGKILLed holding {held} units, restarted on the same address")
+                } else {
+                    format!("{id} SIGKILLed holding {held} units")
+                }
+            }
+            Step::Units => self.change_units().await,
+            Step::HolderKillMidHandoff => {
+                self.wait_holder().await;
+                // Make units move, so that the holder has handoffs in flight:
+                // moves away from the old-protocol worker wait the handoff
+                // delay, and a frozen worker's units its deadline. A trigger
+                // that moved nothing slow is followed by another.
+                let mut frozen = None;
+                let mut triggers = Vec::new();
+                let mut trigger = self.rng.random_range(0..3);
+                loop {
+                    let what = match trigger {
+                        0 if self.workers.len() < MAX_WORKERS => {
+                            self.add_worker(None).await;
+                            format!("{} joined", self.workers.last().unwrap().id)
+                        }
+                        1 if frozen.is_none() => {
+                            // One that holds units, so that some must wait.
+                            let i = self.pick_holding_worker();
+                            self.freeze(i).await;
+                            frozen = Some((i, Instant::now()));
+                            format!("{} frozen", self.workers[i].id)
+                        }
+                        _ => self.change_units().await,
+                    };
+                    triggers.push(what);
+                    let moving =
+                        wait_until(Duration::from_secs(4), Duration::from_millis(5), || async {
+                            in_transit(&self.fleet.redis).await > 0
+                        })
+                        .await;
+                    if moving {
+                        break;
+                    }
+                    assert!(
+                        triggers.len() < 3,
+                        "no unit went in transit after: {triggers:?}"
+                    );
+                    trigger = if frozen.is_none() { 1 } else { 2 };
+                }
+                let (i, id, epoch) = self.wait_holder().await;
+                let mut r = self.replicas.remove(i);
+                r.child.kill().unwrap();
+                reaped(&mut r.child, &id, Duration::from_secs(5)).await;
+                // Nobody writes until the next holder: this is what it inherits.
+                let inherited = in_transit(&self.fleet.redis).await;
+                let took = self.takeover(&id, epoch).await;
+                self.inherited.push(inherited);
+                self.takeovers.push(took);
+                self.add_replica();
+                if let Some((i, since)) = frozen {
+                    let pause = DEADLINE + Duration::from_millis(self.rng.random_range(200..1500));
+                    tokio::time::sleep_until(since + pause).await;
+                    self.thaw(i);
+                }
+                format!(
+                    "{}; holder {id} SIGKILLed with {inherited} units in transit, taken over in {took:?}",
+                    triggers.join(", then ")
+                )
+            }
+            Step::HolderTerm => {
+                let (i, id, epoch) = self.wait_holder().await;
+                let mut r = self.replicas.remove(i);
+                signal(r.child.id(), "TERM");
+                let status = reaped(&mut r.child, &id, Duration::from_secs(15)).await;
+                assert!(status.success(), "{id} after SIGTERM: {status:?}");
+                let took = self.takeover(&id, epoch).await;
+                self.add_replica();
+                format!("holder {id} SIGTERMed, handed over in {took:?}")
+            }
+            Step::Freeze => {
+                // Every other freeze outlasts the deadline (the first one
+                // does): the worker's hold ends while it is stopped.
+                let past = self.done.get(&Step::Freeze).copied().unwrap_or(0) % 2 == 0;
+                let pause = self.pause(past, 1500);
+                let i = self.pick_holding_worker();
+                self.freeze(i).await;
+                let since = Instant::now();
+                let meanwhile = if self.rng.random_bool(0.5) {
+                    format!(", meanwhile {}", self.change_units().await)
+                } else {
+                    String::new()
+                };
+                tokio::time::sleep_until(since + pause).await;
+                self.thaw(i);
+                format!("{} frozen for {pause:?}{meanwhile}", self.workers[i].id)
+            }
+            Step::Cut => {
+                // The first cut outlasts the deadline: the worker, still
+                // pinged, must fence itself (release everything) on time.
+                let past = self.done.get(&Step::Cut).copied().unwrap_or(0) == 0;
+                let pause = self.pause(past, 2000);
+                let i = self.pick_holding_worker();
+                let w = &self.workers[i];
+                let held = self.journal.holds(&w.id);
+                let since = Instant::now();
+                w.proxy.cut();
+                let fenced = if past {
+                    let bound = DEADLINE + Duration::from_secs(2);
+                    wait_for("the cut-off worker to fence itself", bound, || async {
+                        self.journal.holds(&w.id) == 0
+                    })
+                    .await;
+                    format!(
+                        ", released all {held} units by its fence {:?} after the cut",
+                        since.elapsed()
+                    )
+                } else {
+                    String::new()
+                };
+                tokio::time::sleep_until(since + pause).await;
+                w.proxy.heal();
+                format!(
+                    "{} cut off from Redis (still pinged) for {pause:?}{fenced}",
+                    w.id
+                )
+            }
+        }
+    }
+
+    /// A pause around the deadline: past it by 200 ms up to `over` ms, or
+    /// from half of it up to 200 ms short of it.
+    fn pause(&mut self, past: bool, over: u64) -> Duration {
+        let d = DEADLINE.as_millis() as u64;
+        Duration::from_millis(if past {
+            self.rng.random_range(d + 200..=d + over)
+        } else {
+            self.rng.random_range(d / 2..=d - 200)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ownership_under_chaos_with_real_processes() {
+    let seed: u64 = match std::env::var("OWNERSHIP_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("OWNERSHIP_SEED={s:?} is not a number")),
+        Err(_) => rand::rng().random_range(0..1_000_000),
+    };
+    say(&format!(
+        "ownership_stress: seed {seed} (replay: OWNERSHIP_SEED={seed})"
+    ));
+    let started = Instant::now();
+    let journal = Journal::default();
+    let logs = Logs::new(seed, journal.clone());
+    example_worker();
+    let fleet = Fleet::new(RedisServer::start());
+    let pool: Vec<String> = (0..POOL).map(|i| format!("unit-{i:04}")).collect();
+    let units = pool[..LISTED].to_vec();
+    fleet.set_units(&units).await;
+    let (old, old_reader) = old_worker(&fleet, &journal).await;
+    let mut s = Stress {
+        rng: StdRng::seed_from_u64(seed),
+        fleet,
+        journal: journal.clone(),
+        logs,
+        replicas: Vec::new(),
+        workers: Vec::new(),
+        old_id: old.addr.clone(),
+        pool,
+        units,
+        spawned_workers: 0,
+        spawned_replicas: 0,
+        settles: Vec::new(),
+        takeovers: Vec::new(),
+        inherited: Vec::new(),
+        done: BTreeMap::new(),
+        frozen_since: None,
+        freezes: Vec::new(),
+    };
+    for _ in 0..REPLICAS {
+        s.add_replica();
+    }
+    for _ in 0..WORKERS {
+        s.add_worker(None).await;
+    }
+    s.settle().await;
+    journal.listed(&s.units);
+    say(&format!(
+        "ownership_stress: {} replicas, {} workers and an old-protocol one settled on {} units in {:?}",
+        REPLICAS,
+        WORKERS,
+        s.units.len(),
+        started.elapsed()
+    ));
+
+    let mut plan: Vec<Step> = PLAN
+        .iter()
+        .flat_map(|(step, n)| std::iter::repeat_n(*step, *n))
+        .collect();
+    plan.shuffle(&mut s.rng);
+    for (n, planned) in plan.into_iter().enumerate() {
+        if started.elapsed() > BUDGET {
+            say(&format!(
+                "ownership_stress: budget of {BUDGET:?} spent; stopping after {n} steps"
+            ));
+            break;
+        }
+        // Keep between MIN_WORKERS and MAX_WORKERS workers running.
+        let step = match planned {
+            Step::Drain | Step::Kill if s.workers.len() <= MIN_WORKERS => Step::Join,
+            Step::Join if s.workers.len() >= MAX_WORKERS => Step::Kill,
+            other => other,
+        };
+        let t = Instant::now();
+        let events = journal.len();
+        let what = s.step(step).await;
+        *s.done.entry(step).or_default() += 1;
+        let settle = s.rng.random_bool(0.5);
+        if settle {
+            s.settle().await;
+        } else {
+            // Part of the chaos: the next step lands on whatever is in flight.
+            let pause = Duration::from_millis(s.rng.random_range(0..400));
+            tokio::time::sleep(pause).await;
+        }
+        say(&format!(
+            "ownership_stress: step {n:2} {step:?}: {what}; {} ({} events, {:?})",
+            if settle { "settled" } else { "not waited for" },
+            journal.len() - events,
+            t.elapsed()
+        ));
+    }
+    s.settle().await;
+    journal.push(ownership::end_line(ownership::unix_us_now()));
+
+    let other_errors = s.logs.other_worker_errors();
+    assert!(
+        other_errors.is_empty(),
+        "workers logged errors:\n{}",
+        other_errors.join("\n")
+    );
+    let overran = s.logs.overran();
+    let (lines, redated) = redate(&journal.lines(), &overran, &s.freezes)
+        .unwrap_or_else(|e| panic!("revocations that overran their hold:\n{}", e.join("\n")));
+    let report = ownership::check(&lines, &Bounds { reown: REOWN });
+    let raw = ownership::check(&journal.lines(), &Bounds { reown: REOWN });
+    let wall = started.elapsed();
+    say(&format!("ownership_stress: {}", report.summary()));
+    say(&format!(
+        "ownership_stress: seed {seed}: {} ownership changes (units moving between members) in {} events, wall {wall:?}; steps {:?}",
+        report.handoffs,
+        journal.len(),
+        s.done
+    ));
+    say(&format!(
+        "ownership_stress: {}; {}; units in transit inherited by the next holder {:?}",
+        stats("settled after", &mut s.settles),
+        stats("takeover after a SIGKILL mid-handoff", &mut s.takeovers),
+        s.inherited
+    ));
+    let old_moves = report
+        .intervals
+        .iter()
+        .filter(|i| i.member == s.old_id)
+        .count();
+    let (log_counts, errors) = s.logs.summary();
+    say(&format!(
+        "ownership_stress: the old-protocol worker held {old_moves} intervals; {redated} releases re-dated to their hold's end (frozen during the stop; {} violations without that); log lines: {log_counts}",
+        raw.violations.len()
+    ));
+    for e in &errors {
+        say(&format!("ownership_stress: logged: {e}"));
+    }
+    assert!(
+        report.violations.is_empty(),
+        "seed {seed}: {} ownership violations:\n{}",
+        report.violations.len(),
+        report.violations.join("\n")
+    );
+    // Every listed unit is owned at the end, by exactly one member.
+    let mut open: BTreeMap<&str, usize> = BTreeMap::new();
+    for i in report.intervals.iter().filter(|i| i.to_us.is_none()) {
+        *open.entry(i.unit.as_str()).or_default() += 1;
+    }
+    for u in &s.units {
+        assert_eq!(
+            open.get(u.as_str()),
+            Some(&1),
+            "{u} is not owned by exactly one member at the end"
+        );
+    }
+    assert_eq!(open.len(), s.units.len(), "unlisted units still owned");
+    assert!(
+        s.inherited.iter().any(|&n| n > 0),
+        "no holder was SIGKILLed with units in transit: {:?}",
+        s.inherited
+    );
+    for (step, _) in PLAN {
+        assert!(
+            s.done.contains_key(step),
+            "the schedule never ran {step:?}: {:?}",
+            s.done
+        );
+    }
+    assert!(
+        report.handoffs >= 1000,
+        "too few ownership changes to prove anything: {}",
+        report.summary()
+    );
+    old_reader.abort();
+    drop(old);
+}
+
+/// The log parsing and the re-dating, on synthetic input.
+#[test]
+fn overran_releases_are_redated_only_when_a_freeze_explains_them() {
+    assert_eq!(log_time_us("1970-01-01T00:00:01.5Z"), Some(1_500_000));
+    assert_eq!(
+        log_time_us("2026-11-23T03:01:38.220764Z"),
+        Some(1_795_402_898_220_764)
+    );
+    assert_eq!(
+        log_time_us("2000-03-01T00:00:00Z"),
+        Some(951_868_800_000_000)
+    );
+    assert_eq!(duration_us("1.55512424s"), Some(1_555_124));
+    assert_eq!(duration_us("250ms"), Some(250_000));
+    assert_eq!(duration_us("12µs"), Some(12));
+    assert_eq!(duration_us("7ns"), Some(0));
+    let line = "2026-11-23T03:01:38.220764Z ERROR distributor::member::follow: a revocation finished after the unit's hold had ended: it may have overlapped with the next owner member=127.0.0.1:1 unit=u-1 token=168 late=1.5s";
+    assert_eq!(field(line, "unit"), Some("u-1"));
+    assert_eq!(field(line, "late"), Some("1.5s"));
+
+    let end = 10_000_000;
+    let o = Overran {
+        member: "m".into(),
+        unit: "u".into(),
+        token: 3,
+        hold_end_us: end,
+        line: "l".into(),
+    };
+    let lines = vec![
+        ownership::event_line("acquired", "u", "m", 3, 1_000_000),
+        ownership::event_line("released", "u", "m", 3, end + 1_500_000),
+        ownership::event_line("acquired", "u", "n", 5, end + 300_000),
+    ];
+    let frozen = vec![("m".to_string(), end - 1_000_000, end + 1_400_000)];
+    let (out, n) = redate(&lines, &[o], &frozen).unwrap();
+    assert_eq!(n, 1);
+    let bounds = Bounds {
+        reown: Duration::from_secs(10),
+    };
+    assert!(ownership::check(&out, &bounds).violations.is_empty());
+    assert_eq!(ownership::check(&lines, &bounds).violations.len(), 1);
+    // Without a freeze of that member, nothing explains it.
+    let o = Overran {
+        member: "m".into(),
+        unit: "u".into(),
+        token: 3,
+        hold_end_us: end,
+        line: "l".into(),
+    };
+    let other = vec![("n".to_string(), end - 1_000_000, end + 1_400_000)];
+    assert!(redate(&lines, &[o], &other).is_err());
+}
