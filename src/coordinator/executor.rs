@@ -140,6 +140,7 @@ impl Executor {
             keys.acked_channel.clone(),
         ];
         let mut notifications = self.store.subscribe(channels.clone(), cancel.child_token());
+        let mut listening = true;
         // Background steps that must never hold up a renewal report back here.
         let (census_tx, mut census_rx) = mpsc::channel(4);
         let _census = AbortOnDrop(tokio::spawn(census_task(
@@ -201,7 +202,7 @@ impl Executor {
                     }
                 }
                 _ = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => Event::Tick,
-                n = notifications.recv() => match n {
+                n = notifications.recv(), if listening => match n {
                     Some(Notification::Message(ch, payload)) if ch == keys.lease_channel => {
                         Event::ReleaseNotice { epoch: payload.parse().ok() }
                     }
@@ -214,6 +215,13 @@ impl Executor {
                     // generation from Redis. Its payload is never trusted.
                     Some(_) => {
                         let _ = hint_tx.try_send(());
+                        continue;
+                    }
+                    // Shutting down: the subscriber ended because `cancel`
+                    // did; stop listening (a new subscription would end at
+                    // once, in a busy loop until the lease is released).
+                    None if cancel.is_cancelled() => {
+                        listening = false;
                         continue;
                     }
                     None => {

@@ -496,3 +496,37 @@ fn secrets_never_reach_the_output() {
         assert!(!out.contains(PW), "{args:?}: the password shows: {out}");
     }
 }
+
+/// SIGTERM ends the notification subscription with everything else: the
+/// holder must not take that for a broken subscription and resubscribe with
+/// an already cancelled token (a busy loop of ERROR lines until the lease
+/// was released; found by the ownership stress test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_cleanly_without_resubscribing() {
+    let redis = RedisServer::start();
+    let dir = LogDir::new("sigterm-clean");
+    let log = dir.file("solo.log");
+    let args = vec![
+        format!("-redis-url={}", redis.url()),
+        format!("-services-namespaces={SERVICES}"),
+        format!("-workunits-namespace={UNITS}"),
+        format!("-distribution-namespace={TABLE}"),
+        "-http-addr=off".to_string(),
+        "-poll-interval=100ms".to_string(),
+        "-replica-id=solo".to_string(),
+    ];
+    let mut child = Children(vec![spawn_logged(&args, &[("NO_COLOR", "1")], &log)]);
+    wait_for("it holds the lease", Duration::from_secs(10), || async {
+        holder(&redis).await.as_deref() == Some("solo")
+    })
+    .await;
+    signal(&child.0[0], "-TERM");
+    let status = child.0[0].wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.contains("subscription ended"),
+        "resubscribed while stopping:\n{text}"
+    );
+    assert!(!text.contains("ERROR"), "{text}");
+}
