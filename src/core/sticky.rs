@@ -64,8 +64,8 @@
 //! 4. Contested units, in sorted order, stay with the holder with room whose
 //!    score for the unit is lowest; with no holder with room, they are free.
 //! 5. Free units (new ones, those of departed members, those given up in step
-//!    3 or left in step 4) fill the room that remains, exactly as much as
-//!    there are free units. The free units are put in the order of
+//!    3 or left in step 4) fill the room that remains, which is exactly
+//!    their number (targets sum to `U`). The free units are put in the order of
 //!    `xxh3(unit, FREE_SEED)`, the room as slots `(member, j)`, `j` below the
 //!    member's room, in the order of `xxh3(member, SLOT_SEED + j)`, and the
 //!    k-th unit goes to the k-th slot: each free unit lands on a
@@ -94,8 +94,8 @@
 //! 4 bytes a unit for each unit's holder and 16 for the result's rows). No
 //! step looks at every member for every unit: 10,000 members and 1,000,000
 //! units take a fraction of the ring's time (see the `sticky_timing` tool in
-//! the tests). Unit names are hashed with a fixed-seed XXH3 for
-//! the map, which leaves the lookups open to names chosen to collide; whoever
+//! the tests). Unit names are hashed with a fixed-seed XXH3 for the map,
+//! which leaves the lookups open to names chosen to collide; whoever
 //! lists units can overload the distributor in simpler ways.
 
 use std::borrow::Cow;
@@ -111,7 +111,9 @@ use crate::core::ring::{self, Share, member_position};
 pub type Table<'a> = BTreeMap<&'a str, Vec<&'a str>>;
 
 /// Seed of the hash that orders free units (step 5). Any fixed value far
-/// from the ring's seeds (`0..50`) does; changing it changes results.
+/// from the ring's seeds (`0..50`) does, but the seeds are part of the
+/// result, which every replica must compute alike: changing one is a
+/// breaking change (see the golden test).
 pub const FREE_SEED: u64 = 0x5717_c4f0_f7ee_0001;
 /// Base seed of the hashes that order the room's slots (step 5).
 pub const SLOT_SEED: u64 = 0x5717_c4f0_510f_0000;
@@ -383,6 +385,7 @@ impl Holders {
     where
         R: IntoIterator<Item = &'c str>,
     {
+        u32::try_from(units.len()).expect("more than u32::MAX work units");
         let index: HashMap<&str, u32, BuildHasherDefault<StrHasher>> = units
             .iter()
             .enumerate()

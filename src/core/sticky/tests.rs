@@ -260,6 +260,59 @@ fn no_table_is_the_ring() {
     assert!(empty.len() == 5 && empty.values().all(Vec::is_empty));
 }
 
+/// Pins the tie-breaking: every replica must compute the same table from
+/// the same inputs, so a change here is a breaking change, not a test fix.
+#[test]
+fn golden() {
+    let units = numbered("workunit", 14);
+    let units = refs(&units);
+    let start = ring::assign(&["service1", "service2", "service3"], &units[..12]);
+    // service2 leaves, service4 (weight 2) and service5 join, two units are
+    // added. Shares of 14: 2.8, 2.8, 5.6, 2.8; the three ceilings go to
+    // service1 and service3 (they hold 4 > 2), then service5 (the larger
+    // fraction); service1 and service3 give up one unit each.
+    let members = [
+        ("service1", 1),
+        ("service3", 1),
+        ("service4", 2),
+        ("service5", 1),
+    ];
+    let got = assign(rows_of(&start), &members, &units);
+    let want = table(&[
+        ("service1", &["workunit11", "workunit6", "workunit7"]),
+        ("service3", &["workunit1", "workunit2", "workunit3"]),
+        (
+            "service4",
+            &[
+                "workunit0",
+                "workunit10",
+                "workunit13",
+                "workunit4",
+                "workunit8",
+            ],
+        ),
+        ("service5", &["workunit12", "workunit5", "workunit9"]),
+    ]);
+    assert_eq!(got, want);
+    assert_eq!(moved(rows_of(&start), &got), 2);
+    // One move at a time: workunit5 goes first, workunit0 waits with
+    // service1; the units of service2 and the new ones are placed at once.
+    let limited = limit_moves(rows_of(&start), &got, 1);
+    let want = table(&[
+        (
+            "service1",
+            &["workunit0", "workunit11", "workunit6", "workunit7"],
+        ),
+        ("service3", &["workunit1", "workunit2", "workunit3"]),
+        (
+            "service4",
+            &["workunit10", "workunit13", "workunit4", "workunit8"],
+        ),
+        ("service5", &["workunit12", "workunit5", "workunit9"]),
+    ]);
+    assert_eq!(limited, want);
+}
+
 #[test]
 fn a_leave_moves_nothing_that_stays() {
     let start = table(&[
