@@ -263,7 +263,8 @@ fn targets(shares: &[Share], held: &[usize], positions: &[u64], units: usize) ->
 
 /// How many units move from `current` to `next` (see "What counts as a
 /// move" in the module docs): units of `next` held, in `current`, by exactly
-/// one member of `next` (its live members), now owned by another.
+/// one member of `next` (its live members), now owned by another. `next`
+/// must be a partition (every unit in one row), as [`assign`]'s results are.
 pub fn moved<'c, R>(current: impl IntoIterator<Item = (&'c str, R)>, next: &Table<'_>) -> usize
 where
     R: IntoIterator<Item = &'c str>,
@@ -278,7 +279,7 @@ where
         .count()
 }
 
-/// At most `max_moves` of the moves from `current` to `next` (a partition,
+/// At most `max_moves` of the moves from `current` to `next` (a partition:
 /// normally [`assign`]'s result from `current`): the moves with the lowest
 /// `xxh3(unit, LIMIT_SEED)` go ahead, every other moving unit stays with its
 /// holder. Units of `next` that were free or contested in `current` go
@@ -304,9 +305,14 @@ where
 {
     let (names, units, mut owner) = flatten(next);
     let holders = Holders::read(current, &names, &units);
-    let mut moves: Vec<(u64, u32)> = (0..units.len())
+    // Equal hashes are ordered by name, not by index: indices follow the
+    // rows' order.
+    let mut moves: Vec<(u64, &str, u32)> = (0..units.len())
         .filter(|&u| holders.of[u] < CONTESTED && holders.of[u] != owner[u])
-        .map(|u| (xxh3_64_with_seed(units[u].as_bytes(), LIMIT_SEED), u as u32))
+        .map(|u| {
+            let key = xxh3_64_with_seed(units[u].as_bytes(), LIMIT_SEED);
+            (key, units[u], u as u32)
+        })
         .collect();
     if moves.len() <= max_moves {
         return next.clone();
@@ -314,30 +320,28 @@ where
     // Keys are distinct: the first `max_moves` after the split are exactly
     // the lowest.
     moves.select_nth_unstable(max_moves);
-    for &(_, unit) in &moves[max_moves..] {
+    for &(_, _, unit) in &moves[max_moves..] {
         owner[unit as usize] = holders.of[unit as usize];
     }
     rows(&names, &units, &owner)
 }
 
-/// A table's members (sorted), its units (sorted, distinct) and each unit's
-/// owner (member index). A unit in several rows, which [`assign`] never
-/// writes, counts as the first such member's.
+/// A table's members (sorted), its units in row order and each unit's owner
+/// (member index). No sort: only [`Holders::read`]'s map needs the units,
+/// and [`rows`] sorts the rows it builds. The table must be a partition
+/// (every unit in one row), as [`assign`]'s results are.
 fn flatten<'a>(table: &Table<'a>) -> (Vec<&'a str>, Vec<&'a str>, Vec<u32>) {
     let names: Vec<&'a str> = table.keys().copied().collect();
-    let mut pairs: Vec<(&'a str, u32)> = table
+    let (units, owner) = table
         .values()
         .enumerate()
         .flat_map(|(m, row)| row.iter().map(move |&u| (u, m as u32)))
-        .collect();
-    pairs.sort_unstable();
-    pairs.dedup_by_key(|p| p.0);
-    let (units, owner) = pairs.into_iter().unzip();
+        .unzip();
     (names, units, owner)
 }
 
-/// Rows from each unit's owner. Unit indices are in sorted order, so the
-/// rows come out sorted.
+/// Rows from each unit's owner, each sorted (already, when the unit indices
+/// are in sorted order: then the sort only checks).
 fn rows<'a>(names: &[&'a str], units: &[&'a str], owner: &[u32]) -> Table<'a> {
     let mut sizes = vec![0usize; names.len()];
     for &m in owner {
@@ -346,6 +350,9 @@ fn rows<'a>(names: &[&'a str], units: &[&'a str], owner: &[u32]) -> Table<'a> {
     let mut rows: Vec<Vec<&'a str>> = sizes.into_iter().map(Vec::with_capacity).collect();
     for (&unit, &m) in units.iter().zip(owner) {
         rows[m as usize].push(unit);
+    }
+    for row in &mut rows {
+        row.sort_unstable();
     }
     names.iter().copied().zip(rows).collect()
 }

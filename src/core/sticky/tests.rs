@@ -787,11 +787,10 @@ fn sticky_timing() {
         let got = time(what, || assign(rows_of(&start), &after, &units));
         println!("{:<24} moves {}", "", moved(rows_of(&start), &got));
     }
-    let t = Instant::now();
-    moved(rows_of(&start), &start);
-    println!(
-        "{:<24} {:>7.3} s",
-        "moved() alone",
-        t.elapsed().as_secs_f64()
-    );
+    time("moved() alone", || moved(rows_of(&start), &start));
+    let next = assign(rows_of(&start), &unweighted(&members), &units);
+    let limited = time("limit_moves(10), a join", || {
+        limit_moves(rows_of(&start), &next, 10)
+    });
+    println!("{:<24} moves {}", "", moved(rows_of(&start), &limited));
 }
