@@ -12,5 +12,6 @@ pub mod liveness;
 pub mod ownership;
 pub mod ring;
 pub mod status;
+pub mod sticky;
 pub mod suspicion;
 pub mod table;

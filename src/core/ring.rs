@@ -66,6 +66,25 @@
 //! * Determinism: the result depends only on the *sets* of members and units.
 //!   Solving the result's own members and units again gives the same table.
 //!
+//! # Capacity weights
+//!
+//! [`assign_weighted`] gives each member a weight (an integer, 0 counting as
+//! 1; the daemon caps reported weights at 1,000). It changes two things and
+//! nothing else, so that with every weight 1 it *is* [`assign`], bit for bit:
+//!
+//! 1. Quotas first. Member `i`'s exact share is `U × w_i / Σw` (see
+//!    [`shares`]); its quota is the floor of it, and the `R = U − Σ floor`
+//!    units left over go one each to the `R` members with the largest
+//!    fractional parts, ties to the earlier member in sorted order (the
+//!    largest-remainder method, [`quotas`]). So every row is the floor or the
+//!    ceiling of its exact share. With equal weights every fraction is equal
+//!    and the extra units go to the first `U mod S` members, as above.
+//! 2. Then the same walk, where on its turn member `i` makes up to `w_i`
+//!    picks in a row (each the closest remaining point clockwise from its
+//!    cursor, as above) and a member whose quota is full passes. Weights are
+//!    first divided by their greatest common divisor, so only their ratios
+//!    matter: equal weights, whatever their value, give [`assign`]'s table.
+//!
 //! # How it scales
 //!
 //! Units only ever leave the ring, so the closest remaining point clockwise
@@ -124,6 +143,70 @@ pub fn assign<'a>(members: &[&'a str], units: &[&'a str]) -> BTreeMap<&'a str, V
     )
 }
 
+/// [`assign`] with capacity weights: `(member, weight)` pairs. A member
+/// listed more than once counts once, with its largest weight. See
+/// "Capacity weights" in the module docs; with every weight equal this is
+/// exactly [`assign`].
+pub fn assign_weighted<'a>(
+    members: &[(&'a str, u32)],
+    units: &[&'a str],
+) -> BTreeMap<&'a str, Vec<&'a str>> {
+    weighted_with(
+        members,
+        units,
+        member_position,
+        unit_point,
+        Ring::TARGET_PARTITION_LEN,
+    )
+}
+
+/// A member's exact share of the units, `units × w / Σw`, as its floor and
+/// the numerator of its fractional part (over `Σw`, the same for every
+/// member, so remainders compare directly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    pub floor: usize,
+    pub remainder: u64,
+}
+
+/// Each weight's exact share of `units` (weight 0 counts as 1). The floors
+/// sum to at most `units`, and the difference, the number of rows that get
+/// their ceiling, is less than the number of shares with a remainder (or
+/// zero): the fractional parts sum to it, and each is below 1.
+pub fn shares(weights: &[u32], units: usize) -> Vec<Share> {
+    let total: u64 = weights.iter().map(|&w| u64::from(w.max(1))).sum();
+    weights
+        .iter()
+        .map(|&w| {
+            // `units × w` fits in 96 bits, `total` in 64 (fewer than 2^32
+            // members), so the floor fits a `usize` (it is at most `units`)
+            // and the remainder a `u64`.
+            let product = units as u128 * u128::from(w.max(1));
+            Share {
+                floor: (product / u128::from(total)) as usize,
+                remainder: (product % u128::from(total)) as u64,
+            }
+        })
+        .collect()
+}
+
+/// Row sizes by the largest-remainder method: each weight's share rounded
+/// down, then one more for the members with the largest fractional parts,
+/// ties to the earlier index, until the quotas sum to `units`. Equal weights
+/// give `units / n` to all and one more to the first `units mod n`.
+pub fn quotas(weights: &[u32], units: usize) -> Vec<usize> {
+    let shares = shares(weights, units);
+    let mut quotas: Vec<usize> = shares.iter().map(|s| s.floor).collect();
+    let extra = units - quotas.iter().sum::<usize>();
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    // Stable: equal remainders keep index order.
+    order.sort_by_key(|&i| std::cmp::Reverse(shares[i].remainder));
+    for &i in &order[..extra] {
+        quotas[i] += 1;
+    }
+    quotas
+}
+
 /// [`assign`] with its internals as parameters, for tests: the hash
 /// functions, so they can substitute deliberately weak hashes that force the
 /// ties the real hash never produces, and the target partition size of
@@ -153,6 +236,72 @@ fn assign_tuned<'a>(
     min_width: u32,
 ) -> BTreeMap<&'a str, Vec<&'a str>> {
     let members = sorted_distinct(members);
+    let weights = vec![1; members.len()];
+    solve(
+        members,
+        &weights,
+        units,
+        member_pos,
+        point,
+        partition_len,
+        min_width,
+    )
+}
+
+/// [`assign_weighted`] with the internals of [`assign_with`] as parameters.
+fn weighted_with<'a>(
+    members: &[(&'a str, u32)],
+    units: &[&'a str],
+    member_pos: impl Fn(&str) -> u64,
+    point: impl Fn(&str, u32) -> u64,
+    partition_len: usize,
+) -> BTreeMap<&'a str, Vec<&'a str>> {
+    let (members, weights) = normalize_weighted(members);
+    solve(
+        members,
+        &weights,
+        units,
+        member_pos,
+        point,
+        partition_len,
+        0,
+    )
+}
+
+/// Weighted members as sorted distinct names and their weights: a name
+/// listed twice keeps its largest weight, 0 counts as 1, and the weights are
+/// divided by their greatest common divisor (only ratios matter, and with
+/// equal weights the walk is then [`assign`]'s, one pick per turn).
+pub(crate) fn normalize_weighted<'a>(members: &[(&'a str, u32)]) -> (Vec<&'a str>, Vec<u32>) {
+    let mut members = members.to_vec();
+    // Largest weight first within a name, so `dedup_by_key` keeps it.
+    members.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.cmp(&a.1)));
+    members.dedup_by_key(|m| m.0);
+    let divisor = members.iter().fold(0, |g, m| gcd(g, m.1.max(1)));
+    members
+        .into_iter()
+        .map(|(m, w)| (m, w.max(1) / divisor.max(1)))
+        .unzip()
+}
+
+fn gcd(mut a: u32, mut b: u32) -> u32 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The walk of the module docs over sorted distinct `members` with their
+/// `weights` (all 1 for [`assign`]).
+fn solve<'a>(
+    members: Vec<&'a str>,
+    weights: &[u32],
+    units: &[&'a str],
+    member_pos: impl Fn(&str) -> u64,
+    point: impl Fn(&str, u32) -> u64,
+    partition_len: usize,
+    min_width: u32,
+) -> BTreeMap<&'a str, Vec<&'a str>> {
     // The daemon passes units already sorted and distinct: then they need no
     // copy (16 bytes a unit).
     let units: Cow<'_, [&'a str]> = if units.is_sorted_by(|a, b| a < b) {
@@ -169,36 +318,47 @@ fn assign_tuned<'a>(
 
     let positions: Vec<u64> = members.iter().map(|m| member_pos(m)).collect();
     let (ring, mut cursors) = Ring::build(&units, point, &positions, partition_len, min_width);
-    let per_member = units.len() / members.len() + 1;
-    let mut rows: Vec<Vec<u32>> = vec![Vec::with_capacity(per_member); members.len()];
+    // With equal weights: `U / S` for all, one more for the first `U mod S`,
+    // exactly the rows the unweighted walk fills before the units run out.
+    let quotas = quotas(weights, units.len());
+    let mut rows: Vec<Vec<u32>> = quotas.iter().map(|&q| Vec::with_capacity(q)).collect();
     let mut taken = vec![0u64; units.len().div_ceil(64)];
     let mut remaining = units.len();
 
     'rounds: loop {
-        for (cursor, row) in cursors.iter_mut().zip(rows.iter_mut()) {
-            if remaining == 0 {
-                break 'rounds;
+        for (((cursor, row), &quota), &weight) in cursors
+            .iter_mut()
+            .zip(rows.iter_mut())
+            .zip(&quotas)
+            .zip(weights)
+        {
+            // A full row passes its turn; quotas sum to the unit count, so
+            // while units remain some row is not full.
+            for _ in 0..weight.min((quota - row.len()) as u32) {
+                // Points before the cursor (clockwise from the member) all
+                // belong to taken units, so the first untaken point from the
+                // cursor on is the closest remaining one. Some unit remains,
+                // so this ends within one lap.
+                let mut k = *cursor;
+                let unit = loop {
+                    let unit = ring.unit_at(k);
+                    if taken[unit / 64] & (1 << (unit % 64)) == 0 {
+                        break unit;
+                    }
+                    k += 1;
+                    if k == ring.len() {
+                        k = 0;
+                    }
+                };
+                taken[unit / 64] |= 1 << (unit % 64);
+                remaining -= 1;
+                // `unit < units.len() <= u32::MAX` (checked in `Ring::build`).
+                row.push(unit as u32);
+                *cursor = k;
+                if remaining == 0 {
+                    break 'rounds;
+                }
             }
-            // Points before the cursor (clockwise from the member) all belong
-            // to taken units, so the first untaken point from the cursor on is
-            // the closest remaining one. Some unit remains, so this ends
-            // within one lap.
-            let mut k = *cursor;
-            let unit = loop {
-                let unit = ring.unit_at(k);
-                if taken[unit / 64] & (1 << (unit % 64)) == 0 {
-                    break unit;
-                }
-                k += 1;
-                if k == ring.len() {
-                    k = 0;
-                }
-            };
-            taken[unit / 64] |= 1 << (unit % 64);
-            remaining -= 1;
-            // `unit < units.len() <= u32::MAX` (checked in `Ring::build`).
-            row.push(unit as u32);
-            *cursor = k;
         }
     }
     drop(ring);
@@ -768,6 +928,121 @@ mod tests {
         table
     }
 
+    /// The weighted definition, executed literally: quotas by the largest
+    /// remainder (computed here with exact rationals, compared by cross
+    /// multiplication), weights divided by their gcd, then turns of up to
+    /// `w` picks over a sorted point list, as in [`reference`].
+    fn reference_weighted<'a>(
+        members: &[(&'a str, u32)],
+        units: &[&'a str],
+        member_pos: impl Fn(&str) -> u64,
+        point: impl Fn(&str, u32) -> u64,
+    ) -> Table<'a> {
+        let mut by_name: BTreeMap<&str, u32> = BTreeMap::new();
+        for &(m, w) in members {
+            let w = w.max(1);
+            by_name
+                .entry(m)
+                .and_modify(|x| *x = (*x).max(w))
+                .or_insert(w);
+        }
+        let units = sorted_distinct(units);
+        let mut table: Table<'a> = by_name.keys().map(|m| (*m, Vec::new())).collect();
+        if by_name.is_empty() {
+            return table;
+        }
+        let names: Vec<&'a str> = by_name.keys().copied().collect();
+        let mut weights: Vec<u64> = by_name.values().map(|&w| u64::from(w)).collect();
+        let g = weights.iter().fold(0, |g, &w| {
+            let (mut a, mut b) = (g, w);
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        });
+        weights.iter_mut().for_each(|w| *w /= g);
+        let total: u64 = weights.iter().sum();
+        let u = units.len() as u64;
+        let mut quota: Vec<u64> = weights.iter().map(|w| u * w / total).collect();
+        // One more at a time to the largest remaining fraction (earliest on
+        // ties) among those not yet given one.
+        let mut given = vec![false; names.len()];
+        while quota.iter().sum::<u64>() < u {
+            let best = (0..names.len())
+                .filter(|&i| !given[i])
+                .max_by(|&a, &b| {
+                    let fa = u * weights[a] - quota[a] * total;
+                    let fb = u * weights[b] - quota[b] * total;
+                    fa.cmp(&fb).then(b.cmp(&a))
+                })
+                .unwrap();
+            given[best] = true;
+            quota[best] += 1;
+        }
+        let point = &point;
+        let mut ring: Vec<(u64, usize)> = units
+            .iter()
+            .enumerate()
+            .flat_map(|(index, unit)| (0..POINTS_PER_UNIT).map(move |i| (point(unit, i), index)))
+            .collect();
+        ring.sort_unstable();
+        while !ring.is_empty() {
+            for (j, member) in names.iter().enumerate() {
+                for _ in 0..weights[j] {
+                    let row = table.get_mut(member).unwrap();
+                    if ring.is_empty() || row.len() as u64 == quota[j] {
+                        break;
+                    }
+                    let position = member_pos(member);
+                    let &(_, unit) = ring
+                        .iter()
+                        .find(|(hash, _)| *hash >= position)
+                        .unwrap_or(&ring[0]);
+                    ring.retain(|&(_, other)| other != unit);
+                    row.push(units[unit]);
+                }
+            }
+        }
+        for row in table.values_mut() {
+            row.sort_unstable();
+        }
+        table
+    }
+
+    /// Every row is the floor or the ceiling of its exact share
+    /// `U × w / Σw`, i.e. `|row × Σw − U × w| < Σw`, and the rows partition
+    /// the units.
+    fn check_weighted(members: &[(&str, u32)], units: &[&str], got: &Table<'_>) {
+        let mut by_name: BTreeMap<&str, u32> = BTreeMap::new();
+        for &(m, w) in members {
+            let w = w.max(1);
+            by_name
+                .entry(m)
+                .and_modify(|x| *x = (*x).max(w))
+                .or_insert(w);
+        }
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            by_name.keys().collect::<Vec<_>>()
+        );
+        let units = sorted_distinct(units);
+        if by_name.is_empty() {
+            return;
+        }
+        let total: i128 = by_name.values().map(|&w| i128::from(w)).sum();
+        for (m, row) in got {
+            let exact = units.len() as i128 * i128::from(by_name[m]);
+            assert!(
+                (row.len() as i128 * total - exact).abs() < total,
+                "{m}: {} units, share {exact}/{total}",
+                row.len()
+            );
+        }
+        let mut all: Vec<&str> = got.values().flatten().copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, units);
+    }
+
     fn reference_real<'a>(members: &[&'a str], units: &[&'a str]) -> Table<'a> {
         reference(members, units, member_position, unit_point)
     }
@@ -1133,6 +1408,95 @@ mod tests {
         }
 
         #[test]
+        fn weighted_equals_reference(
+            (members, units) in inputs(6, 40),
+            weights in proptest::collection::vec(1u32..=5, 6),
+            kind in 0u8..5,
+        ) {
+            let members: Vec<(&str, u32)> =
+                members.iter().zip(&weights).map(|(m, &w)| (m.as_str(), w)).collect();
+            let units = refs(&units);
+            let got = assign_weighted(&members, &units);
+            check_weighted(&members, &units, &got);
+            prop_assert_eq!(
+                &got,
+                &reference_weighted(&members, &units, member_position, unit_point)
+            );
+            for partition_len in PARTITION_LENS {
+                let again =
+                    weighted_with(&members, &units, member_position, unit_point, partition_len);
+                prop_assert_eq!(&again, &got);
+            }
+            if kind < 4 {
+                let pos = |m: &str| weaken(kind, member_position(m));
+                let point = |u: &str, i| weaken(kind, unit_point(u, i));
+                let units = &units[..units.len().min(12)];
+                prop_assert_eq!(
+                    weighted_with(&members, units, pos, point, 64),
+                    reference_weighted(&members, units, pos, point)
+                );
+            }
+        }
+
+        #[test]
+        fn weighted_rows_follow_shares(
+            (members, units) in inputs(8, 60),
+            weights in proptest::collection::vec(prop_oneof![1u32..=3, 1u32..=1000, Just(0)], 8),
+        ) {
+            let members: Vec<(&str, u32)> =
+                members.iter().zip(&weights).map(|(m, &w)| (m.as_str(), w)).collect();
+            let units = refs(&units);
+            check_weighted(&members, &units, &assign_weighted(&members, &units));
+        }
+
+        /// Only ratios matter, and equal weights are the unweighted table,
+        /// whatever their value.
+        #[test]
+        fn equal_weights_are_assign(
+            (members, units) in inputs(8, 60),
+            weight in prop_oneof![Just(1u32), 0u32..=1000, Just(u32::MAX)],
+        ) {
+            let (members, units) = (refs(&members), refs(&units));
+            let weighted: Vec<(&str, u32)> = members.iter().map(|&m| (m, weight)).collect();
+            prop_assert_eq!(assign_weighted(&weighted, &units), assign(&members, &units));
+        }
+
+        #[test]
+        fn scaled_weights_change_nothing(
+            (members, units) in inputs(6, 40),
+            weights in proptest::collection::vec(1u32..=5, 6),
+            scale in 2u32..=200,
+        ) {
+            let units = refs(&units);
+            let members: Vec<(&str, u32)> =
+                members.iter().zip(&weights).map(|(m, &w)| (m.as_str(), w)).collect();
+            let scaled: Vec<(&str, u32)> = members.iter().map(|&(m, w)| (m, w * scale)).collect();
+            prop_assert_eq!(assign_weighted(&scaled, &units), assign_weighted(&members, &units));
+        }
+
+        #[test]
+        fn weighted_order_and_duplicates_do_not_matter(
+            (members, shuffled, units) in (inputs(6, 30), proptest::collection::vec(1u32..=4, 6))
+                .prop_flat_map(|((m, u), w)| {
+                    let members: Vec<(String, u32)> = m.into_iter().zip(w).collect();
+                    (Just(members.clone()), Just(members).prop_shuffle(), Just(u))
+                })
+        ) {
+            let members: Vec<(&str, u32)> = members.iter().map(|(m, w)| (m.as_str(), *w)).collect();
+            let mut shuffled: Vec<(&str, u32)> =
+                shuffled.iter().map(|(m, w)| (m.as_str(), *w)).collect();
+            // Extra entries with smaller weights than a name's largest.
+            let extra: Vec<(&str, u32)> = shuffled.iter().map(|&(m, _)| (m, 1)).collect();
+            shuffled.extend(extra);
+            let units = refs(&units);
+            let reversed: Vec<&str> = units.iter().rev().copied().collect();
+            prop_assert_eq!(
+                assign_weighted(&shuffled, &reversed),
+                assign_weighted(&members, &units)
+            );
+        }
+
+        #[test]
         fn packed_values_round_trip(
             width in 1u32..=32,
             values in proptest::collection::vec(any::<u32>(), 0..80),
@@ -1205,6 +1569,30 @@ mod tests {
             let got = narrow(&members[..5], &units[..100], pos, point);
             assert_eq!(got, reference(&members[..5], &units[..100], pos, point));
         }
+    }
+
+    #[test]
+    fn weighted_examples() {
+        let units = numbered("u", 1..=12);
+        let units = refs(&units);
+        let got = assign_weighted(&[("a", 1), ("b", 2), ("c", 3)], &units);
+        let sizes: Vec<usize> = got.values().map(Vec::len).collect();
+        assert_eq!(sizes, [2, 4, 6]);
+        // 10 units, weights 1:1:3: shares 2, 2, 6 exactly.
+        let got = assign_weighted(&[("a", 1), ("b", 1), ("c", 3)], &units[..10]);
+        let sizes: Vec<usize> = got.values().map(Vec::len).collect();
+        assert_eq!(sizes, [2, 2, 6]);
+        // 8 units, weights 1:1:1:4: shares 8/7 (floor 1, fraction 1/7) and
+        // 32/7 (floor 4, fraction 4/7). The floors sum to 7: the one unit
+        // left goes to the largest fraction.
+        let got = assign_weighted(&[("a", 1), ("b", 1), ("c", 1), ("d", 4)], &units[..8]);
+        let sizes: Vec<usize> = got.values().map(Vec::len).collect();
+        assert_eq!(sizes, [1, 1, 1, 5]);
+        // Quotas: ties of the fraction go to the earlier member.
+        assert_eq!(quotas(&[1, 1, 1], 5), [2, 2, 1]);
+        assert_eq!(quotas(&[2, 1, 2], 6), [3, 1, 2]);
+        assert_eq!(quotas(&[], 0), Vec::<usize>::new());
+        assert_eq!(quotas(&[0, 0], 3), [2, 1]);
     }
 
     /// Units already sorted and distinct are used as they are, without a
