@@ -1062,3 +1062,31 @@ async fn a_cut_in_the_middle_of_a_ping_round_moves_no_unit() {
     }
     fleet.shutdown().await;
 }
+
+/// Review item 23: the `TYPE` call that names a wrong-typed key in an error
+/// is bounded like every other call. A Redis that answers it late gives the
+/// error within the call deadline (as the plain `WRONGTYPE` reply), never a
+/// hang of the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_type_lookup_after_a_wrongtype_reply_is_bounded() {
+    let redis = RedisServer::start();
+    let () = redis.cmd(&["HSET", UNITS, "keep", "me"]).await;
+    let proxy =
+        DelayingProxy::start(redis.port(), b"$4\r\nTYPE\r\n", Duration::from_secs(30)).await;
+    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let store = Store::open(&url, TABLE, Duration::from_millis(500)).unwrap();
+    // Unbounded, this would wait for the delayed TYPE reply (30 s).
+    let r = tokio::time::timeout(Duration::from_secs(10), store.list(UNITS))
+        .await
+        .expect("the TYPE lookup is bounded by the call deadline");
+    let e = r.expect_err("a hash is not a list");
+    assert!(e.to_string().to_lowercase().contains("wrongtype"), "{e}");
+    // Without the delay, the same call names the key and its type.
+    let store = Store::open(&redis.url(), TABLE, Duration::from_millis(500)).unwrap();
+    let e = store.list(UNITS).await.expect_err("a hash is not a list");
+    assert!(
+        e.to_string()
+            .contains(&format!("key {UNITS:?} holds a hash")),
+        "{e}"
+    );
+}
