@@ -141,6 +141,19 @@ impl HandoffState {
         self.departed.retain(|m| listed.contains(m.as_str()));
     }
 
+    /// Members that still owe revocations but are no longer listed: a member
+    /// that stopped without draining removed itself from its list (and its
+    /// report), so no cycle pings it any more.
+    fn owing_unlisted(&self, listed: &HashSet<&str>) -> BTreeSet<String> {
+        self.transit
+            .values()
+            .flat_map(|units| units.values())
+            .flat_map(|t| t.from.iter())
+            .filter(|m| !listed.contains(m.as_str()) && !self.gone.contains(*m))
+            .cloned()
+            .collect()
+    }
+
     /// Takes this cycle's ping results.
     fn observe_pings(&mut self, reports: &[PingReport]) {
         for r in reports {
@@ -549,6 +562,7 @@ impl CycleContext {
                 _ = tokio::time::sleep_until(hold_until) => break,
             }
         }
+        self.ping_departed_owing(&members, &mut view.handoff).await;
         for r in &all_reports {
             match &r.result {
                 Ok(rtt) => self.metrics.ping_ok(*rtt),
@@ -778,6 +792,36 @@ impl CycleContext {
     /// granted table from it with the handoff (break before make), and writes
     /// it (fenced) if it, the units in transit or the liveness history
     /// changed.
+    /// Pings the members that owe revocations but are no longer listed (see
+    /// [`HandoffState::owing_unlisted`]), for the handoff only (liveness and
+    /// the mass-failure guard count listed members). A refused connection
+    /// means the process is gone: its units move at once instead of after
+    /// `-handoff-delay`. Bounded by the first phase: a refusal comes in
+    /// milliseconds, and a ping still running then is dropped and tried
+    /// again next cycle.
+    async fn ping_departed_owing(&self, members: &[String], handoff: &mut HandoffState) {
+        let listed: HashSet<&str> = members.iter().map(String::as_str).collect();
+        let owing = handoff.owing_unlisted(&listed);
+        if owing.is_empty() {
+            return;
+        }
+        let owing: Vec<String> = owing.into_iter().collect();
+        let mut pings = self.pinger.ping_tasks(&owing);
+        let mut done = Vec::new();
+        let grace = tokio::time::sleep(FIRST_PHASE);
+        tokio::pin!(grace);
+        loop {
+            tokio::select! {
+                r = pings.next() => match r {
+                    Some((_, report)) => done.extend(report),
+                    None => break,
+                },
+                _ = &mut grace => break,
+            }
+        }
+        handoff.observe_pings(&done);
+    }
+
     async fn settle(
         &self,
         inputs: &Arc<Inputs>,

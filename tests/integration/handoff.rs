@@ -252,6 +252,31 @@ async fn a_refused_worker_hands_off_at_once() {
     fleet.shutdown().await;
 }
 
+/// A member that stops without draining (`Member::shutdown`, a drain that
+/// timed out) deregisters: it leaves its list and removes its report. No
+/// cycle pings it as a member any more, but the holder pings it while it
+/// owes revocations: a refused connection moves its units at once, not
+/// after `-handoff-delay`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_deregistered_without_draining_hands_off_when_refused() {
+    let units = units(24);
+    let (fleet, mut workers, _) = two_acking(&units, |f| {
+        f.config.handoff_delay = Duration::from_secs(60);
+    })
+    .await;
+    let gone = workers[1].addr.clone();
+    let k = keys();
+    let _: i64 = fleet.redis.cmd(&["LREM", SERVICES, "0", &gone]).await;
+    let _: i64 = fleet.redis.cmd(&["HDEL", &k.members, &gone]).await;
+    workers[1].kill().await;
+    let survivor = vec![workers[0].addr.clone()];
+    fleet
+        .wait_for_table_with(&units, &survivor, Duration::from_secs(10))
+        .await;
+    assert!(transit(&fleet).await.is_empty());
+    fleet.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_worker_is_released_by_its_deadline() {
     let units = units(12);
@@ -276,8 +301,8 @@ async fn a_silent_worker_is_released_by_its_deadline() {
     fleet
         .wait_for_table_with(&units, &survivor, Duration::from_secs(10))
         .await;
-    // Its last answer came before it hung: the release comes no earlier than
-    // its deadline (with drift margin) after that answer.
+    // The release comes no earlier than its deadline (with drift margin)
+    // after the write that revoked its units, which came after it hung.
     assert!(
         hung.elapsed() >= deadline,
         "released {:?} after the hang, before its {deadline:?} deadline",
