@@ -43,7 +43,7 @@ use crate::core::handoff::{
 use crate::core::inputs::{self, Inputs};
 use crate::core::liveness::{HealthChanges, Liveness};
 use crate::core::suspicion::{self, GroupMembers, Guard, Review, Suspect, SuspectChanges};
-use crate::core::table::MatchingTable;
+use crate::core::table::{Assignment, MatchingTable, Solve};
 use crate::edge::grpc::{FIRST_CONTACT, PingFailure, PingReport, Pinger};
 use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Reports, Snapshot, Store};
 use crate::error::StoreError;
@@ -340,6 +340,7 @@ pub(super) struct CycleContext {
     pub(super) failure_threshold: u32,
     pub(super) ping_timeout: Duration,
     pub(super) handoff: handoff::Settings,
+    pub(super) assignment: Assignment,
 }
 
 impl CycleContext {
@@ -786,37 +787,6 @@ impl CycleContext {
         generation_floor: &mut u64,
         stored_table: Option<MatchingTable>,
     ) -> Write {
-        // Desired: live (or suspected) members that are not draining.
-        let eligible = |m: &str| view.keeps_units(m) && !view.handoff.draining(m);
-        let key = inputs_key(inputs, eligible);
-        let live: HashSet<String> = inputs
-            .members()
-            .filter(|m| eligible(m))
-            .map(str::to_string)
-            .collect();
-        let memo = match view.memo.take() {
-            Some(m) if m.key == key => m,
-            _ => {
-                let inp = Arc::clone(inputs);
-                let assign = info_span!(
-                    "assign",
-                    units = inputs.units.len(),
-                    groups = inputs.groups.len()
-                );
-                let table = tokio::task::spawn_blocking(move || {
-                    assign.in_scope(|| MatchingTable::solve(&inp, |m| live.contains(m)))
-                })
-                .await
-                .expect("solving the table does not panic");
-                Memo {
-                    key,
-                    table: Arc::new(table),
-                }
-            }
-        };
-        let desired = memo.table.clone();
-        view.memo = Some(memo);
-
         // Granted: what this holder wrote last, if Redis still has exactly
         // that; else what Redis has (a new holding, a write whose outcome was
         // unknown, an edit), verified by the plan.
@@ -842,6 +812,91 @@ impl CycleContext {
                 (start, true)
             }
         };
+
+        // Desired: live (or suspected) members that are not draining.
+        let eligible = |m: &str| view.keeps_units(m) && !view.handoff.draining(m);
+        // The current table, in sticky mode: the granted table the plan
+        // starts from (what members hold: this holder's last write, or the
+        // stored table on a new holding, whoever wrote it, Go included), plus
+        // every unit in transit counted as held by its destination. The
+        // destination is where the last solve put it, and no member works on
+        // it meanwhile, so keeping it there loses nothing; counting it free
+        // instead would let each solve during a handoff re-place the revoked
+        // units by hash, changing their destination for nothing. With the
+        // destination counted, a solve during a handoff finds the desired
+        // table it started from (a fixed point). A unit in transit to nobody
+        // is free.
+        let sticky = self.assignment == Assignment::Sticky;
+        let also_held: Vec<(&str, &str)> = if sticky {
+            view.handoff
+                .transit
+                .values()
+                .flat_map(|units| units.iter())
+                .filter_map(|(u, t)| Some((t.to.as_deref()?, u.as_str())))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let key = {
+            let mut h = Xxh3::new();
+            h.update(&inputs_key(inputs, eligible).to_le_bytes());
+            h.update(self.assignment.name().as_bytes());
+            if sticky {
+                h.update(granted.digest().as_bytes());
+                for (m, u) in &also_held {
+                    h.update(&(m.len() as u64).to_le_bytes());
+                    h.update(m.as_bytes());
+                    h.update(&(u.len() as u64).to_le_bytes());
+                    h.update(u.as_bytes());
+                }
+            }
+            h.digest128()
+        };
+        let live: HashSet<String> = inputs
+            .members()
+            .filter(|m| eligible(m))
+            .map(str::to_string)
+            .collect();
+        let memo = match view.memo.take() {
+            Some(m) if m.key == key => m,
+            _ => {
+                let inp = Arc::clone(inputs);
+                let assign = info_span!(
+                    "assign",
+                    units = inputs.units.len(),
+                    groups = inputs.groups.len(),
+                    assignment = self.assignment.name(),
+                );
+                let assignment = self.assignment;
+                let current = sticky.then(|| Arc::clone(&granted));
+                let also_held: Vec<(String, String)> = also_held
+                    .iter()
+                    .map(|(m, u)| (m.to_string(), u.to_string()))
+                    .collect();
+                let table = tokio::task::spawn_blocking(move || {
+                    let also_held: Vec<(&str, &str)> = also_held
+                        .iter()
+                        .map(|(m, u)| (m.as_str(), u.as_str()))
+                        .collect();
+                    let how = Solve {
+                        assignment,
+                        current: current.as_deref(),
+                        also_held: &also_held,
+                        ..Solve::ring()
+                    };
+                    assign.in_scope(|| MatchingTable::solve_with(&inp, |m| live.contains(m), &how))
+                })
+                .await
+                .expect("solving the table does not panic");
+                Memo {
+                    key,
+                    table: Arc::new(table),
+                }
+            }
+        };
+        let desired = memo.table.clone();
+        view.memo = Some(memo);
+
         let now = Instant::now();
         let now_ms = unix_ms();
         let groups: Vec<GroupInput<'_>> = inputs

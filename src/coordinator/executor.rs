@@ -527,6 +527,7 @@ impl Executor {
             handoff: crate::core::handoff::Settings {
                 handoff_delay: self.config.handoff_delay,
             },
+            assignment: self.config.assignment,
         };
         let view = h.view.clone();
         if handoff_only {

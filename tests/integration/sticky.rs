@@ -1,0 +1,145 @@
+//! `-assignment sticky` against a real Redis and a real replica: every join
+//! and leave moves exactly the minimum, and the table is never reshuffled.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use distributor::core::table::{Assignment, MatchingTable};
+use tokio::time::Instant;
+
+use crate::support::*;
+
+/// Each unit's owner in a table.
+fn owners(t: &MatchingTable) -> BTreeMap<String, String> {
+    t.rows()
+        .iter()
+        .flat_map(|(m, v)| {
+            distributor::core::table::decode_row(v)
+                .into_iter()
+                .map(move |u| (u.to_string(), m.clone()))
+        })
+        .collect()
+}
+
+/// Units of `before` that have another owner in `after`, among those whose
+/// owner in `before` is still in `after` (units of a member that left are
+/// placed, not moved).
+fn moved(before: &MatchingTable, after: &MatchingTable) -> usize {
+    let after_owner = owners(after);
+    owners(before)
+        .iter()
+        .filter(|(_, m)| after.rows().contains_key(*m))
+        .filter(|(u, m)| after_owner.get(*u) != Some(m))
+        .count()
+}
+
+/// Waits until the stored table is settled for exactly `live`: one row each,
+/// the rows a partition of `units` within ±1 of `units / live` (or of the
+/// weighted share `share`), and nothing in transit.
+async fn wait_settled(
+    fleet: &Fleet,
+    live: &[String],
+    units: &[String],
+    share: impl Fn(&str) -> f64,
+    limit: Duration,
+) -> MatchingTable {
+    let mut want_members: Vec<&str> = live.iter().map(String::as_str).collect();
+    want_members.sort();
+    let mut want_units: Vec<&str> = units.iter().map(String::as_str).collect();
+    want_units.sort();
+    let deadline = Instant::now() + limit;
+    loop {
+        let t = fleet.table().await;
+        let transit: usize = fleet.redis.cmd(&["HLEN", &keys().transit]).await;
+        let members: Vec<&str> = t.rows().keys().map(String::as_str).collect();
+        let mut all: Vec<&str> = t.rows().values().flat_map(|v| v.split(',')).collect();
+        all.retain(|u| !u.is_empty());
+        all.sort();
+        let balanced = t
+            .rows()
+            .keys()
+            .all(|m| (t.units_of(m).len() as f64 - share(m)).abs() < 1.0);
+        if transit == 0 && members == want_members && all == want_units && balanced {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled within {limit:?}: {} rows, {} units, transit {transit}, balanced {balanced}",
+            members.len(),
+            all.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sticky_joins_and_leaves_move_exactly_the_minimum() {
+    const MEMBERS: usize = 20;
+    let units = units(2000);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.assignment = Assignment::Sticky;
+    fleet.set_units(&units).await;
+    for _ in 0..MEMBERS {
+        fleet.add_member().await;
+    }
+    fleet.add_replica();
+    let total = units.len() as f64;
+    let even = |n: usize| move |_: &str| total / n as f64;
+    let limit = Duration::from_secs(30);
+    let mut before = wait_settled(
+        &fleet,
+        &fleet.live_member_ids(),
+        &units,
+        even(MEMBERS),
+        limit,
+    )
+    .await;
+
+    // Joins, crashes and drains, one at a time.
+    let steps = [
+        "join", "crash", "join", "drain", "crash", "join", "join", "drain",
+    ];
+    for (n, step) in steps.iter().enumerate() {
+        let changed = match *step {
+            "join" => {
+                let i = fleet.add_member().await;
+                fleet.member_id(i)
+            }
+            kind => {
+                // A member that was there from the start, a different one each time.
+                let i = n;
+                let id = fleet.member_id(i);
+                let m = fleet.members[i].take().unwrap();
+                if kind == "crash" {
+                    m.abort();
+                } else {
+                    m.shutdown().await;
+                }
+                id
+            }
+        };
+        let live = fleet.live_member_ids();
+        let after = wait_settled(&fleet, &live, &units, even(live.len()), limit).await;
+        let moves = moved(&before, &after);
+        // The minimum: a newcomer's row (every unit it gets moves), or none
+        // for a leave (the leaver's units are placed, nothing else moves).
+        let minimum = if *step == "join" {
+            after.units_of(&changed).len()
+        } else {
+            0
+        };
+        eprintln!(
+            "{step} {changed}: {moves} moved (minimum {minimum}), {} placed",
+            before.units_of(&changed).len()
+        );
+        assert_eq!(moves, minimum, "step {n}: {step} of {changed}");
+        if *step != "join" {
+            // Every unit of the leaver changed owner; no other unit did.
+            let (b, a) = (owners(&before), owners(&after));
+            let changed_owner = b.iter().filter(|(u, m)| a.get(*u) != Some(*m)).count();
+            assert_eq!(changed_owner, before.units_of(&changed).len());
+        }
+        before = after;
+    }
+    fleet.shutdown().await;
+}
