@@ -837,10 +837,28 @@ impl CycleContext {
         } else {
             Vec::new()
         };
+        // Capacity weights, in both modes: from each member's report (1
+        // without one, or without the field). A changed weight re-solves.
+        let weights: HashMap<String, u32> = inputs
+            .members()
+            .filter(|m| eligible(m))
+            .map(|m| {
+                let w = view.handoff.reports.get(m).map_or(1, |r| r.weight);
+                (m.to_string(), w)
+            })
+            .collect();
         let key = {
             let mut h = Xxh3::new();
             h.update(&inputs_key(inputs, eligible).to_le_bytes());
             h.update(self.assignment.name().as_bytes());
+            let mut weighted: Vec<(&String, &u32)> =
+                weights.iter().filter(|&(_, &w)| w != 1).collect();
+            weighted.sort_unstable();
+            for (m, w) in weighted {
+                h.update(&(m.len() as u64).to_le_bytes());
+                h.update(m.as_bytes());
+                h.update(&w.to_le_bytes());
+            }
             if sticky {
                 h.update(granted.digest().as_bytes());
                 for (m, u) in &also_held {
@@ -852,11 +870,6 @@ impl CycleContext {
             }
             h.digest128()
         };
-        let live: HashSet<String> = inputs
-            .members()
-            .filter(|m| eligible(m))
-            .map(str::to_string)
-            .collect();
         let memo = match view.memo.take() {
             Some(m) if m.key == key => m,
             _ => {
@@ -878,13 +891,16 @@ impl CycleContext {
                         .iter()
                         .map(|(m, u)| (m.as_str(), u.as_str()))
                         .collect();
+                    let weight = |m: &str| weights.get(m).copied().unwrap_or(1);
                     let how = Solve {
                         assignment,
+                        weight: &weight,
                         current: current.as_deref(),
                         also_held: &also_held,
                         ..Solve::ring()
                     };
-                    assign.in_scope(|| MatchingTable::solve_with(&inp, |m| live.contains(m), &how))
+                    let live = |m: &str| weights.contains_key(m);
+                    assign.in_scope(|| MatchingTable::solve_with(&inp, live, &how))
                 })
                 .await
                 .expect("solving the table does not panic");

@@ -143,3 +143,40 @@ async fn sticky_joins_and_leaves_move_exactly_the_minimum() {
     }
     fleet.shutdown().await;
 }
+
+/// Members that report weights get rows within ±1 of their exact share, in
+/// both modes (`wait_settled` checks the rows against the shares).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weighted_members_get_their_share_in_both_modes() {
+    for assignment in [Assignment::Ring, Assignment::Sticky] {
+        let units = units(1001);
+        let mut fleet = Fleet::new(RedisServer::start());
+        fleet.config.assignment = assignment;
+        fleet.set_units(&units).await;
+        let mut weights = BTreeMap::new();
+        for w in [1u32, 2, 3, 4, 10] {
+            let mut o = fleet.member_options();
+            o.weight = w;
+            let m = distributor::Member::start(o).await.unwrap();
+            weights.insert(m.id().to_string(), w);
+            fleet.members.push(Some(m));
+        }
+        fleet.add_replica();
+        let total: u32 = weights.values().sum();
+        let share = |m: &str| units.len() as f64 * f64::from(weights[m]) / f64::from(total);
+        let t = wait_settled(
+            &fleet,
+            &fleet.live_member_ids(),
+            &units,
+            share,
+            Duration::from_secs(20),
+        )
+        .await;
+        let rows: Vec<(u32, usize)> = weights
+            .iter()
+            .map(|(m, w)| (*w, t.units_of(m).len()))
+            .collect();
+        eprintln!("{}: (weight, row) {rows:?}", assignment.name());
+        fleet.shutdown().await;
+    }
+}
