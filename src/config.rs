@@ -218,6 +218,8 @@ settings! {
         "How long a member that does not acknowledge (one that only reads its row, as Go workers do) gets to stop a unit after the write that took the unit from its row, before another member gets it; 0: in the same write";
     ASSIGNMENT: AssignmentMode = AssignmentMode, "assignment" ["ASSIGNMENT"] = Some("ring"), "ring|sticky",
         "How units are split: ring (a function of the members and units, as the Go implementation does) or sticky (from the current table, moving the fewest units balance needs)";
+    MAX_MOVES_PER_CYCLE: Whole<usize> = Whole { min: 0, max: None }, "max-moves-per-cycle" ["MAX_MOVES_PER_CYCLE"] = Some("0"), "N",
+        "At most this many units move (are revoked from a live owner) per solve, in both modes; the rest follow in later cycles. Units of failed or departed members are never held back. 0: no limit";
     REDIS_WAIT_REPLICAS: Whole<u32> = Whole { min: 0, max: Some(64) }, "redis-wait-replicas" ["REDIS_WAIT_REPLICAS"] = Some("0"), "N",
         "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
     REDIS_WAIT_TIMEOUT: Dur = Dur(ms(1)), "redis-wait-timeout" ["REDIS_WAIT_TIMEOUT"] = Some("100ms"), "DURATION",
@@ -444,6 +446,8 @@ pub struct Config {
     pub handoff_delay: Duration,
     /// How the table is solved: ring or sticky.
     pub assignment: Assignment,
+    /// At most this many moves per solve (0: no limit).
+    pub max_moves_per_cycle: usize,
     /// Redis replicas that must acknowledge (WAIT) lease and table writes.
     pub redis_wait_replicas: u32,
     pub redis_wait_timeout: Duration,
@@ -482,6 +486,7 @@ impl std::fmt::Debug for Config {
             mass_failure_confirm,
             handoff_delay,
             assignment,
+            max_moves_per_cycle,
             redis_wait_replicas,
             redis_wait_timeout,
             redis_tls,
@@ -512,6 +517,7 @@ impl std::fmt::Debug for Config {
             .field("mass_failure_confirm", mass_failure_confirm)
             .field("handoff_delay", handoff_delay)
             .field("assignment", assignment)
+            .field("max_moves_per_cycle", max_moves_per_cycle)
             .field("redis_wait_replicas", redis_wait_replicas)
             .field("redis_wait_timeout", redis_wait_timeout)
             .field("redis_tls", redis_tls)
@@ -1007,6 +1013,7 @@ pub fn resolve(
         mass_failure_confirm: l.get(&MASS_FAILURE_CONFIRM)?,
         handoff_delay: l.get(&HANDOFF_DELAY)?,
         assignment: l.get(&ASSIGNMENT)?,
+        max_moves_per_cycle: l.get(&MAX_MOVES_PER_CYCLE)?,
         redis_wait_replicas: l.get(&REDIS_WAIT_REPLICAS)?,
         redis_wait_timeout: l.get(&REDIS_WAIT_TIMEOUT)?,
         redis_tls,

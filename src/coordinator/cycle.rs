@@ -341,6 +341,8 @@ pub(super) struct CycleContext {
     pub(super) ping_timeout: Duration,
     pub(super) handoff: handoff::Settings,
     pub(super) assignment: Assignment,
+    /// `-max-moves-per-cycle` (0: no limit).
+    pub(super) max_moves: usize,
 }
 
 impl CycleContext {
@@ -825,9 +827,10 @@ impl CycleContext {
         // units by hash, changing their destination for nothing. With the
         // destination counted, a solve during a handoff finds the desired
         // table it started from (a fixed point). A unit in transit to nobody
-        // is free.
-        let sticky = self.assignment == Assignment::Sticky;
-        let also_held: Vec<(&str, &str)> = if sticky {
+        // is free. The move limit counts moves from the same current table,
+        // in both modes.
+        let uses_current = self.assignment == Assignment::Sticky || self.max_moves > 0;
+        let also_held: Vec<(&str, &str)> = if uses_current {
             view.handoff
                 .transit
                 .values()
@@ -859,7 +862,8 @@ impl CycleContext {
                 h.update(m.as_bytes());
                 h.update(&w.to_le_bytes());
             }
-            if sticky {
+            if uses_current {
+                h.update(&self.max_moves.to_le_bytes());
                 h.update(granted.digest().as_bytes());
                 for (m, u) in &also_held {
                     h.update(&(m.len() as u64).to_le_bytes());
@@ -881,7 +885,8 @@ impl CycleContext {
                     assignment = self.assignment.name(),
                 );
                 let assignment = self.assignment;
-                let current = sticky.then(|| Arc::clone(&granted));
+                let max_moves = self.max_moves;
+                let current = uses_current.then(|| Arc::clone(&granted));
                 let also_held: Vec<(String, String)> = also_held
                     .iter()
                     .map(|(m, u)| (m.to_string(), u.to_string()))
@@ -897,7 +902,7 @@ impl CycleContext {
                         weight: &weight,
                         current: current.as_deref(),
                         also_held: &also_held,
-                        ..Solve::ring()
+                        max_moves,
                     };
                     let live = |m: &str| weights.contains_key(m);
                     assign.in_scope(|| MatchingTable::solve_with(&inp, live, &how))

@@ -180,3 +180,81 @@ async fn weighted_members_get_their_share_in_both_modes() {
         fleet.shutdown().await;
     }
 }
+
+/// With `-max-moves-per-cycle`, a join's moves are spread over several
+/// writes, none revoking more than the limit, and the total is still the
+/// minimum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_limit_spreads_a_join_over_several_writes() {
+    const LIMIT: usize = 20;
+    let units = units(1000);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.assignment = Assignment::Sticky;
+    fleet.config.max_moves_per_cycle = LIMIT;
+    fleet.set_units(&units).await;
+    for _ in 0..10 {
+        fleet.add_member().await;
+    }
+    fleet.add_replica();
+    let total = units.len() as f64;
+    let even = |n: usize| move |_: &str| total / n as f64;
+    let limit = Duration::from_secs(30);
+    let before = wait_settled(&fleet, &fleet.live_member_ids(), &units, even(10), limit).await;
+    let g0 = fleet.generation().await;
+
+    let i = fleet.add_member().await;
+    let newcomer = fleet.member_id(i);
+    // Snapshots (generation, table) read between two equal generations.
+    let mut snapshots = vec![(g0, before.clone())];
+    let deadline = Instant::now() + limit;
+    let after = loop {
+        let g1 = fleet.generation().await;
+        let t = fleet.table().await;
+        let g2 = fleet.generation().await;
+        if g1 == g2 && g1 != snapshots.last().unwrap().0 {
+            snapshots.push((g1, t.clone()));
+        }
+        let transit: usize = fleet.redis.cmd(&["HLEN", &keys().transit]).await;
+        let rows = t.rows().len();
+        if g1 == g2 && transit == 0 && rows == 11 && t.assignments() == units.len() {
+            let sizes: Vec<usize> = t.rows().keys().map(|m| t.units_of(m).len()).collect();
+            if sizes.iter().all(|&s| s == 90 || s == 91) {
+                break t;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled: {:?}",
+            t.rows().len()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let moves = moved(&before, &after);
+    assert_eq!(moves, after.units_of(&newcomer).len(), "the minimum");
+    let writes = fleet.generation().await - g0;
+    eprintln!(
+        "{moves} moves in {writes} writes, {} snapshots",
+        snapshots.len()
+    );
+    // Units revoked from members that stay: at most LIMIT per write.
+    for pair in snapshots.windows(2) {
+        let ((ga, a), (gb, b)) = (&pair[0], &pair[1]);
+        let revoked: usize = a
+            .rows()
+            .keys()
+            .filter(|m| **m != newcomer)
+            .map(|m| {
+                let kept = b.units_of(m);
+                a.units_of(m).iter().filter(|u| !kept.contains(u)).count()
+            })
+            .sum();
+        assert!(
+            revoked <= LIMIT * (gb - ga) as usize,
+            "{revoked} revoked in {} writes",
+            gb - ga
+        );
+    }
+    // Revocations and grants: at least ⌈moves / LIMIT⌉ revoking writes.
+    assert!(writes as usize >= moves.div_ceil(LIMIT), "{writes} writes");
+    fleet.shutdown().await;
+}
