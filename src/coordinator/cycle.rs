@@ -43,7 +43,7 @@ use crate::core::handoff::{
 use crate::core::inputs::{self, Inputs};
 use crate::core::liveness::{HealthChanges, Liveness};
 use crate::core::suspicion::{self, GroupMembers, Guard, Review, Suspect, SuspectChanges};
-use crate::core::table::{Assignment, MatchingTable, Solve};
+use crate::core::table::{Assignment, MatchingTable, Moves, Solve};
 use crate::edge::grpc::{FIRST_CONTACT, PingFailure, PingReport, Pinger};
 use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Reports, Snapshot, Store};
 use crate::error::StoreError;
@@ -93,6 +93,8 @@ pub(super) struct HandoffState {
     pub(super) inputs: Option<Arc<Inputs>>,
     /// What the last plan did, for status and metrics.
     pub(super) last: HandoffOutcome,
+    /// The last solve that moved or placed units (status: `last_change`).
+    pub(super) last_change: Option<LastChange>,
     /// The trace span of each write that revoked units still in transit, by
     /// generation: the write that grants them links to it, so that a move
     /// reads as revoke → grant in the trace view.
@@ -219,6 +221,14 @@ impl HolderView {
 pub(super) struct Memo {
     key: u128,
     pub(super) table: Arc<MatchingTable>,
+}
+
+/// The last solve that changed the table: its moves against the minimum.
+#[derive(Clone, Debug, Default)]
+pub(super) struct LastChange {
+    pub(super) moves: Moves,
+    /// Not written to `{T}:meta` yet.
+    pub(super) unsaved: bool,
 }
 
 pub(super) struct CycleReport {
@@ -905,10 +915,17 @@ impl CycleContext {
                         max_moves,
                     };
                     let live = |m: &str| weights.contains_key(m);
-                    assign.in_scope(|| MatchingTable::solve_with(&inp, live, &how))
+                    assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how))
                 })
                 .await
                 .expect("solving the table does not panic");
+                let (table, moves) = table;
+                if let Some(moves) = moves.filter(|m| m.moved + m.placed > 0) {
+                    view.handoff.last_change = Some(LastChange {
+                        moves,
+                        unsaved: true,
+                    });
+                }
                 Memo {
                     key,
                     table: Arc::new(table),
@@ -996,6 +1013,12 @@ impl CycleContext {
                     .map(move |(u, t)| (handoff::transit_field(g, u), t.encode()))
             })
             .collect();
+        let last_change = view
+            .handoff
+            .last_change
+            .as_ref()
+            .filter(|c| c.unsaved)
+            .map(|c| c.moves.encode());
         let commit = Commit {
             table: table_changed.then_some(&*next),
             health: &view.unsaved,
@@ -1004,6 +1027,8 @@ impl CycleContext {
             generation_floor: *generation_floor,
             holder_id: &self.replica_id,
             now_ms,
+            assignment: self.assignment.name(),
+            last_change: last_change.as_deref(),
         };
         let span = info_span!(
             "write_table",
@@ -1065,6 +1090,11 @@ impl CycleContext {
                     .flat_map(|u| u.values().map(|t| t.revoked_at))
                     .collect();
                 view.handoff.revocations.retain(|g, _| open.contains(g));
+                if generation.is_some()
+                    && let Some(c) = &mut view.handoff.last_change
+                {
+                    c.unsaved = false;
+                }
                 view.handoff.granted = Some(next);
                 view.handoff.transit = transit;
                 view.unsaved = HealthChanges::default();

@@ -74,6 +74,48 @@ pub struct Solve<'a> {
     pub max_moves: usize,
 }
 
+/// How a solve changed the current table, summed over the groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Moves {
+    /// Units held by one live member that now have another owner
+    /// ([`sticky::moved`]).
+    pub moved: usize,
+    /// The least any balanced table could move ([`sticky::min_moves`]): what
+    /// sticky mode moves without a move limit; with one, `moved` can be
+    /// lower (the rest follows in later solves).
+    pub minimum: usize,
+    /// Units that had no single live holder (new units, units of members
+    /// that left or drain) and got an owner.
+    pub placed: usize,
+}
+
+impl Moves {
+    /// As `{T}:meta` stores it: `moved=<n> minimum=<n> placed=<n>`.
+    pub fn encode(&self) -> String {
+        format!(
+            "moved={} minimum={} placed={}",
+            self.moved, self.minimum, self.placed
+        )
+    }
+
+    pub fn decode(s: &str) -> Option<Moves> {
+        let mut m = Moves::default();
+        let mut seen = 0;
+        for field in s.split(' ') {
+            let (k, v) = field.split_once('=')?;
+            let v: usize = v.parse().ok()?;
+            match k {
+                "moved" => m.moved = v,
+                "minimum" => m.minimum = v,
+                "placed" => m.placed = v,
+                _ => continue,
+            }
+            seen += 1;
+        }
+        (seen == 3).then_some(m)
+    }
+}
+
 impl Solve<'_> {
     /// Ring mode, every weight 1, no limit: what [`MatchingTable::solve`] does.
     pub fn ring() -> Solve<'static> {
@@ -125,6 +167,16 @@ impl MatchingTable {
         is_live: impl Fn(&str) -> bool,
         how: &Solve<'_>,
     ) -> MatchingTable {
+        MatchingTable::solve_counted(inputs, is_live, how).0
+    }
+
+    /// [`MatchingTable::solve_with`], and how the result differs from
+    /// `how.current` (`None` without a current table).
+    pub fn solve_counted(
+        inputs: &Inputs,
+        is_live: impl Fn(&str) -> bool,
+        how: &Solve<'_>,
+    ) -> (MatchingTable, Option<Moves>) {
         let units: Vec<&str> = inputs.units.iter().map(String::as_str).collect();
         // The current rows as the sticky solver reads them: a member's row
         // may be split over several entries, and rows of members outside a
@@ -138,6 +190,7 @@ impl MatchingTable {
             rows.chain(also)
         };
         let mut budget = how.max_moves;
+        let mut moves = Moves::default();
         let mut rows = BTreeMap::new();
         for group in &inputs.groups {
             let live: Vec<(&str, u32)> = group
@@ -155,11 +208,23 @@ impl MatchingTable {
                 solved = sticky::limit_moves(current(), &solved, budget);
                 budget -= sticky::moved(current(), &solved).min(budget);
             }
+            if how.current.is_some() {
+                let moved = sticky::moved(current(), &solved);
+                let minimum = sticky::min_moves(current(), &live, &units);
+                // The rest had no single live holder: placed, not moved.
+                let kept = sticky::kept(current(), &solved);
+                let assigned: usize = solved.values().map(Vec::len).sum();
+                let placed = assigned - kept - moved;
+                moves.moved += moved;
+                moves.minimum += minimum;
+                moves.placed += placed;
+            }
             for (member, owned) in solved {
                 rows.insert(member.to_string(), owned.join(","));
             }
         }
-        MatchingTable::from_rows(rows)
+        let moves = how.current.is_some().then_some(moves);
+        (MatchingTable::from_rows(rows), moves)
     }
 
     /// Builds a table from stored rows (for tests, status and diffs). Empty
@@ -372,6 +437,34 @@ mod tests {
         let joined = MatchingTable::solve_with(&four, |_| true, &sticky(Some(&start)));
         assert_eq!(joined.units_of("a:4").len(), 15);
         assert_eq!(start.moved_units(&joined), 2 * 15);
+        let (_, moves) = MatchingTable::solve_counted(&four, |_| true, &sticky(Some(&start)));
+        let want = Moves {
+            moved: 15,
+            minimum: 15,
+            placed: 0,
+        };
+        assert_eq!(moves, Some(want));
+        assert_eq!(Moves::decode(&want.encode()), Some(want));
+        assert_eq!(Moves::decode("moved=1 minimum=2"), None);
+        // A leave places the leaver's units and moves nothing.
+        let (_, moves) = MatchingTable::solve_counted(&three, |_| true, &sticky(Some(&joined)));
+        assert_eq!(
+            moves,
+            Some(Moves {
+                moved: 0,
+                minimum: 0,
+                placed: 15
+            })
+        );
+        // The ring from the same table moves more than the minimum.
+        let ring_from = Solve {
+            assignment: Assignment::Ring,
+            ..sticky(Some(&start))
+        };
+        let (_, moves) = MatchingTable::solve_counted(&four, |_| true, &ring_from);
+        let moves = moves.unwrap();
+        assert_eq!(moves.minimum, 15);
+        assert!(moves.moved >= 15, "{moves:?}");
         // A unit in transit counts as held by its destination.
         let u = joined.units_of("a:4")[0].to_string();
         let mut rows = joined.rows().clone();

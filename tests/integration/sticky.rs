@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use distributor::core::table::{Assignment, MatchingTable};
+use distributor::core::sticky;
+use distributor::core::table::{Assignment, MatchingTable, Moves, decode_row};
 use tokio::time::Instant;
 
 use crate::support::*;
@@ -128,11 +129,25 @@ async fn sticky_joins_and_leaves_move_exactly_the_minimum() {
         } else {
             0
         };
+        // The same bound from the pure function the daemon reports with.
+        let members: Vec<(&str, u32)> = live.iter().map(|m| (m.as_str(), 1)).collect();
+        let unit_refs: Vec<&str> = units.iter().map(String::as_str).collect();
+        let rows = before
+            .rows()
+            .iter()
+            .map(|(m, v)| (m.as_str(), decode_row(v)));
+        assert_eq!(sticky::min_moves(rows, &members, &unit_refs), minimum);
         eprintln!(
             "{step} {changed}: {moves} moved (minimum {minimum}), {} placed",
             before.units_of(&changed).len()
         );
         assert_eq!(moves, minimum, "step {n}: {step} of {changed}");
+        // The holder recorded the change in `{T}:meta` (`distributor status`).
+        let meta: BTreeMap<String, String> = fleet.redis.cmd(&["HGETALL", &keys().meta]).await;
+        assert_eq!(meta.get("assignment").map(String::as_str), Some("sticky"));
+        let recorded = meta.get("last_change").and_then(|v| Moves::decode(v));
+        let recorded = recorded.expect("a last change");
+        assert_eq!(recorded.moved, recorded.minimum, "{recorded:?}");
         if *step != "join" {
             // Every unit of the leaver changed owner; no other unit did.
             let (b, a) = (owners(&before), owners(&after));
