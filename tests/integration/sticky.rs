@@ -273,3 +273,65 @@ async fn a_move_limit_spreads_a_join_over_several_writes() {
     assert!(writes as usize >= moves.div_ceil(LIMIT), "{writes} writes");
     fleet.shutdown().await;
 }
+
+/// A replica in sticky mode adopts a table it did not write (as a Go
+/// replica leaves it: unbalanced here, no metadata) by moving only what
+/// balance needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sticky_adopts_an_existing_table_moving_only_the_minimum() {
+    let units = units(300);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.assignment = Assignment::Sticky;
+    fleet.set_units(&units).await;
+    for _ in 0..4 {
+        fleet.add_member().await;
+    }
+    let mut ids = fleet.live_member_ids();
+    ids.sort();
+    // Unbalanced: 150, 90, 60 and 0 units, in contiguous blocks.
+    let sizes = [150, 90, 60, 0];
+    let mut rows = Vec::new();
+    let mut at = 0;
+    for (id, n) in ids.iter().zip(sizes) {
+        rows.push((id.clone(), units[at..at + n].join(",")));
+        at += n;
+    }
+    let mut hset = vec!["HSET".to_string(), TABLE.to_string()];
+    for (m, v) in &rows {
+        hset.push(m.clone());
+        hset.push(v.clone());
+    }
+    let args: Vec<&str> = hset.iter().map(String::as_str).collect();
+    let _: i64 = fleet.redis.cmd(&args).await;
+    let before = MatchingTable::from_rows(rows);
+
+    fleet.add_replica();
+    let total = units.len() as f64;
+    let after = wait_settled(
+        &fleet,
+        &ids,
+        &units,
+        move |_| total / 4.0,
+        Duration::from_secs(30),
+    )
+    .await;
+    let members: Vec<(&str, u32)> = ids.iter().map(|m| (m.as_str(), 1)).collect();
+    let unit_refs: Vec<&str> = units.iter().map(String::as_str).collect();
+    let rows = before
+        .rows()
+        .iter()
+        .map(|(m, v)| (m.as_str(), decode_row(v)));
+    let minimum = sticky::min_moves(rows, &members, &unit_refs);
+    // 75 each: the first gives 75, the second 15, nobody else loses a unit.
+    assert_eq!(minimum, 90);
+    assert_eq!(moved(&before, &after), minimum);
+    for (m, n) in ids.iter().zip(sizes) {
+        let kept = before
+            .units_of(m)
+            .iter()
+            .filter(|u| after.units_of(m).contains(u))
+            .count();
+        assert_eq!(kept, n.min(75), "{m} keeps what it can");
+    }
+    fleet.shutdown().await;
+}
