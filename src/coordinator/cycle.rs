@@ -838,18 +838,17 @@ impl CycleContext {
         // destination counted, a solve during a handoff finds the desired
         // table it started from (a fixed point). A unit in transit to nobody
         // is free. The move limit counts moves from the same current table,
-        // in both modes.
+        // in both modes. In ring mode without a limit the table does not
+        // depend on it (so neither does the memo's key): it only counts the
+        // moves of a new solve for status.
         let uses_current = self.assignment == Assignment::Sticky || self.max_moves > 0;
-        let also_held: Vec<(&str, &str)> = if uses_current {
-            view.handoff
-                .transit
-                .values()
-                .flat_map(|units| units.iter())
-                .filter_map(|(u, t)| Some((t.to.as_deref()?, u.as_str())))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let also_held: Vec<(&str, &str)> = view
+            .handoff
+            .transit
+            .values()
+            .flat_map(|units| units.iter())
+            .filter_map(|(u, t)| Some((t.to.as_deref()?, u.as_str())))
+            .collect();
         // Capacity weights, in both modes: from each member's report (1
         // without one, or without the field). A changed weight re-solves.
         let weights: HashMap<String, u32> = inputs
@@ -896,7 +895,7 @@ impl CycleContext {
                 );
                 let assignment = self.assignment;
                 let max_moves = self.max_moves;
-                let current = uses_current.then(|| Arc::clone(&granted));
+                let current = Some(Arc::clone(&granted));
                 let also_held: Vec<(String, String)> = also_held
                     .iter()
                     .map(|(m, u)| (m.to_string(), u.to_string()))

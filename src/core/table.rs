@@ -61,8 +61,9 @@ pub struct Solve<'a> {
     pub assignment: Assignment,
     /// A live member's capacity weight (1 by default; 0 counts as 1).
     pub weight: &'a dyn Fn(&str) -> u32,
-    /// The table the members hold now, for sticky mode and the move limit;
-    /// `None` when there is none (sticky then starts from the ring).
+    /// The table the members hold now, for sticky mode and the move limit,
+    /// and to count the moves ([`MatchingTable::solve_counted`]); `None`
+    /// when there is none (sticky then starts from the ring).
     pub current: Option<&'a MatchingTable>,
     /// `(member, unit)` pairs counted as held besides `current`'s rows (the
     /// daemon passes units in transit, with their destination).
