@@ -22,6 +22,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::core::keys::{Keys, check_table_key};
+use crate::core::table::Assignment;
 use crate::edge::tls::{TlsError, TlsFiles};
 
 /// How a setting's value is shown, and whether the flag needs a value.
@@ -215,6 +216,10 @@ settings! {
         "How long a mass failure that no other replica confirmed is held before the holder acts on it";
     HANDOFF_DELAY: Dur = Dur(Duration::ZERO), "handoff-delay" ["HANDOFF_DELAY"] = Some("10s"), "DURATION",
         "How long a member that does not acknowledge (one that only reads its row, as Go workers do) gets to stop a unit after the write that took the unit from its row, before another member gets it; 0: in the same write";
+    ASSIGNMENT: AssignmentMode = AssignmentMode, "assignment" ["ASSIGNMENT"] = Some("ring"), "ring|sticky",
+        "How units are split: ring (a function of the members and units, as the Go implementation does) or sticky (from the current table, moving the fewest units balance needs)";
+    MAX_MOVES_PER_CYCLE: Whole<usize> = Whole { min: 0, max: None }, "max-moves-per-cycle" ["MAX_MOVES_PER_CYCLE"] = Some("0"), "N",
+        "At most this many units move (are revoked from a live owner) per solve, in both modes; the rest follow in later cycles. Units of failed or departed members are never held back. 0: no limit";
     REDIS_WAIT_REPLICAS: Whole<u32> = Whole { min: 0, max: Some(64) }, "redis-wait-replicas" ["REDIS_WAIT_REPLICAS"] = Some("0"), "N",
         "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
     REDIS_WAIT_TIMEOUT: Dur = Dur(ms(1)), "redis-wait-timeout" ["REDIS_WAIT_TIMEOUT"] = Some("100ms"), "DURATION",
@@ -274,6 +279,9 @@ types! {
         .copied()
         .find(|w| *w == s)
         .ok_or_else(|| format!("expected {}", words.join(" or ")));
+    /// `-assignment`: `ring` or `sticky`.
+    AssignmentMode => Assignment: |_, s| Assignment::parse(s)
+        .ok_or_else(|| format!("expected {}", Assignment::NAMES.join(" or ")));
     /// A TCP port number.
     Port => u16: |_, s| s.parse().map_err(|_| "expected a port number".into());
     /// `ip:port`, or `off` (or empty) for none.
@@ -436,6 +444,10 @@ pub struct Config {
     pub mass_failure_confirm: Duration,
     /// How long a member that does not acknowledge gets to stop a revoked unit.
     pub handoff_delay: Duration,
+    /// How the table is solved: ring or sticky.
+    pub assignment: Assignment,
+    /// At most this many moves per solve (0: no limit).
+    pub max_moves_per_cycle: usize,
     /// Redis replicas that must acknowledge (WAIT) lease and table writes.
     pub redis_wait_replicas: u32,
     pub redis_wait_timeout: Duration,
@@ -473,6 +485,8 @@ impl std::fmt::Debug for Config {
             mass_failure_percent,
             mass_failure_confirm,
             handoff_delay,
+            assignment,
+            max_moves_per_cycle,
             redis_wait_replicas,
             redis_wait_timeout,
             redis_tls,
@@ -502,6 +516,8 @@ impl std::fmt::Debug for Config {
             .field("mass_failure_percent", mass_failure_percent)
             .field("mass_failure_confirm", mass_failure_confirm)
             .field("handoff_delay", handoff_delay)
+            .field("assignment", assignment)
+            .field("max_moves_per_cycle", max_moves_per_cycle)
             .field("redis_wait_replicas", redis_wait_replicas)
             .field("redis_wait_timeout", redis_wait_timeout)
             .field("redis_tls", redis_tls)
@@ -996,6 +1012,8 @@ pub fn resolve(
         mass_failure_percent: l.get(&MASS_FAILURE_PERCENT)?,
         mass_failure_confirm: l.get(&MASS_FAILURE_CONFIRM)?,
         handoff_delay: l.get(&HANDOFF_DELAY)?,
+        assignment: l.get(&ASSIGNMENT)?,
+        max_moves_per_cycle: l.get(&MAX_MOVES_PER_CYCLE)?,
         redis_wait_replicas: l.get(&REDIS_WAIT_REPLICAS)?,
         redis_wait_timeout: l.get(&REDIS_WAIT_TIMEOUT)?,
         redis_tls,

@@ -117,6 +117,8 @@ pub async fn run() {
                     generation_floor: 0,
                     holder_id: "bench",
                     now_ms: distributor::unix_ms(),
+                    assignment: "ring",
+                    last_change: None,
                 },
             )
             .await;
@@ -186,6 +188,8 @@ pub async fn run() {
                 generation_floor: 0,
                 holder_id: "bench",
                 now_ms: distributor::unix_ms(),
+                assignment: "ring",
+                last_change: None,
             },
         )
         .await;
@@ -214,6 +218,8 @@ pub async fn run() {
                 generation_floor: 0,
                 holder_id: "stale",
                 now_ms: distributor::unix_ms(),
+                assignment: "ring",
+                last_change: None,
             },
         )
         .await;

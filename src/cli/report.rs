@@ -12,7 +12,7 @@ use crate::core::handoff;
 use crate::core::inputs::{RawInputs, Rejection, excerpt, normalize};
 use crate::core::liveness::Health;
 use crate::core::status::Overview;
-use crate::core::table::{MatchingTable, decode_row};
+use crate::core::table::{MatchingTable, Moves, decode_row};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StatusReport {
@@ -30,6 +30,48 @@ pub struct StatusReport {
     pub in_transit: usize,
     /// The first [`TRANSIT_SHOWN`] of them, oldest first.
     pub transit: Vec<TransitReport>,
+    /// `-assignment` of the last table write (`ring` or `sticky`; `None`
+    /// before the first write of a version that records it).
+    pub assignment: Option<String>,
+    /// The last solve that moved or placed units.
+    pub last_change: Option<ChangeReport>,
+}
+
+/// The last solve that changed the table, as the holder recorded it.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct ChangeReport {
+    /// Units that left a live member for another.
+    pub moved: usize,
+    /// The least any balanced table could have moved.
+    pub minimum: usize,
+    /// Units without a live owner (new, or of members that left) given one.
+    pub placed: usize,
+}
+
+/// The mode and last change recorded in `{T}:meta`.
+fn assignment_of(o: &Overview) -> (Option<String>, Option<ChangeReport>) {
+    let change = o
+        .meta
+        .get("last_change")
+        .and_then(|v| Moves::decode(v))
+        .map(|m| ChangeReport {
+            moved: m.moved,
+            minimum: m.minimum,
+            placed: m.placed,
+        });
+    (o.meta.get("assignment").cloned(), change)
+}
+
+/// `assignment sticky, last change: 95 moved (minimum 95), 0 placed`.
+fn assignment_text(assignment: &Option<String>, change: &Option<ChangeReport>) -> String {
+    let mode = assignment.as_deref().unwrap_or("ring");
+    match change {
+        Some(c) => format!(
+            "assignment {mode}; last change: {} moved (minimum {}), {} placed\n",
+            c.moved, c.minimum, c.placed
+        ),
+        None => format!("assignment {mode}\n"),
+    }
 }
 
 /// How many units in transit a status report lists.
@@ -100,11 +142,14 @@ pub struct MemberReport {
     pub protocol: Option<ProtocolReport>,
     /// Its `{T}:members` entry, when it cannot be read.
     pub unreadable_report: Option<String>,
+    /// Its capacity weight: its report's, 1 without one.
+    pub weight: u32,
 }
 
 /// Builds the status report from what Redis holds.
 pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
     let num = |k: &str| o.meta.get(k).and_then(|v| v.parse::<u64>().ok());
+    let (assignment, last_change) = assignment_of(o);
     let threshold = num("failure_threshold").unwrap_or(1).max(1) as u32;
     let last_write = num("written_at_ms").map(|unix_ms| LastWrite {
         unix_ms,
@@ -155,6 +200,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
                 deadline_ms: r.deadline.as_millis() as u64,
                 weight: r.weight,
             }),
+            weight: decoded.map_or(1, |r| r.weight),
             unreadable_report: raw
                 .filter(|_| decoded.is_none())
                 .map(|v| excerpt(v.as_bytes())),
@@ -258,6 +304,8 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         invalid_work_units: invalid,
         in_transit,
         transit,
+        assignment,
+        last_change,
     }
 }
 
@@ -271,7 +319,10 @@ fn protocol_text(m: &MemberReport, generation: u64) -> String {
                 format!(" ({} behind generation {generation})", p.behind)
             };
             let draining = if p.draining { ", draining" } else { "" };
-            format!("  applied {}{lag}{draining}", p.applied)
+            format!(
+                "  weight {}  applied {}{lag}{draining}",
+                p.weight, p.applied
+            )
         }
         (None, Some(raw)) => format!("  unreadable report {raw}"),
         (None, None) => "  (no acknowledgements: -handoff-delay)".into(),
@@ -301,6 +352,7 @@ pub fn render_status(r: &StatusReport) -> String {
         "table {}  generation {}  {}\n",
         r.table, r.generation, write
     );
+    out += &assignment_text(&r.assignment, &r.last_change);
     out += &match (&r.lease.holder, r.lease.expires_in_ms) {
         (Some(h), Some(ms)) => format!(
             "lease held by {h}, epoch {}, expires in {}\n",
@@ -400,8 +452,10 @@ pub struct TableReport {
     pub assignments: usize,
     pub min: usize,
     pub max: usize,
-    /// `max - min`: 0 or 1 in a single group, by construction.
+    /// `max - min`: 0 or 1 in a single group with equal weights.
     pub balance: usize,
+    pub assignment: Option<String>,
+    pub last_change: Option<ChangeReport>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -410,9 +464,12 @@ pub struct TableRow {
     pub units: usize,
     /// Percent of all assignments.
     pub share: f64,
+    /// Its capacity weight: its report's, 1 without one.
+    pub weight: u32,
 }
 
 pub fn table(o: &Overview, table_key: &str) -> TableReport {
+    let (assignment, last_change) = assignment_of(o);
     let t = MatchingTable::from_rows(o.table.clone());
     let counts: BTreeMap<&str, usize> = t
         .rows()
@@ -425,6 +482,11 @@ pub fn table(o: &Overview, table_key: &str) -> TableReport {
         .map(|(m, n)| TableRow {
             member: m.to_string(),
             units: *n,
+            weight: o
+                .reports
+                .get(*m)
+                .and_then(|v| handoff::MemberReport::decode(v))
+                .map_or(1, |r| r.weight),
             share: if assignments == 0 {
                 0.0
             } else {
@@ -447,18 +509,27 @@ pub fn table(o: &Overview, table_key: &str) -> TableReport {
         min,
         max,
         balance: max - min,
+        assignment,
+        last_change,
     }
 }
 
 pub fn render_table(r: &TableReport) -> String {
-    let mut out = format!("{:<32} {:>8} {:>8}\n", "member", "units", "share");
+    let mut out = format!(
+        "{:<32} {:>8} {:>8} {:>7}\n",
+        "member", "units", "share", "weight"
+    );
     for row in &r.rows {
-        out += &format!("{:<32} {:>8} {:>7.2}%\n", row.member, row.units, row.share);
+        out += &format!(
+            "{:<32} {:>8} {:>7.2}% {:>7}\n",
+            row.member, row.units, row.share, row.weight
+        );
     }
     out += &format!(
         "{} members, {} assignments, min {} max {} (balance {}), generation {}\n",
         r.members, r.assignments, r.min, r.max, r.balance, r.generation
     );
+    out += &assignment_text(&r.assignment, &r.last_change);
     out
 }
 
@@ -477,6 +548,8 @@ mod tests {
                 s("epoch", "3"),
                 s("writer", "r1"),
                 s("failure_threshold", "2"),
+                s("assignment", "sticky"),
+                s("last_change", "moved=3 minimum=3 placed=1"),
             ]
             .into(),
             lease_pttl: Some(Duration::from_millis(1500)),
@@ -552,6 +625,11 @@ mod tests {
         let text = render_status(&r);
         assert!(text.contains("lease held by r1, epoch 3"), "{text}");
         assert!(text.contains("group g: 2 live, 4 failed"), "{text}");
+        assert!(
+            text.contains("assignment sticky; last change: 3 moved (minimum 3), 1 placed"),
+            "{text}"
+        );
+        assert_eq!(g.live[0].weight, 1, "no report: weight 1");
     }
 
     #[test]
@@ -613,5 +691,9 @@ mod tests {
             text.contains("2 members, 3 assignments, min 1 max 2 (balance 1), generation 7"),
             "{text}"
         );
+        assert!(text.contains("assignment sticky; last change"), "{text}");
+        let mut o = overview();
+        o.reports.insert("h:1".into(), "4 0 3000 5".to_string());
+        assert_eq!(table(&o, "t").rows[0].weight, 5);
     }
 }

@@ -43,7 +43,7 @@ use crate::core::handoff::{
 use crate::core::inputs::{self, Inputs};
 use crate::core::liveness::{HealthChanges, Liveness};
 use crate::core::suspicion::{self, GroupMembers, Guard, Review, Suspect, SuspectChanges};
-use crate::core::table::MatchingTable;
+use crate::core::table::{Assignment, MatchingTable, Moves, Solve};
 use crate::edge::grpc::{FIRST_CONTACT, PingFailure, PingReport, Pinger};
 use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Reports, Snapshot, Store};
 use crate::error::StoreError;
@@ -93,6 +93,8 @@ pub(super) struct HandoffState {
     pub(super) inputs: Option<Arc<Inputs>>,
     /// What the last plan did, for status and metrics.
     pub(super) last: HandoffOutcome,
+    /// The last solve that moved or placed units (status: `last_change`).
+    pub(super) last_change: Option<LastChange>,
     /// The trace span of each write that revoked units still in transit, by
     /// generation: the write that grants them links to it, so that a move
     /// reads as revoke → grant in the trace view.
@@ -234,6 +236,14 @@ pub(super) struct Memo {
     pub(super) table: Arc<MatchingTable>,
 }
 
+/// The last solve that changed the table: its moves against the minimum.
+#[derive(Clone, Debug, Default)]
+pub(super) struct LastChange {
+    pub(super) moves: Moves,
+    /// Not written to `{T}:meta` yet.
+    pub(super) unsaved: bool,
+}
+
 pub(super) struct CycleReport {
     pub(super) epoch: u64,
     pub(super) inputs: Arc<Inputs>,
@@ -353,6 +363,9 @@ pub(super) struct CycleContext {
     pub(super) failure_threshold: u32,
     pub(super) ping_timeout: Duration,
     pub(super) handoff: handoff::Settings,
+    pub(super) assignment: Assignment,
+    /// `-max-moves-per-cycle` (0: no limit).
+    pub(super) max_moves: usize,
 }
 
 impl CycleContext {
@@ -830,37 +843,6 @@ impl CycleContext {
         generation_floor: &mut u64,
         stored_table: Option<MatchingTable>,
     ) -> Write {
-        // Desired: live (or suspected) members that are not draining.
-        let eligible = |m: &str| view.keeps_units(m) && !view.handoff.draining(m);
-        let key = inputs_key(inputs, eligible);
-        let live: HashSet<String> = inputs
-            .members()
-            .filter(|m| eligible(m))
-            .map(str::to_string)
-            .collect();
-        let memo = match view.memo.take() {
-            Some(m) if m.key == key => m,
-            _ => {
-                let inp = Arc::clone(inputs);
-                let assign = info_span!(
-                    "assign",
-                    units = inputs.units.len(),
-                    groups = inputs.groups.len()
-                );
-                let table = tokio::task::spawn_blocking(move || {
-                    assign.in_scope(|| MatchingTable::solve(&inp, |m| live.contains(m)))
-                })
-                .await
-                .expect("solving the table does not panic");
-                Memo {
-                    key,
-                    table: Arc::new(table),
-                }
-            }
-        };
-        let desired = memo.table.clone();
-        view.memo = Some(memo);
-
         // Granted: what this holder wrote last, if Redis still has exactly
         // that; else what Redis has (a new holding, a write whose outcome was
         // unknown, an edit), verified by the plan.
@@ -886,6 +868,116 @@ impl CycleContext {
                 (start, true)
             }
         };
+
+        // Desired: live (or suspected) members that are not draining.
+        let eligible = |m: &str| view.keeps_units(m) && !view.handoff.draining(m);
+        // The current table, in sticky mode: the granted table the plan
+        // starts from (what members hold: this holder's last write, or the
+        // stored table on a new holding, whoever wrote it, Go included), plus
+        // every unit in transit counted as held by its destination. The
+        // destination is where the last solve put it, and no member works on
+        // it meanwhile, so keeping it there loses nothing; counting it free
+        // instead would let each solve during a handoff re-place the revoked
+        // units by hash, changing their destination for nothing. With the
+        // destination counted, a solve during a handoff finds the desired
+        // table it started from (a fixed point). A unit in transit to nobody
+        // is free. The move limit counts moves from the same current table,
+        // in both modes. In ring mode without a limit the table does not
+        // depend on it (so neither does the memo's key): it only counts the
+        // moves of a new solve for status.
+        let uses_current = self.assignment == Assignment::Sticky || self.max_moves > 0;
+        let also_held: Vec<(&str, &str)> = view
+            .handoff
+            .transit
+            .values()
+            .flat_map(|units| units.iter())
+            .filter_map(|(u, t)| Some((t.to.as_deref()?, u.as_str())))
+            .collect();
+        // Capacity weights, in both modes: from each member's report (1
+        // without one, or without the field). A changed weight re-solves.
+        let weights: HashMap<String, u32> = inputs
+            .members()
+            .filter(|m| eligible(m))
+            .map(|m| {
+                let w = view.handoff.reports.get(m).map_or(1, |r| r.weight);
+                (m.to_string(), w)
+            })
+            .collect();
+        let key = {
+            let mut h = Xxh3::new();
+            h.update(&inputs_key(inputs, eligible).to_le_bytes());
+            h.update(self.assignment.name().as_bytes());
+            let mut weighted: Vec<(&String, &u32)> =
+                weights.iter().filter(|&(_, &w)| w != 1).collect();
+            weighted.sort_unstable();
+            for (m, w) in weighted {
+                h.update(&(m.len() as u64).to_le_bytes());
+                h.update(m.as_bytes());
+                h.update(&w.to_le_bytes());
+            }
+            if uses_current {
+                h.update(&self.max_moves.to_le_bytes());
+                h.update(granted.digest().as_bytes());
+                for (m, u) in &also_held {
+                    h.update(&(m.len() as u64).to_le_bytes());
+                    h.update(m.as_bytes());
+                    h.update(&(u.len() as u64).to_le_bytes());
+                    h.update(u.as_bytes());
+                }
+            }
+            h.digest128()
+        };
+        let memo = match view.memo.take() {
+            Some(m) if m.key == key => m,
+            _ => {
+                let inp = Arc::clone(inputs);
+                let assign = info_span!(
+                    "assign",
+                    units = inputs.units.len(),
+                    groups = inputs.groups.len(),
+                    assignment = self.assignment.name(),
+                );
+                let assignment = self.assignment;
+                let max_moves = self.max_moves;
+                let current = Some(Arc::clone(&granted));
+                let also_held: Vec<(String, String)> = also_held
+                    .iter()
+                    .map(|(m, u)| (m.to_string(), u.to_string()))
+                    .collect();
+                let table = tokio::task::spawn_blocking(move || {
+                    let also_held: Vec<(&str, &str)> = also_held
+                        .iter()
+                        .map(|(m, u)| (m.as_str(), u.as_str()))
+                        .collect();
+                    let weight = |m: &str| weights.get(m).copied().unwrap_or(1);
+                    let how = Solve {
+                        assignment,
+                        weight: &weight,
+                        current: current.as_deref(),
+                        also_held: &also_held,
+                        max_moves,
+                    };
+                    let live = |m: &str| weights.contains_key(m);
+                    assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how))
+                })
+                .await
+                .expect("solving the table does not panic");
+                let (table, moves) = table;
+                if let Some(moves) = moves.filter(|m| m.moved + m.placed > 0) {
+                    view.handoff.last_change = Some(LastChange {
+                        moves,
+                        unsaved: true,
+                    });
+                }
+                Memo {
+                    key,
+                    table: Arc::new(table),
+                }
+            }
+        };
+        let desired = memo.table.clone();
+        view.memo = Some(memo);
+
         let now = Instant::now();
         let now_ms = unix_ms();
         let groups: Vec<GroupInput<'_>> = inputs
@@ -964,6 +1056,12 @@ impl CycleContext {
                     .map(move |(u, t)| (handoff::transit_field(g, u), t.encode()))
             })
             .collect();
+        let last_change = view
+            .handoff
+            .last_change
+            .as_ref()
+            .filter(|c| c.unsaved)
+            .map(|c| c.moves.encode());
         let commit = Commit {
             table: table_changed.then_some(&*next),
             health: &view.unsaved,
@@ -972,6 +1070,8 @@ impl CycleContext {
             generation_floor: *generation_floor,
             holder_id: &self.replica_id,
             now_ms,
+            assignment: self.assignment.name(),
+            last_change: last_change.as_deref(),
         };
         let span = info_span!(
             "write_table",
@@ -1033,6 +1133,11 @@ impl CycleContext {
                     .flat_map(|u| u.values().map(|t| t.revoked_at))
                     .collect();
                 view.handoff.revocations.retain(|g, _| open.contains(g));
+                if generation.is_some()
+                    && let Some(c) = &mut view.handoff.last_change
+                {
+                    c.unsaved = false;
+                }
                 view.handoff.granted = Some(next);
                 view.handoff.transit = transit;
                 view.unsaved = HealthChanges::default();

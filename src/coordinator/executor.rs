@@ -527,6 +527,8 @@ impl Executor {
             handoff: crate::core::handoff::Settings {
                 handoff_delay: self.config.handoff_delay,
             },
+            assignment: self.config.assignment,
+            max_moves: self.config.max_moves_per_cycle,
         };
         let view = h.view.clone();
         if handoff_only {

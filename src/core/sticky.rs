@@ -279,6 +279,63 @@ where
         .count()
 }
 
+/// How many units of `next` stay with their single holder in `current`
+/// (the units neither moved, see [`moved`], nor placed). `next` must be a
+/// partition, as [`assign`]'s results are.
+pub fn kept<'c, R>(current: impl IntoIterator<Item = (&'c str, R)>, next: &Table<'_>) -> usize
+where
+    R: IntoIterator<Item = &'c str>,
+{
+    let (names, units, owner) = flatten(next);
+    let holders = Holders::read(current, &names, &units);
+    holders
+        .of
+        .iter()
+        .zip(&owner)
+        .filter(|&(&h, &o)| h == o)
+        .count()
+}
+
+/// The least number of moves (see "What counts as a move") of any balanced
+/// table for these inputs from `current`: what [`assign`] moves. In closed
+/// form, without solving: the units held above the floors of the shares,
+/// less one for each ceiling that can go to a member holding more than its
+/// floor (see "Minimality"). Linear in the units and the table.
+pub fn min_moves<'c, R>(
+    current: impl IntoIterator<Item = (&'c str, R)>,
+    members: &[(&str, u32)],
+    units: &[&str],
+) -> usize
+where
+    R: IntoIterator<Item = &'c str>,
+{
+    let (names, weights) = ring::normalize_weighted(members);
+    let units = sorted_distinct(units);
+    if names.is_empty() {
+        return 0;
+    }
+    let holders = Holders::read(current, &names, &units);
+    let mut held = vec![0usize; names.len()];
+    for &h in &holders.of {
+        if h < CONTESTED {
+            held[h as usize] += 1;
+        }
+    }
+    let shares = ring::shares(&weights, units.len());
+    let extra = units.len() - shares.iter().map(|s| s.floor).sum::<usize>();
+    let over: usize = held
+        .iter()
+        .zip(&shares)
+        .map(|(&k, s)| k.saturating_sub(s.floor))
+        .sum();
+    let savers = held
+        .iter()
+        .zip(&shares)
+        .filter(|&(&k, s)| s.remainder > 0 && k > s.floor)
+        .count();
+    over - savers.min(extra)
+}
+
 /// At most `max_moves` of the moves from `current` to `next` (a partition:
 /// normally [`assign`]'s result from `current`): the moves with the lowest
 /// `xxh3(unit, LIMIT_SEED)` go ahead, every other moving unit stays with its

@@ -1,10 +1,16 @@
 //! The matching table: member id → comma-joined work units, as stored in Redis.
 //!
 //! Pure. [`MatchingTable::solve`] runs the ring once per group over the whole unit
-//! list and merges the rows. Guarantees:
+//! list and merges the rows; [`MatchingTable::solve_with`] also takes the
+//! [`Assignment`] mode, the members' weights and the current table (see
+//! [`Solve`]). Guarantees:
 //! - within each group every valid unit has exactly one owner among the group's
-//!   live members (no gaps, no overlaps), and row sizes differ by at most one;
-//! - the table is a function of the *sets* of live members and units only;
+//!   live members (no gaps, no overlaps), and row sizes differ by at most one
+//!   (with weights: each row is the floor or the ceiling of its exact share);
+//! - in [`Assignment::Ring`] mode (without a move limit) the table is a
+//!   function of the *sets* of live members (and their weights) and units
+//!   only; in [`Assignment::Sticky`] mode it also depends on the current
+//!   table, and moves the fewest units the balance allows (`core::sticky`);
 //! - every live member has a row, an empty one when it has no units (as the Go
 //!   implementation writes it): a field means "live and in the table", no
 //!   field means "not a member now" (failing, or not listed). Workers that
@@ -17,7 +23,112 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use crate::core::inputs::Inputs;
-use crate::core::ring;
+use crate::core::{ring, sticky};
+
+/// How the table is solved (`-assignment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Assignment {
+    /// [`ring::assign_weighted`]: a pure function of the sets, as the Go
+    /// implementation computes it (with every weight 1).
+    #[default]
+    Ring,
+    /// [`sticky::assign`]: from the current table, moving the fewest units.
+    Sticky,
+}
+
+impl Assignment {
+    /// Every mode's name, as `-assignment` takes it.
+    pub const NAMES: &'static [&'static str] = &["ring", "sticky"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Assignment::Ring => "ring",
+            Assignment::Sticky => "sticky",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Assignment> {
+        match s {
+            "ring" => Some(Assignment::Ring),
+            "sticky" => Some(Assignment::Sticky),
+            _ => None,
+        }
+    }
+}
+
+/// What [`MatchingTable::solve_with`] takes besides the inputs.
+pub struct Solve<'a> {
+    pub assignment: Assignment,
+    /// A live member's capacity weight (1 by default; 0 counts as 1).
+    pub weight: &'a dyn Fn(&str) -> u32,
+    /// The table the members hold now, for sticky mode and the move limit,
+    /// and to count the moves ([`MatchingTable::solve_counted`]); `None`
+    /// when there is none (sticky then starts from the ring).
+    pub current: Option<&'a MatchingTable>,
+    /// `(member, unit)` pairs counted as held besides `current`'s rows (the
+    /// daemon passes units in transit, with their destination).
+    pub also_held: &'a [(&'a str, &'a str)],
+    /// At most this many held units change owner in this solve, over all
+    /// groups in their order (`0`: no limit); needs `current`. Units of
+    /// members that left, and new units, are never held back
+    /// ([`sticky::limit_moves`]).
+    pub max_moves: usize,
+}
+
+/// How a solve changed the current table, summed over the groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Moves {
+    /// Units held by one live member that now have another owner
+    /// ([`sticky::moved`]).
+    pub moved: usize,
+    /// The least any balanced table could move ([`sticky::min_moves`]): what
+    /// sticky mode moves without a move limit; with one, `moved` can be
+    /// lower (the rest follows in later solves).
+    pub minimum: usize,
+    /// Units that had no single live holder (new units, units of members
+    /// that left or drain) and got an owner.
+    pub placed: usize,
+}
+
+impl Moves {
+    /// As `{T}:meta` stores it: `moved=<n> minimum=<n> placed=<n>`.
+    pub fn encode(&self) -> String {
+        format!(
+            "moved={} minimum={} placed={}",
+            self.moved, self.minimum, self.placed
+        )
+    }
+
+    pub fn decode(s: &str) -> Option<Moves> {
+        let mut m = Moves::default();
+        let mut seen = 0;
+        for field in s.split(' ') {
+            let (k, v) = field.split_once('=')?;
+            let v: usize = v.parse().ok()?;
+            match k {
+                "moved" => m.moved = v,
+                "minimum" => m.minimum = v,
+                "placed" => m.placed = v,
+                _ => continue,
+            }
+            seen += 1;
+        }
+        (seen == 3).then_some(m)
+    }
+}
+
+impl Solve<'_> {
+    /// Ring mode, every weight 1, no limit: what [`MatchingTable::solve`] does.
+    pub fn ring() -> Solve<'static> {
+        Solve {
+            assignment: Assignment::Ring,
+            weight: &|_| 1,
+            current: None,
+            also_held: &[],
+            max_moves: 0,
+        }
+    }
+}
 
 /// Separator between units in a row. Units containing it are rejected on input.
 pub const SEPARATOR: char = ',';
@@ -44,22 +155,77 @@ impl std::fmt::Debug for MatchingTable {
 }
 
 impl MatchingTable {
-    /// Splits all units among the live members of every group.
+    /// Splits all units among the live members of every group, with the
+    /// ring (every weight 1).
     pub fn solve(inputs: &Inputs, is_live: impl Fn(&str) -> bool) -> MatchingTable {
+        MatchingTable::solve_with(inputs, is_live, &Solve::ring())
+    }
+
+    /// Splits all units among the live members of every group, as `how`
+    /// says. Pure: equal arguments give equal tables, in every replica.
+    pub fn solve_with(
+        inputs: &Inputs,
+        is_live: impl Fn(&str) -> bool,
+        how: &Solve<'_>,
+    ) -> MatchingTable {
+        MatchingTable::solve_counted(inputs, is_live, how).0
+    }
+
+    /// [`MatchingTable::solve_with`], and how the result differs from
+    /// `how.current` (`None` without a current table).
+    pub fn solve_counted(
+        inputs: &Inputs,
+        is_live: impl Fn(&str) -> bool,
+        how: &Solve<'_>,
+    ) -> (MatchingTable, Option<Moves>) {
         let units: Vec<&str> = inputs.units.iter().map(String::as_str).collect();
+        // The current rows as the sticky solver reads them: a member's row
+        // may be split over several entries, and rows of members outside a
+        // group are ignored there.
+        let current = || {
+            let rows = how
+                .current
+                .into_iter()
+                .flat_map(|t| t.rows.iter().map(|(m, v)| (m.as_str(), decode_row(v))));
+            let also = how.also_held.iter().map(|&(m, u)| (m, vec![u]));
+            rows.chain(also)
+        };
+        let mut budget = how.max_moves;
+        let mut moves = Moves::default();
         let mut rows = BTreeMap::new();
         for group in &inputs.groups {
-            let live: Vec<&str> = group
+            let live: Vec<(&str, u32)> = group
                 .members
                 .iter()
                 .map(String::as_str)
                 .filter(|m| is_live(m))
+                .map(|m| (m, (how.weight)(m)))
                 .collect();
-            for (member, owned) in ring::assign(&live, &units) {
+            let mut solved = match how.assignment {
+                Assignment::Ring => ring::assign_weighted(&live, &units),
+                Assignment::Sticky => sticky::assign(current(), &live, &units),
+            };
+            if how.max_moves > 0 && how.current.is_some() {
+                solved = sticky::limit_moves(current(), &solved, budget);
+                budget -= sticky::moved(current(), &solved).min(budget);
+            }
+            if how.current.is_some() {
+                let moved = sticky::moved(current(), &solved);
+                let minimum = sticky::min_moves(current(), &live, &units);
+                // The rest had no single live holder: placed, not moved.
+                let kept = sticky::kept(current(), &solved);
+                let assigned: usize = solved.values().map(Vec::len).sum();
+                let placed = assigned - kept - moved;
+                moves.moved += moved;
+                moves.minimum += minimum;
+                moves.placed += placed;
+            }
+            for (member, owned) in solved {
                 rows.insert(member.to_string(), owned.join(","));
             }
         }
-        MatchingTable::from_rows(rows)
+        let moves = how.current.is_some().then_some(moves);
+        (MatchingTable::from_rows(rows), moves)
     }
 
     /// Builds a table from stored rows (for tests, status and diffs). Empty
@@ -227,6 +393,116 @@ mod tests {
         let p = MatchingTable::from_rows([("ab".to_string(), "c".to_string())]);
         let q = MatchingTable::from_rows([("a".to_string(), "bc".to_string())]);
         assert_ne!(p.digest(), q.digest());
+    }
+
+    #[test]
+    fn ring_mode_with_weights_one_is_the_ring() {
+        let units: Vec<String> = (0..50).map(|i| format!("u{i}")).collect();
+        let refs: Vec<&str> = units.iter().map(String::as_str).collect();
+        let inp = inputs(&[("a", &["a:1", "a:2", "a:3"]), ("b", &["b:1"])], &refs);
+        let plain = MatchingTable::solve(&inp, |_| true);
+        let members = ["a:1", "a:2", "a:3"];
+        let ring = ring::assign(&members, &refs);
+        for m in members {
+            assert_eq!(plain.units_of(m), ring[m]);
+        }
+        // Weights: a:3 has weight 3, so 30 of 50 units; the others 10 each.
+        let weighted = MatchingTable::solve_with(
+            &inp,
+            |_| true,
+            &Solve {
+                weight: &|m| if m == "a:3" { 3 } else { 1 },
+                ..Solve::ring()
+            },
+        );
+        let sizes: Vec<usize> = members.iter().map(|m| weighted.units_of(m).len()).collect();
+        assert_eq!(sizes, [10, 10, 30]);
+        assert_eq!(weighted.units_of("b:1").len(), 50);
+    }
+
+    #[test]
+    fn sticky_mode_moves_only_the_minimum_and_limits_moves() {
+        let units: Vec<String> = (0..60).map(|i| format!("u{i}")).collect();
+        let refs: Vec<&str> = units.iter().map(String::as_str).collect();
+        let three = inputs(&[("a", &["a:1", "a:2", "a:3"])], &refs);
+        let four = inputs(&[("a", &["a:1", "a:2", "a:3", "a:4"])], &refs);
+        let sticky = |current| Solve {
+            assignment: Assignment::Sticky,
+            current,
+            ..Solve::ring()
+        };
+        // No current table: the ring.
+        let start = MatchingTable::solve_with(&three, |_| true, &sticky(None));
+        assert_eq!(start, MatchingTable::solve(&three, |_| true));
+        // A join takes exactly its 15 units, all from the others.
+        let joined = MatchingTable::solve_with(&four, |_| true, &sticky(Some(&start)));
+        assert_eq!(joined.units_of("a:4").len(), 15);
+        assert_eq!(start.moved_units(&joined), 2 * 15);
+        let (_, moves) = MatchingTable::solve_counted(&four, |_| true, &sticky(Some(&start)));
+        let want = Moves {
+            moved: 15,
+            minimum: 15,
+            placed: 0,
+        };
+        assert_eq!(moves, Some(want));
+        assert_eq!(Moves::decode(&want.encode()), Some(want));
+        assert_eq!(Moves::decode("moved=1 minimum=2"), None);
+        // A leave places the leaver's units and moves nothing.
+        let (_, moves) = MatchingTable::solve_counted(&three, |_| true, &sticky(Some(&joined)));
+        assert_eq!(
+            moves,
+            Some(Moves {
+                moved: 0,
+                minimum: 0,
+                placed: 15
+            })
+        );
+        // The ring from the same table moves more than the minimum.
+        let ring_from = Solve {
+            assignment: Assignment::Ring,
+            ..sticky(Some(&start))
+        };
+        let (_, moves) = MatchingTable::solve_counted(&four, |_| true, &ring_from);
+        let moves = moves.unwrap();
+        assert_eq!(moves.minimum, 15);
+        assert!(moves.moved >= 15, "{moves:?}");
+        // A unit in transit counts as held by its destination.
+        let u = joined.units_of("a:4")[0].to_string();
+        let mut rows = joined.rows().clone();
+        let rest: Vec<&str> = joined.units_of("a:4")[1..].to_vec();
+        rows.insert("a:4".to_string(), rest.join(","));
+        let without = MatchingTable::from_rows(rows);
+        let again = MatchingTable::solve_with(
+            &four,
+            |_| true,
+            &Solve {
+                also_held: &[("a:4", u.as_str())],
+                ..sticky(Some(&without))
+            },
+        );
+        assert_eq!(again, joined, "a fixed point through the handoff");
+        // A limit of 4 moves: 4 now, the rest in later solves.
+        fn limited(current: &MatchingTable) -> Solve<'_> {
+            Solve {
+                assignment: Assignment::Sticky,
+                current: Some(current),
+                max_moves: 4,
+                ..Solve::ring()
+            }
+        }
+        let mut t = start.clone();
+        let mut solves = 0;
+        while t != joined {
+            let next = MatchingTable::solve_with(&four, |_| true, &limited(&t));
+            assert!(t.moved_units(&next) <= 2 * 4, "{solves}");
+            t = next;
+            solves += 1;
+        }
+        assert_eq!(solves, 4, "15 moves, 4 a solve");
+        // A leave is never limited: its units have no live holder.
+        let left = MatchingTable::solve_with(&three, |_| true, &limited(&joined));
+        assert_eq!(left.units_of("a:4").len(), 0);
+        assert_eq!(left.assignments(), 60);
     }
 
     #[test]

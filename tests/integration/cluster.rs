@@ -128,6 +128,8 @@ async fn cluster_fences_a_stale_holder() {
         generation_floor: 0,
         holder_id: id,
         now_ms: 2,
+        assignment: "ring",
+        last_change: None,
     };
     assert_eq!(
         store.commit(&a, &commit("a")).await.unwrap(),

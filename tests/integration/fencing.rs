@@ -49,6 +49,8 @@ async fn a_stale_holder_cannot_write() {
         generation_floor: 0,
         holder_id: "a",
         now_ms: 3,
+        assignment: "ring",
+        last_change: None,
     };
     assert_eq!(
         store.commit(&a, &c).await.unwrap(),
@@ -74,6 +76,8 @@ async fn a_stale_holder_cannot_write() {
         generation_floor: 0,
         holder_id: "a",
         now_ms: 5,
+        assignment: "ring",
+        last_change: None,
     };
     assert_eq!(
         store.commit(&a, &stale).await.unwrap(),
@@ -113,6 +117,8 @@ async fn a_stale_holder_cannot_write() {
         generation_floor: 0,
         holder_id: "b",
         now_ms: 6,
+        assignment: "ring",
+        last_change: None,
     };
     assert_eq!(
         store.commit(&b, &c).await.unwrap(),
@@ -151,6 +157,8 @@ async fn epochs_and_generations_survive_redis_data_loss() {
         generation_floor: 41,
         holder_id: "a",
         now_ms: 1,
+        assignment: "ring",
+        last_change: None,
     };
     assert_eq!(
         store.commit(&got, &c).await.unwrap(),
@@ -185,6 +193,8 @@ async fn big_tables_are_written_in_one_script_call() {
         generation_floor: 0,
         holder_id: "a",
         now_ms: 1,
+        assignment: "ring",
+        last_change: None,
     };
     assert_eq!(
         store.commit(&g, &c).await.unwrap(),
@@ -236,6 +246,8 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
         generation_floor: 0,
         holder_id: "fresh",
         now_ms: 3,
+        assignment: "ring",
+        last_change: None,
     };
     assert_eq!(
         store.commit(&fresh, &c).await.unwrap(),
@@ -264,6 +276,8 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
         generation_floor: 0,
         holder_id: "veteran",
         now_ms: 4,
+        assignment: "ring",
+        last_change: None,
     };
     assert_eq!(
         store.commit(&next, &c).await.unwrap(),

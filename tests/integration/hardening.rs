@@ -212,6 +212,8 @@ async fn scripts_validate_everything_before_their_first_write() {
         generation_floor: 0,
         holder_id: "a",
         now_ms: 1,
+        assignment: "ring",
+        last_change: None,
     };
     store.commit(&grant, &commit(&t1)).await.unwrap();
     let t2 = MatchingTable::from_rows([("w:2".to_string(), "y".to_string())]);

@@ -18,5 +18,6 @@ mod ownership_stress;
 mod process;
 mod python_worker;
 mod security;
+mod sticky;
 mod table;
 mod tls;

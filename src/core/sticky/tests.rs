@@ -213,6 +213,13 @@ impl<'a> Model<'a> {
         self.check_balanced(got);
         let bound = self.lower_bound();
         assert_eq!(bound, self.lower_bound_closed(), "closed form");
+        let members: Vec<(&str, u32)> = self.weights.iter().map(|(&m, &w)| (m, w as u32)).collect();
+        let units: Vec<&str> = self.units.iter().copied().collect();
+        assert_eq!(
+            min_moves(owned_rows(current), &members, &units),
+            bound,
+            "min_moves()"
+        );
         let moves = self.moved(got);
         assert_eq!(moves, bound, "moves vs the minimum");
         assert_eq!(moved(owned_rows(current), got), moves, "moved()");

@@ -170,6 +170,11 @@ pub struct Commit<'a> {
     pub generation_floor: u64,
     pub holder_id: &'a str,
     pub now_ms: u64,
+    /// `-assignment`, stored in `{T}:meta` with a table write.
+    pub assignment: &'a str,
+    /// The last solve that changed the table, as [`crate::core::table::Moves`]
+    /// encodes it, stored with a table write (`None`: the stored one stays).
+    pub last_change: Option<&'a str>,
 }
 
 /// What a new holder reads from the last one ([`Store::load_holding`]).

@@ -329,7 +329,9 @@ impl Store {
             .arg(c.suspects.set.len())
             .arg(c.suspects.removed.len())
             .arg(if c.transit.is_some() { "1" } else { "0" })
-            .arg(c.transit.map_or(0, <[_]>::len));
+            .arg(c.transit.map_or(0, <[_]>::len))
+            .arg(c.assignment)
+            .arg(c.last_change.unwrap_or(""));
         if let Some(t) = c.table {
             for (member, units) in t.rows() {
                 inv.arg(member).arg(units);

@@ -3,7 +3,8 @@
 -- ARGV: token, epoch, generation_floor, digest, now_ms, holder_id, channel,
 --       write_table (0|1), n_rows, n_health_set, n_health_del,
 --       n_suspect_set, n_suspect_del, write_transit (0|1), n_transit,
---       then n_rows (member, units) pairs, n_health_set (member, state) pairs,
+--       assignment, last_change (stored in meta with a table write; an
+--       empty last_change leaves the stored one), then n_rows (member, units) pairs, n_health_set (member, state) pairs,
 --       n_health_del member names, n_suspect_set (member, suspicion) pairs,
 --       n_suspect_del member names and n_transit (field, value) pairs.
 -- With write_transit, the transit hash is replaced whole; a value that
@@ -30,7 +31,7 @@ local n_rows, n_set, n_del = count(ARGV[9]), count(ARGV[10]), count(ARGV[11])
 local n_sus, n_unsus = count(ARGV[12]), count(ARGV[13])
 local n_transit = count(ARGV[15])
 if not (n_rows and n_set and n_del and n_sus and n_unsus and n_transit)
-  or #ARGV ~= 15 + 2 * n_rows + 2 * n_set + n_del + 2 * n_sus + n_unsus + 2 * n_transit then
+  or #ARGV ~= 17 + 2 * n_rows + 2 * n_set + n_del + 2 * n_sus + n_unsus + 2 * n_transit then
   return invalid('ARGV', 'counts', table.concat({ARGV[9] or '', ARGV[10] or '', ARGV[11] or '',
     ARGV[12] or '', ARGV[13] or '', ARGV[15] or ''}, ' ') .. ' for ' .. #ARGV .. ' arguments',
     'counts that match the arguments')
@@ -65,7 +66,7 @@ local liveness_type = type_of(KEYS[5])
 local suspects_type = type_of(KEYS[6])
 local transit_type = type_of(KEYS[7])
 
-local rows_at = 16
+local rows_at = 18
 local set_at = rows_at + 2 * n_rows
 local del_at = set_at + 2 * n_set
 local sus_at = del_at + n_del
@@ -111,7 +112,11 @@ if write_table then
   redis.call('DEL', KEYS[1])
   apply('HSET', KEYS[1], rows_at, set_at - 1)
   redis.call('HSET', KEYS[2], 'generation', generation, 'digest', ARGV[4],
-    'epoch', ARGV[2], 'writer', ARGV[6], 'written_at_ms', ARGV[5], 'members', n_rows)
+    'epoch', ARGV[2], 'writer', ARGV[6], 'written_at_ms', ARGV[5], 'members', n_rows,
+    'assignment', ARGV[16])
+  if ARGV[17] ~= '' then
+    redis.call('HSET', KEYS[2], 'last_change', ARGV[17])
+  end
 end
 apply('HSET', KEYS[5], set_at, del_at - 1)
 apply('HDEL', KEYS[5], del_at, sus_at - 1)
