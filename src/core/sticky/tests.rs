@@ -719,7 +719,7 @@ fn sticky_churn_table() {
         "{:>4} {:<6} {:>7} | {:>7} {:>6} {:>6} | {:>10} {:>12}",
         "N", "event", "placed", "min", "ring", "sticky", "ring/least", "sticky/least"
     );
-    for n in [10, 20, 50, 100] {
+    for n in [10, 20, 50, 100, 1000] {
         let members = names("member", n + 1);
         let members = refs(&members);
         let (before, joiner) = (&members[..n], members[n]);
