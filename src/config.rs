@@ -219,7 +219,7 @@ settings! {
     ASSIGNMENT: AssignmentMode = AssignmentMode, "assignment" ["ASSIGNMENT"] = Some("ring"), "ring|sticky",
         "How units are split: ring (a function of the members and units, as the Go implementation does) or sticky (from the current table, moving the fewest units balance needs)";
     MAX_MOVES_PER_CYCLE: Whole<usize> = Whole { min: 0, max: None }, "max-moves-per-cycle" ["MAX_MOVES_PER_CYCLE"] = Some("0"), "N",
-        "At most this many units move (are revoked from a live owner) per solve, in both modes; the rest follow in later cycles. Units of failed or departed members are never held back. 0: no limit";
+        "At most this many units are moving at once (revoked from a live owner, not yet granted to the next), in both modes; the rest follow as those moves complete. Units of failed or departed members are never held back. 0: no limit";
     REDIS_WAIT_REPLICAS: Whole<u32> = Whole { min: 0, max: Some(64) }, "redis-wait-replicas" ["REDIS_WAIT_REPLICAS"] = Some("0"), "N",
         "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
     REDIS_WAIT_TIMEOUT: Dur = Dur(ms(1)), "redis-wait-timeout" ["REDIS_WAIT_TIMEOUT"] = Some("100ms"), "DURATION",

@@ -801,10 +801,6 @@ impl CycleContext {
         })
     }
 
-    /// Solves the table the members should have (desired), plans the next
-    /// granted table from it with the handoff (break before make), and writes
-    /// it (fenced) if it, the units in transit or the liveness history
-    /// changed.
     /// Pings the members that owe revocations but are no longer listed (see
     /// [`HandoffState::owing_unlisted`]), for the handoff only (liveness and
     /// the mass-failure guard count listed members). A refused connection
@@ -835,6 +831,10 @@ impl CycleContext {
         handoff.observe_pings(&done);
     }
 
+    /// Solves the table the members should have (desired), plans the next
+    /// granted table from it with the handoff (break before make), and writes
+    /// it (fenced) if it, the units in transit or the liveness history
+    /// changed.
     async fn settle(
         &self,
         inputs: &Arc<Inputs>,
@@ -893,6 +893,20 @@ impl CycleContext {
             .flat_map(|units| units.iter())
             .filter_map(|(u, t)| Some((t.to.as_deref()?, u.as_str())))
             .collect();
+        // Moves already in flight (units in transit from a member that still
+        // gets units, to another) use up the move limit: it bounds how many
+        // held units move at once, not per write. Otherwise every write of a
+        // handoff (each acknowledgement triggers one) would let another
+        // `-max-moves-per-cycle` go, and with members that do not
+        // acknowledge, units would pile up in transit. Units of failed,
+        // draining or departed members are never limited, so they use none.
+        let in_flight = view
+            .handoff
+            .transit
+            .values()
+            .flat_map(|units| units.values())
+            .filter(|t| t.to.is_some() && t.from.iter().any(|m| eligible(m)))
+            .count();
         // Capacity weights, in both modes: from each member's report (1
         // without one, or without the field). A changed weight re-solves.
         let weights: HashMap<String, u32> = inputs
@@ -940,6 +954,7 @@ impl CycleContext {
                 let assignment = self.assignment;
                 let max_moves = self.max_moves;
                 let current = Some(Arc::clone(&granted));
+                let in_flight = if max_moves > 0 { in_flight } else { 0 };
                 let also_held: Vec<(String, String)> = also_held
                     .iter()
                     .map(|(m, u)| (m.to_string(), u.to_string()))
@@ -956,6 +971,7 @@ impl CycleContext {
                         current: current.as_deref(),
                         also_held: &also_held,
                         max_moves,
+                        in_flight,
                     };
                     let live = |m: &str| weights.contains_key(m);
                     assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how))

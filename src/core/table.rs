@@ -73,6 +73,10 @@ pub struct Solve<'a> {
     /// members that left, and new units, are never held back
     /// ([`sticky::limit_moves`]).
     pub max_moves: usize,
+    /// Moves already under way (the daemon: units in transit between members
+    /// that still get units): they use up `max_moves`, so that the limit
+    /// bounds the moves in progress at once, not the moves per solve.
+    pub in_flight: usize,
 }
 
 /// How a solve changed the current table, summed over the groups.
@@ -126,6 +130,7 @@ impl Solve<'_> {
             current: None,
             also_held: &[],
             max_moves: 0,
+            in_flight: 0,
         }
     }
 }
@@ -190,7 +195,7 @@ impl MatchingTable {
             let also = how.also_held.iter().map(|&(m, u)| (m, vec![u]));
             rows.chain(also)
         };
-        let mut budget = how.max_moves;
+        let mut budget = how.max_moves.saturating_sub(how.in_flight);
         let mut moves = Moves::default();
         let mut rows = BTreeMap::new();
         for group in &inputs.groups {

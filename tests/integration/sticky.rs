@@ -236,6 +236,8 @@ async fn a_move_limit_spreads_a_join_over_several_writes() {
             snapshots.push((g1, t.clone()));
         }
         let transit: usize = fleet.redis.cmd(&["HLEN", &keys().transit]).await;
+        // The limit bounds the moves in progress at once, not per write.
+        assert!(transit <= LIMIT, "{transit} units in transit at once");
         let rows = t.rows().len();
         if g1 == g2 && transit == 0 && rows == 11 && t.assignments() == units.len() {
             let sizes: Vec<usize> = t.rows().keys().map(|m| t.units_of(m).len()).collect();
