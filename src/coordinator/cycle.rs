@@ -883,8 +883,7 @@ impl CycleContext {
         // table it started from (a fixed point). A unit in transit to nobody
         // is free. The move limit counts moves from the same current table,
         // in both modes. In ring mode without a limit the table does not
-        // depend on it (so neither does the memo's key): it only counts the
-        // moves of a new solve for status.
+        // depend on it (so neither does the memo's key), and it is not read.
         let uses_current = self.assignment == Assignment::Sticky || self.max_moves > 0;
         let also_held: Vec<(&str, &str)> = view
             .handoff
@@ -953,7 +952,11 @@ impl CycleContext {
                 );
                 let assignment = self.assignment;
                 let max_moves = self.max_moves;
-                let current = Some(Arc::clone(&granted));
+                // Ring mode without a limit does not read the current table:
+                // counting its moves for status costs whole-table passes on
+                // every new solve (tens of MB at a million units), in the
+                // default mode whose memory is budgeted (BENCHMARKS §7).
+                let current = uses_current.then(|| Arc::clone(&granted));
                 let in_flight = if max_moves > 0 { in_flight } else { 0 };
                 let also_held: Vec<(String, String)> = also_held
                     .iter()
