@@ -7,6 +7,7 @@ use clap::Subcommand;
 
 use crate::cli::report;
 use crate::config::Config;
+use crate::core::handoff::{MAX_WEIGHT, MemberReport, decode_weight_override};
 use crate::core::inputs::{check_member_addr, check_unit};
 use crate::edge::redis::Store;
 
@@ -33,6 +34,28 @@ pub enum Command {
         #[command(subcommand)]
         op: UnitsOp,
     },
+    /// Inspect or override members' capacity weights.
+    Weights {
+        #[command(subcommand)]
+        op: WeightsOp,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WeightsOp {
+    /// Every member with an override or a report: the weight the holder
+    /// uses, the override and the member's reported weight.
+    List,
+    /// Override a member's weight (1 to 1000); it beats the member's report.
+    Set {
+        addr: String,
+        /// An integer from 1 to 1000 (a negative one reaches our check, which
+        /// names it).
+        #[arg(allow_hyphen_values = true)]
+        weight: String,
+    },
+    /// Remove a member's override: its reported weight counts again.
+    Unset { addr: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -167,11 +190,79 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
                 .with_context(update)?;
             println!("set {} units", units.len());
         }
+        Command::Weights { op } => weights(&store, op).await?,
     }
     Ok(())
 }
 
-/// Prints a report as JSON or as text.
+/// `distributor weights ...`.
+async fn weights(store: &Store, op: WeightsOp) -> anyhow::Result<()> {
+    let key = &store.keys().weights;
+    match op {
+        WeightsOp::List => {
+            let (overrides, reports) = store
+                .read_weights()
+                .await
+                .with_context(|| format!("failed to read {key:?}"))?;
+            print!("{}", render_weights(&overrides, &reports));
+        }
+        WeightsOp::Set { addr, weight } => {
+            check_member_addr(addr.as_bytes())
+                .map_err(|why| anyhow::anyhow!("invalid member address {addr:?}: {why}"))?;
+            let w = decode_weight_override(&weight).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "invalid weight {weight:?}: expected an integer from 1 to {MAX_WEIGHT}"
+                )
+            })?;
+            store
+                .set_weight(&addr, w)
+                .await
+                .with_context(|| format!("failed to update {key:?}"))?;
+            println!("set {addr} to {w}");
+        }
+        WeightsOp::Unset { addr } => {
+            let had = store
+                .unset_weight(&addr)
+                .await
+                .with_context(|| format!("failed to update {key:?}"))?;
+            println!("{}", if had { "unset" } else { "no override" });
+        }
+    }
+    Ok(())
+}
+
+/// One line per member with an override or a report, sorted: the weight the
+/// holder uses, the override and the reported weight (`-`: none).
+fn render_weights(overrides: &[(String, String)], reports: &[(String, String)]) -> String {
+    use std::collections::BTreeMap;
+    let mut rows: BTreeMap<&str, (Option<&str>, Option<&str>)> = BTreeMap::new();
+    for (m, v) in overrides {
+        rows.entry(m).or_default().0 = Some(v);
+    }
+    for (m, v) in reports {
+        rows.entry(m).or_default().1 = Some(v);
+    }
+    let mut out = format!(
+        "{:<24} {:>6} {:>10} {:>10}\n",
+        "member", "weight", "override", "reported"
+    );
+    for (m, (o, r)) in rows {
+        let o_w = o.and_then(decode_weight_override);
+        let r_w = r.and_then(MemberReport::decode).map(|r| r.weight);
+        let show = |raw: Option<&str>, w: Option<u32>| match (raw, w) {
+            (None, _) => "-".to_string(),
+            (Some(_), Some(w)) => w.to_string(),
+            (Some(_), None) => "unreadable".to_string(),
+        };
+        let weight = o_w.or(r_w).unwrap_or(1);
+        out += &format!(
+            "{m:<24} {weight:>6} {:>10} {:>10}\n",
+            show(o, o_w),
+            show(r, r_w)
+        );
+    }
+    out
+}
 fn print<R: serde::Serialize>(
     json: bool,
     report: &R,
@@ -192,4 +283,35 @@ fn check_units(units: &[String]) -> anyhow::Result<()> {
             .map_err(|why| anyhow::anyhow!("invalid work unit {u:?}: {why}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn weights_list_shows_the_override_and_the_report_side_by_side() {
+        let overrides = pairs(&[("a:1", "5"), ("c:1", "junk")]);
+        let reports = pairs(&[
+            ("a:1", "3 0 5000 2"),
+            ("b:1", "3 0 5000 4"),
+            ("c:1", "3 0 5000 7"),
+        ]);
+        let text = render_weights(&overrides, &reports);
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows[0], ["member", "weight", "override", "reported"]);
+        assert_eq!(rows[1], ["a:1", "5", "5", "2"]);
+        assert_eq!(rows[2], ["b:1", "4", "-", "4"]);
+        assert_eq!(rows[3], ["c:1", "7", "unreadable", "7"]);
+        assert_eq!(rows.len(), 4);
+    }
 }

@@ -11,7 +11,7 @@ pub mod commands;
 pub mod daemon;
 pub mod report;
 
-pub use commands::{Command, ServicesOp, UnitsOp};
+pub use commands::{Command, ServicesOp, UnitsOp, WeightsOp};
 
 use std::ffi::OsString;
 
@@ -327,6 +327,8 @@ mod tests {
             "table",
             "services",
             "workunits",
+            "weights",
+            "unset",
             "list",
             "add",
             "remove",

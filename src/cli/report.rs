@@ -142,7 +142,8 @@ pub struct MemberReport {
     pub protocol: Option<ProtocolReport>,
     /// Its `{T}:members` entry, when it cannot be read.
     pub unreadable_report: Option<String>,
-    /// Its capacity weight: its report's, 1 without one.
+    /// Its capacity weight: the operator's override, else its report's, 1
+    /// without either.
     pub weight: u32,
 }
 
@@ -200,7 +201,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
                 deadline_ms: r.deadline.as_millis() as u64,
                 weight: r.weight,
             }),
-            weight: decoded.map_or(1, |r| r.weight),
+            weight: o.weight(id),
             unreadable_report: raw
                 .filter(|_| decoded.is_none())
                 .map(|v| excerpt(v.as_bytes())),
@@ -319,9 +320,14 @@ fn protocol_text(m: &MemberReport, generation: u64) -> String {
                 format!(" ({} behind generation {generation})", p.behind)
             };
             let draining = if p.draining { ", draining" } else { "" };
+            let reported = if m.weight == p.weight {
+                String::new()
+            } else {
+                format!(" (override; reported {})", p.weight)
+            };
             format!(
-                "  weight {}  applied {}{lag}{draining}",
-                p.weight, p.applied
+                "  weight {}{reported}  applied {}{lag}{draining}",
+                m.weight, p.applied
             )
         }
         (None, Some(raw)) => format!("  unreadable report {raw}"),
@@ -464,7 +470,8 @@ pub struct TableRow {
     pub units: usize,
     /// Percent of all assignments.
     pub share: f64,
-    /// Its capacity weight: its report's, 1 without one.
+    /// Its capacity weight: the operator's override, else its report's, 1
+    /// without either.
     pub weight: u32,
 }
 
@@ -482,11 +489,7 @@ pub fn table(o: &Overview, table_key: &str) -> TableReport {
         .map(|(m, n)| TableRow {
             member: m.to_string(),
             units: *n,
-            weight: o
-                .reports
-                .get(*m)
-                .and_then(|v| handoff::MemberReport::decode(v))
-                .map_or(1, |r| r.weight),
+            weight: o.weight(m),
             share: if assignments == 0 {
                 0.0
             } else {
@@ -576,6 +579,7 @@ mod tests {
             )],
             reports: Default::default(),
             transit: Default::default(),
+            weights: Default::default(),
         }
     }
 
@@ -695,5 +699,14 @@ mod tests {
         let mut o = overview();
         o.reports.insert("h:1".into(), "4 0 3000 5".to_string());
         assert_eq!(table(&o, "t").rows[0].weight, 5);
+        // An operator's override beats the report; an unreadable one does not.
+        o.weights.insert("h:1".into(), "9".to_string());
+        assert_eq!(table(&o, "t").rows[0].weight, 9);
+        let text = render_status(&status(&o, "t", 10_000));
+        assert!(text.contains("weight 9 (override; reported 5)"), "{text}");
+        o.weights.insert("h:1".into(), "0".to_string());
+        assert_eq!(table(&o, "t").rows[0].weight, 5);
+        o.weights.insert("h:2".into(), "3".to_string());
+        assert_eq!(table(&o, "t").rows[1].weight, 3, "no report");
     }
 }

@@ -86,6 +86,11 @@ pub(super) struct HandoffState {
     departed: HashSet<String>,
     /// Unreadable report entries, as last logged (logged again on change).
     bad_reports: BTreeSet<String>,
+    /// The operator's weight overrides (`{T}:weights`), as last read and
+    /// decoded: they beat the members' reported weights.
+    pub(super) overrides: HashMap<String, u32>,
+    /// Unreadable override entries (or the key's error), as last logged.
+    bad_overrides: BTreeSet<String>,
     /// The group each member was last listed in.
     former_group: HashMap<String, String>,
     /// The last full cycle's inputs, for handoff cycles (which do not read
@@ -218,6 +223,63 @@ impl HandoffState {
         }
         let reports = &self.reports;
         self.departed.retain(|m| !reports.contains_key(m));
+    }
+}
+
+impl HandoffState {
+    /// Takes the operator's weight overrides; logs unreadable entries (and a
+    /// key of the wrong type) when they change. `None`, or an error that may
+    /// pass (a timeout), keeps the overrides known: a read that failed does
+    /// not move units.
+    fn observe_overrides(&mut self, overrides: Option<Reports>, key: &str) {
+        let raw = match overrides {
+            None => return,
+            Some(Err(e)) if e.is_retryable() => return,
+            Some(Err(e)) => {
+                // An operator key of the wrong type must not stop the holder:
+                // no overrides, every member's report counts.
+                let bad = BTreeSet::from([format!("\0{e}")]);
+                if bad != self.bad_overrides {
+                    tracing::warn!(error = %e, key, "weight overrides unreadable; the members' reported weights are used");
+                }
+                self.bad_overrides = bad;
+                self.overrides.clear();
+                return;
+            }
+            Some(Ok(raw)) => raw,
+        };
+        let mut bad = BTreeSet::new();
+        self.overrides.clear();
+        for (member, value) in raw {
+            match handoff::decode_weight_override(&value) {
+                Some(w) => {
+                    self.overrides.insert(member, w);
+                }
+                None => {
+                    bad.insert(format!("{member}={}", inputs::excerpt(value.as_bytes())));
+                }
+            }
+        }
+        if bad != self.bad_overrides && !bad.is_empty() {
+            tracing::warn!(
+                key,
+                count = bad.len(),
+                first = %bad.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                "unreadable weight overrides (expected an integer from 1 to {}); those members' reported weights are used",
+                handoff::MAX_WEIGHT
+            );
+        }
+        self.bad_overrides = bad;
+    }
+
+    /// A member's capacity weight: the operator's override, else its report's,
+    /// else 1.
+    fn weight(&self, member: &str) -> u32 {
+        self.overrides
+            .get(member)
+            .copied()
+            .or_else(|| self.reports.get(member).map(|r| r.weight))
+            .unwrap_or(1)
     }
 }
 
@@ -489,6 +551,7 @@ impl CycleContext {
             stored_generation,
             stored_table,
             reports,
+            overrides,
         } = snapshot;
         // Shared with the solver's blocking thread, never copied: at a million
         // units a copy is tens of megabytes.
@@ -647,6 +710,8 @@ impl CycleContext {
         view.unsaved_suspects.record(&review, &view.suspects);
         view.handoff
             .observe_reports(reports, &self.store.keys().members);
+        view.handoff
+            .observe_overrides(overrides, &self.store.keys().weights);
         view.handoff.forget_departed(&inputs);
         view.handoff.inputs = Some(Arc::clone(&inputs));
         let write = self
@@ -906,15 +971,13 @@ impl CycleContext {
             .flat_map(|units| units.values())
             .filter(|t| t.to.is_some() && t.from.iter().any(|m| eligible(m)))
             .count();
-        // Capacity weights, in both modes: from each member's report (1
-        // without one, or without the field). A changed weight re-solves.
+        // Capacity weights, in both modes: the operator's override, else
+        // each member's report (1 without one, or without the field). A
+        // changed weight re-solves.
         let weights: HashMap<String, u32> = inputs
             .members()
             .filter(|m| eligible(m))
-            .map(|m| {
-                let w = view.handoff.reports.get(m).map_or(1, |r| r.weight);
-                (m.to_string(), w)
-            })
+            .map(|m| (m.to_string(), view.handoff.weight(m)))
             .collect();
         let key = {
             let mut h = Xxh3::new();
@@ -1190,12 +1253,14 @@ impl CycleContext {
         let Some(inputs) = view.handoff.inputs.clone() else {
             return Err(CycleError::NotReady);
         };
-        let (state, reports) =
+        let (state, (reports, overrides)) =
             tokio::join!(self.store.read_table_state(), self.store.read_reports());
         let (mut stored_digest, stored_generation, stored_table) =
             state.map_err(CycleError::Read)?;
         view.handoff
             .observe_reports(reports, &self.store.keys().members);
+        view.handoff
+            .observe_overrides(overrides, &self.store.keys().weights);
         let mut generation_floor = self.generation_floor.max(stored_generation);
         let write = self
             .settle(
@@ -1293,4 +1358,58 @@ fn inputs_key(inputs: &Inputs, keeps_units: impl Fn(&str) -> bool) -> u128 {
 pub(super) fn mark_error(span: &Span, message: &str) {
     span.record("otel.status_code", "ERROR");
     span.record("otel.status_message", message);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(v: &[(&str, &str)]) -> Reports {
+        Ok(v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect())
+    }
+
+    #[test]
+    fn overrides_beat_reports_and_unreadable_ones_are_skipped() {
+        let mut h = HandoffState::default();
+        h.observe_reports(pairs(&[("a:1", "1 0 5000 2"), ("b:1", "1 0 5000 3")]), "m");
+        h.observe_overrides(
+            Some(pairs(&[
+                ("a:1", "7"),
+                ("b:1", "0"),
+                ("c:1", "x"),
+                ("d:1", "1001"),
+            ])),
+            "w",
+        );
+        assert_eq!(h.weight("a:1"), 7, "the override wins");
+        assert_eq!(h.weight("b:1"), 3, "out of range: the report counts");
+        assert_eq!(h.weight("c:1"), 1, "garbage, no report: 1");
+        assert_eq!(h.weight("d:1"), 1);
+        assert_eq!(h.bad_overrides.len(), 3);
+
+        // A failed read (None, or a timeout) keeps what was known.
+        h.observe_overrides(None, "w");
+        assert_eq!(h.weight("a:1"), 7);
+        let timeout = StoreError::Timeout {
+            op: "read",
+            timeout: Duration::from_secs(1),
+        };
+        h.observe_overrides(Some(Err(timeout)), "w");
+        assert_eq!(h.weight("a:1"), 7);
+
+        // A key of the wrong type: no overrides.
+        let wrong = StoreError::WrongType {
+            key: "w".into(),
+            expected: "hash",
+            actual: "string".into(),
+        };
+        h.observe_overrides(Some(Err(wrong)), "w");
+        assert_eq!(h.weight("a:1"), 2);
+        assert!(h.overrides.is_empty());
+        h.observe_overrides(Some(pairs(&[])), "w");
+        assert!(h.bad_overrides.is_empty());
+        assert_eq!(h.weight("b:1"), 3);
+    }
 }

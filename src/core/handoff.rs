@@ -211,6 +211,19 @@ impl MemberReport {
     }
 }
 
+/// Parses an operator's weight override (a value of `{T}:weights`): a
+/// decimal integer from 1 to [`MAX_WEIGHT`], digits only. `None` for anything
+/// else (garbage, 0, over the maximum): the holder skips such an entry and
+/// uses the member's own report. Unlike a report's weight, an override over
+/// the maximum is not capped: the operator's command refuses it, so such an
+/// entry was written by something else.
+pub fn decode_weight_override(s: &str) -> Option<u32> {
+    if s.is_empty() || s.len() > 4 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().filter(|w| (1..=MAX_WEIGHT).contains(w))
+}
+
 /// Added to a member's deadline for clock-rate drift between the member and
 /// the holder: `deadline × (1 + DRIFT_PERMILLE / 1000) + MARGIN`.
 pub const DRIFT_PERMILLE: u32 = 50;

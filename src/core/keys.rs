@@ -37,6 +37,9 @@ pub struct Keys {
     /// Members' own reports (handoff protocol): member → "applied draining
     /// deadline_ms weight", written by the members.
     pub members: String,
+    /// The operator's weight overrides: member → integer 1..=1000, written by
+    /// `distributor weights set`; an override beats the member's report.
+    pub weights: String,
     /// Units in transit between owners: "<unit>,<group>" → "revoked_at
     /// since_ms to from", written by the holder with the table.
     pub transit: String,
@@ -66,6 +69,7 @@ impl Keys {
             replicas: k("replicas"),
             suspects: k("suspects"),
             members: k("members"),
+            weights: k("weights"),
             transit: k("transit"),
             table_channel: k("changed"),
             lease_channel: k("released"),
@@ -159,6 +163,7 @@ mod tests {
             &k.meta,
             &k.suspects,
             &k.members,
+            &k.weights,
             &k.transit,
             &k.census(7),
         ] {
@@ -192,6 +197,7 @@ mod tests {
             &k.liveness,
             &k.replicas,
             &k.members,
+            &k.weights,
             &k.transit,
             &k.acked_channel,
         ] {

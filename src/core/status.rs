@@ -89,4 +89,24 @@ pub struct Overview {
     pub reports: std::collections::BTreeMap<String, String>,
     /// `{T}:transit`: units in transit, undecoded.
     pub transit: std::collections::BTreeMap<String, String>,
+    /// `{T}:weights`: the operator's weight overrides, undecoded.
+    pub weights: std::collections::BTreeMap<String, String>,
+}
+
+impl Overview {
+    /// A member's capacity weight as the holder takes it: the operator's
+    /// override when readable, else its report's, else 1.
+    pub fn weight(&self, member: &str) -> u32 {
+        use crate::core::handoff::{MemberReport, decode_weight_override};
+        self.weights
+            .get(member)
+            .and_then(|v| decode_weight_override(v))
+            .or_else(|| {
+                self.reports
+                    .get(member)
+                    .and_then(|v| MemberReport::decode(v))
+                    .map(|r| r.weight)
+            })
+            .unwrap_or(1)
+    }
 }

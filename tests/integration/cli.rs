@@ -89,6 +89,99 @@ async fn services_and_workunits_edit_the_lists_with_the_daemons_validation() {
     );
 }
 
+#[tokio::test]
+async fn weights_set_list_and_unset_overrides_with_validation() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let weights = keys().weights;
+    let _: i64 = redis
+        .cmd(&["HSET", &keys().members, "10.0.0.2:7001", "3 0 5000 4"])
+        .await;
+    assert_eq!(
+        ok(cli(&url, &["weights", "set", "10.0.0.1:7001", "7"])),
+        "set 10.0.0.1:7001 to 7\n"
+    );
+    assert_eq!(
+        ok(cli(&url, &["weights", "set", "10.0.0.2:7001", "1000"])),
+        "set 10.0.0.2:7001 to 1000\n"
+    );
+    let rows = |text: String| -> Vec<Vec<String>> {
+        text.lines()
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect()
+    };
+    assert_eq!(
+        rows(ok(cli(&url, &["weights", "list"]))),
+        [
+            ["member", "weight", "override", "reported"],
+            ["10.0.0.1:7001", "7", "7", "-"],
+            ["10.0.0.2:7001", "1000", "1000", "4"],
+        ]
+    );
+    for (args, needle) in [
+        (
+            &["weights", "set", "no-port", "2"][..],
+            "invalid member address \"no-port\": missing ':port'",
+        ),
+        (
+            &["weights", "set", "10.0.0.1:7001", "0"],
+            "invalid weight \"0\": expected an integer from 1 to 1000",
+        ),
+        (
+            &["weights", "set", "10.0.0.1:7001", "1001"],
+            "invalid weight \"1001\"",
+        ),
+        (
+            &["weights", "set", "10.0.0.1:7001", "2.5"],
+            "invalid weight \"2.5\"",
+        ),
+        (
+            &["weights", "set", "10.0.0.1:7001", "-1"],
+            "invalid weight \"-1\"",
+        ),
+    ] {
+        fails(cli(&url, args), needle);
+    }
+    let stored: std::collections::BTreeMap<String, String> =
+        redis.cmd(&["HGETALL", &weights]).await;
+    assert_eq!(
+        stored["10.0.0.1:7001"], "7",
+        "the rejected commands wrote nothing"
+    );
+    assert_eq!(
+        ok(cli(&url, &["weights", "unset", "10.0.0.2:7001"])),
+        "unset\n"
+    );
+    assert_eq!(
+        ok(cli(&url, &["weights", "unset", "10.0.0.2:7001"])),
+        "no override\n"
+    );
+    // An entry written by something else shows as unreadable.
+    let _: i64 = redis
+        .cmd(&["HSET", &weights, "10.0.0.1:7001", "junk"])
+        .await;
+    assert_eq!(
+        rows(ok(cli(&url, &["weights", "list"]))),
+        [
+            ["member", "weight", "override", "reported"],
+            ["10.0.0.1:7001", "1", "unreadable", "-"],
+            ["10.0.0.2:7001", "4", "-", "4"],
+        ]
+    );
+    // A key of the wrong type: every subcommand fails naming it.
+    let () = redis.cmd(&["SET", &weights, "not a hash"]).await;
+    let wrong = format!("{weights:?} holds a string, expected a hash");
+    fails(cli(&url, &["weights", "list"]), &wrong);
+    fails(cli(&url, &["weights", "set", "10.0.0.1:7001", "2"]), &wrong);
+    fails(cli(&url, &["weights", "unset", "10.0.0.1:7001"]), &wrong);
+    let () = redis.cmd(&["DEL", &weights]).await;
+    let () = redis.cmd(&["SET", &keys().members, "not a hash"]).await;
+    fails(
+        cli(&url, &["weights", "list"]),
+        &format!("{:?} holds a string, expected a hash", keys().members),
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_and_table_describe_a_running_fleet() {
     let units = units(10);

@@ -206,6 +206,102 @@ async fn weighted_members_get_their_share_in_both_modes() {
     }
 }
 
+/// `distributor weights set` overrides a member's reported weight: within a
+/// few cycles its row is its weighted share (±1), in both modes; `weights
+/// unset` gives it its reported weight again, and the rows follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_override_beats_the_reported_weight_until_unset() {
+    let cli = |url: &str, args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
+            .args([
+                &format!("-redis-url={url}"),
+                &format!("-services-namespaces={SERVICES}"),
+                &format!("-workunits-namespace={UNITS}"),
+                &format!("-distribution-namespace={TABLE}"),
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for assignment in [Assignment::Ring, Assignment::Sticky] {
+        let units = units(600);
+        let mut fleet = Fleet::new(RedisServer::start());
+        fleet.config.assignment = assignment;
+        fleet.set_units(&units).await;
+        let mut reported = BTreeMap::new();
+        for w in [1u32, 2, 1, 1] {
+            let mut o = fleet.member_options();
+            o.weight = w;
+            let m = distributor::Member::start(o).await.unwrap();
+            reported.insert(m.id().to_string(), w);
+            fleet.members.push(Some(m));
+        }
+        fleet.add_replica();
+        let live = fleet.live_member_ids();
+        let url = fleet.redis.url();
+        let settle = |weights: BTreeMap<String, u32>| {
+            let (fleet, live) = (&fleet, &live);
+            async move {
+                let units: Vec<String> = fleet.redis.cmd(&["LRANGE", UNITS, "0", "-1"]).await;
+                let total: u32 = weights.values().sum();
+                let share = |m: &str| units.len() as f64 * f64::from(weights[m]) / f64::from(total);
+                wait_settled(fleet, live, &units, share, Duration::from_secs(20)).await
+            }
+        };
+        settle(reported.clone()).await;
+
+        // The member reporting 2 is overridden to 5: 5 of 8 shares.
+        let target = reported.iter().find(|(_, w)| **w == 2).unwrap().0.clone();
+        assert_eq!(
+            cli(&url, &["weights", "set", &target, "5"]),
+            format!("set {target} to 5\n")
+        );
+        let mut overridden = reported.clone();
+        overridden.insert(target.clone(), 5);
+        let t = settle(overridden).await;
+        assert!(
+            t.units_of(&target).len().abs_diff(375) <= 1,
+            "{assignment:?}"
+        );
+        let list = cli(&url, &["weights", "list"]);
+        let row: Vec<&str> = list
+            .lines()
+            .find(|l| l.starts_with(target.as_str()))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(row, [target.as_str(), "5", "5", "2"], "{list}");
+
+        // Unset: the reported weight counts again.
+        assert_eq!(cli(&url, &["weights", "unset", &target]), "unset\n");
+        let t = settle(reported.clone()).await;
+        assert!(
+            t.units_of(&target).len().abs_diff(240) <= 1,
+            "{assignment:?}"
+        );
+
+        // Unreadable entries are skipped (the report counts), and a key of
+        // the wrong type does not stop the holder: it follows a new unit list.
+        let weights = keys().weights;
+        let _: i64 = fleet.redis.cmd(&["HSET", &weights, &target, "0"]).await;
+        let other = live.iter().find(|m| **m != target).unwrap();
+        let _: i64 = fleet.redis.cmd(&["HSET", &weights, other, "x"]).await;
+        let generation = fleet.generation().await;
+        fleet.set_units(&units[..300]).await;
+        let t = settle(reported.clone()).await;
+        assert!(t.units_of(&target).len().abs_diff(120) <= 1);
+        let () = fleet.redis.cmd(&["SET", &weights, "not a hash"]).await;
+        fleet.set_units(&units).await;
+        let t = settle(reported.clone()).await;
+        assert!(t.units_of(&target).len().abs_diff(240) <= 1);
+        assert!(fleet.generation().await > generation);
+        fleet.shutdown().await;
+    }
+}
+
 /// With `-max-moves-per-cycle`, a join's moves are spread over several
 /// writes, none revoking more than the limit, and the total is still the
 /// minimum.

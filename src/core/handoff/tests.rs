@@ -988,3 +988,26 @@ impl World {
         None
     }
 }
+
+#[test]
+fn weight_overrides_are_integers_from_one_to_the_maximum() {
+    for (s, want) in [
+        ("1", Some(1)),
+        ("7", Some(7)),
+        ("0100", Some(100)),
+        ("1000", Some(MAX_WEIGHT)),
+        ("0", None),
+        ("1001", None),
+        ("99999", None),
+        ("", None),
+        ("-3", None),
+        ("+3", None),
+        (" 3", None),
+        ("3 ", None),
+        ("3.0", None),
+        ("three", None),
+        ("٣", None),
+    ] {
+        assert_eq!(decode_weight_override(s), want, "{s:?}");
+    }
+}

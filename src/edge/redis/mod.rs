@@ -47,6 +47,7 @@ mod pubsub;
 mod reply;
 pub mod scripts;
 mod table;
+mod weights;
 
 use conn::{Conn, Dialer, Links};
 use reply::{bytes_list, int, redis_err, reply_err, text, text_pairs};
@@ -149,6 +150,9 @@ pub struct Snapshot {
     pub stored_table: Option<MatchingTable>,
     /// The members' own reports (`{T}:members`), undecoded.
     pub reports: Reports,
+    /// The operator's weight overrides (`{T}:weights`), undecoded; `None`
+    /// when the read failed as a whole (see [`Store::read_reports`]).
+    pub overrides: Option<Reports>,
 }
 
 /// Members' reports as read: `member → value`, undecoded (lossy UTF-8), or

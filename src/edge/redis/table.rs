@@ -70,7 +70,7 @@ impl Store {
             })
             .collect();
         let content_check = guard.unsupported();
-        let (replies, state, reports) = tokio::join!(
+        let (replies, state, (reports, overrides)) = tokio::join!(
             self.pipelined(self.bulk(), "read lists", BULK_TIMEOUT, cmds),
             self.table_state(content_check),
             self.read_reports()
@@ -130,6 +130,7 @@ impl Store {
             stored_generation,
             stored_table,
             reports,
+            overrides,
         })
     }
 
@@ -162,28 +163,46 @@ impl Store {
         })
     }
 
-    /// The members' reports (`{T}:members`), for the handoff. Never fails the
-    /// cycle: a hash of the wrong type (members can write it) is an error of
-    /// its own, and the holder then treats every member as one that does not
-    /// acknowledge.
-    pub async fn read_reports(&self) -> Reports {
-        let key = self.keys.members.clone();
-        let cmd = redis::cmd("HGETALL").arg(&key).to_owned();
-        let replies = self
-            .pipelined_lenient(
-                self.bulk(),
-                "read member reports",
-                self.op_timeout,
-                vec![(key.clone(), cmd)],
-            )
-            .await?;
-        match replies.into_iter().next() {
+    /// The members' reports (`{T}:members`), for the handoff, and the
+    /// operator's weight overrides (`{T}:weights`), in one round trip. Never
+    /// fails the cycle: each hash of the wrong type (members can write the
+    /// reports) is an error of its own; the holder then treats every member
+    /// as one that does not acknowledge, or as having no override. The
+    /// overrides are `None` when the round trip itself failed (its error is
+    /// the reports'): the holder keeps the overrides it knew.
+    pub async fn read_reports(&self) -> (Reports, Option<Reports>) {
+        let keys = [self.keys.members.clone(), self.keys.weights.clone()];
+        let cmds = keys
+            .iter()
+            .map(|key| (key.clone(), redis::cmd("HGETALL").arg(key).to_owned()))
+            .collect();
+        let replies = match self
+            .pipelined_lenient(self.bulk(), "read member reports", self.op_timeout, cmds)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return (Err(e), None),
+        };
+        let mut replies = replies.into_iter();
+        let reports = self
+            .hash_reply(&keys[0], "read member reports", replies.next())
+            .await;
+        let overrides = self
+            .hash_reply(&keys[1], "read weight overrides", replies.next())
+            .await;
+        (reports, Some(overrides))
+    }
+
+    /// One lenient `HGETALL` reply: its pairs (lossy text), or an error
+    /// naming the key when it holds another type.
+    async fn hash_reply(&self, key: &str, op: &'static str, reply: Option<Value>) -> Reports {
+        match reply {
             Some(Value::ServerError(e)) if e.code() == "WRONGTYPE" => Err(self
-                .find_wrong_type(&[&key], "hash")
+                .find_wrong_type(&[key], "hash")
                 .await
-                .unwrap_or_else(|| reply_err("read member reports", &Value::ServerError(e)))),
-            Some(v @ Value::ServerError(_)) => Err(reply_err("read member reports", &v)),
-            Some(v) => text_pairs(v.clone()).ok_or_else(|| reply_err("read member reports", &v)),
+                .unwrap_or_else(|| reply_err(op, &Value::ServerError(e)))),
+            Some(v @ Value::ServerError(_)) => Err(reply_err(op, &v)),
+            Some(v) => text_pairs(v.clone()).ok_or_else(|| reply_err(op, &v)),
             None => Ok(Vec::new()),
         }
     }
@@ -559,6 +578,7 @@ impl Store {
             on("HGETALL", &k.table),
             on("HGETALL", &k.members),
             on("HGETALL", &k.transit),
+            on("HGETALL", &k.weights),
             range(units_key),
         ];
         cmds.extend(services.iter().map(|key| range(key)));
@@ -599,6 +619,7 @@ impl Store {
         };
         let reports = lenient(next());
         let transit = lenient(next());
+        let weights = lenient(next());
         let units = bytes_list(next());
         let groups = services
             .iter()
@@ -615,6 +636,7 @@ impl Store {
             groups,
             reports,
             transit,
+            weights,
         })
     }
 }
