@@ -8,7 +8,7 @@
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distributor::core::handoff::MemberReport;
@@ -643,40 +643,7 @@ async fn a_drain_waits_for_the_holder_to_release_units_in_transit() {
 }
 
 // ---------------------------------------------------------------------------
-// `examples/worker --events` processes.
-
-/// The example worker, built once per test run beside the binary under test
-/// (`cargo test --test integration` does not build examples by itself).
-fn worker_binary() -> std::path::PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let mut cargo = Command::new(env!("CARGO"));
-        // The variables cargo sets for running this test (the package's,
-        // its build script's OUT_DIR, the library path) would make that
-        // build differ from the one that built this test, and each would
-        // then rebuild the library for the other.
-        for (k, _) in std::env::vars_os() {
-            let k = k.to_string_lossy().into_owned();
-            let set_by_cargo = (k.starts_with("CARGO_")
-                && !matches!(k.as_str(), "CARGO_HOME" | "CARGO_TARGET_DIR"))
-                || matches!(k.as_str(), "OUT_DIR" | "LD_LIBRARY_PATH");
-            if set_by_cargo {
-                cargo.env_remove(&k);
-            }
-        }
-        let out = cargo
-            .args(["build", "--quiet", "--example", "worker", "--manifest-path"])
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "cargo build --example worker: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-    crate::support::docker::worker_binary()
-}
+// `examples/worker --events` processes (built by the kit's `example_worker`).
 
 /// One line of `--events` output.
 #[derive(Debug, Clone)]
@@ -729,7 +696,7 @@ impl WorkerProcess {
         let port = free_port();
         let id = format!("127.0.0.1:{port}");
         let log = std::env::temp_dir().join(format!("member-handoff-{port}.log"));
-        let mut child = Command::new(worker_binary())
+        let mut child = Command::new(example_worker())
             .args(["--events", "--listen", &id, "--redis-url", &redis.url()])
             .args(["--services-key", SERVICES, "--table", TABLE])
             .args(["--deadline", deadline, "--poll-interval", "100ms"])

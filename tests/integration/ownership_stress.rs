@@ -605,19 +605,8 @@ fn note_changes(
     generation: u64,
 ) {
     let at = ownership::unix_us_now();
-    let keep: BTreeSet<&String> = now.iter().collect();
-    held.retain(|u, g| {
-        let stays = keep.contains(u);
-        if !stays {
-            journal.push(ownership::event_line("released", u, member, *g, at));
-        }
-        stays
-    });
-    for u in now {
-        if !held.contains_key(u) {
-            held.insert(u.clone(), generation);
-            journal.push(ownership::event_line("acquired", u, member, generation, at));
-        }
+    for line in ownership::change_lines(member, held, now, generation, at) {
+        journal.push(line);
     }
 }
 

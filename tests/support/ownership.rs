@@ -115,6 +115,35 @@ pub fn event_line(event: &str, unit: &str, member: &str, generation: u64, unix_u
         .to_string()
 }
 
+/// The events of an owner the test observes itself (a Rust member's
+/// assignment, an old-protocol worker's reads): from the units it `held`
+/// (unit → generation acquired) to the units it holds `now`, at `unix_us`.
+/// Updates `held`; releases come before acquisitions.
+pub fn change_lines(
+    member: &str,
+    held: &mut BTreeMap<String, u64>,
+    now: &[String],
+    generation: u64,
+    unix_us: u64,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let keep: BTreeSet<&String> = now.iter().collect();
+    held.retain(|u, g| {
+        let stays = keep.contains(u);
+        if !stays {
+            lines.push(event_line("released", u, member, *g, unix_us));
+        }
+        stays
+    });
+    for u in now {
+        if !held.contains_key(u) {
+            held.insert(u.clone(), generation);
+            lines.push(event_line("acquired", u, member, generation, unix_us));
+        }
+    }
+    lines
+}
+
 pub fn exited_line(member: &str, unix_us: u64) -> String {
     serde_json::json!({"event": "exited", "member": member, "unix_us": unix_us}).to_string()
 }
@@ -433,6 +462,23 @@ mod tests {
         reown: Duration::from_secs(1),
     };
     const S: u64 = 1_000_000;
+
+    #[test]
+    fn observed_changes_release_first_then_acquire_with_their_generation() {
+        let mut held = BTreeMap::from([("a".to_string(), 1), ("b".to_string(), 1)]);
+        let lines = change_lines("m", &mut held, &["b".into(), "c".into()], 3, 7);
+        assert_eq!(
+            lines,
+            [
+                event_line("released", "a", "m", 1, 7),
+                event_line("acquired", "c", "m", 3, 7),
+            ]
+        );
+        assert_eq!(
+            held,
+            BTreeMap::from([("b".to_string(), 1), ("c".to_string(), 3)])
+        );
+    }
 
     fn acq(u: &str, m: &str, g: u64, t: u64) -> String {
         event_line("acquired", u, m, g, t)
