@@ -189,24 +189,13 @@ impl HandoffState {
                 return;
             }
         };
-        let mut bad = BTreeSet::new();
         let was_draining: Vec<String> = self
             .reports
             .iter()
             .filter(|(_, r)| r.draining)
             .map(|(m, _)| m.clone())
             .collect();
-        self.reports.clear();
-        for (member, value) in raw {
-            match MemberReport::decode(&value) {
-                Some(r) => {
-                    self.reports.insert(member, r);
-                }
-                None => {
-                    bad.insert(format!("{member}={}", inputs::excerpt(value.as_bytes())));
-                }
-            }
-        }
+        let bad = decode_entries(raw, MemberReport::decode, &mut self.reports);
         if bad != self.bad_reports && !bad.is_empty() {
             tracing::warn!(
                 key,
@@ -224,9 +213,7 @@ impl HandoffState {
         let reports = &self.reports;
         self.departed.retain(|m| !reports.contains_key(m));
     }
-}
 
-impl HandoffState {
     /// Takes the operator's weight overrides; logs unreadable entries (and a
     /// key of the wrong type) when they change. `None`, or an error that may
     /// pass (a timeout), keeps the overrides known: a read that failed does
@@ -248,18 +235,7 @@ impl HandoffState {
             }
             Some(Ok(raw)) => raw,
         };
-        let mut bad = BTreeSet::new();
-        self.overrides.clear();
-        for (member, value) in raw {
-            match handoff::decode_weight_override(&value) {
-                Some(w) => {
-                    self.overrides.insert(member, w);
-                }
-                None => {
-                    bad.insert(format!("{member}={}", inputs::excerpt(value.as_bytes())));
-                }
-            }
-        }
+        let bad = decode_entries(raw, handoff::decode_weight_override, &mut self.overrides);
         if bad != self.bad_overrides && !bad.is_empty() {
             tracing::warn!(
                 key,
@@ -392,6 +368,29 @@ fn collect(
     // pinged again next cycle.
     all.extend(report);
     true
+}
+
+/// Decodes a member-keyed hash (reports, weight overrides) into `into`,
+/// replacing what it held; returns the unreadable entries as
+/// `member=excerpt`, for a log that is repeated only when they change.
+fn decode_entries<T>(
+    raw: Vec<(String, String)>,
+    decode: impl Fn(&str) -> Option<T>,
+    into: &mut HashMap<String, T>,
+) -> BTreeSet<String> {
+    let mut bad = BTreeSet::new();
+    into.clear();
+    for (member, value) in raw {
+        match decode(&value) {
+            Some(v) => {
+                into.insert(member, v);
+            }
+            None => {
+                bad.insert(format!("{member}={}", inputs::excerpt(value.as_bytes())));
+            }
+        }
+    }
+    bad
 }
 
 /// Whether this round looks like the holder's own network failing: a member
