@@ -596,53 +596,6 @@ impl Drop for Worker {
     }
 }
 
-/// Prints a unit set's changes as events of `member`.
-fn note_changes(
-    journal: &Journal,
-    member: &str,
-    held: &mut BTreeMap<String, u64>,
-    now: &[String],
-    generation: u64,
-) {
-    let at = ownership::unix_us_now();
-    for line in ownership::change_lines(member, held, now, generation, at) {
-        journal.push(line);
-    }
-}
-
-/// An old-protocol worker: answers pings, reads its row and the generation
-/// every 100 ms, never reports. What it reads is what it works on.
-async fn old_worker(
-    fleet: &Fleet,
-    journal: &Journal,
-) -> (FlakyWorker, tokio::task::JoinHandle<()>) {
-    let pinger = FlakyWorker::start(fleet).await;
-    let (id, journal) = (pinger.addr.clone(), journal.clone());
-    let mut c = fleet.redis.conn().await;
-    let reader = tokio::spawn(async move {
-        let mut held = BTreeMap::new();
-        loop {
-            let read: redis::RedisResult<(Option<String>, Option<u64>)> = redis::pipe()
-                .atomic()
-                .hget(TABLE, &id)
-                .hget(keys().meta, "generation")
-                .query_async(&mut c)
-                .await;
-            if let Ok((row, g)) = read {
-                let units: Vec<String> = row
-                    .iter()
-                    .flat_map(|r| r.split(','))
-                    .filter(|u| !u.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                note_changes(&journal, &id, &mut held, &units, g.unwrap_or(0));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
-    (pinger, reader)
-}
-
 /// The lease holder's replica id and the epoch, while a lease is held.
 async fn holder(redis: &RedisServer) -> Option<(String, u64)> {
     let (h, epoch, pttl): (Option<String>, Option<u64>, i64) = redis
@@ -1055,7 +1008,10 @@ async fn ownership_under_chaos_with_real_processes() {
     let pool: Vec<String> = (0..POOL).map(|i| format!("unit-{i:04}")).collect();
     let units = pool[..LISTED].to_vec();
     fleet.set_units(&units).await;
-    let (old, old_reader) = old_worker(&fleet, &journal).await;
+    let (old, old_reader) = {
+        let journal = journal.clone();
+        FlakyWorker::old_protocol(&fleet, move |line| journal.push(line)).await
+    };
     let mut s = Stress {
         rng: StdRng::seed_from_u64(seed),
         fleet,

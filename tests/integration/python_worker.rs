@@ -279,39 +279,6 @@ fn observe_member(member: &Member, journal: &Journal) -> tokio::task::JoinHandle
     })
 }
 
-/// An old-protocol worker: answers pings, reads its row every 100 ms, never
-/// reports. What it reads is what it owns.
-async fn old_worker(
-    fleet: &Fleet,
-    journal: &Journal,
-) -> (FlakyWorker, tokio::task::JoinHandle<()>) {
-    let pinger = FlakyWorker::start(fleet).await;
-    let (id, journal) = (pinger.addr.clone(), journal.clone());
-    let mut c = fleet.redis.conn().await;
-    let reader = tokio::spawn(async move {
-        let mut held = BTreeMap::new();
-        loop {
-            let read: redis::RedisResult<(Option<String>, Option<u64>)> = redis::pipe()
-                .atomic()
-                .hget(TABLE, &id)
-                .hget(keys().meta, "generation")
-                .query_async(&mut c)
-                .await;
-            if let Ok((row, g)) = read {
-                let units: Vec<String> = row
-                    .iter()
-                    .flat_map(|r| r.split(','))
-                    .filter(|u| !u.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                note_changes(&journal, &id, &mut held, &units, g.unwrap_or(0));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
-    (pinger, reader)
-}
-
 /// Waits until the table is the solver's for the live members and every
 /// unit is owned, by the events, by exactly its row's member; returns how
 /// long that took.
@@ -383,7 +350,10 @@ async fn python_workers_never_share_a_unit() {
     fleet.add_replica();
     let m = fleet.add_member().await;
     let rust_observer = observe_member(fleet.members[m].as_ref().unwrap(), &journal);
-    let (old, old_reader) = old_worker(&fleet, &journal).await;
+    let (old, old_reader) = {
+        let journal = journal.clone();
+        FlakyWorker::old_protocol(&fleet, move |line| journal.push(line)).await
+    };
     let mut p1 = PyWorker::spawn(&python, &fleet, free_port(), &journal);
     let mut extra = vec![old.addr.clone(), p1.id.clone()];
     let took = settle(&fleet, &journal, &units, &extra).await;

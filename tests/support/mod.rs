@@ -678,6 +678,45 @@ impl FlakyWorker {
         w
     }
 
+    /// An old-protocol worker (what Go workers do): answers pings, reads its
+    /// row and the generation every 100 ms, never reports. What it reads is
+    /// what it works on: each change goes to `record` as ownership events
+    /// ([`ownership::change_lines`]). The reader runs until its handle is
+    /// aborted.
+    pub async fn old_protocol(
+        fleet: &Fleet,
+        record: impl Fn(String) + Send + 'static,
+    ) -> (FlakyWorker, tokio::task::JoinHandle<()>) {
+        let pinger = FlakyWorker::start(fleet).await;
+        let id = pinger.addr.clone();
+        let mut c = fleet.redis.conn().await;
+        let reader = tokio::spawn(async move {
+            let mut held = std::collections::BTreeMap::new();
+            loop {
+                let read: redis::RedisResult<(Option<String>, Option<u64>)> = redis::pipe()
+                    .atomic()
+                    .hget(TABLE, &id)
+                    .hget(keys().meta, "generation")
+                    .query_async(&mut c)
+                    .await;
+                if let Ok((row, g)) = read {
+                    let units: Vec<String> = row
+                        .iter()
+                        .flat_map(|r| distributor::core::table::decode_row(r))
+                        .map(str::to_string)
+                        .collect();
+                    let at = ownership::unix_us_now();
+                    for line in ownership::change_lines(&id, &mut held, &units, g.unwrap_or(0), at)
+                    {
+                        record(line);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        (pinger, reader)
+    }
+
     /// Serves the ping without listing itself: the test lists it.
     pub async fn serve(healthy: std::sync::Arc<std::sync::atomic::AtomicBool>) -> FlakyWorker {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
