@@ -40,8 +40,8 @@ pub struct Keys {
     /// The operator's weight overrides: member → integer 1..=1000, written by
     /// `distributor weights set`; an override beats the member's report.
     pub weights: String,
-    /// Units in transit between owners: "<unit>,<group>" → "revoked_at
-    /// since_ms to from", written by the holder with the table.
+    /// Units in transit between owners: `<unit>,<group>` → `revoked_at
+    /// since_ms to from`, written by the holder with the table.
     pub transit: String,
     /// Pub/sub channel: the new generation, published after every table write.
     pub table_channel: String,

@@ -269,31 +269,30 @@ pub fn moved<'c, R>(current: impl IntoIterator<Item = (&'c str, R)>, next: &Tabl
 where
     R: IntoIterator<Item = &'c str>,
 {
-    let (names, units, owner) = flatten(next);
-    let holders = Holders::read(current, &names, &units);
-    holders
-        .of
-        .iter()
-        .zip(&owner)
-        .filter(|&(&h, &o)| h < CONTESTED && h != o)
-        .count()
+    moved_and_kept(current, next).0
 }
 
-/// How many units of `next` stay with their single holder in `current`
-/// (the units neither moved, see [`moved`], nor placed). `next` must be a
-/// partition, as [`assign`]'s results are.
-pub fn kept<'c, R>(current: impl IntoIterator<Item = (&'c str, R)>, next: &Table<'_>) -> usize
+/// [`moved`], and how many units of `next` stay with their single holder in
+/// `current` (the units neither moved nor placed), from one reading of
+/// `current`. `next` must be a partition, as [`assign`]'s results are.
+pub fn moved_and_kept<'c, R>(
+    current: impl IntoIterator<Item = (&'c str, R)>,
+    next: &Table<'_>,
+) -> (usize, usize)
 where
     R: IntoIterator<Item = &'c str>,
 {
     let (names, units, owner) = flatten(next);
     let holders = Holders::read(current, &names, &units);
-    holders
-        .of
-        .iter()
-        .zip(&owner)
-        .filter(|&(&h, &o)| h == o)
-        .count()
+    let (mut moved, mut kept) = (0, 0);
+    for (&h, &o) in holders.of.iter().zip(&owner) {
+        if h == o {
+            kept += 1;
+        } else if h < CONTESTED {
+            moved += 1;
+        }
+    }
+    (moved, kept)
 }
 
 /// The least number of moves (see "What counts as a move") of any balanced

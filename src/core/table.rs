@@ -187,13 +187,17 @@ impl MatchingTable {
         // The current rows as the sticky solver reads them: a member's row
         // may be split over several entries, and rows of members outside a
         // group are ignored there.
+        // Decoded once per solve: every group's calls read the same rows.
+        let current_rows: Vec<(&str, Vec<&str>)> = how
+            .current
+            .into_iter()
+            .flat_map(|t| t.rows.iter().map(|(m, v)| (m.as_str(), decode_row(v))))
+            .chain(how.also_held.iter().map(|&(m, u)| (m, vec![u])))
+            .collect();
         let current = || {
-            let rows = how
-                .current
-                .into_iter()
-                .flat_map(|t| t.rows.iter().map(|(m, v)| (m.as_str(), decode_row(v))));
-            let also = how.also_held.iter().map(|&(m, u)| (m, vec![u]));
-            rows.chain(also)
+            current_rows
+                .iter()
+                .map(|(m, units)| (*m, units.iter().copied()))
         };
         let mut budget = how.max_moves.saturating_sub(how.in_flight);
         let mut moves = Moves::default();
@@ -212,13 +216,14 @@ impl MatchingTable {
             };
             if how.max_moves > 0 && how.current.is_some() {
                 solved = sticky::limit_moves(current(), &solved, budget);
-                budget -= sticky::moved(current(), &solved).min(budget);
             }
             if how.current.is_some() {
-                let moved = sticky::moved(current(), &solved);
+                let (moved, kept) = sticky::moved_and_kept(current(), &solved);
+                if how.max_moves > 0 {
+                    budget -= moved.min(budget);
+                }
                 let minimum = sticky::min_moves(current(), &live, &units);
                 // The rest had no single live holder: placed, not moved.
-                let kept = sticky::kept(current(), &solved);
                 let assigned: usize = solved.values().map(Vec::len).sum();
                 let placed = assigned - kept - moved;
                 moves.moved += moved;
