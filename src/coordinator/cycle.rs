@@ -37,12 +37,10 @@ use tracing::{Instrument as _, Span, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::core::handoff::{
-    self, GroupInput, MemberFacts, MemberReport, PlanInput, Transit, Transits,
-};
+use crate::core::handoff::{self, MemberFacts, MemberReport, PlanInput, Transit, Transits};
 use crate::core::inputs::{self, Inputs};
 use crate::core::liveness::{HealthChanges, Liveness};
-use crate::core::suspicion::{self, GroupMembers, Guard, Review, Suspect, SuspectChanges};
+use crate::core::suspicion::{self, Guard, Review, Suspect, SuspectChanges};
 use crate::core::table::{Assignment, MatchingTable, Moves, Solve};
 use crate::edge::grpc::{FIRST_CONTACT, PingFailure, PingReport, Pinger};
 use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Reports, Snapshot, Store};
@@ -687,14 +685,7 @@ impl CycleContext {
             .iter()
             .map(|r| (r.member.as_str(), r.result.is_ok()))
             .collect();
-        let groups: Vec<GroupMembers<'_>> = inputs
-            .groups
-            .iter()
-            .map(|g| GroupMembers {
-                name: &g.name,
-                members: &g.members,
-            })
-            .collect();
+        let groups = inputs.group_members();
         let liveness = &view.liveness;
         let review = suspicion::review(
             self.guard,
@@ -1061,14 +1052,7 @@ impl CycleContext {
 
         let now = Instant::now();
         let now_ms = unix_ms();
-        let groups: Vec<GroupInput<'_>> = inputs
-            .groups
-            .iter()
-            .map(|g| GroupInput {
-                name: &g.name,
-                members: &g.members,
-            })
-            .collect();
+        let groups = inputs.group_members();
         let hs = &view.handoff;
         let facts = |m: &str| hs.facts(m);
         let rows_for = |m: &str| view.keeps_units(m);

@@ -57,6 +57,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::core::inputs::GroupMembers;
 use crate::core::table::{MatchingTable, SEPARATOR};
 
 /// A unit on its way from one owner to another (or to none).
@@ -304,12 +305,6 @@ pub fn starting_point(
     }
 }
 
-/// One group's share of the inputs of [`plan`].
-pub struct GroupInput<'a> {
-    pub name: &'a str,
-    pub members: &'a [String],
-}
-
 /// A unit granted to its next owner after its revocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Moved {
@@ -363,7 +358,7 @@ pub struct PlanInput<'a> {
     /// and not draining).
     pub desired: &'a MatchingTable,
     pub transit: &'a Transits,
-    pub groups: &'a [GroupInput<'a>],
+    pub groups: &'a [GroupMembers<'a>],
     /// The group each member was last seen in, for rows of members no group
     /// lists any more.
     pub former_group: &'a dyn Fn(&str) -> Option<String>,
@@ -558,7 +553,7 @@ fn note_release(out: &mut Plan, at: Instant) {
 
 /// Plans one group: adds its rows to `rows`, returns its transit.
 fn plan_group(
-    g: &GroupInput<'_>,
+    g: &GroupMembers<'_>,
     mut transit: BTreeMap<String, Transit>,
     stripped: &HashMap<&str, HashSet<&str>>,
     listed: &dyn Fn(&str) -> bool,

@@ -36,6 +36,15 @@ pub struct Group {
     pub malformed: Vec<Malformed>,
 }
 
+/// One group's name and members, borrowed from [`Inputs`]: what the
+/// mass-failure guard (`suspicion::review`) and the handoff planner
+/// (`handoff::plan`) read of a group.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupMembers<'a> {
+    pub name: &'a str,
+    pub members: &'a [String],
+}
+
 /// A services list entry that is not a member address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Malformed {
@@ -56,6 +65,17 @@ pub struct Inputs {
 }
 
 impl Inputs {
+    /// Each group's name and members, borrowed.
+    pub fn group_members(&self) -> Vec<GroupMembers<'_>> {
+        self.groups
+            .iter()
+            .map(|g| GroupMembers {
+                name: &g.name,
+                members: &g.members,
+            })
+            .collect()
+    }
+
     /// Every distinct well-formed member of every group.
     pub fn members(&self) -> impl Iterator<Item = &str> {
         self.groups

@@ -25,6 +25,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::core::inputs::GroupMembers;
+
 /// One suspected member, as persisted: `replica since_ms`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Suspect {
@@ -115,12 +117,6 @@ impl Review {
     pub fn is_empty(&self) -> bool {
         self.episodes.is_empty() && self.confirmed.is_empty() && self.cleared.is_empty()
     }
-}
-
-/// One group's members, for [`review`].
-pub struct GroupMembers<'a> {
-    pub name: &'a str,
-    pub members: &'a [String],
 }
 
 /// Updates `suspects` with one cycle's ping results.

@@ -72,7 +72,7 @@ impl Call {
     }
 
     fn plan(&self) -> Plan {
-        let groups = [GroupInput {
+        let groups = [GroupMembers {
             name: "g",
             members: &self.members,
         }];
@@ -316,11 +316,11 @@ fn several_groups_hand_off_independently() {
     let t0 = Instant::now();
     let (g1, g2) = (names(&["a", "b"]), names(&["x"]));
     let groups = [
-        GroupInput {
+        GroupMembers {
             name: "g1",
             members: &g1,
         },
-        GroupInput {
+        GroupMembers {
             name: "g2",
             members: &g2,
         },
@@ -790,7 +790,7 @@ impl World {
             .filter(|m| m.listed)
             .map(|m| m.name.clone())
             .collect();
-        let groups = [GroupInput {
+        let groups = [GroupMembers {
             name: "g",
             members: &members,
         }];
