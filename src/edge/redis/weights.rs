@@ -2,39 +2,22 @@
 //! reports for `distributor weights list`, set and unset one at a time. The
 //! holder reads them with the reports (`Store::read_reports`).
 
-use redis::Value;
-
-use super::{Store, reply_err, text_pairs};
+use super::Store;
 use crate::error::StoreError;
 
 impl Store {
-    /// The overrides and the members' reports, undecoded, in one round trip;
-    /// a key of another type is an error naming it.
+    /// The overrides and the members' reports, undecoded, in one round trip
+    /// (the holder's read, [`Store::read_reports`]); a key of another type is
+    /// an error naming it.
     #[allow(clippy::type_complexity)]
     pub async fn read_weights(
         &self,
     ) -> Result<(Vec<(String, String)>, Vec<(String, String)>), StoreError> {
-        let k = &self.keys;
-        let cmds = [&k.weights, &k.members]
-            .into_iter()
-            .map(|key| (key.clone(), redis::cmd("HGETALL").arg(key).to_owned()))
-            .collect();
-        let replies = match self
-            .pipelined(self.conn(), "read weights", self.op_timeout, cmds)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                let keys = [k.weights.as_str(), k.members.as_str()];
-                return Err(self.classify(e, &keys, "hash").await);
-            }
-        };
-        let mut it = replies.into_iter();
-        let mut next = || {
-            let v = it.next().unwrap_or(Value::Nil);
-            text_pairs(v.clone()).ok_or_else(|| reply_err("read weights", &v))
-        };
-        Ok((next()?, next()?))
+        let (reports, overrides) = self.read_reports().await;
+        // `overrides` is `None` only when the round trip failed, and then
+        // `reports` holds that error.
+        let reports = reports?;
+        Ok((overrides.unwrap_or(Ok(Vec::new()))?, reports))
     }
 
     /// Sets `member`'s override (the caller validated it).
