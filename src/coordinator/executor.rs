@@ -37,11 +37,14 @@ use crate::core::inputs::Rejection;
 use crate::core::lease::{Acquisition, Claim, LeaseGrant, Renewal};
 use crate::core::status::{HandoffStatus, Role, Status};
 use crate::core::suspicion::Guard;
-use crate::edge::grpc::{PingFailure, Pinger};
+use crate::edge::grpc::{Closes, PingFailure, Pinger};
 use crate::edge::redis::{ListLimits, Notification, Store};
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
 use crate::unix_ms;
+
+/// A ping sent at once to a member whose connection ended: its result.
+type Probe = (String, Result<Duration, PingFailure>);
 
 /// A Redis call started for the machine, finished.
 enum Done {
@@ -77,6 +80,8 @@ pub(super) struct Executor {
     config: Config,
     store: Store,
     pinger: Pinger,
+    /// Members whose connection just ended (see `edge/grpc/closes.rs`).
+    closes: Option<Closes>,
     status: watch::Sender<Status>,
     metrics: Arc<Metrics>,
     /// The lease's local deadline, for the cycle's last check before writing.
@@ -97,6 +102,7 @@ impl Executor {
         config: Config,
         store: Store,
         pinger: Pinger,
+        closes: Closes,
         status: watch::Sender<Status>,
         metrics: Arc<Metrics>,
     ) -> Executor {
@@ -104,6 +110,7 @@ impl Executor {
             config,
             store,
             pinger,
+            closes: Some(closes),
             status,
             metrics,
             acts_until: watch::channel(Instant::now()).0,
@@ -177,6 +184,10 @@ impl Executor {
         let mut calls: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
         let mut cycle: Option<JoinHandle<Result<CycleReport, CycleError>>> = None;
         let mut shutting_down = false;
+        let mut closes = self.closes.take().expect("run once");
+        // Pings sent at once to members whose connection ended, by member.
+        let mut probes: FuturesUnordered<BoxFuture<'static, Probe>> = FuturesUnordered::new();
+        let mut probing: HashSet<String> = HashSet::new();
         tracing::info!(replica = %self.config.replica_id, table = %keys.table, "replica started as standby");
 
         loop {
@@ -232,6 +243,42 @@ impl Executor {
                         continue;
                     }
                 },
+                // A member's connection ended: ping it now. Only a holder
+                // acts on it; one probe per member at a time.
+                Some(member) = closes.recv() => {
+                    if self.holding.is_some() && probing.insert(member.clone()) {
+                        let pinger = self.pinger.clone();
+                        probes.push(Box::pin(async move {
+                            let result = pinger.probe(&member).await;
+                            (member, result)
+                        }));
+                    }
+                    continue;
+                }
+                Some((member, result)) = probes.next() => {
+                    probing.remove(&member);
+                    match result {
+                        // Closed by something other than death (a proxy, a
+                        // restarted server): it answers on a new connection.
+                        Ok(_) => {
+                            self.metrics.connection_closed("answered");
+                            tracing::debug!(member, "a member's connection ended; it answers on a new one");
+                            // Reopen the watched connection now, so that the
+                            // member's next close is seen too (its result
+                            // does not count: cycles ping it as usual).
+                            let pinger = self.pinger.clone();
+                            tokio::spawn(async move {
+                                let _ = pinger.ping(&member).await;
+                            });
+                            continue;
+                        }
+                        Err(failure) => {
+                            self.metrics.connection_closed(failure.reason());
+                            tracing::debug!(member, %failure, "a member's connection ended and it does not answer; cycling now");
+                            Event::MemberDown
+                        }
+                    }
+                }
                 Some(step) = census_rx.recv() => {
                     self.redis_result(&step);
                     match step {

@@ -49,6 +49,10 @@ pub struct Settings {
 /// The least time between two handoff cycles started by hints.
 pub const HANDOFF_SPACING: Duration = Duration::from_millis(2);
 
+/// The least time between the start of a full cycle and an early one brought
+/// forward by [`Event::MemberDown`].
+pub const EARLY_CYCLE_SPACING: Duration = Duration::from_millis(2);
+
 /// Why a holder stops holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
@@ -145,6 +149,10 @@ pub enum Event {
     /// A member acknowledged or changed its report (a `{T}:acked` message,
     /// only a hint): run a handoff cycle soon.
     HandoffHint,
+    /// A member's connection closed and a ping sent at once failed: it may
+    /// have died. Run a full cycle now rather than at the next poll (spaced by
+    /// [`EARLY_CYCLE_SPACING`]; after the one running, if one is).
+    MemberDown,
     /// A release started by the machine finished (successfully or not).
     ReleaseDone,
     /// Stop: hand the lease over and end.
@@ -231,6 +239,8 @@ pub struct Holder {
     /// Whether a cycle is running.
     cycling: bool,
     next_cycle: Instant,
+    /// When the last full cycle started.
+    last_cycle: Instant,
     /// When a handoff cycle is due (an acknowledgement, a wait that ends).
     next_handoff: Option<Instant>,
     /// When the last handoff cycle started.
@@ -437,6 +447,7 @@ impl Machine {
                     renewing: None,
                     cycling: false,
                     next_cycle: now,
+                    last_cycle: now,
                     next_handoff: None,
                     last_handoff: now,
                 });
@@ -505,6 +516,12 @@ impl Machine {
                 let at = (h.last_handoff + HANDOFF_SPACING).max(now);
                 h.next_handoff = Some(h.next_handoff.map_or(at, |n| n.min(at)));
             }
+            Event::MemberDown => {
+                // Brought forward, never pushed back; spaced so that many
+                // members dying together cost a few cycles, not one each.
+                let at = (h.last_cycle + EARLY_CYCLE_SPACING).max(now);
+                h.next_cycle = h.next_cycle.min(at);
+            }
             Event::CycleDone(summary) => {
                 h.cycling = false;
                 if let Some(at) = summary.next_release {
@@ -550,6 +567,7 @@ impl Machine {
             // A full cycle plans the handoff too.
             h.cycling = true;
             h.next_handoff = None;
+            h.last_cycle = now;
             out.push(Action::StartCycle {
                 grant: h.lease.grant.clone(),
                 acts_until: h.lease.acts_until(),

@@ -47,6 +47,8 @@ impl Distributor {
                 tls.domain.as_deref(),
             )?);
         }
+        // Connections that end tell the holder at once (edge/grpc/closes.rs).
+        let (pinger, closes) = pinger.watch_closes();
         let store = Store::connect(
             &config.redis_options(),
             &config.distribution_namespace,
@@ -58,7 +60,7 @@ impl Distributor {
         });
         let cancel = CancellationToken::new();
         let metrics = Arc::new(Metrics::new());
-        let executor = executor::Executor::new(config, store, pinger, tx, metrics.clone());
+        let executor = executor::Executor::new(config, store, pinger, closes, tx, metrics.clone());
         let task = tokio::spawn(executor.run(cancel.clone()));
         Ok(Distributor {
             status: rx,

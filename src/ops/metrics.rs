@@ -67,6 +67,7 @@ pub struct Metrics {
     pub fenced_writes: Counter,
     pub ping_duration: Histogram,
     pub ping_failures: Family<Reason, Counter>,
+    pub connection_closes: Family<Outcome, Counter>,
     pub cycle_duration: Histogram,
     pub cycles: Family<Outcome, Counter>,
     pub lease_transitions: Family<Transition, Counter>,
@@ -170,6 +171,12 @@ impl Metrics {
             "Failed pings by reason",
             ping_failures.clone(),
         );
+        let connection_closes = Family::<Outcome, Counter>::default();
+        r.register(
+            "member_connection_closes",
+            "Members' connections that ended, by what the ping sent at once found: answered, or the failure's reason (anything else runs a cycle at once)",
+            connection_closes.clone(),
+        );
         let cycle_duration = Histogram::new([
             0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
         ]);
@@ -245,6 +252,7 @@ impl Metrics {
             fenced_writes,
             ping_duration,
             ping_failures,
+            connection_closes,
             cycle_duration,
             cycles,
             lease_transitions,
@@ -282,6 +290,14 @@ impl Metrics {
 
     pub fn ping_failed(&self, reason: &'static str) {
         self.ping_failures.get_or_create(&Reason { reason }).inc();
+    }
+
+    /// A member's connection ended; `outcome` is what the ping sent at once
+    /// found (`answered`, or a failure's reason).
+    pub fn connection_closed(&self, outcome: &'static str) {
+        self.connection_closes
+            .get_or_create(&Outcome { outcome })
+            .inc();
     }
 
     pub fn cycle(&self, outcome: &'static str, took: Duration) {

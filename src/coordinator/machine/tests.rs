@@ -172,6 +172,49 @@ fn an_acquisition_makes_a_holder_that_cycles_and_renews() {
 }
 
 #[test]
+fn a_member_down_brings_the_next_full_cycle_forward() {
+    let t0 = Instant::now();
+    let mut m = holder(t0);
+    // The first cycle runs; a member goes down meanwhile: the next cycle
+    // starts as soon as this one ends, not a poll interval later.
+    let a = m.step(Event::MemberDown, t0 + ms(10));
+    assert!(!starts_cycle(&a), "never two cycles at once: {a:?}");
+    let a = m.step(
+        Event::CycleDone(summary(7, CycleOutcome::Unchanged)),
+        t0 + ms(20),
+    );
+    assert!(starts_cycle(&a), "{a:?}");
+    let full = |a: &[Action]| {
+        a.iter().any(|a| {
+            matches!(
+                a,
+                Action::StartCycle {
+                    handoff_only: false,
+                    ..
+                }
+            )
+        })
+    };
+    assert!(full(&a), "a full cycle pings: {a:?}");
+    let a = m.step(
+        Event::CycleDone(summary(7, CycleOutcome::Written { table: true })),
+        t0 + ms(21),
+    );
+    assert!(!starts_cycle(&a), "back to the poll interval: {a:?}");
+    // Another one right after a cycle started: spaced.
+    let a = m.step(Event::MemberDown, t0 + ms(21));
+    assert!(!starts_cycle(&a), "{a:?}");
+    assert_eq!(m.next_wake(), Some(t0 + ms(20) + EARLY_CYCLE_SPACING));
+    let a = m.step(Event::Tick, t0 + ms(20) + EARLY_CYCLE_SPACING);
+    assert!(full(&a), "{a:?}");
+    // A standby ignores it.
+    let mut s = Machine::new(settings(), t0);
+    s.step(Event::Tick, t0);
+    s.step(Event::Acquired(Ok(held(4, 9))), t0 + ms(1));
+    assert!(s.step(Event::MemberDown, t0 + ms(2)).is_empty());
+}
+
+#[test]
 fn a_holder_that_cannot_renew_steps_down_at_its_deadline_and_releases() {
     let t0 = Instant::now();
     let mut m = holder(t0);
@@ -429,6 +472,8 @@ enum Op {
     FinishCycle(u8, bool, Option<u64>),
     /// A member acknowledged (`{T}:acked`).
     Hint,
+    /// A member's connection closed and its ping failed.
+    MemberDown,
     FinishRelease,
     Notice(Option<u64>),
     Generation(u64),
@@ -444,6 +489,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..6, any::<bool>(), proptest::option::of(0u64..1500))
             .prop_map(|(o, m, r)| Op::FinishCycle(o, m, r)),
         1 => Just(Op::Hint),
+        1 => Just(Op::MemberDown),
         1 => Just(Op::FinishRelease),
         1 => proptest::option::of(0u64..20).prop_map(Op::Notice),
         1 => (0u64..100).prop_map(Op::Generation),
@@ -625,6 +671,7 @@ fn drive(ops: Vec<Op>) {
             }
             Op::FinishRelease if f.release > 0 => feed(&mut m, &mut f, Event::ReleaseDone, now),
             Op::Hint => feed(&mut m, &mut f, Event::HandoffHint, now),
+            Op::MemberDown => feed(&mut m, &mut f, Event::MemberDown, now),
             Op::Notice(e) => feed(&mut m, &mut f, Event::ReleaseNotice { epoch: e }, now),
             Op::Generation(g) => feed(&mut m, &mut f, Event::Generation(g), now),
             Op::Census(n) => {

@@ -6,12 +6,15 @@
 //!
 //! ```text
 //!  pinger.rs     the holder's side (daemon only): concurrent pings, channel cache
+//!  closes.rs     the pinger's connector: names a member the moment its connection ends
 //!  responder.rs  the member's side: the ping service
 //!  trace.rs      trace context across the RPC (`traceparent`)
 //!  routes.rs     the member's two services on one server, without an HTTP router
 //! ```
 
 // The pinger is the holder's side: only the daemon pings.
+#[cfg(feature = "daemon")]
+mod closes;
 #[cfg(feature = "daemon")]
 mod pinger;
 mod responder;
@@ -20,6 +23,8 @@ pub mod trace;
 
 pub use responder::PingGate;
 
+#[cfg(feature = "daemon")]
+pub use closes::Closes;
 #[cfg(feature = "daemon")]
 pub use pinger::{FIRST_CONTACT, Keepalive, PingFailure, PingReport, PingSet, PingTask, Pinger};
 pub use responder::{PingResponder, ping_service};

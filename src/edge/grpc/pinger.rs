@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+use super::closes::{CloseHints, Closes, WatchingConnector};
 use crate::core::inputs::check_member_addr;
 use crate::proto::grpc_pinger_client::GrpcPingerClient;
 
@@ -130,6 +131,8 @@ pub struct Pinger {
     timeout: Duration,
     keepalive: Option<Keepalive>,
     tls: Option<ClientTlsConfig>,
+    /// Where connections report their close (see `closes.rs`), if watched.
+    hints: Option<CloseHints>,
 }
 
 impl Pinger {
@@ -139,7 +142,16 @@ impl Pinger {
             timeout,
             keepalive,
             tls: None,
+            hints: None,
         }
+    }
+
+    /// Watches every connection this pinger opens from now on: a member
+    /// whose connection ends is named on the returned [`Closes`] at once.
+    pub fn watch_closes(mut self) -> (Pinger, Closes) {
+        let (hints, closes) = CloseHints::new();
+        self.hints = Some(hints);
+        (self, closes)
     }
 
     /// Pings over TLS (mTLS when the config carries an identity).
@@ -148,11 +160,9 @@ impl Pinger {
         self
     }
 
-    fn channel(&self, member: &str) -> Result<(Channel, bool), PingFailure> {
-        let mut cache = self.channels.lock().expect("pinger cache poisoned");
-        if let Some((ch, answered)) = cache.get(member) {
-            return Ok((ch.clone(), *answered));
-        }
+    /// The endpoint of `member`, with this pinger's timeouts, TLS and
+    /// keepalive.
+    fn endpoint(&self, member: &str) -> Result<Endpoint, PingFailure> {
         check_member_addr(member.as_bytes()).map_err(PingFailure::Malformed)?;
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let mut ep = Endpoint::from_shared(format!("{scheme}://{member}"))
@@ -171,7 +181,23 @@ impl Pinger {
                 .keep_alive_timeout(ka.timeout)
                 .keep_alive_while_idle(ka.while_idle);
         }
-        let ch = ep.connect_lazy();
+        Ok(ep)
+    }
+
+    fn channel(&self, member: &str) -> Result<(Channel, bool), PingFailure> {
+        let mut cache = self.channels.lock().expect("pinger cache poisoned");
+        if let Some((ch, answered)) = cache.get(member) {
+            return Ok((ch.clone(), *answered));
+        }
+        let ep = self.endpoint(member)?;
+        let ch = match &self.hints {
+            Some(hints) => ep.connect_with_connector_lazy(WatchingConnector::new(
+                member,
+                self.timeout.max(FIRST_CONTACT),
+                hints.clone(),
+            )),
+            None => ep.connect_lazy(),
+        };
         cache.insert(member.to_string(), (ch.clone(), false));
         Ok((ch, false))
     }
@@ -187,28 +213,28 @@ impl Pinger {
         } else {
             self.timeout.max(FIRST_CONTACT)
         };
-        let started = Instant::now();
-        // Carries the current (ping) span as `traceparent`, so the member's
-        // handling joins the distributor's trace.
-        let mut request = tonic::Request::new(());
-        super::trace::inject(request.metadata_mut());
-        let call = async move { GrpcPingerClient::new(channel).ping(request).await };
-        match tokio::time::timeout(timeout, call).await {
-            Err(_) => Err(PingFailure::Timeout),
-            Ok(Ok(_)) => {
-                if !answered
-                    && let Some(entry) = self
-                        .channels
-                        .lock()
-                        .expect("pinger cache poisoned")
-                        .get_mut(member)
-                {
-                    entry.1 = true;
-                }
-                Ok(started.elapsed())
-            }
-            Ok(Err(status)) => Err(classify(status)),
+        let result = call(channel, timeout).await;
+        if result.is_ok()
+            && !answered
+            && let Some(entry) = self
+                .channels
+                .lock()
+                .expect("pinger cache poisoned")
+                .get_mut(member)
+        {
+            entry.1 = true;
         }
+        result
+    }
+
+    /// Pings one member on a connection of its own, opened for this ping and
+    /// closed after it, bounded by the ping timeout: the look taken when a
+    /// member's connection just ended. The cached channel is then between
+    /// connections (hyper may still be tearing the old one down), and its
+    /// answer would say more about that than about the member.
+    pub async fn probe(&self, member: &str) -> Result<Duration, PingFailure> {
+        let channel = self.endpoint(member)?.connect_lazy();
+        call(channel, self.timeout).await
     }
 
     /// Pings every member concurrently, each in its own task (in the current
@@ -242,6 +268,21 @@ impl Pinger {
             .lock()
             .expect("pinger cache poisoned")
             .retain(|m, _| listed.contains(m.as_str()));
+    }
+}
+
+/// One ping on `channel`, bounded by `timeout`; its round-trip time.
+async fn call(channel: Channel, timeout: Duration) -> Result<Duration, PingFailure> {
+    let started = Instant::now();
+    // Carries the current (ping) span as `traceparent`, so the member's
+    // handling joins the distributor's trace.
+    let mut request = tonic::Request::new(());
+    super::trace::inject(request.metadata_mut());
+    let call = async move { GrpcPingerClient::new(channel).ping(request).await };
+    match tokio::time::timeout(timeout, call).await {
+        Err(_) => Err(PingFailure::Timeout),
+        Ok(Ok(_)) => Ok(started.elapsed()),
+        Ok(Err(status)) => Err(classify(status)),
     }
 }
 
