@@ -70,7 +70,7 @@ pub(super) struct HandoffState {
     /// The table as this holder last wrote (or read) it: what is granted.
     pub(super) granted: Option<Arc<MatchingTable>>,
     pub(super) transit: Transits,
-    /// Members whose last ping was refused: their process is gone.
+    /// Members refused since they last answered: their process is gone.
     gone: HashSet<String>,
     /// The members' reports, as last read and decoded.
     pub(super) reports: HashMap<String, MemberReport>,
@@ -159,16 +159,20 @@ impl HandoffState {
             .collect()
     }
 
-    /// Takes this cycle's ping results.
+    /// Takes this cycle's ping results. A member refused stays gone until it
+    /// answers again: a later timeout (its channel still tearing down the
+    /// dead connection) does not bring the process back, and a new process
+    /// on the same address answers.
     fn observe_pings(&mut self, reports: &[PingReport]) {
         for r in reports {
             match &r.result {
                 Err(PingFailure::Refused(_)) => {
                     self.gone.insert(r.member.clone());
                 }
-                _ => {
+                Ok(_) => {
                     self.gone.remove(&r.member);
                 }
+                Err(_) => {}
             }
         }
     }
@@ -572,16 +576,7 @@ impl CycleContext {
             .filter(|m| view.liveness.is_live(m))
             .cloned()
             .collect();
-        let listed: Vec<String> = inputs
-            .members()
-            .chain(
-                inputs
-                    .groups
-                    .iter()
-                    .flat_map(|g| g.malformed.iter().map(|m| m.name.as_str())),
-            )
-            .map(str::to_string)
-            .collect();
+        let listed = listed_entries(&inputs);
         let mut stored_digest = stored_digest;
         let mut generation_floor = self.generation_floor.max(stored_generation);
 
@@ -609,14 +604,31 @@ impl CycleContext {
             pending.push(task);
         }
         let mut all_reports: Vec<PingReport> = Vec::with_capacity(members.len());
-        // First phase: what is known after a short grace.
+        // First phase: what is known after a short grace. It ends early once
+        // every member pinged afresh that is not already failing has
+        // settled: carried pings (hung members) and members already failing
+        // never hold up everyone else's verdicts.
+        let mut awaited: HashSet<String> = fresh
+            .iter()
+            .filter(|m| view.liveness.health(m).is_none_or(|h| h.failures == 0))
+            .cloned()
+            .collect();
         let grace = tokio::time::sleep(FIRST_PHASE);
         tokio::pin!(grace);
-        loop {
+        while !awaited.is_empty() {
             tokio::select! {
-                r = pending.next() => if !collect(r, &mut all_reports, &mut pending_members) { break },
+                r = pending.next() => {
+                    if let Some((member, _)) = &r {
+                        awaited.remove(member);
+                    }
+                    if !collect(r, &mut all_reports, &mut pending_members) { break }
+                }
                 _ = &mut grace => break,
             }
+        }
+        // Whatever else has already settled is taken too.
+        while let Some(Some(r)) = futures::FutureExt::now_or_never(pending.next()) {
+            collect(Some(r), &mut all_reports, &mut pending_members);
         }
         // Second phase, only when a live member just failed while few others
         // answered: that may be this holder's own network (a cut that landed
@@ -642,62 +654,7 @@ impl CycleContext {
                 Err(f) => self.metrics.ping_failed(f.reason()),
             }
         }
-        let why_failed: Vec<String> = all_reports
-            .iter()
-            .map(|r| {
-                r.result
-                    .as_ref()
-                    .err()
-                    .map(ToString::to_string)
-                    .unwrap_or_default()
-            })
-            .collect();
-        let malformed = inputs
-            .groups
-            .iter()
-            .flat_map(|g| g.malformed.iter().map(|m| (m.name.as_str(), Err(m.reason))));
-        // Malformed entries never answer: they fail every cycle, so that they
-        // show their reason and can be forgotten like any failing member.
-        let results = all_reports
-            .iter()
-            .zip(&why_failed)
-            .map(|(r, why)| {
-                let result = match r.result {
-                    Ok(_) => Ok(()),
-                    Err(_) => Err(why.as_str()),
-                };
-                (r.member.as_str(), result)
-            })
-            .chain(malformed);
-        let now_ms = unix_ms();
-        view.handoff.observe_pings(&all_reports);
-        for g in &inputs.groups {
-            for m in &g.members {
-                view.handoff.former_group.insert(m.clone(), g.name.clone());
-            }
-        }
-        let changes = view
-            .liveness
-            .observe(results, listed.iter().map(String::as_str), now_ms);
-        view.unsaved.merge(changes);
-        // Most of a group failing at once: keep their units until confirmed.
-        let answered: HashMap<&str, bool> = all_reports
-            .iter()
-            .map(|r| (r.member.as_str(), r.result.is_ok()))
-            .collect();
-        let groups = inputs.group_members();
-        let liveness = &view.liveness;
-        let review = suspicion::review(
-            self.guard,
-            &mut view.suspects,
-            &groups,
-            &was_live,
-            |m| liveness.is_live(m),
-            &answered,
-            &self.replica_id,
-            now_ms,
-        );
-        view.unsaved_suspects.record(&review, &view.suspects);
+        let review = self.observe_round(&mut view, &inputs, &listed, &all_reports, &was_live, true);
         view.handoff
             .observe_reports(reports, &self.store.keys().members);
         view.handoff
@@ -748,18 +705,7 @@ impl CycleContext {
             .into_iter()
             .filter_map(|r| r.result.err().map(|e| (r.member, e)))
             .collect();
-        let groups: Vec<(String, usize, usize)> = inputs
-            .groups
-            .iter()
-            .map(|g| {
-                let live = g.members.iter().filter(|m| view.keeps_units(m)).count();
-                (
-                    g.name.clone(),
-                    live,
-                    g.members.len() + g.malformed.len() - live,
-                )
-            })
-            .collect();
+        let groups = group_counts(&inputs, &view);
         let cycle = Span::current();
         cycle.record("members", groups.iter().map(|g| g.1 + g.2).sum::<usize>());
         cycle.record("live", groups.iter().map(|g| g.1).sum::<usize>());
@@ -1225,9 +1171,88 @@ impl CycleContext {
     /// on the last full cycle's inputs and liveness. Run when a member
     /// acknowledged (`{T}:acked`) or a wait ends, so that a move completes in
     /// milliseconds rather than at the next poll.
+    /// Takes one round of ping results into the view: refusals (`gone`),
+    /// liveness, and the mass-failure guard, whose review it returns.
+    /// Members `listed` without a result this round keep their state;
+    /// members no longer listed are forgotten. `malformed`: the lists'
+    /// malformed entries fail this round too (full cycles: they never answer,
+    /// so they show their reason and can be forgotten like any failing member).
+    fn observe_round(
+        &self,
+        view: &mut HolderView,
+        inputs: &Inputs,
+        listed: &[String],
+        reports: &[PingReport],
+        was_live: &HashSet<String>,
+        malformed: bool,
+    ) -> Review {
+        let why_failed: Vec<String> = reports
+            .iter()
+            .map(|r| {
+                r.result
+                    .as_ref()
+                    .err()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let malformed = inputs
+            .groups
+            .iter()
+            .filter(|_| malformed)
+            .flat_map(|g| g.malformed.iter().map(|m| (m.name.as_str(), Err(m.reason))));
+        let results = reports
+            .iter()
+            .zip(&why_failed)
+            .map(|(r, why)| {
+                let result = match r.result {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(why.as_str()),
+                };
+                (r.member.as_str(), result)
+            })
+            .chain(malformed);
+        let now_ms = unix_ms();
+        view.handoff.observe_pings(reports);
+        for g in &inputs.groups {
+            for m in &g.members {
+                view.handoff.former_group.insert(m.clone(), g.name.clone());
+            }
+        }
+        let changes = view
+            .liveness
+            .observe(results, listed.iter().map(String::as_str), now_ms);
+        view.unsaved.merge(changes);
+        // Most of a group failing at once: keep their units until confirmed.
+        let answered: HashMap<&str, bool> = reports
+            .iter()
+            .map(|r| (r.member.as_str(), r.result.is_ok()))
+            .collect();
+        let groups = inputs.group_members();
+        let liveness = &view.liveness;
+        let review = suspicion::review(
+            self.guard,
+            &mut view.suspects,
+            &groups,
+            was_live,
+            |m| liveness.is_live(m),
+            &answered,
+            &self.replica_id,
+            now_ms,
+        );
+        view.unsaved_suspects.record(&review, &view.suspects);
+        review
+    }
+
+    /// A handoff cycle: reads the members' reports and the table's state,
+    /// pings nobody, and plans on the last full cycle's inputs. `refused`:
+    /// members whose connection just ended and whose ping sent at once was
+    /// refused (their process is gone): they fail now, exactly as a full
+    /// cycle's refused ping would make them, without pinging everyone else.
     pub(super) async fn run_handoff(
         mut self,
         view: Option<HolderView>,
+        refused: Vec<PingReport>,
     ) -> Result<CycleReport, CycleError> {
         let Some(mut view) = view else {
             // A new holding: its first full cycle comes at once anyway.
@@ -1245,6 +1270,35 @@ impl CycleContext {
         view.handoff
             .observe_overrides(overrides, &self.store.keys().weights);
         let mut generation_floor = self.generation_floor.max(stored_generation);
+        let (mut failures, mut transitions, mut review) =
+            (Vec::new(), Vec::new(), Review::default());
+        let listed = listed_entries(&inputs);
+        let refused: Vec<PingReport> = refused
+            .into_iter()
+            .filter(|r| listed.contains(&r.member))
+            .collect();
+        if !refused.is_empty() {
+            let was_live: HashSet<String> = inputs
+                .members()
+                .filter(|m| view.liveness.is_live(m))
+                .map(str::to_string)
+                .collect();
+            for r in &refused {
+                if let Err(f) = &r.result {
+                    self.metrics.ping_failed(f.reason());
+                }
+            }
+            review = self.observe_round(&mut view, &inputs, &listed, &refused, &was_live, false);
+            transitions = refused
+                .iter()
+                .filter(|r| view.liveness.is_live(&r.member) != was_live.contains(&r.member))
+                .map(|r| (r.member.clone(), view.liveness.is_live(&r.member)))
+                .collect();
+            failures = refused
+                .into_iter()
+                .filter_map(|r| r.result.err().map(|e| (r.member, e)))
+                .collect();
+        }
         let write = self
             .settle(
                 &inputs,
@@ -1254,14 +1308,18 @@ impl CycleContext {
                 stored_table,
             )
             .await;
-        let groups = view.groups.clone();
+        let groups = if failures.is_empty() {
+            view.groups.clone()
+        } else {
+            group_counts(&inputs, &view)
+        };
         Ok(CycleReport {
             epoch: self.grant.epoch,
             inputs,
-            failures: Vec::new(),
+            failures,
             view,
-            transitions: Vec::new(),
-            review: Review::default(),
+            transitions,
+            review,
             groups,
             write,
             generation_floor,
@@ -1270,6 +1328,36 @@ impl CycleContext {
             in_flight_members: std::mem::take(&mut self.carried_members),
         })
     }
+}
+
+/// Every entry of the lists, members and malformed ones: what liveness keeps.
+fn listed_entries(inputs: &Inputs) -> Vec<String> {
+    inputs
+        .members()
+        .chain(
+            inputs
+                .groups
+                .iter()
+                .flat_map(|g| g.malformed.iter().map(|m| m.name.as_str())),
+        )
+        .map(str::to_string)
+        .collect()
+}
+
+/// Per group: (name, members that keep units, the other entries).
+fn group_counts(inputs: &Inputs, view: &HolderView) -> Vec<(String, usize, usize)> {
+    inputs
+        .groups
+        .iter()
+        .map(|g| {
+            let live = g.members.iter().filter(|m| view.keeps_units(m)).count();
+            (
+                g.name.clone(),
+                live,
+                g.members.len() + g.malformed.len() - live,
+            )
+        })
+        .collect()
 }
 
 /// Logs what the mass-failure guard did in one cycle.

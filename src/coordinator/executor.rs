@@ -37,11 +37,18 @@ use crate::core::inputs::Rejection;
 use crate::core::lease::{Acquisition, Claim, LeaseGrant, Renewal};
 use crate::core::status::{HandoffStatus, Role, Status};
 use crate::core::suspicion::Guard;
-use crate::edge::grpc::{Closes, PingFailure, Pinger};
+use crate::edge::grpc::{Closes, PingFailure, PingReport, Pinger};
 use crate::edge::redis::{ListLimits, Notification, Store};
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
 use crate::unix_ms;
+
+/// How long refusals are gathered before a handoff cycle fails them: members
+/// dying together (a node, a rollout's batch) close their connections within
+/// a millisecond or two, and are then seen as one round, so that the
+/// mass-failure guard (`core::suspicion`) judges them together, as a full
+/// cycle would, instead of one by one.
+const REFUSAL_SETTLE: Duration = Duration::from_millis(5);
 
 /// A ping sent at once to a member whose connection ended: its result.
 type Probe = (String, Result<Duration, PingFailure>);
@@ -82,6 +89,12 @@ pub(super) struct Executor {
     pinger: Pinger,
     /// Members whose connection just ended (see `edge/grpc/closes.rs`).
     closes: Option<Closes>,
+    /// Members refused right after their connection ended, for the next
+    /// handoff cycle to fail (a full cycle pings them itself).
+    refused: Vec<PingReport>,
+    /// When the refusals gathered so far have settled (see
+    /// [`REFUSAL_SETTLE`]).
+    refusals_due: Option<Instant>,
     status: watch::Sender<Status>,
     metrics: Arc<Metrics>,
     /// The lease's local deadline, for the cycle's last check before writing.
@@ -111,6 +124,8 @@ impl Executor {
             store,
             pinger,
             closes: Some(closes),
+            refused: Vec::new(),
+            refusals_due: None,
             status,
             metrics,
             acts_until: watch::channel(Instant::now()).0,
@@ -155,6 +170,13 @@ impl Executor {
             self.config.replica_id.clone(),
             self.config.census_interval,
             census_tx,
+        )));
+        let _warm = AbortOnDrop(tokio::spawn(warm_task(
+            self.store.clone(),
+            self.pinger.clone(),
+            self.config.services_namespaces.clone(),
+            self.config.poll_interval * WARM_EVERY_POLLS,
+            self.status.subscribe(),
         )));
         let (floor_tx, mut floor_rx) = mpsc::channel(1);
         let (hint_tx, hint_rx) = mpsc::channel(1);
@@ -245,7 +267,13 @@ impl Executor {
                 },
                 // A member's connection ended: ping it now. Only a holder
                 // acts on it; one probe per member at a time.
-                Some(member) = closes.recv() => {
+                Some(closed) = closes.recv() => {
+                    // The channel is forgotten: the next ping (or a standby's
+                    // next warm round) opens a new connection.
+                    if !self.pinger.closed(&closed) {
+                        continue;
+                    }
+                    let member = closed.member;
                     if self.holding.is_some() && probing.insert(member.clone()) {
                         let pinger = self.pinger.clone();
                         probes.push(Box::pin(async move {
@@ -272,12 +300,29 @@ impl Executor {
                             });
                             continue;
                         }
+                        // Refused: the process is gone. A handoff cycle
+                        // fails it alone, pinging nobody else (O(1), not
+                        // O(members)).
+                        Err(failure @ PingFailure::Refused(_)) => {
+                            self.metrics.connection_closed(failure.reason());
+                            tracing::debug!(member, %failure, "a member's connection ended and it is refused; failing it now");
+                            let now = Instant::now();
+                            self.refused.push(PingReport { member, result: Err(failure), at: now });
+                            self.refusals_due.get_or_insert(now + REFUSAL_SETTLE);
+                            continue;
+                        }
+                        // Silent or unavailable: a full cycle looks at everyone.
                         Err(failure) => {
                             self.metrics.connection_closed(failure.reason());
                             tracing::debug!(member, %failure, "a member's connection ended and it does not answer; cycling now");
                             Event::MemberDown
                         }
                     }
+                }
+                // Refusals settled: a handoff cycle fails them together.
+                _ = sleep_until(self.refusals_due.unwrap_or_else(Instant::now)), if self.refusals_due.is_some() => {
+                    self.refusals_due = None;
+                    Event::HandoffHint
                 }
                 Some(step) = census_rx.recv() => {
                     self.redis_result(&step);
@@ -388,6 +433,9 @@ impl Executor {
                 lease_span(&self.config.replica_id, "acquired", epoch).in_scope(|| {
                     tracing::info!(replica = %self.config.replica_id, epoch, "lease acquired; acting as holder")
                 });
+                // Refusals seen in an earlier holding are that holding's.
+                self.refused.clear();
+                self.refusals_due = None;
                 self.holding = Some(Holding {
                     epoch,
                     view: None,
@@ -578,8 +626,22 @@ impl Executor {
             max_moves: self.config.max_moves_per_cycle,
         };
         let view = h.view.clone();
+        // A full cycle pings everyone itself (the refusals are dropped); a
+        // handoff cycle fails them all once they settled, as one round, and
+        // none while they are still settling (a handoff cycle started by an
+        // acknowledgement meanwhile leaves them to their own).
+        let settling = handoff_only && self.refusals_due.is_some_and(|due| due > Instant::now());
+        let refused = if settling {
+            Vec::new()
+        } else {
+            self.refusals_due = None;
+            std::mem::take(&mut self.refused)
+        };
         if handoff_only {
-            tokio::spawn(ctx.run_handoff(view).instrument(h.cycle_span.clone()))
+            tokio::spawn(
+                ctx.run_handoff(view, refused)
+                    .instrument(h.cycle_span.clone()),
+            )
         } else {
             tokio::spawn(ctx.run(view).instrument(h.cycle_span.clone()))
         }
@@ -875,6 +937,47 @@ struct AbortOnDrop<T>(JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// How often, in poll intervals, a standby refreshes its warm channels.
+const WARM_EVERY_POLLS: u32 = 5;
+
+/// Warm standby: while this replica is not the holder, it keeps a connection
+/// open to every listed member (see [`Pinger::warm`]), judging nothing, so
+/// that its first cycle as a holder pings over open connections. The members
+/// lists are read (O(members)) every `interval`; a round whose read fails is
+/// skipped.
+async fn warm_task(
+    store: Store,
+    pinger: Pinger,
+    services: Vec<String>,
+    interval: Duration,
+    status: watch::Receiver<Status>,
+) {
+    'rounds: loop {
+        tokio::time::sleep(interval).await;
+        if status.borrow().role == Role::Holder {
+            continue;
+        }
+        let mut members = Vec::new();
+        for key in &services {
+            match store.list(key).await {
+                Ok(entries) => members.extend(
+                    entries
+                        .into_iter()
+                        .filter_map(|e| String::from_utf8(e).ok()),
+                ),
+                Err(e) => {
+                    tracing::debug!(error = %e, key, "could not read a members list to warm channels");
+                    continue 'rounds;
+                }
+            }
+        }
+        members.sort_unstable();
+        members.dedup();
+        let answered = pinger.warm(&members).await;
+        tracing::trace!(listed = members.len(), answered, "warm channels refreshed");
     }
 }
 

@@ -147,10 +147,12 @@ pub enum Event {
     /// The census emitted a view.
     Census(CensusView),
     /// A member acknowledged or changed its report (a `{T}:acked` message,
-    /// only a hint): run a handoff cycle soon.
+    /// only a hint), or a member whose connection ended was refused (the
+    /// executor hands its refusal to that cycle): run a handoff cycle soon.
     HandoffHint,
-    /// A member's connection closed and a ping sent at once failed: it may
-    /// have died. Run a full cycle now rather than at the next poll (spaced by
+    /// A member's connection closed and a ping sent at once failed without
+    /// a refusal (it timed out, or was unavailable): look at everyone now.
+    /// Run a full cycle now rather than at the next poll (spaced by
     /// [`EARLY_CYCLE_SPACING`]; after the one running, if one is).
     MemberDown,
     /// A release started by the machine finished (successfully or not).

@@ -10,8 +10,10 @@
 //! follows within the same millisecond, not at the next poll.
 //!
 //! ```text
-//!  worker dies ── FIN/RST ──▶ read = EOF/error ──▶ Closes ──▶ ping now ─┬─ refused/failed ──▶ cycle now
-//!                                                                       └─ answered ─────────▶ nothing
+//!  worker dies ── FIN/RST ──▶ read = EOF/error ──▶ Closes ──▶ ping now, ─┬─ refused ──▶ handoff cycle now: fails it alone,
+//!                                                            own conn.   │               revokes and grants its units
+//!                                                                        ├─ no answer ─▶ full cycle now (pings everyone)
+//!                                                                        └─ answered ──▶ reopen the watched connection
 //! ```
 //!
 //! Guarantees:
@@ -42,11 +44,19 @@ use tonic::codegen::http::Uri;
 const BACKLOG: usize = 4096;
 
 /// The receiving end: the members whose connection just ended.
-pub type Closes = mpsc::Receiver<String>;
+pub type Closes = mpsc::Receiver<Closed>;
+
+/// A connection that ended: its member, and the pinger channel it belonged
+/// to (a channel the pinger already replaced says nothing of the member).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Closed {
+    pub member: String,
+    pub channel: u64,
+}
 
 /// The sending end, shared by every connection of a pinger.
 #[derive(Clone, Debug)]
-pub(super) struct CloseHints(mpsc::Sender<String>);
+pub(super) struct CloseHints(mpsc::Sender<Closed>);
 
 impl CloseHints {
     pub(super) fn new() -> (CloseHints, Closes) {
@@ -62,11 +72,17 @@ impl CloseHints {
 pub(super) struct WatchingConnector {
     http: HttpConnector,
     member: Arc<str>,
+    channel: u64,
     hints: CloseHints,
 }
 
 impl WatchingConnector {
-    pub(super) fn new(member: &str, connect_timeout: Duration, hints: CloseHints) -> Self {
+    pub(super) fn new(
+        member: &str,
+        channel: u64,
+        connect_timeout: Duration,
+        hints: CloseHints,
+    ) -> Self {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -74,6 +90,7 @@ impl WatchingConnector {
         WatchingConnector {
             http,
             member: member.into(),
+            channel,
             hints,
         }
     }
@@ -90,12 +107,13 @@ impl tower_service::Service<Uri> for WatchingConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let connecting = self.http.call(uri);
-        let (member, hints) = (self.member.clone(), self.hints.clone());
+        let (member, channel, hints) = (self.member.clone(), self.channel, self.hints.clone());
         Box::pin(async move {
             let tcp = connecting.await?.into_inner();
             Ok(TokioIo::new(Watched {
                 tcp,
                 member,
+                channel,
                 hints: Some(hints),
             }))
         })
@@ -106,6 +124,7 @@ impl tower_service::Service<Uri> for WatchingConnector {
 pub(super) struct Watched {
     tcp: TcpStream,
     member: Arc<str>,
+    channel: u64,
     /// Taken by the first close seen: one hint per connection.
     hints: Option<CloseHints>,
 }
@@ -114,7 +133,10 @@ impl Watched {
     fn closed(&mut self) {
         if let Some(CloseHints(tx)) = self.hints.take() {
             // Full: dropped; the next regular cycle sees the failure anyway.
-            let _ = tx.try_send(self.member.to_string());
+            let _ = tx.try_send(Closed {
+                member: self.member.to_string(),
+                channel: self.channel,
+            });
         }
     }
 }
@@ -193,10 +215,17 @@ mod tests {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tower_service::Service as _;
 
+    fn closed() -> Closed {
+        Closed {
+            member: "m:1".into(),
+            channel: 7,
+        }
+    }
+
     async fn connect(hints: CloseHints) -> (Watched, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut connector = WatchingConnector::new("m:1", Duration::from_secs(5), hints);
+        let mut connector = WatchingConnector::new("m:1", 7, Duration::from_secs(5), hints);
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
             .unwrap();
@@ -215,7 +244,7 @@ mod tests {
         assert!(closes.try_recv().is_err(), "data is not a close");
         drop(peer);
         assert_eq!(watched.read(&mut buf).await.unwrap(), 0);
-        assert_eq!(closes.recv().await.as_deref(), Some("m:1"));
+        assert_eq!(closes.recv().await, Some(closed()));
         // Reading the end again says nothing new.
         assert_eq!(watched.read(&mut buf).await.unwrap(), 0);
         drop(watched);
@@ -232,7 +261,7 @@ mod tests {
         drop(peer);
         let mut buf = [0u8; 5];
         let _ = watched.read(&mut buf).await;
-        assert_eq!(closes.recv().await.as_deref(), Some("m:1"));
+        assert_eq!(closes.recv().await, Some(closed()));
     }
 
     #[tokio::test]
@@ -240,7 +269,7 @@ mod tests {
         let (hints, mut closes) = CloseHints::new();
         let (watched, _peer) = connect(hints).await;
         drop(watched);
-        assert_eq!(closes.recv().await.as_deref(), Some("m:1"));
+        assert_eq!(closes.recv().await, Some(closed()));
         assert!(closes.recv().await.is_none());
     }
 }

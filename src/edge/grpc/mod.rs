@@ -24,7 +24,7 @@ pub mod trace;
 pub use responder::PingGate;
 
 #[cfg(feature = "daemon")]
-pub use closes::Closes;
+pub use closes::{Closed, Closes};
 #[cfg(feature = "daemon")]
 pub use pinger::{FIRST_CONTACT, Keepalive, PingFailure, PingReport, PingSet, PingTask, Pinger};
 pub use responder::{PingResponder, ping_service};

@@ -11,13 +11,14 @@
 //! - an address that cannot be a gRPC endpoint fails without any network IO.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use super::closes::{CloseHints, Closes, WatchingConnector};
+use super::closes::{CloseHints, Closed, Closes, WatchingConnector};
 use crate::core::inputs::check_member_addr;
 use crate::proto::grpc_pinger_client::GrpcPingerClient;
 
@@ -123,11 +124,21 @@ impl Future for PingTask {
     }
 }
 
+/// A member's cached channel.
+struct Cached {
+    channel: Channel,
+    /// Whether the member has answered on it yet.
+    answered: bool,
+    /// The channel's number, which its connections' [`Closed`] carry.
+    number: u64,
+}
+
 /// The holder's pinger. Cheap to clone; clones share the channel cache.
 #[derive(Clone)]
 pub struct Pinger {
-    /// Per member: its channel, and whether it has answered on it yet.
-    channels: Arc<Mutex<HashMap<String, (Channel, bool)>>>,
+    channels: Arc<Mutex<HashMap<String, Cached>>>,
+    /// Numbers channels, so that a close names the one it ended.
+    numbering: Arc<AtomicU64>,
     timeout: Duration,
     keepalive: Option<Keepalive>,
     tls: Option<ClientTlsConfig>,
@@ -139,6 +150,7 @@ impl Pinger {
     pub fn new(timeout: Duration, keepalive: Option<Keepalive>) -> Pinger {
         Pinger {
             channels: Arc::default(),
+            numbering: Arc::default(),
             timeout,
             keepalive,
             tls: None,
@@ -186,20 +198,44 @@ impl Pinger {
 
     fn channel(&self, member: &str) -> Result<(Channel, bool), PingFailure> {
         let mut cache = self.channels.lock().expect("pinger cache poisoned");
-        if let Some((ch, answered)) = cache.get(member) {
-            return Ok((ch.clone(), *answered));
+        if let Some(c) = cache.get(member) {
+            return Ok((c.channel.clone(), c.answered));
         }
         let ep = self.endpoint(member)?;
+        let number = self.numbering.fetch_add(1, Ordering::Relaxed);
         let ch = match &self.hints {
             Some(hints) => ep.connect_with_connector_lazy(WatchingConnector::new(
                 member,
+                number,
                 self.timeout.max(FIRST_CONTACT),
                 hints.clone(),
             )),
             None => ep.connect_lazy(),
         };
-        cache.insert(member.to_string(), (ch.clone(), false));
+        cache.insert(
+            member.to_string(),
+            Cached {
+                channel: ch.clone(),
+                answered: false,
+                number,
+            },
+        );
         Ok((ch, false))
+    }
+
+    /// A watched connection ended: forgets the member's channel if it is the
+    /// one that ended (the next ping opens a new one, rather than finding
+    /// the old channel between connections). `false` for a channel already
+    /// replaced or forgotten, whose close says nothing of the member.
+    pub fn closed(&self, closed: &Closed) -> bool {
+        let mut cache = self.channels.lock().expect("pinger cache poisoned");
+        match cache.get(&closed.member) {
+            Some(c) if c.number == closed.channel => {
+                cache.remove(&closed.member);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Pings one member, bounded by the ping timeout.
@@ -222,7 +258,7 @@ impl Pinger {
                 .expect("pinger cache poisoned")
                 .get_mut(member)
         {
-            entry.1 = true;
+            entry.answered = true;
         }
         result
     }
@@ -260,6 +296,33 @@ impl Pinger {
                 PingTask::new(m.clone(), handle)
             })
             .collect()
+    }
+
+    /// A standby's warm channels: opens a connection to every listed member
+    /// that has none known to answer (new, or closed since), with one ping
+    /// whose result judges nothing, and drops the channels of members no
+    /// longer listed. The connections then stay open (HTTP/2 keepalive), so a
+    /// standby that becomes the holder pings over open connections at once
+    /// instead of opening thousands in its first cycle. Returns how many of
+    /// the pinged members answered.
+    pub async fn warm(&self, members: &[String]) -> usize {
+        use futures::StreamExt as _;
+        let listed: HashSet<&str> = members.iter().map(String::as_str).collect();
+        self.retain(&listed);
+        let cold: Vec<String> = {
+            let cache = self.channels.lock().expect("pinger cache poisoned");
+            members
+                .iter()
+                .filter(|m| !cache.get(m.as_str()).is_some_and(|c| c.answered))
+                .cloned()
+                .collect()
+        };
+        let mut pings = self.ping_tasks(&cold);
+        let mut answered = 0;
+        while let Some((_, report)) = pings.next().await {
+            answered += usize::from(report.is_some_and(|r| r.result.is_ok()));
+        }
+        answered
     }
 
     /// Drops cached channels of members that are no longer listed.
