@@ -105,6 +105,9 @@ pub struct HandoffStatus {
 pub struct Overview {
     pub meta: std::collections::BTreeMap<String, String>,
     pub lease_pttl: Option<Duration>,
+    /// The lease's token (`{T}:lease`), to tell whether `meta.holder_conn`
+    /// describes the current holding.
+    pub lease_token: Option<String>,
     pub epoch: u64,
     pub replicas: std::collections::BTreeMap<String, String>,
     pub liveness: std::collections::BTreeMap<String, String>,
