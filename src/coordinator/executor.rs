@@ -512,7 +512,7 @@ impl Executor {
     fn own_takeover(&self) {
         match self.store.lease_client() {
             LeaseClient::Id(_) => self.set_takeover(Takeover::Fast),
-            LeaseClient::Refused(why) => self.set_takeover(Takeover::Ttl(why)),
+            LeaseClient::Refused { why, .. } => self.set_takeover(Takeover::Ttl(why)),
             LeaseClient::Unknown => {}
         }
     }

@@ -290,6 +290,8 @@ pub struct Machine {
     watch: Option<Watch>,
     /// Whether a holder check is in flight.
     checking: bool,
+    /// Redis refused a holder check: no more until then.
+    checks_refused_until: Option<Instant>,
 }
 
 /// A holding whose lease connection a standby checks.
@@ -312,6 +314,7 @@ impl Machine {
             releasing: 0,
             watch: None,
             checking: false,
+            checks_refused_until: None,
         }
     }
 
@@ -517,9 +520,12 @@ impl Machine {
                 });
                 return Phase::Acquiring { sent_at: now };
             }
-            // Not permitted: no more checks of this holding (the next
-            // attempt's record starts them again, so a changed ACL is seen).
-            Ok(HolderConnection::Refused) => self.watch = None,
+            // Not permitted: no more checks for a while (each refusal is an
+            // ACL LOG entry); a changed ACL is seen at the next try.
+            Ok(HolderConnection::Refused) => {
+                self.watch = None;
+                self.checks_refused_until = Some(now + lease::CLIENT_REFUSED_BACKOFF);
+            }
             Ok(HolderConnection::Open) | Err(()) => {
                 w.next_check = now
                     + self
@@ -574,7 +580,10 @@ impl Machine {
             }) => {
                 self.epoch_floor = self.epoch_floor.max(epoch);
                 self.generation_floor = self.generation_floor.max(generation);
-                if let (Some(every), Some(record)) = (self.settings.takeover_check, record.clone())
+                // Watch the holder's connection, unless Redis refused lately.
+                let refused = self.checks_refused_until.is_some_and(|t| now < t);
+                if let (Some(every), Some(record), false) =
+                    (self.settings.takeover_check, record.clone(), refused)
                 {
                     self.watch = Some(Watch {
                         record,

@@ -58,6 +58,11 @@ pub struct LeaseGrant {
 /// noticed 25 ms after its connection closed on average.
 pub const TAKEOVER_CHECK: Duration = Duration::from_millis(50);
 
+/// After Redis refused `CLIENT` (an ACL without it), how long before asking
+/// again: each refusal is an entry in Redis' `ACL LOG`, and an ACL is rarely
+/// changed, so a replica asks about once a minute rather than every check.
+pub const CLIENT_REFUSED_BACKOFF: Duration = Duration::from_secs(60);
+
 /// The current holding as a standby saw it: its token, its epoch and the
 /// Redis client id of the connection its holder renews on (`meta.holder_conn`,
 /// bound to the token).

@@ -487,10 +487,18 @@ fn a_standby_checks_the_holders_connection_and_takes_over_once_it_is_closed() {
             .is_empty()
     );
     assert_eq!(m.next_wake(), Some(t0 + ms(675)));
-    // A holder that recorded no connection is not watched.
+    // ...and not for a minute (each refusal is an ACL LOG entry).
     m.step(Event::Tick, t0 + ms(675));
-    m.step(Event::Acquired(Ok(held(4, 0))), t0 + ms(680));
-    assert_eq!(m.next_wake(), Some(t0 + ms(1180)));
+    m.step(Event::Acquired(Ok(held_by(4, 12))), t0 + ms(680));
+    assert_eq!(m.next_wake(), Some(t0 + ms(1180)), "not watched");
+    m.step(Event::Tick, t0 + ms(60_300));
+    m.step(Event::Acquired(Ok(held_by(4, 12))), t0 + ms(60_300));
+    assert_eq!(m.next_wake(), Some(t0 + ms(60_350)), "watched again");
+    // A holder that recorded no connection is not watched.
+    m.step(Event::Tick, t0 + ms(60_350));
+    m.step(Event::Tick, t0 + ms(60_800));
+    m.step(Event::Acquired(Ok(held(4, 0))), t0 + ms(60_800));
+    assert_eq!(m.next_wake(), Some(t0 + ms(61_300)));
     // Nor without takeover checks configured.
     let mut m = Machine::new(
         Settings {

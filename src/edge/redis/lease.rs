@@ -30,6 +30,7 @@ use super::{
     Acquisition, Claim, HolderConnection, HolderRecord, LeaseClient, LeaseGrant, LostLease,
     Renewal, Store, checked, int, redis_err, reply_err, text,
 };
+use crate::core::lease::CLIENT_REFUSED_BACKOFF;
 use crate::error::StoreError;
 
 impl Store {
@@ -234,12 +235,19 @@ impl Store {
         timeout: Duration,
         inv: &redis::ScriptInvocation<'_>,
     ) -> Result<(Value, String), StoreError> {
+        let refused_lately = matches!(
+            self.lease_client(),
+            LeaseClient::Refused { at, .. } if at.elapsed() < CLIENT_REFUSED_BACKOFF
+        );
         let mut conn = match self.conn() {
-            Conn::Single(c) => c,
-            cluster => {
-                let mut cluster = cluster;
+            Conn::Single(c) if !refused_lately => c,
+            // A cluster routes by key: `CLIENT ID` would name a connection to
+            // some node, maybe not the one the script runs on. And after a
+            // refusal, asking again at every call would only fill ACL LOG.
+            other => {
+                let mut other = other;
                 let v = self
-                    .bounded(op, timeout, inv.invoke_async(&mut cluster))
+                    .bounded(op, timeout, inv.invoke_async(&mut other))
                     .await?;
                 return Ok((v, String::new()));
             }
@@ -274,7 +282,10 @@ impl Store {
                     op: "CLIENT ID",
                     source: e.clone().into(),
                 };
-                LeaseClient::Refused(refusal(&e).unwrap_or("CLIENT ID failed").to_string())
+                LeaseClient::Refused {
+                    why: refusal(&e).unwrap_or("CLIENT ID failed").to_string(),
+                    at: tokio::time::Instant::now(),
+                }
             }
             _ => LeaseClient::Unknown,
         };

@@ -143,8 +143,12 @@ pub enum LeaseClient {
     Unknown,
     /// The id `CLIENT ID` last returned on the lease connection.
     Id(u64),
-    /// Redis refuses `CLIENT ID` (the reason): no fast takeover.
-    Refused(String),
+    /// Redis refused `CLIENT ID` (why, and when): no fast takeover. Asked
+    /// again only after `core::lease::CLIENT_REFUSED_BACKOFF`.
+    Refused {
+        why: String,
+        at: tokio::time::Instant,
+    },
 }
 
 /// Bounds on every list a cycle reads.
