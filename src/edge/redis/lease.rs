@@ -302,8 +302,9 @@ impl Store {
 }
 
 /// Why Redis will not tell us about connections, if that is what `e` says:
-/// `CLIENT` not permitted by an ACL, or unknown (renamed or disabled, as on
-/// some managed services).
+/// `CLIENT` not permitted by an ACL, unknown (renamed or disabled, as on some
+/// managed services), or too old for `CLIENT LIST ID` (before Redis 5: a
+/// syntax error).
 fn refusal(e: &StoreError) -> Option<&'static str> {
     if e.server_code() == Some("NOPERM") {
         return Some("CLIENT not permitted");
@@ -312,7 +313,9 @@ fn refusal(e: &StoreError) -> Option<&'static str> {
         StoreError::Redis { source, .. }
             if source.code() == Some("ERR")
                 && source.detail().is_some_and(|d| {
-                    d.contains("unknown command") || d.contains("unknown subcommand")
+                    d.contains("unknown command")
+                        || d.contains("unknown subcommand")
+                        || d.contains("syntax error")
                 }) =>
         {
             Some("CLIENT not available")

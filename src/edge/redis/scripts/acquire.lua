@@ -24,6 +24,14 @@
 -- The lease is then taken as if free, but only if it still holds exactly that
 -- record: same token, same epoch, same client id. A holder that reconnected
 -- and renewed since has a new record, and the takeover is refused.
+-- Client ids only grow while Redis runs, so a closed id never reopens. After
+-- a Redis restart they start again from 1: a recorded id that now names
+-- another live connection only delays the takeover to the TTL (safe); one
+-- that names none (a lease restored from RDB/AOF) is taken over, rightly,
+-- since every connection of before the restart is gone. A live holder that
+-- reconnected (a restart, a Redis failover, a replaced connection) renews
+-- with its new id; until then it may be taken over, and is then fenced by
+-- the token and epoch checks: a liveness cost, never a second writer.
 --
 -- The floors are the highest epoch and generation the caller has seen. If
 -- Redis lost its data (restart without persistence) its counters restart at 0;
