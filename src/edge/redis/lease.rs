@@ -19,7 +19,10 @@
 //! - a takeover ([`Claim::takeover`]) succeeds only if the lease still holds
 //!   exactly the record seen dead, and opens a new epoch;
 //! - on Redis Cluster, or where `CLIENT` is refused, no record is written and
-//!   standbys wait out the TTL.
+//!   standbys wait out the TTL;
+//! - a lease connection replaced after a timeout is closed only once a
+//!   renewal recorded the new one (or this replica found the lease held by
+//!   another), so a slow call does not make a live holder look dead.
 
 use std::time::Duration;
 
@@ -89,6 +92,8 @@ impl Store {
                 Ok(Acquisition::Acquired(grant))
             }
             [ok, pttl, holder, epoch, generation, foreign, token, client] if int(ok) == Some(0) => {
+                // Not holding: no record of ours to keep true.
+                self.retire_done();
                 let epoch = count(epoch).ok_or_else(|| reply_err("acquire lease", &v))?;
                 let record = match (text(token), count(client)) {
                     (Some(token), Some(client)) if !token.is_empty() => Some(HolderRecord {
@@ -139,6 +144,10 @@ impl Store {
             // Renewed over a connection whose id the record does not name
             // (a reconnect): once more, now with the right id.
             let renewed = matches!(&v, Value::Array(items) if items.len() == 1);
+            if renewed && learned == client {
+                // The record names the connection renewals go over.
+                self.retire_done();
+            }
             if !renewed || learned == client || attempts == 2 {
                 break v;
             }
