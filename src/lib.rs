@@ -59,7 +59,7 @@ pub mod proto {
 pub use config::Config;
 #[cfg(feature = "daemon")]
 pub use coordinator::Distributor;
-pub use core::status::{Role, Status};
+pub use core::status::{Role, Status, Takeover};
 pub use core::table::MatchingTable;
 #[cfg(feature = "member")]
 pub use error::{MemberError, StartError, StoreError};

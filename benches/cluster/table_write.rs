@@ -38,6 +38,7 @@ pub async fn run() {
         holder_id: "bench",
         now_ms: distributor::unix_ms(),
         failure_threshold: 1,
+        takeover: None,
     };
     let grant = match store.acquire(&claim).await.unwrap() {
         Acquisition::Acquired(g) => g,

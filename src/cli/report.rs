@@ -113,6 +113,9 @@ pub struct LeaseReport {
     pub holder: Option<String>,
     pub epoch: u64,
     pub expires_in_ms: Option<u64>,
+    /// While the lease is held: how a crash of its holder would be noticed,
+    /// `fast` (standbys watch the holder's Redis connection) or `ttl (why)`.
+    pub takeover: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -298,6 +301,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
             holder,
             epoch: o.epoch,
             expires_in_ms: o.lease_pttl.map(|d| d.as_millis() as u64),
+            takeover: o.lease_pttl.map(|_| takeover(o)),
         },
         replicas,
         groups,
@@ -343,6 +347,28 @@ fn ago(ms: u64) -> String {
     }
 }
 
+/// How a crash of the current holder would be noticed: `fast` when it
+/// recorded the Redis connection it renews on (`meta.holder_conn`, bound to
+/// its token), so that standbys take over as soon as that connection closes;
+/// else only when the lease expires. (A standby that may not ask about
+/// connections falls back to the TTL too; each replica's status says so.)
+fn takeover(o: &Overview) -> String {
+    let recorded = o.lease_token.as_ref().is_some_and(|token| {
+        o.meta
+            .get("holder_conn")
+            .and_then(|c| c.strip_prefix(token.as_str()))
+            .and_then(|c| c.strip_prefix(' '))
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if recorded {
+        "fast".into()
+    } else {
+        "ttl (the holder recorded no lease connection: CLIENT not permitted to it, \
+         Redis Cluster, or an older version)"
+            .into()
+    }
+}
+
 /// Renders the status report for a terminal.
 pub fn render_status(r: &StatusReport) -> String {
     let mut out = String::new();
@@ -375,6 +401,9 @@ pub fn render_status(r: &StatusReport) -> String {
             r.lease.epoch
         ),
     };
+    if let Some(t) = &r.lease.takeover {
+        out += &format!("takeover: {t}\n");
+    }
     out += &format!("replicas ({}):\n", r.replicas.len());
     for rep in &r.replicas {
         let place = match (rep.index, rep.replicas) {
@@ -553,9 +582,11 @@ mod tests {
                 s("failure_threshold", "2"),
                 s("assignment", "sticky"),
                 s("last_change", "moved=3 minimum=3 placed=1"),
+                s("holder_conn", "tok 42"),
             ]
             .into(),
             lease_pttl: Some(Duration::from_millis(1500)),
+            lease_token: Some("tok".into()),
             epoch: 3,
             replicas: [s("r1", "0 2 9000"), s("r2", "- - 9500")].into(),
             liveness: [
@@ -628,6 +659,7 @@ mod tests {
         assert_eq!(r.replicas[1].index, None);
         let text = render_status(&r);
         assert!(text.contains("lease held by r1, epoch 3"), "{text}");
+        assert!(text.contains("takeover: fast\n"), "{text}");
         assert!(text.contains("group g: 2 live, 4 failed"), "{text}");
         assert!(
             text.contains("assignment sticky; last change: 3 moved (minimum 3), 1 placed"),
@@ -675,11 +707,31 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_without_a_connection_record_is_replaced_after_its_ttl() {
+        // A record of an earlier holding (another token), or none at all.
+        for conn in [Some("old 42"), Some("tok "), None] {
+            let mut o = overview();
+            match conn {
+                Some(c) => o.meta.insert("holder_conn".into(), c.into()),
+                None => o.meta.remove("holder_conn"),
+            };
+            let r = status(&o, "t", 10_000);
+            let t = r.lease.takeover.as_deref().unwrap();
+            assert!(
+                t.starts_with("ttl (the holder recorded no lease connection"),
+                "{t}"
+            );
+            assert!(render_status(&r).contains("takeover: ttl ("));
+        }
+    }
+
+    #[test]
     fn a_free_lease_has_no_holder() {
         let mut o = overview();
         o.lease_pttl = None;
         let r = status(&o, "t", 10_000);
         assert_eq!(r.lease.holder, None);
+        assert_eq!(r.lease.takeover, None, "nobody to take over from");
         assert!(render_status(&r).contains("lease free"));
     }
 

@@ -34,11 +34,11 @@ use super::machine::{Action, CycleOutcome, CycleSummary, Event, Machine, Setting
 use crate::config::Config;
 use crate::core::census::{self, Census, CensusView};
 use crate::core::inputs::Rejection;
-use crate::core::lease::{Acquisition, Claim, LeaseGrant, Renewal};
-use crate::core::status::{HandoffStatus, Role, Status};
+use crate::core::lease::{Acquisition, Claim, HolderConnection, LeaseGrant, Renewal};
+use crate::core::status::{HandoffStatus, Role, Status, Takeover};
 use crate::core::suspicion::Guard;
 use crate::edge::grpc::{Closes, PingFailure, PingReport, Pinger};
-use crate::edge::redis::{ListLimits, Notification, Store};
+use crate::edge::redis::{LeaseClient, ListLimits, Notification, Store};
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
 use crate::unix_ms;
@@ -64,6 +64,10 @@ enum Done {
     Release {
         epoch: u64,
         result: Result<bool, StoreError>,
+    },
+    CheckHolder {
+        client: u64,
+        result: Result<HolderConnection, StoreError>,
     },
 }
 
@@ -201,6 +205,7 @@ impl Executor {
         let settings = Settings {
             lease: self.config.lease,
             poll_interval: self.config.poll_interval,
+            takeover_check: Some(crate::core::lease::TAKEOVER_CHECK),
         };
         let mut machine = Machine::new(settings, Instant::now());
         let mut calls: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
@@ -379,9 +384,17 @@ impl Executor {
     /// Performs an action that needs no loop state.
     fn perform(&mut self, action: Action, calls: &mut FuturesUnordered<BoxFuture<'static, Done>>) {
         match action {
+            Action::CheckHolder { client } => {
+                let store = self.store.clone();
+                calls.push(Box::pin(async move {
+                    let result = store.holder_connection(client).await;
+                    Done::CheckHolder { client, result }
+                }));
+            }
             Action::Acquire {
                 epoch_floor,
                 generation_floor,
+                takeover,
             } => {
                 let (store, timing) = (self.store.clone(), self.config.lease);
                 let (id, threshold) = (
@@ -396,6 +409,7 @@ impl Executor {
                         holder_id: &id,
                         now_ms: unix_ms(),
                         failure_threshold: threshold,
+                        takeover: takeover.as_ref(),
                     };
                     Done::Acquire(store.acquire(&claim).await)
                 }));
@@ -489,7 +503,15 @@ impl Executor {
                 epoch,
                 generation,
                 foreign,
+                watchable,
             } => {
+                if !watchable && foreign.is_none() {
+                    self.set_takeover(Takeover::Ttl(
+                        "the holder recorded no lease connection (CLIENT not permitted to it, \
+                         a cluster, or an older version)"
+                            .into(),
+                    ));
+                }
                 if let Some(why) = &foreign
                     && self.status.borrow().lease_problem.as_ref() != Some(why)
                 {
@@ -513,11 +535,66 @@ impl Executor {
         }
     }
 
+    /// Records how a crashed holder would be replaced; logs a change to or
+    /// from the TTL fallback once.
+    fn set_takeover(&self, takeover: Takeover) {
+        let before = self.status.borrow().takeover.clone();
+        if before == takeover {
+            return;
+        }
+        match &takeover {
+            Takeover::Ttl(why) => tracing::warn!(
+                reason = %why,
+                "fast takeover unavailable: a crashed holder is replaced only when its lease \
+                 expires (up to one TTL)"
+            ),
+            Takeover::Fast if before != Takeover::Unknown => {
+                tracing::info!("fast takeover available again")
+            }
+            _ => {}
+        }
+        self.update(|s| s.takeover = takeover);
+    }
+
+    /// The takeover mode this holder's own lease connection allows.
+    fn own_takeover(&self) {
+        match self.store.lease_client() {
+            LeaseClient::Id(_) => self.set_takeover(Takeover::Fast),
+            LeaseClient::Refused { why, .. } => self.set_takeover(Takeover::Ttl(why)),
+            LeaseClient::Unknown => {}
+        }
+    }
+
     /// Turns a finished call into the machine's event, logging and counting.
     fn done(&mut self, done: Done) -> Event {
         match done {
+            Done::CheckHolder { client, result } => {
+                self.redis_result(&result);
+                match &result {
+                    Ok(HolderConnection::Refused) => self.set_takeover(Takeover::Ttl(
+                        "CLIENT not permitted or not available".into(),
+                    )),
+                    Ok(_) => self.set_takeover(Takeover::Fast),
+                    Err(e) => {
+                        tracing::debug!(error = %e, client, "could not check the holder's connection")
+                    }
+                }
+                if matches!(result, Ok(HolderConnection::Closed)) {
+                    tracing::info!(
+                        client,
+                        "the holder's lease connection is closed; taking the lease over"
+                    );
+                }
+                Event::HolderChecked {
+                    client,
+                    result: result.map_err(|_| ()),
+                }
+            }
             Done::Acquire(result) => {
                 self.redis_result(&result);
+                if let Ok(Acquisition::Acquired(_)) = &result {
+                    self.own_takeover();
+                }
                 match result {
                     Ok(a) => {
                         if std::mem::take(&mut self.acquire_failing) {
@@ -543,6 +620,9 @@ impl Executor {
                 result,
             } => {
                 self.redis_result(&result);
+                if result.is_ok() {
+                    self.own_takeover();
+                }
                 if let Err(e) = &result {
                     let span = lease_span(&self.config.replica_id, "renew_failed", epoch);
                     mark_error(&span, &e.to_string());

@@ -30,20 +30,33 @@
 //!   [`Machine::next_wake`];
 //! - epoch and generation floors never go backwards;
 //! - a lease it gives up on its own (lapsed, handed over, shutdown) is always
-//!   released, which wakes the standbys; shutdown stops only after that.
+//!   released, which wakes the standbys; shutdown stops only after that;
+//! - a standby that saw the holder's lease connection ([`HolderRecord`])
+//!   asks Redis whether it still exists every [`Settings::takeover_check`],
+//!   one question at a time, and takes over (an [`Action::Acquire`] with
+//!   `takeover`) only after Redis answered that it is closed; the takeover
+//!   succeeds in Redis only for exactly that record. With random crashes,
+//!   dropped connections and lost or late replies, at most one replica's
+//!   writes are ever accepted, and epochs of accepted writes never go back
+//!   (the shared-lease model below).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::core::census::CensusView;
-use crate::core::lease::{self, Acquisition, HeldLease, LeaseGrant, LeaseTiming, Renewal};
+use crate::core::lease::{
+    self, Acquisition, HeldLease, HolderConnection, HolderRecord, LeaseGrant, LeaseTiming, Renewal,
+};
 
 /// What the machine needs to know of the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
     pub lease: LeaseTiming,
     pub poll_interval: Duration,
+    /// How often a standby checks the holder's lease connection (`None`:
+    /// never; standbys wait out the TTL).
+    pub takeover_check: Option<Duration>,
 }
 
 /// The least time between two handoff cycles started by hints.
@@ -157,6 +170,11 @@ pub enum Event {
     MemberDown,
     /// A release started by the machine finished (successfully or not).
     ReleaseDone,
+    /// The answer to [`Action::CheckHolder`]; `Err` for an error.
+    HolderChecked {
+        client: u64,
+        result: Result<HolderConnection, ()>,
+    },
     /// Stop: hand the lease over and end.
     Shutdown,
 }
@@ -164,11 +182,17 @@ pub enum Event {
 /// An effect for the executor to perform.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Try to take the lease; answer with [`Event::Acquired`].
+    /// Try to take the lease; answer with [`Event::Acquired`]. With
+    /// `takeover`, also if it is held by exactly that record (whose
+    /// connection Redis said is closed).
     Acquire {
         epoch_floor: u64,
         generation_floor: u64,
+        takeover: Option<HolderRecord>,
     },
+    /// Ask Redis whether the connection with this client id (the holder's
+    /// lease connection) still exists; answer with [`Event::HolderChecked`].
+    CheckHolder { client: u64 },
     /// Extend the lease within `budget`; answer with [`Event::Renewed`]
     /// carrying `sent_at` (the lease counts from it).
     Renew {
@@ -208,6 +232,8 @@ pub enum Action {
         epoch: u64,
         generation: u64,
         foreign: Option<String>,
+        /// Whether the holder recorded its lease connection (fast takeover).
+        watchable: bool,
     },
     /// Everything is handed over: end the loop.
     Stop,
@@ -262,6 +288,19 @@ pub struct Machine {
     replicas: Option<u64>,
     /// Releases sent and not finished: shutdown waits for them.
     releasing: u32,
+    /// The holding a standby watches, from the last acquisition attempt.
+    watch: Option<Watch>,
+    /// Whether a holder check is in flight.
+    checking: bool,
+    /// Redis refused a holder check: no more until then.
+    checks_refused_until: Option<Instant>,
+}
+
+/// A holding whose lease connection a standby checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Watch {
+    record: HolderRecord,
+    next_check: Instant,
 }
 
 impl Machine {
@@ -275,6 +314,9 @@ impl Machine {
             released_epoch: None,
             replicas: None,
             releasing: 0,
+            watch: None,
+            checking: false,
+            checks_refused_until: None,
         }
     }
 
@@ -307,7 +349,10 @@ impl Machine {
     /// events can move the machine on).
     pub fn next_wake(&self) -> Option<Instant> {
         match &self.phase {
-            Phase::Standby { next_attempt } => Some(*next_attempt),
+            Phase::Standby { next_attempt } => match &self.watch {
+                Some(w) if !self.checking => Some((*next_attempt).min(w.next_check)),
+                _ => Some(*next_attempt),
+            },
             Phase::Holder(h) => {
                 let mut wake = h.lease.acts_until();
                 if h.renewing.is_none() {
@@ -397,13 +442,34 @@ impl Machine {
             }
             (phase @ Phase::Stopping { .. }, _) => phase,
 
+            // Answers to holder checks arrive in any phase; only a standby
+            // acts on them.
+            (phase, Event::HolderChecked { client, result }) => {
+                self.checking = false;
+                self.holder_checked(phase, client, result, now, &mut out)
+            }
+
             // Standby.
             (Phase::Standby { next_attempt }, Event::Tick) if now >= next_attempt => {
+                self.watch = None;
                 out.push(Action::Acquire {
                     epoch_floor: self.epoch_floor,
                     generation_floor: self.generation_floor,
+                    takeover: None,
                 });
                 Phase::Acquiring { sent_at: now }
+            }
+            (Phase::Standby { next_attempt }, Event::Tick) => {
+                if let Some(w) = &self.watch
+                    && !self.checking
+                    && now >= w.next_check
+                {
+                    self.checking = true;
+                    out.push(Action::CheckHolder {
+                        client: w.record.client,
+                    });
+                }
+                Phase::Standby { next_attempt }
             }
             (Phase::Standby { next_attempt }, Event::ReleaseNotice { epoch }) => {
                 // Our own release is no reason to come back at once: that
@@ -428,6 +494,51 @@ impl Machine {
         out
     }
 
+    fn holder_checked(
+        &mut self,
+        phase: Phase,
+        client: u64,
+        result: Result<HolderConnection, ()>,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) -> Phase {
+        let Phase::Standby { next_attempt } = phase else {
+            return phase;
+        };
+        let Some(w) = self.watch.as_mut().filter(|w| w.record.client == client) else {
+            // About a holding no longer watched (the answer came late).
+            return phase;
+        };
+        match result {
+            Ok(HolderConnection::Closed) => {
+                // Client ids are never reused while Redis runs: that
+                // connection is gone for good. Take over now; Redis does it
+                // only if the lease still holds exactly this record.
+                let record = self.watch.take().map(|w| w.record);
+                out.push(Action::Acquire {
+                    epoch_floor: self.epoch_floor,
+                    generation_floor: self.generation_floor,
+                    takeover: record,
+                });
+                return Phase::Acquiring { sent_at: now };
+            }
+            // Not permitted: no more checks for a while (each refusal is an
+            // ACL LOG entry); a changed ACL is seen at the next try.
+            Ok(HolderConnection::Refused) => {
+                self.watch = None;
+                self.checks_refused_until = Some(now + lease::CLIENT_REFUSED_BACKOFF);
+            }
+            Ok(HolderConnection::Open) | Err(()) => {
+                w.next_check = now
+                    + self
+                        .settings
+                        .takeover_check
+                        .unwrap_or(self.settings.lease.retry_interval);
+            }
+        }
+        Phase::Standby { next_attempt }
+    }
+
     fn acquired(
         &mut self,
         result: Result<Acquisition, ()>,
@@ -436,6 +547,7 @@ impl Machine {
         out: &mut Vec<Action>,
     ) -> Phase {
         let retry = self.settings.lease.retry_interval;
+        self.watch = None;
         match result {
             Ok(Acquisition::Acquired(grant)) => {
                 self.epoch_floor = self.epoch_floor.max(grant.epoch);
@@ -466,14 +578,26 @@ impl Machine {
                 epoch,
                 generation,
                 foreign,
+                record,
             }) => {
                 self.epoch_floor = self.epoch_floor.max(epoch);
                 self.generation_floor = self.generation_floor.max(generation);
+                // Watch the holder's connection, unless Redis refused lately.
+                let refused = self.checks_refused_until.is_some_and(|t| now < t);
+                if let (Some(every), Some(record), false) =
+                    (self.settings.takeover_check, record.clone(), refused)
+                {
+                    self.watch = Some(Watch {
+                        record,
+                        next_check: now + every,
+                    });
+                }
                 out.push(Action::SawHolder {
                     holder,
                     epoch,
                     generation,
                     foreign,
+                    watchable: record.is_some(),
                 });
                 Phase::Standby {
                     next_attempt: lease::next_attempt(now, pttl, retry),

@@ -87,8 +87,10 @@ impl Distributor {
         }
     }
 
-    /// Stops at once without releasing anything, like a crash: the lease lapses
-    /// after its TTL. For failure tests.
+    /// Stops at once without releasing anything, like a crash: its Redis
+    /// connections close, so standbys take over as soon as they see the lease
+    /// connection gone (after the TTL where they may not ask). For failure
+    /// tests.
     pub fn abort(mut self) {
         if let Some(task) = self.task.take() {
             task.abort();

@@ -18,6 +18,18 @@
 //! Between "stops acting" and "expires" nobody writes: no overlap, at the price
 //! of a short gap. Even if a paused process wakes up late and tries anyway, the
 //! write script checks token and epoch inside Redis and rejects it.
+//!
+//! Fast takeover: a holder that crashes does not release, but Redis closes its
+//! connections at once. The holder records the Redis client id of the
+//! connection it renews on beside the lease ([`HolderRecord`]); a standby asks
+//! Redis every [`TAKEOVER_CHECK`] whether that connection still exists, and
+//! when it is gone takes the lease over with a compare-and-set on exactly the
+//! record it saw, opening a new epoch like any acquisition. A holder that is
+//! alive but lost that connection (and did not renew over a new one yet) may
+//! still believe it holds the lease until its renewal says `Taken`: its writes
+//! are refused by the token and epoch check, so at most one holder's writes
+//! are ever accepted, whatever the timing. Where Redis does not let us ask
+//! (`CLIENT` not permitted, renamed, a cluster), standbys wait out the TTL.
 
 use std::time::Duration;
 
@@ -39,6 +51,42 @@ pub struct LeaseGrant {
     pub epoch: u64,
 }
 
+/// How often a standby asks whether the holder's lease connection still
+/// exists. `CLIENT LIST ID <id>` is one lookup by id in Redis (a radix tree,
+/// no scan of the client list) and a reply of one line: at 20 checks a second
+/// per standby the cost to Redis is negligible, and a crashed holder is
+/// noticed 25 ms after its connection closed on average.
+pub const TAKEOVER_CHECK: Duration = Duration::from_millis(50);
+
+/// After Redis refused `CLIENT` (an ACL without it), how long before asking
+/// again: each refusal is an entry in Redis' `ACL LOG`, and an ACL is rarely
+/// changed, so a replica asks about once a minute rather than every check.
+pub const CLIENT_REFUSED_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The current holding as a standby saw it: its token, its epoch and the
+/// Redis client id of the connection its holder renews on (`meta.holder_conn`,
+/// bound to the token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderRecord {
+    pub token: String,
+    pub epoch: u64,
+    pub client: u64,
+}
+
+/// What Redis said about a holder's lease connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HolderConnection {
+    /// It exists (or an id that Redis gave to another connection after a
+    /// restart: a takeover then waits out the TTL, which is safe).
+    Open,
+    /// No connection has that id: the holder's process or its connection is
+    /// gone.
+    Closed,
+    /// Redis refuses the question (`CLIENT` not permitted or renamed): fall
+    /// back to the TTL.
+    Refused,
+}
+
 /// What a replica brings to an acquisition attempt.
 #[derive(Debug, Clone)]
 pub struct Claim<'a> {
@@ -51,6 +99,9 @@ pub struct Claim<'a> {
     pub now_ms: u64,
     /// Recorded in the metadata so operators' tools can judge liveness.
     pub failure_threshold: u32,
+    /// Take over this holding, whose lease connection was seen closed: the
+    /// lease is taken only if it still holds exactly this record.
+    pub takeover: Option<&'a HolderRecord>,
 }
 
 /// The outcome of an acquisition attempt.
@@ -67,6 +118,9 @@ pub enum Acquisition {
         /// Why the lease key cannot be a holder's (no TTL, another type); the
         /// script gave it a TTL, so it lapses.
         foreign: Option<String>,
+        /// The holding with its lease connection, when its holder recorded
+        /// one: a standby can then watch that connection.
+        record: Option<HolderRecord>,
     },
 }
 

@@ -17,6 +17,30 @@ pub enum Role {
     Holder,
 }
 
+/// How a crashed holder would be replaced, as this replica last saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Takeover {
+    /// Not known yet (no holder seen, no answer from Redis yet).
+    #[default]
+    Unknown,
+    /// As soon as the holder's lease connection closes (checked every
+    /// `core::lease::TAKEOVER_CHECK`).
+    Fast,
+    /// Only when the lease expires, for this reason (`CLIENT` not permitted,
+    /// the holder records no connection, ...).
+    Ttl(String),
+}
+
+impl std::fmt::Display for Takeover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Takeover::Unknown => f.write_str("unknown"),
+            Takeover::Fast => f.write_str("fast"),
+            Takeover::Ttl(why) => write!(f, "ttl ({why})"),
+        }
+    }
+}
+
 /// What a replica knows, for status output and embedders.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {
@@ -57,6 +81,8 @@ pub struct Status {
     pub lease_problem: Option<String>,
     /// The handoff, as the holder's last cycle saw it.
     pub handoff: HandoffStatus,
+    /// Whether a crash of the holder is noticed at once or after the TTL.
+    pub takeover: Takeover,
 }
 
 /// The handoff as the holder's last cycle saw it.
@@ -79,6 +105,9 @@ pub struct HandoffStatus {
 pub struct Overview {
     pub meta: std::collections::BTreeMap<String, String>,
     pub lease_pttl: Option<Duration>,
+    /// The lease's token (`{T}:lease`), to tell whether `meta.holder_conn`
+    /// describes the current holding.
+    pub lease_token: Option<String>,
     pub epoch: u64,
     pub replicas: std::collections::BTreeMap<String, String>,
     pub liveness: std::collections::BTreeMap<String, String>,

@@ -55,6 +55,7 @@ pub struct Build {
 pub struct Metrics {
     registry: Registry,
     pub holder: Gauge,
+    pub fast_takeover: Gauge,
     pub epoch: Gauge,
     pub generation: Gauge,
     pub census_replicas: Gauge,
@@ -95,6 +96,13 @@ impl Metrics {
             "holder",
             "1 while this replica holds the lease and acts",
             holder.clone(),
+        );
+        let fast_takeover = Gauge::default();
+        r.register(
+            "fast_takeover",
+            "1 while a crashed holder would be replaced as soon as its redis connection closes, \
+             0 while only when its lease expires (CLIENT not permitted, ...), -1 while unknown",
+            fast_takeover.clone(),
         );
         let epoch = Gauge::default();
         r.register(
@@ -240,6 +248,7 @@ impl Metrics {
         Metrics {
             registry: r,
             holder,
+            fast_takeover,
             epoch,
             generation,
             census_replicas,
@@ -337,6 +346,11 @@ impl Metrics {
     /// Sets every gauge that mirrors the replica's status.
     pub fn sync(&self, s: &Status) {
         self.holder.set(i64::from(s.role == Role::Holder));
+        self.fast_takeover.set(match s.takeover {
+            crate::core::status::Takeover::Fast => 1,
+            crate::core::status::Takeover::Ttl(_) => 0,
+            crate::core::status::Takeover::Unknown => -1,
+        });
         self.epoch.set(s.epoch as i64);
         self.generation.set(s.generation as i64);
         if let Some(c) = s.census {

@@ -108,6 +108,7 @@ async fn cluster_fences_a_stale_holder() {
         holder_id: id,
         now_ms: 1,
         failure_threshold: 1,
+        takeover: None,
     };
     let Acquisition::Acquired(a) = store.acquire(&claim("a")).await.unwrap() else {
         panic!()

@@ -16,6 +16,7 @@ fn claim(ttl: Duration, epoch_floor: u64, holder_id: &str, now_ms: u64) -> Claim
         holder_id,
         now_ms,
         failure_threshold: 1,
+        takeover: None,
     }
 }
 
@@ -34,7 +35,7 @@ async fn a_stale_holder_cannot_write() {
     assert_eq!(a.epoch, 1);
     let held = store.acquire(&claim(ttl, 0, "b", 2)).await.unwrap();
     assert!(
-        matches!(held, Acquisition::Held { ref holder, epoch: 1, pttl: Some(_), generation: 0, foreign: None } if holder == "a"),
+        matches!(held, Acquisition::Held { ref holder, epoch: 1, pttl: Some(_), generation: 0, foreign: None, .. } if holder == "a"),
         "{held:?}"
     );
 

@@ -164,6 +164,7 @@ fn claim(holder_id: &str) -> Claim<'_> {
         holder_id,
         now_ms: 1,
         failure_threshold: 1,
+        takeover: None,
     }
 }
 

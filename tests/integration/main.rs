@@ -21,4 +21,5 @@ mod python_worker;
 mod security;
 mod sticky;
 mod table;
+mod takeover;
 mod tls;

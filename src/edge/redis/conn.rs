@@ -163,6 +163,12 @@ pub(super) struct Links {
     /// Cycle and operator reads, which may carry megabytes; on their own
     /// connection so a big reply never queues a lease renewal behind it.
     bulk: std::sync::Mutex<Conn>,
+    /// The lease connection replaced last, kept open until a renewal has
+    /// recorded the new one's client id (see [`Store::retire_done`]): the
+    /// holder's connection record names it until then, and closing it would
+    /// tell the standbys that the holder is gone (a live holder taken over
+    /// after a slow call, then fenced: safe, but a needless failover).
+    retired: std::sync::Mutex<Option<Conn>>,
 }
 
 impl Links {
@@ -171,6 +177,7 @@ impl Links {
         Ok(Links {
             lease: std::sync::Mutex::new(dialer.dial().map_err(redis_err("open"))?),
             bulk: std::sync::Mutex::new(dialer.dial().map_err(redis_err("open"))?),
+            retired: std::sync::Mutex::new(None),
             dialer,
         })
     }
@@ -185,12 +192,24 @@ impl Store {
         self.links.bulk.lock().expect("links poisoned").clone()
     }
 
-    /// Drops both connections for fresh ones (connected lazily on next use).
+    /// Replaces both connections with fresh ones (connected lazily on next
+    /// use). The old lease connection stays open until the new one's client
+    /// id is recorded ([`Store::retire_done`]).
     fn reconnect(&self) {
         if let (Ok(lease), Ok(bulk)) = (self.links.dialer.dial(), self.links.dialer.dial()) {
-            *self.links.lease.lock().expect("links poisoned") = lease;
+            let old = std::mem::replace(
+                &mut *self.links.lease.lock().expect("links poisoned"),
+                lease,
+            );
+            *self.links.retired.lock().expect("links poisoned") = Some(old);
             *self.links.bulk.lock().expect("links poisoned") = bulk;
         }
+    }
+
+    /// Closes the retired lease connection, if any: the connection record
+    /// names the current one now (or this replica holds no lease).
+    pub(super) fn retire_done(&self) {
+        self.links.retired.lock().expect("links poisoned").take();
     }
 
     pub(super) async fn bounded<T>(

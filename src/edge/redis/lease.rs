@@ -7,15 +7,33 @@
 //!   epoch, so a holder that lost the lease can neither extend nor drop the
 //!   next holder's;
 //! - with `WaitFor` set, an acquisition or renewal that too few replicas
-//!   acknowledged is never acted on (an acquisition is given back).
+//!   acknowledged is never acted on (an acquisition is given back);
+//! - the connection record (`meta.holder_conn`, see `acquire.lua`) names the
+//!   connection the acquisition or renewal itself went over: `CLIENT ID` is
+//!   pipelined with the script, so both run on the same connection even if
+//!   the connection manager reconnected in between; when the id changed (a
+//!   reconnect), the record is corrected at once by another renewal. A stale
+//!   record can only make a standby take a live holder's lease over, which
+//!   the token and epoch checks then fence: a liveness cost, never two
+//!   accepted writers;
+//! - a takeover ([`Claim::takeover`]) succeeds only if the lease still holds
+//!   exactly the record seen dead, and opens a new epoch;
+//! - on Redis Cluster, or where `CLIENT` is refused, no record is written and
+//!   standbys wait out the TTL;
+//! - a lease connection replaced after a timeout is closed only once a
+//!   renewal recorded the new one (or this replica found the lease held by
+//!   another), so a slow call does not make a live holder look dead.
 
 use std::time::Duration;
 
 use redis::Value;
 
+use super::conn::Conn;
 use super::{
-    Acquisition, Claim, LeaseGrant, LostLease, Renewal, Store, checked, int, reply_err, text,
+    Acquisition, Claim, HolderConnection, HolderRecord, LeaseClient, LeaseGrant, LostLease,
+    Renewal, Store, checked, int, redis_err, reply_err, text,
 };
+use crate::core::lease::CLIENT_REFUSED_BACKOFF;
 use crate::error::StoreError;
 
 impl Store {
@@ -23,7 +41,13 @@ impl Store {
     /// hex digits).
     pub async fn acquire(&self, claim: &Claim<'_>) -> Result<Acquisition, StoreError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let mut conn = self.conn();
+        let client = self.lease_client_arg();
+        let none = HolderRecord {
+            token: String::new(),
+            epoch: 0,
+            client: 0,
+        };
+        let dead = claim.takeover.unwrap_or(&none);
         let mut inv = self.scripts.acquire.prepare_invoke();
         inv.key(&self.keys.lease)
             .key(&self.keys.epoch)
@@ -34,13 +58,13 @@ impl Store {
             .arg(claim.holder_id)
             .arg(claim.now_ms)
             .arg(claim.failure_threshold)
-            .arg(claim.generation_floor);
-        let v: Value = self
-            .bounded(
-                "acquire lease",
-                self.op_timeout,
-                inv.invoke_async(&mut conn),
-            )
+            .arg(claim.generation_floor)
+            .arg(&client)
+            .arg(&dead.token)
+            .arg(dead.epoch)
+            .arg(dead.client);
+        let (v, learned) = self
+            .with_client_id("acquire lease", self.op_timeout, &inv)
             .await?;
         let v = checked(v)?;
         let Value::Array(items) = &v else {
@@ -57,15 +81,35 @@ impl Store {
                     let _ = self.release(&grant).await;
                     return Err(e);
                 }
+                if learned != client {
+                    // Recorded with an id this connection no longer has (the
+                    // first acquisition, or a reconnect): correct it now
+                    // rather than at the first renewal, so that standbys do
+                    // not take the lease over meanwhile. Best effort: a
+                    // failure here leaves that to the first renewal.
+                    let _ = self.renew(&grant, claim.ttl, self.op_timeout).await;
+                }
                 Ok(Acquisition::Acquired(grant))
             }
-            [ok, pttl, holder, epoch, generation, foreign] if int(ok) == Some(0) => {
+            [ok, pttl, holder, epoch, generation, foreign, token, client] if int(ok) == Some(0) => {
+                // Not holding: no record of ours to keep true.
+                self.retire_done();
+                let epoch = count(epoch).ok_or_else(|| reply_err("acquire lease", &v))?;
+                let record = match (text(token), count(client)) {
+                    (Some(token), Some(client)) if !token.is_empty() => Some(HolderRecord {
+                        token,
+                        epoch,
+                        client,
+                    }),
+                    _ => None,
+                };
                 Ok(Acquisition::Held {
                     pttl: count(pttl).map(Duration::from_millis),
                     holder: text(holder).unwrap_or_default(),
-                    epoch: count(epoch).ok_or_else(|| reply_err("acquire lease", &v))?,
+                    epoch,
                     generation: count(generation).ok_or_else(|| reply_err("acquire lease", &v))?,
                     foreign: text(foreign).filter(|f| !f.is_empty()),
+                    record,
                 })
             }
             _ => Err(reply_err("acquire lease", &v)),
@@ -79,17 +123,35 @@ impl Store {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Renewal, StoreError> {
-        let mut conn = self.conn();
-        let mut inv = self.scripts.renew.prepare_invoke();
-        inv.key(&self.keys.lease)
-            .key(&self.keys.epoch)
-            .arg(&grant.token)
-            .arg(grant.epoch)
-            .arg(ttl.as_millis() as u64);
-        let v: Value = self
-            .bounded("renew lease", timeout, inv.invoke_async(&mut conn))
-            .await?;
-        let v = checked(v)?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut attempts = 0;
+        let v = loop {
+            attempts += 1;
+            let client = self.lease_client_arg();
+            let mut inv = self.scripts.renew.prepare_invoke();
+            inv.key(&self.keys.lease)
+                .key(&self.keys.epoch)
+                .key(&self.keys.meta)
+                .arg(&grant.token)
+                .arg(grant.epoch)
+                .arg(ttl.as_millis() as u64)
+                .arg(&client);
+            let left = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .max(Duration::from_millis(1));
+            let (v, learned) = self.with_client_id("renew lease", left, &inv).await?;
+            let v = checked(v)?;
+            // Renewed over a connection whose id the record does not name
+            // (a reconnect): once more, now with the right id.
+            let renewed = matches!(&v, Value::Array(items) if items.len() == 1);
+            if renewed && learned == client {
+                // The record names the connection renewals go over.
+                self.retire_done();
+            }
+            if !renewed || learned == client || attempts == 2 {
+                break v;
+            }
+        };
         match &v {
             Value::Array(items) => match items.as_slice() {
                 [ok] if int(ok) == Some(1) => {
@@ -124,5 +186,149 @@ impl Store {
             )
             .await?;
         Ok(n == 1)
+    }
+
+    /// Whether the connection with Redis client id `client` still exists
+    /// (`CLIENT LIST ID`: an empty reply when it does not).
+    /// [`HolderConnection::Refused`] where Redis does not let us ask.
+    pub async fn holder_connection(&self, client: u64) -> Result<HolderConnection, StoreError> {
+        let Conn::Single(mut conn) = self.conn() else {
+            return Ok(HolderConnection::Refused);
+        };
+        let cmd = redis::cmd("CLIENT")
+            .arg("LIST")
+            .arg("ID")
+            .arg(client)
+            .to_owned();
+        match self
+            .bounded::<Value>(
+                "check the holder's connection",
+                self.op_timeout,
+                cmd.query_async(&mut conn),
+            )
+            .await
+        {
+            Ok(v) => match text(&v) {
+                Some(list) if list.trim().is_empty() => Ok(HolderConnection::Closed),
+                Some(_) => Ok(HolderConnection::Open),
+                None => Err(reply_err("check the holder's connection", &v)),
+            },
+            Err(e) if refusal(&e).is_some() => Ok(HolderConnection::Refused),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// What this replica knows of its lease connection's client id.
+    pub fn lease_client(&self) -> LeaseClient {
+        self.lease_client
+            .lock()
+            .expect("lease client poisoned")
+            .clone()
+    }
+
+    /// The client id to record: the last one learned, or '' for none.
+    fn lease_client_arg(&self) -> String {
+        match self.lease_client() {
+            LeaseClient::Id(id) => id.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// Runs the script `inv` on the lease connection with `CLIENT ID` in
+    /// front, in one pipeline, so both go over the same connection; returns
+    /// the script's reply and the client id argument that would have been
+    /// right ('' where there is none). On a cluster the script runs alone.
+    async fn with_client_id(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<(Value, String), StoreError> {
+        let refused_lately = matches!(
+            self.lease_client(),
+            LeaseClient::Refused { at, .. } if at.elapsed() < CLIENT_REFUSED_BACKOFF
+        );
+        let mut conn = match self.conn() {
+            Conn::Single(c) if !refused_lately => c,
+            // A cluster routes by key: `CLIENT ID` would name a connection to
+            // some node, maybe not the one the script runs on. And after a
+            // refusal, asking again at every call would only fill ACL LOG.
+            other => {
+                let mut other = other;
+                let v = self
+                    .bounded(op, timeout, inv.invoke_async(&mut other))
+                    .await?;
+                return Ok((v, String::new()));
+            }
+        };
+        let run = async {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors()
+                .cmd("CLIENT")
+                .arg("ID")
+                .invoke_script(inv);
+            let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+            if matches!(replies.get(1), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
+                // A restarted or flushed Redis: load the script, once.
+                inv.load_async(&mut conn).await?;
+                replies = pipe.query_async(&mut conn).await?;
+            }
+            Ok(replies)
+        };
+        let mut replies = self.bounded(op, timeout, run).await?;
+        if replies.len() != 2 {
+            return Err(StoreError::Reply {
+                op,
+                detail: format!("{} replies to a pipeline of 2", replies.len()),
+            });
+        }
+        let script = replies.pop().expect("two replies");
+        let id = replies.pop().expect("two replies");
+        let learned = match &id {
+            Value::Int(n) if *n >= 0 => LeaseClient::Id(*n as u64),
+            Value::ServerError(e) => {
+                let e = StoreError::Redis {
+                    op: "CLIENT ID",
+                    source: e.clone().into(),
+                };
+                LeaseClient::Refused {
+                    why: refusal(&e).unwrap_or("CLIENT ID failed").to_string(),
+                    at: tokio::time::Instant::now(),
+                }
+            }
+            _ => LeaseClient::Unknown,
+        };
+        let arg = match &learned {
+            LeaseClient::Id(id) => id.to_string(),
+            _ => String::new(),
+        };
+        *self.lease_client.lock().expect("lease client poisoned") = learned;
+        if let Value::ServerError(e) = script {
+            return Err(redis_err(op)(e.into()));
+        }
+        Ok((script, arg))
+    }
+}
+
+/// Why Redis will not tell us about connections, if that is what `e` says:
+/// `CLIENT` not permitted by an ACL, unknown (renamed or disabled, as on some
+/// managed services), or too old for `CLIENT LIST ID` (before Redis 5: a
+/// syntax error).
+fn refusal(e: &StoreError) -> Option<&'static str> {
+    if e.server_code() == Some("NOPERM") {
+        return Some("CLIENT not permitted");
+    }
+    match e {
+        StoreError::Redis { source, .. }
+            if source.code() == Some("ERR")
+                && source.detail().is_some_and(|d| {
+                    d.contains("unknown command")
+                        || d.contains("unknown subcommand")
+                        || d.contains("syntax error")
+                }) =>
+        {
+            Some("CLIENT not available")
+        }
+        _ => None,
     }
 }

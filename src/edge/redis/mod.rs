@@ -31,7 +31,9 @@ use std::time::Duration;
 
 use crate::core::inputs::RawInputs;
 use crate::core::keys::Keys;
-pub use crate::core::lease::{Acquisition, Claim, LeaseGrant, LostLease, Renewal};
+pub use crate::core::lease::{
+    Acquisition, Claim, HolderConnection, HolderRecord, LeaseGrant, LostLease, Renewal,
+};
 use crate::core::liveness::HealthChanges;
 use crate::core::suspicion::{Suspect, SuspectChanges};
 use crate::core::table::MatchingTable;
@@ -128,6 +130,25 @@ pub struct Store {
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
     list_sizing: Arc<std::sync::atomic::AtomicBool>,
     memory_usage: Arc<std::sync::atomic::AtomicBool>,
+    /// The Redis client id of the lease connection, as last learned on it.
+    lease_client: Arc<std::sync::Mutex<LeaseClient>>,
+}
+
+/// What this replica knows of its lease connection's Redis client id, which
+/// a holder records beside the lease so that standbys can take over as soon as
+/// that connection closes (see `core::lease`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseClient {
+    /// Not asked yet.
+    Unknown,
+    /// The id `CLIENT ID` last returned on the lease connection.
+    Id(u64),
+    /// Redis refused `CLIENT ID` (why, and when): no fast takeover. Asked
+    /// again only after `core::lease::CLIENT_REFUSED_BACKOFF`.
+    Refused {
+        why: String,
+        at: tokio::time::Instant,
+    },
 }
 
 /// Bounds on every list a cycle reads.
@@ -263,6 +284,7 @@ impl Store {
             wait: opts.wait,
             list_sizing: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             memory_usage: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            lease_client: Arc::new(std::sync::Mutex::new(LeaseClient::Unknown)),
             scripts: Arc::new(Scripts::new()),
             op_timeout,
         })

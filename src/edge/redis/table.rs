@@ -573,6 +573,7 @@ impl Store {
             on("HGETALL", &k.meta),
             on("PTTL", &k.lease),
             on("GET", &k.epoch),
+            on("GET", &k.lease),
             on("HGETALL", &k.replicas),
             on("HGETALL", &k.liveness),
             on("HGETALL", &k.table),
@@ -610,6 +611,7 @@ impl Store {
             .filter(|p| *p >= 0)
             .map(|p| Duration::from_millis(p as u64));
         let epoch = int(&next()).unwrap_or(0).max(0) as u64;
+        let lease_token = text(&next());
         let replicas = map(next());
         let liveness = map(next());
         let table = map(next());
@@ -628,6 +630,7 @@ impl Store {
         Ok(Overview {
             meta,
             lease_pttl: pttl,
+            lease_token,
             epoch,
             replicas,
             liveness,

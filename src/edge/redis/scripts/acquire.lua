@@ -1,12 +1,37 @@
 -- Acquire the lease if nobody holds it, and open a new fencing epoch.
 -- KEYS: lease, epoch, meta
--- ARGV: token, ttl_ms, epoch_floor, holder_id, now_ms, failure_threshold, generation_floor
+-- ARGV: token, ttl_ms, epoch_floor, holder_id, now_ms, failure_threshold,
+--       generation_floor, client_id, dead_token, dead_epoch, dead_client
 -- Returns
 --   {1, epoch}                                      acquired;
---   {0, pttl_ms, holder, epoch, generation, foreign} held by someone else;
+--   {0, pttl_ms, holder, epoch, generation, foreign, token, client}
+--                                                   held by someone else;
 --     `foreign` is '' or why the lease key cannot be a holder's (no TTL, or
 --     not a string): it is given a TTL of ttl_ms, so that it lapses;
+--     `token` is the holder's token and `client` the Redis client id of the
+--     connection it renews on ('' when it recorded none);
 --   {-2, key, field, value, expected}               a value it will not use.
+--
+-- Connection record: meta.holder_conn = '<token> <client id>', written by
+-- this script and by renew.lua on the connection whose id it names (the
+-- caller asks CLIENT ID on that same connection; Lua cannot call CLIENT). It
+-- is bound to the token, so a record left by an earlier holding (or a holder
+-- that writes none, such as the Go daemon, which keeps the same lease key: a
+-- string token with a PX expiry) never describes the current one.
+--
+-- Takeover: with dead_token set, the caller saw (by CLIENT LIST ID) that the
+-- connection `dead_client` of the holding (dead_token, dead_epoch) is gone.
+-- The lease is then taken as if free, but only if it still holds exactly that
+-- record: same token, same epoch, same client id. A holder that reconnected
+-- and renewed since has a new record, and the takeover is refused.
+-- Client ids only grow while Redis runs, so a closed id never reopens. After
+-- a Redis restart they start again from 1: a recorded id that now names
+-- another live connection only delays the takeover to the TTL (safe); one
+-- that names none (a lease restored from RDB/AOF) is taken over, rightly,
+-- since every connection of before the restart is gone. A live holder that
+-- reconnected (a restart, a Redis failover, a replaced connection) renews
+-- with its new id; until then it may be taken over, and is then fenced by
+-- the token and epoch checks: a liveness cost, never a second writer.
 --
 -- The floors are the highest epoch and generation the caller has seen. If
 -- Redis lost its data (restart without persistence) its counters restart at 0;
@@ -27,6 +52,8 @@ if not count(ARGV[5]) then return invalid('ARGV', 'now_ms', ARGV[5], COUNT) end
 if not count(ARGV[6]) then return invalid('ARGV', 'failure_threshold', ARGV[6], COUNT) end
 local generation_floor = count(ARGV[7])
 if not generation_floor then return invalid('ARGV', 'generation_floor', ARGV[7], COUNT) end
+if ARGV[8] ~= '' and not count(ARGV[8]) then return invalid('ARGV', 'client_id', ARGV[8], COUNT) end
+local dead_token = ARGV[9] or ''
 
 local epoch_type = type_of(KEYS[2])
 if epoch_type ~= 'string' and epoch_type ~= 'none' then
@@ -60,6 +87,15 @@ if meta_type == 'hash' then
 end
 
 local lease_type = type_of(KEYS[1])
+-- A takeover of a holding whose connection is gone: only of exactly the
+-- record the caller saw dead (see above).
+if dead_token ~= '' and lease_type == 'string' and meta_type == 'hash'
+  and redis.call('GET', KEYS[1]) == dead_token
+  and count(ARGV[10]) == epoch
+  and redis.call('HGET', KEYS[3], 'holder_conn') == dead_token .. ' ' .. ARGV[11] then
+  redis.call('DEL', KEYS[1])
+  lease_type = 'none'
+end
 local foreign = ''
 if lease_type ~= 'none' and lease_type ~= 'string' then
   foreign = 'the lease key holds a ' .. lease_type
@@ -82,7 +118,7 @@ if lease_type == 'none' then
   epoch = math.max(epoch, floor) + 1
   redis.call('SET', KEYS[2], epoch)
   redis.call('HSET', KEYS[3], 'holder', ARGV[4], 'holder_epoch', epoch, 'acquired_at_ms', ARGV[5],
-    'failure_threshold', ARGV[6])
+    'failure_threshold', ARGV[6], 'holder_conn', ARGV[1] .. ' ' .. ARGV[8])
   return {1, epoch}
 end
 if epoch < floor then
@@ -97,10 +133,16 @@ if foreign ~= '' then
     redis.call('PEXPIRE', KEYS[1], ttl)
     pttl = ttl
   end
-  return {0, pttl, '', epoch, known_generation, foreign}
+  return {0, pttl, '', epoch, known_generation, foreign, '', ''}
 end
-local holder = ''
+local holder, token, client = '', redis.call('GET', KEYS[1]), ''
 if meta_type == 'hash' then
-  holder = redis.call('HGET', KEYS[3], 'holder') or ''
+  local v = redis.call('HMGET', KEYS[3], 'holder', 'holder_conn')
+  holder = v[1] or ''
+  local conn = v[2] or ''
+  -- The record describes this holding only if it names its token.
+  if string.sub(conn, 1, #token + 1) == token .. ' ' then
+    client = string.sub(conn, #token + 2)
+  end
 end
-return {0, redis.call('PTTL', KEYS[1]), holder, epoch, known_generation, ''}
+return {0, redis.call('PTTL', KEYS[1]), holder, epoch, known_generation, '', token, client}
