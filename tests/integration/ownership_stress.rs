@@ -581,11 +581,16 @@ impl Worker {
         status
     }
 
-    /// SIGKILL; the `exited` marker closes what it held.
+    /// SIGKILL; the `exited` marker closes what it held, at the instant the
+    /// signal was sent. Not later: its connections close as it dies, and the
+    /// holder moves its units within milliseconds of that (it pings a member
+    /// at once when its connection ends), well before the process is reaped
+    /// and its output read here.
     async fn kill(&mut self, journal: &Journal) {
         self.child.kill().unwrap();
+        let died = ownership::unix_us_now();
         self.exited(Duration::from_secs(5)).await;
-        journal.push(ownership::exited_line(&self.id, ownership::unix_us_now()));
+        journal.push(ownership::exited_line(&self.id, died));
     }
 }
 

@@ -234,11 +234,14 @@ impl PyWorker {
         status
     }
 
-    /// SIGKILL; the `exited` marker closes what it held.
+    /// SIGKILL; the `exited` marker closes what it held, at the instant the
+    /// signal was sent (the holder moves its units within milliseconds of its
+    /// connections closing, before the process is reaped here).
     async fn kill(&mut self, journal: &Journal) {
         self.child.kill().unwrap();
+        let died = ownership::unix_us_now();
         self.exited(Duration::from_secs(5)).await;
-        journal.push(ownership::exited_line(&self.id, ownership::unix_us_now()));
+        journal.push(ownership::exited_line(&self.id, died));
     }
 }
 
