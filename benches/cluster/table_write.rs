@@ -300,7 +300,10 @@ async fn table_check(store: &Store, url: &str) {
             .await
             .unwrap();
         let t = Instant::now();
-        let snap = store.read_snapshot(&services, UNITS, limits).await.unwrap();
+        let snap = store
+            .read_snapshot(&services, UNITS, limits, &Default::default())
+            .await
+            .unwrap();
         full.push(ms(t.elapsed()));
         assert!(snap.stored_digest.is_none(), "an edit is noticed");
         // Put the row back as written, and let the guard verify it.
@@ -311,7 +314,10 @@ async fn table_check(store: &Store, url: &str) {
             .query_async(conn)
             .await
             .unwrap();
-        store.read_snapshot(&services, UNITS, limits).await.unwrap();
+        store
+            .read_snapshot(&services, UNITS, limits, &Default::default())
+            .await
+            .unwrap();
     }
     report(
         "table check after a change (read + hash the table), 10,000 x 1,000,000",
@@ -323,7 +329,10 @@ async fn table_check(store: &Store, url: &str) {
     let mut idle = Vec::new();
     for _ in 0..20 {
         let t = Instant::now();
-        let snap = store.read_snapshot(&services, UNITS, limits).await.unwrap();
+        let snap = store
+            .read_snapshot(&services, UNITS, limits, &Default::default())
+            .await
+            .unwrap();
         idle.push(ms(t.elapsed()));
         assert!(snap.stored_digest.is_some());
     }

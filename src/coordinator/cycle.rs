@@ -38,12 +38,14 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::core::handoff::{self, MemberFacts, MemberReport, PlanInput, Transit, Transits};
-use crate::core::inputs::{self, Inputs};
+use crate::core::inputs::{self, Inputs, Rejection};
 use crate::core::liveness::{HealthChanges, Liveness};
 use crate::core::suspicion::{self, Guard, Review, Suspect, SuspectChanges};
 use crate::core::table::{Assignment, MatchingTable, Moves, Solve};
 use crate::edge::grpc::{FIRST_CONTACT, PingFailure, PingReport, Pinger};
-use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Reports, Snapshot, Store};
+use crate::edge::redis::{
+    Commit, Committed, LeaseGrant, ListLimits, ListRead, Reports, Snapshot, Store,
+};
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
 use crate::unix_ms;
@@ -62,6 +64,40 @@ pub(super) struct HolderView {
     /// Per group (name, live, failed) as the last cycle counted it.
     pub(super) groups: Vec<(String, usize, usize)>,
     pub(super) handoff: HandoffState,
+    /// The lists as last read, and the inputs made of them.
+    pub(super) lists: Option<ListCache>,
+}
+
+/// What the last full cycle made of the lists, by the versions the store
+/// gave them (`ListRead::version`): when no list changed, the next cycle
+/// reuses the inputs (and so the memoised solve) without normalising or
+/// hashing anything; when only some changed, only those are normalised
+/// again. Cheap to clone: the view is cloned for every cycle.
+#[derive(Clone)]
+pub(super) struct ListCache {
+    /// Each services list's raw entries (small: one per member), with its
+    /// version, in configuration order: groups are normalised together.
+    groups: Vec<CachedList>,
+    /// The units list's version. Its raw entries are not kept (at a million
+    /// units they are tens of MB): its normalised units are in `inputs`.
+    units_version: u64,
+    inputs: Arc<Inputs>,
+    /// The units' part of the memo key ([`units_key`]), computed once.
+    units_key: u128,
+}
+
+/// A services list as read: `(key, version, entries)`.
+type CachedList = (String, u64, Arc<Vec<Vec<u8>>>);
+
+impl ListCache {
+    /// The versions this cache holds, for `Store::read_snapshot`.
+    fn held(&self, units_list: &str) -> HashMap<String, u64> {
+        self.groups
+            .iter()
+            .map(|(k, v, _)| (k.clone(), *v))
+            .chain([(units_list.to_string(), self.units_version)])
+            .collect()
+    }
 }
 
 /// What the handoff keeps between cycles (see `core::handoff`).
@@ -507,6 +543,7 @@ impl CycleContext {
             suspects: inherited.suspects,
             unsaved_suspects: SuspectChanges::default(),
             memo: None,
+            lists: None,
             groups: Vec::new(),
             handoff: HandoffState {
                 transit,
@@ -528,9 +565,14 @@ impl CycleContext {
             otel.status_code = Empty,
             otel.status_message = Empty
         );
+        let held = view
+            .lists
+            .as_ref()
+            .map(|c| c.held(&self.units_key))
+            .unwrap_or_default();
         let snapshot = match self
             .store
-            .read_snapshot(&self.services, &self.units_key, self.limits)
+            .read_snapshot(&self.services, &self.units_key, self.limits, &held)
             .instrument(read.clone())
             .await
         {
@@ -543,29 +585,31 @@ impl CycleContext {
         };
         drop(read);
         let Snapshot {
-            raw,
+            groups,
+            units,
             stored_digest,
             stored_generation,
             stored_table,
             reports,
             overrides,
         } = snapshot;
-        // Shared with the solver's blocking thread, never copied: at a million
-        // units a copy is tens of megabytes.
-        let inputs = Arc::new(inputs::normalize(&raw));
-        // A units list whose every entry is invalid is a broken producer, not
-        // "no work": keep the last table (an empty list still means no units).
-        if !raw.units.is_empty() && inputs.units.is_empty() {
-            let e = CycleError::Inputs {
-                key: raw.units_key.clone(),
-                entries: raw.units.len(),
-                first: inputs.rejections.first().map(ToString::to_string),
-            };
-            mark_error(&Span::current(), &e.to_string());
-            return Err(e);
-        }
-        // The raw lists can be as big as the inputs: free them before solving.
-        drop(raw);
+        let read_lists = groups
+            .iter()
+            .chain([&units])
+            .filter(|l| l.entries.is_some());
+        let read_count = read_lists.count() as u64;
+        self.metrics.list_reads("read", read_count);
+        self.metrics
+            .list_reads("cached", groups.len() as u64 + 1 - read_count);
+        let cache = match assemble(view.lists.take(), groups, units).await {
+            Ok(c) => c,
+            Err(e) => {
+                mark_error(&Span::current(), &e.to_string());
+                return Err(e);
+            }
+        };
+        let inputs = Arc::clone(&cache.inputs);
+        view.lists = Some(cache);
         let members: Vec<String> = inputs.members().map(str::to_string).collect();
         let was_live: HashSet<String> = members
             .iter()
@@ -971,7 +1015,13 @@ impl CycleContext {
             .collect();
         let key = {
             let mut h = Xxh3::new();
-            h.update(&inputs_key(inputs, eligible).to_le_bytes());
+            // The units' part is computed once per units list read (see
+            // `ListCache`): an idle cycle hashes members, never units.
+            let units = match &view.lists {
+                Some(c) if Arc::ptr_eq(&c.inputs, inputs) => c.units_key,
+                _ => units_key(&inputs.units),
+            };
+            h.update(&inputs_key(inputs, units, eligible).to_le_bytes());
             h.update(self.assignment.name().as_bytes());
             let mut weighted: Vec<(&String, &u32)> =
                 weights.iter().filter(|&(_, &w)| w != 1).collect();
@@ -1097,7 +1147,21 @@ impl CycleContext {
             next_release: plan.next_release,
         };
         drop(owing);
-        let next = Arc::new(plan.granted);
+        // Nothing to hand off (an idle cycle): the granted table stays, and
+        // with it its digest, computed once; a new table's digest (O(table))
+        // is computed on a blocking thread.
+        let next = if plan.granted == *granted {
+            Arc::clone(&granted)
+        } else {
+            let table = plan.granted;
+            tokio::task::spawn_blocking(move || {
+                let table = Arc::new(table);
+                table.digest();
+                table
+            })
+            .await
+            .expect("hashing a table does not panic")
+        };
         let table_changed = stored_digest.as_deref() != Some(next.digest());
         let transit_changed = plan.transit != view.handoff.transit || verify;
         view.handoff.last = outcome;
@@ -1316,8 +1380,9 @@ pub(super) fn count_by<'a>(kinds: impl Iterator<Item = &'a str>) -> String {
 }
 
 /// Identifies what the table depends on: the live members of each group and the
-/// units. Equal keys mean an equal table, so solving can be skipped.
-fn inputs_key(inputs: &Inputs, keeps_units: impl Fn(&str) -> bool) -> u128 {
+/// units (their part, [`units_key`], computed once per units list read).
+/// Equal keys mean an equal table, so solving can be skipped.
+fn inputs_key(inputs: &Inputs, units: u128, keeps_units: impl Fn(&str) -> bool) -> u128 {
     let mut h = Xxh3::new();
     let mut put = |tag: u8, s: &str| {
         h.update(&[tag]);
@@ -1330,10 +1395,138 @@ fn inputs_key(inputs: &Inputs, keeps_units: impl Fn(&str) -> bool) -> u128 {
             put(2, m);
         }
     }
-    for u in &inputs.units {
-        put(3, u);
+    h.update(&[3]);
+    h.update(&units.to_le_bytes());
+    h.digest128()
+}
+
+/// The units' part of [`inputs_key`]: O(units), so computed when the units
+/// list is read, on a blocking thread, never on an idle cycle.
+fn units_key(units: &[String]) -> u128 {
+    let mut h = Xxh3::new();
+    for u in units {
+        h.update(&(u.len() as u64).to_le_bytes());
+        h.update(u.as_bytes());
     }
     h.digest128()
+}
+
+/// This cycle's inputs from the lists the store read: when it read none
+/// (every list known unchanged at the versions of `cache`), the cached
+/// inputs as they are, without touching a unit; else rebuilt on a blocking
+/// thread (normalising is O(entries): a million units take a good part of a
+/// second, which must not stall the runtime's workers), normalising again
+/// only the lists that were read.
+async fn assemble(
+    cache: Option<ListCache>,
+    groups: Vec<ListRead>,
+    units: ListRead,
+) -> Result<ListCache, CycleError> {
+    if let Some(c) = &cache
+        && unchanged(c, &groups, &units)
+    {
+        return Ok(cache.expect("checked above"));
+    }
+    tokio::task::spawn_blocking(move || rebuild(cache, groups, units))
+        .await
+        .expect("normalising the inputs does not panic")
+}
+
+/// Whether `groups` and `units` are exactly the lists `cache` was made of,
+/// none of them read again.
+fn unchanged(cache: &ListCache, groups: &[ListRead], units: &ListRead) -> bool {
+    units.entries.is_none()
+        && units.version == cache.units_version
+        && groups.len() == cache.groups.len()
+        && groups
+            .iter()
+            .zip(&cache.groups)
+            .all(|(g, (key, version, _))| {
+                g.entries.is_none() && g.key == *key && g.version == *version
+            })
+}
+
+/// [`assemble`]'s work when some list was read.
+fn rebuild(
+    cache: Option<ListCache>,
+    groups: Vec<ListRead>,
+    units: ListRead,
+) -> Result<ListCache, CycleError> {
+    // The store reports a list unchanged only at a version the cycle said it
+    // holds, so this is a bug, not a state of Redis: fail the cycle (the last
+    // table stays) and the next one reads everything.
+    let missing = |key: &str| {
+        CycleError::Read(StoreError::Reply {
+            op: "read lists",
+            detail: format!("list {key:?} reported unchanged at a version not held"),
+        })
+    };
+    let mut raw_groups = Vec::with_capacity(groups.len());
+    for g in groups {
+        let entries = match g.entries {
+            Some(e) => Arc::new(e),
+            None => cache
+                .as_ref()
+                .and_then(|c| {
+                    c.groups
+                        .iter()
+                        .find(|(k, v, _)| *k == g.key && *v == g.version)
+                })
+                .map(|(_, _, e)| Arc::clone(e))
+                .ok_or_else(|| missing(&g.key))?,
+        };
+        raw_groups.push((g.key, g.version, entries));
+    }
+    let (unit_list, mut rejections, units_hash) = match units.entries {
+        Some(entries) => {
+            let (list, rejections) = inputs::normalize_units(&units.key, &entries);
+            // A units list whose every entry is invalid is a broken producer,
+            // not "no work": keep the last table (an empty list still means
+            // no units).
+            if !entries.is_empty() && list.is_empty() {
+                return Err(CycleError::Inputs {
+                    key: units.key,
+                    entries: entries.len(),
+                    first: rejections.first().map(ToString::to_string),
+                });
+            }
+            // The raw list can be as big as the inputs: freed before solving.
+            drop(entries);
+            let hash = units_key(&list);
+            (list, rejections, hash)
+        }
+        None => {
+            // Only a services list changed: the units are the last ones.
+            let c = cache
+                .as_ref()
+                .filter(|c| c.units_version == units.version)
+                .ok_or_else(|| missing(&units.key))?;
+            let rejections = c
+                .inputs
+                .rejections
+                .iter()
+                .filter(|r| matches!(r, Rejection::Unit { .. }))
+                .cloned()
+                .collect();
+            (c.inputs.units.clone(), rejections, c.units_key)
+        }
+    };
+    let lists: Vec<(&str, &[Vec<u8>])> = raw_groups
+        .iter()
+        .map(|(k, _, e)| (k.as_str(), e.as_slice()))
+        .collect();
+    let (groups, group_rejections) = inputs::normalize_groups(&lists);
+    rejections.extend(group_rejections);
+    Ok(ListCache {
+        groups: raw_groups,
+        units_version: units.version,
+        inputs: Arc::new(Inputs {
+            groups,
+            units: unit_list,
+            rejections,
+        }),
+        units_key: units_hash,
+    })
 }
 
 /// Marks a span failed, for the trace view (`otel.status_code` is read by

@@ -8,7 +8,7 @@
 //!  scripts.rs  the Lua scripts (scripts/*.lua) and their refusals
 //!  lease.rs    acquire, renew, release
 //!  table.rs    snapshot read and list sizing, table state, commit, table reads
-//!  guard.rs    the table guard: was the table touched since it was verified?
+//!  guard.rs    key guards: was the table, or a list, touched since it was read?
 //!  lists.rs    registration, operator list edits and reads, fenced forgets
 //!  member.rs   a member's report, its removal, the transit it is owed
 //!  census.rs   the census step
@@ -23,13 +23,15 @@
 //! - every call is bounded by a timeout and returns a classified [`StoreError`];
 //!   nothing here retries on its own, so the caller's state machine decides;
 //! - a cycle's reads are pipelined: one round trip sizes the lists, one reads
-//!   them (beside the table's state), whatever the number of groups.
+//!   them (beside the table's state), whatever the number of groups;
+//! - a list is read again only when its guard cannot tell that nobody touched
+//!   it since it was last read (see `guard.rs`): an idle cycle transfers no
+//!   list, and any change to a list is read by the next cycle.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::inputs::RawInputs;
 use crate::core::keys::Keys;
 pub use crate::core::lease::{Acquisition, Claim, LeaseGrant, LostLease, Renewal};
 use crate::core::liveness::HealthChanges;
@@ -125,6 +127,8 @@ pub struct Store {
     wait: Option<WaitFor>,
     /// Whether the table is known untouched since verified (holder cycles).
     guard: Arc<tokio::sync::Mutex<guard::TableGuard>>,
+    /// Whether each list is known untouched since read (holder cycles).
+    lists: Arc<tokio::sync::Mutex<guard::ListGuards>>,
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
     list_sizing: Arc<std::sync::atomic::AtomicBool>,
     memory_usage: Arc<std::sync::atomic::AtomicBool>,
@@ -138,10 +142,24 @@ pub struct ListLimits {
     pub bytes: u64,
 }
 
+/// One list as a holder cycle read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListRead {
+    pub key: String,
+    /// Names the content: equal versions, equal content. A list read again
+    /// gets a new version, even when its content is the same.
+    pub version: u64,
+    /// The entries (within the limits), or `None`: unchanged since
+    /// `version`, which the caller said it holds.
+    pub entries: Option<Vec<Vec<u8>>>,
+}
+
 /// What a holder reads at the start of a cycle.
 #[derive(Debug)]
 pub struct Snapshot {
-    pub raw: RawInputs,
+    /// Each services list, in the order asked for.
+    pub groups: Vec<ListRead>,
+    pub units: ListRead,
     /// Digest of the stored table, as its writer recorded it.
     pub stored_digest: Option<String>,
     pub stored_generation: u64,
@@ -254,8 +272,10 @@ impl Store {
         let client = crate::edge::tls::redis_client(first, &opts.tls).map_err(redis_err("open"))?;
         let links = Links::new(Dialer::new(opts, &client, op_timeout)?)?;
         let keys = Keys::new(table_key);
-        let guard = guard::TableGuard::new(client.clone(), &keys.table, &keys.meta, op_timeout);
+        let guard = guard::TableGuard::table(client.clone(), &keys.table, &keys.meta, op_timeout);
+        let lists = guard::ListGuards::new(client.clone(), op_timeout);
         Ok(Store {
+            lists: Arc::new(tokio::sync::Mutex::new(lists)),
             client,
             links: Arc::new(links),
             keys: Arc::new(keys),
