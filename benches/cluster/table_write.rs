@@ -301,7 +301,7 @@ async fn table_check(store: &Store, url: &str) {
             .unwrap();
         let t = Instant::now();
         let snap = store
-            .read_snapshot(&services, UNITS, limits, &Default::default())
+            .read_snapshot(&services, UNITS, limits, &Default::default(), None)
             .await
             .unwrap();
         full.push(ms(t.elapsed()));
@@ -315,7 +315,7 @@ async fn table_check(store: &Store, url: &str) {
             .await
             .unwrap();
         store
-            .read_snapshot(&services, UNITS, limits, &Default::default())
+            .read_snapshot(&services, UNITS, limits, &Default::default(), None)
             .await
             .unwrap();
     }
@@ -330,7 +330,7 @@ async fn table_check(store: &Store, url: &str) {
     for _ in 0..20 {
         let t = Instant::now();
         let snap = store
-            .read_snapshot(&services, UNITS, limits, &Default::default())
+            .read_snapshot(&services, UNITS, limits, &Default::default(), None)
             .await
             .unwrap();
         idle.push(ms(t.elapsed()));

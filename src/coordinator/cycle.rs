@@ -44,7 +44,7 @@ use crate::core::suspicion::{self, Guard, Review, Suspect, SuspectChanges};
 use crate::core::table::{Assignment, MatchingTable, Moves, Solve};
 use crate::edge::grpc::{FIRST_CONTACT, PingFailure, PingReport, Pinger};
 use crate::edge::redis::{
-    Commit, Committed, LeaseGrant, ListLimits, ListRead, Reports, Snapshot, Store,
+    Commit, Committed, LeaseGrant, ListLimits, ListRead, Reports, ReportsRead, Snapshot, Store,
 };
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
@@ -110,6 +110,9 @@ pub(super) struct HandoffState {
     gone: HashSet<String>,
     /// The members' reports, as last read and decoded.
     pub(super) reports: HashMap<String, MemberReport>,
+    /// The version of the reports and overrides hashes these were decoded
+    /// from (`ReportsRead::version`): unchanged, they are not read again.
+    reports_version: Option<u64>,
     /// Members that reported draining and then removed their report: they
     /// finished their drain and deregistered (README, protocol step 6). The
     /// lists a handoff cycle plans with are the last full cycle's, where such
@@ -206,6 +209,17 @@ impl HandoffState {
                     self.gone.remove(&r.member);
                 }
             }
+        }
+    }
+
+    /// Takes the reports and overrides a cycle read; unchanged since the
+    /// version decoded last, nothing is decoded again (the same content
+    /// gives the same state: decoding depends on nothing else).
+    fn observe(&mut self, read: ReportsRead, keys: &crate::core::keys::Keys) {
+        self.reports_version = read.version;
+        if let Some((reports, overrides)) = read.content {
+            self.observe_reports(reports, &keys.members);
+            self.observe_overrides(overrides, &keys.weights);
         }
     }
 
@@ -572,7 +586,13 @@ impl CycleContext {
             .unwrap_or_default();
         let snapshot = match self
             .store
-            .read_snapshot(&self.services, &self.units_key, self.limits, &held)
+            .read_snapshot(
+                &self.services,
+                &self.units_key,
+                self.limits,
+                &held,
+                view.handoff.reports_version,
+            )
             .instrument(read.clone())
             .await
         {
@@ -591,7 +611,6 @@ impl CycleContext {
             stored_generation,
             stored_table,
             reports,
-            overrides,
         } = snapshot;
         let read_lists = groups
             .iter()
@@ -742,10 +761,7 @@ impl CycleContext {
             now_ms,
         );
         view.unsaved_suspects.record(&review, &view.suspects);
-        view.handoff
-            .observe_reports(reports, &self.store.keys().members);
-        view.handoff
-            .observe_overrides(overrides, &self.store.keys().weights);
+        view.handoff.observe(reports, self.store.keys());
         view.handoff.forget_departed(&inputs);
         view.handoff.inputs = Some(Arc::clone(&inputs));
         let write = self
@@ -1300,14 +1316,13 @@ impl CycleContext {
         let Some(inputs) = view.handoff.inputs.clone() else {
             return Err(CycleError::NotReady);
         };
-        let (state, (reports, overrides)) =
-            tokio::join!(self.store.read_table_state(), self.store.read_reports());
+        let (state, reports) = tokio::join!(
+            self.store.read_table_state(),
+            self.store.read_reports_since(view.handoff.reports_version)
+        );
         let (mut stored_digest, stored_generation, stored_table) =
             state.map_err(CycleError::Read)?;
-        view.handoff
-            .observe_reports(reports, &self.store.keys().members);
-        view.handoff
-            .observe_overrides(overrides, &self.store.keys().weights);
+        view.handoff.observe(reports, self.store.keys());
         let mut generation_floor = self.generation_floor.max(stored_generation);
         let write = self
             .settle(

@@ -148,7 +148,7 @@ async fn cluster_fences_a_stale_holder() {
     let services = [SERVICES.to_string()];
     let none = std::collections::HashMap::new();
     let snap = store
-        .read_snapshot(&services, UNITS, LIMITS, &none)
+        .read_snapshot(&services, UNITS, LIMITS, &none, None)
         .await
         .unwrap();
     assert_eq!(snap.units.entries, Some(vec![b"x".to_vec()]));
@@ -162,7 +162,7 @@ async fn cluster_fences_a_stale_holder() {
         .map(|l| (l.key.clone(), l.version))
         .collect();
     let again = store
-        .read_snapshot(&services, UNITS, LIMITS, &held)
+        .read_snapshot(&services, UNITS, LIMITS, &held, None)
         .await
         .unwrap();
     assert_eq!(again.units.entries, None);
@@ -170,7 +170,7 @@ async fn cluster_fences_a_stale_holder() {
     assert_eq!(again.groups[0].entries, None);
     let () = c.rpush(UNITS, "y").await.unwrap();
     let changed = store
-        .read_snapshot(&services, UNITS, LIMITS, &held)
+        .read_snapshot(&services, UNITS, LIMITS, &held, None)
         .await
         .unwrap();
     assert_eq!(

@@ -252,3 +252,48 @@ async fn scripts_go_by_evalsha_and_survive_a_script_flush() {
     assert_eq!(calls(&fleet, "eval").await, 0);
     fleet.shutdown().await;
 }
+
+/// The members' reports and the weight overrides have a guard too: an idle
+/// holder does not read them, and an operator's override (or a member's new
+/// report) is read on the next cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_holder_reads_reports_and_overrides_only_after_they_change() {
+    let all = units(90);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.set_units(&all).await;
+    for _ in 0..3 {
+        // No periodic refresh of the report during the test.
+        let mut o = fleet.member_options();
+        o.reregister_interval = Duration::from_secs(600);
+        fleet
+            .members
+            .push(Some(distributor::Member::start(o).await.unwrap()));
+    }
+    fleet.add_replica();
+    fleet.wait_for_table(&all, Duration::from_secs(10)).await;
+    more_cycles(&fleet, 3).await;
+    // HGETALL by anyone but the census (one per step, counted by its INCR).
+    let reads = || async { calls(&fleet, "hgetall").await - calls(&fleet, "incr").await };
+    let before = reads().await;
+    more_cycles(&fleet, 10).await;
+    assert_eq!(reads().await, before, "an idle holder read the reports");
+
+    let member = fleet.member_id(0);
+    let share = |t: &distributor::MatchingTable| t.units_of(&member).len();
+    let () = fleet
+        .redis
+        .cmd(&["HSET", &keys().weights, &member, "8"])
+        .await;
+    wait_for(
+        "the override is applied",
+        Duration::from_secs(5),
+        || async { share(&fleet.table().await) >= 60 },
+    )
+    .await;
+    let _: i64 = fleet.redis.cmd(&["HDEL", &keys().weights, &member]).await;
+    wait_for("the override is gone", Duration::from_secs(5), || async {
+        share(&fleet.table().await) <= 40
+    })
+    .await;
+    fleet.shutdown().await;
+}

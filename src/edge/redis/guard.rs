@@ -330,6 +330,30 @@ impl ListGuards {
     }
 }
 
+/// A [`KeyGuard`] and the versions it hands out: for content read as one
+/// (the members' reports and the weight overrides).
+pub struct Versioned {
+    pub guard: KeyGuard<u64>,
+    next_version: u64,
+}
+
+impl Versioned {
+    pub fn new(guard: KeyGuard<u64>) -> Versioned {
+        Versioned {
+            guard,
+            next_version: 1,
+        }
+    }
+
+    /// Records a full read made after the last probe: its new version.
+    pub fn read(&mut self) -> u64 {
+        let version = self.next_version;
+        self.next_version += 1;
+        self.guard.verified(version);
+        version
+    }
+}
+
 /// Which lists a cycle must read: those whose content is not known
 /// unchanged (`known`, from [`ListGuards::probe`]) at a version the caller
 /// still holds (`held`).

@@ -129,6 +129,9 @@ pub struct Store {
     guard: Arc<tokio::sync::Mutex<guard::TableGuard>>,
     /// Whether each list is known untouched since read (holder cycles).
     lists: Arc<tokio::sync::Mutex<guard::ListGuards>>,
+    /// Whether the members' reports and the weight overrides are known
+    /// untouched since read (holder cycles).
+    reports: Arc<tokio::sync::Mutex<guard::Versioned>>,
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
     list_sizing: Arc<std::sync::atomic::AtomicBool>,
     memory_usage: Arc<std::sync::atomic::AtomicBool>,
@@ -166,11 +169,21 @@ pub struct Snapshot {
     /// The stored table, when this read had to verify it (after a write, an
     /// edit or a reconnect): what is granted now, whatever wrote it.
     pub stored_table: Option<MatchingTable>,
-    /// The members' own reports (`{T}:members`), undecoded.
-    pub reports: Reports,
-    /// The operator's weight overrides (`{T}:weights`), undecoded; `None`
-    /// when the read failed as a whole (see [`Store::read_reports`]).
-    pub overrides: Option<Reports>,
+    /// The members' own reports and the operator's weight overrides.
+    pub reports: ReportsRead,
+}
+
+/// The members' reports (`{T}:members`) and the operator's weight overrides
+/// (`{T}:weights`) as a holder cycle read them ([`Store::read_reports_since`]).
+#[derive(Debug)]
+pub struct ReportsRead {
+    /// Names the content of both hashes while it is known (equal versions,
+    /// equal content); `None` when it is not (a read failed, a key of the
+    /// wrong type): the next cycle reads both again.
+    pub version: Option<u64>,
+    /// Both hashes as [`Store::read_reports`] returns them, or `None`:
+    /// unchanged since `version`, which the caller said it holds.
+    pub content: Option<(Reports, Option<Reports>)>,
 }
 
 /// Members' reports as read: `member → value`, undecoded (lossy UTF-8), or
@@ -274,7 +287,14 @@ impl Store {
         let keys = Keys::new(table_key);
         let guard = guard::TableGuard::table(client.clone(), &keys.table, &keys.meta, op_timeout);
         let lists = guard::ListGuards::new(client.clone(), op_timeout);
+        let reports = guard::Versioned::new(guard::KeyGuard::new(
+            client.clone(),
+            vec![keys.members.clone(), keys.weights.clone()],
+            "member reports and weight overrides are read every cycle instead".into(),
+            op_timeout,
+        ));
         Ok(Store {
+            reports: Arc::new(tokio::sync::Mutex::new(reports)),
             lists: Arc::new(tokio::sync::Mutex::new(lists)),
             client,
             links: Arc::new(links),

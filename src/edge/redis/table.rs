@@ -24,7 +24,8 @@ use redis::Value;
 
 use super::{
     BULK_TIMEOUT, Commit, Committed, Inheritance, LeaseGrant, ListLimits, ListRead, Reports,
-    Snapshot, Store, bytes_list, checked, int, reply_err, stored_count, text, text_pairs,
+    ReportsRead, Snapshot, Store, bytes_list, checked, int, reply_err, stored_count, text,
+    text_pairs,
 };
 use crate::core::status::Overview;
 use crate::core::suspicion::Suspect;
@@ -52,6 +53,7 @@ impl Store {
         units_key: &str,
         limits: ListLimits,
         held: &HashMap<String, u64>,
+        held_reports: Option<u64>,
     ) -> Result<Snapshot, StoreError> {
         let keys: Vec<&str> = services
             .iter()
@@ -61,11 +63,11 @@ impl Store {
         let mut guard = self.guard.lock().await;
         let mut lists = self.lists.lock().await;
         let content_check = guard.unsupported();
-        let (known, listed, state, (reports, overrides)) = tokio::join!(
+        let (known, listed, state, reports) = tokio::join!(
             guard.probe(),
             lists.probe(&keys),
             self.table_state(content_check),
-            self.read_reports()
+            self.read_reports_since(held_reports)
         );
         // Every list's guard is armed from here on: a list read below is
         // covered from before its read (the ordering rule of `guard.rs`).
@@ -133,7 +135,6 @@ impl Store {
             stored_generation,
             stored_table,
             reports,
-            overrides,
         })
     }
 
@@ -219,6 +220,38 @@ impl Store {
                 }
             }
         })
+    }
+
+    /// [`read_reports`](Self::read_reports) for a holder cycle that holds
+    /// them at version `held`: read only when their guard cannot tell that
+    /// nobody touched either hash since that version was read. Members
+    /// rewrite their report when they apply a generation, so after a write
+    /// they are read again; an idle fleet's are not.
+    pub async fn read_reports_since(&self, held: Option<u64>) -> ReportsRead {
+        let mut g = self.reports.lock().await;
+        // Probed (armed) before the read it must cover (see `guard.rs`).
+        let known = g.guard.probe().await;
+        if let Some(v) = known
+            && held == Some(v)
+        {
+            return ReportsRead {
+                version: Some(v),
+                content: None,
+            };
+        }
+        let (reports, overrides) = self.read_reports().await;
+        // Only content read whole is versioned: an error is read again.
+        let version = match (&reports, &overrides) {
+            (Ok(_), Some(Ok(_))) => Some(g.read()),
+            _ => {
+                g.guard.forget();
+                None
+            }
+        };
+        ReportsRead {
+            version,
+            content: Some((reports, overrides)),
+        }
     }
 
     /// The members' reports (`{T}:members`), for the handoff, and the
