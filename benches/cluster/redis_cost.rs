@@ -46,6 +46,23 @@ use crate::common::*;
 const POLL: Duration = Duration::from_millis(500);
 const IDLE_WINDOW: Duration = Duration::from_secs(10);
 
+/// The idle window, `BENCH_IDLE_SECS` seconds if set (longer, to attach a
+/// profiler to the holder meanwhile).
+fn idle_window_length() -> Duration {
+    std::env::var("BENCH_IDLE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(IDLE_WINDOW, Duration::from_secs)
+}
+
+/// Whether to run the fleet of `members` members (`BENCH_COST_MEMBERS`, a
+/// comma-separated list; all when unset).
+fn selected(members: usize) -> bool {
+    std::env::var("BENCH_COST_MEMBERS").map_or(true, |v| {
+        v.split(',').any(|m| m.trim() == members.to_string())
+    })
+}
+
 struct Snap {
     calls: HashMap<String, (u64, u64)>,
     info: HashMap<String, String>,
@@ -192,9 +209,14 @@ pub async fn run() {
     section("redis cost of idle and changed cycles (target 5)");
     let fast = Timing::defaults(POLL, Duration::from_millis(500));
     for (members, units, changes) in [(10, 1_000, 2), (1_000, 100_000, 2)] {
-        fleet_cost(members, units, changes, fast).await;
+        if selected(members) {
+            fleet_cost(members, units, changes, fast).await;
+        }
     }
-    if std::env::var_os("BENCH_HUGE").is_none_or(|v| v != "0") && enough_fds("redis_cost huge") {
+    if std::env::var_os("BENCH_HUGE").is_none_or(|v| v != "0")
+        && selected(10_000)
+        && enough_fds("redis_cost huge")
+    {
         // The daemon's defaults, poll 1 s and ping timeout 1 s; BENCH_HUGE_FAST=1
         // tries the 500 ms settings of the smaller fleets instead.
         let huge = if std::env::var_os("BENCH_HUGE_FAST").is_some_and(|v| v == "1") {
@@ -344,11 +366,33 @@ struct Idle {
 
 /// An idle window of [`IDLE_WINDOW`]: Redis cost and holder CPU per cycle.
 async fn idle_window(f: &mut Fleet, label: &str) -> Idle {
+    // Idle means no handoff under way either: units still in transit (after
+    // a change, until `-handoff-delay` releases them) end in one more write.
+    let conn = f.conn.clone();
+    let settled = wait_until(Duration::from_secs(120), Duration::from_millis(20), || {
+        let mut c = conn.clone();
+        async move {
+            let n: u64 = redis::cmd("HLEN")
+                .arg(distributor::core::keys::Keys::new(TABLE).transit)
+                .query_async(&mut c)
+                .await
+                .unwrap_or(1);
+            n == 0
+        }
+    })
+    .await;
+    assert!(settled, "units stayed in transit");
+    f.wait_cycles(2.0).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     // Snapshots right after a cycle ended: none is half counted.
     f.wait_cycles(1.0).await;
     let cpu0 = f.replica.proc.cpu();
     let a = f.snap().await;
-    tokio::time::sleep(IDLE_WINDOW).await;
+    note(&format!(
+        "{label}: idle window starts, holder pid {}",
+        f.replica.proc.pid
+    ));
+    tokio::time::sleep(idle_window_length()).await;
     f.wait_cycles(1.0).await;
     let b = f.snap().await;
     let cpu = f.replica.proc.cpu() - cpu0;
