@@ -1555,6 +1555,83 @@ pub(super) fn mark_error(span: &Span, message: &str) {
 mod tests {
     use super::*;
 
+    fn list(key: &str, version: u64, entries: Option<&[&str]>) -> ListRead {
+        ListRead {
+            key: key.into(),
+            version,
+            entries: entries.map(|e| e.iter().map(|s| s.as_bytes().to_vec()).collect()),
+        }
+    }
+
+    /// What `inputs::normalize` makes of the same lists read in full.
+    fn normalized(groups: &[(&str, &[&str])], units: &[&str]) -> Inputs {
+        let bytes = |v: &[&str]| v.iter().map(|s| s.as_bytes().to_vec()).collect();
+        inputs::normalize(&inputs::RawInputs {
+            groups: groups
+                .iter()
+                .map(|(k, v)| (k.to_string(), bytes(v)))
+                .collect(),
+            units_key: "u".into(),
+            units: bytes(units),
+        })
+    }
+
+    #[test]
+    fn lists_known_unchanged_reuse_the_inputs_and_the_rest_is_normalised_again() {
+        let (g1, g2, u) = (
+            ["a:1", "b:1", "bad"].as_slice(),
+            ["c:1", "a:1"].as_slice(),
+            ["x", "y", "has,comma", "x"].as_slice(),
+        );
+        let first = rebuild(
+            None,
+            vec![list("s1", 1, Some(g1)), list("s2", 2, Some(g2))],
+            list("u", 3, Some(u)),
+        )
+        .unwrap();
+        assert_eq!(*first.inputs, normalized(&[("s1", g1), ("s2", g2)], u));
+        assert_eq!(first.units_key, units_key(&first.inputs.units));
+
+        // Nothing read: the same inputs, not a copy.
+        let groups = vec![list("s1", 1, None), list("s2", 2, None)];
+        let units = list("u", 3, None);
+        assert!(unchanged(&first, &groups, &units));
+        let same = rebuild(Some(first.clone()), groups, units).unwrap();
+        assert_eq!(same.inputs, first.inputs);
+
+        // A services list changed: the units (and their rejections) carry over.
+        let g2b = ["c:1", "d:1"].as_slice();
+        let groups = vec![list("s1", 1, None), list("s2", 4, Some(g2b))];
+        assert!(!unchanged(&first, &groups, &list("u", 3, None)));
+        let next = rebuild(Some(first.clone()), groups, list("u", 3, None)).unwrap();
+        assert_eq!(*next.inputs, normalized(&[("s1", g1), ("s2", g2b)], u));
+        assert_eq!(next.units_key, first.units_key);
+
+        // The units changed: the cached services lists are used as they were.
+        let ub = ["z"].as_slice();
+        let groups = vec![list("s1", 1, None), list("s2", 4, None)];
+        let after = rebuild(Some(next.clone()), groups, list("u", 5, Some(ub))).unwrap();
+        assert_eq!(*after.inputs, normalized(&[("s1", g1), ("s2", g2b)], ub));
+        assert_ne!(after.units_key, next.units_key);
+
+        // A version the cache does not hold is a failed cycle, never a guess.
+        let missing = rebuild(
+            Some(after.clone()),
+            vec![list("s1", 9, None), list("s2", 4, None)],
+            list("u", 5, None),
+        );
+        assert!(matches!(missing, Err(CycleError::Read(_))));
+        let missing = rebuild(None, vec![], list("u", 5, None));
+        assert!(matches!(missing, Err(CycleError::Read(_))));
+
+        // A units list of nothing but invalid entries keeps the last table.
+        let bad = rebuild(None, vec![], list("u", 6, Some(&["a,b", ""])));
+        assert!(matches!(bad, Err(CycleError::Inputs { entries: 2, .. })));
+        // An empty one means no units.
+        let empty = rebuild(None, vec![], list("u", 7, Some(&[]))).unwrap();
+        assert!(empty.inputs.units.is_empty());
+    }
+
     fn pairs(v: &[(&str, &str)]) -> Reports {
         Ok(v.iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
