@@ -301,7 +301,10 @@ async fn table_check(store: &Store, url: &str) {
             .await
             .unwrap();
         let t = Instant::now();
-        let snap = store.read_snapshot(&services, UNITS, limits).await.unwrap();
+        let snap = store
+            .read_snapshot(&services, UNITS, limits, &Default::default(), None)
+            .await
+            .unwrap();
         full.push(ms(t.elapsed()));
         assert!(snap.stored_digest.is_none(), "an edit is noticed");
         // Put the row back as written, and let the guard verify it.
@@ -312,7 +315,10 @@ async fn table_check(store: &Store, url: &str) {
             .query_async(conn)
             .await
             .unwrap();
-        store.read_snapshot(&services, UNITS, limits).await.unwrap();
+        store
+            .read_snapshot(&services, UNITS, limits, &Default::default(), None)
+            .await
+            .unwrap();
     }
     report(
         "table check after a change (read + hash the table), 10,000 x 1,000,000",
@@ -324,7 +330,10 @@ async fn table_check(store: &Store, url: &str) {
     let mut idle = Vec::new();
     for _ in 0..20 {
         let t = Instant::now();
-        let snap = store.read_snapshot(&services, UNITS, limits).await.unwrap();
+        let snap = store
+            .read_snapshot(&services, UNITS, limits, &Default::default(), None)
+            .await
+            .unwrap();
         idle.push(ms(t.elapsed()));
         assert!(snap.stored_digest.is_some());
     }

@@ -38,12 +38,14 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::core::handoff::{self, MemberFacts, MemberReport, PlanInput, Transit, Transits};
-use crate::core::inputs::{self, Inputs};
+use crate::core::inputs::{self, Inputs, Rejection};
 use crate::core::liveness::{HealthChanges, Liveness};
 use crate::core::suspicion::{self, Guard, Review, Suspect, SuspectChanges};
 use crate::core::table::{Assignment, MatchingTable, Moves, Solve};
 use crate::edge::grpc::{FIRST_CONTACT, PingFailure, PingReport, Pinger};
-use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Reports, Snapshot, Store};
+use crate::edge::redis::{
+    Commit, Committed, LeaseGrant, ListLimits, ListRead, Reports, ReportsRead, Snapshot, Store,
+};
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
 use crate::unix_ms;
@@ -62,6 +64,40 @@ pub(super) struct HolderView {
     /// Per group (name, live, failed) as the last cycle counted it.
     pub(super) groups: Vec<(String, usize, usize)>,
     pub(super) handoff: HandoffState,
+    /// The lists as last read, and the inputs made of them.
+    pub(super) lists: Option<ListCache>,
+}
+
+/// What the last full cycle made of the lists, by the versions the store
+/// gave them (`ListRead::version`): when no list changed, the next cycle
+/// reuses the inputs (and so the memoised solve) without normalising or
+/// hashing anything; when only some changed, only those are normalised
+/// again. Cheap to clone: the view is cloned for every cycle.
+#[derive(Clone)]
+pub(super) struct ListCache {
+    /// Each services list's raw entries (small: one per member), with its
+    /// version, in configuration order: groups are normalised together.
+    groups: Vec<CachedList>,
+    /// The units list's version. Its raw entries are not kept (at a million
+    /// units they are tens of MB): its normalised units are in `inputs`.
+    units_version: u64,
+    inputs: Arc<Inputs>,
+    /// The units' part of the memo key ([`units_key`]), computed once.
+    units_key: u128,
+}
+
+/// A services list as read: `(key, version, entries)`.
+type CachedList = (String, u64, Arc<Vec<Vec<u8>>>);
+
+impl ListCache {
+    /// The versions this cache holds, for `Store::read_snapshot`.
+    fn held(&self, units_list: &str) -> HashMap<String, u64> {
+        self.groups
+            .iter()
+            .map(|(k, v, _)| (k.clone(), *v))
+            .chain([(units_list.to_string(), self.units_version)])
+            .collect()
+    }
 }
 
 /// What the handoff keeps between cycles (see `core::handoff`).
@@ -74,6 +110,9 @@ pub(super) struct HandoffState {
     gone: HashSet<String>,
     /// The members' reports, as last read and decoded.
     pub(super) reports: HashMap<String, MemberReport>,
+    /// The version of the reports and overrides hashes these were decoded
+    /// from (`ReportsRead::version`): unchanged, they are not read again.
+    reports_version: Option<u64>,
     /// Members that reported draining and then removed their report: they
     /// finished their drain and deregistered (README, protocol step 6). The
     /// lists a handoff cycle plans with are the last full cycle's, where such
@@ -98,10 +137,36 @@ pub(super) struct HandoffState {
     pub(super) last: HandoffOutcome,
     /// The last solve that moved or placed units (status: `last_change`).
     pub(super) last_change: Option<LastChange>,
+    /// The last plan, when it changed nothing (see [`Steady`]).
+    steady: Option<Steady>,
     /// The trace span of each write that revoked units still in transit, by
     /// generation: the write that grants them links to it, so that a move
     /// reads as revoke → grant in the trace view.
     revocations: BTreeMap<u64, opentelemetry::trace::SpanContext>,
+}
+
+/// A plan that changed nothing: nothing in transit, no unit revoked, placed
+/// or moved, and the granted table as it came in. Planning again from the
+/// same tables, inputs and members that get rows gives the same, so an idle
+/// cycle skips it: the plan compares and copies every row (O(table), a few
+/// milliseconds at 100,000 units). The tables and inputs are held (not only
+/// their addresses), so a match is never a reused allocation.
+#[derive(Clone)]
+pub(super) struct Steady {
+    desired: Arc<MatchingTable>,
+    granted: Arc<MatchingTable>,
+    inputs: Arc<Inputs>,
+    /// Which listed members get rows (`HolderView::keeps_units`), hashed.
+    rows_for: u64,
+}
+
+impl Steady {
+    fn matches(&self, other: &Steady) -> bool {
+        Arc::ptr_eq(&self.desired, &other.desired)
+            && Arc::ptr_eq(&self.granted, &other.granted)
+            && Arc::ptr_eq(&self.inputs, &other.inputs)
+            && self.rows_for == other.rows_for
+    }
 }
 
 /// What one cycle's handoff did.
@@ -174,6 +239,17 @@ impl HandoffState {
                 }
                 Err(_) => {}
             }
+        }
+    }
+
+    /// Takes the reports and overrides a cycle read; unchanged since the
+    /// version decoded last, nothing is decoded again (the same content
+    /// gives the same state: decoding depends on nothing else).
+    fn observe(&mut self, read: ReportsRead, keys: &crate::core::keys::Keys) {
+        self.reports_version = read.version;
+        if let Some((reports, overrides)) = read.content {
+            self.observe_reports(reports, &keys.members);
+            self.observe_overrides(overrides, &keys.weights);
         }
     }
 
@@ -511,6 +587,7 @@ impl CycleContext {
             suspects: inherited.suspects,
             unsaved_suspects: SuspectChanges::default(),
             memo: None,
+            lists: None,
             groups: Vec::new(),
             handoff: HandoffState {
                 transit,
@@ -532,9 +609,20 @@ impl CycleContext {
             otel.status_code = Empty,
             otel.status_message = Empty
         );
+        let held = view
+            .lists
+            .as_ref()
+            .map(|c| c.held(&self.units_key))
+            .unwrap_or_default();
         let snapshot = match self
             .store
-            .read_snapshot(&self.services, &self.units_key, self.limits)
+            .read_snapshot(
+                &self.services,
+                &self.units_key,
+                self.limits,
+                &held,
+                view.handoff.reports_version,
+            )
             .instrument(read.clone())
             .await
         {
@@ -547,29 +635,30 @@ impl CycleContext {
         };
         drop(read);
         let Snapshot {
-            raw,
+            groups,
+            units,
             stored_digest,
             stored_generation,
             stored_table,
             reports,
-            overrides,
         } = snapshot;
-        // Shared with the solver's blocking thread, never copied: at a million
-        // units a copy is tens of megabytes.
-        let inputs = Arc::new(inputs::normalize(&raw));
-        // A units list whose every entry is invalid is a broken producer, not
-        // "no work": keep the last table (an empty list still means no units).
-        if !raw.units.is_empty() && inputs.units.is_empty() {
-            let e = CycleError::Inputs {
-                key: raw.units_key.clone(),
-                entries: raw.units.len(),
-                first: inputs.rejections.first().map(ToString::to_string),
-            };
-            mark_error(&Span::current(), &e.to_string());
-            return Err(e);
-        }
-        // The raw lists can be as big as the inputs: free them before solving.
-        drop(raw);
+        let read_lists = groups
+            .iter()
+            .chain([&units])
+            .filter(|l| l.entries.is_some());
+        let read_count = read_lists.count() as u64;
+        self.metrics.list_reads("read", read_count);
+        self.metrics
+            .list_reads("cached", groups.len() as u64 + 1 - read_count);
+        let cache = match assemble(view.lists.take(), groups, units).await {
+            Ok(c) => c,
+            Err(e) => {
+                mark_error(&Span::current(), &e.to_string());
+                return Err(e);
+            }
+        };
+        let inputs = Arc::clone(&cache.inputs);
+        view.lists = Some(cache);
         let members: Vec<String> = inputs.members().map(str::to_string).collect();
         let was_live: HashSet<String> = members
             .iter()
@@ -655,10 +744,7 @@ impl CycleContext {
             }
         }
         let review = self.observe_round(&mut view, &inputs, &listed, &all_reports, &was_live, true);
-        view.handoff
-            .observe_reports(reports, &self.store.keys().members);
-        view.handoff
-            .observe_overrides(overrides, &self.store.keys().weights);
+        view.handoff.observe(reports, self.store.keys());
         view.handoff.forget_departed(&inputs);
         view.handoff.inputs = Some(Arc::clone(&inputs));
         let write = self
@@ -917,7 +1003,13 @@ impl CycleContext {
             .collect();
         let key = {
             let mut h = Xxh3::new();
-            h.update(&inputs_key(inputs, eligible).to_le_bytes());
+            // The units' part is computed once per units list read (see
+            // `ListCache`): an idle cycle hashes members, never units.
+            let units = match &view.lists {
+                Some(c) if Arc::ptr_eq(&c.inputs, inputs) => c.units_key,
+                _ => units_key(&inputs.units),
+            };
+            h.update(&inputs_key(inputs, units, eligible).to_le_bytes());
             h.update(self.assignment.name().as_bytes());
             let mut weighted: Vec<(&String, &u32)> =
                 weights.iter().filter(|&(_, &w)| w != 1).collect();
@@ -1003,22 +1095,42 @@ impl CycleContext {
         let facts = |m: &str| hs.facts(m);
         let rows_for = |m: &str| view.keeps_units(m);
         let former = |m: &str| hs.former_group.get(m).cloned();
-        let plan = info_span!("handoff", verify).in_scope(|| {
-            handoff::plan(&PlanInput {
-                granted: &granted,
-                verify,
-                desired: &desired,
-                transit: &hs.transit,
-                groups: &groups,
-                former_group: &former,
-                units: &inputs.units,
-                facts: &facts,
-                rows_for: &rows_for,
-                settings: self.handoff,
-                now,
-                now_ms,
+        let here = Steady {
+            desired: Arc::clone(&desired),
+            granted: Arc::clone(&granted),
+            inputs: Arc::clone(inputs),
+            rows_for: {
+                let mut h = Xxh3::new();
+                for m in inputs.members().filter(|m| rows_for(m)) {
+                    h.update(&(m.len() as u64).to_le_bytes());
+                    h.update(m.as_bytes());
+                }
+                h.digest()
+            },
+        };
+        let steady = !verify
+            && hs.transit.is_empty()
+            && hs.steady.as_ref().is_some_and(|s| s.matches(&here));
+        let plan = if steady {
+            handoff::Plan::default()
+        } else {
+            info_span!("handoff", verify).in_scope(|| {
+                handoff::plan(&PlanInput {
+                    granted: &granted,
+                    verify,
+                    desired: &desired,
+                    transit: &hs.transit,
+                    groups: &groups,
+                    former_group: &former,
+                    units: &inputs.units,
+                    facts: &facts,
+                    rows_for: &rows_for,
+                    settings: self.handoff,
+                    now,
+                    now_ms,
+                })
             })
-        });
+        };
         let owing: HashSet<&str> = plan
             .transit
             .values()
@@ -1043,7 +1155,30 @@ impl CycleContext {
             next_release: plan.next_release,
         };
         drop(owing);
-        let next = Arc::new(plan.granted);
+        // Nothing to hand off (an idle cycle): the granted table stays, and
+        // with it its digest, computed once; a new table's digest (O(table))
+        // is computed on a blocking thread.
+        let unchanged = steady || plan.granted == *granted;
+        view.handoff.steady = (unchanged
+            && !verify
+            && plan.transit.is_empty()
+            && plan.revoked == 0
+            && plan.placed == 0
+            && plan.moved.is_empty()
+            && plan.next_release.is_none())
+        .then_some(here);
+        let next = if unchanged {
+            Arc::clone(&granted)
+        } else {
+            let table = plan.granted;
+            tokio::task::spawn_blocking(move || {
+                let table = Arc::new(table);
+                table.digest();
+                table
+            })
+            .await
+            .expect("hashing a table does not panic")
+        };
         let table_changed = stored_digest.as_deref() != Some(next.digest());
         let transit_changed = plan.transit != view.handoff.transit || verify;
         view.handoff.last = outcome;
@@ -1261,14 +1396,13 @@ impl CycleContext {
         let Some(inputs) = view.handoff.inputs.clone() else {
             return Err(CycleError::NotReady);
         };
-        let (state, (reports, overrides)) =
-            tokio::join!(self.store.read_table_state(), self.store.read_reports());
+        let (state, reports) = tokio::join!(
+            self.store.read_table_state(),
+            self.store.read_reports_since(view.handoff.reports_version)
+        );
         let (mut stored_digest, stored_generation, stored_table) =
             state.map_err(CycleError::Read)?;
-        view.handoff
-            .observe_reports(reports, &self.store.keys().members);
-        view.handoff
-            .observe_overrides(overrides, &self.store.keys().weights);
+        view.handoff.observe(reports, self.store.keys());
         let mut generation_floor = self.generation_floor.max(stored_generation);
         let (mut failures, mut transitions, mut review) =
             (Vec::new(), Vec::new(), Review::default());
@@ -1404,8 +1538,9 @@ pub(super) fn count_by<'a>(kinds: impl Iterator<Item = &'a str>) -> String {
 }
 
 /// Identifies what the table depends on: the live members of each group and the
-/// units. Equal keys mean an equal table, so solving can be skipped.
-fn inputs_key(inputs: &Inputs, keeps_units: impl Fn(&str) -> bool) -> u128 {
+/// units (their part, [`units_key`], computed once per units list read).
+/// Equal keys mean an equal table, so solving can be skipped.
+fn inputs_key(inputs: &Inputs, units: u128, keeps_units: impl Fn(&str) -> bool) -> u128 {
     let mut h = Xxh3::new();
     let mut put = |tag: u8, s: &str| {
         h.update(&[tag]);
@@ -1418,10 +1553,138 @@ fn inputs_key(inputs: &Inputs, keeps_units: impl Fn(&str) -> bool) -> u128 {
             put(2, m);
         }
     }
-    for u in &inputs.units {
-        put(3, u);
+    h.update(&[3]);
+    h.update(&units.to_le_bytes());
+    h.digest128()
+}
+
+/// The units' part of [`inputs_key`]: O(units), so computed when the units
+/// list is read, on a blocking thread, never on an idle cycle.
+fn units_key(units: &[String]) -> u128 {
+    let mut h = Xxh3::new();
+    for u in units {
+        h.update(&(u.len() as u64).to_le_bytes());
+        h.update(u.as_bytes());
     }
     h.digest128()
+}
+
+/// This cycle's inputs from the lists the store read: when it read none
+/// (every list known unchanged at the versions of `cache`), the cached
+/// inputs as they are, without touching a unit; else rebuilt on a blocking
+/// thread (normalising is O(entries): a million units take a good part of a
+/// second, which must not stall the runtime's workers), normalising again
+/// only the lists that were read.
+async fn assemble(
+    cache: Option<ListCache>,
+    groups: Vec<ListRead>,
+    units: ListRead,
+) -> Result<ListCache, CycleError> {
+    if let Some(c) = &cache
+        && unchanged(c, &groups, &units)
+    {
+        return Ok(cache.expect("checked above"));
+    }
+    tokio::task::spawn_blocking(move || rebuild(cache, groups, units))
+        .await
+        .expect("normalising the inputs does not panic")
+}
+
+/// Whether `groups` and `units` are exactly the lists `cache` was made of,
+/// none of them read again.
+fn unchanged(cache: &ListCache, groups: &[ListRead], units: &ListRead) -> bool {
+    units.entries.is_none()
+        && units.version == cache.units_version
+        && groups.len() == cache.groups.len()
+        && groups
+            .iter()
+            .zip(&cache.groups)
+            .all(|(g, (key, version, _))| {
+                g.entries.is_none() && g.key == *key && g.version == *version
+            })
+}
+
+/// [`assemble`]'s work when some list was read.
+fn rebuild(
+    cache: Option<ListCache>,
+    groups: Vec<ListRead>,
+    units: ListRead,
+) -> Result<ListCache, CycleError> {
+    // The store reports a list unchanged only at a version the cycle said it
+    // holds, so this is a bug, not a state of Redis: fail the cycle (the last
+    // table stays) and the next one reads everything.
+    let missing = |key: &str| {
+        CycleError::Read(StoreError::Reply {
+            op: "read lists",
+            detail: format!("list {key:?} reported unchanged at a version not held"),
+        })
+    };
+    let mut raw_groups = Vec::with_capacity(groups.len());
+    for g in groups {
+        let entries = match g.entries {
+            Some(e) => Arc::new(e),
+            None => cache
+                .as_ref()
+                .and_then(|c| {
+                    c.groups
+                        .iter()
+                        .find(|(k, v, _)| *k == g.key && *v == g.version)
+                })
+                .map(|(_, _, e)| Arc::clone(e))
+                .ok_or_else(|| missing(&g.key))?,
+        };
+        raw_groups.push((g.key, g.version, entries));
+    }
+    let (unit_list, mut rejections, units_hash) = match units.entries {
+        Some(entries) => {
+            let (list, rejections) = inputs::normalize_units(&units.key, &entries);
+            // A units list whose every entry is invalid is a broken producer,
+            // not "no work": keep the last table (an empty list still means
+            // no units).
+            if !entries.is_empty() && list.is_empty() {
+                return Err(CycleError::Inputs {
+                    key: units.key,
+                    entries: entries.len(),
+                    first: rejections.first().map(ToString::to_string),
+                });
+            }
+            // The raw list can be as big as the inputs: freed before solving.
+            drop(entries);
+            let hash = units_key(&list);
+            (list, rejections, hash)
+        }
+        None => {
+            // Only a services list changed: the units are the last ones.
+            let c = cache
+                .as_ref()
+                .filter(|c| c.units_version == units.version)
+                .ok_or_else(|| missing(&units.key))?;
+            let rejections = c
+                .inputs
+                .rejections
+                .iter()
+                .filter(|r| matches!(r, Rejection::Unit { .. }))
+                .cloned()
+                .collect();
+            (c.inputs.units.clone(), rejections, c.units_key)
+        }
+    };
+    let lists: Vec<(&str, &[Vec<u8>])> = raw_groups
+        .iter()
+        .map(|(k, _, e)| (k.as_str(), e.as_slice()))
+        .collect();
+    let (groups, group_rejections) = inputs::normalize_groups(&lists);
+    rejections.extend(group_rejections);
+    Ok(ListCache {
+        groups: raw_groups,
+        units_version: units.version,
+        inputs: Arc::new(Inputs {
+            groups,
+            units: unit_list,
+            rejections,
+        }),
+        units_key: units_hash,
+    })
 }
 
 /// Marks a span failed, for the trace view (`otel.status_code` is read by
@@ -1434,6 +1697,83 @@ pub(super) fn mark_error(span: &Span, message: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn list(key: &str, version: u64, entries: Option<&[&str]>) -> ListRead {
+        ListRead {
+            key: key.into(),
+            version,
+            entries: entries.map(|e| e.iter().map(|s| s.as_bytes().to_vec()).collect()),
+        }
+    }
+
+    /// What `inputs::normalize` makes of the same lists read in full.
+    fn normalized(groups: &[(&str, &[&str])], units: &[&str]) -> Inputs {
+        let bytes = |v: &[&str]| v.iter().map(|s| s.as_bytes().to_vec()).collect();
+        inputs::normalize(&inputs::RawInputs {
+            groups: groups
+                .iter()
+                .map(|(k, v)| (k.to_string(), bytes(v)))
+                .collect(),
+            units_key: "u".into(),
+            units: bytes(units),
+        })
+    }
+
+    #[test]
+    fn lists_known_unchanged_reuse_the_inputs_and_the_rest_is_normalised_again() {
+        let (g1, g2, u) = (
+            ["a:1", "b:1", "bad"].as_slice(),
+            ["c:1", "a:1"].as_slice(),
+            ["x", "y", "has,comma", "x"].as_slice(),
+        );
+        let first = rebuild(
+            None,
+            vec![list("s1", 1, Some(g1)), list("s2", 2, Some(g2))],
+            list("u", 3, Some(u)),
+        )
+        .unwrap();
+        assert_eq!(*first.inputs, normalized(&[("s1", g1), ("s2", g2)], u));
+        assert_eq!(first.units_key, units_key(&first.inputs.units));
+
+        // Nothing read: the same inputs, not a copy.
+        let groups = vec![list("s1", 1, None), list("s2", 2, None)];
+        let units = list("u", 3, None);
+        assert!(unchanged(&first, &groups, &units));
+        let same = rebuild(Some(first.clone()), groups, units).unwrap();
+        assert_eq!(same.inputs, first.inputs);
+
+        // A services list changed: the units (and their rejections) carry over.
+        let g2b = ["c:1", "d:1"].as_slice();
+        let groups = vec![list("s1", 1, None), list("s2", 4, Some(g2b))];
+        assert!(!unchanged(&first, &groups, &list("u", 3, None)));
+        let next = rebuild(Some(first.clone()), groups, list("u", 3, None)).unwrap();
+        assert_eq!(*next.inputs, normalized(&[("s1", g1), ("s2", g2b)], u));
+        assert_eq!(next.units_key, first.units_key);
+
+        // The units changed: the cached services lists are used as they were.
+        let ub = ["z"].as_slice();
+        let groups = vec![list("s1", 1, None), list("s2", 4, None)];
+        let after = rebuild(Some(next.clone()), groups, list("u", 5, Some(ub))).unwrap();
+        assert_eq!(*after.inputs, normalized(&[("s1", g1), ("s2", g2b)], ub));
+        assert_ne!(after.units_key, next.units_key);
+
+        // A version the cache does not hold is a failed cycle, never a guess.
+        let missing = rebuild(
+            Some(after.clone()),
+            vec![list("s1", 9, None), list("s2", 4, None)],
+            list("u", 5, None),
+        );
+        assert!(matches!(missing, Err(CycleError::Read(_))));
+        let missing = rebuild(None, vec![], list("u", 5, None));
+        assert!(matches!(missing, Err(CycleError::Read(_))));
+
+        // A units list of nothing but invalid entries keeps the last table.
+        let bad = rebuild(None, vec![], list("u", 6, Some(&["a,b", ""])));
+        assert!(matches!(bad, Err(CycleError::Inputs { entries: 2, .. })));
+        // An empty one means no units.
+        let empty = rebuild(None, vec![], list("u", 7, Some(&[]))).unwrap();
+        assert!(empty.inputs.units.is_empty());
+    }
 
     fn pairs(v: &[(&str, &str)]) -> Reports {
         Ok(v.iter()

@@ -106,6 +106,10 @@ pub(super) struct Executor {
     holding: Option<Holding>,
     /// Fingerprints of the invalid entries already logged.
     known_rejections: HashSet<u64>,
+    /// The inputs whose rejections `known_rejections` holds: a cycle that
+    /// reused them (no list changed) has nothing new to log, and hashing
+    /// every rejection again would cost an idle cycle O(invalid entries).
+    logged_inputs: Option<std::sync::Arc<crate::core::inputs::Inputs>>,
     /// Redis trouble is logged once per streak, not once per retry.
     read_failing: bool,
     /// The last failed cycle's error: a streak of the same one is logged once.
@@ -135,6 +139,7 @@ impl Executor {
             acts_until: watch::channel(Instant::now()).0,
             holding: None,
             known_rejections: HashSet::new(),
+            logged_inputs: None,
             read_failing: false,
             last_cycle_error: None,
             write_failing: false,
@@ -935,10 +940,8 @@ impl Executor {
         })
     }
 
-    /// Logs what changed in the inputs and in liveness, summarised: a burst
-    /// (100,000 bad units, 10,000 members failing at once) gives the first
-    /// few lines and one count, and a state that persists is not repeated.
-    fn log_inputs(&mut self, report: &CycleReport) {
+    /// Logs the rejections of `report`'s inputs not logged before.
+    fn log_rejections(&mut self, report: &CycleReport) {
         let fingerprint = |r: &Rejection| xxhash_rust::xxh3::xxh3_64(r.to_string().as_bytes());
         let current: HashSet<u64> = report.inputs.rejections.iter().map(fingerprint).collect();
         let new: Vec<&Rejection> = report
@@ -960,6 +963,20 @@ impl Executor {
             );
         }
         self.known_rejections = current;
+    }
+
+    /// Logs what changed in the inputs and in liveness, summarised: a burst
+    /// (100,000 bad units, 10,000 members failing at once) gives the first
+    /// few lines and one count, and a state that persists is not repeated.
+    fn log_inputs(&mut self, report: &CycleReport) {
+        let same = self
+            .logged_inputs
+            .as_ref()
+            .is_some_and(|i| std::sync::Arc::ptr_eq(i, &report.inputs));
+        if !same {
+            self.log_rejections(report);
+            self.logged_inputs = Some(std::sync::Arc::clone(&report.inputs));
+        }
 
         let reasons: std::collections::HashMap<&str, &PingFailure> = report
             .failures

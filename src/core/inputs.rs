@@ -216,11 +216,29 @@ pub fn check_member_addr(raw: &[u8]) -> Result<&str, &'static str> {
 
 /// Validates and deduplicates one cycle's raw lists.
 pub fn normalize(raw: &RawInputs) -> Inputs {
-    let mut rejections = Vec::new();
+    let (units, mut rejections) = normalize_units(&raw.units_key, &raw.units);
+    let groups: Vec<(&str, &[Vec<u8>])> = raw
+        .groups
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    let (groups, group_rejections) = normalize_groups(&groups);
+    rejections.extend(group_rejections);
+    Inputs {
+        groups,
+        units,
+        rejections,
+    }
+}
 
+/// The units part of [`normalize`]: the distinct valid units of list `key`,
+/// sorted, and the rejected entries. It depends on the units list alone, so
+/// a holder that knows the list unchanged keeps its last result.
+pub fn normalize_units(key: &str, entries: &[Vec<u8>]) -> (Vec<String>, Vec<Rejection>) {
+    let mut rejections = Vec::new();
     let mut units = BTreeSet::new();
     let mut bad_units = BTreeSet::new();
-    for entry in &raw.units {
+    for entry in entries {
         match check_unit(entry) {
             Ok(unit) => {
                 units.insert(unit);
@@ -228,7 +246,7 @@ pub fn normalize(raw: &RawInputs) -> Inputs {
             Err(reason) => {
                 if bad_units.insert((entry.as_slice(), reason)) {
                     rejections.push(Rejection::Unit {
-                        key: raw.units_key.clone(),
+                        key: key.to_string(),
                         value: excerpt(entry),
                         reason,
                     });
@@ -236,12 +254,18 @@ pub fn normalize(raw: &RawInputs) -> Inputs {
             }
         }
     }
+    (units.into_iter().map(str::to_string).collect(), rejections)
+}
 
+/// The groups part of [`normalize`]: every services list `(key, entries)`,
+/// in configuration order, to groups, and the rejected entries.
+pub fn normalize_groups(lists: &[(&str, &[Vec<u8>])]) -> (Vec<Group>, Vec<Rejection>) {
+    let mut rejections = Vec::new();
     // Groups are visited by name, so a member listed twice is kept in the same group
     // whatever the configuration order.
     let mut by_name: BTreeMap<&str, (BTreeSet<&str>, BTreeSet<&[u8]>)> = BTreeMap::new();
-    for (key, entries) in &raw.groups {
-        let (good, bad) = by_name.entry(key.as_str()).or_default();
+    for &(key, entries) in lists {
+        let (good, bad) = by_name.entry(key).or_default();
         for entry in entries {
             match check_member_addr(entry) {
                 Ok(addr) => {
@@ -295,18 +319,12 @@ pub fn normalize(raw: &RawInputs) -> Inputs {
     }
     // Keep configuration order for display; the content does not depend on it.
     let mut seen = BTreeSet::new();
-    let groups = raw
-        .groups
+    let groups = lists
         .iter()
-        .filter(|(key, _)| seen.insert(key.as_str()))
-        .filter_map(|(key, _)| groups_by_name.remove(key.as_str()))
+        .filter(|(key, _)| seen.insert(*key))
+        .filter_map(|(key, _)| groups_by_name.remove(key))
         .collect();
-
-    Inputs {
-        groups,
-        units: units.into_iter().map(str::to_string).collect(),
-        rejections,
-    }
+    (groups, rejections)
 }
 
 #[cfg(test)]

@@ -73,6 +73,7 @@ pub struct Metrics {
     pub cycles: Family<Outcome, Counter>,
     pub lease_transitions: Family<Transition, Counter>,
     pub redis_errors: Family<Kind, Counter>,
+    pub list_reads: Family<Outcome, Counter>,
     pub table_bytes: Gauge<u64, AtomicU64>,
     pub handoff_duration: Histogram,
     pub units_in_transit: Gauge,
@@ -204,6 +205,12 @@ impl Metrics {
         );
         let redis_errors = Family::<Kind, Counter>::default();
         r.register("redis_errors", "Redis errors by kind", redis_errors.clone());
+        let list_reads = Family::<Outcome, Counter>::default();
+        r.register(
+            "list_reads",
+            "Lists a holder cycle needed: read from Redis in full, or known unchanged (cached)",
+            list_reads.clone(),
+        );
         let table_bytes = Gauge::<u64, AtomicU64>::default();
         r.register_with_unit(
             "table_size",
@@ -266,6 +273,7 @@ impl Metrics {
             cycles,
             lease_transitions,
             redis_errors,
+            list_reads,
             table_bytes,
             handoff_duration,
             units_in_transit,
@@ -291,6 +299,13 @@ impl Metrics {
 
     pub fn redis_error(&self, kind: &'static str) {
         self.redis_errors.get_or_create(&Kind { kind }).inc();
+    }
+
+    /// `n` lists a cycle read in full (`read`) or knew unchanged (`cached`).
+    pub fn list_reads(&self, outcome: &'static str, n: u64) {
+        self.list_reads
+            .get_or_create(&Outcome { outcome })
+            .inc_by(n);
     }
 
     pub fn ping_ok(&self, rtt: Duration) {

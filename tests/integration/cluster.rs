@@ -146,12 +146,39 @@ async fn cluster_fences_a_stale_holder() {
     );
     // Multi-slot reads work: lists in other slots, table state in the table's.
     let () = c.rpush(UNITS, "x").await.unwrap();
+    let services = [SERVICES.to_string()];
+    let none = std::collections::HashMap::new();
     let snap = store
-        .read_snapshot(&[SERVICES.to_string()], UNITS, LIMITS)
+        .read_snapshot(&services, UNITS, LIMITS, &none, None)
         .await
         .unwrap();
-    assert_eq!(snap.raw.units, [b"x".to_vec()]);
+    assert_eq!(snap.units.entries, Some(vec![b"x".to_vec()]));
     assert_eq!(snap.stored_digest.as_deref(), Some(t.digest()));
+    // Each list's guard follows MOVED to its own slot's node: unchanged lists
+    // are not read again, a changed one is.
+    let held: std::collections::HashMap<String, u64> = snap
+        .groups
+        .iter()
+        .chain([&snap.units])
+        .map(|l| (l.key.clone(), l.version))
+        .collect();
+    let again = store
+        .read_snapshot(&services, UNITS, LIMITS, &held, None)
+        .await
+        .unwrap();
+    assert_eq!(again.units.entries, None);
+    assert_eq!(again.units.version, snap.units.version);
+    assert_eq!(again.groups[0].entries, None);
+    let () = c.rpush(UNITS, "y").await.unwrap();
+    let changed = store
+        .read_snapshot(&services, UNITS, LIMITS, &held, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        changed.units.entries,
+        Some(vec![b"x".to_vec(), b"y".to_vec()])
+    );
+    assert_eq!(changed.groups[0].entries, None);
     assert_eq!(
         {
             let (row, g) = store.read_row("w:1").await.unwrap();

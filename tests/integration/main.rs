@@ -14,6 +14,7 @@ mod fencing;
 mod handoff;
 mod handoff_repro;
 mod hardening;
+mod idle;
 mod member_handoff;
 mod ownership_stress;
 mod process;

@@ -21,7 +21,7 @@ pub(crate) async fn create_acl_user(redis: &RedisServer) {
 /// table guard's WATCH.
 const OPTIONAL: &str = "+llen +memory|usage +watch +unwatch";
 
-async fn create_acl_user_with(redis: &RedisServer, optional: &str) {
+pub(crate) async fn create_acl_user_with(redis: &RedisServer, optional: &str) {
     let coordination = coordination_glob();
     let acl = format!(
         "ACL SETUSER distributor on >{PASSWORD} resetkeys ~{SERVICES} ~{UNITS} ~{TABLE} ~{coordination} \

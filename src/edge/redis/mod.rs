@@ -8,7 +8,7 @@
 //!  scripts.rs  the Lua scripts (scripts/*.lua) and their refusals
 //!  lease.rs    acquire, renew, release
 //!  table.rs    snapshot read and list sizing, table state, commit, table reads
-//!  guard.rs    the table guard: was the table touched since it was verified?
+//!  guard.rs    key guards: was the table, or a list, touched since it was read?
 //!  lists.rs    registration, operator list edits and reads, fenced forgets
 //!  member.rs   a member's report, its removal, the transit it is owed
 //!  census.rs   the census step
@@ -23,13 +23,15 @@
 //! - every call is bounded by a timeout and returns a classified [`StoreError`];
 //!   nothing here retries on its own, so the caller's state machine decides;
 //! - a cycle's reads are pipelined: one round trip sizes the lists, one reads
-//!   them (beside the table's state), whatever the number of groups.
+//!   them (beside the table's state), whatever the number of groups;
+//! - a list is read again only when its guard cannot tell that nobody touched
+//!   it since it was last read (see `guard.rs`): an idle cycle transfers no
+//!   list, and any change to a list is read by the next cycle.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::inputs::RawInputs;
 use crate::core::keys::Keys;
 pub use crate::core::lease::{
     Acquisition, Claim, HolderConnection, HolderRecord, LeaseGrant, LostLease, Renewal,
@@ -127,6 +129,11 @@ pub struct Store {
     wait: Option<WaitFor>,
     /// Whether the table is known untouched since verified (holder cycles).
     guard: Arc<tokio::sync::Mutex<guard::TableGuard>>,
+    /// Whether each list is known untouched since read (holder cycles).
+    lists: Arc<tokio::sync::Mutex<guard::ListGuards>>,
+    /// Whether the members' reports and the weight overrides are known
+    /// untouched since read (holder cycles).
+    reports: Arc<tokio::sync::Mutex<guard::Versioned>>,
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
     list_sizing: Arc<std::sync::atomic::AtomicBool>,
     memory_usage: Arc<std::sync::atomic::AtomicBool>,
@@ -159,21 +166,45 @@ pub struct ListLimits {
     pub bytes: u64,
 }
 
+/// One list as a holder cycle read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListRead {
+    pub key: String,
+    /// Names the content: equal versions, equal content. A list read again
+    /// gets a new version, even when its content is the same.
+    pub version: u64,
+    /// The entries (within the limits), or `None`: unchanged since
+    /// `version`, which the caller said it holds.
+    pub entries: Option<Vec<Vec<u8>>>,
+}
+
 /// What a holder reads at the start of a cycle.
 #[derive(Debug)]
 pub struct Snapshot {
-    pub raw: RawInputs,
+    /// Each services list, in the order asked for.
+    pub groups: Vec<ListRead>,
+    pub units: ListRead,
     /// Digest of the stored table, as its writer recorded it.
     pub stored_digest: Option<String>,
     pub stored_generation: u64,
     /// The stored table, when this read had to verify it (after a write, an
     /// edit or a reconnect): what is granted now, whatever wrote it.
     pub stored_table: Option<MatchingTable>,
-    /// The members' own reports (`{T}:members`), undecoded.
-    pub reports: Reports,
-    /// The operator's weight overrides (`{T}:weights`), undecoded; `None`
-    /// when the read failed as a whole (see [`Store::read_reports`]).
-    pub overrides: Option<Reports>,
+    /// The members' own reports and the operator's weight overrides.
+    pub reports: ReportsRead,
+}
+
+/// The members' reports (`{T}:members`) and the operator's weight overrides
+/// (`{T}:weights`) as a holder cycle read them ([`Store::read_reports_since`]).
+#[derive(Debug)]
+pub struct ReportsRead {
+    /// Names the content of both hashes while it is known (equal versions,
+    /// equal content); `None` when it is not (a read failed, a key of the
+    /// wrong type): the next cycle reads both again.
+    pub version: Option<u64>,
+    /// Both hashes as [`Store::read_reports`] returns them, or `None`:
+    /// unchanged since `version`, which the caller said it holds.
+    pub content: Option<(Reports, Option<Reports>)>,
 }
 
 /// Members' reports as read: `member → value`, undecoded (lossy UTF-8), or
@@ -275,8 +306,17 @@ impl Store {
         let client = crate::edge::tls::redis_client(first, &opts.tls).map_err(redis_err("open"))?;
         let links = Links::new(Dialer::new(opts, &client, op_timeout)?)?;
         let keys = Keys::new(table_key);
-        let guard = guard::TableGuard::new(client.clone(), &keys.table, &keys.meta, op_timeout);
+        let guard = guard::TableGuard::table(client.clone(), &keys.table, &keys.meta, op_timeout);
+        let lists = guard::ListGuards::new(client.clone(), op_timeout);
+        let reports = guard::Versioned::new(guard::KeyGuard::new(
+            client.clone(),
+            vec![keys.members.clone(), keys.weights.clone()],
+            "member reports and weight overrides are read every cycle instead".into(),
+            op_timeout,
+        ));
         Ok(Store {
+            reports: Arc::new(tokio::sync::Mutex::new(reports)),
+            lists: Arc::new(tokio::sync::Mutex::new(lists)),
             client,
             links: Arc::new(links),
             keys: Arc::new(keys),

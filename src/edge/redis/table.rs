@@ -1,5 +1,5 @@
-//! The table and its state: the holder's snapshot read (with list sizing and
-//! the table guard), the fenced commit, and the reads of the table, a row,
+//! The table and its state: the holder's snapshot read (with list sizing,
+//! the list guards and the table guard), the fenced commit, and the reads of the table, a row,
 //! the generation, what a new holder inherits, and the operator overview.
 //!
 //! Guarantees:
@@ -11,6 +11,9 @@
 //!   transferred (where Redis permits `LLEN`/`MEMORY USAGE`), and after it is
 //!   read in any case: an error naming it, never a partial read;
 //! - a stored digest is trusted only while the table is known intact;
+//! - a list is reported unchanged only while its guard is clean since it was
+//!   read, and only at a version the caller holds; a failed read leaves no
+//!   list known, so the next cycle reads it again;
 //! - a stored counter that is not an integer below 2^53 is an error naming
 //!   its key and value, never a floor.
 
@@ -20,31 +23,37 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{
-    BULK_TIMEOUT, Commit, Committed, Inheritance, LeaseGrant, ListLimits, Reports, Snapshot, Store,
-    bytes_list, checked, int, reply_err, stored_count, text, text_pairs,
+    BULK_TIMEOUT, Commit, Committed, Inheritance, LeaseGrant, ListLimits, ListRead, Reports,
+    ReportsRead, Snapshot, Store, bytes_list, checked, int, reply_err, stored_count, text,
+    text_pairs,
 };
-use crate::core::inputs::RawInputs;
 use crate::core::status::Overview;
 use crate::core::suspicion::Suspect;
 use crate::core::table::MatchingTable;
 use crate::error::StoreError;
 
 impl Store {
-    /// Reads every services list, the work units and the stored table's state.
+    /// Reads the services lists, the work units and the stored table's state.
     ///
-    /// Two round trips: first every list's length and size (`LLEN`, `MEMORY
-    /// USAGE`), so that a list over a limit is refused without being
-    /// transferred; then the lists themselves and the table's metadata. A
-    /// list over a limit is an error naming it, never a partial read.
+    /// A list is transferred only when it must be: its guard (see `guard.rs`)
+    /// cannot tell that nobody touched it since it was read at a version the
+    /// caller `held`s. The guards are probed, and so armed, before any list
+    /// is read, beside the table's state and the members' reports; then one
+    /// round trip sizes the lists to read (`LLEN`, `MEMORY USAGE`), so that
+    /// a list over a limit is refused without being transferred, and one
+    /// reads them. A list over a limit is an error naming it, never a partial
+    /// read; a list not read was within the limits when it was read.
     ///
     /// The stored digest is returned only when the table is known intact: the
-    /// table guard (see `guard.rs`) says nobody touched it since it was
-    /// verified, or a full check verifies it now.
+    /// table guard says nobody touched it since it was verified, or a full
+    /// check verifies it now.
     pub async fn read_snapshot(
         &self,
         services: &[String],
         units_key: &str,
         limits: ListLimits,
+        held: &HashMap<String, u64>,
+        held_reports: Option<u64>,
     ) -> Result<Snapshot, StoreError> {
         let keys: Vec<&str> = services
             .iter()
@@ -52,54 +61,53 @@ impl Store {
             .chain([units_key])
             .collect();
         let mut guard = self.guard.lock().await;
-        let (known, sizes) = tokio::join!(guard.probe(), self.list_sizes(&keys, limits));
-        sizes?;
-        // One more than the limit tells, without another round trip, that a
-        // list grew past it since it was measured.
-        let cmds: Vec<(String, redis::Cmd)> = keys
-            .iter()
-            .map(|key| {
-                (
-                    key.to_string(),
-                    redis::cmd("LRANGE")
-                        .arg(*key)
-                        .arg(0)
-                        .arg(limits.entries)
-                        .to_owned(),
-                )
-            })
-            .collect();
+        let mut lists = self.lists.lock().await;
         let content_check = guard.unsupported();
-        let (replies, state, (reports, overrides)) = tokio::join!(
-            self.pipelined(self.bulk(), "read lists", BULK_TIMEOUT, cmds),
+        let (known, listed, state, reports) = tokio::join!(
+            guard.probe(),
+            lists.probe(&keys),
             self.table_state(content_check),
-            self.read_reports()
+            self.read_reports_since(held_reports)
         );
-        let replies = match replies {
-            Ok(r) => r,
-            Err(e) => return Err(self.classify(e, &keys, "list").await),
+        // Every list's guard is armed from here on: a list read below is
+        // covered from before its read (the ordering rule of `guard.rs`).
+        let read = super::guard::must_read(&keys, &listed, held);
+        let to_read: Vec<&str> = keys
+            .iter()
+            .zip(&read)
+            .filter(|(_, r)| **r)
+            .map(|(k, _)| *k)
+            .collect();
+        let fresh = match self.read_lists(&to_read, limits).await {
+            Ok(f) => f,
+            Err(e) => {
+                // Nothing read here is trusted later: read again next cycle.
+                for key in &to_read {
+                    lists.forget(key);
+                }
+                return Err(e);
+            }
         };
         let (meta_digest, stored_generation) = state?;
-        if replies.len() != keys.len() {
-            return Err(StoreError::Reply {
-                op: "read lists",
-                detail: format!("{} replies", replies.len()),
-            });
-        }
-        let mut lists = Vec::with_capacity(keys.len());
-        for (key, reply) in keys.iter().zip(replies) {
-            let entries = bytes_list(reply);
-            if entries.len() > limits.entries {
-                return Err(StoreError::TooLong {
+        let mut fresh = fresh.into_iter();
+        let mut reads: Vec<ListRead> = keys
+            .iter()
+            .zip(read.iter().zip(&listed))
+            .map(|(key, (&read, known))| match read {
+                true => ListRead {
                     key: key.to_string(),
-                    what: "entries",
-                    limit: limits.entries as u64,
-                    setting: "-max-list-entries",
-                });
-            }
-            lists.push((key.to_string(), entries));
-        }
-        let units = lists.pop().expect("the units list").1;
+                    version: lists.read(key),
+                    entries: fresh.next(),
+                },
+                false => ListRead {
+                    key: key.to_string(),
+                    version: known.expect("a list not read is known"),
+                    entries: None,
+                },
+            })
+            .collect();
+        drop(lists);
+        let units = reads.pop().expect("the units list");
 
         let mut stored_table = None;
         let stored_digest = match (known, meta_digest) {
@@ -121,17 +129,68 @@ impl Store {
             }
         };
         Ok(Snapshot {
-            raw: RawInputs {
-                groups: lists,
-                units_key: units_key.to_string(),
-                units,
-            },
+            groups: reads,
+            units,
             stored_digest,
             stored_generation,
             stored_table,
             reports,
-            overrides,
         })
+    }
+
+    /// Sizes, then reads, the lists `keys` in full: two round trips (none
+    /// when `keys` is empty), and every list within `limits`.
+    async fn read_lists(
+        &self,
+        keys: &[&str],
+        limits: ListLimits,
+    ) -> Result<Vec<Vec<Vec<u8>>>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.list_sizes(keys, limits).await?;
+        // One more than the limit tells, without another round trip, that a
+        // list grew past it since it was measured.
+        let cmds: Vec<(String, redis::Cmd)> = keys
+            .iter()
+            .map(|key| {
+                (
+                    key.to_string(),
+                    redis::cmd("LRANGE")
+                        .arg(*key)
+                        .arg(0)
+                        .arg(limits.entries)
+                        .to_owned(),
+                )
+            })
+            .collect();
+        let replies = match self
+            .pipelined(self.bulk(), "read lists", BULK_TIMEOUT, cmds)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Err(self.classify(e, keys, "list").await),
+        };
+        if replies.len() != keys.len() {
+            return Err(StoreError::Reply {
+                op: "read lists",
+                detail: format!("{} replies", replies.len()),
+            });
+        }
+        let mut lists = Vec::with_capacity(keys.len());
+        for (key, reply) in keys.iter().zip(replies) {
+            let entries = bytes_list(reply);
+            if entries.len() > limits.entries {
+                return Err(StoreError::TooLong {
+                    key: key.to_string(),
+                    what: "entries",
+                    limit: limits.entries as u64,
+                    setting: "-max-list-entries",
+                });
+            }
+            lists.push(entries);
+        }
+        Ok(lists)
     }
 
     /// The stored table's digest, when it is known intact (the table guard
@@ -161,6 +220,38 @@ impl Store {
                 }
             }
         })
+    }
+
+    /// [`read_reports`](Self::read_reports) for a holder cycle that holds
+    /// them at version `held`: read only when their guard cannot tell that
+    /// nobody touched either hash since that version was read. Members
+    /// rewrite their report when they apply a generation, so after a write
+    /// they are read again; an idle fleet's are not.
+    pub async fn read_reports_since(&self, held: Option<u64>) -> ReportsRead {
+        let mut g = self.reports.lock().await;
+        // Probed (armed) before the read it must cover (see `guard.rs`).
+        let known = g.guard.probe().await;
+        if let Some(v) = known
+            && held == Some(v)
+        {
+            return ReportsRead {
+                version: Some(v),
+                content: None,
+            };
+        }
+        let (reports, overrides) = self.read_reports().await;
+        // Only content read whole is versioned: an error is read again.
+        let version = match (&reports, &overrides) {
+            (Ok(_), Some(Ok(_))) => Some(g.read()),
+            _ => {
+                g.guard.forget();
+                None
+            }
+        };
+        ReportsRead {
+            version,
+            content: Some((reports, overrides)),
+        }
     }
 
     /// The members' reports (`{T}:members`), for the handoff, and the
