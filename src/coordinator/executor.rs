@@ -37,7 +37,7 @@ use crate::core::inputs::Rejection;
 use crate::core::lease::{Acquisition, Claim, HolderConnection, LeaseGrant, Renewal};
 use crate::core::status::{HandoffStatus, Role, Status, Takeover};
 use crate::core::suspicion::Guard;
-use crate::edge::grpc::{Closes, PingFailure, PingReport, Pinger};
+use crate::edge::grpc::{Closes, PingFailure, PingReport, PingTask, Pinger};
 use crate::edge::redis::{LeaseClient, ListLimits, Notification, Store};
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
@@ -80,6 +80,9 @@ struct Holding {
     view: Option<HolderView>,
     in_flight: InFlight,
     in_flight_members: HashSet<String>,
+    /// Carried pings that finished between cycles, for the next one (their
+    /// members are still in `in_flight_members`).
+    settled: InFlight,
     cycle_started: Instant,
     /// The span of the cycle in flight; closed when its results are taken.
     cycle_span: Span,
@@ -230,6 +233,16 @@ impl Executor {
                 false
             });
             let wake = machine.next_wake();
+            // Between cycles, pings carried from the last one (hung members)
+            // are watched too: one that fails is a reason to cycle now, not at
+            // the next poll (which could come up to a poll interval after its
+            // timeout).
+            let mut carried = self
+                .holding
+                .as_mut()
+                .filter(|_| cycle.is_none())
+                .map(|h| &mut h.in_flight)
+                .filter(|f| !f.is_empty());
             let event = tokio::select! {
                 biased;
                 _ = cancel.cancelled(), if !shutting_down => {
@@ -327,6 +340,22 @@ impl Executor {
                             tracing::debug!(member, %failure, "a member's connection ended and it does not answer; cycling now");
                             Event::MemberDown
                         }
+                    }
+                }
+                Some((member, report)) = async { carried.as_mut()?.next().await }, if carried.is_some() => {
+                    let Some(h) = self.holding.as_mut() else { continue };
+                    let Some(report) = report else {
+                        // The ping task failed: pinged again next cycle.
+                        h.in_flight_members.remove(&member);
+                        continue;
+                    };
+                    let failed = report.result.is_err();
+                    // Kept aside, ready: the next cycle takes it at once.
+                    h.settled.push(PingTask::new(member, tokio::spawn(async move { report })));
+                    if failed {
+                        Event::MemberDown
+                    } else {
+                        continue;
                     }
                 }
                 // Refusals settled: a handoff cycle fails them together.
@@ -460,6 +489,7 @@ impl Executor {
                     view: None,
                     in_flight: InFlight::new(),
                     in_flight_members: HashSet::new(),
+                    settled: InFlight::new(),
                     cycle_started: Instant::now(),
                     cycle_span: Span::none(),
                     handoff_only: false,
@@ -696,7 +726,11 @@ impl Executor {
             grant,
             acts_until: self.acts_until.subscribe(),
             generation_floor,
-            carried: std::mem::take(&mut h.in_flight),
+            carried: {
+                let mut carried = std::mem::take(&mut h.in_flight);
+                carried.extend(std::mem::take(&mut h.settled));
+                carried
+            },
             carried_members: std::mem::take(&mut h.in_flight_members),
             guard: Guard {
                 percent: self.config.mass_failure_percent,

@@ -350,3 +350,47 @@ impl CountingWorker {
         self.start().await;
     }
 }
+
+/// A hung member (its connection open and silent) is dropped as soon as its
+/// ping times out, not at the poll after: the ping carried past its cycle is
+/// watched between cycles, and its failure starts a cycle at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_member_leaves_when_its_ping_times_out_not_a_poll_later() {
+    let units = units(20);
+    let mut fleet = Fleet::new(RedisServer::start());
+    let poll = Duration::from_secs(4);
+    fleet.config.poll_interval = poll;
+    fleet.config.ping_timeout = Duration::from_millis(300);
+    fleet.set_units(&units).await;
+    let other = FlakyWorker::start(&fleet).await;
+    let behind = FlakyWorker::serve(Arc::new(AtomicBool::new(true))).await;
+    let port: u16 = behind.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let proxy = FreezableProxy::start(port).await;
+    let hung = format!("127.0.0.1:{}", proxy.port);
+    let () = fleet.redis.cmd(&["RPUSH", SERVICES, &hung]).await;
+    fleet.add_replica();
+    fleet
+        .wait_for_table_with(
+            &units,
+            &[other.addr.clone(), hung.clone()],
+            Duration::from_secs(25),
+        )
+        .await;
+    // Right after a cycle: the next pings the hung member within a poll, and
+    // its ping times out 300 ms later. Taken only by the cycle after that, the
+    // row would stay about two polls.
+    let frozen = tokio::time::Instant::now();
+    proxy.cut();
+    wait_for(
+        "the hung member's row gone",
+        Duration::from_secs(25),
+        || async { !fleet.table().await.rows().contains_key(&hung) },
+    )
+    .await;
+    let took = frozen.elapsed();
+    assert!(
+        took < poll + poll / 2,
+        "dropped {took:?} after the freeze: the failed ping waited for the next poll"
+    );
+    fleet.shutdown().await;
+}
