@@ -80,6 +80,9 @@ pub struct Keepalive {
 /// when that is more than the ping timeout.
 pub const FIRST_CONTACT: Duration = Duration::from_secs(2);
 
+/// How many connections a standby opens at once to warm its channels.
+const WARM_CONCURRENCY: usize = 16;
+
 /// The result of pinging one member.
 #[derive(Debug, Clone)]
 pub struct PingReport {
@@ -301,10 +304,11 @@ impl Pinger {
     /// A standby's warm channels: opens a connection to every listed member
     /// that has none known to answer (new, or closed since), with one ping
     /// whose result judges nothing, and drops the channels of members no
-    /// longer listed. The connections then stay open (HTTP/2 keepalive), so a
-    /// standby that becomes the holder pings over open connections at once
-    /// instead of opening thousands in its first cycle. Returns how many of
-    /// the pinged members answered.
+    /// longer listed, at most [`WARM_CONCURRENCY`] at a time. The connections
+    /// then stay open (HTTP/2 keepalive), so a standby that becomes the
+    /// holder pings over open connections at once instead of opening
+    /// thousands in its first cycle. Returns how many of the pinged members
+    /// answered.
     pub async fn warm(&self, members: &[String]) -> usize {
         use futures::StreamExt as _;
         let listed: HashSet<&str> = members.iter().map(String::as_str).collect();
@@ -317,12 +321,15 @@ impl Pinger {
                 .cloned()
                 .collect()
         };
-        let mut pings = self.ping_tasks(&cold);
-        let mut answered = 0;
-        while let Some((_, report)) = pings.next().await {
-            answered += usize::from(report.is_some_and(|r| r.result.is_ok()));
-        }
-        answered
+        // A few at a time: a standby opening thousands of connections at
+        // once would take the CPU the holder's pings need on a small machine
+        // (and warmth is never urgent).
+        futures::stream::iter(cold)
+            .map(|m| async move { self.ping(&m).await.is_ok() })
+            .buffer_unordered(WARM_CONCURRENCY)
+            .filter(|answered| std::future::ready(*answered))
+            .count()
+            .await
     }
 
     /// Drops cached channels of members that are no longer listed.
