@@ -133,8 +133,11 @@ pub async fn run() {
         ..Timing::defaults(POLL, PING_TIMEOUT)
     };
     let default = Timing::defaults(POLL, PING_TIMEOUT);
-    for timing in [fast, default] {
-        setting(timing).await;
+    // BENCH_FAILOVER_LARGE_ONLY=1: only the 10,000-member handovers.
+    if std::env::var("BENCH_FAILOVER_LARGE_ONLY").as_deref() != Ok("1") {
+        for timing in [fast, default] {
+            setting(timing).await;
+        }
     }
     if enough_fds("failover at 10,000 members") {
         for timeout in [Duration::from_millis(500), Duration::from_secs(1)] {
@@ -178,7 +181,13 @@ async fn large_fleet_trials(c: &mut Cluster, signal: &str, trials: usize, ping_t
     let mut writes = Vec::new();
     let mut failures = Vec::new();
     for _ in 0..trials {
-        stable(c, MEMBERS).await;
+        if let Err(why) = stable(c, MEMBERS).await {
+            note(&format!(
+                "failover: {signal}, 10,000 members, timeout {} ms: NOT MEASURED, {why}",
+                ping_timeout.as_millis()
+            ));
+            return;
+        }
         let h = c.settled().await;
         let s = 1 - h;
         let port = c.replicas[s].http_port;
@@ -275,20 +284,34 @@ async fn large_fleet_trials(c: &mut Cluster, signal: &str, trials: usize, ping_t
     );
 }
 
-/// Waits until the table lists every member and has not changed for 3 s.
-async fn stable(c: &mut Cluster, members: usize) {
+/// Waits until the table lists every member and has not changed for 3 s; why
+/// not, after two minutes (what the holder's pings did meanwhile).
+async fn stable(c: &mut Cluster, members: usize) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut last = (0, 0);
     let mut since = Instant::now();
     loop {
-        assert!(Instant::now() < deadline, "the table never settled");
+        if Instant::now() >= deadline {
+            let mut fails = 0.0;
+            let mut oks = 0.0;
+            for r in &c.replicas {
+                let samples = scrape(r.http_port).await.unwrap_or_default();
+                fails += metric_sum(&samples, "distributor_ping_failures_total");
+                oks +=
+                    metric(&samples, "distributor_ping_duration_seconds_count", &[]).unwrap_or(0.0);
+            }
+            return Err(format!(
+                "the table never settled in 2 min ({} of {members} rows; {fails} failed and {oks} answered pings so far)",
+                last.0
+            ));
+        }
         let n = table_rows(&mut c.conn).await;
         let g = generation(&mut c.conn).await;
         if (n, g) != last {
             last = (n, g);
             since = Instant::now();
         } else if n == members && since.elapsed() >= Duration::from_secs(3) {
-            return;
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

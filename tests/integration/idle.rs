@@ -157,18 +157,28 @@ async fn a_killed_guard_connection_means_the_lists_are_read_again() {
     more_cycles(&fleet, 2).await;
     for round in 0..3 {
         let (read, _) = list_reads(&fleet);
-        // Guard connections are the ones whose last command was WATCH or EXEC.
-        let clients: String = fleet.redis.cmd(&["CLIENT", "LIST"]).await;
-        let guards: Vec<String> = clients
-            .lines()
-            .filter(|l| {
-                l.split(' ')
-                    .any(|f| matches!(f, "cmd=watch" | "cmd=exec" | "cmd=multi"))
-            })
-            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-            .map(str::to_string)
-            .collect();
-        assert!(guards.len() >= 4, "two connections per list: {clients}");
+        // Guard connections are the ones whose last command was WATCH or
+        // EXEC: two per list once the guards re-armed after the last round's
+        // kill (a cycle or two later).
+        let guard_ids = || async {
+            let clients: String = fleet.redis.cmd(&["CLIENT", "LIST"]).await;
+            clients
+                .lines()
+                .filter(|l| {
+                    l.split(' ')
+                        .any(|f| matches!(f, "cmd=watch" | "cmd=exec" | "cmd=multi"))
+                })
+                .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+                .map(str::to_string)
+                .collect::<Vec<String>>()
+        };
+        wait_for(
+            "two guard connections per list",
+            Duration::from_secs(10),
+            || async { guard_ids().await.len() >= 4 },
+        )
+        .await;
+        let guards = guard_ids().await;
         for id in &guards {
             let _: i64 = fleet.redis.cmd(&["CLIENT", "KILL", "ID", id]).await;
         }
