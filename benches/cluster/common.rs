@@ -632,7 +632,11 @@ pub fn spawn_replica(redis_url: &str, name: &str, t: &Timing) -> Replica {
             format!("-replica-id={name}"),
             format!("-http-addr=127.0.0.1:{http_port}"),
         ])
-        .env("RUST_LOG", "warn")
+        // BENCH_REPLICA_LOG (e.g. `info`) to see a replica's cycles.
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_REPLICA_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)

@@ -792,32 +792,7 @@ impl CycleContext {
             .filter_map(|r| r.result.err().map(|e| (r.member, e)))
             .collect();
         let groups = group_counts(&inputs, &view);
-        let cycle = Span::current();
-        cycle.record("members", groups.iter().map(|g| g.1 + g.2).sum::<usize>());
-        cycle.record("live", groups.iter().map(|g| g.1).sum::<usize>());
-        cycle.record("failed", groups.iter().map(|g| g.2).sum::<usize>());
-        cycle.record("units", inputs.units.len());
-        cycle.record(
-            "changed",
-            matches!(
-                write,
-                Write::Written {
-                    generation: Some(_)
-                }
-            ),
-        );
-        // On the cycle's span (and in the log) when a group's counts change,
-        // not every cycle.
-        for (group, live, failed) in &groups {
-            if !view
-                .groups
-                .iter()
-                .any(|g| g.0 == *group && (g.1, g.2) == (*live, *failed))
-            {
-                tracing::info!(group, live, failed, "group");
-            }
-        }
-        view.groups.clone_from(&groups);
+        record_counts(&inputs, &mut view, &groups, &write);
 
         let mut forgotten = Vec::new();
         if let Some(after) = self.forget_after
@@ -1422,7 +1397,24 @@ impl CycleContext {
                     self.metrics.ping_failed(f.reason());
                 }
             }
-            review = self.observe_round(&mut view, &inputs, &listed, &refused, &was_live, false);
+            // The pings were sent when the connections closed (the
+            // executor's probes); this span shows their verdicts in the cycle.
+            let probes = info_span!(
+                "refused",
+                members = refused.len(),
+                otel.status_code = Empty,
+                otel.status_message = Empty
+            );
+            mark_error(
+                &probes,
+                &format!(
+                    "{} members refused after their connection ended",
+                    refused.len()
+                ),
+            );
+            review = probes.in_scope(|| {
+                self.observe_round(&mut view, &inputs, &listed, &refused, &was_live, false)
+            });
             transitions = refused
                 .iter()
                 .filter(|r| view.liveness.is_live(&r.member) != was_live.contains(&r.member))
@@ -1445,7 +1437,9 @@ impl CycleContext {
         let groups = if failures.is_empty() {
             view.groups.clone()
         } else {
-            group_counts(&inputs, &view)
+            let groups = group_counts(&inputs, &view);
+            record_counts(&inputs, &mut view, &groups, &write);
+            groups
         };
         Ok(CycleReport {
             epoch: self.grant.epoch,
@@ -1462,6 +1456,40 @@ impl CycleContext {
             in_flight_members: std::mem::take(&mut self.carried_members),
         })
     }
+}
+
+/// Records a cycle's counts on its span, and logs (on the span) each group
+/// whose counts changed since the last cycle, not every cycle.
+fn record_counts(
+    inputs: &Inputs,
+    view: &mut HolderView,
+    groups: &[(String, usize, usize)],
+    write: &Write,
+) {
+    let cycle = Span::current();
+    cycle.record("members", groups.iter().map(|g| g.1 + g.2).sum::<usize>());
+    cycle.record("live", groups.iter().map(|g| g.1).sum::<usize>());
+    cycle.record("failed", groups.iter().map(|g| g.2).sum::<usize>());
+    cycle.record("units", inputs.units.len());
+    cycle.record(
+        "changed",
+        matches!(
+            write,
+            Write::Written {
+                generation: Some(_)
+            }
+        ),
+    );
+    for (group, live, failed) in groups {
+        if !view
+            .groups
+            .iter()
+            .any(|g| g.0 == *group && (g.1, g.2) == (*live, *failed))
+        {
+            tracing::info!(group, live, failed, "group");
+        }
+    }
+    view.groups = groups.to_vec();
 }
 
 /// Every entry of the lists, members and malformed ones: what liveness keeps.
