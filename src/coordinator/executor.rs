@@ -43,7 +43,8 @@ use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
 use crate::unix_ms;
 
-/// How long refusals are gathered before a handoff cycle fails them: members
+/// How long, from the first close, closes are gathered before a handoff cycle
+/// fails the refused ones (once every probe of the window answered): members
 /// dying together (a node, a rollout's batch) close their connections within
 /// a millisecond or two, and are then seen as one round, so that the
 /// mass-failure guard (`core::suspicion`) judges them together, as a full
@@ -298,6 +299,8 @@ impl Executor {
                     }
                     let member = closed.member;
                     if self.holding.is_some() && probing.insert(member.clone()) {
+                        // The gathering window opens with the first close.
+                        self.refusals_due.get_or_insert(Instant::now() + REFUSAL_SETTLE);
                         let pinger = self.pinger.clone();
                         probes.push(Box::pin(async move {
                             let result = pinger.probe(&member).await;
@@ -331,7 +334,8 @@ impl Executor {
                             tracing::debug!(member, %failure, "a member's connection ended and it is refused; failing it now");
                             let now = Instant::now();
                             self.refused.push(PingReport { member, result: Err(failure), at: now });
-                            self.refusals_due.get_or_insert(now + REFUSAL_SETTLE);
+                            // (A full cycle may have closed the window meanwhile.)
+                            self.refusals_due.get_or_insert(now);
                             continue;
                         }
                         // Silent or unavailable: a full cycle looks at everyone.
@@ -358,9 +362,13 @@ impl Executor {
                         continue;
                     }
                 }
-                // Refusals settled: a handoff cycle fails them together.
-                _ = sleep_until(self.refusals_due.unwrap_or_else(Instant::now)), if self.refusals_due.is_some() => {
+                // The window closed and every probe of it answered: a handoff
+                // cycle fails the refused ones together.
+                _ = sleep_until(self.refusals_due.unwrap_or_else(Instant::now)), if self.refusals_due.is_some() && probing.is_empty() => {
                     self.refusals_due = None;
+                    if self.refused.is_empty() {
+                        continue;
+                    }
                     Event::HandoffHint
                 }
                 Some(step) = census_rx.recv() => {
@@ -749,7 +757,7 @@ impl Executor {
         // handoff cycle fails them all once they settled, as one round, and
         // none while they are still settling (a handoff cycle started by an
         // acknowledgement meanwhile leaves them to their own).
-        let settling = handoff_only && self.refusals_due.is_some_and(|due| due > Instant::now());
+        let settling = handoff_only && self.refusals_due.is_some();
         let refused = if settling {
             Vec::new()
         } else {
