@@ -8,6 +8,7 @@ mod bad_input;
 mod cli;
 mod cluster;
 mod compat;
+mod dashboard;
 mod detection;
 mod failover;
 mod fencing;
