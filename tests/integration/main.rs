@@ -25,3 +25,4 @@ mod sticky;
 mod table;
 mod takeover;
 mod tls;
+mod ui;
