@@ -8,9 +8,12 @@
 //!   replica's place and no foreign lease key blocks every replica, else 503
 //!   with the reason;
 //! - `/version`: name and version, as JSON;
-//! - with `-http-ui` only ([`serve_with`] given an [`Api`]): the JSON API
-//!   `/api/status`, `/api/members?page=N&per_page=M` and `/api/changes`
-//!   (see `ops::api`); without it they answer 404 like any unknown path.
+//! - with `-http-ui` only ([`serve_with`] given an [`Api`]): the status page
+//!   at `/` (static HTML, CSS and JS embedded in the binary from
+//!   `src/ops/ui/`, no external resources, a `default-src 'self'` content
+//!   security policy) and its JSON API `/api/status`,
+//!   `/api/members?page=N&per_page=M` and `/api/changes` (see `ops::api`);
+//!   without it they answer 404 like any unknown path.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -162,6 +165,15 @@ pub async fn serve_with(
                 .route("/api/status", get(api_status))
                 .route("/api/members", get(api_members))
                 .route("/api/changes", get(api_changes))
+                .route("/", get(|| page(UI_HTML, "text/html; charset=utf-8")))
+                .route(
+                    "/ui/app.js",
+                    get(|| page(UI_JS, "text/javascript; charset=utf-8")),
+                )
+                .route(
+                    "/ui/style.css",
+                    get(|| page(UI_CSS, "text/css; charset=utf-8")),
+                )
                 .with_state(api),
         );
     }
@@ -208,6 +220,27 @@ async fn version() -> impl IntoResponse {
             "{{\"name\":\"distributor\",\"version\":\"{}\"}}\n",
             env!("CARGO_PKG_VERSION")
         ),
+    )
+}
+
+const UI_HTML: &str = include_str!("ui/index.html");
+const UI_JS: &str = include_str!("ui/app.js");
+const UI_CSS: &str = include_str!("ui/style.css");
+
+/// One of the status page's embedded files. Nothing but this server's own
+/// files and API may load or run in it.
+async fn page(body: &'static str, content_type: &'static str) -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; frame-ancestors 'none'",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
     )
 }
 

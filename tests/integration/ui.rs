@@ -92,10 +92,38 @@ async fn the_api_pages_members_records_changes_and_shows_no_secret() {
     let mut bodies = vec![];
 
     // Off: the API does not exist.
-    for path in ["/api/status", "/api/members", "/api/changes", "/"] {
+    for path in [
+        "/api/status",
+        "/api/members",
+        "/api/changes",
+        "/",
+        "/ui/app.js",
+        "/ui/style.css",
+    ] {
         assert_eq!(http_get(off, path).await.unwrap().0, 404, "{path}");
     }
     assert_eq!(http_get(off, "/healthz").await.unwrap().0, 200);
+
+    // On: the page and its files, from the binary.
+    let (code, html) = http_get(on, "/").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(html.contains("<script src=\"/ui/app.js\">"), "{html}");
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "no external resource"
+    );
+    for (path, needle) in [
+        ("/ui/app.js", "/api/members?page="),
+        ("/ui/style.css", ".member"),
+    ] {
+        let (code, body) = http_get(on, path).await.unwrap();
+        assert_eq!(code, 200, "{path}");
+        assert!(body.contains(needle), "{path}");
+        assert!(
+            !body.contains("http://") && !body.contains("https://"),
+            "{path}"
+        );
+    }
 
     // On: the status, once read, with this replica's own view.
     let status = poll_json(
