@@ -404,6 +404,38 @@ mod tests {
         assert!(c.members.iter().any(|m| m.id == "b" && m.why == Why::Leave));
     }
 
+    /// At 10,000 members the answers stay small: the status counts them and
+    /// a page holds 100 (500 at most).
+    #[test]
+    fn answers_stay_small_at_ten_thousand_members() {
+        let live: Vec<(String, usize)> = (0..10_000)
+            .map(|i| (format!("10.0.{}.{}:7001", i / 250, i % 250), 100))
+            .collect();
+        let live: Vec<(&str, usize)> = live.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+        let r = report(9, &live, &[]);
+        let size = |v: &dyn erased::Json| v.len();
+        let status = size(&r.summary());
+        let page = size(&page_of(Some(&r), 1, 0));
+        let biggest = size(&page_of(Some(&r), 1, MAX_PER_PAGE));
+        eprintln!(
+            "10,000 members: /api/status {status} B, /api/members default page {page} B, largest page {biggest} B"
+        );
+        assert!(status < 2_000, "{status}");
+        assert!(page < 30_000, "{page}");
+        assert!(biggest < 150_000, "{biggest}");
+    }
+
+    mod erased {
+        pub trait Json {
+            fn len(&self) -> usize;
+        }
+        impl<T: serde::Serialize> Json for T {
+            fn len(&self) -> usize {
+                serde_json::to_string(self).unwrap().len()
+            }
+        }
+    }
+
     #[test]
     fn members_come_a_bounded_page_at_a_time() {
         let live: Vec<(String, usize)> = (0..1234).map(|i| (format!("m{i:05}"), 1)).collect();
