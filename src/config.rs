@@ -200,6 +200,8 @@ settings! {
         "Send keepalive pings with no call in flight";
     HTTP_ADDR: HttpAddr = HttpAddr, "http-addr" ["HTTP_ADDR"] = Some("0.0.0.0:9090"), "IP:PORT|off",
         "Address of /metrics, /healthz, /readyz and /version; `off` disables it. The default moves to the next free port up to 9099 when 9090 is taken; an address given explicitly must be free";
+    HTTP_UI: Bool = Bool, "http-ui" ["HTTP_UI"] = Some("false"), "BOOL",
+        "Serve the read-only status page at / and its JSON API at /api/status, /api/members and /api/changes on the HTTP address (no secrets, no write actions)";
     PROM_PORT: Opt<Port> = Opt(Port), "prom-port" ["PROM_PORT"] = None, "PORT",
         "Go-compatible: serve the HTTP endpoints on 0.0.0.0:<port> (overrides -http-addr)";
     LOG_FORMAT: OneOf = OneOf(&["text", "json"]), "log-format" ["LOG_FORMAT"] = Some("text"), "text|json",
@@ -430,6 +432,8 @@ pub struct Config {
     pub http_addr: Option<std::net::SocketAddr>,
     /// Whether `http_addr` is the built-in default (which may move) or given.
     pub http_addr_origin: HttpAddrOrigin,
+    /// Serve the status page and its JSON API (`-http-ui`).
+    pub http_ui: bool,
     pub log_json: bool,
     /// Export spans over OTLP when the standard environment names an endpoint.
     pub traces: bool,
@@ -478,6 +482,7 @@ impl std::fmt::Debug for Config {
             log,
             http_addr,
             http_addr_origin,
+            http_ui,
             log_json,
             traces,
             max_list_entries,
@@ -509,6 +514,7 @@ impl std::fmt::Debug for Config {
             .field("log", log)
             .field("http_addr", http_addr)
             .field("http_addr_origin", http_addr_origin)
+            .field("http_ui", http_ui)
             .field("log_json", log_json)
             .field("traces", traces)
             .field("max_list_entries", max_list_entries)
@@ -1004,6 +1010,7 @@ pub fn resolve(
         keepalive,
         http_addr,
         http_addr_origin,
+        http_ui: l.get(&HTTP_UI)?,
         log: l.get(&LOG)?,
         log_json: l.get(&LOG_FORMAT)? == "json",
         traces: l.get(&TRACES)? == "otlp",

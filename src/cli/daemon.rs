@@ -69,15 +69,40 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()>) -> anyhow
         None => None,
     };
     let redis_fresh = config.census_interval * 2 + config.lease.ttl;
+    // The status page's API reads Redis through its own store handle.
+    let ui_store = (config.http_ui && listener.is_some())
+        .then(|| {
+            crate::edge::redis::Store::connect(
+                &config.redis_options(),
+                &config.distribution_namespace,
+                Duration::from_secs(3),
+            )
+        })
+        .transpose()
+        .context("failed to open the redis connection of -http-ui")?;
+    let (services, units_key) = (
+        config.services_namespaces.clone(),
+        config.workunits_namespace.clone(),
+    );
     let replica = crate::Distributor::start(config).context("failed to start the distributor")?;
     let stop_http = tokio_util::sync::CancellationToken::new();
     let http = listener.map(|listener| {
         let (status, metrics, stop) = (replica.status(), replica.metrics(), stop_http.clone());
-        tokio::spawn(http::serve(
+        let ui = ui_store.map(|store| {
+            crate::ops::api::Api::start(
+                store,
+                services,
+                units_key,
+                status.clone(),
+                stop.clone().cancelled_owned(),
+            )
+        });
+        tokio::spawn(http::serve_with(
             listener,
             status,
             metrics,
             redis_fresh,
+            ui,
             stop.cancelled_owned(),
         ))
     });

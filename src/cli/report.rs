@@ -314,6 +314,97 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
     }
 }
 
+/// [`StatusReport`] without its member lists: what `/api/status` of the
+/// status page serves (the members come a page at a time from
+/// `/api/members`). Every other field is the report's, under the same name.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StatusSummary {
+    pub table: String,
+    pub generation: u64,
+    pub last_write: Option<LastWrite>,
+    pub lease: LeaseReport,
+    pub replicas: Vec<ReplicaReport>,
+    /// Per group: how many members are live, failed and draining.
+    pub groups: Vec<GroupCounts>,
+    pub work_units: usize,
+    pub invalid_work_units: usize,
+    pub in_transit: usize,
+    pub transit: Vec<TransitReport>,
+    pub assignment: Option<String>,
+    pub last_change: Option<ChangeReport>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct GroupCounts {
+    pub name: String,
+    pub live: usize,
+    pub failed: usize,
+    /// Live members that reported draining.
+    pub draining: usize,
+}
+
+/// One member as `/api/members` lists it: its [`MemberReport`], its group
+/// and whether it is live.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MemberRow {
+    pub group: String,
+    pub live: bool,
+    #[serde(flatten)]
+    pub member: MemberReport,
+}
+
+impl StatusReport {
+    pub fn summary(&self) -> StatusSummary {
+        StatusSummary {
+            table: self.table.clone(),
+            generation: self.generation,
+            last_write: self.last_write.clone(),
+            lease: self.lease.clone(),
+            replicas: self.replicas.clone(),
+            groups: self
+                .groups
+                .iter()
+                .map(|g| GroupCounts {
+                    name: g.name.clone(),
+                    live: g.live.len(),
+                    failed: g.failed.len(),
+                    draining: g
+                        .live
+                        .iter()
+                        .filter(|m| m.protocol.as_ref().is_some_and(|p| p.draining))
+                        .count(),
+                })
+                .collect(),
+            work_units: self.work_units,
+            invalid_work_units: self.invalid_work_units,
+            in_transit: self.in_transit,
+            transit: self.transit.clone(),
+            assignment: self.assignment.clone(),
+            last_change: self.last_change,
+        }
+    }
+
+    /// Every member, sorted by group then id.
+    pub fn member_rows(&self) -> Vec<MemberRow> {
+        let mut rows: Vec<MemberRow> = self
+            .groups
+            .iter()
+            .flat_map(|g| {
+                let live = g.live.iter().map(move |m| (g, true, m));
+                let failed = g.failed.iter().map(move |m| (g, false, m));
+                live.chain(failed)
+            })
+            .map(|(g, live, m)| MemberRow {
+                group: g.name.clone(),
+                live,
+                member: m.clone(),
+            })
+            .collect();
+        rows.sort_by(|a, b| (&a.group, &a.member.id).cmp(&(&b.group, &b.member.id)));
+        rows
+    }
+}
+
 /// What a member's handoff report says, for the text rendering.
 fn protocol_text(m: &MemberReport, generation: u64) -> String {
     match (&m.protocol, &m.unreadable_report) {
@@ -611,6 +702,39 @@ mod tests {
             reports: Default::default(),
             transit: Default::default(),
             weights: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_api_summary_is_status_json_with_members_counted() {
+        let r = status(&overview(), "t", 10_000);
+        let full = serde_json::to_value(&r).unwrap();
+        let summary = serde_json::to_value(r.summary()).unwrap();
+        let (full, summary) = (full.as_object().unwrap(), summary.as_object().unwrap());
+        assert_eq!(
+            full.keys().collect::<Vec<_>>(),
+            summary.keys().collect::<Vec<_>>()
+        );
+        for (k, v) in summary {
+            if k != "groups" {
+                assert_eq!(&full[k], v, "{k}");
+            }
+        }
+        for (g, counts) in r.groups.iter().zip(r.summary().groups) {
+            assert_eq!((g.live.len(), g.failed.len()), (counts.live, counts.failed));
+        }
+        // Every member once, as status --json shows it, with its group.
+        let rows = r.member_rows();
+        let n: usize = r.groups.iter().map(|g| g.live.len() + g.failed.len()).sum();
+        assert_eq!(rows.len(), n);
+        let row = serde_json::to_value(&rows[0]).unwrap();
+        let listed = r.groups.iter().flat_map(|g| g.live.iter().chain(&g.failed));
+        let m = listed
+            .into_iter()
+            .find(|m| m.id == rows[0].member.id)
+            .unwrap();
+        for (k, v) in serde_json::to_value(m).unwrap().as_object().unwrap() {
+            assert_eq!(&row[k], v, "{k}");
         }
     }
 

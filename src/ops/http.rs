@@ -7,7 +7,13 @@
 //! - `/readyz`: 200 when Redis answered recently, the census knows this
 //!   replica's place and no foreign lease key blocks every replica, else 503
 //!   with the reason;
-//! - `/version`: name and version, as JSON.
+//! - `/version`: name and version, as JSON;
+//! - with `-http-ui` only ([`serve_with`] given an [`Api`]): the status page
+//!   at `/` (static HTML, CSS and JS embedded in the binary from
+//!   `src/ops/ui/`, no external resources, a `default-src 'self'` content
+//!   security policy) and its JSON API `/api/status`,
+//!   `/api/members?page=N&per_page=M` and `/api/changes` (see `ops::api`);
+//!   without it they answer 404 like any unknown path.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,6 +31,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::core::status::Status;
+use crate::ops::api::Api;
 use crate::ops::metrics::Metrics;
 
 #[derive(Clone)]
@@ -122,7 +129,7 @@ pub async fn bind_default(addr: SocketAddr, ports: u16) -> std::io::Result<Optio
     Ok(None)
 }
 
-/// Serves until `shutdown` resolves.
+/// Serves until `shutdown` resolves, without the status page's API.
 pub async fn serve(
     listener: TcpListener,
     status: watch::Receiver<Status>,
@@ -130,7 +137,19 @@ pub async fn serve(
     redis_fresh: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = Router::new()
+    serve_with(listener, status, metrics, redis_fresh, None, shutdown).await
+}
+
+/// Serves until `shutdown` resolves; with `ui`, the JSON API too.
+pub async fn serve_with(
+    listener: TcpListener,
+    status: watch::Receiver<Status>,
+    metrics: Arc<Metrics>,
+    redis_fresh: Duration,
+    ui: Option<Api>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let mut app = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -140,6 +159,24 @@ pub async fn serve(
             metrics,
             redis_fresh,
         });
+    if let Some(api) = ui {
+        app = app.merge(
+            Router::new()
+                .route("/api/status", get(api_status))
+                .route("/api/members", get(api_members))
+                .route("/api/changes", get(api_changes))
+                .route("/", get(|| page(UI_HTML, "text/html; charset=utf-8")))
+                .route(
+                    "/ui/app.js",
+                    get(|| page(UI_JS, "text/javascript; charset=utf-8")),
+                )
+                .route(
+                    "/ui/style.css",
+                    get(|| page(UI_CSS, "text/css; charset=utf-8")),
+                )
+                .with_state(api),
+        );
+    }
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -184,6 +221,60 @@ async fn version() -> impl IntoResponse {
             env!("CARGO_PKG_VERSION")
         ),
     )
+}
+
+const UI_HTML: &str = include_str!("ui/index.html");
+const UI_JS: &str = include_str!("ui/app.js");
+const UI_CSS: &str = include_str!("ui/style.css");
+
+/// One of the status page's embedded files. Nothing but this server's own
+/// files and API may load or run in it.
+async fn page(body: &'static str, content_type: &'static str) -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; frame-ancestors 'none'",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+}
+
+fn json(value: &impl serde::Serialize) -> axum::response::Response {
+    match serde_json::to_string(value) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+async fn api_status(State(api): State<Api>) -> axum::response::Response {
+    json(&api.status())
+}
+
+/// `page` and `per_page` from a query string; absent or unreadable: 0 (the default).
+fn page_query(query: Option<&str>) -> (usize, usize) {
+    let (mut page, mut per_page) = (0, 0);
+    for pair in query.unwrap_or("").split('&') {
+        match pair.split_once('=') {
+            Some(("page", v)) => page = v.parse().unwrap_or(0),
+            Some(("per_page", v)) => per_page = v.parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    (page, per_page)
+}
+
+async fn api_members(State(api): State<Api>, uri: axum::http::Uri) -> axum::response::Response {
+    let (page, per_page) = page_query(uri.query());
+    json(&api.members(page, per_page))
+}
+
+async fn api_changes(State(api): State<Api>) -> axum::response::Response {
+    json(&api.changes())
 }
 
 #[cfg(test)]
@@ -236,6 +327,13 @@ mod tests {
         );
         drop(tx);
         assert!(not_healthy(&rx, t0, STALL).unwrap().contains("stopped"));
+    }
+
+    #[test]
+    fn pages_come_from_the_query() {
+        assert_eq!(page_query(None), (0, 0));
+        assert_eq!(page_query(Some("page=3&per_page=50")), (3, 50));
+        assert_eq!(page_query(Some("per_page=x&page=2&other=1")), (2, 0));
     }
 
     #[tokio::test]

@@ -1,6 +1,8 @@
 //! Operations: the HTTP endpoints (`/metrics`, `/healthz`, `/readyz`,
-//! `/version`), the Prometheus metrics and the telemetry (logs, traces).
+//! `/version`, and with `-http-ui` the status page's JSON API), the
+//! Prometheus metrics and the telemetry (logs, traces).
 
+pub mod api;
 pub mod http;
 pub mod metrics;
 pub mod telemetry;

@@ -5,9 +5,11 @@
 mod support;
 
 mod bad_input;
+mod browser;
 mod cli;
 mod cluster;
 mod compat;
+mod dashboard;
 mod detection;
 mod failover;
 mod fencing;
@@ -24,3 +26,4 @@ mod sticky;
 mod table;
 mod takeover;
 mod tls;
+mod ui;

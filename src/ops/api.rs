@@ -1,0 +1,455 @@
+//! The status page's JSON API (`-http-ui`): `/api/status`, `/api/members`
+//! and `/api/changes`, on the same server as `/metrics`.
+//!
+//! Guarantees: read-only (GET only, nothing is written to Redis); bounded
+//! answers whatever the fleet's size (counts, one page of at most
+//! [`MAX_PER_PAGE`] members, at most [`CHANGES_KEPT`] changes, never the
+//! table or the units list); no secret (the Redis URL and its password are
+//! never read here, and a Redis error is shown by its kind only). Redis is
+//! read by one background task, with the store call `distributor status`
+//! uses, at most once per [`MIN_READ_GAP`] and only when the generation this
+//! replica saw moved or [`MAX_READ_GAP`] passed: browsers share that view, so
+//! any number of them costs Redis nothing more.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::cli::report::{self, ChangeReport, MemberRow, StatusReport, StatusSummary};
+use crate::core::status::{Role, Status};
+use crate::edge::redis::Store;
+
+/// The most members one `/api/members` page holds.
+pub const MAX_PER_PAGE: usize = 500;
+/// Members per page when the request does not say.
+pub const DEFAULT_PER_PAGE: usize = 100;
+/// How many changes `/api/changes` keeps (the newest).
+pub const CHANGES_KEPT: usize = 100;
+/// Members listed in one change; the count says how many there were.
+pub const MEMBERS_PER_CHANGE: usize = 20;
+/// Redis is read at most this often.
+pub const MIN_READ_GAP: Duration = Duration::from_secs(1);
+/// ... and at least this often, for what moves without a new generation
+/// (liveness, reports, the census).
+pub const MAX_READ_GAP: Duration = Duration::from_secs(5);
+
+/// What this replica is, as its coordinator last saw it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ThisReplica {
+    pub id: String,
+    /// `holder` or `standby`.
+    pub role: &'static str,
+    /// How a crash of the holder would be noticed: `fast`, `ttl (why)` or `unknown`.
+    pub takeover: String,
+    pub census_index: Option<u64>,
+    pub census_replicas: Option<u64>,
+}
+
+impl ThisReplica {
+    pub fn of(s: &Status) -> ThisReplica {
+        ThisReplica {
+            id: s.replica_id.clone(),
+            role: match s.role {
+                Role::Holder => "holder",
+                Role::Standby => "standby",
+            },
+            takeover: s.takeover.to_string(),
+            census_index: s.census.map(|c| c.index),
+            census_replicas: s.census.map(|c| c.replicas),
+        }
+    }
+}
+
+/// `/api/status`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ApiStatus {
+    pub replica: ThisReplica,
+    /// Unix ms of the Redis read the rest comes from (`None`: not read yet).
+    pub read_at_ms: Option<u64>,
+    /// Why the last read failed (the error's kind only), if it did.
+    pub read_error: Option<String>,
+    /// What `distributor status --json` shows, without the member lists.
+    pub status: Option<StatusSummary>,
+}
+
+/// `/api/members`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MembersPage {
+    /// 1-based.
+    pub page: usize,
+    pub per_page: usize,
+    pub total: usize,
+    pub pages: usize,
+    pub generation: u64,
+    pub members: Vec<MemberRow>,
+}
+
+/// Why a member appears in a change.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Why {
+    /// Newly listed and live.
+    Join,
+    /// No longer listed.
+    Leave,
+    /// Was live, failed now.
+    Failure,
+    /// Was failed, live again.
+    Recovery,
+    /// Started draining.
+    Drain,
+    /// Its units changed for none of the above: another member's doing.
+    Rebalance,
+}
+
+/// One member's part in a change: its units before and after.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct MemberChange {
+    pub group: String,
+    pub id: String,
+    pub why: Why,
+    pub units_before: usize,
+    pub units_after: usize,
+}
+
+/// A change between two reads: a new generation, or members that came, went,
+/// failed or drained.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Change {
+    pub generation: u64,
+    pub previous_generation: u64,
+    /// Unix ms of the read that saw it.
+    pub seen_at_ms: u64,
+    /// Every reason among its members, in order.
+    pub why: Vec<Why>,
+    /// The holder's own account of its last solve (`moved` against `minimum`).
+    pub moves: Option<ChangeReport>,
+    /// Members whose units or state changed, the first
+    /// [`MEMBERS_PER_CHANGE`] by group and id.
+    pub members: Vec<MemberChange>,
+    pub members_changed: usize,
+}
+
+/// `/api/changes`, newest first.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Changes {
+    pub kept: usize,
+    pub changes: Vec<Change>,
+}
+
+/// The change from `before` to `after`, or `None` if nothing an operator
+/// would call a change happened.
+pub fn change(before: &StatusReport, after: &StatusReport, now_ms: u64) -> Option<Change> {
+    type Key = (String, String);
+    let index = |r: &StatusReport| -> BTreeMap<Key, MemberRow> {
+        r.member_rows()
+            .into_iter()
+            .map(|m| ((m.group.clone(), m.member.id.clone()), m))
+            .collect()
+    };
+    let (old, new) = (index(before), index(after));
+    let draining = |m: &MemberRow| m.member.protocol.as_ref().is_some_and(|p| p.draining);
+    let mut members = vec![];
+    for (key, m) in &new {
+        let why = match old.get(key) {
+            None if m.live => Why::Join,
+            None => continue,
+            Some(o) if o.live && !m.live => Why::Failure,
+            Some(o) if !o.live && m.live => Why::Recovery,
+            Some(o) if !draining(o) && draining(m) => Why::Drain,
+            Some(o) if o.member.units != m.member.units => Why::Rebalance,
+            Some(_) => continue,
+        };
+        members.push(MemberChange {
+            group: key.0.clone(),
+            id: key.1.clone(),
+            why,
+            units_before: old.get(key).map_or(0, |o| o.member.units),
+            units_after: m.member.units,
+        });
+    }
+    for (key, o) in &old {
+        if !new.contains_key(key) {
+            members.push(MemberChange {
+                group: key.0.clone(),
+                id: key.1.clone(),
+                why: Why::Leave,
+                units_before: o.member.units,
+                units_after: 0,
+            });
+        }
+    }
+    if members.is_empty() && before.generation == after.generation {
+        return None;
+    }
+    members.sort_by(|a, b| (&a.group, &a.id).cmp(&(&b.group, &b.id)));
+    let mut why: Vec<Why> = members.iter().map(|m| m.why).collect();
+    why.sort();
+    why.dedup();
+    let members_changed = members.len();
+    members.truncate(MEMBERS_PER_CHANGE);
+    Some(Change {
+        generation: after.generation,
+        previous_generation: before.generation,
+        seen_at_ms: now_ms,
+        why,
+        moves: (after.generation != before.generation)
+            .then_some(after.last_change)
+            .flatten(),
+        members,
+        members_changed,
+    })
+}
+
+#[derive(Default)]
+struct View {
+    report: Option<Arc<StatusReport>>,
+    read_at_ms: Option<u64>,
+    read_error: Option<String>,
+    changes: VecDeque<Change>,
+}
+
+/// The API's state: the last view read from Redis and the changes seen.
+#[derive(Clone)]
+pub struct Api {
+    status: watch::Receiver<Status>,
+    view: Arc<Mutex<View>>,
+}
+
+impl Api {
+    /// Starts the background reader (stopped when `shutdown` resolves).
+    pub fn start(
+        store: Store,
+        services: Vec<String>,
+        units_key: String,
+        status: watch::Receiver<Status>,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Api {
+        let api = Api {
+            status,
+            view: Arc::default(),
+        };
+        let reader = api.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = reader.read_loop(store, services, units_key) => {}
+                () = shutdown => {}
+            }
+        });
+        api
+    }
+
+    async fn read_loop(&self, store: Store, services: Vec<String>, units_key: String) {
+        let mut status = self.status.clone();
+        let table = store.keys().table.clone();
+        loop {
+            let seen = status.borrow_and_update().generation;
+            match store.read_overview(&services, &units_key).await {
+                Ok(o) => {
+                    let now = crate::unix_ms();
+                    let report = Arc::new(report::status(&o, &table, now));
+                    let mut v = self.view.lock().expect("api view lock");
+                    if let Some(c) = v.report.as_ref().and_then(|b| change(b, &report, now)) {
+                        v.changes.push_front(c);
+                        v.changes.truncate(CHANGES_KEPT);
+                    }
+                    v.report = Some(report);
+                    v.read_at_ms = Some(now);
+                    v.read_error = None;
+                }
+                Err(e) => {
+                    self.view.lock().expect("api view lock").read_error =
+                        Some(format!("redis error ({})", e.kind()));
+                }
+            }
+            tokio::time::sleep(MIN_READ_GAP).await;
+            // Until the generation moves, or MAX_READ_GAP.
+            let _ = tokio::time::timeout(
+                MAX_READ_GAP - MIN_READ_GAP,
+                status.wait_for(|s| s.generation != seen),
+            )
+            .await;
+        }
+    }
+
+    pub fn status(&self) -> ApiStatus {
+        let replica = ThisReplica::of(&self.status.borrow());
+        let v = self.view.lock().expect("api view lock");
+        ApiStatus {
+            replica,
+            read_at_ms: v.read_at_ms,
+            read_error: v.read_error.clone(),
+            status: v.report.as_ref().map(|r| r.summary()),
+        }
+    }
+
+    /// Page `page` (1-based; 0 counts as 1) of `per_page` members (at most
+    /// [`MAX_PER_PAGE`]; 0 counts as [`DEFAULT_PER_PAGE`]).
+    pub fn members(&self, page: usize, per_page: usize) -> MembersPage {
+        let report = self.view.lock().expect("api view lock").report.clone();
+        page_of(report.as_deref(), page, per_page)
+    }
+
+    pub fn changes(&self) -> Changes {
+        let v = self.view.lock().expect("api view lock");
+        Changes {
+            kept: CHANGES_KEPT,
+            changes: v.changes.iter().cloned().collect(),
+        }
+    }
+}
+
+/// One page of a report's members (see [`Api::members`]).
+pub fn page_of(report: Option<&StatusReport>, page: usize, per_page: usize) -> MembersPage {
+    let per_page = match per_page {
+        0 => DEFAULT_PER_PAGE,
+        n => n.min(MAX_PER_PAGE),
+    };
+    let page = page.max(1);
+    let rows = report.map(StatusReport::member_rows).unwrap_or_default();
+    let total = rows.len();
+    MembersPage {
+        page,
+        per_page,
+        total,
+        pages: total.div_ceil(per_page),
+        generation: report.map_or(0, |r| r.generation),
+        members: rows
+            .into_iter()
+            .skip((page - 1).saturating_mul(per_page))
+            .take(per_page)
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::report::{GroupReport, LeaseReport, MemberReport};
+
+    fn member(id: &str, units: usize) -> MemberReport {
+        MemberReport {
+            id: id.into(),
+            units,
+            reason: None,
+            failing_for_ms: None,
+            protocol: None,
+            unreadable_report: None,
+            weight: 1,
+        }
+    }
+
+    fn report(generation: u64, live: &[(&str, usize)], failed: &[&str]) -> StatusReport {
+        StatusReport {
+            table: "t".into(),
+            generation,
+            last_write: None,
+            lease: LeaseReport {
+                holder: None,
+                epoch: 1,
+                expires_in_ms: None,
+                takeover: None,
+            },
+            replicas: vec![],
+            groups: vec![GroupReport {
+                name: "g".into(),
+                live: live.iter().map(|(id, n)| member(id, *n)).collect(),
+                failed: failed.iter().map(|id| member(id, 0)).collect(),
+            }],
+            work_units: 12,
+            invalid_work_units: 0,
+            in_transit: 0,
+            transit: vec![],
+            assignment: None,
+            last_change: Some(ChangeReport {
+                moved: 3,
+                minimum: 3,
+                placed: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_change_says_who_came_went_failed_and_what_moved() {
+        let a = report(1, &[("a", 6), ("b", 6)], &[]);
+        assert_eq!(change(&a, &a, 0), None, "nothing happened");
+        let b = report(2, &[("a", 4), ("b", 4), ("c", 4)], &[]);
+        let c = change(&a, &b, 7).unwrap();
+        assert_eq!(c.why, [Why::Join, Why::Rebalance]);
+        assert_eq!(
+            (c.generation, c.previous_generation, c.seen_at_ms),
+            (2, 1, 7)
+        );
+        assert_eq!(c.moves.unwrap().moved, 3);
+        assert_eq!(c.members_changed, 3);
+        assert_eq!(
+            c.members[2],
+            MemberChange {
+                group: "g".into(),
+                id: "c".into(),
+                why: Why::Join,
+                units_before: 0,
+                units_after: 4
+            }
+        );
+        let d = report(3, &[("a", 6), ("c", 6)], &["b"]);
+        let c = change(&b, &d, 8).unwrap();
+        assert_eq!(c.why, [Why::Failure, Why::Rebalance]);
+        let e = report(4, &[("a", 12)], &[]);
+        let c = change(&d, &e, 9).unwrap();
+        assert_eq!(c.why, [Why::Leave, Why::Rebalance]);
+        assert!(c.members.iter().any(|m| m.id == "b" && m.why == Why::Leave));
+    }
+
+    /// At 10,000 members the answers stay small: the status counts them and
+    /// a page holds 100 (500 at most).
+    #[test]
+    fn answers_stay_small_at_ten_thousand_members() {
+        let live: Vec<(String, usize)> = (0..10_000)
+            .map(|i| (format!("10.0.{}.{}:7001", i / 250, i % 250), 100))
+            .collect();
+        let live: Vec<(&str, usize)> = live.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+        let r = report(9, &live, &[]);
+        let size = |v: &dyn erased::Json| v.len();
+        let status = size(&r.summary());
+        let page = size(&page_of(Some(&r), 1, 0));
+        let biggest = size(&page_of(Some(&r), 1, MAX_PER_PAGE));
+        eprintln!(
+            "10,000 members: /api/status {status} B, /api/members default page {page} B, largest page {biggest} B"
+        );
+        assert!(status < 2_000, "{status}");
+        assert!(page < 30_000, "{page}");
+        assert!(biggest < 150_000, "{biggest}");
+    }
+
+    mod erased {
+        pub trait Json {
+            fn len(&self) -> usize;
+        }
+        impl<T: serde::Serialize> Json for T {
+            fn len(&self) -> usize {
+                serde_json::to_string(self).unwrap().len()
+            }
+        }
+    }
+
+    #[test]
+    fn members_come_a_bounded_page_at_a_time() {
+        let live: Vec<(String, usize)> = (0..1234).map(|i| (format!("m{i:05}"), 1)).collect();
+        let live: Vec<(&str, usize)> = live.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+        let r = report(5, &live, &["zz"]);
+        let p = page_of(Some(&r), 3, 10_000);
+        assert_eq!((p.per_page, p.total, p.pages), (MAX_PER_PAGE, 1235, 3));
+        assert_eq!(p.members.len(), 1235 - 2 * MAX_PER_PAGE);
+        assert_eq!(p.members.last().unwrap().member.id, "zz");
+        assert!(!p.members.last().unwrap().live);
+        let p = page_of(Some(&r), 0, 0);
+        assert_eq!((p.page, p.per_page), (1, DEFAULT_PER_PAGE));
+        assert_eq!(p.members[0].member.id, "m00000");
+        assert!(page_of(Some(&r), 999, 10).members.is_empty());
+        assert_eq!(page_of(None, 1, 10).total, 0);
+    }
+}

@@ -1,0 +1,129 @@
+// The status page's script: polls the JSON API once a second and redraws.
+// Read-only (GET only). Every value from the API is inserted as text, never
+// as HTML, so member ids and reasons cannot inject markup.
+"use strict";
+(function () {
+  const PER_PAGE = 100;
+  let page = 1;
+  let pages = 1;
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function set(id, text) { $(id).textContent = text; }
+  function ago(ms) {
+    if (ms === null || ms === undefined) return "";
+    const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+    return s < 60 ? s + " s ago" : Math.round(s / 60) + " min ago";
+  }
+  async function get(path) {
+    const r = await fetch(path, { cache: "no-store" });
+    if (!r.ok) throw new Error(path + ": " + r.status);
+    return r.json();
+  }
+
+  function drawStatus(a) {
+    const me = a.replica;
+    set("me", me.id + " (" + me.role + (me.census_index === null ? "" : ", index " + me.census_index) + ")");
+    set("takeover", me.takeover);
+    const s = a.status;
+    if (!s) { set("holder", a.read_error || "not read yet"); return; }
+    set("table", s.table);
+    set("holder", s.lease.holder || "none");
+    set("epoch", s.lease.epoch);
+    set("generation", s.generation);
+    set("units", s.work_units + (s.invalid_work_units ? " (+" + s.invalid_work_units + " invalid)" : ""));
+    set("in-transit", s.in_transit);
+    const live = s.groups.reduce((n, g) => n + g.live, 0);
+    const failed = s.groups.reduce((n, g) => n + g.failed, 0);
+    const draining = s.groups.reduce((n, g) => n + g.draining, 0);
+    set("member-counts", live + " live, " + failed + " failed" + (draining ? ", " + draining + " draining" : ""));
+    const c = s.last_change;
+    set("last-change", c ? "moved " + c.moved + " (minimum " + c.minimum + "), placed " + c.placed : "–");
+    const reps = $("replicas");
+    reps.replaceChildren(...s.replicas.map((r) => el("li", null,
+      r.id + ": census index " + (r.index === null ? "?" : r.index) + " of " + (r.replicas === null ? "?" : r.replicas) +
+      (r.id === s.lease.holder ? " — holder" : "") + (r.id === me.id ? " — this replica" : ""))));
+    const tr = $("transit");
+    tr.replaceChildren(...s.transit.map((t) => el("li", null,
+      t.unit + " (" + t.group + "): from " + (t.from.join(", ") || "?") + " to " + (t.to || "?") + ", " + t.for_ms + " ms")));
+    if (s.in_transit > s.transit.length) tr.append(el("li", "muted", "… " + (s.in_transit - s.transit.length) + " more"));
+    if (s.in_transit === 0) tr.append(el("li", "muted", "none"));
+    $("live").classList.toggle("stale", !!a.read_error);
+    set("live", a.read_error ? a.read_error : "updated " + new Date().toLocaleTimeString() + (a.read_at_ms ? ", read " + ago(a.read_at_ms) : ""));
+  }
+
+  function drawMembers(p) {
+    pages = Math.max(1, p.pages);
+    if (page > pages) page = pages;
+    set("members-total", "(" + p.total + ")");
+    set("page-info", "page " + p.page + " of " + pages);
+    $("prev").disabled = page <= 1;
+    $("next").disabled = page >= pages;
+    const max = Math.max(1, ...p.members.map((m) => m.units));
+    $("members").replaceChildren(...p.members.map((m) => {
+      const draining = m.protocol && m.protocol.draining;
+      const row = el("div", "member" + (m.live ? "" : " failed") + (draining ? " draining" : ""));
+      row.dataset.id = m.id;
+      row.dataset.units = m.units;
+      row.append(el("div", "id", m.id));
+      const track = el("div", "track");
+      const bar = el("div", "bar");
+      bar.style.width = (100 * m.units / max) + "%";
+      track.append(bar);
+      row.append(track);
+      let info = m.units + " units, weight " + m.weight;
+      if (m.protocol) info += ", applied " + m.protocol.applied + (m.protocol.behind ? " (" + m.protocol.behind + " behind)" : "");
+      if (draining) info += ", draining";
+      if (!m.live) info += ", failed: " + (m.reason || "?");
+      row.append(el("div", "info", info));
+      return row;
+    }));
+  }
+
+  function drawChanges(c) {
+    const list = $("changes");
+    if (c.changes.length === 0) { list.replaceChildren(el("li", "muted", "none seen yet")); return; }
+    list.replaceChildren(...c.changes.slice(0, 20).map((ch) => {
+      const li = el("li", "change");
+      for (const w of ch.why) li.append(el("span", "tag " + w, w));
+      let text = "generation " + ch.previous_generation + " → " + ch.generation + ", " + ago(ch.seen_at_ms);
+      if (ch.moves) text += ": moved " + ch.moves.moved + " (minimum " + ch.moves.minimum + "), placed " + ch.moves.placed;
+      li.append(document.createTextNode(text));
+      const who = el("div", "muted");
+      who.textContent = ch.members.map((m) => m.id + " " + m.why + " " + m.units_before + "→" + m.units_after).join("; ") +
+        (ch.members_changed > ch.members.length ? "; … " + (ch.members_changed - ch.members.length) + " more" : "");
+      li.append(who);
+      return li;
+    }));
+  }
+
+  async function tick() {
+    try {
+      const [status, members, changes] = await Promise.all([
+        get("/api/status"),
+        get("/api/members?page=" + page + "&per_page=" + PER_PAGE),
+        get("/api/changes"),
+      ]);
+      drawStatus(status);
+      drawMembers(members);
+      drawChanges(changes);
+      document.body.dataset.generation = status.status ? status.status.generation : "";
+    } catch (e) {
+      $("live").classList.add("stale");
+      set("live", "not reachable: " + e.message);
+    } finally {
+      schedule(1000);
+    }
+  }
+  // One pending poll at most: a click re-polls at once instead of adding a loop.
+  let timer = null;
+  function schedule(ms) { clearTimeout(timer); timer = setTimeout(tick, ms); }
+  $("prev").addEventListener("click", () => { if (page > 1) { page--; schedule(0); } });
+  $("next").addEventListener("click", () => { if (page < pages) { page++; schedule(0); } });
+  tick();
+})();

@@ -1,0 +1,237 @@
+//! The status page's JSON API (`-http-ui`) on a real fleet: a password-protected
+//! Redis, real members over gRPC, the real HTTP server on loopback. It shows
+//! the distribution a page at a time, records a crash as a change with its
+//! reason, answers 404 when off, and never shows the Redis URL or password.
+
+use std::time::Duration;
+
+use distributor::edge::redis::Store;
+use distributor::ops::api::Api;
+use serde_json::Value;
+
+use crate::support::*;
+
+const SECRET: &str = "ui-test-s3cret-password";
+
+/// Serves replica `i`'s HTTP endpoints on a free loopback port, with the API
+/// when `ui`; returns the port.
+async fn serve(
+    fleet: &Fleet,
+    i: usize,
+    ui: bool,
+    stop: &tokio_util::sync::CancellationToken,
+) -> u16 {
+    let replica = fleet.replicas[i].as_ref().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let api = ui.then(|| {
+        let store =
+            Store::connect(&fleet.config.redis_options(), TABLE, Duration::from_secs(3)).unwrap();
+        Api::start(
+            store,
+            fleet.config.services_namespaces.clone(),
+            fleet.config.workunits_namespace.clone(),
+            replica.status(),
+            stop.clone().cancelled_owned(),
+        )
+    });
+    tokio::spawn(distributor::ops::http::serve_with(
+        listener,
+        replica.status(),
+        replica.metrics(),
+        Duration::from_secs(5),
+        api,
+        stop.clone().cancelled_owned(),
+    ));
+    port
+}
+
+async fn get_json(port: u16, path: &str, bodies: &mut Vec<String>) -> Value {
+    let (code, body) = http_get(port, path).await.unwrap();
+    assert_eq!(code, 200, "{path}: {body}");
+    bodies.push(body.clone());
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+}
+
+/// `path` as JSON once `done` holds for it; panics with `what` after `limit`.
+async fn poll_json(
+    port: u16,
+    path: &str,
+    bodies: &mut Vec<String>,
+    what: &str,
+    limit: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let v = get_json(port, path, bodies).await;
+        if done(&v) {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}; last {path}: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_pages_members_records_changes_and_shows_no_secret() {
+    let redis = RedisServer::start_with(&["--requirepass", SECRET]);
+    let url = redis.admin_url();
+    assert!(url.contains(SECRET));
+    let units = units(30);
+    let (mut fleet, _) = Fleet::converged_on(redis, |c| c.redis_url = url, 3, 2, &units).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    // The API on a standby too: it reads what it shows from Redis.
+    let holder = fleet.wait_for_holder().await;
+    let standby = 1 - holder;
+    let on = serve(&fleet, standby, true, &stop).await;
+    let off = serve(&fleet, holder, false, &stop).await;
+    let mut bodies = vec![];
+
+    // Off: the API does not exist.
+    for path in [
+        "/api/status",
+        "/api/members",
+        "/api/changes",
+        "/",
+        "/ui/app.js",
+        "/ui/style.css",
+    ] {
+        assert_eq!(http_get(off, path).await.unwrap().0, 404, "{path}");
+    }
+    assert_eq!(http_get(off, "/healthz").await.unwrap().0, 200);
+
+    // On: the page and its files, from the binary.
+    let (code, html) = http_get(on, "/").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(html.contains("<script src=\"/ui/app.js\">"), "{html}");
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "no external resource"
+    );
+    for (path, needle) in [
+        ("/ui/app.js", "/api/members?page="),
+        ("/ui/style.css", ".member"),
+    ] {
+        let (code, body) = http_get(on, path).await.unwrap();
+        assert_eq!(code, 200, "{path}");
+        assert!(body.contains(needle), "{path}");
+        assert!(
+            !body.contains("http://") && !body.contains("https://"),
+            "{path}"
+        );
+    }
+
+    // On: the status, once read, with this replica's own view.
+    let status = poll_json(
+        on,
+        "/api/status",
+        &mut bodies,
+        "3 live members and both replicas in the census",
+        Duration::from_secs(10),
+        |s| {
+            s["status"]["groups"][0]["live"] == 3
+                && s["status"]["replicas"]
+                    .as_array()
+                    .is_some_and(|r| r.len() == 2)
+        },
+    )
+    .await;
+    assert_eq!(status["replica"]["role"], "standby", "{status}");
+    assert_eq!(status["replica"]["id"], format!("replica-{standby}"));
+    assert_eq!(
+        status["status"]["lease"]["holder"],
+        format!("replica-{holder}"),
+        "{status}"
+    );
+    assert_eq!(status["status"]["work_units"], 30);
+    assert!(status["status"]["generation"].as_u64().unwrap() > 0);
+    assert!(
+        status["status"].get("live").is_none(),
+        "no member lists here"
+    );
+
+    // Members, two to a page, sorted; their units add up.
+    let first = get_json(on, "/api/members?page=1&per_page=2", &mut bodies).await;
+    assert_eq!(
+        (first["total"].as_u64(), first["pages"].as_u64()),
+        (Some(3), Some(2))
+    );
+    let second = get_json(on, "/api/members?page=2&per_page=2", &mut bodies).await;
+    let rows: Vec<&Value> = first["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(second["members"].as_array().unwrap())
+        .collect();
+    let mut ids: Vec<String> = rows
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.is_sorted(), "{ids:?}");
+    ids.sort();
+    let mut live = fleet.live_member_ids();
+    live.sort();
+    assert_eq!(ids, live);
+    let owned: u64 = rows.iter().map(|m| m["units"].as_u64().unwrap()).sum();
+    assert_eq!(owned, 30);
+    assert!(rows.iter().all(|m| m["live"] == true && m["weight"] == 1));
+    let huge = get_json(on, "/api/members?per_page=100000", &mut bodies).await;
+    assert_eq!(huge["per_page"], distributor::ops::api::MAX_PER_PAGE);
+
+    // A member crashes: a change names it, failed, with the units it lost.
+    let crashed = fleet.member_id(0);
+    fleet.members[0].take().unwrap().abort();
+    let names_crashed = |c: &Value| {
+        c["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == *crashed && m["units_after"] == 0)
+    };
+    let changes = poll_json(
+        on,
+        "/api/changes",
+        &mut bodies,
+        "a change for the crashed member",
+        Duration::from_secs(15),
+        |v| v["changes"].as_array().unwrap().iter().any(names_crashed),
+    )
+    .await;
+    let change = changes["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| names_crashed(c))
+        .unwrap()
+        .clone();
+    let why = change["why"].as_array().unwrap();
+    assert!(why.contains(&Value::from("failure")), "{change}");
+    assert!(why.contains(&Value::from("rebalance")), "{change}");
+    let mine = change["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == *crashed)
+        .unwrap();
+    assert_eq!(mine["why"], "failure", "{change}");
+    assert!(mine["units_before"].as_u64().unwrap() > 0, "{change}");
+    // The holder's own moved/minimum count, as `{T}:meta` keeps it (its
+    // `last_change`, which a crash's solve does not always record: null then).
+    assert!(
+        change["moves"].is_null() || change["moves"]["minimum"].is_u64(),
+        "{change}"
+    );
+
+    // No secret in any answer.
+    for body in &bodies {
+        assert!(!body.contains(SECRET), "the password leaked: {body}");
+        assert!(!body.contains("redis://"), "a Redis URL leaked: {body}");
+    }
+    stop.cancel();
+    fleet.shutdown().await;
+}
