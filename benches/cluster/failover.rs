@@ -314,10 +314,19 @@ async fn stable(c: &mut Cluster, members: usize) -> Result<(), String> {
         }
         let n = table_rows(&mut c.conn).await;
         let g = generation(&mut c.conn).await;
+        // No handoff under way either: the bench's members never
+        // acknowledge, so units that moved while the fleet came up (a first
+        // cycle hears from only some of 10,000 members within its grace) stay
+        // in transit for `-handoff-delay`; a new holder would inherit them all.
+        let transit: u64 = redis::cmd("HLEN")
+            .arg(distributor::core::keys::Keys::new(TABLE).transit)
+            .query_async(&mut c.conn)
+            .await
+            .unwrap_or(1);
         if (n, g) != last {
             last = (n, g);
             since = Instant::now();
-        } else if n == members && since.elapsed() >= Duration::from_secs(3) {
+        } else if n == members && transit == 0 && since.elapsed() >= Duration::from_secs(3) {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
