@@ -901,24 +901,13 @@ mod tests {
         if members.is_empty() {
             return table;
         }
-        let point = &point;
-        let mut ring: Vec<(u64, usize)> = units
-            .iter()
-            .enumerate()
-            .flat_map(|(index, unit)| (0..POINTS_PER_UNIT).map(move |i| (point(unit, i), index)))
-            .collect();
-        ring.sort_unstable();
+        let mut ring = sorted_points(&units, &point);
         while !ring.is_empty() {
             for member in &members {
                 if ring.is_empty() {
                     break;
                 }
-                let position = member_pos(member);
-                let &(_, unit) = ring
-                    .iter()
-                    .find(|(hash, _)| *hash >= position)
-                    .unwrap_or(&ring[0]);
-                ring.retain(|&(_, other)| other != unit);
+                let unit = take_next(&mut ring, member_pos(member));
                 table.get_mut(member).unwrap().push(units[unit]);
             }
         }
@@ -926,6 +915,28 @@ mod tests {
             row.sort_unstable();
         }
         table
+    }
+
+    /// Every point of every unit (by index), sorted: the references' ring.
+    fn sorted_points(units: &[&str], point: &impl Fn(&str, u32) -> u64) -> Vec<(u64, usize)> {
+        let mut ring: Vec<(u64, usize)> = units
+            .iter()
+            .enumerate()
+            .flat_map(|(index, unit)| (0..POINTS_PER_UNIT).map(move |i| (point(unit, i), index)))
+            .collect();
+        ring.sort_unstable();
+        ring
+    }
+
+    /// The first unit clockwise from `position` (wrapping), taken off the
+    /// ring with all its points. The ring must not be empty.
+    fn take_next(ring: &mut Vec<(u64, usize)>, position: u64) -> usize {
+        let &(_, unit) = ring
+            .iter()
+            .find(|(hash, _)| *hash >= position)
+            .unwrap_or(&ring[0]);
+        ring.retain(|&(_, other)| other != unit);
+        unit
     }
 
     /// The weighted definition, executed literally: quotas by the largest
@@ -979,13 +990,7 @@ mod tests {
             given[best] = true;
             quota[best] += 1;
         }
-        let point = &point;
-        let mut ring: Vec<(u64, usize)> = units
-            .iter()
-            .enumerate()
-            .flat_map(|(index, unit)| (0..POINTS_PER_UNIT).map(move |i| (point(unit, i), index)))
-            .collect();
-        ring.sort_unstable();
+        let mut ring = sorted_points(&units, &point);
         while !ring.is_empty() {
             for (j, member) in names.iter().enumerate() {
                 for _ in 0..weights[j] {
@@ -993,12 +998,7 @@ mod tests {
                     if ring.is_empty() || row.len() as u64 == quota[j] {
                         break;
                     }
-                    let position = member_pos(member);
-                    let &(_, unit) = ring
-                        .iter()
-                        .find(|(hash, _)| *hash >= position)
-                        .unwrap_or(&ring[0]);
-                    ring.retain(|&(_, other)| other != unit);
+                    let unit = take_next(&mut ring, member_pos(member));
                     row.push(units[unit]);
                 }
             }
