@@ -14,15 +14,18 @@ use crate::core::liveness::Health;
 use crate::core::status::Overview;
 use crate::core::table::{MatchingTable, Moves, decode_row};
 
+/// What `distributor status` reports. `G` is how each group is shown: with
+/// its member lists ([`GroupReport`], the CLI's default) or as counts
+/// ([`GroupCounts`], the status page's [`StatusSummary`]).
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct StatusReport {
+pub struct StatusReport<G = GroupReport> {
     pub table: String,
     pub generation: u64,
     pub last_write: Option<LastWrite>,
     pub lease: LeaseReport,
     /// Replicas as recorded by their census steps.
     pub replicas: Vec<ReplicaReport>,
-    pub groups: Vec<GroupReport>,
+    pub groups: Vec<G>,
     pub work_units: usize,
     /// Distinct invalid entries of the units list.
     pub invalid_work_units: usize,
@@ -317,22 +320,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
 /// [`StatusReport`] without its member lists: what `/api/status` of the
 /// status page serves (the members come a page at a time from
 /// `/api/members`). Every other field is the report's, under the same name.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct StatusSummary {
-    pub table: String,
-    pub generation: u64,
-    pub last_write: Option<LastWrite>,
-    pub lease: LeaseReport,
-    pub replicas: Vec<ReplicaReport>,
-    /// Per group: how many members are live, failed and draining.
-    pub groups: Vec<GroupCounts>,
-    pub work_units: usize,
-    pub invalid_work_units: usize,
-    pub in_transit: usize,
-    pub transit: Vec<TransitReport>,
-    pub assignment: Option<String>,
-    pub last_change: Option<ChangeReport>,
-}
+pub type StatusSummary = StatusReport<GroupCounts>;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct GroupCounts {
@@ -355,7 +343,7 @@ pub struct MemberRow {
 
 impl StatusReport {
     pub fn summary(&self) -> StatusSummary {
-        StatusSummary {
+        StatusReport {
             table: self.table.clone(),
             generation: self.generation,
             last_write: self.last_write.clone(),
