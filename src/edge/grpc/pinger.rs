@@ -304,7 +304,7 @@ impl Pinger {
     /// A standby's warm channels: opens a connection to every listed member
     /// that has none known to answer (new, or closed since), with one ping
     /// whose result judges nothing, and drops the channels of members no
-    /// longer listed, at most [`WARM_CONCURRENCY`] at a time. The connections
+    /// longer listed, at most `WARM_CONCURRENCY` at a time. The connections
     /// then stay open (HTTP/2 keepalive), so a standby that becomes the
     /// holder pings over open connections at once instead of opening
     /// thousands in its first cycle. Returns how many of the pinged members
