@@ -6,16 +6,7 @@ use std::time::Duration;
 use crate::support::*;
 
 fn cli(redis_url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_distributor"))
-        .args([
-            &format!("-redis-url={redis_url}"),
-            &format!("-services-namespaces={SERVICES},other-group"),
-            &format!("-workunits-namespace={UNITS}"),
-            &format!("-distribution-namespace={TABLE}"),
-        ])
-        .args(args)
-        .output()
-        .unwrap()
+    cli_with(redis_url, &format!("{SERVICES},other-group"), args)
 }
 
 fn ok(out: Output) -> String {

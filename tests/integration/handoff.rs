@@ -591,20 +591,12 @@ async fn status_and_metrics_show_the_handoff() {
     .await;
     let (_, moving, generation) = snapshot(&fleet, &units).await;
     let status = |json: bool| {
-        let mut args = vec![
-            format!("-redis-url={}", fleet.redis.url()),
-            format!("-services-namespaces={SERVICES}"),
-            format!("-workunits-namespace={UNITS}"),
-            format!("-distribution-namespace={TABLE}"),
-            "status".to_string(),
-        ];
-        if json {
-            args.push("--json".into());
-        }
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
-            .args(&args)
-            .output()
-            .unwrap();
+        let args: &[&str] = if json {
+            &["status", "--json"]
+        } else {
+            &["status"]
+        };
+        let out = cli(&fleet.redis.url(), args);
         assert!(out.status.success(), "{out:?}");
         String::from_utf8(out.stdout).unwrap()
     };

@@ -514,16 +514,7 @@ async fn status_says_why_a_member_fails() {
         },
     )
     .await;
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
-        .args([
-            &format!("-redis-url={}", fleet.redis.url()),
-            &format!("-services-namespaces={SERVICES}"),
-            &format!("-workunits-namespace={UNITS}"),
-            &format!("-distribution-namespace={TABLE}"),
-            "status",
-        ])
-        .output()
-        .unwrap();
+    let out = cli(&fleet.redis.url(), &["status"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("127.0.0.1:1")

@@ -211,17 +211,8 @@ async fn weighted_members_get_their_share_in_both_modes() {
 /// unset` gives it its reported weight again, and the rows follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_override_beats_the_reported_weight_until_unset() {
-    let cli = |url: &str, args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
-            .args([
-                &format!("-redis-url={url}"),
-                &format!("-services-namespaces={SERVICES}"),
-                &format!("-workunits-namespace={UNITS}"),
-                &format!("-distribution-namespace={TABLE}"),
-            ])
-            .args(args)
-            .output()
-            .unwrap();
+    let ok = |url: &str, args: &[&str]| {
+        let out = cli(url, args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{args:?}: {stderr}");
         String::from_utf8(out.stdout).unwrap()
@@ -256,7 +247,7 @@ async fn an_operator_override_beats_the_reported_weight_until_unset() {
         // The member reporting 2 is overridden to 5: 5 of 8 shares.
         let target = reported.iter().find(|(_, w)| **w == 2).unwrap().0.clone();
         assert_eq!(
-            cli(&url, &["weights", "set", &target, "5"]),
+            ok(&url, &["weights", "set", &target, "5"]),
             format!("set {target} to 5\n")
         );
         let mut overridden = reported.clone();
@@ -266,7 +257,7 @@ async fn an_operator_override_beats_the_reported_weight_until_unset() {
             t.units_of(&target).len().abs_diff(375) <= 1,
             "{assignment:?}"
         );
-        let list = cli(&url, &["weights", "list"]);
+        let list = ok(&url, &["weights", "list"]);
         let row: Vec<&str> = list
             .lines()
             .find(|l| l.starts_with(target.as_str()))
@@ -276,7 +267,7 @@ async fn an_operator_override_beats_the_reported_weight_until_unset() {
         assert_eq!(row, [target.as_str(), "5", "5", "2"], "{list}");
 
         // Unset: the reported weight counts again.
-        assert_eq!(cli(&url, &["weights", "unset", &target]), "unset\n");
+        assert_eq!(ok(&url, &["weights", "unset", &target]), "unset\n");
         let t = settle(reported.clone()).await;
         assert!(
             t.units_of(&target).len().abs_diff(240) <= 1,

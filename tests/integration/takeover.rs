@@ -167,16 +167,7 @@ async fn without_client_permission_standbys_wait_out_the_ttl_and_say_so() {
     })
     .await;
     assert_eq!(recorded_client(&fleet.redis).await, None);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
-        .args([
-            &format!("-redis-url={url}"),
-            &format!("-services-namespaces={SERVICES}"),
-            &format!("-workunits-namespace={UNITS}"),
-            &format!("-distribution-namespace={TABLE}"),
-            "status",
-        ])
-        .output()
-        .unwrap();
+    let out = cli(&url, &["status"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("takeover: ttl ("), "{text}");
 

@@ -238,6 +238,26 @@ pub fn coordination_glob() -> String {
     format!("{prefix}*")
 }
 
+/// Runs the `distributor` binary against `redis_url` and the kit's key names
+/// (services `services`), with `args` after the flags.
+pub fn cli_with(redis_url: &str, services: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_distributor"))
+        .args([
+            &format!("-redis-url={redis_url}"),
+            &format!("-services-namespaces={services}"),
+            &format!("-workunits-namespace={UNITS}"),
+            &format!("-distribution-namespace={TABLE}"),
+        ])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// [`cli_with`] the kit's services list.
+pub fn cli(redis_url: &str, args: &[&str]) -> std::process::Output {
+    cli_with(redis_url, SERVICES, args)
+}
+
 /// A fast configuration for tests: failures show within a few hundred ms.
 pub fn fast_config(redis_url: &str, replica: &str) -> Config {
     let mut c = Config::new(redis_url, &[SERVICES], UNITS, TABLE);
