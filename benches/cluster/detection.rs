@@ -91,6 +91,31 @@ impl Fleet {
         }
     }
 
+    /// Milliseconds from `t0` until no unit is in transit from member `i`
+    /// (polled every 1 ms): its units are owned again. Call once its row
+    /// is gone.
+    async fn owned_after(&mut self, i: usize, t0: Instant) -> f64 {
+        let id = self.members[i].1.clone();
+        let deadline = t0 + Duration::from_secs(20);
+        loop {
+            let transit: Vec<String> = redis::cmd("HVALS")
+                .arg(keys().transit)
+                .query_async(&mut self.conn)
+                .await
+                .unwrap();
+            let owing = transit.iter().any(|v| {
+                v.split(' ')
+                    .nth(3)
+                    .is_some_and(|from| from.split(',').any(|m| m == id))
+            });
+            if !owing {
+                return ms(t0.elapsed());
+            }
+            assert!(Instant::now() < deadline, "worker {id}'s units never moved");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Replaces killed member `i` with a fresh process (and unlists the dead one).
     async fn replace(&mut self, i: usize) {
         let dead = self.members[i].1.clone();
@@ -149,8 +174,10 @@ async fn scenario(
         ));
     }
 
-    // Killed: connection refused.
-    let mut lat = Vec::new();
+    // Killed: connection refused. Its row goes in the write that revokes its
+    // units; they are owned again once a ping on a connection opened after
+    // that write is refused too (the next write).
+    let (mut lat, mut owned) = (Vec::new(), Vec::new());
     for trial in 0..killed {
         let i = trial % VICTIMS;
         f.present(i).await;
@@ -158,9 +185,16 @@ async fn scenario(
         let t0 = Instant::now();
         f.members[i].0.kill();
         lat.push(f.gone_after(i, t0).await);
+        owned.push(f.owned_after(i, t0).await);
         f.replace(i).await;
     }
     report(&format!("detect: SIGKILL, {label}"), "ms", &lat, target);
+    report(
+        &format!("detect: SIGKILL to its units owned again, {label}"),
+        "ms",
+        &owned,
+        Target::none(),
+    );
 
     // Hung: SIGSTOP, the connection stays up and pings time out.
     let mut lat = Vec::new();

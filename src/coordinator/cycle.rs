@@ -106,8 +106,13 @@ pub(super) struct HandoffState {
     /// The table as this holder last wrote (or read) it: what is granted.
     pub(super) granted: Option<Arc<MatchingTable>>,
     pub(super) transit: Transits,
-    /// Members refused since they last answered: their process is gone.
-    gone: HashSet<String>,
+    /// Members refused since they last answered (their process is gone),
+    /// with the opening instant of the latest refused connection opened for
+    /// a probe (`None` while refused only on the cached channel). Only such
+    /// a refusal, opened after the write that revoked a unit, releases it
+    /// (`core::handoff`: a process restarted on the address may have read
+    /// the old row in between).
+    gone: HashMap<String, Option<Instant>>,
     /// The members' reports, as last read and decoded.
     pub(super) reports: HashMap<String, MemberReport>,
     /// The version of the reports and overrides hashes these were decoded
@@ -188,7 +193,7 @@ pub(super) struct HandoffOutcome {
 impl HandoffState {
     fn facts(&self, member: &str) -> MemberFacts {
         MemberFacts {
-            gone: self.gone.contains(member),
+            refused_since: self.gone.get(member).copied().flatten(),
             report: self.reports.get(member).copied(),
         }
     }
@@ -219,9 +224,36 @@ impl HandoffState {
             .values()
             .flat_map(|units| units.values())
             .flat_map(|t| t.from.iter())
-            .filter(|m| !listed.contains(m.as_str()) && !self.gone.contains(*m))
+            .filter(|m| !listed.contains(m.as_str()) && !self.gone.contains_key(*m))
             .cloned()
             .collect()
+    }
+
+    /// Members that are gone and owe a revocation no refusal confirmed yet:
+    /// none was refused on a connection opened after the write that revoked
+    /// it. The executor probes them once that write is done; a refusal then
+    /// releases their units (`core::handoff`).
+    pub(super) fn unconfirmed_gone(&self) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        if self.gone.is_empty() {
+            return out;
+        }
+        for t in self.transit.values().flat_map(|u| u.values()) {
+            // (0: its revoking write is not done yet.)
+            if t.revoked_at == 0 {
+                continue;
+            }
+            for m in &t.from {
+                if self
+                    .gone
+                    .get(m)
+                    .is_some_and(|since| since.is_none_or(|s| s <= t.waiting_since))
+                {
+                    out.insert(m.clone());
+                }
+            }
+        }
+        out
     }
 
     /// Takes this cycle's ping results. A member refused stays gone until it
@@ -232,7 +264,10 @@ impl HandoffState {
         for r in reports {
             match &r.result {
                 Err(PingFailure::Refused(_)) => {
-                    self.gone.insert(r.member.clone());
+                    let since = self.gone.entry(r.member.clone()).or_default();
+                    if let Some(opened) = r.opened {
+                        *since = Some(since.map_or(opened, |s| s.max(opened)));
+                    }
                 }
                 Ok(_) => {
                     self.gone.remove(&r.member);

@@ -51,8 +51,39 @@ use crate::unix_ms;
 /// cycle would, instead of one by one.
 const REFUSAL_SETTLE: Duration = Duration::from_millis(5);
 
-/// A ping sent at once to a member whose connection ended: its result.
-type Probe = (String, Result<Duration, PingFailure>);
+/// A ping on a connection of its own (to a member whose connection ended,
+/// or to confirm that a gone member still refuses after the write that
+/// revoked its units): the member, the instant before the connection was
+/// opened, and the result.
+type Probe = (String, ProbeCause, Instant, Result<Duration, PingFailure>);
+
+/// Why a member is probed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeCause {
+    /// Its watched connection ended.
+    Closed,
+    /// It is gone and owes units whose revoking write is done.
+    Confirm,
+}
+
+/// Pings `member` on a connection of its own, unless a probe of it runs.
+fn probe(
+    pinger: &Pinger,
+    member: String,
+    cause: ProbeCause,
+    probes: &mut FuturesUnordered<BoxFuture<'static, Probe>>,
+    probing: &mut HashSet<String>,
+) {
+    if !probing.insert(member.clone()) {
+        return;
+    }
+    let pinger = pinger.clone();
+    probes.push(Box::pin(async move {
+        let opened = Instant::now();
+        let result = pinger.probe(&member).await;
+        (member, cause, opened, result)
+    }));
+}
 
 /// A Redis call started for the machine, finished.
 enum Done {
@@ -253,7 +284,17 @@ impl Executor {
                 Some(done) = calls.next() => self.done(done),
                 r = join(&mut cycle), if cycle.is_some() => {
                     cycle = None;
-                    match self.finish_cycle(r) {
+                    let summary = self.finish_cycle(r);
+                    // Gone members whose units this holder revoked: their
+                    // refusal counts once a connection opened after the
+                    // revoking write is refused (a process restarted on
+                    // the address meanwhile answers instead).
+                    if let Some(view) = self.holding.as_ref().and_then(|h| h.view.as_ref()) {
+                        for member in view.handoff.unconfirmed_gone() {
+                            probe(&self.pinger, member, ProbeCause::Confirm, &mut probes, &mut probing);
+                        }
+                    }
+                    match summary {
                         Some(summary) => Event::CycleDone(summary),
                         None => continue,
                     }
@@ -298,19 +339,39 @@ impl Executor {
                         continue;
                     }
                     let member = closed.member;
-                    if self.holding.is_some() && probing.insert(member.clone()) {
+                    if self.holding.is_some() && !probing.contains(&member) {
                         // The gathering window opens with the first close.
                         self.refusals_due.get_or_insert(Instant::now() + REFUSAL_SETTLE);
-                        let pinger = self.pinger.clone();
-                        probes.push(Box::pin(async move {
-                            let result = pinger.probe(&member).await;
-                            (member, result)
-                        }));
+                        probe(&self.pinger, member, ProbeCause::Closed, &mut probes, &mut probing);
                     }
                     continue;
                 }
-                Some((member, result)) = probes.next() => {
+                Some((member, cause, opened, result)) = probes.next() => {
                     probing.remove(&member);
+                    if cause == ProbeCause::Confirm {
+                        match result {
+                            // Still nothing listens, now after the revoking
+                            // write: a handoff cycle releases its units.
+                            Err(failure @ PingFailure::Refused(_)) => {
+                                tracing::debug!(member, "a gone member is refused after the write that revoked its units");
+                                let now = Instant::now();
+                                self.refused.push(PingReport {
+                                    member,
+                                    result: Err(failure),
+                                    at: now,
+                                    opened: Some(opened),
+                                });
+                                self.refusals_due.get_or_insert(now);
+                            }
+                            // A new process answers on the address (or it
+                            // cannot be reached): its units wait for its
+                            // acknowledgement or its deadline, and the next
+                            // full cycle pings it as usual.
+                            Ok(_) => tracing::debug!(member, "a gone member answers again: a new process on its address"),
+                            Err(failure) => tracing::debug!(member, %failure, "a gone member's confirmation probe failed"),
+                        }
+                        continue;
+                    }
                     match result {
                         // Closed by something other than death (a proxy, a
                         // restarted server): it answers on a new connection.
@@ -333,7 +394,12 @@ impl Executor {
                             self.metrics.connection_closed(failure.reason());
                             tracing::debug!(member, %failure, "a member's connection ended and it is refused; failing it now");
                             let now = Instant::now();
-                            self.refused.push(PingReport { member, result: Err(failure), at: now });
+                            self.refused.push(PingReport {
+                                member,
+                                result: Err(failure),
+                                at: now,
+                                opened: Some(opened),
+                            });
                             // (A full cycle may have closed the window meanwhile.)
                             self.refusals_due.get_or_insert(now);
                             continue;

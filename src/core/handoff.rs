@@ -11,7 +11,8 @@
 //!   granted (A has u) ──revoke──▶ in transit (from A, to B) ──released──▶ granted (B has u)
 //!                                  no row has u                  │
 //!                                                                ├ A acknowledged a generation ≥ the revocation's
-//!                                                                ├ A's connection was refused (the process is gone)
+//!                                                                ├ a connection to A, opened after the revoking
+//!                                                                │ write was done, was refused (nothing listens)
 //!                                                                └ A's wait passed since the revoking write
 //!                                                                  was done (A fenced itself by then)
 //! ```
@@ -36,6 +37,23 @@
 //! The last ping is no such bound for the holder: a member that received a
 //! ping whose answer was lost (or came after the ping timeout) counts from
 //! that ping, and the holder cannot know when it arrived.
+//!
+//! Why a refusal counts only when the connection was opened after the
+//! revoking write: a refusal says that nothing listened *then*, not that
+//! nothing will. A worker restarted on the same address can read the old
+//! row between the refusal and the write:
+//!
+//! ```text
+//!   holder   probe A: refused ─────────── write g+1: A's units to B ──▶
+//!   old A    ✝ (killed)
+//!   new A              start, listen, read row (g: A has u), work u ─────▶ overlap with B
+//! ```
+//!
+//! A member serves pings before its first read and for as long as it holds
+//! a unit (README, protocol). So a refusal on a connection opened after the
+//! revoking write means that no process at that address read a row showing
+//! the unit and still lives: one that read before the write would answer,
+//! and one that reads after it finds the unit gone.
 //!
 //! Guarantees, checked by the tests below against simulated members that
 //! follow the protocol (or the old one) with random delays, pauses, deaths,
@@ -144,8 +162,11 @@ pub type Transits = BTreeMap<String, BTreeMap<String, Transit>>;
 /// What the holder knows of one member's protocol state.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MemberFacts {
-    /// Its last ping was refused: nothing listens, the process is gone.
-    pub gone: bool,
+    /// A ping on a connection opened at this instant (or later) was
+    /// refused, and the member has not answered since: nothing listened at
+    /// its address then. It releases units whose revoking write was done
+    /// before that instant (see the module documentation).
+    pub refused_since: Option<Instant>,
     /// From `{T}:members`, if it speaks the protocol.
     pub report: Option<MemberReport>,
 }
@@ -260,7 +281,7 @@ impl Settings {
         let mut at: Option<Instant> = None;
         for from in t.from.iter().filter(|f| Some(f.as_str()) != to) {
             let f = facts(from);
-            if f.gone {
+            if f.refused_since.is_some_and(|at| at > t.waiting_since) {
                 continue;
             }
             if let Some(r) = &f.report
@@ -314,7 +335,7 @@ pub struct Moved {
     /// Unix ms of its revocation.
     pub since_ms: u64,
     /// The generation of its revocation (0: revoked and released in this
-    /// very plan, from a member that is gone).
+    /// very plan, with a zero wait).
     pub revoked_at: u64,
 }
 
@@ -629,8 +650,9 @@ fn plan_group(
             granted_now.entry(to).or_default().insert(u);
             continue;
         };
-        // (Revoked by this very plan, it is released at once only from a
-        // member that is gone, or with a zero wait: one write then.)
+        // (Revoked by this very plan, it is released at once only with a
+        // zero wait: one write then. A member that is gone is confirmed
+        // gone after the revoking write: see the module documentation.)
         match input.settings.released(t, Some(to), input.facts, input.now) {
             Ok(()) => {
                 let t = transit.remove(u).expect("looked up above");

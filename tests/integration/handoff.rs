@@ -626,3 +626,107 @@ async fn status_and_metrics_show_the_handoff() {
     .await;
     fleet.shutdown().await;
 }
+
+/// A worker killed and restarted on the same address while the holder's
+/// write is held up. The holder's refusal came before the new process, which
+/// then read its old row: the refusal proves nothing about it. Its units
+/// must wait for its acknowledgement, not move in the write that revokes
+/// them (found by `ownership_stress`, seed 358904: a restarted worker and
+/// the new owners worked the same units for 80 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_restarted_on_its_address_before_the_revoking_write_is_waited_for() {
+    let units = units(24);
+    let (fleet, mut workers, _) = two_acking(&units, |f| {
+        // Only the close makes the holder look (no full cycle meanwhile),
+        // and a lease that outlives the paused writes.
+        f.config.poll_interval = Duration::from_secs(10);
+        f.config.lease.ttl = Duration::from_secs(6);
+        f.config.lease.renew_deadline = Duration::from_secs(4);
+    })
+    .await;
+    let (addr, survivor) = (workers[1].addr.clone(), workers[0].addr.clone());
+    let (rows, _, _) = snapshot(&fleet, &units).await;
+    let held: BTreeSet<String> = decode_row(&rows[&addr])
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    assert!(!held.is_empty());
+    let refusals = || {
+        let samples = parse_metrics(&fleet.replicas[0].as_ref().unwrap().metrics().encode());
+        metric(
+            &samples,
+            "distributor_member_connection_closes_total",
+            &[("outcome", "refused")],
+        )
+        .unwrap_or(0.0)
+    };
+    let before = refusals();
+
+    // Writes wait (reads go on) while the worker dies, the holder finds its
+    // address refused, and a new process starts there and reads its row.
+    let () = fleet.redis.cmd(&["CLIENT", "PAUSE", "3000", "WRITE"]).await;
+    workers[1].kill().await;
+    wait_for(
+        "the holder's refused probe",
+        Duration::from_secs(2),
+        || async { refusals() > before },
+    )
+    .await;
+    let restarted = FlakyWorker::restart_on(&addr).await;
+    let row: Option<String> = fleet.redis.cmd(&["HGET", TABLE, &addr]).await;
+    let read: BTreeSet<String> = row
+        .iter()
+        .flat_map(|r| decode_row(r))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        read, held,
+        "the new process reads the old row before any write"
+    );
+    let () = fleet.redis.cmd(&["CLIENT", "UNPAUSE"]).await;
+
+    // The write revokes them; it must not grant them.
+    wait_for("the revocation", Duration::from_secs(5), || async {
+        let (rows, _, _) = snapshot(&fleet, &units).await;
+        rows.get(&addr).is_none_or(|r| decode_row(r).is_empty())
+    })
+    .await;
+    let (rows, transit, revoked_at) = snapshot(&fleet, &units).await;
+    let granted: BTreeSet<String> = rows
+        .get(&survivor)
+        .iter()
+        .flat_map(|r| decode_row(r))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        granted.is_disjoint(&held),
+        "units of the restarted worker granted before it acknowledged: {:?}",
+        granted.intersection(&held).collect::<Vec<_>>()
+    );
+    assert!(held.iter().all(|u| transit[u].from.contains(&addr)));
+    // The holder confirms on a connection opened after the write: the new
+    // process answers, so nothing moves until it acknowledges.
+    wait_for("the confirmation probe", Duration::from_secs(5), || async {
+        restarted.pings.load(std::sync::atomic::Ordering::SeqCst) > 0
+    })
+    .await;
+    let (_, transit, _) = snapshot(&fleet, &units).await;
+    assert!(
+        held.iter().all(|u| transit.contains_key(u)),
+        "still in transit"
+    );
+
+    // It applies the revoking generation: then they move.
+    report(&fleet, &addr, revoked_at, false, PATIENT).await;
+    wait_for(
+        "the grant after the acknowledgement",
+        Duration::from_secs(5),
+        || async {
+            let (rows, _, _) = snapshot(&fleet, &units).await;
+            rows.get(&survivor)
+                .is_some_and(|r| held.iter().all(|u| decode_row(r).contains(&u.as_str())))
+        },
+    )
+    .await;
+    fleet.shutdown().await;
+}

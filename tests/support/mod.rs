@@ -662,16 +662,22 @@ pub fn metric_sum(samples: &[Sample], name: &str) -> f64 {
 pub struct FlakyWorker {
     pub addr: String,
     pub healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Pings received (answered or not).
+    pub pings: std::sync::Arc<std::sync::atomic::AtomicU64>,
     pub server: tokio::task::JoinHandle<()>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 #[derive(Clone)]
-struct Flaky(std::sync::Arc<std::sync::atomic::AtomicBool>);
+struct Flaky(
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+);
 
 #[tonic::async_trait]
 impl distributor::proto::grpc_pinger_server::GrpcPinger for Flaky {
     async fn ping(&self, _: tonic::Request<()>) -> Result<tonic::Response<()>, tonic::Status> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if self.0.load(std::sync::atomic::Ordering::SeqCst) {
             Ok(tonic::Response::new(()))
         } else {
@@ -739,10 +745,27 @@ impl FlakyWorker {
 
     /// Serves the ping without listing itself: the test lists it.
     pub async fn serve(healthy: std::sync::Arc<std::sync::atomic::AtomicBool>) -> FlakyWorker {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        FlakyWorker::serve_on("127.0.0.1:0", healthy).await
+    }
+
+    /// Serves the ping on `addr` (a killed worker's, for a new process on
+    /// the same address), healthy, without listing itself.
+    pub async fn restart_on(addr: &str) -> FlakyWorker {
+        let healthy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        FlakyWorker::serve_on(addr, healthy).await
+    }
+
+    async fn serve_on(
+        addr: &str,
+        healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> FlakyWorker {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let service =
-            distributor::proto::grpc_pinger_server::GrpcPingerServer::new(Flaky(healthy.clone()));
+        let pings = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let service = distributor::proto::grpc_pinger_server::GrpcPingerServer::new(Flaky(
+            healthy.clone(),
+            pings.clone(),
+        ));
         // TCP_NODELAY, as `Member` serves: without it a first contact waits
         // out a delayed ACK (about 40 ms), near the holder's 50 ms grace.
         let incoming =
@@ -759,6 +782,7 @@ impl FlakyWorker {
         FlakyWorker {
             addr,
             healthy,
+            pings,
             server,
             stop: Some(stop),
         }

@@ -31,7 +31,7 @@ fn names(v: &[&str]) -> Vec<String> {
 
 fn acking(applied: u64) -> MemberFacts {
     MemberFacts {
-        gone: false,
+        refused_since: None,
         report: Some(MemberReport {
             applied,
             draining: false,
@@ -170,31 +170,75 @@ fn without_an_acknowledgement_the_deadline_releases_the_unit() {
 }
 
 #[test]
-fn a_gone_member_releases_at_once_and_an_old_one_after_the_handoff_delay() {
+fn a_refusal_releases_only_when_its_connection_was_opened_after_the_revoking_write() {
     let t0 = Instant::now();
     let mut c = Call::new(t0, &["a", "b"], &["u"]);
     c.granted = table(&[("a", "u"), ("b", "")]);
     c.desired = table(&[("b", "u")]);
     c.live.remove("a");
+    // Refused before the plan: nothing listened then, but a process started
+    // since may have read the row that still gives it `u`.
+    c.now = t0 + ms(5);
     c.facts.insert(
         "a".into(),
         MemberFacts {
-            gone: true,
+            refused_since: Some(t0 + ms(1)),
             ..MemberFacts::default()
         },
     );
-    // Revoked and released in the same plan: the process is gone.
     let p = c.plan();
-    assert_eq!(
-        p.granted,
-        table(&[("b", "u")]),
-        "refused: the process is gone"
-    );
+    assert_eq!(p.granted, table(&[("b", "")]), "revoked, not granted yet");
+    assert_eq!(p.transit_len(), 1);
+    c.apply(p, 2);
+    // The same refusal again: still not enough.
+    c.now = t0 + ms(6);
+    assert_eq!(c.plan().transit_len(), 1);
+    // A refusal on a connection opened when the write was done is not
+    // after it either (a process that read the old row may have begun to
+    // listen in that same instant).
+    c.facts.get_mut("a").unwrap().refused_since = Some(t0 + ms(5));
+    assert_eq!(c.plan().transit_len(), 1);
+    // Opened after the revoking write was done: released.
+    c.facts.get_mut("a").unwrap().refused_since = Some(t0 + ms(6));
+    let p = c.plan();
+    assert_eq!(p.granted, table(&[("b", "u")]), "refused after the write");
+    assert_eq!(p.moved.len(), 1);
+    assert_eq!(p.moved[0].revoked_at, 2);
 
+    // A holder that inherits the transit counts from when it read it.
+    let t1 = t0 + ms(100);
+    let mut c = Call::new(t1, &["a", "b"], &["u"]);
+    c.live.remove("a");
+    c.desired = table(&[("b", "u")]);
+    c.granted = table(&[("b", "")]);
+    let entry = Transit::decode("2 1000 b a", t1).unwrap();
+    c.transit
+        .entry("g".into())
+        .or_default()
+        .insert("u".into(), entry);
+    c.facts.insert(
+        "a".into(),
+        MemberFacts {
+            refused_since: Some(t0 + ms(50)),
+            ..MemberFacts::default()
+        },
+    );
+    assert_eq!(
+        c.plan().transit_len(),
+        1,
+        "refused before it read the transit"
+    );
+    c.facts.get_mut("a").unwrap().refused_since = Some(t1 + ms(1));
+    assert_eq!(c.plan().granted, table(&[("b", "u")]));
+}
+
+#[test]
+fn an_old_worker_that_answers_releases_after_the_handoff_delay() {
+    let t0 = Instant::now();
+    let mut c = Call::new(t0, &["a", "b"], &["u"]);
+    c.granted = table(&[("a", "u"), ("b", "")]);
     // An old worker (no report) that answers pings: the handoff delay after
     // the revoking write.
-    c.facts.insert("a".into(), MemberFacts::default());
-    c.live.insert("a".into());
     c.desired = table(&[("a", ""), ("b", "u")]);
     let p = c.plan();
     assert_eq!(p.granted, table(&[("a", ""), ("b", "")]));
@@ -481,6 +525,26 @@ struct Sim {
 const DEADLINE: Duration = Duration::from_millis(800);
 
 impl Sim {
+    /// A new process on this member's address, started at `t`.
+    fn restart(&mut self, t: Instant) {
+        self.alive = true;
+        self.paused_until = None;
+        self.cut_until = None;
+        self.answers_lost_until = None;
+        self.draining = false;
+        self.listed = true;
+        self.owned.clear();
+        self.stopping.clear();
+        self.processed = 0;
+        self.applied = 0;
+        self.read = None;
+        // Not fenced at its start (generous: the library also waits for a
+        // ping before it starts a unit).
+        self.last_ping = t;
+        self.last_read_ok = t;
+        self.next_read = t;
+    }
+
     fn active(&self, t: Instant) -> bool {
         self.alive && self.paused_until.is_none_or(|p| t >= p)
     }
@@ -520,6 +584,12 @@ enum Op {
     Run(u64),
     Join(bool),
     Kill(usize),
+    /// A dead member's address gets a new process: it listens, registers,
+    /// and reads the table as a member that never owned anything.
+    Restart(usize),
+    /// A member is killed and a new process starts on its address this many
+    /// ms later (a supervisor restarting a crashed worker).
+    KillAndRestart(usize, u64),
     Pause(usize, u64),
     CutRedis(usize, u64),
     LoseAnswers(usize, u64),
@@ -535,6 +605,8 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (10u64..600).prop_map(Op::Run),
         1 => any::<bool>().prop_map(Op::Join),
         1 => (0usize..8).prop_map(Op::Kill),
+        1 => (0usize..8).prop_map(Op::Restart),
+        1 => ((0usize..8), (0u64..80)).prop_map(|(m, d)| Op::KillAndRestart(m, d)),
         1 => ((0usize..8), (100u64..2500)).prop_map(|(m, d)| Op::Pause(m, d)),
         1 => ((0usize..8), (100u64..2500)).prop_map(|(m, d)| Op::CutRedis(m, d)),
         1 => ((0usize..8), (100u64..2500)).prop_map(|(m, d)| Op::LoseAnswers(m, d)),
@@ -582,6 +654,10 @@ struct World {
     /// No holder acts until then (a failover).
     holder_back: Instant,
     next_cycle: Instant,
+    /// The cycle whose pings went out: planned and written then. Members
+    /// read (and restart) in between, as they do while a real cycle's pings
+    /// settle and its write travels.
+    write_due: Option<Instant>,
     delays: std::iter::Cycle<std::vec::IntoIter<u64>>,
 }
 
@@ -599,6 +675,7 @@ impl World {
             verify: true,
             holder_back: t,
             next_cycle: t,
+            write_due: None,
             delays: delays.into_iter().cycle(),
         };
         for acks in [true, true, false] {
@@ -745,12 +822,19 @@ impl World {
     }
 
     fn holder_step(&mut self) {
-        if self.t < self.next_cycle || self.t < self.holder_back {
+        if self.t < self.holder_back {
+            return;
+        }
+        if self.write_due.is_some_and(|d| self.t >= d) {
+            self.write_due = None;
+            self.plan_and_write();
+        }
+        if self.t < self.next_cycle || self.write_due.is_some() {
             return;
         }
         self.next_cycle = self.t + ms(20);
         let t = self.t;
-        // Pings and reports.
+        // Pings (each on a connection opened now) and reports.
         for m in self.members.iter_mut().filter(|m| m.listed) {
             let f = self.facts.entry(m.name.clone()).or_default();
             let lost = m.answers_lost_until.is_some_and(|l| t < l);
@@ -759,10 +843,11 @@ impl World {
                 m.last_ping = t;
             }
             if answers {
-                f.gone = false;
-            } else {
-                // A dead process refuses; a paused or fenced one does not answer OK.
-                f.gone = !m.alive;
+                f.refused_since = None;
+            } else if !m.alive {
+                // A dead process refuses; a paused or fenced one does not
+                // answer OK, which proves nothing.
+                f.refused_since = Some(t);
             }
             f.report = m.acks.then_some(MemberReport {
                 applied: m.applied,
@@ -771,6 +856,17 @@ impl World {
                 weight: 1,
             });
         }
+        // The plan and its write follow 0 to 40 ms later.
+        let lag = ms(self.delay().as_millis() as u64 / 100 * 10);
+        if lag.is_zero() {
+            self.plan_and_write();
+        } else {
+            self.write_due = Some(t + lag);
+        }
+    }
+
+    fn plan_and_write(&mut self) {
+        let t = self.t;
         let live: BTreeSet<String> = self
             .members
             .iter()
@@ -827,6 +923,7 @@ impl World {
 
     fn failover(&mut self, gap: Duration) {
         self.facts.clear();
+        self.write_due = None;
         self.verify = true;
         self.holder_back = self.t + gap;
         // The new holder waits from when it read the transit entries.
@@ -870,6 +967,21 @@ proptest! {
                 Op::Kill(i) => {
                     if let Some(m) = w.members.get_mut(i) {
                         m.alive = false;
+                    }
+                }
+                Op::Restart(i) => {
+                    let dead: Vec<usize> = (0..w.members.len()).filter(|&j| !w.members[j].alive).collect();
+                    if !dead.is_empty() {
+                        w.members[dead[i % dead.len()]].restart(t);
+                    }
+                }
+                Op::KillAndRestart(i, d) => {
+                    if !w.members.is_empty() {
+                        let i = i % w.members.len();
+                        w.members[i].alive = false;
+                        w.run(ms(d));
+                        let t = w.t;
+                        w.members[i].restart(t);
                     }
                 }
                 // Only members of the protocol may pause or lose Redis: an

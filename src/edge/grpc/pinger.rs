@@ -92,6 +92,13 @@ pub struct PingReport {
     /// When the answer (or the failure) came: a member that answered was
     /// alive at some instant before this one (the handoff counts from it).
     pub at: Instant,
+    /// For a ping on a connection of its own ([`Pinger::probe`]): the
+    /// instant before that connection was opened. A refusal then says that
+    /// nothing listened at some instant after this one, which releases a
+    /// handoff whose revoking write was done before it (`core::handoff`).
+    /// `None` on the cached channel, whose refusal may come from a
+    /// connection attempt begun before the ping.
+    pub opened: Option<Instant>,
 }
 
 /// Pings in flight, as they complete.
@@ -292,6 +299,7 @@ impl Pinger {
                             member,
                             result,
                             at: Instant::now(),
+                            opened: None,
                         }
                     }
                     .in_current_span(),
@@ -411,6 +419,7 @@ mod tests {
             member: "b:1".into(),
             result: Ok(Duration::from_millis(1)),
             at: Instant::now(),
+            opened: None,
         };
         set.push(PingTask::new("b:1".into(), tokio::spawn(async move { ok })));
         let mut done: Vec<(String, bool)> = Vec::new();
