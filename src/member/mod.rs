@@ -26,10 +26,15 @@
 //! - registration is one Lua script (`LPOS` then `LPUSH`): atomic and
 //!   idempotent; it re-registers periodically (healing a Redis that lost its
 //!   data), and re-writes its report with it;
+//! - it serves pings before its first read of the table and for as long as
+//!   it holds a unit (the holder takes a refused connection as proof that
+//!   nothing works on the member's units): should its server end on its
+//!   own, every hold ends at once and the member stops;
 //! - [`Member::drain`] hands every unit over through the holder before it
 //!   deregisters (bounded by the drain timeout); [`Member::shutdown`] and
 //!   dropping stop every unit first, then deregister and stop serving; a
-//!   crashed member (or [`Member::abort`]) simply stops answering.
+//!   crashed member (or [`Member::abort`], which ends every hold at once)
+//!   simply stops answering.
 
 mod follow;
 mod handoff;
@@ -271,8 +276,10 @@ impl Member {
         health
             .set_serving::<GrpcPingerServer<PingResponder>>()
             .await;
+        let (mode, mode_rx) = watch::channel(Mode::Run);
         let server = {
             let serving = serving.clone();
+            let (shared, mode) = (shared.clone(), mode.clone());
             // No Nagle: a ping is one tiny frame each way, and delaying it costs ~40 ms.
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -285,14 +292,25 @@ impl Member {
                         serving.cancelled(),
                     )
                     .await;
-                if let Err(e) = result {
-                    tracing::warn!(error = %e, "member gRPC server failed");
+                if serving.is_cancelled() {
+                    return;
                 }
+                // Nothing listens on the address any more while the member
+                // runs. The holder takes a refused connection as proof that
+                // nothing works on its units and may grant them at once:
+                // every hold ends now, and the member stops.
+                let error = result.err().map(|e| e.to_string());
+                tracing::error!(
+                    ?error,
+                    "member gRPC server ended: every unit is stopped and the member stops"
+                );
+                shared.lock().stop(Instant::now());
+                shared.wake.notify_one();
+                mode.send_replace(Mode::Stop);
             })
         };
 
         let (tx, rx) = watch::channel(Assignment::default());
-        let (mode, mode_rx) = watch::channel(Mode::Run);
         let follow = Follower {
             store,
             opts,
@@ -373,9 +391,12 @@ impl Member {
         self.join().await;
     }
 
-    /// Stops at once, like a crash: no revocation, no deregistration,
-    /// connections refused.
+    /// Stops at once, like a crash: no revocation call, no deregistration,
+    /// connections refused. Every hold ends now ([`Member::holds`] and
+    /// [`Hold::check`] fail from this call on): once its connection is
+    /// refused, the holder may grant the units at once.
     pub fn abort(mut self) {
+        self.shared.lock().stop(Instant::now());
         if let Some(t) = self.server.take() {
             t.abort();
         }

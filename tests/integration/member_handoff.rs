@@ -324,6 +324,35 @@ async fn units_are_acquired_after_the_start_report_and_a_ping() {
     member.shutdown().await;
 }
 
+/// `abort` is a crash as the holder sees it: connections to the address are
+/// refused, and the holder may grant the units at once. So every hold ends
+/// with the call, not at the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_ends_every_hold_at_once() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 5, &[(&id, "a,b")]).await;
+    let member = Member::start(options(&redis, port)).await.unwrap();
+    let _pinger = Pinger::start(&id);
+    wait_for("a held", Duration::from_secs(5), || {
+        let held = member.holds("a").is_some();
+        async move { held }
+    })
+    .await;
+    let hold = member.hold("a").unwrap();
+    assert_eq!(hold.check(), Ok(FencingToken(5)));
+    let started = Instant::now();
+    member.abort();
+    assert!(hold.check().is_err(), "the hold ended with abort");
+    assert!(started.elapsed() < DEADLINE, "well before the deadline");
+    wait_for("connections refused", Duration::from_secs(5), || {
+        let id = id.clone();
+        async move { tokio::net::TcpStream::connect(&id).await.is_err() }
+    })
+    .await;
+}
+
 /// A slow revocation: the assignment drops the unit and its hold ends when
 /// the revocation starts; the report of the generation that took it is
 /// written only after the application returned; the generation's new unit is
