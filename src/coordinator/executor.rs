@@ -182,6 +182,20 @@ impl Executor {
         }
     }
 
+    /// Keeps a probe's refusal for the next handoff cycle, which runs once
+    /// every probe of the window answered.
+    fn queue_refusal(&mut self, member: String, failure: PingFailure, opened: Instant) {
+        let now = Instant::now();
+        self.refused.push(PingReport {
+            member,
+            result: Err(failure),
+            at: now,
+            opened: Some(opened),
+        });
+        // (A full cycle may have closed the window meanwhile.)
+        self.refusals_due.get_or_insert(now);
+    }
+
     /// Changes the status and keeps the gauges in step with it.
     fn update(&self, f: impl FnOnce(&mut Status)) {
         self.status.send_modify(|s| {
@@ -354,14 +368,7 @@ impl Executor {
                             // write: a handoff cycle releases its units.
                             Err(failure @ PingFailure::Refused(_)) => {
                                 tracing::debug!(member, "a gone member is refused after the write that revoked its units");
-                                let now = Instant::now();
-                                self.refused.push(PingReport {
-                                    member,
-                                    result: Err(failure),
-                                    at: now,
-                                    opened: Some(opened),
-                                });
-                                self.refusals_due.get_or_insert(now);
+                                self.queue_refusal(member, failure, opened);
                             }
                             // A new process answers on the address (or it
                             // cannot be reached): its units wait for its
@@ -393,15 +400,7 @@ impl Executor {
                         Err(failure @ PingFailure::Refused(_)) => {
                             self.metrics.connection_closed(failure.reason());
                             tracing::debug!(member, %failure, "a member's connection ended and it is refused; failing it now");
-                            let now = Instant::now();
-                            self.refused.push(PingReport {
-                                member,
-                                result: Err(failure),
-                                at: now,
-                                opened: Some(opened),
-                            });
-                            // (A full cycle may have closed the window meanwhile.)
-                            self.refusals_due.get_or_insert(now);
+                            self.queue_refusal(member, failure, opened);
                             continue;
                         }
                         // Silent or unavailable: a full cycle looks at everyone.
