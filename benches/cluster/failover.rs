@@ -15,7 +15,14 @@
 //! SIGKILL and SIGTERM at ping timeouts of 500 ms and 1 s: the time to the new
 //! holder's first cycle, how many pings of its first seconds fail, and whether
 //! the table loses rows or is rewritten (it should not: same members, same
-//! units).
+//! units). `BENCH_FAILOVER_LARGE_TRIALS=k,t` sets how many SIGKILL and SIGTERM
+//! trials run (default 3,2). A standby's first warm round starts five polls
+//! after it starts, and each trial respawns the replica it stopped, so by
+//! default most of these handovers go to a standby a few seconds old whose
+//! channels are still cold; `BENCH_FAILOVER_STANDBY_AGE_MS` (e.g. 15000) makes
+//! each trial wait until the standby has run that long. Each trial notes the
+//! standby's age and the signal's wall-clock time (to line up with the
+//! replicas' logs and traces).
 //!
 //! SIGKILL lands at a random point of the renewal period, so the lease has
 //! between TTL - renew interval and TTL left; standbys do not wait for it:
@@ -40,6 +47,8 @@ struct Cluster {
     redis: RedisServer,
     conn: redis::aio::MultiplexedConnection,
     replicas: Vec<Replica>,
+    /// When each of `replicas` was started.
+    started: Vec<Instant>,
     timing: Timing,
     /// Replica names are `{prefix}-{n}`, n counting every process started.
     prefix: String,
@@ -59,6 +68,7 @@ impl Cluster {
             redis,
             conn,
             replicas: Vec::new(),
+            started: Vec::new(),
             timing,
             prefix,
             spawned: 0,
@@ -66,6 +76,7 @@ impl Cluster {
         for _ in 0..replicas {
             let r = c.spawn();
             c.replicas.push(r);
+            c.started.push(Instant::now());
         }
         c
     }
@@ -78,6 +89,7 @@ impl Cluster {
 
     fn respawn(&mut self, i: usize) {
         self.replicas[i] = self.spawn();
+        self.started[i] = Instant::now();
     }
 
     async fn holder(&mut self) -> Option<usize> {
@@ -172,7 +184,13 @@ async fn large_fleet(ping_timeout: Duration) {
     note(&label);
     let prefix = format!("big-{}", ping_timeout.as_millis());
     let mut c = Cluster::start(redis, conn, timing, prefix, 2);
-    for (signal, trials) in [("SIGKILL", 3), ("SIGTERM", 2)] {
+    // BENCH_FAILOVER_LARGE_TRIALS=k,t: SIGKILL and SIGTERM trials (default 3,2).
+    let trials: Vec<usize> = std::env::var("BENCH_FAILOVER_LARGE_TRIALS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .filter(|v: &Vec<usize>| v.len() == 2)
+        .unwrap_or_else(|| vec![3, 2]);
+    for (signal, trials) in [("SIGKILL", trials[0]), ("SIGTERM", trials[1])] {
         large_fleet_trials(&mut c, signal, trials, ping_timeout).await;
     }
     drop(c);
@@ -197,6 +215,23 @@ async fn large_fleet_trials(c: &mut Cluster, signal: &str, trials: usize, ping_t
         }
         let h = c.settled().await;
         let s = 1 - h;
+        // BENCH_FAILOVER_STANDBY_AGE_MS: wait until the standby has run that
+        // long (its first warm round starts 5 polls after it started), so
+        // that the handover is to a standby with warm channels. Default 0: a
+        // standby respawned by the last trial may not have warmed yet.
+        let min_age = std::env::var("BENCH_FAILOVER_STANDBY_AGE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::ZERO, Duration::from_millis);
+        let age = c.started[s].elapsed();
+        if age < min_age {
+            tokio::time::sleep(min_age - age).await;
+        }
+        note(&format!(
+            "failover: {signal}: standby {} has run {} ms",
+            c.replicas[s].name,
+            c.started[s].elapsed().as_millis()
+        ));
         let port = c.replicas[s].http_port;
         let samples = scrape(port).await.unwrap_or_default();
         let cycles0 =
@@ -206,6 +241,7 @@ async fn large_fleet_trials(c: &mut Cluster, signal: &str, trials: usize, ping_t
         let hist0 = cycle_histogram(port).await.unwrap_or_default();
         let e0 = c.epoch().await;
         let mut acquired = None;
+        let wall0 = std::time::SystemTime::now();
         let t0 = Instant::now();
         if signal == "SIGKILL" {
             c.replicas[h].proc.kill();
@@ -222,6 +258,13 @@ async fn large_fleet_trials(c: &mut Cluster, signal: &str, trials: usize, ping_t
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         };
+        note(&format!(
+            "failover: {signal} sent at unix {:.6} s; first cycle after {first:.1} ms",
+            wall0
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64()
+        ));
         to_cycle.push(first);
         to_acquire.push(acquired.unwrap_or(first));
         // The new holder's own measure of its first cycle (read, ping, solve, write).
