@@ -161,6 +161,9 @@ pub enum StartError {
     /// configuration is checked before).
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The pings' runtime could not be started (threads refused).
+    #[error("cannot start the ping runtime: {0}")]
+    PingRuntime(#[source] std::io::Error),
 }
 
 /// A TLS file that cannot be used.

@@ -40,7 +40,12 @@ impl Distributor {
     /// break the holder's safety rule, are.
     pub fn start(config: Config) -> Result<Distributor, StartError> {
         check_timing(&config).map_err(StartError::Config)?;
-        let mut pinger = Pinger::new(config.ping_timeout, Some(config.keepalive));
+        // Pings on threads of their own: a round of thousands must not queue
+        // ahead of the cycle and the lease renewals (edge/grpc/pinger.rs).
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        let mut pinger = Pinger::new(config.ping_timeout, Some(config.keepalive))
+            .on_own_runtime(threads)
+            .map_err(StartError::PingRuntime)?;
         if let Some(tls) = &config.ping_tls {
             pinger = pinger.with_tls(crate::edge::tls::ping_client(
                 &tls.files,

@@ -154,6 +154,27 @@ pub struct Pinger {
     tls: Option<ClientTlsConfig>,
     /// Where connections report their close (see `closes.rs`), if watched.
     hints: Option<CloseHints>,
+    /// The runtime pings run on, if they have one of their own (see
+    /// [`Pinger::on_own_runtime`]).
+    runtime: Option<Arc<PingRuntime>>,
+}
+
+/// A runtime for pings alone. Every ping and every connection task it opens
+/// runs there, so that a round of thousands of pings never queues ahead of
+/// the holder's cycle and lease renewals on the replica's runtime: measured
+/// at 10,000 members, a new holder's cycle waited 0.6–1.3 s behind its own
+/// ping tasks, well past its 50 ms grace (BENCHMARKS.md section 11). The
+/// operating system shares the cores between the two runtimes' threads.
+struct PingRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for PingRuntime {
+    fn drop(&mut self) {
+        // Never blocks (a runtime dropped in async context would panic):
+        // pings still running are dropped with it.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl Pinger {
@@ -165,7 +186,47 @@ impl Pinger {
             keepalive,
             tls: None,
             hints: None,
+            runtime: None,
         }
+    }
+
+    /// Runs every ping, and the connections they open, on a runtime of its
+    /// own with `threads` worker threads (named `distributor-ping`).
+    pub fn on_own_runtime(mut self, threads: usize) -> std::io::Result<Pinger> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("distributor-ping")
+            .enable_all()
+            .build()?;
+        self.runtime = Some(Arc::new(PingRuntime(Some(rt))));
+        Ok(self)
+    }
+
+    /// Spawns `f` where pings run.
+    fn spawn<F>(&self, f: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self.runtime.as_ref().and_then(|r| r.0.as_ref()) {
+            Some(rt) => rt.spawn(f),
+            None => tokio::spawn(f),
+        }
+    }
+
+    /// Runs `f` where pings run and awaits it; a ping cut short by the
+    /// runtime's shutdown is unavailable.
+    async fn run<F>(&self, f: F) -> Result<Duration, PingFailure>
+    where
+        F: Future<Output = Result<Duration, PingFailure>> + Send + 'static,
+    {
+        if self.runtime.is_none() {
+            return f.await;
+        }
+        use tracing::Instrument as _;
+        self.spawn(f.in_current_span())
+            .await
+            .unwrap_or_else(|_| Err(PingFailure::Unavailable("the ping runtime stopped".into())))
     }
 
     /// Watches every connection this pinger opens from now on: a member
@@ -250,6 +311,12 @@ impl Pinger {
 
     /// Pings one member, bounded by the ping timeout.
     pub async fn ping(&self, member: &str) -> Result<Duration, PingFailure> {
+        let (this, member) = (self.clone(), member.to_string());
+        self.run(async move { this.ping_here(&member).await }).await
+    }
+
+    /// [`Pinger::ping`] on the current runtime.
+    async fn ping_here(&self, member: &str) -> Result<Duration, PingFailure> {
         let (channel, answered) = self.channel(member)?;
         // A first contact also opens the connection (and TLS): thousands of
         // them at once, as when a new holder takes over, take longer than a
@@ -279,8 +346,9 @@ impl Pinger {
     /// connections (hyper may still be tearing the old one down), and its
     /// answer would say more about that than about the member.
     pub async fn probe(&self, member: &str) -> Result<Duration, PingFailure> {
-        let channel = self.endpoint(member)?.connect_lazy();
-        call(channel, self.timeout).await
+        let (endpoint, timeout) = (self.endpoint(member)?, self.timeout);
+        self.run(async move { call(endpoint.connect_lazy(), timeout).await })
+            .await
     }
 
     /// Pings every member concurrently, each in its own task (in the current
@@ -292,9 +360,9 @@ impl Pinger {
             .iter()
             .map(|m| {
                 let (pinger, member) = (self.clone(), m.clone());
-                let handle = tokio::spawn(
+                let handle = self.spawn(
                     async move {
-                        let result = pinger.ping(&member).await;
+                        let result = pinger.ping_here(&member).await;
                         PingReport {
                             member,
                             result,
