@@ -89,7 +89,8 @@ async fn wd_once(port: u16, method: &str, path: &str, body: Option<Value>) -> Va
 }
 
 /// A chromedriver process with one headless Chromium session; both end on
-/// drop.
+/// drop, with every browser process (chromedriver leads their process
+/// group: a test that panics must not leave a browser behind).
 pub struct Driver {
     child: Child,
     port: u16,
@@ -100,8 +101,10 @@ impl Driver {
     /// A new chromedriver and a fresh browser (empty cache, no cookies).
     pub async fn start() -> Driver {
         let port = super::free_port();
+        use std::os::unix::process::CommandExt;
         let child = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -187,17 +190,18 @@ impl Driver {
         base64_decode(png.as_str().expect("a base64 screenshot"))
     }
 
-    pub async fn quit(mut self) {
+    /// Closes the session (the browser exits), then ends chromedriver.
+    pub async fn quit(self) {
         let path = format!("/session/{}", self.session);
         let _ = wd(self.port, "DELETE", &path, None).await;
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SAFETY: kill(2) of the process group this driver's chromedriver
+        // leads (its id is the group's), not yet reaped.
+        unsafe { libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }
