@@ -300,7 +300,8 @@ async fn status_and_table_json_are_the_api_s_documents() {
     fleet.members[2].take().unwrap().abort();
 
     // Settled: three live, the heavy one with 3/5 of the units, one failed,
-    // nothing in transit. Nothing writes after that.
+    // nothing in transit, both replicas counted by the census. Nothing
+    // writes after that but the census steps (their time fields).
     let member = |doc: &Value, id: &str| -> Value {
         doc["members"]
             .as_array()
@@ -311,14 +312,17 @@ async fn status_and_table_json_are_the_api_s_documents() {
             .unwrap_or(Value::Null)
     };
     wait_for(
-        "3 live, 1 failed, weights applied, nothing in transit",
+        "3 live, 1 failed, weights applied, nothing in transit, a census of 2",
         Duration::from_secs(20),
         || async {
             let s = cli_json(&url, &["status", "--json"]);
+            let census = s["replicas"].as_array().unwrap();
             s["groups"][0]["live"] == 3
                 && s["groups"][0]["failed"] == 1
                 && s["in_transit"] == 0
                 && member(&s, &heavy)["units"] == 18
+                && census.len() == 2
+                && census.iter().all(|r| r["replicas"] == 2)
         },
     )
     .await;
