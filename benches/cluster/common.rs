@@ -452,6 +452,77 @@ pub fn unit_names(n: usize) -> Vec<String> {
 }
 
 // ---------------------------------------------------------------------------
+// A table state written through the library, as a holder writes it
+
+/// Takes the lease as `holder` for 10 minutes with the library's own
+/// acquisition: no replica writes meanwhile.
+pub async fn hold_lease(
+    store: &distributor::edge::redis::Store,
+    holder: &str,
+) -> distributor::edge::redis::LeaseGrant {
+    use distributor::edge::redis::{Acquisition, Claim};
+    let claim = Claim {
+        ttl: Duration::from_secs(600),
+        epoch_floor: 0,
+        generation_floor: 0,
+        holder_id: holder,
+        now_ms: distributor::unix_ms(),
+        failure_threshold: 1,
+        takeover: None,
+    };
+    match store.acquire(&claim).await.unwrap() {
+        Acquisition::Acquired(g) => g,
+        other => panic!("lease not acquired: {other:?}"),
+    }
+}
+
+/// Writes `table` (`None`: only the liveness changes `health`) as `holder`
+/// with `grant`, through the library's fenced commit, as a holder's cycle
+/// does (ring mode, nothing in transit).
+pub async fn commit_as(
+    store: &distributor::edge::redis::Store,
+    grant: &distributor::edge::redis::LeaseGrant,
+    holder: &str,
+    table: Option<&distributor::MatchingTable>,
+    health: &distributor::core::liveness::HealthChanges,
+) -> Result<distributor::edge::redis::Committed, distributor::StoreError> {
+    store
+        .commit(
+            grant,
+            &distributor::edge::redis::Commit {
+                table,
+                health,
+                suspects: &distributor::core::suspicion::NO_SUSPECTS,
+                transit: None,
+                generation_floor: 0,
+                holder_id: holder,
+                now_ms: distributor::unix_ms(),
+                assignment: "ring",
+                last_change: None,
+            },
+        )
+        .await
+}
+
+/// The inputs of the one group [`SERVICES`]: `members` and `units`, sorted.
+pub fn one_group(members: &[String], units: &[String]) -> distributor::core::inputs::Inputs {
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v
+    };
+    distributor::core::inputs::Inputs {
+        groups: vec![distributor::core::inputs::Group {
+            name: SERVICES.into(),
+            members: sorted(members),
+            malformed: vec![],
+        }],
+        units: sorted(units),
+        rejections: vec![],
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Child processes
 
 /// A child process that is SIGKILLed and reaped on drop.
@@ -614,6 +685,11 @@ pub struct Replica {
 }
 
 pub fn spawn_replica(redis_url: &str, name: &str, t: &Timing) -> Replica {
+    spawn_replica_with(redis_url, name, t, &[])
+}
+
+/// [`spawn_replica`] with `extra` flags after the others (e.g. `-http-ui`).
+pub fn spawn_replica_with(redis_url: &str, name: &str, t: &Timing, extra: &[&str]) -> Replica {
     let http_port = free_port();
     let log = std::fs::File::create(log_dir().join(format!("{name}.log"))).unwrap();
     let child = Command::new(distributor_bin())
@@ -632,6 +708,7 @@ pub fn spawn_replica(redis_url: &str, name: &str, t: &Timing) -> Replica {
             format!("-replica-id={name}"),
             format!("-http-addr=127.0.0.1:{http_port}"),
         ])
+        .args(extra)
         // BENCH_REPLICA_LOG (e.g. `info`) to see a replica's cycles.
         .env(
             "RUST_LOG",

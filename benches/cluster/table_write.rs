@@ -15,9 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use distributor::MatchingTable;
-use distributor::core::inputs::{Group, Inputs};
 use distributor::core::liveness::{Health, HealthChanges};
-use distributor::edge::redis::{Acquisition, Claim, Commit, Committed, Store};
+use distributor::edge::redis::{Committed, Store};
 use tokio::time::Instant;
 
 use crate::common::*;
@@ -31,37 +30,13 @@ pub async fn run() {
     let redis = redis_server();
     let mut conn = redis.conn().await;
     let store = Store::open(&redis.url(), TABLE, Duration::from_secs(1)).unwrap();
-    let claim = Claim {
-        ttl: Duration::from_secs(600),
-        epoch_floor: 0,
-        generation_floor: 0,
-        holder_id: "bench",
-        now_ms: distributor::unix_ms(),
-        failure_threshold: 1,
-        takeover: None,
-    };
-    let grant = match store.acquire(&claim).await.unwrap() {
-        Acquisition::Acquired(g) => g,
-        other => panic!("lease not acquired: {other:?}"),
-    };
+    let grant = hold_lease(&store, "bench").await;
 
     let mut members: Vec<String> = (0..MEMBERS)
         .map(|i| format!("10.{}.{}.{}:7000", i / 65_536, (i / 256) % 256, i % 256))
         .collect();
     members.sort();
-    let inputs = Inputs {
-        groups: vec![Group {
-            name: SERVICES.into(),
-            members: members.clone(),
-            malformed: vec![],
-        }],
-        units: {
-            let mut u = unit_names(UNITS_N);
-            u.sort();
-            u
-        },
-        rejections: vec![],
-    };
+    let inputs = one_group(&members, &unit_names(UNITS_N));
     let t = Instant::now();
     let full = MatchingTable::solve(&inputs, |_| true);
     let solve_full = t.elapsed();
@@ -107,22 +82,7 @@ pub async fn run() {
         let table = tables[trial % 2];
         let before = command_calls(&info(&mut conn, "commandstats").await);
         let t = Instant::now();
-        let r = store
-            .commit(
-                &grant,
-                &Commit {
-                    table: Some(table),
-                    health: &no_health,
-                    suspects: &distributor::core::suspicion::NO_SUSPECTS,
-                    transit: None,
-                    generation_floor: 0,
-                    holder_id: "bench",
-                    now_ms: distributor::unix_ms(),
-                    assignment: "ring",
-                    last_change: None,
-                },
-            )
-            .await;
+        let r = commit_as(&store, &grant, "bench", Some(table), &no_health).await;
         let took = t.elapsed();
         let after = command_calls(&info(&mut conn, "commandstats").await);
         match r {
@@ -178,22 +138,7 @@ pub async fn run() {
         removed: vec![],
     };
     let t = Instant::now();
-    let r = store
-        .commit(
-            &grant,
-            &Commit {
-                table: Some(&full),
-                health: &health,
-                suspects: &distributor::core::suspicion::NO_SUSPECTS,
-                transit: None,
-                generation_floor: 0,
-                holder_id: "bench",
-                now_ms: distributor::unix_ms(),
-                assignment: "ring",
-                last_change: None,
-            },
-        )
-        .await;
+    let r = commit_as(&store, &grant, "bench", Some(&full), &health).await;
     assert!(matches!(r, Ok(Committed::Written { .. })), "{r:?}");
     report_one(
         "table write: same, plus 10,000 liveness entries",
@@ -208,22 +153,7 @@ pub async fn run() {
         epoch: grant.epoch,
     };
     let t = Instant::now();
-    let r = store
-        .commit(
-            &stale,
-            &Commit {
-                table: Some(&short),
-                health: &no_health,
-                suspects: &distributor::core::suspicion::NO_SUSPECTS,
-                transit: None,
-                generation_floor: 0,
-                holder_id: "stale",
-                now_ms: distributor::unix_ms(),
-                assignment: "ring",
-                last_change: None,
-            },
-        )
-        .await;
+    let r = commit_as(&store, &stale, "stale", Some(&short), &no_health).await;
     let fenced = ms(t.elapsed());
     assert!(matches!(r, Ok(Committed::Fenced { .. })), "{r:?}");
     let digest: Option<String> = redis::cmd("HGET")

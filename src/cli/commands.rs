@@ -109,14 +109,24 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
                 .await
                 .context("failed to read the status")?;
             let report = report::status(&o, table, crate::unix_ms());
-            print(json, &report, report::render_status)?;
+            if json {
+                // `/api/status`'s document plus every member (`StatusJson`).
+                print_json(&report.json())?;
+            } else {
+                print!("{}", report::render_status(&report));
+            }
         }
         Command::Table { json } => {
             let o = store
                 .read_overview(&[], units_key)
                 .await
                 .context("failed to read the table")?;
-            print(json, &report::table(&o, table), report::render_table)?;
+            let report = report::table(&o, table);
+            if json {
+                print_json(&report)?;
+            } else {
+                print!("{}", report::render_table(&report));
+            }
         }
         Command::Services {
             op: ServicesOp::List { group },
@@ -263,16 +273,8 @@ fn render_weights(overrides: &[(String, String)], reports: &[(String, String)]) 
     }
     out
 }
-fn print<R: serde::Serialize>(
-    json: bool,
-    report: &R,
-    render: fn(&R) -> String,
-) -> anyhow::Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(report)?);
-    } else {
-        print!("{}", render(report));
-    }
+fn print_json(report: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(report)?);
     Ok(())
 }
 

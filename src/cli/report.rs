@@ -15,8 +15,10 @@ use crate::core::status::Overview;
 use crate::core::table::{MatchingTable, Moves, decode_row};
 
 /// What `distributor status` reports. `G` is how each group is shown: with
-/// its member lists ([`GroupReport`], the CLI's default) or as counts
-/// ([`GroupCounts`], the status page's [`StatusSummary`]).
+/// its member lists ([`GroupReport`], what the text rendering and the status
+/// page's change tracking read) or as counts ([`GroupCounts`]: the
+/// [`StatusSummary`] that `/api/status` serves and that `status --json`
+/// prints beside the member list, see [`StatusJson`]).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StatusReport<G = GroupReport> {
     pub table: String,
@@ -322,6 +324,18 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
 /// `/api/members`). Every other field is the report's, under the same name.
 pub type StatusSummary = StatusReport<GroupCounts>;
 
+/// What `distributor status --json` prints: `/api/status`'s `status`, field
+/// for field, and every member as `/api/members` lists them (the same rows in
+/// the same order), all at once instead of a page at a time. One document
+/// shape for the CLI and the API: a field never holds a list in one and a
+/// count in the other.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StatusJson {
+    #[serde(flatten)]
+    pub status: StatusSummary,
+    pub members: Vec<MemberRow>,
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct GroupCounts {
     pub name: String,
@@ -342,6 +356,14 @@ pub struct MemberRow {
 }
 
 impl StatusReport {
+    /// `distributor status --json` (see [`StatusJson`]).
+    pub fn json(&self) -> StatusJson {
+        StatusJson {
+            status: self.summary(),
+            members: self.member_rows(),
+        }
+    }
+
     pub fn summary(&self) -> StatusSummary {
         StatusReport {
             table: self.table.clone(),
@@ -557,12 +579,17 @@ pub fn render_status(r: &StatusReport) -> String {
     out
 }
 
+/// What `distributor table` reports: the matching table's rows. A member's
+/// fields are named as in `/api/members` and `status --json` (`id`, `units`,
+/// `weight`), and `total` counts the rows as `/api/members`' `total` counts
+/// its list.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TableReport {
     pub table: String,
     pub generation: u64,
     pub rows: Vec<TableRow>,
-    pub members: usize,
+    /// Rows (members with a row: the live ones).
+    pub total: usize,
     pub assignments: usize,
     pub min: usize,
     pub max: usize,
@@ -574,7 +601,7 @@ pub struct TableReport {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TableRow {
-    pub member: String,
+    pub id: String,
     pub units: usize,
     /// Percent of all assignments.
     pub share: f64,
@@ -595,7 +622,7 @@ pub fn table(o: &Overview, table_key: &str) -> TableReport {
     let rows = counts
         .iter()
         .map(|(m, n)| TableRow {
-            member: m.to_string(),
+            id: m.to_string(),
             units: *n,
             weight: o.weight(m),
             share: if assignments == 0 {
@@ -615,7 +642,7 @@ pub fn table(o: &Overview, table_key: &str) -> TableReport {
             .and_then(|g| g.parse().ok())
             .unwrap_or(0),
         rows,
-        members: counts.len(),
+        total: counts.len(),
         assignments,
         min,
         max,
@@ -633,12 +660,12 @@ pub fn render_table(r: &TableReport) -> String {
     for row in &r.rows {
         out += &format!(
             "{:<32} {:>8} {:>7.2}% {:>7}\n",
-            row.member, row.units, row.share, row.weight
+            row.id, row.units, row.share, row.weight
         );
     }
     out += &format!(
         "{} members, {} assignments, min {} max {} (balance {}), generation {}\n",
-        r.members, r.assignments, r.min, r.max, r.balance, r.generation
+        r.total, r.assignments, r.min, r.max, r.balance, r.generation
     );
     out += &assignment_text(&r.assignment, &r.last_change);
     out
@@ -694,25 +721,27 @@ mod tests {
     }
 
     #[test]
-    fn the_api_summary_is_status_json_with_members_counted() {
+    fn status_json_is_the_api_summary_plus_every_member_row() {
         let r = status(&overview(), "t", 10_000);
-        let full = serde_json::to_value(&r).unwrap();
+        let json = serde_json::to_value(r.json()).unwrap();
         let summary = serde_json::to_value(r.summary()).unwrap();
-        let (full, summary) = (full.as_object().unwrap(), summary.as_object().unwrap());
-        assert_eq!(
-            full.keys().collect::<Vec<_>>(),
-            summary.keys().collect::<Vec<_>>()
-        );
+        let (json, summary) = (json.as_object().unwrap(), summary.as_object().unwrap());
+        // The summary's fields and the members: nothing else.
+        let mut keys: Vec<&str> = summary.keys().map(String::as_str).collect();
+        keys.push("members");
+        keys.sort();
+        assert_eq!(json.keys().map(String::as_str).collect::<Vec<_>>(), keys);
         for (k, v) in summary {
-            if k != "groups" {
-                assert_eq!(&full[k], v, "{k}");
-            }
+            assert_eq!(&json[k], v, "{k}");
         }
+        // Groups counted, as /api/status counts them.
         for (g, counts) in r.groups.iter().zip(r.summary().groups) {
             assert_eq!((g.live.len(), g.failed.len()), (counts.live, counts.failed));
         }
-        // Every member once, as status --json shows it, with its group.
+        assert_eq!(json["groups"][0]["live"], 2);
+        // Every member once, as /api/members shows it, with its group.
         let rows = r.member_rows();
+        assert_eq!(json["members"], serde_json::to_value(&rows).unwrap());
         let n: usize = r.groups.iter().map(|g| g.live.len() + g.failed.len()).sum();
         assert_eq!(rows.len(), n);
         let row = serde_json::to_value(&rows[0]).unwrap();
@@ -724,6 +753,8 @@ mod tests {
         for (k, v) in serde_json::to_value(m).unwrap().as_object().unwrap() {
             assert_eq!(&row[k], v, "{k}");
         }
+        let live = r.groups[0].live.iter().any(|l| l.id == m.id);
+        assert_eq!((&row["group"], &row["live"]), (&"g".into(), &live.into()));
     }
 
     #[test]
@@ -850,7 +881,7 @@ mod tests {
     #[test]
     fn table_report_counts_shares_and_balance() {
         let r = table(&overview(), "t");
-        assert_eq!(r.members, 2);
+        assert_eq!(r.total, 2);
         assert_eq!(r.assignments, 3);
         assert_eq!((r.min, r.max, r.balance), (1, 2, 1));
         assert!((r.rows[0].share - 66.666).abs() < 0.01);

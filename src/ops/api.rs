@@ -9,7 +9,11 @@
 //! read by one background task, with the store call `distributor status`
 //! uses, at most once per [`MIN_READ_GAP`] and only when the generation this
 //! replica saw moved or [`MAX_READ_GAP`] passed: browsers share that view, so
-//! any number of them costs Redis nothing more.
+//! any number of them costs Redis nothing more. That read and the report
+//! built from it grow with the units (the whole units list and table), and
+//! the replica may be the holder: the report is built off the runtime, and
+//! the reader pauses at least [`READ_GAP_FACTOR`] times as long as its last
+//! read took, so it is busy a tenth of the time at most.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -33,8 +37,16 @@ pub const MEMBERS_PER_CHANGE: usize = 20;
 /// Redis is read at most this often.
 pub const MIN_READ_GAP: Duration = Duration::from_secs(1);
 /// ... and at least this often, for what moves without a new generation
-/// (liveness, reports, the census).
+/// (liveness, reports, the census), unless reads are slow (below).
 pub const MAX_READ_GAP: Duration = Duration::from_secs(5);
+/// After a read that took `d` (Redis, decoding, the report), the next one
+/// starts `READ_GAP_FACTOR × d` later at the earliest.
+pub const READ_GAP_FACTOR: u32 = 10;
+
+/// How long the reader waits at least after a read that took `took`.
+pub fn read_gap(took: Duration) -> Duration {
+    MIN_READ_GAP.max(took * READ_GAP_FACTOR)
+}
 
 /// What this replica is, as its coordinator last saw it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -207,6 +219,8 @@ pub fn change(before: &StatusReport, after: &StatusReport, now_ms: u64) -> Optio
 #[derive(Default)]
 struct View {
     report: Option<Arc<StatusReport>>,
+    /// `report`'s members, sorted once per read, not once per request.
+    members: Option<Arc<Members>>,
     read_at_ms: Option<u64>,
     read_error: Option<String>,
     changes: VecDeque<Change>,
@@ -247,16 +261,30 @@ impl Api {
         let table = store.keys().table.clone();
         loop {
             let seen = status.borrow_and_update().generation;
+            let started = tokio::time::Instant::now();
             match store.read_overview(&services, &units_key).await {
                 Ok(o) => {
-                    let now = crate::unix_ms();
-                    let report = Arc::new(report::status(&o, &table, now));
+                    let before = self.view.lock().expect("api view lock").report.clone();
+                    let table = table.clone();
+                    // At 1,000,000 units this is hundreds of ms of CPU (every
+                    // unit validated as the daemon does): not on the runtime
+                    // that the holder's lease renewals and pings run on.
+                    let (report, members, c, now) = tokio::task::spawn_blocking(move || {
+                        let now = crate::unix_ms();
+                        let report = Arc::new(report::status(&o, &table, now));
+                        let members = Arc::new(Members::of(&report));
+                        let c = before.and_then(|b| change(&b, &report, now));
+                        (report, members, c, now)
+                    })
+                    .await
+                    .expect("the status page's report panicked");
                     let mut v = self.view.lock().expect("api view lock");
-                    if let Some(c) = v.report.as_ref().and_then(|b| change(b, &report, now)) {
+                    if let Some(c) = c {
                         v.changes.push_front(c);
                         v.changes.truncate(CHANGES_KEPT);
                     }
                     v.report = Some(report);
+                    v.members = Some(members);
                     v.read_at_ms = Some(now);
                     v.read_error = None;
                 }
@@ -265,10 +293,11 @@ impl Api {
                         Some(format!("redis error ({})", e.kind()));
                 }
             }
-            tokio::time::sleep(MIN_READ_GAP).await;
+            let gap = read_gap(started.elapsed());
+            tokio::time::sleep(gap).await;
             // Until the generation moves, or MAX_READ_GAP.
             let _ = tokio::time::timeout(
-                MAX_READ_GAP - MIN_READ_GAP,
+                MAX_READ_GAP.saturating_sub(gap),
                 status.wait_for(|s| s.generation != seen),
             )
             .await;
@@ -289,8 +318,8 @@ impl Api {
     /// Page `page` (1-based; 0 counts as 1) of `per_page` members (at most
     /// [`MAX_PER_PAGE`]; 0 counts as [`DEFAULT_PER_PAGE`]).
     pub fn members(&self, page: usize, per_page: usize) -> MembersPage {
-        let report = self.view.lock().expect("api view lock").report.clone();
-        page_of(report.as_deref(), page, per_page)
+        let members = self.view.lock().expect("api view lock").members.clone();
+        page_of(members.as_deref(), page, per_page)
     }
 
     pub fn changes(&self) -> Changes {
@@ -302,25 +331,43 @@ impl Api {
     }
 }
 
+/// A report's members in `/api/members` order ([`StatusReport::member_rows`]),
+/// built once per read: a request then costs one page, not every member.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Members {
+    pub generation: u64,
+    pub rows: Vec<MemberRow>,
+}
+
+impl Members {
+    pub fn of(report: &StatusReport) -> Members {
+        Members {
+            generation: report.generation,
+            rows: report.member_rows(),
+        }
+    }
+}
+
 /// One page of a report's members (see [`Api::members`]).
-pub fn page_of(report: Option<&StatusReport>, page: usize, per_page: usize) -> MembersPage {
+pub fn page_of(members: Option<&Members>, page: usize, per_page: usize) -> MembersPage {
     let per_page = match per_page {
         0 => DEFAULT_PER_PAGE,
         n => n.min(MAX_PER_PAGE),
     };
     let page = page.max(1);
-    let rows = report.map(StatusReport::member_rows).unwrap_or_default();
+    let rows = members.map_or(&[][..], |m| &m.rows);
     let total = rows.len();
     MembersPage {
         page,
         per_page,
         total,
         pages: total.div_ceil(per_page),
-        generation: report.map_or(0, |r| r.generation),
+        generation: members.map_or(0, |m| m.generation),
         members: rows
-            .into_iter()
+            .iter()
             .skip((page - 1).saturating_mul(per_page))
             .take(per_page)
+            .cloned()
             .collect(),
     }
 }
@@ -415,14 +462,28 @@ mod tests {
         let r = report(9, &live, &[]);
         let size = |v: &dyn erased::Json| v.len();
         let status = size(&r.summary());
-        let page = size(&page_of(Some(&r), 1, 0));
-        let biggest = size(&page_of(Some(&r), 1, MAX_PER_PAGE));
+        let members = Members::of(&r);
+        let page = size(&page_of(Some(&members), 1, 0));
+        let biggest = size(&page_of(Some(&members), 1, MAX_PER_PAGE));
+        // The most /api/changes holds: CHANGES_KEPT changes that each moved
+        // units of every member (a rebalance), MEMBERS_PER_CHANGE listed.
+        let moved: Vec<(&str, usize)> = live.iter().map(|(id, n)| (*id, n + 1)).collect();
+        let c = change(&r, &report(10, &moved, &[]), 1).unwrap();
+        assert_eq!(
+            (c.members.len(), c.members_changed),
+            (MEMBERS_PER_CHANGE, 10_000)
+        );
+        let changes = size(&Changes {
+            kept: CHANGES_KEPT,
+            changes: vec![c; CHANGES_KEPT],
+        });
         eprintln!(
-            "10,000 members: /api/status {status} B, /api/members default page {page} B, largest page {biggest} B"
+            "10,000 members: /api/status {status} B, /api/members default page {page} B, largest page {biggest} B, /api/changes at most {changes} B"
         );
         assert!(status < 2_000, "{status}");
         assert!(page < 30_000, "{page}");
         assert!(biggest < 150_000, "{biggest}");
+        assert!(changes < 300_000, "{changes}");
     }
 
     mod erased {
@@ -437,10 +498,18 @@ mod tests {
     }
 
     #[test]
+    fn slow_reads_are_spaced_out() {
+        assert_eq!(read_gap(Duration::from_millis(5)), MIN_READ_GAP);
+        assert_eq!(read_gap(Duration::from_millis(400)), Duration::from_secs(4));
+        assert_eq!(read_gap(Duration::from_millis(900)), Duration::from_secs(9));
+    }
+
+    #[test]
     fn members_come_a_bounded_page_at_a_time() {
         let live: Vec<(String, usize)> = (0..1234).map(|i| (format!("m{i:05}"), 1)).collect();
         let live: Vec<(&str, usize)> = live.iter().map(|(s, n)| (s.as_str(), *n)).collect();
         let r = report(5, &live, &["zz"]);
+        let r = Members::of(&r);
         let p = page_of(Some(&r), 3, 10_000);
         assert_eq!((p.per_page, p.total, p.pages), (MAX_PER_PAGE, 1235, 3));
         assert_eq!(p.members.len(), 1235 - 2 * MAX_PER_PAGE);

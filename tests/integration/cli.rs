@@ -208,17 +208,18 @@ async fn status_and_table_describe_a_running_fleet() {
         serde_json::from_str(&ok(cli(&url, &["status", "--json"]))).unwrap();
     assert_eq!(json["lease"]["holder"], holder_id.as_str());
     assert_eq!(json["work_units"], 10);
-    assert_eq!(json["groups"][0]["live"].as_array().unwrap().len(), 3);
+    assert_eq!(json["groups"][0]["live"], 3);
+    assert_eq!(json["members"].as_array().unwrap().len(), 3);
     assert_eq!(json["replicas"].as_array().unwrap().len(), 2);
 
     let json: serde_json::Value =
         serde_json::from_str(&ok(cli(&url, &["table", "--json"]))).unwrap();
-    assert_eq!(json["members"], 3);
+    assert_eq!(json["total"], 3);
     assert_eq!(json["assignments"], 10);
     assert_eq!(json["balance"], 1);
     let rows = json["rows"].as_array().unwrap();
     for row in rows {
-        let member = row["member"].as_str().unwrap();
+        let member = row["id"].as_str().unwrap();
         assert_eq!(row["units"], table.units_of(member).len());
     }
     let text = ok(cli(&url, &["table"]));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use distributor::edge::redis::Store;
 use distributor::ops::api::Api;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::*;
 
@@ -231,6 +231,186 @@ async fn the_api_pages_members_records_changes_and_shows_no_secret() {
     for body in &bodies {
         assert!(!body.contains(SECRET), "the password leaked: {body}");
         assert!(!body.contains("redis://"), "a Redis URL leaked: {body}");
+    }
+    stop.cancel();
+    fleet.shutdown().await;
+}
+
+/// What `distributor <args> --json` prints, as JSON.
+fn cli_json(url: &str, args: &[&str]) -> Value {
+    let out = cli(url, args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{args:?}: exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
+}
+
+/// The fields that move with the clock alone, replaced by a marker (so that
+/// their presence and place still count): the lease's `expires_in_ms`, each
+/// census entry's `seen_ms_ago` and `index` (a replica's order of arrival
+/// in a census interval, which may change every interval), each unit in
+/// transit's `for_ms` and each failed member's `failing_for_ms`.
+fn untimed(mut v: Value) -> Value {
+    let mark = |field: &mut Value| {
+        assert!(field.is_u64() || field.is_null(), "{field}");
+        *field = Value::from("(time)");
+    };
+    if let Some(lease) = v.get_mut("lease") {
+        mark(&mut lease["expires_in_ms"]);
+    }
+    for (list, fields) in [
+        ("replicas", &["seen_ms_ago", "index"][..]),
+        ("transit", &["for_ms"][..]),
+        ("members", &["failing_for_ms"][..]),
+    ] {
+        for entry in v
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            for f in fields {
+                mark(&mut entry[*f]);
+            }
+        }
+    }
+    v
+}
+
+/// `status --json` and `table --json` against `/api/status` and every page
+/// of `/api/members`, on one settled fleet with every kind of member: one
+/// that reports (the kit's `Member`s), one that only answers pings, one with
+/// an operator's weight, one crashed. `status --json` must be `/api/status`'s
+/// `status` plus the `members` that the pages list, field for field; a
+/// `table --json` row must name a member's fields as those rows do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_table_json_are_the_api_s_documents() {
+    let units = units(30);
+    let (mut fleet, _) = Fleet::converged(|_| {}, 3, 2, &units).await;
+    let url = fleet.redis.url();
+    let old = FlakyWorker::start(&fleet).await;
+    let heavy = fleet.member_id(0);
+    let set = cli(&url, &["weights", "set", &heavy, "3"]);
+    assert!(set.status.success(), "{set:?}");
+    let crashed = fleet.member_id(2);
+    fleet.members[2].take().unwrap().abort();
+
+    // Settled: three live, the heavy one with 3/5 of the units, one failed,
+    // nothing in transit, both replicas counted by the census. Nothing
+    // writes after that but the census steps (their time fields).
+    let member = |doc: &Value, id: &str| -> Value {
+        doc["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    wait_for(
+        "3 live, 1 failed, weights applied, nothing in transit, a census of 2",
+        Duration::from_secs(20),
+        || async {
+            let s = cli_json(&url, &["status", "--json"]);
+            let census = s["replicas"].as_array().unwrap();
+            s["groups"][0]["live"] == 3
+                && s["groups"][0]["failed"] == 1
+                && s["in_transit"] == 0
+                && member(&s, &heavy)["units"] == 18
+                && census.len() == 2
+                && census.iter().all(|r| r["replicas"] == 2)
+        },
+    )
+    .await;
+    let settled_at = distributor::unix_ms();
+
+    // The API on a standby, once it read Redis after that.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let holder = fleet.wait_for_holder().await;
+    let port = serve(&fleet, 1 - holder, true, &stop).await;
+    let mut bodies = vec![];
+    let api = poll_json(
+        port,
+        "/api/status",
+        &mut bodies,
+        "a read after the fleet settled",
+        Duration::from_secs(15),
+        |v| v["read_at_ms"].as_u64().is_some_and(|t| t > settled_at),
+    )
+    .await;
+    let mut pages = vec![];
+    for page in 1.. {
+        let p = get_json(
+            port,
+            &format!("/api/members?page={page}&per_page=3"),
+            &mut bodies,
+        )
+        .await;
+        let last = page >= p["pages"].as_u64().unwrap();
+        pages.push(p);
+        if last {
+            break;
+        }
+    }
+    let status = cli_json(&url, &["status", "--json"]);
+    let table = cli_json(&url, &["table", "--json"]);
+
+    // The test sees every kind of member.
+    assert_eq!(member(&status, &heavy)["weight"], 3, "{status}");
+    assert!(member(&status, &heavy)["protocol"].is_object(), "{status}");
+    assert!(member(&status, &old.addr)["protocol"].is_null(), "{status}");
+    assert_eq!(member(&status, &crashed)["live"], false, "{status}");
+    assert!(member(&status, &crashed)["reason"].is_string(), "{status}");
+
+    // status --json: /api/status's `status`, plus `members`.
+    let mut summary = status.clone();
+    let members = summary.as_object_mut().unwrap().remove("members").unwrap();
+    assert_eq!(
+        untimed(summary.clone()),
+        untimed(api["status"].clone()),
+        "status --json without `members` against /api/status's `status`"
+    );
+    // ... whose `members` are the pages' rows, in their order.
+    assert_eq!(pages.len(), 2);
+    let paged: Vec<Value> = pages
+        .iter()
+        .flat_map(|p| p["members"].as_array().unwrap().clone())
+        .collect();
+    assert_eq!(
+        untimed(json!({ "members": members })),
+        untimed(json!({ "members": paged })),
+        "status --json `members` against the /api/members pages"
+    );
+    for p in &pages {
+        assert_eq!(p["total"], 4);
+        assert_eq!(p["generation"], status["generation"]);
+    }
+
+    // table --json: the same table, generation and mode; a row's fields are
+    // its member's, under the same names (`share` is the table's own).
+    for k in ["table", "generation", "assignment", "last_change"] {
+        assert_eq!(table[k], status[k], "{k}");
+    }
+    let rows = table["rows"].as_array().unwrap();
+    let live: Vec<&Value> = members
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["live"] == true)
+        .collect();
+    assert_eq!(table["total"], rows.len());
+    assert_eq!(rows.len(), live.len(), "a row per live member");
+    for row in rows {
+        let m = member(&status, row["id"].as_str().unwrap());
+        for (k, v) in row.as_object().unwrap() {
+            if k != "share" {
+                assert_eq!(&m[k], v, "{k} of {row} against {m}");
+            }
+        }
     }
     stop.cancel();
     fleet.shutdown().await;

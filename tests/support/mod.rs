@@ -1,10 +1,12 @@
 //! Test fixtures shared by every integration test and the cluster bench: a
 //! real `redis-server` that dies on drop and restarts on the same port, a
 //! Redis Cluster, an in-process fleet of replicas and members on either, key
-//! names, metrics and event-waiting helpers. Never copy these; extend them
-//! here (the bench compiles this file too: nothing `#[cfg(test)]`-only).
+//! names, metrics and event-waiting helpers, a headless browser (`browser`).
+//! Never copy these; extend them here (the bench compiles this file too:
+//! nothing `#[cfg(test)]`-only).
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod docker;
 pub mod otlp;
 pub mod ownership;
