@@ -7,14 +7,20 @@
 //! time, so the wrapper below sees that read the moment it happens and names
 //! the member on [`Closes`]. The holder then pings the member at once (see the
 //! executor): a refused connection means the process is gone, and the table
-//! follows within the same millisecond, not at the next poll.
+//! follows within milliseconds, not at the next poll.
 //!
 //! ```text
 //!  worker dies ── FIN/RST ──▶ read = EOF/error ──▶ Closes ──▶ ping now, ─┬─ refused ──▶ handoff cycle now: fails it alone,
-//!                                                            own conn.   │               revokes and grants its units
+//!                                                            own conn.   │               revokes its units (write 1), then
+//!                                                                        │               ping again, own conn. ── refused ──▶
+//!                                                                        │               handoff cycle grants them (write 2)
 //!                                                                        ├─ no answer ─▶ full cycle now (pings everyone)
 //!                                                                        └─ answered ──▶ reopen the watched connection
 //! ```
+//!
+//! (The second refusal must come on a connection opened after write 1: a
+//! worker restarted on the address in between may have read its old row,
+//! and answers instead; see `core::handoff`.)
 //!
 //! Guarantees:
 //! - a connection names its member exactly once: on the first read that shows
