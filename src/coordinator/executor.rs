@@ -599,8 +599,10 @@ impl Executor {
                     }
                 });
                 self.holding = None;
-                // A standby pings nobody: drop the cached connections to members.
-                self.pinger.retain(&HashSet::new());
+                // The connections to members stay: a standby keeps them warm
+                // (its warm task drops unlisted members'), so that a replica
+                // that lapsed under load takes the lease back with warm
+                // channels, not 10,000 new connections.
                 self.update(|s| {
                     s.role = Role::Standby;
                     s.holder = None;
