@@ -19,6 +19,12 @@
 //! that a cut of the holder's own network that lands in the middle of a round
 //! is seen as one mass failure, not as one failure now and the rest later.
 //!
+//! Another: when more members are still unheard of (never answered any
+//! holder) than heard from, as in a fresh fleet's first cycle, the cycle
+//! waits for their first answers (up to a first contact's allowance), so
+//! that units are placed once over all of them rather than on the fastest
+//! few and then moved.
+//!
 //! Guarantees: a failed read never produces a write (the last table stays);
 //! the table is written only when its digest differs from the stored one; the
 //! cycle checks the lease is locally valid (`acts_until`) right before it
@@ -753,6 +759,50 @@ impl CycleContext {
         // Whatever else has already settled is taken too.
         while let Some(Some(r)) = futures::FutureExt::now_or_never(pending.next()) {
             collect(Some(r), &mut all_reports, &mut pending_members);
+        }
+        // A wave of first contacts: more members still unheard of (never
+        // answered any holder, never failed) than members heard from (known
+        // live, or answering in this round): a fresh fleet's first cycle, or
+        // a fleet scaled up many times over. Acting now would place every
+        // unit on the few that answered within the grace, and then move
+        // almost all of them as the others answer: 98,730 of 100,000 units
+        // in transit at 10,000 members (BENCHMARKS §11). So wait for their
+        // first answers, up to a first contact's allowance. A steady fleet
+        // never waits here, nor a fresh one with a hung member or two: they
+        // are fewer than the members heard from, and a later cycle takes
+        // them.
+        awaited.retain(|m| {
+            pending_members.contains(m)
+                && view
+                    .liveness
+                    .health(m)
+                    .is_none_or(|h| !h.answered && h.failures == 0)
+        });
+        let heard = was_live.len()
+            + all_reports
+                .iter()
+                .filter(|r| r.result.is_ok() && !was_live.contains(&r.member))
+                .count();
+        if awaited.len() > heard {
+            let unheard = awaited.len();
+            let hold_until = Instant::now() + self.ping_timeout.max(FIRST_CONTACT);
+            while !awaited.is_empty() {
+                tokio::select! {
+                    r = pending.next() => {
+                        if let Some((member, _)) = &r {
+                            awaited.remove(member);
+                        }
+                        if !collect(r, &mut all_reports, &mut pending_members) { break }
+                    }
+                    _ = tokio::time::sleep_until(hold_until) => break,
+                }
+            }
+            tracing::info!(
+                unheard,
+                heard,
+                still_unheard = awaited.len(),
+                "waited for first contacts before placing units"
+            );
         }
         // Second phase, only when a live member just failed while few others
         // answered: that may be this holder's own network (a cut that landed

@@ -323,3 +323,44 @@ async fn a_field_means_live_and_no_field_means_not_a_member() {
     server.abort();
     fleet.shutdown().await;
 }
+
+/// A fresh fleet whose members mostly answer their first ping after the
+/// holder's 50 ms grace (cold connections on a loaded machine, or 10,000 of
+/// them at once): the first table already spreads the units over all of
+/// them. It used to place every unit on the few that answered first and then
+/// move almost all of them (98,730 of 100,000 units in transit at 10,000
+/// members, BENCHMARKS §11).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_fleets_first_table_waits_for_slow_first_contacts() {
+    let units = units(60);
+    let mut fleet = Fleet::new(RedisServer::start());
+    // No second full cycle within the test: only the first one places units.
+    fleet.config.poll_interval = Duration::from_secs(30);
+    fleet.config.ping_timeout = Duration::from_secs(1);
+    fleet.config.handoff_delay = Duration::from_secs(120);
+    fleet.set_units(&units).await;
+    let mut workers = Vec::new();
+    for i in 0..12 {
+        let w = FlakyWorker::serve(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            true,
+        )))
+        .await;
+        // 3 answer at once; 9 after the grace, well within a ping timeout.
+        if i >= 3 {
+            w.answer_delay_ms
+                .store(300, std::sync::atomic::Ordering::SeqCst);
+        }
+        let () = fleet.redis.cmd(&["RPUSH", SERVICES, &w.addr]).await;
+        workers.push(w);
+    }
+    let ids: Vec<String> = workers.iter().map(|w| w.addr.clone()).collect();
+    fleet.add_replica();
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(15))
+        .await;
+    // Placed once, in the first write: nothing moved, nothing in transit.
+    let in_transit: u64 = fleet.redis.cmd(&["HLEN", &keys().transit]).await;
+    assert_eq!(in_transit, 0);
+    assert_eq!(fleet.generation().await, 1);
+    fleet.shutdown().await;
+}

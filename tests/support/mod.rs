@@ -666,6 +666,8 @@ pub struct FlakyWorker {
     pub healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Pings received (answered or not).
     pub pings: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// How long each ping waits before it is answered (ms; 0 at start).
+    pub answer_delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
     pub server: tokio::task::JoinHandle<()>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -674,12 +676,17 @@ pub struct FlakyWorker {
 struct Flaky(
     std::sync::Arc<std::sync::atomic::AtomicBool>,
     std::sync::Arc<std::sync::atomic::AtomicU64>,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
 );
 
 #[tonic::async_trait]
 impl distributor::proto::grpc_pinger_server::GrpcPinger for Flaky {
     async fn ping(&self, _: tonic::Request<()>) -> Result<tonic::Response<()>, tonic::Status> {
         self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let delay = self.2.load(std::sync::atomic::Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         if self.0.load(std::sync::atomic::Ordering::SeqCst) {
             Ok(tonic::Response::new(()))
         } else {
@@ -764,9 +771,11 @@ impl FlakyWorker {
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let pings = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let answer_delay_ms = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let service = distributor::proto::grpc_pinger_server::GrpcPingerServer::new(Flaky(
             healthy.clone(),
             pings.clone(),
+            answer_delay_ms.clone(),
         ));
         // TCP_NODELAY, as `Member` serves: without it a first contact waits
         // out a delayed ACK (about 40 ms), near the holder's 50 ms grace.
@@ -785,6 +794,7 @@ impl FlakyWorker {
             addr,
             healthy,
             pings,
+            answer_delay_ms,
             server,
             stop: Some(stop),
         }
