@@ -322,11 +322,13 @@ impl Api {
         page_of(members.as_deref(), page, per_page)
     }
 
-    pub fn changes(&self) -> Changes {
+    /// The newest `limit` changes (0, or more than are kept: all kept).
+    pub fn changes(&self, limit: usize) -> Changes {
+        let limit = if limit == 0 { CHANGES_KEPT } else { limit };
         let v = self.view.lock().expect("api view lock");
         Changes {
             kept: CHANGES_KEPT,
-            changes: v.changes.iter().cloned().collect(),
+            changes: v.changes.iter().take(limit).cloned().collect(),
         }
     }
 }

@@ -12,7 +12,7 @@
 //!   at `/` (static HTML, CSS and JS embedded in the binary from
 //!   `src/ops/ui/`, no external resources, a `default-src 'self'` content
 //!   security policy) and its JSON API `/api/status`,
-//!   `/api/members?page=N&per_page=M` and `/api/changes` (see `ops::api`);
+//!   `/api/members?page=N&per_page=M` and `/api/changes?limit=N` (see `ops::api`);
 //!   without it they answer 404 like any unknown path.
 
 use std::future::Future;
@@ -273,8 +273,20 @@ async fn api_members(State(api): State<Api>, uri: axum::http::Uri) -> axum::resp
     json(&api.members(page, per_page))
 }
 
-async fn api_changes(State(api): State<Api>) -> axum::response::Response {
-    json(&api.changes())
+/// `limit` from a query string; absent or unreadable: 0 (all that are kept).
+fn limit_query(query: Option<&str>) -> usize {
+    query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|pair| match pair.split_once('=') {
+            Some(("limit", v)) => Some(v.parse().unwrap_or(0)),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+async fn api_changes(State(api): State<Api>, uri: axum::http::Uri) -> axum::response::Response {
+    json(&api.changes(limit_query(uri.query())))
 }
 
 #[cfg(test)]
@@ -334,6 +346,9 @@ mod tests {
         assert_eq!(page_query(None), (0, 0));
         assert_eq!(page_query(Some("page=3&per_page=50")), (3, 50));
         assert_eq!(page_query(Some("per_page=x&page=2&other=1")), (2, 0));
+        assert_eq!(limit_query(None), 0);
+        assert_eq!(limit_query(Some("limit=20")), 20);
+        assert_eq!(limit_query(Some("other=1&limit=x")), 0);
     }
 
     #[tokio::test]

@@ -209,6 +209,13 @@ async fn the_api_pages_members_records_changes_and_shows_no_secret() {
         .find(|c| names_crashed(c))
         .unwrap()
         .clone();
+    // `limit` asks for the newest few only (the page asks for 20).
+    let (code, body) = http_get(on, "/api/changes?limit=1").await.unwrap();
+    assert_eq!(code, 200);
+    let newest: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(newest["changes"].as_array().unwrap().len(), 1, "{newest}");
+    assert_eq!(newest["kept"], 100, "{newest}");
+    bodies.push(body);
     let why = change["why"].as_array().unwrap();
     assert!(why.contains(&Value::from("failure")), "{change}");
     assert!(why.contains(&Value::from("rebalance")), "{change}");

@@ -4,6 +4,8 @@
 "use strict";
 (function () {
   const PER_PAGE = 100;
+  // Changes shown; /api/changes is asked for no more (it keeps 100).
+  const CHANGES_SHOWN = 20;
   let page = 1;
   let pages = 1;
   const $ = (id) => document.getElementById(id);
@@ -91,7 +93,7 @@
   function drawChanges(c) {
     const list = $("changes");
     if (c.changes.length === 0) { list.replaceChildren(el("li", "muted", "none seen yet")); return; }
-    list.replaceChildren(...c.changes.slice(0, 20).map((ch) => {
+    list.replaceChildren(...c.changes.slice(0, CHANGES_SHOWN).map((ch) => {
       const li = el("li", "change");
       for (const w of ch.why) li.append(el("span", "tag " + w, w));
       let text = "generation " + ch.previous_generation + " → " + ch.generation + ", " + ago(ch.seen_at_ms);
@@ -110,7 +112,7 @@
       const [status, members, changes] = await Promise.all([
         get("/api/status"),
         get("/api/members?page=" + page + "&per_page=" + PER_PAGE),
-        get("/api/changes"),
+        get("/api/changes?limit=" + CHANGES_SHOWN),
       ]);
       drawStatus(status);
       drawMembers(members);
