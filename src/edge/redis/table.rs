@@ -71,41 +71,10 @@ impl Store {
         );
         // Every list's guard is armed from here on: a list read below is
         // covered from before its read (the ordering rule of `guard.rs`).
-        let read = super::guard::must_read(&keys, &listed, held);
-        let to_read: Vec<&str> = keys
-            .iter()
-            .zip(&read)
-            .filter(|(_, r)| **r)
-            .map(|(k, _)| *k)
-            .collect();
-        let fresh = match self.read_lists(&to_read, limits).await {
-            Ok(f) => f,
-            Err(e) => {
-                // Nothing read here is trusted later: read again next cycle.
-                for key in &to_read {
-                    lists.forget(key);
-                }
-                return Err(e);
-            }
-        };
+        let mut reads = self
+            .read_guarded(&mut lists, &keys, &listed, held, limits)
+            .await?;
         let (meta_digest, stored_generation) = state?;
-        let mut fresh = fresh.into_iter();
-        let mut reads: Vec<ListRead> = keys
-            .iter()
-            .zip(read.iter().zip(&listed))
-            .map(|(key, (&read, known))| match read {
-                true => ListRead {
-                    key: key.to_string(),
-                    version: lists.read(key),
-                    entries: fresh.next(),
-                },
-                false => ListRead {
-                    key: key.to_string(),
-                    version: known.expect("a list not read is known"),
-                    entries: None,
-                },
-            })
-            .collect();
         drop(lists);
         let units = reads.pop().expect("the units list");
 
@@ -136,6 +105,78 @@ impl Store {
             stored_table,
             reports,
         })
+    }
+
+    /// The lists alone, as [`read_snapshot`](Self::read_snapshot) reads
+    /// them (through the same guards and versions): a standby's warm view
+    /// (`coordinator::cycle::WarmView`), which its first cycle as a holder
+    /// then finds read. Each services list in order, then the units list.
+    pub async fn read_lists_since(
+        &self,
+        services: &[String],
+        units_key: &str,
+        limits: ListLimits,
+        held: &HashMap<String, u64>,
+    ) -> Result<(Vec<ListRead>, ListRead), StoreError> {
+        let keys: Vec<&str> = services
+            .iter()
+            .map(String::as_str)
+            .chain([units_key])
+            .collect();
+        let mut lists = self.lists.lock().await;
+        let listed = lists.probe(&keys).await;
+        let mut reads = self
+            .read_guarded(&mut lists, &keys, &listed, held, limits)
+            .await?;
+        let units = reads.pop().expect("the units list");
+        Ok((reads, units))
+    }
+
+    /// Reads the lists among `keys` that their guards (probed as `listed`,
+    /// armed since) cannot show unchanged at a version in `held`; versions
+    /// every list. A failed read leaves none of them trusted.
+    async fn read_guarded(
+        &self,
+        lists: &mut super::guard::ListGuards,
+        keys: &[&str],
+        listed: &[Option<u64>],
+        held: &HashMap<String, u64>,
+        limits: ListLimits,
+    ) -> Result<Vec<ListRead>, StoreError> {
+        let read = super::guard::must_read(keys, listed, held);
+        let to_read: Vec<&str> = keys
+            .iter()
+            .zip(&read)
+            .filter(|(_, r)| **r)
+            .map(|(k, _)| *k)
+            .collect();
+        let fresh = match self.read_lists(&to_read, limits).await {
+            Ok(f) => f,
+            Err(e) => {
+                // Nothing read here is trusted later: read again next cycle.
+                for key in &to_read {
+                    lists.forget(key);
+                }
+                return Err(e);
+            }
+        };
+        let mut fresh = fresh.into_iter();
+        Ok(keys
+            .iter()
+            .zip(read.iter().zip(listed))
+            .map(|(key, (&read, known))| match read {
+                true => ListRead {
+                    key: key.to_string(),
+                    version: lists.read(key),
+                    entries: fresh.next(),
+                },
+                false => ListRead {
+                    key: key.to_string(),
+                    version: known.expect("a list not read is known"),
+                    entries: None,
+                },
+            })
+            .collect())
     }
 
     /// Sizes, then reads, the lists `keys` in full: two round trips (none
