@@ -379,6 +379,29 @@ impl HandoffState {
 }
 
 impl HolderView {
+    /// A view that knows nothing yet.
+    fn empty(failure_threshold: u32) -> HolderView {
+        HolderView {
+            liveness: Liveness::restore(failure_threshold, Vec::new()).0,
+            unsaved: HealthChanges::default(),
+            suspects: BTreeMap::new(),
+            unsaved_suspects: SuspectChanges::default(),
+            memo: None,
+            lists: None,
+            groups: Vec::new(),
+            handoff: HandoffState::default(),
+        }
+    }
+
+    /// Takes what a standby prepared ([`WarmView`]): the lists as read (by
+    /// their versions) and the memoised solve (by its key). Both are checked
+    /// before use, as between a holder's own cycles, so a stale warm view
+    /// costs a read and a solve, never a wrong table.
+    fn warm_from(&mut self, warm: WarmView) {
+        self.lists = warm.view.lists;
+        self.memo = warm.view.memo;
+    }
+
     /// Whether `member` gets units: live, or suspected of a mass failure that
     /// nobody confirmed yet.
     pub(super) fn keeps_units(&self, member: &str) -> bool {
@@ -489,6 +512,270 @@ fn collect(
     true
 }
 
+/// A standby's view ahead of a holding: the lists read through the same
+/// guards a holder cycle reads them through, the members' reports, the
+/// liveness and suspects the holder left, and (ring mode without a move
+/// limit) the solve, memoised. Its first cycle as a holder starts from the
+/// lists and the memo ([`HolderView::warm_from`]): when nothing changed
+/// since, it reads no list and does not solve; when anything did, the list
+/// versions and the memo's key say so, and it reads and solves as it would
+/// have. It decides nothing and writes nothing.
+///
+/// ```text
+///   standby   prepare ── poll ── prepare ── poll ── …   (reads what changed)
+///   lease     ─────────────────────────────────▶ acquired
+///   holder                                       first cycle: lists known,
+///                                                memo hit, no solve
+/// ```
+pub(super) struct WarmView {
+    view: HolderView,
+    /// The table generation this replica had seen when the liveness was
+    /// loaded: loaded again when it moves.
+    generation: Option<u64>,
+    /// Whether the last preparation read a list in full.
+    pub(super) read_lists: bool,
+}
+
+/// What a standby needs to keep a [`WarmView`].
+pub(super) struct Preparer {
+    pub(super) store: Store,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) services: Vec<String>,
+    pub(super) units_key: String,
+    pub(super) limits: ListLimits,
+    pub(super) failure_threshold: u32,
+    pub(super) solve: SolveSettings,
+}
+
+impl Preparer {
+    /// Brings `warm` up to date: reads the lists and reports that changed
+    /// (nothing when none did); when any did, or the table's generation
+    /// moved since (`generation`, as this replica last saw it), loads the
+    /// liveness again and solves if the memo's key changed.
+    pub(super) async fn prepare(
+        &self,
+        warm: Option<WarmView>,
+        generation: u64,
+    ) -> Result<WarmView, CycleError> {
+        let WarmView {
+            mut view,
+            generation: loaded_at,
+            ..
+        } = warm.unwrap_or_else(|| WarmView {
+            view: HolderView::empty(self.failure_threshold),
+            generation: None,
+            read_lists: false,
+        });
+        let held = view
+            .lists
+            .as_ref()
+            .map(|c| c.held(&self.units_key))
+            .unwrap_or_default();
+        let (groups, units) = self
+            .store
+            .read_lists_since(&self.services, &self.units_key, self.limits, &held)
+            .await
+            .map_err(CycleError::Read)?;
+        let read_lists = groups.iter().chain([&units]).any(|l| l.entries.is_some());
+        let lists_changed = view.lists.is_none() || read_lists;
+        let cache = assemble(view.lists.take(), groups, units).await?;
+        let inputs = Arc::clone(&cache.inputs);
+        view.lists = Some(cache);
+        let reports = self
+            .store
+            .read_reports_since(view.handoff.reports_version)
+            .await;
+        let reports_changed = reports.content.is_some();
+        view.handoff.observe(reports, self.store.keys());
+        if !lists_changed && !reports_changed && loaded_at == Some(generation) {
+            return Ok(WarmView {
+                view,
+                generation: loaded_at,
+                read_lists,
+            });
+        }
+        let inherited = self.store.load_holding().await.map_err(CycleError::Read)?;
+        // Unreadable entries are the holder's to log.
+        (view.liveness, _) = Liveness::restore(self.failure_threshold, inherited.liveness);
+        view.suspects = inherited.suspects;
+        if !self.solve.uses_current() {
+            let none = Arc::new(MatchingTable::default());
+            let (_, solved) = desired(self.solve, &inputs, &mut view, &none).await;
+            if solved {
+                self.metrics.solve("ahead");
+            }
+        }
+        self.metrics.warm_generation.set(generation);
+        Ok(WarmView {
+            view,
+            generation: Some(generation),
+            read_lists,
+        })
+    }
+}
+
+/// What the solve depends on besides the inputs and the view.
+#[derive(Clone, Copy)]
+pub(super) struct SolveSettings {
+    pub(super) assignment: Assignment,
+    pub(super) max_moves: usize,
+}
+
+impl SolveSettings {
+    /// Whether the solve reads the current (granted) table: sticky mode, or
+    /// a move limit. Then a standby's warm view cannot solve ahead (it has
+    /// no granted table of its own).
+    fn uses_current(&self) -> bool {
+        self.assignment == Assignment::Sticky || self.max_moves > 0
+    }
+}
+
+/// The table the solver wants (desired) for these inputs and this view:
+/// `view.memo` when its key (everything the solve depends on) is unchanged,
+/// else solved again on a blocking thread and memoised. `granted` is the
+/// table members hold now, which only sticky mode and a move limit read.
+/// Says whether it solved (`false`: the memo).
+async fn desired(
+    how: SolveSettings,
+    inputs: &Arc<Inputs>,
+    view: &mut HolderView,
+    granted: &Arc<MatchingTable>,
+) -> (Arc<MatchingTable>, bool) {
+    // Desired: live (or suspected) members that are not draining.
+    let eligible = |m: &str| view.keeps_units(m) && !view.handoff.draining(m);
+    // The current table, in sticky mode: the granted table the plan
+    // starts from (what members hold: this holder's last write, or the
+    // stored table on a new holding, whoever wrote it, Go included), plus
+    // every unit in transit counted as held by its destination. The
+    // destination is where the last solve put it, and no member works on
+    // it meanwhile, so keeping it there loses nothing; counting it free
+    // instead would let each solve during a handoff re-place the revoked
+    // units by hash, changing their destination for nothing. With the
+    // destination counted, a solve during a handoff finds the desired
+    // table it started from (a fixed point). A unit in transit to nobody
+    // is free. The move limit counts moves from the same current table,
+    // in both modes. In ring mode without a limit the table does not
+    // depend on it (so neither does the memo's key), and it is not read.
+    let uses_current = how.uses_current();
+    let also_held: Vec<(&str, &str)> = view
+        .handoff
+        .transit
+        .values()
+        .flat_map(|units| units.iter())
+        .filter_map(|(u, t)| Some((t.to.as_deref()?, u.as_str())))
+        .collect();
+    // Moves already in flight (units in transit from a member that still
+    // gets units, to another) use up the move limit: it bounds how many
+    // held units move at once, not per write. Otherwise every write of a
+    // handoff (each acknowledgement triggers one) would let another
+    // `-max-moves-per-cycle` go, and with members that do not
+    // acknowledge, units would pile up in transit. Units of failed,
+    // draining or departed members are never limited, so they use none.
+    let in_flight = view
+        .handoff
+        .transit
+        .values()
+        .flat_map(|units| units.values())
+        .filter(|t| t.to.is_some() && t.from.iter().any(|m| eligible(m)))
+        .count();
+    // Capacity weights, in both modes: the operator's override, else
+    // each member's report (1 without one, or without the field). A
+    // changed weight re-solves.
+    let weights: HashMap<String, u32> = inputs
+        .members()
+        .filter(|m| eligible(m))
+        .map(|m| (m.to_string(), view.handoff.weight(m)))
+        .collect();
+    let key = {
+        let mut h = Xxh3::new();
+        // The units' part is computed once per units list read (see
+        // `ListCache`): an idle cycle hashes members, never units.
+        let units = match &view.lists {
+            Some(c) if Arc::ptr_eq(&c.inputs, inputs) => c.units_key,
+            _ => units_key(&inputs.units),
+        };
+        h.update(&inputs_key(inputs, units, eligible).to_le_bytes());
+        h.update(how.assignment.name().as_bytes());
+        let mut weighted: Vec<(&String, &u32)> = weights.iter().filter(|&(_, &w)| w != 1).collect();
+        weighted.sort_unstable();
+        for (m, w) in weighted {
+            h.update(&(m.len() as u64).to_le_bytes());
+            h.update(m.as_bytes());
+            h.update(&w.to_le_bytes());
+        }
+        if uses_current {
+            h.update(&how.max_moves.to_le_bytes());
+            h.update(granted.digest().as_bytes());
+            for (m, u) in &also_held {
+                h.update(&(m.len() as u64).to_le_bytes());
+                h.update(m.as_bytes());
+                h.update(&(u.len() as u64).to_le_bytes());
+                h.update(u.as_bytes());
+            }
+        }
+        h.digest128()
+    };
+    let mut solved = false;
+    let memo = match view.memo.take() {
+        Some(m) if m.key == key => m,
+        _ => {
+            solved = true;
+            let inp = Arc::clone(inputs);
+            let assign = info_span!(
+                "assign",
+                units = inputs.units.len(),
+                groups = inputs.groups.len(),
+                assignment = how.assignment.name(),
+            );
+            let assignment = how.assignment;
+            let max_moves = how.max_moves;
+            // Ring mode without a limit does not read the current table:
+            // counting its moves for status costs whole-table passes on
+            // every new solve (tens of MB at a million units), in the
+            // default mode whose memory is budgeted (BENCHMARKS §7).
+            let current = uses_current.then(|| Arc::clone(granted));
+            let in_flight = if max_moves > 0 { in_flight } else { 0 };
+            let also_held: Vec<(String, String)> = also_held
+                .iter()
+                .map(|(m, u)| (m.to_string(), u.to_string()))
+                .collect();
+            let table = tokio::task::spawn_blocking(move || {
+                let also_held: Vec<(&str, &str)> = also_held
+                    .iter()
+                    .map(|(m, u)| (m.as_str(), u.as_str()))
+                    .collect();
+                let weight = |m: &str| weights.get(m).copied().unwrap_or(1);
+                let how = Solve {
+                    assignment,
+                    weight: &weight,
+                    current: current.as_deref(),
+                    also_held: &also_held,
+                    max_moves,
+                    in_flight,
+                };
+                let live = |m: &str| weights.contains_key(m);
+                assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how))
+            })
+            .await
+            .expect("solving the table does not panic");
+            let (table, moves) = table;
+            if let Some(moves) = moves.filter(|m| m.moved + m.placed > 0) {
+                view.handoff.last_change = Some(LastChange {
+                    moves,
+                    unsaved: true,
+                });
+            }
+            Memo {
+                key,
+                table: Arc::new(table),
+            }
+        }
+    };
+    let desired = Arc::clone(&memo.table);
+    view.memo = Some(memo);
+    (desired, solved)
+}
+
 /// Decodes a member-keyed hash (reports, weight overrides) into `into`,
 /// replacing what it held; returns the unreadable entries as
 /// `member=excerpt`, for a log that is repeated only when they change.
@@ -546,6 +833,9 @@ pub(super) struct CycleContext {
     pub(super) assignment: Assignment,
     /// `-max-moves-per-cycle` (0: no limit).
     pub(super) max_moves: usize,
+    /// What this replica prepared as a standby, for a new holding's first
+    /// cycle (see [`WarmView`]).
+    pub(super) warm: Option<WarmView>,
 }
 
 impl CycleContext {
@@ -642,7 +932,13 @@ impl CycleContext {
     pub(super) async fn run(mut self, view: Option<HolderView>) -> Result<CycleReport, CycleError> {
         let mut view = match view {
             Some(v) => v,
-            None => self.inherit().await,
+            None => {
+                let mut v = self.inherit().await;
+                if let Some(warm) = self.warm.take() {
+                    v.warm_from(warm);
+                }
+                v
+            }
         };
         let read = info_span!(
             "read_inputs",
@@ -1016,137 +1312,18 @@ impl CycleContext {
             }
         };
 
-        // Desired: live (or suspected) members that are not draining.
-        let eligible = |m: &str| view.keeps_units(m) && !view.handoff.draining(m);
-        // The current table, in sticky mode: the granted table the plan
-        // starts from (what members hold: this holder's last write, or the
-        // stored table on a new holding, whoever wrote it, Go included), plus
-        // every unit in transit counted as held by its destination. The
-        // destination is where the last solve put it, and no member works on
-        // it meanwhile, so keeping it there loses nothing; counting it free
-        // instead would let each solve during a handoff re-place the revoked
-        // units by hash, changing their destination for nothing. With the
-        // destination counted, a solve during a handoff finds the desired
-        // table it started from (a fixed point). A unit in transit to nobody
-        // is free. The move limit counts moves from the same current table,
-        // in both modes. In ring mode without a limit the table does not
-        // depend on it (so neither does the memo's key), and it is not read.
-        let uses_current = self.assignment == Assignment::Sticky || self.max_moves > 0;
-        let also_held: Vec<(&str, &str)> = view
-            .handoff
-            .transit
-            .values()
-            .flat_map(|units| units.iter())
-            .filter_map(|(u, t)| Some((t.to.as_deref()?, u.as_str())))
-            .collect();
-        // Moves already in flight (units in transit from a member that still
-        // gets units, to another) use up the move limit: it bounds how many
-        // held units move at once, not per write. Otherwise every write of a
-        // handoff (each acknowledgement triggers one) would let another
-        // `-max-moves-per-cycle` go, and with members that do not
-        // acknowledge, units would pile up in transit. Units of failed,
-        // draining or departed members are never limited, so they use none.
-        let in_flight = view
-            .handoff
-            .transit
-            .values()
-            .flat_map(|units| units.values())
-            .filter(|t| t.to.is_some() && t.from.iter().any(|m| eligible(m)))
-            .count();
-        // Capacity weights, in both modes: the operator's override, else
-        // each member's report (1 without one, or without the field). A
-        // changed weight re-solves.
-        let weights: HashMap<String, u32> = inputs
-            .members()
-            .filter(|m| eligible(m))
-            .map(|m| (m.to_string(), view.handoff.weight(m)))
-            .collect();
-        let key = {
-            let mut h = Xxh3::new();
-            // The units' part is computed once per units list read (see
-            // `ListCache`): an idle cycle hashes members, never units.
-            let units = match &view.lists {
-                Some(c) if Arc::ptr_eq(&c.inputs, inputs) => c.units_key,
-                _ => units_key(&inputs.units),
-            };
-            h.update(&inputs_key(inputs, units, eligible).to_le_bytes());
-            h.update(self.assignment.name().as_bytes());
-            let mut weighted: Vec<(&String, &u32)> =
-                weights.iter().filter(|&(_, &w)| w != 1).collect();
-            weighted.sort_unstable();
-            for (m, w) in weighted {
-                h.update(&(m.len() as u64).to_le_bytes());
-                h.update(m.as_bytes());
-                h.update(&w.to_le_bytes());
-            }
-            if uses_current {
-                h.update(&self.max_moves.to_le_bytes());
-                h.update(granted.digest().as_bytes());
-                for (m, u) in &also_held {
-                    h.update(&(m.len() as u64).to_le_bytes());
-                    h.update(m.as_bytes());
-                    h.update(&(u.len() as u64).to_le_bytes());
-                    h.update(u.as_bytes());
-                }
-            }
-            h.digest128()
-        };
-        let memo = match view.memo.take() {
-            Some(m) if m.key == key => m,
-            _ => {
-                let inp = Arc::clone(inputs);
-                let assign = info_span!(
-                    "assign",
-                    units = inputs.units.len(),
-                    groups = inputs.groups.len(),
-                    assignment = self.assignment.name(),
-                );
-                let assignment = self.assignment;
-                let max_moves = self.max_moves;
-                // Ring mode without a limit does not read the current table:
-                // counting its moves for status costs whole-table passes on
-                // every new solve (tens of MB at a million units), in the
-                // default mode whose memory is budgeted (BENCHMARKS §7).
-                let current = uses_current.then(|| Arc::clone(&granted));
-                let in_flight = if max_moves > 0 { in_flight } else { 0 };
-                let also_held: Vec<(String, String)> = also_held
-                    .iter()
-                    .map(|(m, u)| (m.to_string(), u.to_string()))
-                    .collect();
-                let table = tokio::task::spawn_blocking(move || {
-                    let also_held: Vec<(&str, &str)> = also_held
-                        .iter()
-                        .map(|(m, u)| (m.as_str(), u.as_str()))
-                        .collect();
-                    let weight = |m: &str| weights.get(m).copied().unwrap_or(1);
-                    let how = Solve {
-                        assignment,
-                        weight: &weight,
-                        current: current.as_deref(),
-                        also_held: &also_held,
-                        max_moves,
-                        in_flight,
-                    };
-                    let live = |m: &str| weights.contains_key(m);
-                    assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how))
-                })
-                .await
-                .expect("solving the table does not panic");
-                let (table, moves) = table;
-                if let Some(moves) = moves.filter(|m| m.moved + m.placed > 0) {
-                    view.handoff.last_change = Some(LastChange {
-                        moves,
-                        unsaved: true,
-                    });
-                }
-                Memo {
-                    key,
-                    table: Arc::new(table),
-                }
-            }
-        };
-        let desired = memo.table.clone();
-        view.memo = Some(memo);
+        let (desired, solved) = desired(
+            SolveSettings {
+                assignment: self.assignment,
+                max_moves: self.max_moves,
+            },
+            inputs,
+            view,
+            &granted,
+        )
+        .await;
+        self.metrics
+            .solve(if solved { "solved" } else { "memoised" });
 
         let now = Instant::now();
         let now_ms = unix_ms();

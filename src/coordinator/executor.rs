@@ -27,8 +27,8 @@ use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 
 use super::cycle::{
-    CycleContext, CycleError, CycleReport, HolderView, InFlight, LOG_FIRST, Write, count_by,
-    log_review, mark_error,
+    CycleContext, CycleError, CycleReport, HolderView, InFlight, LOG_FIRST, Preparer,
+    SolveSettings, WarmView, Write, count_by, log_review, mark_error,
 };
 use super::machine::{Action, CycleOutcome, CycleSummary, Event, Machine, Settings, Transition};
 use crate::config::Config;
@@ -151,6 +151,9 @@ pub(super) struct Executor {
     last_cycle_error: Option<String>,
     write_failing: bool,
     acquire_failing: bool,
+    /// What this replica prepared as a standby (see [`WarmView`]), for the
+    /// first cycle of its next holding.
+    warm: Arc<std::sync::Mutex<Option<WarmView>>>,
 }
 
 impl Executor {
@@ -179,6 +182,7 @@ impl Executor {
             last_cycle_error: None,
             write_failing: false,
             acquire_failing: false,
+            warm: Arc::default(),
         }
     }
 
@@ -235,6 +239,26 @@ impl Executor {
             self.config.services_namespaces.clone(),
             self.config.poll_interval * WARM_EVERY_POLLS,
             self.status.subscribe(),
+        )));
+        let _prepare = AbortOnDrop(tokio::spawn(prepare_task(
+            Preparer {
+                store: self.store.clone(),
+                metrics: self.metrics.clone(),
+                services: self.config.services_namespaces.clone(),
+                units_key: self.config.workunits_namespace.clone(),
+                limits: ListLimits {
+                    entries: self.config.max_list_entries,
+                    bytes: self.config.max_list_bytes,
+                },
+                failure_threshold: self.config.failure_threshold,
+                solve: SolveSettings {
+                    assignment: self.config.assignment,
+                    max_moves: self.config.max_moves_per_cycle,
+                },
+            },
+            self.config.poll_interval,
+            self.status.subscribe(),
+            Arc::clone(&self.warm),
         )));
         let (floor_tx, mut floor_rx) = mpsc::channel(1);
         let (hint_tx, hint_rx) = mpsc::channel(1);
@@ -551,6 +575,8 @@ impl Executor {
             }
             Action::BecameHolder { epoch } => {
                 self.metrics.lease("acquired");
+                // The warm view is this holding's first cycle's now.
+                self.metrics.warm_generation.set(0);
                 lease_span(&self.config.replica_id, "acquired", epoch).in_scope(|| {
                     tracing::info!(replica = %self.config.replica_id, epoch, "lease acquired; acting as holder")
                 });
@@ -818,6 +844,11 @@ impl Executor {
             },
             assignment: self.config.assignment,
             max_moves: self.config.max_moves_per_cycle,
+            // A new holding's first full cycle starts from what this replica
+            // prepared as a standby.
+            warm: (h.view.is_none() && !handoff_only)
+                .then(|| self.warm.lock().expect("warm view lock").take())
+                .flatten(),
         };
         let view = h.view.clone();
         // A full cycle pings everyone itself (the refusals are dropped); a
@@ -1184,6 +1215,54 @@ async fn warm_task(
         members.dedup();
         let answered = pinger.warm(&members).await;
         tracing::trace!(listed = members.len(), answered, "warm channels refreshed");
+    }
+}
+
+/// Warm view: while this replica is a standby, it keeps what its first
+/// cycle as a holder would read and solve (see [`WarmView`]), brought up to
+/// date every `interval`: with nothing changed, two guard probes. After a
+/// preparation that read a list in full, the next waits [`WARM_EVERY_POLLS`]
+/// intervals, so that where Redis does not permit `WATCH` (every list read
+/// every time) a standby reads a fifth as often as the holder. While this
+/// replica holds, the slot is emptied (the holding's own view is newer, and
+/// a second copy of the inputs would double the memory of a large fleet).
+async fn prepare_task(
+    preparer: Preparer,
+    interval: Duration,
+    status: watch::Receiver<Status>,
+    slot: Arc<std::sync::Mutex<Option<WarmView>>>,
+) {
+    let mut failing = false;
+    let mut pause = interval;
+    loop {
+        tokio::time::sleep(pause).await;
+        pause = interval;
+        let (role, generation) = {
+            let s = status.borrow();
+            (s.role, s.generation)
+        };
+        if role == Role::Holder {
+            slot.lock().expect("warm view lock").take();
+            preparer.metrics.warm_generation.set(0);
+            continue;
+        }
+        let warm = slot.lock().expect("warm view lock").take();
+        match preparer.prepare(warm, generation).await {
+            Ok(w) => {
+                failing = false;
+                if w.read_lists {
+                    pause = interval * WARM_EVERY_POLLS;
+                }
+                *slot.lock().expect("warm view lock") = Some(w);
+            }
+            Err(e) => {
+                // The holder logs Redis and input trouble; once per streak here.
+                if !failing {
+                    tracing::debug!(error = %e, "could not prepare the warm view; its next holding starts cold");
+                }
+                failing = true;
+            }
+        }
     }
 }
 

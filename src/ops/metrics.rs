@@ -74,7 +74,9 @@ pub struct Metrics {
     pub lease_transitions: Family<Transition, Counter>,
     pub redis_errors: Family<Kind, Counter>,
     pub list_reads: Family<Outcome, Counter>,
+    pub solves: Family<Outcome, Counter>,
     pub table_bytes: Gauge<u64, AtomicU64>,
+    pub warm_generation: Gauge<u64, AtomicU64>,
     pub handoff_duration: Histogram,
     pub units_in_transit: Gauge,
     pub members_owing: Gauge,
@@ -211,6 +213,18 @@ impl Metrics {
             "Lists a holder cycle needed: read from Redis in full, or known unchanged (cached)",
             list_reads.clone(),
         );
+        let solves = Family::<Outcome, Counter>::default();
+        r.register(
+            "solves",
+            "Table solves: by a holder cycle (solved), skipped because nothing it depends on changed (memoised), or by a standby ahead of a holding (ahead)",
+            solves.clone(),
+        );
+        let warm_generation = Gauge::<u64, AtomicU64>::default();
+        r.register(
+            "warm_view_generation",
+            "A standby's warm view: the table generation whose liveness it holds and solved for (0: none, or this replica holds)",
+            warm_generation.clone(),
+        );
         let table_bytes = Gauge::<u64, AtomicU64>::default();
         r.register_with_unit(
             "table_size",
@@ -274,7 +288,9 @@ impl Metrics {
             lease_transitions,
             redis_errors,
             list_reads,
+            solves,
             table_bytes,
+            warm_generation,
             handoff_duration,
             units_in_transit,
             members_owing,
@@ -306,6 +322,11 @@ impl Metrics {
         self.list_reads
             .get_or_create(&Outcome { outcome })
             .inc_by(n);
+    }
+
+    /// One table solve: `solved`, `memoised` or `ahead` (see the help text).
+    pub fn solve(&self, outcome: &'static str) {
+        self.solves.get_or_create(&Outcome { outcome }).inc();
     }
 
     pub fn ping_ok(&self, rtt: Duration) {

@@ -220,3 +220,56 @@ async fn a_deleted_table_is_written_again_and_bad_own_keys_are_reset() {
     );
     fleet.shutdown().await;
 }
+
+/// A standby keeps a warm view (the lists through the same guards, the
+/// reports, the liveness the holder left, the solve): its first cycle as a
+/// holder reads no list and does not solve when nothing changed since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standbys_first_cycle_as_holder_starts_from_its_warm_view() {
+    let units = units(40);
+    let (mut fleet, before) = Fleet::converged(|_| {}, 4, 2, &units).await;
+    let old = fleet.wait_for_holder().await;
+    let standby = 1 - old;
+    let metrics = fleet.replicas[standby].as_ref().unwrap().metrics();
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        metric(&parse_metrics(&metrics.encode()), name, labels).unwrap_or(0.0)
+    };
+    let generation = fleet.generation().await;
+    wait_for(
+        "the standby's warm view of the last generation",
+        Duration::from_secs(10),
+        || async { value("distributor_warm_view_generation", &[]) == generation as f64 },
+    )
+    .await;
+    assert!(value("distributor_solves_total", &[("outcome", "ahead")]) >= 1.0);
+    let read = value("distributor_list_reads_total", &[("outcome", "read")]);
+    let solved = value("distributor_solves_total", &[("outcome", "solved")]);
+    assert_eq!(read, 0.0, "a standby's lists count as no holder's reads");
+    assert_eq!(solved, 0.0);
+
+    fleet.replicas[old].take().unwrap().abort();
+    let status = fleet.replicas[standby].as_ref().unwrap().status();
+    wait_for(
+        "the standby holds and has cycled",
+        Duration::from_secs(10),
+        || {
+            let s = status.borrow().clone();
+            async move { s.role == Role::Holder && s.cycles >= 1 }
+        },
+    )
+    .await;
+    assert_eq!(
+        value("distributor_list_reads_total", &[("outcome", "read")]),
+        0.0,
+        "its first cycle found every list known"
+    );
+    assert_eq!(
+        value("distributor_solves_total", &[("outcome", "solved")]),
+        0.0,
+        "and the solve done"
+    );
+    assert!(value("distributor_solves_total", &[("outcome", "memoised")]) >= 1.0);
+    assert_eq!(value("distributor_warm_view_generation", &[]), 0.0);
+    assert_eq!(fleet.table().await, before);
+    fleet.shutdown().await;
+}
