@@ -1220,7 +1220,8 @@ async fn warm_task(
 
 /// Warm view: while this replica is a standby, it keeps what its first
 /// cycle as a holder would read and solve (see [`WarmView`]), brought up to
-/// date every `interval`: with nothing changed, two guard probes. After a
+/// date every `interval`: with nothing changed, a guard probe per list and
+/// one for the reports. After a
 /// preparation that read a list in full, the next waits [`WARM_EVERY_POLLS`]
 /// intervals, so that where Redis does not permit `WATCH` (every list read
 /// every time) a standby reads a fifth as often as the holder. While this
