@@ -16,7 +16,8 @@
 //! holder's first cycle, how many pings of its first seconds fail, and whether
 //! the table loses rows or is rewritten (it should not: same members, same
 //! units). `BENCH_FAILOVER_LARGE_TRIALS=k,t` sets how many SIGKILL and SIGTERM
-//! trials run (default 3,2). A standby's first warm round starts five polls
+//! trials run (default 3,2), `BENCH_FAILOVER_LARGE_UNITS` how many units
+//! (default 100,000). A standby's first warm round starts five polls
 //! after it starts, and each trial respawns the replica it stopped, so by
 //! default most of these handovers go to a standby a few seconds old whose
 //! channels are still cold; `BENCH_FAILOVER_STANDBY_AGE_MS` (e.g. 15000) makes
@@ -173,12 +174,18 @@ async fn large_fleet(ping_timeout: Duration) {
     const MEMBERS: usize = 10_000;
     let redis = redis_server();
     let mut conn = redis.conn().await;
-    set_list(&mut conn, UNITS, &unit_names(100_000)).await;
+    // BENCH_FAILOVER_LARGE_UNITS: units of the 10,000-member fleet (default
+    // 100,000); the first cycle's reads and solve grow with them.
+    let unit_count: usize = std::env::var("BENCH_FAILOVER_LARGE_UNITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    set_list(&mut conn, UNITS, &unit_names(unit_count)).await;
     let (servers, addrs) = spawn_server_fleet(MEMBERS, 4);
     set_list(&mut conn, SERVICES, &addrs).await;
     let timing = Timing::defaults(Duration::from_secs(1), ping_timeout);
     let label = format!(
-        "10,000 members x 100,000 units, poll 1 s, ping timeout {} ms",
+        "10,000 members x {unit_count} units, poll 1 s, ping timeout {} ms",
         ping_timeout.as_millis()
     );
     note(&label);
@@ -283,6 +290,8 @@ async fn large_fleet_trials(c: &mut Cluster, signal: &str, trials: usize, ping_t
     let mut dropped = Vec::new();
     let mut writes = Vec::new();
     let mut failures = Vec::new();
+    let mut solves = Vec::new();
+    let mut list_reads = Vec::new();
     for _ in 0..trials {
         if let Err(why) = stable(c, MEMBERS).await {
             note(&format!(
@@ -312,6 +321,18 @@ async fn large_fleet_trials(c: &mut Cluster, signal: &str, trials: usize, ping_t
         ));
         let port = c.replicas[s].http_port;
         let samples = scrape(port).await.unwrap_or_default();
+        let solved0 = metric(
+            &samples,
+            "distributor_solves_total",
+            &[("outcome", "solved")],
+        )
+        .unwrap_or(0.0);
+        let read0 = metric(
+            &samples,
+            "distributor_list_reads_total",
+            &[("outcome", "read")],
+        )
+        .unwrap_or(0.0);
         let cycles0 =
             metric(&samples, "distributor_cycles_total", &[("outcome", "ok")]).unwrap_or(0.0);
         let fails0 = metric_sum(&samples, "distributor_ping_failures_total");
@@ -364,6 +385,27 @@ async fn large_fleet_trials(c: &mut Cluster, signal: &str, trials: usize, ping_t
         writes
             .push(metric(&samples, "distributor_table_writes_total", &[]).unwrap_or(0.0) - writes0);
         failures.push(metric_sum(&samples, "distributor_ping_failures_total") - fails0);
+        // What the new holder solved and read in full in its first 4 s (its
+        // first cycle, and idle ones after it): 0 and 0 when it started from
+        // its warm view with nothing changed since.
+        solves.push(
+            metric(
+                &samples,
+                "distributor_solves_total",
+                &[("outcome", "solved")],
+            )
+            .unwrap_or(0.0)
+                - solved0,
+        );
+        list_reads.push(
+            metric(
+                &samples,
+                "distributor_list_reads_total",
+                &[("outcome", "read")],
+            )
+            .unwrap_or(0.0)
+                - read0,
+        );
         let _ = c.replicas[h].proc.wait();
         c.respawn(h);
     }
@@ -394,6 +436,22 @@ async fn large_fleet_trials(c: &mut Cluster, signal: &str, trials: usize, ping_t
         ),
         "pings",
         &failures,
+        Target::none(),
+    );
+    report(
+        &format!(
+            "failover: {signal}, 10,000 members, timeout {t} ms: solves by the new holder, first 4 s"
+        ),
+        "solves",
+        &solves,
+        Target::none(),
+    );
+    report(
+        &format!(
+            "failover: {signal}, 10,000 members, timeout {t} ms: lists read in full by the new holder, first 4 s"
+        ),
+        "lists",
+        &list_reads,
         Target::none(),
     );
     report(
