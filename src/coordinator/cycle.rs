@@ -497,6 +497,30 @@ pub(super) type InFlight = crate::edge::grpc::PingSet;
 const FIRST_PHASE: Duration = Duration::from_millis(50);
 
 /// Takes one finished ping; `false` when none is left.
+/// Collects finished pings until every member in `awaited` has settled (each
+/// leaves it as its result comes), every ping has, or `until`.
+async fn collect_awaited(
+    pending: &mut InFlight,
+    awaited: &mut HashSet<String>,
+    all: &mut Vec<PingReport>,
+    pending_members: &mut HashSet<String>,
+    until: Instant,
+) {
+    let deadline = tokio::time::sleep_until(until);
+    tokio::pin!(deadline);
+    while !awaited.is_empty() {
+        tokio::select! {
+            r = pending.next() => {
+                if let Some((member, _)) = &r {
+                    awaited.remove(member);
+                }
+                if !collect(r, all, pending_members) { break }
+            }
+            _ = &mut deadline => break,
+        }
+    }
+}
+
 fn collect(
     done: Option<(String, Option<PingReport>)>,
     all: &mut Vec<PingReport>,
@@ -1039,19 +1063,14 @@ impl CycleContext {
             .filter(|m| view.liveness.health(m).is_none_or(|h| h.failures == 0))
             .cloned()
             .collect();
-        let grace = tokio::time::sleep(FIRST_PHASE);
-        tokio::pin!(grace);
-        while !awaited.is_empty() {
-            tokio::select! {
-                r = pending.next() => {
-                    if let Some((member, _)) = &r {
-                        awaited.remove(member);
-                    }
-                    if !collect(r, &mut all_reports, &mut pending_members) { break }
-                }
-                _ = &mut grace => break,
-            }
-        }
+        collect_awaited(
+            &mut pending,
+            &mut awaited,
+            &mut all_reports,
+            &mut pending_members,
+            Instant::now() + FIRST_PHASE,
+        )
+        .await;
         // Whatever else has already settled is taken too.
         while let Some(Some(r)) = futures::FutureExt::now_or_never(pending.next()) {
             collect(Some(r), &mut all_reports, &mut pending_members);
@@ -1081,18 +1100,14 @@ impl CycleContext {
                 .count();
         if awaited.len() > heard {
             let unheard = awaited.len();
-            let hold_until = Instant::now() + self.ping_timeout.max(FIRST_CONTACT);
-            while !awaited.is_empty() {
-                tokio::select! {
-                    r = pending.next() => {
-                        if let Some((member, _)) = &r {
-                            awaited.remove(member);
-                        }
-                        if !collect(r, &mut all_reports, &mut pending_members) { break }
-                    }
-                    _ = tokio::time::sleep_until(hold_until) => break,
-                }
-            }
+            collect_awaited(
+                &mut pending,
+                &mut awaited,
+                &mut all_reports,
+                &mut pending_members,
+                Instant::now() + self.ping_timeout.max(FIRST_CONTACT),
+            )
+            .await;
             tracing::info!(
                 unheard,
                 heard,
