@@ -854,9 +854,8 @@ pub(super) struct CycleContext {
     pub(super) failure_threshold: u32,
     pub(super) ping_timeout: Duration,
     pub(super) handoff: handoff::Settings,
-    pub(super) assignment: Assignment,
-    /// `-max-moves-per-cycle` (0: no limit).
-    pub(super) max_moves: usize,
+    /// The assignment mode and `-max-moves-per-cycle`.
+    pub(super) solve: SolveSettings,
     /// What this replica prepared as a standby, for a new holding's first
     /// cycle (see [`WarmView`]).
     pub(super) warm: Option<WarmView>,
@@ -1327,16 +1326,7 @@ impl CycleContext {
             }
         };
 
-        let (desired, solved) = desired(
-            SolveSettings {
-                assignment: self.assignment,
-                max_moves: self.max_moves,
-            },
-            inputs,
-            view,
-            &granted,
-        )
-        .await;
+        let (desired, solved) = desired(self.solve, inputs, view, &granted).await;
         self.metrics
             .solve(if solved { "solved" } else { "memoised" });
 
@@ -1468,7 +1458,7 @@ impl CycleContext {
             generation_floor: *generation_floor,
             holder_id: &self.replica_id,
             now_ms,
-            assignment: self.assignment.name(),
+            assignment: self.solve.assignment.name(),
             last_change: last_change.as_deref(),
         };
         let span = info_span!(

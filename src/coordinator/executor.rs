@@ -246,15 +246,9 @@ impl Executor {
                 metrics: self.metrics.clone(),
                 services: self.config.services_namespaces.clone(),
                 units_key: self.config.workunits_namespace.clone(),
-                limits: ListLimits {
-                    entries: self.config.max_list_entries,
-                    bytes: self.config.max_list_bytes,
-                },
+                limits: list_limits(&self.config),
                 failure_threshold: self.config.failure_threshold,
-                solve: SolveSettings {
-                    assignment: self.config.assignment,
-                    max_moves: self.config.max_moves_per_cycle,
-                },
+                solve: solve_settings(&self.config),
             },
             self.config.poll_interval,
             self.status.subscribe(),
@@ -818,10 +812,7 @@ impl Executor {
             metrics: self.metrics.clone(),
             services: self.config.services_namespaces.clone(),
             units_key: self.config.workunits_namespace.clone(),
-            limits: ListLimits {
-                entries: self.config.max_list_entries,
-                bytes: self.config.max_list_bytes,
-            },
+            limits: list_limits(&self.config),
             replica_id: self.config.replica_id.clone(),
             forget_after: self.config.forget_after,
             grant,
@@ -842,8 +833,7 @@ impl Executor {
             handoff: crate::core::handoff::Settings {
                 handoff_delay: self.config.handoff_delay,
             },
-            assignment: self.config.assignment,
-            max_moves: self.config.max_moves_per_cycle,
+            solve: solve_settings(&self.config),
             // A new holding's first full cycle starts from what this replica
             // prepared as a standby.
             warm: (h.view.is_none() && !handoff_only)
@@ -1166,6 +1156,22 @@ fn lease_span(replica: &str, transition: &'static str, epoch: u64) -> Span {
         otel.status_code = Empty,
         otel.status_message = Empty
     )
+}
+
+/// The bounds on every list a cycle (or a warm view) reads.
+fn list_limits(config: &Config) -> ListLimits {
+    ListLimits {
+        entries: config.max_list_entries,
+        bytes: config.max_list_bytes,
+    }
+}
+
+/// What a solve depends on besides its inputs.
+fn solve_settings(config: &Config) -> SolveSettings {
+    SolveSettings {
+        assignment: config.assignment,
+        max_moves: config.max_moves_per_cycle,
+    }
 }
 
 /// Aborts a background task when its owner goes away (also on panic).
