@@ -937,16 +937,12 @@ impl CycleContext {
         );
         HolderView {
             liveness,
-            unsaved: HealthChanges::default(),
             suspects: inherited.suspects,
-            unsaved_suspects: SuspectChanges::default(),
-            memo: None,
-            lists: None,
-            groups: Vec::new(),
             handoff: HandoffState {
                 transit,
                 ..HandoffState::default()
             },
+            ..HolderView::empty(self.failure_threshold)
         }
     }
 
