@@ -55,11 +55,7 @@ impl Store {
         held: &HashMap<String, u64>,
         held_reports: Option<u64>,
     ) -> Result<Snapshot, StoreError> {
-        let keys: Vec<&str> = services
-            .iter()
-            .map(String::as_str)
-            .chain([units_key])
-            .collect();
+        let keys = list_keys(services, units_key);
         let mut guard = self.guard.lock().await;
         let mut lists = self.lists.lock().await;
         let content_check = guard.unsupported();
@@ -118,11 +114,7 @@ impl Store {
         limits: ListLimits,
         held: &HashMap<String, u64>,
     ) -> Result<(Vec<ListRead>, ListRead), StoreError> {
-        let keys: Vec<&str> = services
-            .iter()
-            .map(String::as_str)
-            .chain([units_key])
-            .collect();
+        let keys = list_keys(services, units_key);
         let mut lists = self.lists.lock().await;
         let listed = lists.probe(&keys).await;
         let mut reads = self
@@ -774,4 +766,13 @@ impl Store {
             weights,
         })
     }
+}
+
+/// Every list a cycle reads: each services list in order, then the units list.
+fn list_keys<'a>(services: &'a [String], units_key: &'a str) -> Vec<&'a str> {
+    services
+        .iter()
+        .map(String::as_str)
+        .chain([units_key])
+        .collect()
 }
