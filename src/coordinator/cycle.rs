@@ -382,7 +382,7 @@ impl HolderView {
     /// A view that knows nothing yet.
     fn empty(failure_threshold: u32) -> HolderView {
         HolderView {
-            liveness: Liveness::restore(failure_threshold, Vec::new()).0,
+            liveness: Liveness::new(failure_threshold),
             unsaved: HealthChanges::default(),
             suspects: BTreeMap::new(),
             unsaved_suspects: SuspectChanges::default(),
