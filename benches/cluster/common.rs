@@ -396,6 +396,15 @@ pub async fn table_rows(conn: &mut redis::aio::MultiplexedConnection) -> usize {
         .unwrap_or(0)
 }
 
+/// Units in transit (`{T}:transit` fields); `None` when the read failed.
+pub async fn in_transit(conn: &mut redis::aio::MultiplexedConnection) -> Option<u64> {
+    redis::cmd("HLEN")
+        .arg(keys().transit)
+        .query_async(conn)
+        .await
+        .ok()
+}
+
 /// Waits until the matching table lists `n` workers; panics after `limit`.
 pub async fn wait_for_rows(conn: &redis::aio::MultiplexedConnection, n: usize, limit: Duration) {
     let ok = wait_until(limit, Duration::from_millis(50), || {

@@ -216,7 +216,6 @@ async fn large_fleet(ping_timeout: Duration) {
 /// those moves waited `-handoff-delay` (10 s). n = 1 per run (the fleet comes
 /// up once); polled every 20 ms.
 async fn cold_start(c: &mut Cluster, t0: Instant, members: usize, ping_timeout: Duration) {
-    let transit_key = distributor::core::keys::Keys::new(TABLE).transit;
     let mut first: Option<(f64, usize)> = None;
     let mut most_in_transit = 0u64;
     let settled = loop {
@@ -225,11 +224,7 @@ async fn cold_start(c: &mut Cluster, t0: Instant, members: usize, ping_timeout: 
         }
         let g = generation(&mut c.conn).await;
         let n = table_rows(&mut c.conn).await;
-        let transit: u64 = redis::cmd("HLEN")
-            .arg(&transit_key)
-            .query_async(&mut c.conn)
-            .await
-            .unwrap_or(0);
+        let transit = in_transit(&mut c.conn).await.unwrap_or(0);
         most_in_transit = most_in_transit.max(transit);
         if g >= 1 && first.is_none() {
             first = Some((ms(t0.elapsed()), n));
@@ -497,11 +492,8 @@ async fn stable(c: &mut Cluster, members: usize) -> Result<(), String> {
         // acknowledge, so units that moved while the fleet came up (a first
         // cycle hears from only some of 10,000 members within its grace) stay
         // in transit for `-handoff-delay`; a new holder would inherit them all.
-        let transit: u64 = redis::cmd("HLEN")
-            .arg(distributor::core::keys::Keys::new(TABLE).transit)
-            .query_async(&mut c.conn)
-            .await
-            .unwrap_or(1);
+        // (A failed read never passes for "nothing in transit".)
+        let transit = in_transit(&mut c.conn).await.unwrap_or(1);
         if (n, g) != last {
             last = (n, g);
             since = Instant::now();
