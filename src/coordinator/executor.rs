@@ -1227,10 +1227,10 @@ async fn warm_task(
 /// Warm view: while this replica is a standby, it keeps what its first
 /// cycle as a holder would read and solve (see [`WarmView`]), brought up to
 /// date every `interval`: with nothing changed, a guard probe per list and
-/// one for the reports. After a
-/// preparation that read a list in full, the next waits [`WARM_EVERY_POLLS`]
-/// intervals, so that where Redis does not permit `WATCH` (every list read
-/// every time) a standby reads a fifth as often as the holder. While this
+/// one for the reports. After a preparation that read a list in full, the
+/// next waits [`WARM_EVERY_POLLS`] intervals, so that where Redis does not
+/// permit `WATCH` (every list read every time) a standby reads a fifth as
+/// often as the holder. While this
 /// replica holds, the slot is emptied (the holding's own view is newer, and
 /// a second copy of the inputs would double the memory of a large fleet).
 async fn prepare_task(
