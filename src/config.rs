@@ -54,10 +54,19 @@ impl Kind {
         match self {
             Kind::Text | Kind::Bool => Vec::new(),
             Kind::Secret => vec![value.to_string()],
-            Kind::Url => userinfo_spans(value)
-                .into_iter()
-                .map(|(_, hidden, _)| value[hidden].to_string())
-                .collect(),
+            Kind::Url => {
+                let mut secrets: Vec<String> = userinfo_spans(value)
+                    .into_iter()
+                    .map(|(_, hidden, _)| value[hidden].to_string())
+                    .collect();
+                // A malformed entry's tail (see [`redact_url`]), as given.
+                secrets.extend(
+                    value
+                        .split(',')
+                        .filter_map(|e| malformed_tail(e).map(|r| e[r].to_string())),
+                );
+                secrets
+            }
         }
     }
 }
@@ -763,7 +772,10 @@ fn is_scheme(s: &str) -> bool {
 
 /// Replaces the password of every `user:pass@` in a URL, a comma-separated
 /// list of URLs or a scheme-less `user:pass@host:port` with `***` (a userinfo
-/// without `:` is replaced whole).
+/// without `:` is replaced whole). An entry of the list that is neither a
+/// Redis URL nor a `host:port` (after that) shows nothing past its first `:`
+/// (after its `scheme://`): it may be a password typed where a URL belongs
+/// (`redis://h:1,garbage:Sup3rSecret`).
 pub fn redact_url(url: &str) -> String {
     let mut out = String::new();
     let mut from = 0;
@@ -776,7 +788,40 @@ pub fn redact_url(url: &str) -> String {
         from = at;
     }
     out.push_str(&url[from..]);
-    out
+    // Every password is `***` now, so a ',' left separates entries.
+    out.split(',')
+        .map(|entry| match malformed_tail(entry) {
+            Some(tail) => format!("{}***", &entry[..tail.start]),
+            None => entry.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Where the part of a URL-list entry that may hold a secret starts and ends,
+/// when the entry is malformed: everything after its first `:` (after a
+/// `scheme://`), or all of a bare word. `None` for a well-formed entry, one
+/// with a scheme and no `:` after it, and one with a userinfo (`@`: its
+/// password is what [`userinfo_spans`] finds).
+fn malformed_tail(entry: &str) -> Option<std::ops::Range<usize>> {
+    let trimmed = entry.trim();
+    if trimmed.is_empty()
+        || trimmed.contains('@')
+        || check_redis_url(trimmed, true).is_ok()
+        || check_host_port(trimmed, true).is_ok()
+    {
+        return None;
+    }
+    let scheme = entry
+        .find("://")
+        .filter(|&i| is_scheme(entry[..i].trim_start()));
+    let after_scheme = scheme.map_or(0, |i| i + 3);
+    match entry[after_scheme..].find(':') {
+        Some(colon) => Some(after_scheme + colon + 1..entry.len()),
+        // A bare word may be a password pasted after a ','.
+        None if scheme.is_none() => Some(entry.len() - entry.trim_start().len()..entry.len()),
+        None => None,
+    }
 }
 
 /// Percent-encodes a password for use in a Redis URL.
@@ -1586,6 +1631,14 @@ mod tests {
                 " redis://a:1, redis://:***@b:2",
             ),
             ("h:1,u:secret@h:2", "h:***@h:2"),
+            // A malformed entry may be a password where a URL belongs.
+            (
+                "redis://127.0.0.1:6379,garbage:Sup3rSecretPW",
+                "redis://127.0.0.1:6379,garbage:***",
+            ),
+            ("redis://h:1, garbage:a:b", "redis://h:1, garbage:***"),
+            ("redis://h:x,y", "redis://h:***,***"),
+            ("redis://h:1, Sup3rSecret", "redis://h:1, ***"),
             ("u:a,b:c@h:1", "u:***@h:1"),
             (
                 "redis://:a@h:1,redis://:b@h:2,c:d@h:3",
@@ -1683,10 +1736,9 @@ mod tests {
             "redis://h:1,redis://h:99999",
         ] {
             let e = with_env(&[("REDIS_URL", bad)]).unwrap_err();
-            assert_eq!(
-                (e.flag, e.value.as_str()),
-                ("redis-url", bad.rsplit(',').next().unwrap())
-            );
+            // Shown redacted: a malformed entry may hold a password.
+            let shown = redact_url(bad.rsplit(',').next().unwrap());
+            assert_eq!((e.flag, e.value.as_str()), ("redis-url", shown.as_str()));
         }
         for good in [
             "redis://h",
@@ -1858,6 +1910,12 @@ mod tests {
         assert_eq!(c.http_addr_origin.flag(), "-prom-port");
     }
 
+    /// A password without the characters that would end a list entry or
+    /// make it a userinfo.
+    fn plain(pw: &str) -> String {
+        pw.replace(['@', ','], "x")
+    }
+
     proptest! {
         #[test]
         fn duration_round_trip(ms in 0u64..10_000_000) {
@@ -1880,7 +1938,13 @@ mod tests {
                 format!("redis://a:1,redis://:{pw}@h:{port}"),
                 format!("redis://:{pw}@h:{port},redis://b:2"),
                 format!("rediss://u:{pw}@h:{port}#insecure"),
+                // A password typed where a URL of the list belongs (with
+                // an '@' it reads as a userinfo, redacted above; a ',' would
+                // end the entry).
+                format!("redis://a:1,garbage:{}", plain(&pw)),
+                format!("garbage:{},redis://a:1", plain(&pw)),
             ] {
+                let pw = if url.contains("garbage") { plain(&pw) } else { pw.clone() };
                 let shown = redact_url(&url);
                 prop_assert!(!shown.contains(&pw), "{} shown as {}", url, shown);
                 for var in ["REDIS_URL", "REDIS_ADDRS"] {

@@ -473,6 +473,11 @@ fn secrets_never_reach_the_output() {
             "value \"http://u:***@b:2\"",
         ),
         (
+            vec![url("-redis-url=redis://127.0.0.1:6379,garbage:PW")],
+            vec![],
+            "value \"garbage:***\"",
+        ),
+        (
             vec![url("-redis-addrs=user:PW@h:1")],
             vec![],
             "value \"user:***@h:1\"",
@@ -483,7 +488,8 @@ fn secrets_never_reach_the_output() {
                 "-redis-url=redis://h:99999".to_string(),
             ],
             vec![],
-            "value \"redis://h:99999\"",
+            // Malformed: nothing past its ':' shows (it might be a password).
+            "value \"redis://h:***\"",
         ),
         (
             vec!["-poll-interval=fast".to_string()],
