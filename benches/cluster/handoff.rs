@@ -61,6 +61,7 @@ async fn one(n: usize) {
             draining: false,
             deadline: Duration::from_secs(120),
             weight: 1,
+            client: None,
         }
         .encode()
     };

@@ -172,7 +172,7 @@ pub struct MemberFacts {
 }
 
 /// A member's own entry in `{T}:members`:
-/// `<applied generation> <draining 0|1> <deadline ms> <weight>`.
+/// `<applied generation> <draining 0|1> <deadline ms> <weight> [<redis client id>]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemberReport {
     /// The highest table generation it applied: every unit that generation
@@ -185,6 +185,10 @@ pub struct MemberReport {
     pub deadline: Duration,
     /// Its capacity weight (1 by default).
     pub weight: u32,
+    /// The Redis client id (`CLIENT ID`) of the connection it reads its row
+    /// on, if it tells: a refusal of its address then releases its units
+    /// only once Redis has no such connection either.
+    pub client: Option<u64>,
 }
 
 /// The longest deadline a member may declare: a larger one is capped, so a
@@ -196,18 +200,23 @@ pub const MAX_WEIGHT: u32 = 1000;
 
 impl MemberReport {
     pub fn encode(&self) -> String {
-        format!(
+        let mut out = format!(
             "{} {} {} {}",
             self.applied,
             u8::from(self.draining),
             self.deadline.as_millis(),
             self.weight
-        )
+        );
+        if let Some(c) = self.client {
+            out.push_str(&format!(" {c}"));
+        }
+        out
     }
 
-    /// Parses an entry; `None` for anything malformed (the holder then treats
-    /// the member as one that does not speak the protocol, and reports it).
-    /// Fields after the fourth are ignored, for later versions.
+    /// Parses an entry; `None` for anything malformed (the holder then waits
+    /// for such a member as long as any member may make it wait, and reports
+    /// it). A fifth field that is not a client id counts as none; fields
+    /// after the fifth are ignored, for later versions.
     pub fn decode(s: &str) -> Option<MemberReport> {
         let mut it = s.split(' ');
         let applied = parse_u53(it.next()?)?;
@@ -224,11 +233,13 @@ impl MemberReport {
         if weight == 0 || deadline_ms == 0 {
             return None;
         }
+        let client = it.next().and_then(parse_u53);
         Some(MemberReport {
             applied,
             draining,
             deadline: Duration::from_millis(deadline_ms).min(MAX_DEADLINE),
             weight: weight.min(u64::from(MAX_WEIGHT)) as u32,
+            client,
         })
     }
 }

@@ -334,6 +334,7 @@ impl Ownership {
             draining: self.draining,
             deadline: self.deadline,
             weight: self.weight,
+            client: None,
         })
     }
 

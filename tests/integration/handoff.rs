@@ -30,6 +30,7 @@ pub(crate) async fn report(
         draining,
         deadline,
         weight: 1,
+        client: None,
     };
     let k = keys();
     let _: i64 = fleet

@@ -37,6 +37,7 @@ fn acking(applied: u64) -> MemberFacts {
             draining: false,
             deadline: ms(1000),
             weight: 1,
+            client: None,
         }),
     }
 }
@@ -426,12 +427,23 @@ fn stored_forms_parse_strictly() {
         draining: true,
         deadline: ms(10_000),
         weight: 3,
+        client: None,
     };
     assert_eq!(MemberReport::decode(&r.encode()), Some(r));
     assert_eq!(MemberReport::decode("7 0 5000").map(|r| r.weight), Some(1));
     assert_eq!(
-        MemberReport::decode("7 0 5000 2 future fields").map(|r| r.weight),
-        Some(2)
+        MemberReport::decode("7 0 5000 2 future fields").map(|r| (r.weight, r.client)),
+        Some((2, None)),
+        "a fifth field that is not a client id counts as none"
+    );
+    let with_client = MemberReport {
+        client: Some(17),
+        ..r
+    };
+    assert_eq!(with_client.encode(), "42 1 10000 3 17");
+    assert_eq!(
+        MemberReport::decode("42 1 10000 3 17 later"),
+        Some(with_client)
     );
     for bad in [
         "",
@@ -854,6 +866,7 @@ impl World {
                 draining: m.draining,
                 deadline: DEADLINE,
                 weight: 1,
+                client: None,
             });
         }
         // The plan and its write follow 0 to 40 ms later.
