@@ -12,6 +12,7 @@ mod compat;
 mod dashboard;
 mod detection;
 mod failover;
+mod fault_proxy;
 mod fencing;
 mod handoff;
 mod handoff_repro;

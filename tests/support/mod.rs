@@ -8,6 +8,7 @@
 
 pub mod browser;
 pub mod docker;
+pub mod fault_proxy;
 pub mod otlp;
 pub mod ownership;
 pub mod pki;
