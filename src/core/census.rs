@@ -19,6 +19,28 @@
 
 use std::time::Duration;
 
+/// The end of a replica's census report (`{T}:replicas`: `index replicas
+/// unix_ms interval`, `-` for what the census does not know yet) while it
+/// holds the lease but does not act: ` blocked <why>`, on one line and
+/// shortened, so that `distributor status` can say so.
+pub fn blocked_suffix(why: &str) -> String {
+    let why: String = why
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(300)
+        .collect();
+    format!(" blocked {why}")
+}
+
+/// Why a replica said it does not act, from its census report.
+pub fn blocked_of(report: &str) -> Option<&str> {
+    let mut it = report.splitn(6, ' ');
+    for _ in 0..4 {
+        it.next()?;
+    }
+    (it.next()? == "blocked").then(|| it.next()).flatten()
+}
+
 /// One census step's reply: our counter value this interval, and the previous
 /// interval's final count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +151,15 @@ impl Census {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blocked_replica_says_why_in_its_report() {
+        let r = format!("0 2 9000 7{}", blocked_suffix("cannot read x:\nthe key"));
+        assert_eq!(blocked_of(&r), Some("cannot read x: the key"));
+        assert_eq!(blocked_of("0 2 9000 7"), None);
+        assert_eq!(blocked_of("- - 9000 -"), None);
+        assert_eq!(blocked_of("- - 9000"), None);
+    }
 
     #[test]
     fn interval_numbers_and_schedule() {

@@ -139,6 +139,27 @@ impl Liveness {
         (live, bad)
     }
 
+    /// The changes that make `stored` (as persisted, undecoded) say what this
+    /// liveness says: entries that differ or are missing, and stored members
+    /// it does not know. The holder's own observations are the truth; this
+    /// is how it brings Redis back to them after a write of unknown outcome.
+    pub fn changes_from(&self, stored: &HashMap<String, String>) -> HealthChanges {
+        let mut out = HealthChanges::default();
+        for (m, h) in &self.members {
+            let encoded = h.encode();
+            if stored.get(m) != Some(&encoded) {
+                out.set.insert(m.clone(), h.clone());
+            }
+        }
+        out.removed = stored
+            .keys()
+            .filter(|m| !self.members.contains_key(*m))
+            .cloned()
+            .collect();
+        out.removed.sort();
+        out
+    }
+
     pub fn is_live(&self, member: &str) -> bool {
         self.members
             .get(member)
@@ -225,6 +246,31 @@ mod tests {
 
     const OK: Result<(), &str> = Ok(());
     const FAIL: Result<(), &str> = Err("timeout");
+
+    #[test]
+    fn changes_from_the_stored_form_bring_it_back_to_this_liveness() {
+        let mut l = Liveness::new(1);
+        l.observe([("a", OK), ("b", OK)], ["a", "b"], 1);
+        l.observe([("b", FAIL)], ["a", "b"], 2);
+        let b = l.health("b").unwrap().clone();
+        let stored: HashMap<String, String> = [
+            ("a".to_string(), l.health("a").unwrap().encode()),
+            ("b".to_string(), "1 0 0".to_string()),
+            ("gone".to_string(), "1 0 0".to_string()),
+        ]
+        .into();
+        let c = l.changes_from(&stored);
+        assert_eq!(c.set, BTreeMap::from([("b".to_string(), b)]));
+        assert_eq!(c.removed, ["gone"]);
+        let mut applied = stored.clone();
+        for (m, h) in &c.set {
+            applied.insert(m.clone(), h.encode());
+        }
+        for m in &c.removed {
+            applied.remove(m);
+        }
+        assert!(l.changes_from(&applied).is_empty());
+    }
 
     #[test]
     fn default_threshold_is_one_failure() {

@@ -69,6 +69,27 @@ impl SuspectChanges {
         self.set.is_empty() && self.removed.is_empty()
     }
 
+    /// The changes that make `stored` (as persisted) hold exactly `suspects`:
+    /// how the holder brings Redis back to what it knows after a write of
+    /// unknown outcome.
+    pub fn between(
+        stored: &BTreeMap<String, Suspect>,
+        suspects: &BTreeMap<String, Suspect>,
+    ) -> SuspectChanges {
+        SuspectChanges {
+            set: suspects
+                .iter()
+                .filter(|(m, s)| stored.get(*m) != Some(*s))
+                .map(|(m, s)| (m.clone(), s.clone()))
+                .collect(),
+            removed: stored
+                .keys()
+                .filter(|m| !suspects.contains_key(*m))
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// Records what `review` did to `suspects`: the last word on each wins.
     pub fn record(&mut self, review: &Review, suspects: &BTreeMap<String, Suspect>) {
         for (_, failed, _) in &review.episodes {
@@ -204,6 +225,20 @@ mod tests {
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("m{i}:1")).collect()
+    }
+
+    #[test]
+    fn changes_between_stored_and_known_suspects() {
+        let s = |r: &str| Suspect {
+            replica: r.into(),
+            since_ms: 5,
+        };
+        let stored = BTreeMap::from([("a".to_string(), s("r1")), ("b".to_string(), s("r1"))]);
+        let known = BTreeMap::from([("b".to_string(), s("r2")), ("c".to_string(), s("r2"))]);
+        let c = SuspectChanges::between(&stored, &known);
+        assert_eq!(c.set, known);
+        assert_eq!(c.removed, ["a".to_string()].into());
+        assert!(SuspectChanges::between(&known, &known).is_empty());
     }
 
     struct World {
