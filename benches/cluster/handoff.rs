@@ -143,7 +143,7 @@ async fn one(n: usize) {
             let owing: BTreeSet<&String> = transit
                 .iter()
                 .filter(|t| t.revoked_at <= g)
-                .flat_map(|t| t.from.iter())
+                .flat_map(|t| t.from.keys())
                 .collect();
             let mut pipe = redis::pipe();
             for m in &owing {

@@ -129,6 +129,9 @@ pub struct ReplicaReport {
     pub index: Option<u64>,
     pub replicas: Option<u64>,
     pub seen_ms_ago: u64,
+    /// While it holds the lease but does not act: why (it cannot read what
+    /// it must know before it plans).
+    pub blocked: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -181,6 +184,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
                 index,
                 replicas,
                 seen_ms_ago: now_ms.saturating_sub(seen),
+                blocked: crate::core::census::blocked_of(v).map(str::to_string),
             }
         })
         .collect();
@@ -523,6 +527,9 @@ pub fn render_status(r: &StatusReport) -> String {
             ago(rep.seen_ms_ago),
             role
         );
+        if let Some(why) = &rep.blocked {
+            out += &format!("    not acting: {why}\n");
+        }
     }
     for g in &r.groups {
         out += &format!(
@@ -796,7 +803,8 @@ mod tests {
                 id: "r1".into(),
                 index: Some(0),
                 replicas: Some(2),
-                seen_ms_ago: 1000
+                seen_ms_ago: 1000,
+                blocked: None,
             }
         );
         assert_eq!(r.replicas[1].index, None);

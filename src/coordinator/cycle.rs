@@ -43,15 +43,14 @@ use tracing::{Instrument as _, Span, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::core::handoff::{self, MemberFacts, MemberReport, PlanInput, Transit, Transits};
+use super::handoff_state::{HandoffOutcome, HandoffState, Refusal, Steady};
+use crate::core::handoff::{self, PlanInput, Transit, Transits};
 use crate::core::inputs::{self, Inputs, Rejection};
 use crate::core::liveness::{HealthChanges, Liveness};
 use crate::core::suspicion::{self, Guard, Review, Suspect, SuspectChanges};
 use crate::core::table::{Assignment, MatchingTable, Moves, Solve};
 use crate::edge::grpc::{FIRST_CONTACT, PingFailure, PingReport, Pinger};
-use crate::edge::redis::{
-    Commit, Committed, LeaseGrant, ListLimits, ListRead, Reports, ReportsRead, Snapshot, Store,
-};
+use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, ListRead, Snapshot, Store};
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
 use crate::unix_ms;
@@ -103,278 +102,6 @@ impl ListCache {
             .map(|(k, v, _)| (k.clone(), *v))
             .chain([(units_list.to_string(), self.units_version)])
             .collect()
-    }
-}
-
-/// What the handoff keeps between cycles (see `core::handoff`).
-#[derive(Clone, Default)]
-pub(super) struct HandoffState {
-    /// The table as this holder last wrote (or read) it: what is granted.
-    pub(super) granted: Option<Arc<MatchingTable>>,
-    pub(super) transit: Transits,
-    /// Members refused since they last answered (their process is gone),
-    /// with the opening instant of the latest refused connection opened for
-    /// a probe (`None` while refused only on the cached channel). Only such
-    /// a refusal, opened after the write that revoked a unit, releases it
-    /// (`core::handoff`: a process restarted on the address may have read
-    /// the old row in between).
-    gone: HashMap<String, Option<Instant>>,
-    /// The members' reports, as last read and decoded.
-    pub(super) reports: HashMap<String, MemberReport>,
-    /// The version of the reports and overrides hashes these were decoded
-    /// from (`ReportsRead::version`): unchanged, they are not read again.
-    reports_version: Option<u64>,
-    /// Members that reported draining and then removed their report: they
-    /// finished their drain and deregistered (README, protocol step 6). The
-    /// lists a handoff cycle plans with are the last full cycle's, where such
-    /// a member is still listed; without its report it would look like a
-    /// member that does not acknowledge, and get units again. It stays out
-    /// until a full cycle finds it unlisted or it reports again (a new
-    /// process on the same address).
-    departed: HashSet<String>,
-    /// Unreadable report entries, as last logged (logged again on change).
-    bad_reports: BTreeSet<String>,
-    /// The operator's weight overrides (`{T}:weights`), as last read and
-    /// decoded: they beat the members' reported weights.
-    pub(super) overrides: HashMap<String, u32>,
-    /// Unreadable override entries (or the key's error), as last logged.
-    bad_overrides: BTreeSet<String>,
-    /// The group each member was last listed in.
-    former_group: HashMap<String, String>,
-    /// The last full cycle's inputs, for handoff cycles (which do not read
-    /// the lists again).
-    pub(super) inputs: Option<Arc<Inputs>>,
-    /// What the last plan did, for status and metrics.
-    pub(super) last: HandoffOutcome,
-    /// The last solve that moved or placed units (status: `last_change`).
-    pub(super) last_change: Option<LastChange>,
-    /// The last plan, when it changed nothing (see [`Steady`]).
-    steady: Option<Steady>,
-    /// The trace span of each write that revoked units still in transit, by
-    /// generation: the write that grants them links to it, so that a move
-    /// reads as revoke → grant in the trace view.
-    revocations: BTreeMap<u64, opentelemetry::trace::SpanContext>,
-}
-
-/// A plan that changed nothing: nothing in transit, no unit revoked, placed
-/// or moved, and the granted table as it came in. Planning again from the
-/// same tables, inputs and members that get rows gives the same, so an idle
-/// cycle skips it: the plan compares and copies every row (O(table), a few
-/// milliseconds at 100,000 units). The tables and inputs are held (not only
-/// their addresses), so a match is never a reused allocation.
-#[derive(Clone)]
-pub(super) struct Steady {
-    desired: Arc<MatchingTable>,
-    granted: Arc<MatchingTable>,
-    inputs: Arc<Inputs>,
-    /// Which listed members get rows (`HolderView::keeps_units`), hashed.
-    rows_for: u64,
-}
-
-impl Steady {
-    fn matches(&self, other: &Steady) -> bool {
-        Arc::ptr_eq(&self.desired, &other.desired)
-            && Arc::ptr_eq(&self.granted, &other.granted)
-            && Arc::ptr_eq(&self.inputs, &other.inputs)
-            && self.rows_for == other.rows_for
-    }
-}
-
-/// What one cycle's handoff did.
-#[derive(Clone, Debug, Default)]
-pub(super) struct HandoffOutcome {
-    pub(super) revoked: usize,
-    pub(super) placed: usize,
-    /// Units granted after a move.
-    pub(super) moved: Vec<handoff::Moved>,
-    pub(super) in_transit: usize,
-    pub(super) owing: usize,
-    pub(super) draining: usize,
-    pub(super) acknowledging: usize,
-    pub(super) invalid_reports: usize,
-    /// Plan again then: a unit can be released by time.
-    pub(super) next_release: Option<Instant>,
-}
-
-impl HandoffState {
-    fn facts(&self, member: &str) -> MemberFacts {
-        MemberFacts {
-            refused_since: self.gone.get(member).copied().flatten(),
-            report: self.reports.get(member).copied(),
-        }
-    }
-
-    fn draining(&self, member: &str) -> bool {
-        self.reports.get(member).is_some_and(|r| r.draining) || self.departed.contains(member)
-    }
-
-    /// A full cycle read the lists: departed members no longer listed are
-    /// forgotten (listed again later, they are new registrations).
-    fn forget_departed(&mut self, inputs: &Inputs) {
-        if self.departed.is_empty() {
-            return;
-        }
-        let listed: HashSet<&str> = inputs
-            .groups
-            .iter()
-            .flat_map(|g| g.members.iter().map(String::as_str))
-            .collect();
-        self.departed.retain(|m| listed.contains(m.as_str()));
-    }
-
-    /// Members that still owe revocations but are no longer listed: a member
-    /// that stopped without draining removed itself from its list (and its
-    /// report), so no cycle pings it any more.
-    fn owing_unlisted(&self, listed: &HashSet<&str>) -> BTreeSet<String> {
-        self.transit
-            .values()
-            .flat_map(|units| units.values())
-            .flat_map(|t| t.from.iter())
-            .filter(|m| !listed.contains(m.as_str()) && !self.gone.contains_key(*m))
-            .cloned()
-            .collect()
-    }
-
-    /// Members that are gone and owe a revocation no refusal confirmed yet:
-    /// none was refused on a connection opened after the write that revoked
-    /// it. The executor probes them once that write is done; a refusal then
-    /// releases their units (`core::handoff`).
-    pub(super) fn unconfirmed_gone(&self) -> BTreeSet<String> {
-        let mut out = BTreeSet::new();
-        if self.gone.is_empty() {
-            return out;
-        }
-        for t in self.transit.values().flat_map(|u| u.values()) {
-            // (0: its revoking write is not done yet.)
-            if t.revoked_at == 0 {
-                continue;
-            }
-            for m in &t.from {
-                if self
-                    .gone
-                    .get(m)
-                    .is_some_and(|since| since.is_none_or(|s| s <= t.waiting_since))
-                {
-                    out.insert(m.clone());
-                }
-            }
-        }
-        out
-    }
-
-    /// Takes this cycle's ping results. A member refused stays gone until it
-    /// answers again: a later timeout (its channel still tearing down the
-    /// dead connection) does not bring the process back, and a new process
-    /// on the same address answers.
-    fn observe_pings(&mut self, reports: &[PingReport]) {
-        for r in reports {
-            match &r.result {
-                Err(PingFailure::Refused(_)) => {
-                    let since = self.gone.entry(r.member.clone()).or_default();
-                    if let Some(opened) = r.opened {
-                        *since = Some(since.map_or(opened, |s| s.max(opened)));
-                    }
-                }
-                Ok(_) => {
-                    self.gone.remove(&r.member);
-                }
-                Err(_) => {}
-            }
-        }
-    }
-
-    /// Takes the reports and overrides a cycle read; unchanged since the
-    /// version decoded last, nothing is decoded again (the same content
-    /// gives the same state: decoding depends on nothing else).
-    fn observe(&mut self, read: ReportsRead, keys: &crate::core::keys::Keys) {
-        self.reports_version = read.version;
-        if let Some((reports, overrides)) = read.content {
-            self.observe_reports(reports, &keys.members);
-            self.observe_overrides(overrides, &keys.weights);
-        }
-    }
-
-    /// Takes the members' reports; logs unreadable ones when they change.
-    fn observe_reports(&mut self, reports: Reports, key: &str) {
-        let raw = match reports {
-            Ok(raw) => raw,
-            Err(e) => {
-                // Members can write this key: a wrong type must not stop the
-                // holder. Without reports, every member gets the handoff delay.
-                if self.bad_reports.insert(format!("\0{e}")) {
-                    tracing::warn!(error = %e, key, "member reports unreadable; every member is treated as one that does not acknowledge");
-                }
-                self.reports.clear();
-                return;
-            }
-        };
-        let was_draining: Vec<String> = self
-            .reports
-            .iter()
-            .filter(|(_, r)| r.draining)
-            .map(|(m, _)| m.clone())
-            .collect();
-        let bad = decode_entries(raw, MemberReport::decode, &mut self.reports);
-        if bad != self.bad_reports && !bad.is_empty() {
-            tracing::warn!(
-                key,
-                count = bad.len(),
-                first = %bad.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
-                "unreadable member reports (expected `applied draining deadline_ms weight`); those members are treated as ones that do not acknowledge"
-            );
-        }
-        self.bad_reports = bad;
-        for m in was_draining {
-            if !self.reports.contains_key(&m) {
-                self.departed.insert(m);
-            }
-        }
-        let reports = &self.reports;
-        self.departed.retain(|m| !reports.contains_key(m));
-    }
-
-    /// Takes the operator's weight overrides; logs unreadable entries (and a
-    /// key of the wrong type) when they change. `None`, or an error that may
-    /// pass (a timeout), keeps the overrides known: a read that failed does
-    /// not move units.
-    fn observe_overrides(&mut self, overrides: Option<Reports>, key: &str) {
-        let raw = match overrides {
-            None => return,
-            Some(Err(e)) if e.is_retryable() => return,
-            Some(Err(e)) => {
-                // An operator key of the wrong type must not stop the holder:
-                // no overrides, every member's report counts.
-                let bad = BTreeSet::from([format!("\0{e}")]);
-                if bad != self.bad_overrides {
-                    tracing::warn!(error = %e, key, "weight overrides unreadable; the members' reported weights are used");
-                }
-                self.bad_overrides = bad;
-                self.overrides.clear();
-                return;
-            }
-            Some(Ok(raw)) => raw,
-        };
-        let bad = decode_entries(raw, handoff::decode_weight_override, &mut self.overrides);
-        if bad != self.bad_overrides && !bad.is_empty() {
-            tracing::warn!(
-                key,
-                count = bad.len(),
-                first = %bad.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
-                "unreadable weight overrides (expected an integer from 1 to {}); those members' reported weights are used",
-                handoff::MAX_WEIGHT
-            );
-        }
-        self.bad_overrides = bad;
-    }
-
-    /// A member's capacity weight: the operator's override, else its report's,
-    /// else 1.
-    fn weight(&self, member: &str) -> u32 {
-        self.overrides
-            .get(member)
-            .copied()
-            .or_else(|| self.reports.get(member).map(|r| r.weight))
-            .unwrap_or(1)
     }
 }
 
@@ -461,12 +188,17 @@ pub(super) enum CycleError {
     /// A handoff cycle before the holding's first full cycle: nothing to do.
     #[error("no full cycle yet")]
     NotReady,
+    /// What the holder must know before it plans could not be read (what
+    /// the last holder left, or Redis' state after a write of unknown
+    /// outcome): the holding does not act until it can.
+    #[error("cannot read what the holder must know before it acts ({0}); not acting until it can")]
+    Unreadable(StoreError),
 }
 
 impl CycleError {
     pub(super) fn kind(&self) -> &'static str {
         match self {
-            CycleError::Read(e) => e.kind(),
+            CycleError::Read(e) | CycleError::Unreadable(e) => e.kind(),
             CycleError::Inputs { .. } => "invalid_input",
             CycleError::NotReady => "not_ready",
         }
@@ -484,7 +216,13 @@ pub(super) enum Write {
     },
     /// Redis rejected it: the lease moved on.
     Fenced(String),
+    /// Nothing written: a read it needed failed, or Redis refused a stored
+    /// value before writing anything.
     Failed(StoreError),
+    /// It may or may not have been applied (an error or a timeout after it
+    /// was sent, or too few replicas acknowledged it): the next cycle reads
+    /// Redis again before it plans.
+    Unknown(StoreError),
 }
 
 /// Pings still in flight when a cycle ended; the next cycle collects them
@@ -610,7 +348,8 @@ impl Preparer {
             .read_reports_since(view.handoff.reports_version)
             .await;
         let reports_changed = reports.content.is_some();
-        view.handoff.observe(reports, self.store.keys());
+        // A failed read is read again next time (no version is kept).
+        let _ = view.handoff.observe(reports, self.store.keys());
         if !lists_changed && !reports_changed && loaded_at == Some(generation) {
             return Ok(WarmView {
                 view,
@@ -618,10 +357,10 @@ impl Preparer {
                 read_lists,
             });
         }
-        let inherited = self.store.load_holding().await.map_err(CycleError::Read)?;
+        let (liveness, suspects) = self.store.read_liveness().await.map_err(CycleError::Read)?;
         // Unreadable entries are the holder's to log.
-        (view.liveness, _) = Liveness::restore(self.failure_threshold, inherited.liveness);
-        view.suspects = inherited.suspects;
+        (view.liveness, _) = Liveness::restore(self.failure_threshold, liveness);
+        view.suspects = suspects;
         if !self.solve.uses_current() {
             let none = Arc::new(MatchingTable::default());
             let (_, solved) = desired(self.solve, &inputs, &mut view, &none).await;
@@ -683,7 +422,8 @@ async fn desired(
     let uses_current = how.uses_current();
     let also_held: Vec<(&str, &str)> = view
         .handoff
-        .transit
+        .ledger
+        .transit()
         .values()
         .flat_map(|units| units.iter())
         .filter_map(|(u, t)| Some((t.to.as_deref()?, u.as_str())))
@@ -697,10 +437,11 @@ async fn desired(
     // draining or departed members are never limited, so they use none.
     let in_flight = view
         .handoff
-        .transit
+        .ledger
+        .transit()
         .values()
         .flat_map(|units| units.values())
-        .filter(|t| t.to.is_some() && t.from.iter().any(|m| eligible(m)))
+        .filter(|t| t.to.is_some() && t.origins().any(&eligible))
         .count();
     // Capacity weights, in both modes: the operator's override, else
     // each member's report (1 without one, or without the field). A
@@ -800,29 +541,6 @@ async fn desired(
     (desired, solved)
 }
 
-/// Decodes a member-keyed hash (reports, weight overrides) into `into`,
-/// replacing what it held; returns the unreadable entries as
-/// `member=excerpt`, for a log that is repeated only when they change.
-fn decode_entries<T>(
-    raw: Vec<(String, String)>,
-    decode: impl Fn(&str) -> Option<T>,
-    into: &mut HashMap<String, T>,
-) -> BTreeSet<String> {
-    let mut bad = BTreeSet::new();
-    into.clear();
-    for (member, value) in raw {
-        match decode(&value) {
-            Some(v) => {
-                into.insert(member, v);
-            }
-            None => {
-                bad.insert(format!("{member}={}", inputs::excerpt(value.as_bytes())));
-            }
-        }
-    }
-    bad
-}
-
 /// Whether this round looks like the holder's own network failing: a member
 /// that was live failed, and no more than `100 - percent` percent of the live
 /// members answered so far.
@@ -866,99 +584,116 @@ impl CycleContext {
         Instant::now() < *self.acts_until.borrow()
     }
 
-    /// What the last holder left: liveness history (so that this holder
-    /// writes the same table, not a reshuffle) and mass-failure suspects. If
-    /// it cannot be read, start without it (logged): giving the lease back
-    /// would only make every replica retry.
-    async fn inherit(&self) -> HolderView {
-        let keys = self.store.keys();
-        let inherited = match self.store.load_holding().await {
-            Ok(i) => i,
-            Err(e) => {
-                self.metrics.redis_error(e.kind());
-                tracing::error!(error = %e, key = %keys.liveness, "could not load liveness history; starting without it");
-                Default::default()
-            }
-        };
-        let (liveness, bad) = Liveness::restore(self.failure_threshold, inherited.liveness);
-        for (member, value) in bad {
-            tracing::warn!(key = %keys.liveness, member, value, "ignoring unreadable liveness entry");
+    /// Reads what a holder must know before it plans (see
+    /// `core::handoff::Ledger`): on a new holding (`view` is `None`), what
+    /// the last holder left (liveness history, so that this holder writes
+    /// the same table, not a reshuffle; mass-failure suspects; units in
+    /// transit, whose handoffs continue); after a write of unknown outcome
+    /// (the ledger is stale), Redis' state again, which the view is
+    /// reconciled with. What it cannot read fails the cycle
+    /// ([`CycleError::Unreadable`]): the holding does not act and retries
+    /// next cycle; it never starts from an empty view. Returns the view and
+    /// the stored table it read, for the plan.
+    async fn fresh_view(
+        &mut self,
+        view: Option<HolderView>,
+    ) -> Result<(HolderView, Option<MatchingTable>), CycleError> {
+        if view.as_ref().is_some_and(|v| !v.handoff.ledger.stale()) {
+            return Ok((view.expect("checked"), None));
         }
+        let keys = self.store.keys().clone();
+        let inherited = self
+            .store
+            .read_holding()
+            .await
+            .map_err(CycleError::Unreadable)?;
+        self.generation_floor = self.generation_floor.max(inherited.generation);
         for (member, value) in &inherited.unreadable_suspects {
             tracing::warn!(key = %keys.suspects, member, value, "ignoring unreadable suspect entry");
         }
-        if !inherited.suspects.is_empty() {
-            tracing::warn!(
-                suspects = inherited.suspects.len(),
-                "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
-            );
-        }
-        // Units in transit: the handoffs of the last holder continue. Their
-        // waits restart now (its clock is not ours), so a handoff that was
-        // waiting on time is never cut short by a failover.
         let now = Instant::now();
-        let mut transit = Transits::new();
-        let mut unreadable = Vec::new();
-        for (field, value) in inherited.transit {
-            match (
-                handoff::parse_transit_field(&field),
-                Transit::decode(&value, now),
-            ) {
-                (Some((group, unit)), Some(t)) => {
-                    transit
-                        .entry(group.to_string())
-                        .or_default()
-                        .insert(unit.to_string(), t);
-                }
-                _ => unreadable.push(format!(
-                    "{}={}",
-                    inputs::excerpt(field.as_bytes()),
-                    inputs::excerpt(value.as_bytes())
-                )),
-            }
-        }
+        let (transit, unreadable) =
+            decode_transits(inherited.transit, &self.handoff, now, unix_ms());
         if !unreadable.is_empty() {
             // Written only by holders: an unreadable entry is an operator's
-            // edit. Dropping it could grant a unit early; the table read
-            // below is verified instead, and such a unit is revoked from
-            // whoever holds it if it is in two rows.
+            // edit. Its unit waits the longest any member may ask for (its
+            // origins are unknown); one whose field names no unit is
+            // dropped, and the table read below is verified instead.
             tracing::warn!(
                 key = %keys.transit,
                 count = unreadable.len(),
                 first = %unreadable.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
-                "ignoring unreadable transit entries"
+                "unreadable transit entries: their units wait the longest any member may ask for"
             );
         }
-        let in_transit: usize = transit.values().map(BTreeMap::len).sum();
-        tracing::info!(
-            known_members = liveness.iter().count(),
-            in_transit,
-            "inherited the last holder's view"
-        );
-        HolderView {
-            liveness,
-            suspects: inherited.suspects,
-            handoff: HandoffState {
-                transit,
-                ..HandoffState::default()
-            },
-            ..HolderView::empty(self.failure_threshold)
-        }
-    }
-
-    /// One cycle: (on a new holding, load what the last holder left), read,
-    /// ping, review mass failures, solve, and write if anything changed.
-    pub(super) async fn run(mut self, view: Option<HolderView>) -> Result<CycleReport, CycleError> {
         let mut view = match view {
-            Some(v) => v,
+            Some(mut v) => {
+                // After a write of unknown outcome: this holder's own
+                // observations are the truth; Redis is brought back to them.
+                v.unsaved = v.liveness.changes_from(&inherited.liveness);
+                v.unsaved_suspects = SuspectChanges::between(&inherited.suspects, &v.suspects);
+                v.unsaved_suspects.removed.extend(
+                    inherited
+                        .unreadable_suspects
+                        .iter()
+                        .filter(|(m, _)| !v.suspects.contains_key(m))
+                        .map(|(m, _)| m.clone()),
+                );
+                // Reports are read in full again, past their guard.
+                v.handoff.reports_version = None;
+                self.metrics.resyncs.inc();
+                v
+            }
             None => {
-                let mut v = self.inherit().await;
+                let (liveness, bad) = Liveness::restore(self.failure_threshold, inherited.liveness);
+                for (member, value) in bad {
+                    tracing::warn!(key = %keys.liveness, member, value, "ignoring unreadable liveness entry");
+                }
+                if !inherited.suspects.is_empty() {
+                    tracing::warn!(
+                        suspects = inherited.suspects.len(),
+                        "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
+                    );
+                }
+                let mut v = HolderView {
+                    liveness,
+                    suspects: inherited.suspects,
+                    ..HolderView::empty(self.failure_threshold)
+                };
                 if let Some(warm) = self.warm.take() {
                     v.warm_from(warm);
                 }
                 v
             }
         };
+        let groups = view
+            .handoff
+            .inputs
+            .as_ref()
+            .map(|i| i.group_members())
+            .unwrap_or_default();
+        // Units in transit: the handoffs continue. Their waits start again
+        // now, unless this holder already knew them written (a new holder
+        // cannot trust the last one's clock), so a handoff waiting on time
+        // is never cut short.
+        let resync = view
+            .handoff
+            .ledger
+            .resync(&inherited.table, transit, &groups, now);
+        drop(groups);
+        tracing::info!(
+            known_members = view.liveness.iter().count(),
+            in_transit = view.handoff.ledger.in_transit(),
+            restored = resync.restored,
+            "read what the holder must know before it plans"
+        );
+        Ok((view, Some(inherited.table)))
+    }
+
+    /// One cycle: (on a new holding, load what the last holder left), read,
+    /// ping, review mass failures, solve, and write if anything changed.
+    pub(super) async fn run(mut self, view: Option<HolderView>) -> Result<CycleReport, CycleError> {
+        let (mut view, held_table) = self.fresh_view(view).await?;
         let read = info_span!(
             "read_inputs",
             lists = self.services.len() + 1,
@@ -998,6 +733,12 @@ impl CycleContext {
             stored_table,
             reports,
         } = snapshot;
+        // The members' reports first: without them (a read that may work
+        // next time) nothing is planned.
+        if let Err(e) = view.handoff.observe(reports, self.store.keys()) {
+            mark_error(&Span::current(), &e.to_string());
+            return Err(CycleError::Read(e));
+        }
         let read_lists = groups
             .iter()
             .chain([&units])
@@ -1127,7 +868,6 @@ impl CycleContext {
                 _ = tokio::time::sleep_until(hold_until) => break,
             }
         }
-        self.ping_departed_owing(&members, &mut view.handoff).await;
         for r in &all_reports {
             match &r.result {
                 Ok(rtt) => self.metrics.ping_ok(*rtt),
@@ -1135,7 +875,6 @@ impl CycleContext {
             }
         }
         let review = self.observe_round(&mut view, &inputs, &listed, &all_reports, &was_live, true);
-        view.handoff.observe(reports, self.store.keys());
         view.handoff.forget_departed(&inputs);
         view.handoff.inputs = Some(Arc::clone(&inputs));
         let write = self
@@ -1144,7 +883,7 @@ impl CycleContext {
                 &mut view,
                 &mut stored_digest,
                 &mut generation_floor,
-                stored_table,
+                stored_table.or(held_table),
             )
             .await;
         let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
@@ -1187,17 +926,22 @@ impl CycleContext {
 
         let mut forgotten = Vec::new();
         if let Some(after) = self.forget_after
-            && !matches!(write, Write::Fenced(_) | Write::NotActing)
+            && matches!(write, Write::Unchanged | Write::Written { .. })
             && self.may_act()
         {
             let now = unix_ms();
             let after_ms = after.as_millis() as u64;
             let view = &view;
+            // A member that owes the release of a unit revoked from it stays:
+            // forgetting removes its report, and its wait is the stored one
+            // anyway; it is forgotten once it owes nothing.
+            let owing = view.handoff.owing();
             let failing_long = |m: &str| {
-                view.liveness.health(m).is_some_and(|h| {
-                    h.failing_since_ms
-                        .is_some_and(|s| now.saturating_sub(s) >= after_ms)
-                })
+                !owing.contains(m)
+                    && view.liveness.health(m).is_some_and(|h| {
+                        h.failing_since_ms
+                            .is_some_and(|s| now.saturating_sub(s) >= after_ms)
+                    })
             };
             // Never in a group that is mostly failing (the holder's own network,
             // or a mass outage), and never a suspect of a mass failure.
@@ -1254,40 +998,12 @@ impl CycleContext {
         })
     }
 
-    /// Pings the members that owe revocations but are no longer listed (see
-    /// [`HandoffState::owing_unlisted`]), for the handoff only (liveness and
-    /// the mass-failure guard count listed members). A refused connection
-    /// means the process is gone: its units move at once instead of after
-    /// `-handoff-delay`. Bounded by the first phase: a refusal comes in
-    /// milliseconds, and a ping still running then is dropped and tried
-    /// again next cycle.
-    async fn ping_departed_owing(&self, members: &[String], handoff: &mut HandoffState) {
-        let listed: HashSet<&str> = members.iter().map(String::as_str).collect();
-        let owing = handoff.owing_unlisted(&listed);
-        if owing.is_empty() {
-            return;
-        }
-        let owing: Vec<String> = owing.into_iter().collect();
-        let mut pings = self.pinger.ping_tasks(&owing);
-        let mut done = Vec::new();
-        let grace = tokio::time::sleep(FIRST_PHASE);
-        tokio::pin!(grace);
-        loop {
-            tokio::select! {
-                r = pings.next() => match r {
-                    Some((_, report)) => done.extend(report),
-                    None => break,
-                },
-                _ = &mut grace => break,
-            }
-        }
-        handoff.observe_pings(&done);
-    }
-
     /// Solves the table the members should have (desired), plans the next
     /// granted table from it with the handoff (break before make), and writes
     /// it (fenced) if it, the units in transit or the liveness history
-    /// changed.
+    /// changed. The plan starts from what the ledger knows Redis holds;
+    /// after any outcome but a confirmed write, the ledger is stale and the
+    /// next cycle reads Redis first (`fresh_view`).
     async fn settle(
         &self,
         inputs: &Arc<Inputs>,
@@ -1296,11 +1012,25 @@ impl CycleContext {
         generation_floor: &mut u64,
         stored_table: Option<MatchingTable>,
     ) -> Write {
-        // Granted: what this holder wrote last, if Redis still has exactly
-        // that; else what Redis has (a new holding, a write whose outcome was
-        // unknown, an edit), verified by the plan.
-        let last = view.handoff.granted.as_ref();
-        let (granted, verify) = match last.filter(|g| stored_digest.as_deref() == Some(g.digest()))
+        // Reports of a generation above any Redis knows come from a
+        // numbering Redis lost: number the next writes above it, and revoke
+        // again what those reports would acknowledge.
+        if let Some(applied) = view.handoff.lost_numbering(*generation_floor) {
+            let renumbered = view.handoff.ledger.renumber_up_to(applied);
+            tracing::warn!(
+                applied,
+                known = *generation_floor,
+                renumbered,
+                "a member reports a generation above any Redis knows (Redis lost its data, or a lagging replica was promoted): numbering writes above it"
+            );
+            *generation_floor = applied;
+        }
+        // Granted: what this holder knows Redis holds (its last confirmed
+        // write), if Redis still has exactly that; else what Redis has (a
+        // new holding, a write whose outcome was unknown, an edit),
+        // verified by the plan.
+        let known = view.handoff.ledger.granted();
+        let (granted, verify) = match known.filter(|g| stored_digest.as_deref() == Some(g.digest()))
         {
             Some(g) => (Arc::clone(g), false),
             None => {
@@ -1311,6 +1041,7 @@ impl CycleContext {
                         Err(e) => return Write::Failed(e),
                     },
                 };
+                let last = view.handoff.ledger.last_written();
                 let (from, start) = handoff::starting_point(last, stored);
                 if from == handoff::StartingPoint::LastWritten {
                     tracing::warn!(
@@ -1346,8 +1077,9 @@ impl CycleContext {
                 h.digest()
             },
         };
+        let known_transit = hs.ledger.transit();
         let steady = !verify
-            && hs.transit.is_empty()
+            && known_transit.is_empty()
             && hs.steady.as_ref().is_some_and(|s| s.matches(&here));
         let plan = if steady {
             handoff::Plan::default()
@@ -1357,7 +1089,7 @@ impl CycleContext {
                     granted: &granted,
                     verify,
                     desired: &desired,
-                    transit: &hs.transit,
+                    transit: known_transit,
                     groups: &groups,
                     former_group: &former,
                     units: &inputs.units,
@@ -1369,18 +1101,20 @@ impl CycleContext {
                 })
             })
         };
-        let owing: HashSet<&str> = plan
+        let owing = plan
             .transit
             .values()
             .flat_map(|t| t.values())
-            .flat_map(|t| t.from.iter().map(String::as_str))
-            .collect();
+            .flat_map(|t| t.origins())
+            .filter(|m| *m != handoff::UNKNOWN_ORIGIN)
+            .collect::<HashSet<&str>>()
+            .len();
         let outcome = HandoffOutcome {
             revoked: plan.revoked,
             placed: plan.placed,
             moved: plan.moved.clone(),
             in_transit: plan.transit_len(),
-            owing: owing.len(),
+            owing,
             draining: inputs
                 .members()
                 .filter(|m| view.liveness.is_live(m) && hs.draining(m))
@@ -1392,7 +1126,6 @@ impl CycleContext {
             invalid_reports: hs.bad_reports.len(),
             next_release: plan.next_release,
         };
-        drop(owing);
         // Nothing to hand off (an idle cycle): the granted table stays, and
         // with it its digest, computed once; a new table's digest (O(table))
         // is computed on a blocking thread.
@@ -1417,15 +1150,23 @@ impl CycleContext {
             .await
             .expect("hashing a table does not panic")
         };
-        let table_changed = stored_digest.as_deref() != Some(next.digest());
-        let transit_changed = plan.transit != view.handoff.transit || verify;
+        // A revocation is numbered by a table write (commit.lua): one not
+        // numbered yet (this plan's, or one renumbered or restored above)
+        // rewrites the table, changed or not.
+        let numbering = plan
+            .transit
+            .values()
+            .flat_map(|u| u.values())
+            .any(|t| t.revoked_at == 0);
+        let table_changed = stored_digest.as_deref() != Some(next.digest()) || numbering;
+        let transit_changed = plan.transit != *view.handoff.ledger.transit() || verify;
         view.handoff.last = outcome;
         if !table_changed
             && !transit_changed
             && view.unsaved.is_empty()
             && view.unsaved_suspects.is_empty()
         {
-            view.handoff.granted = Some(next);
+            view.handoff.ledger.unchanged(next);
             return Write::Unchanged;
         }
         if !self.may_act() {
@@ -1483,36 +1224,34 @@ impl CycleContext {
                 span.add_link(cx.clone());
             }
         }
-        match self
+        let committed = self
             .store
             .commit(&self.grant, &commit)
             .instrument(span.clone())
-            .await
-        {
+            .await;
+        match committed {
             Ok(Committed::Written { generation }) => {
-                let written = Instant::now();
-                let mut transit = plan.transit;
                 if let Some(g) = generation {
                     span.record("generation", g);
                     Span::current().record("generation", g);
                     *generation_floor = (*generation_floor).max(g);
                     *stored_digest = Some(next.digest().to_string());
-                    // Revocations made by this write: numbered by it, and
-                    // their waits start now that it is done.
-                    let mut revoked_here = false;
-                    for t in transit.values_mut().flat_map(|u| u.values_mut()) {
-                        if t.revoked_at == 0 {
-                            t.revoked_at = g;
-                            t.waiting_since = written;
-                            revoked_here = true;
-                        }
-                    }
-                    if revoked_here {
-                        let cx = span.context().span().span_context().clone();
-                        view.handoff.revocations.insert(g, cx);
-                    }
                 }
-                let open: BTreeSet<u64> = transit
+                let revoked_here = view.handoff.ledger.written(
+                    next,
+                    table_changed,
+                    plan.transit,
+                    generation,
+                    Instant::now(),
+                );
+                if let (true, Some(g)) = (revoked_here, generation) {
+                    let cx = span.context().span().span_context().clone();
+                    view.handoff.revocations.insert(g, cx);
+                }
+                let open: BTreeSet<u64> = view
+                    .handoff
+                    .ledger
+                    .transit()
                     .values()
                     .flat_map(|u| u.values().map(|t| t.revoked_at))
                     .collect();
@@ -1522,19 +1261,40 @@ impl CycleContext {
                 {
                     c.unsaved = false;
                 }
-                view.handoff.granted = Some(next);
-                view.handoff.transit = transit;
                 view.unsaved = HealthChanges::default();
                 view.unsaved_suspects = SuspectChanges::default();
                 Write::Written { generation }
             }
             Ok(Committed::Fenced { reason }) => {
                 mark_error(&span, &format!("fenced by redis: {reason}"));
+                view.handoff.ledger.refused();
                 Write::Fenced(reason)
+            }
+            // A stored value the script refused before its first write:
+            // nothing was written, and Redis holds what the ledger knows.
+            Err(e @ StoreError::InvalidState { .. }) => {
+                mark_error(&span, &e.to_string());
+                Write::Failed(e)
+            }
+            // Applied or not, nobody knows: what it revoked may be in no
+            // row; the next cycle reads Redis again before it plans. Its
+            // generation (known, or at most one above the last) is never
+            // reused.
+            Ok(Committed::Unconfirmed { generation, error }) => {
+                mark_error(&span, &error.to_string());
+                view.handoff.ledger.unknown(&plan.transit);
+                if let Some(g) = generation {
+                    *generation_floor = (*generation_floor).max(g);
+                }
+                Write::Unknown(error)
             }
             Err(e) => {
                 mark_error(&span, &e.to_string());
-                Write::Failed(e)
+                view.handoff.ledger.unknown(&plan.transit);
+                if table_changed {
+                    *generation_floor += 1;
+                }
+                Write::Unknown(e)
             }
         }
     }
@@ -1625,28 +1385,36 @@ impl CycleContext {
     pub(super) async fn run_handoff(
         mut self,
         view: Option<HolderView>,
-        refused: Vec<PingReport>,
+        refused: Vec<Refusal>,
     ) -> Result<CycleReport, CycleError> {
-        let Some(mut view) = view else {
+        let Some(view) = view else {
             // A new holding: its first full cycle comes at once anyway.
             return Err(CycleError::NotReady);
         };
         let Some(inputs) = view.handoff.inputs.clone() else {
             return Err(CycleError::NotReady);
         };
+        let (mut view, held_table) = self.fresh_view(Some(view)).await?;
         let (state, reports) = tokio::join!(
             self.store.read_table_state(),
             self.store.read_reports_since(view.handoff.reports_version)
         );
         let (mut stored_digest, stored_generation, stored_table) =
             state.map_err(CycleError::Read)?;
-        view.handoff.observe(reports, self.store.keys());
+        view.handoff
+            .observe(reports, self.store.keys())
+            .map_err(CycleError::Read)?;
         let mut generation_floor = self.generation_floor.max(stored_generation);
         let (mut failures, mut transitions, mut review) =
             (Vec::new(), Vec::new(), Review::default());
         let listed = listed_entries(&inputs);
+        // Every refusal counts for the handoff (a member that deregistered
+        // and exited still owes its units); liveness and the mass-failure
+        // guard count listed members only.
+        view.handoff.observe_refusals(&refused);
         let refused: Vec<PingReport> = refused
             .into_iter()
+            .map(|r| r.report)
             .filter(|r| listed.contains(&r.member))
             .collect();
         if !refused.is_empty() {
@@ -1694,7 +1462,7 @@ impl CycleContext {
                 &mut view,
                 &mut stored_digest,
                 &mut generation_floor,
-                stored_table,
+                stored_table.or(held_table),
             )
             .await;
         let groups = if failures.is_empty() {
@@ -1978,6 +1746,43 @@ fn rebuild(
     })
 }
 
+/// Decodes `{T}:transit`: an entry whose field names a unit is in transit as
+/// stored, or, when its value does not decode, from members nobody knows,
+/// waiting the longest any member may ask for (it only counts from `now`).
+/// The unreadable ones are returned, excerpted, for the log; those whose
+/// field names no unit are dropped.
+fn decode_transits(
+    raw: Vec<(String, String)>,
+    settings: &handoff::Settings,
+    now: Instant,
+    now_ms: u64,
+) -> (Transits, Vec<String>) {
+    let mut transit = Transits::new();
+    let mut unreadable = Vec::new();
+    for (field, value) in raw {
+        let Some((group, unit)) = handoff::parse_transit_field(&field) else {
+            unreadable.push(inputs::excerpt(field.as_bytes()));
+            continue;
+        };
+        let t = match Transit::decode(&value, now) {
+            Some(t) => t,
+            None => {
+                unreadable.push(format!(
+                    "{}={}",
+                    inputs::excerpt(field.as_bytes()),
+                    inputs::excerpt(value.as_bytes())
+                ));
+                Transit::unknown(settings, now, now_ms)
+            }
+        };
+        transit
+            .entry(group.to_string())
+            .or_default()
+            .insert(unit.to_string(), t);
+    }
+    (transit, unreadable)
+}
+
 /// Marks a span failed, for the trace view (`otel.status_code` is read by
 /// tracing-opentelemetry).
 pub(super) fn mark_error(span: &Span, message: &str) {
@@ -2064,54 +1869,5 @@ mod tests {
         // An empty one means no units.
         let empty = rebuild(None, vec![], list("u", 7, Some(&[]))).unwrap();
         assert!(empty.inputs.units.is_empty());
-    }
-
-    fn pairs(v: &[(&str, &str)]) -> Reports {
-        Ok(v.iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect())
-    }
-
-    #[test]
-    fn overrides_beat_reports_and_unreadable_ones_are_skipped() {
-        let mut h = HandoffState::default();
-        h.observe_reports(pairs(&[("a:1", "1 0 5000 2"), ("b:1", "1 0 5000 3")]), "m");
-        h.observe_overrides(
-            Some(pairs(&[
-                ("a:1", "7"),
-                ("b:1", "0"),
-                ("c:1", "x"),
-                ("d:1", "1001"),
-            ])),
-            "w",
-        );
-        assert_eq!(h.weight("a:1"), 7, "the override wins");
-        assert_eq!(h.weight("b:1"), 3, "out of range: the report counts");
-        assert_eq!(h.weight("c:1"), 1, "garbage, no report: 1");
-        assert_eq!(h.weight("d:1"), 1);
-        assert_eq!(h.bad_overrides.len(), 3);
-
-        // A failed read (None, or a timeout) keeps what was known.
-        h.observe_overrides(None, "w");
-        assert_eq!(h.weight("a:1"), 7);
-        let timeout = StoreError::Timeout {
-            op: "read",
-            timeout: Duration::from_secs(1),
-        };
-        h.observe_overrides(Some(Err(timeout)), "w");
-        assert_eq!(h.weight("a:1"), 7);
-
-        // A key of the wrong type: no overrides.
-        let wrong = StoreError::WrongType {
-            key: "w".into(),
-            expected: "hash",
-            actual: "string".into(),
-        };
-        h.observe_overrides(Some(Err(wrong)), "w");
-        assert_eq!(h.weight("a:1"), 2);
-        assert!(h.overrides.is_empty());
-        h.observe_overrides(Some(pairs(&[])), "w");
-        assert!(h.bad_overrides.is_empty());
-        assert_eq!(h.weight("b:1"), 3);
     }
 }

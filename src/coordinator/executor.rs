@@ -30,6 +30,7 @@ use super::cycle::{
     CycleContext, CycleError, CycleReport, HolderView, InFlight, LOG_FIRST, Preparer,
     SolveSettings, WarmView, Write, count_by, log_review, mark_error,
 };
+use super::handoff_state::Refusal;
 use super::machine::{Action, CycleOutcome, CycleSummary, Event, Machine, Settings, Transition};
 use crate::config::Config;
 use crate::core::census::{self, Census, CensusView};
@@ -52,23 +53,35 @@ use crate::unix_ms;
 const REFUSAL_SETTLE: Duration = Duration::from_millis(5);
 
 /// A ping on a connection of its own (to a member whose connection ended,
-/// or to confirm that a gone member still refuses after the write that
-/// revoked its units): the member, the instant before the connection was
-/// opened, and the result.
-type Probe = (String, ProbeCause, Instant, Result<Duration, PingFailure>);
+/// or to confirm that a member that owes units is gone, after the write that
+/// revoked them).
+struct Probe {
+    member: String,
+    cause: ProbeCause,
+    /// The instant before the connection was opened.
+    opened: Instant,
+    result: Result<Duration, PingFailure>,
+    /// For a refused confirmation: Redis, asked after the refusal, had no
+    /// connection the member names (see `core::handoff::Proof`).
+    disconnected: bool,
+}
 
 /// Why a member is probed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum ProbeCause {
     /// Its watched connection ended.
     Closed,
-    /// It is gone and owes units whose revoking write is done.
-    Confirm,
+    /// It owes units whose revoking write is done, and a refusal (with
+    /// Redis, for the client ids recorded with them) could release them.
+    Confirm(Vec<u64>),
 }
 
-/// Pings `member` on a connection of its own, unless a probe of it runs.
+/// Pings `member` on a connection of its own, unless a probe of it runs. A
+/// refused confirmation then asks Redis whether the member's connection is
+/// gone too.
 fn probe(
     pinger: &Pinger,
+    store: &Store,
     member: String,
     cause: ProbeCause,
     probes: &mut FuturesUnordered<BoxFuture<'static, Probe>>,
@@ -77,11 +90,26 @@ fn probe(
     if !probing.insert(member.clone()) {
         return;
     }
-    let pinger = pinger.clone();
+    let (pinger, store) = (pinger.clone(), store.clone());
     probes.push(Box::pin(async move {
         let opened = Instant::now();
         let result = pinger.probe(&member).await;
-        (member, cause, opened, result)
+        let mut disconnected = false;
+        if let (ProbeCause::Confirm(recorded), Err(PingFailure::Refused(_))) = (&cause, &result) {
+            match store.member_disconnected(&member, recorded).await {
+                Ok(gone) => disconnected = gone == Some(true),
+                Err(e) => {
+                    tracing::debug!(member, error = %e, "could not ask redis for a refused member's connection")
+                }
+            }
+        }
+        Probe {
+            member,
+            cause,
+            opened,
+            result,
+            disconnected,
+        }
     }));
 }
 
@@ -128,9 +156,10 @@ pub(super) struct Executor {
     pinger: Pinger,
     /// Members whose connection just ended (see `edge/grpc/closes.rs`).
     closes: Option<Closes>,
-    /// Members refused right after their connection ended, for the next
-    /// handoff cycle to fail (a full cycle pings them itself).
-    refused: Vec<PingReport>,
+    /// Members refused on a connection of their own, for the next handoff
+    /// cycle: it fails the listed ones (a full cycle pings them itself) and
+    /// releases what the refusals prove.
+    refused: Vec<Refusal>,
     /// When the refusals gathered so far have settled (see
     /// [`REFUSAL_SETTLE`]).
     refusals_due: Option<Instant>,
@@ -188,13 +217,22 @@ impl Executor {
 
     /// Keeps a probe's refusal for the next handoff cycle, which runs once
     /// every probe of the window answered.
-    fn queue_refusal(&mut self, member: String, failure: PingFailure, opened: Instant) {
+    fn queue_refusal(
+        &mut self,
+        member: String,
+        failure: PingFailure,
+        opened: Instant,
+        disconnected: bool,
+    ) {
         let now = Instant::now();
-        self.refused.push(PingReport {
-            member,
-            result: Err(failure),
-            at: now,
-            opened: Some(opened),
+        self.refused.push(Refusal {
+            report: PingReport {
+                member,
+                result: Err(failure),
+                at: now,
+                opened: Some(opened),
+            },
+            disconnected,
         });
         // (A full cycle may have closed the window meanwhile.)
         self.refusals_due.get_or_insert(now);
@@ -231,6 +269,7 @@ impl Executor {
             self.store.clone(),
             self.config.replica_id.clone(),
             self.config.census_interval,
+            self.status.subscribe(),
             census_tx,
         )));
         let _warm = AbortOnDrop(tokio::spawn(warm_task(
@@ -317,13 +356,21 @@ impl Executor {
                 r = join(&mut cycle), if cycle.is_some() => {
                     cycle = None;
                     let summary = self.finish_cycle(r);
-                    // Gone members whose units this holder revoked: their
-                    // refusal counts once a connection opened after the
-                    // revoking write is refused (a process restarted on
-                    // the address meanwhile answers instead).
+                    // Members that owe units this holder revoked and that
+                    // are refused, or no longer listed: a refusal counts
+                    // once a connection opened after the revoking write is
+                    // refused (a process restarted on the address meanwhile
+                    // answers instead), and, for a member that names its
+                    // Redis connection, once Redis has it no more.
                     if let Some(view) = self.holding.as_ref().and_then(|h| h.view.as_ref()) {
-                        for member in view.handoff.unconfirmed_gone() {
-                            probe(&self.pinger, member, ProbeCause::Confirm, &mut probes, &mut probing);
+                        let listed: HashSet<&str> = view
+                            .handoff
+                            .inputs
+                            .as_ref()
+                            .map(|i| i.members().collect())
+                            .unwrap_or_default();
+                        for (member, clients) in view.handoff.to_confirm(&listed) {
+                            probe(&self.pinger, &self.store, member, ProbeCause::Confirm(clients), &mut probes, &mut probing);
                         }
                     }
                     match summary {
@@ -374,19 +421,21 @@ impl Executor {
                     if self.holding.is_some() && !probing.contains(&member) {
                         // The gathering window opens with the first close.
                         self.refusals_due.get_or_insert(Instant::now() + REFUSAL_SETTLE);
-                        probe(&self.pinger, member, ProbeCause::Closed, &mut probes, &mut probing);
+                        probe(&self.pinger, &self.store, member, ProbeCause::Closed, &mut probes, &mut probing);
                     }
                     continue;
                 }
-                Some((member, cause, opened, result)) = probes.next() => {
+                Some(Probe { member, cause, opened, result, disconnected }) = probes.next() => {
                     probing.remove(&member);
-                    if cause == ProbeCause::Confirm {
+                    if let ProbeCause::Confirm(_) = cause {
                         match result {
                             // Still nothing listens, now after the revoking
-                            // write: a handoff cycle releases its units.
+                            // write: a handoff cycle releases what that
+                            // proves (with Redis, for a member that names
+                            // its connection).
                             Err(failure @ PingFailure::Refused(_)) => {
-                                tracing::debug!(member, "a gone member is refused after the write that revoked its units");
-                                self.queue_refusal(member, failure, opened);
+                                tracing::debug!(member, disconnected, "a member that owes units is refused after the write that revoked them");
+                                self.queue_refusal(member, failure, opened, disconnected);
                             }
                             // A new process answers on the address (or it
                             // cannot be reached): its units wait for its
@@ -418,7 +467,7 @@ impl Executor {
                         Err(failure @ PingFailure::Refused(_)) => {
                             self.metrics.connection_closed(failure.reason());
                             tracing::debug!(member, %failure, "a member's connection ended and it is refused; failing it now");
-                            self.queue_refusal(member, failure, opened);
+                            self.queue_refusal(member, failure, opened, false);
                             continue;
                         }
                         // Silent or unavailable: a full cycle looks at everyone.
@@ -885,10 +934,12 @@ impl Executor {
         // Redis as it should: it refreshes nothing and counts as a failure.
         match &report {
             Ok(r) => match &r.write {
-                Write::Failed(e) => self.metrics.redis_error(e.kind()),
+                Write::Failed(e) | Write::Unknown(e) => self.metrics.redis_error(e.kind()),
                 _ => self.redis_result(&Ok::<(), StoreError>(())),
             },
-            Err(CycleError::Read(e)) => self.metrics.redis_error(e.kind()),
+            Err(CycleError::Read(e) | CycleError::Unreadable(e)) => {
+                self.metrics.redis_error(e.kind())
+            }
             Err(CycleError::Inputs { .. } | CycleError::NotReady) => {
                 self.redis_result(&Ok::<(), StoreError>(()))
             }
@@ -899,6 +950,10 @@ impl Executor {
                     tracing::info!("cycles recovered");
                 }
                 self.last_cycle_error = None;
+                if self.status.borrow().holding_blocked.is_some() {
+                    tracing::info!("read what the holder must know: acting again");
+                    self.update(|s| s.holding_blocked = None);
+                }
                 r
             }
             Err(e) => {
@@ -911,13 +966,17 @@ impl Executor {
                 self.last_cycle_error = Some(text);
                 self.read_failing = true;
                 let outcome = match e {
-                    CycleError::Read(_) => "read_error",
+                    CycleError::Read(_) | CycleError::Unreadable(_) => "read_error",
                     CycleError::Inputs { .. } | CycleError::NotReady => "input_error",
                 };
                 self.metrics.cycle(outcome, took);
+                let blocked = matches!(e, CycleError::Unreadable(_)).then(|| e.to_string());
                 self.update(|s| {
                     s.failed_cycles += 1;
                     s.last_error = Some(e.to_string());
+                    if blocked.is_some() {
+                        s.holding_blocked = blocked;
+                    }
                 });
                 return Some(CycleSummary {
                     epoch,
@@ -942,13 +1001,8 @@ impl Executor {
         h.in_flight = report.in_flight;
         h.in_flight_members = report.in_flight_members;
         // What is written: the granted table (the desired one minus units
-        // in transit).
-        let table = report
-            .view
-            .handoff
-            .granted
-            .clone()
-            .unwrap_or_else(|| report.view.memo.as_ref().expect("settled").table.clone());
+        // in transit), known after a confirmed write.
+        let table = report.view.handoff.ledger.granted().cloned();
         let suspects = report.view.suspects.len();
         let handoff = report.view.handoff.last.clone();
         h.view = Some(report.view);
@@ -965,6 +1019,7 @@ impl Executor {
                 generation: Some(g),
             } => {
                 self.metrics.table_writes.inc();
+                let table = table.unwrap_or_default();
                 let bytes: usize = table.rows().iter().map(|(m, v)| m.len() + v.len()).sum();
                 self.metrics.table_bytes.set(bytes as u64);
                 span.in_scope(|| {
@@ -1006,9 +1061,9 @@ impl Executor {
                 });
                 CycleOutcome::Fenced
             }
-            Write::Failed(e) => {
+            Write::Failed(e) | Write::Unknown(e) => {
                 if !self.write_failing || !e.is_retryable() {
-                    span.in_scope(|| tracing::warn!(error = %e, kind = e.kind(), "table write failed; keeping the last table and retrying next cycle"));
+                    span.in_scope(|| tracing::warn!(error = %e, kind = e.kind(), "table write failed; the next cycle reads redis' state again before it plans"));
                 }
                 self.write_failing = true;
                 self.metrics.cycle("write_error", took);
@@ -1277,10 +1332,14 @@ async fn prepare_task(
 /// a lease renewal: one step per scheduled instant, each numbered by the
 /// instant it was scheduled for (see [`census::Schedule`]). Reports every
 /// step's outcome, and the view when one is emitted.
+///
+/// The report also says when this replica holds the lease but does not act
+/// (`status.holding_blocked`), so that `distributor status` shows it.
 async fn census_task(
     store: Store,
     replica_id: String,
     interval: Duration,
+    status: watch::Receiver<Status>,
     out: mpsc::Sender<Result<Option<CensusView>, StoreError>>,
 ) {
     let schedule = census::Schedule::new(interval, census::random_skew(interval));
@@ -1292,10 +1351,17 @@ async fn census_task(
         tokio::time::sleep(Duration::from_millis(at - now)).await;
         last = at;
         let number = schedule.number(at);
-        let report = match census.current() {
+        let mut report = match census.current() {
             Some(v) => format!("{} {} {} {}", v.index, v.replicas, unix_ms(), v.interval),
-            None => format!("- - {}", unix_ms()),
+            None => format!("- - {} -", unix_ms()),
         };
+        let blocked = {
+            let s = status.borrow();
+            s.holding_blocked.clone().filter(|_| s.role == Role::Holder)
+        };
+        if let Some(why) = blocked {
+            report += &census::blocked_suffix(&why);
+        }
         let step = store
             .census_step(number, interval, &replica_id, &report)
             .await

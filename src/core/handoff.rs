@@ -5,25 +5,33 @@
 //!
 //! Pure. [`plan`] takes the table as granted now, the table the solver wants,
 //! the units in transit and what the holder knows of each member, and returns
-//! the next granted table and transit set:
+//! the next granted table and transit set; [`Ledger`] keeps what the holder
+//! knows Redis holds between plans, including after a write whose outcome it
+//! does not know:
 //!
 //! ```text
 //!   granted (A has u) ──revoke──▶ in transit (from A, to B) ──released──▶ granted (B has u)
 //!                                  no row has u                  │
 //!                                                                ├ A acknowledged a generation ≥ the revocation's
-//!                                                                ├ a connection to A, opened after the revoking
-//!                                                                │ write was done, was refused (nothing listens)
-//!                                                                └ A's wait passed since the revoking write
-//!                                                                  was done (A fenced itself by then)
+//!                                                                ├ A's process is proven gone after the revoking
+//!                                                                │ write was done (see [`Proof`])
+//!                                                                └ A's wait, stored with the revocation, passed
+//!                                                                  since the revoking write was done
 //! ```
 //!
 //! A member that speaks the protocol (it has an entry in `{T}:members`)
-//! acknowledges each table generation it applied, after it stopped every unit
-//! the generation took away, and fences itself: its hold on a unit ends its
-//! deadline after the last read that showed the unit (or earlier, when pings
-//! stop). A member that does not (an old worker that only `HGET`s its row)
-//! gets the configured handoff delay instead: it must stop a unit within that
-//! delay of the write that took the unit out of its row.
+//! acknowledges each table generation that took units from it, after it
+//! stopped them, and fences itself: its hold on a unit ends its deadline
+//! after the last read that showed the unit (or earlier, when pings stop).
+//! A member that does not (an old worker that only `HGET`s its row) gets the
+//! configured handoff delay instead: it must stop a unit within that delay
+//! of the write that took the unit out of its row.
+//!
+//! **The wait is fixed when the unit is revoked**, from what the holder knew
+//! of the member then, and stored with the transit entry: no later fact
+//! shortens it (a report that goes missing, a member forgotten, a new holder,
+//! which waits it again from its own start). Where the holder knows nothing
+//! (the reports could not be read), it is the longest any member may ask for.
 //!
 //! Why the revoking write is the instant to count from:
 //!
@@ -38,10 +46,12 @@
 //! ping whose answer was lost (or came after the ping timeout) counts from
 //! that ping, and the holder cannot know when it arrived.
 //!
-//! Why a refusal counts only when the connection was opened after the
-//! revoking write: a refusal says that nothing listened *then*, not that
-//! nothing will. A worker restarted on the same address can read the old
-//! row between the refusal and the write:
+//! **What a refusal proves.** A refused connection says that nothing
+//! listened *then*, and only on the path from the holder: a firewall that
+//! REJECTs the holder's pings (a TCP reset, an ICMP port-unreachable) gives
+//! the same refusal while the member runs and reads Redis. So a refusal
+//! counts only on a connection opened after the revoking write (a worker
+//! restarted on the address in between may have read the old row):
 //!
 //! ```text
 //!   holder   probe A: refused ─────────── write g+1: A's units to B ──▶
@@ -49,15 +59,24 @@
 //!   new A              start, listen, read row (g: A has u), work u ─────▶ overlap with B
 //! ```
 //!
+//! and, for a member that names the Redis connection it reads its row on
+//! (its report's client id), only once Redis, asked after that refusal, has
+//! no such connection either: a second observer, on the member's other path,
+//! that sees its process gone. A member that reads only on the connection
+//! its last report names (README, protocol) and whose connection Redis still
+//! has is alive, and acknowledges. A member that names none is released by
+//! its acknowledgement or its wait alone; one that does not speak the
+//! protocol at all, by the refusal alone (its limit is in the README).
+//!
 //! A member serves pings before its first read and for as long as it holds
 //! a unit (README, protocol). So a refusal on a connection opened after the
 //! revoking write means that no process at that address read a row showing
-//! the unit and still lives: one that read before the write would answer,
-//! and one that reads after it finds the unit gone.
+//! the unit and still lives, unless the refusal came from something else
+//! than the member's host, which the Redis check covers.
 //!
 //! Guarantees, checked by the tests below against simulated members that
 //! follow the protocol (or the old one) with random delays, pauses, deaths,
-//! drains, holder failovers and unit churn:
+//! drains, holder failovers and unit churn, and a Redis that loses replies:
 //! - no unit is ever in two rows of a group, and a unit in transit is in no
 //!   row of its group;
 //! - a unit leaves transit for a new owner only once every member it was
@@ -69,7 +88,7 @@
 //! - the work done is proportional to the rows that differ from the desired
 //!   ones plus the units in transit, not to the table.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,12 +97,61 @@ use tokio::time::Instant;
 use crate::core::inputs::GroupMembers;
 use crate::core::table::{MatchingTable, SEPARATOR};
 
+mod ledger;
+mod plan;
+
+pub use ledger::{Ledger, Resync};
+pub use plan::plan;
+
+/// What, besides its acknowledgement or its wait, proves that a member no
+/// longer works on a unit revoked from it: decided when the unit is revoked,
+/// from what the holder knew of the member then (see the module
+/// documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// A refusal on a connection opened after the revoking write: a member
+    /// that did not speak the protocol (no report).
+    Refusal,
+    /// Such a refusal, after which Redis had no connection with the member's
+    /// client id (the one its report names now, else this one).
+    Disconnected(u64),
+    /// Nothing: a member of the protocol that names no connection, or one
+    /// whose report could not be read.
+    Never,
+}
+
+impl Proof {
+    /// The stored form: `r`, `c<client id>` or `-`.
+    fn encode(&self) -> String {
+        match self {
+            Proof::Refusal => "r".into(),
+            Proof::Disconnected(c) => format!("c{c}"),
+            Proof::Never => "-".into(),
+        }
+    }
+
+    fn decode(s: &str) -> Option<Proof> {
+        match s {
+            "r" => Some(Proof::Refusal),
+            "-" => Some(Proof::Never),
+            _ => s
+                .strip_prefix('c')
+                .and_then(parse_u53)
+                .map(Proof::Disconnected),
+        }
+    }
+}
+
+/// The origin that stands for members nobody knows: a transit entry that
+/// could not be read has it, and only time releases it.
+pub const UNKNOWN_ORIGIN: &str = "?";
+
 /// A unit on its way from one owner to another (or to none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transit {
-    /// The members it was revoked from: one, or several if a hand-edited
-    /// table had given it to several.
-    pub from: BTreeSet<String>,
+    /// The members it was revoked from (one, or several if a hand-edited
+    /// table had given it to several), each with what proves it stopped.
+    pub from: BTreeMap<String, Proof>,
     /// Where it is to go; `None` while no eligible member wants it (or it was
     /// removed from the list).
     pub to: Option<String>,
@@ -93,27 +161,40 @@ pub struct Transit {
     pub revoked_at: u64,
     /// Unix ms of the revocation, for operators (shared between replicas).
     pub since_ms: u64,
+    /// How long after `waiting_since` every member it was revoked from may
+    /// still work on it: the longest of their waits when they were revoked.
+    /// `None` for an entry written by an older version, which stored none:
+    /// it is waited for as the facts of now say.
+    pub wait: Option<Duration>,
     /// When this holder knew the revocation to be written (local,
-    /// monotonic): after the write returned, or when it inherited the entry.
+    /// monotonic): after the write returned, or when it read the entry.
     pub waiting_since: Instant,
 }
 
 impl Transit {
-    /// The stored value: `revoked_at since_ms to from[,from…]` (`to` is `-`
-    /// for none).
+    /// The stored value: `revoked_at since_ms to from[,from…] wait_ms
+    /// proof[,proof…]` (`to` is `-` for none; one proof per origin, in the
+    /// same order).
     pub fn encode(&self) -> String {
-        let from: Vec<&str> = self.from.iter().map(String::as_str).collect();
-        format!(
+        let from: Vec<&str> = self.from.keys().map(String::as_str).collect();
+        let proofs: Vec<String> = self.from.values().map(Proof::encode).collect();
+        let mut out = format!(
             "{} {} {} {}",
             self.revoked_at,
             self.since_ms,
             self.to.as_deref().unwrap_or("-"),
             from.join(",")
-        )
+        );
+        if let Some(w) = self.wait {
+            out.push_str(&format!(" {} {}", w.as_millis(), proofs.join(",")));
+        }
+        out
     }
 
     /// Parses a stored value; a new holder waits from `now` (it cannot know
-    /// when the revocation was written in its own clock).
+    /// when the revocation was written in its own clock). The four-field form
+    /// of older versions reads with no stored wait and refusals as proof,
+    /// as those versions waited.
     pub fn decode(value: &str, now: Instant) -> Option<Transit> {
         let mut it = value.split(' ');
         let revoked_at = parse_u53(it.next()?)?;
@@ -123,8 +204,25 @@ impl Transit {
             "-" => None,
             m => Some(m.to_string()),
         };
-        let from: BTreeSet<String> = it.next()?.split(SEPARATOR).map(str::to_string).collect();
-        if it.next().is_some() || from.is_empty() || from.iter().any(String::is_empty) {
+        let members: Vec<&str> = it.next()?.split(SEPARATOR).collect();
+        if members.iter().any(|m| m.is_empty()) {
+            return None;
+        }
+        let (wait, proofs) = match (it.next(), it.next()) {
+            (None, _) => (None, vec![Proof::Refusal; members.len()]),
+            (Some(w), Some(p)) => {
+                let proofs: Option<Vec<Proof>> = p.split(SEPARATOR).map(Proof::decode).collect();
+                let wait = Duration::from_millis(parse_u53(w)?);
+                (Some(wait), proofs.filter(|p| p.len() == members.len())?)
+            }
+            (Some(_), None) => return None,
+        };
+        let from: BTreeMap<String, Proof> = members
+            .into_iter()
+            .map(str::to_string)
+            .zip(proofs)
+            .collect();
+        if it.next().is_some() || from.is_empty() {
             return None;
         }
         Some(Transit {
@@ -132,8 +230,28 @@ impl Transit {
             to,
             revoked_at,
             since_ms,
+            wait,
             waiting_since: now,
         })
+    }
+
+    /// A unit whose transit entry could not be read: revoked from members
+    /// nobody knows, so only time releases it, after the longest wait any
+    /// member may ask for.
+    pub fn unknown(settings: &Settings, now: Instant, now_ms: u64) -> Transit {
+        Transit {
+            from: BTreeMap::from([(UNKNOWN_ORIGIN.to_string(), Proof::Never)]),
+            to: None,
+            revoked_at: 0,
+            since_ms: now_ms,
+            wait: Some(settings.longest_wait()),
+            waiting_since: now,
+        }
+    }
+
+    /// The members it was revoked from.
+    pub fn origins(&self) -> impl Iterator<Item = &str> {
+        self.from.keys().map(String::as_str)
     }
 }
 
@@ -160,15 +278,37 @@ fn parse_u53(s: &str) -> Option<u64> {
 pub type Transits = BTreeMap<String, BTreeMap<String, Transit>>;
 
 /// What the holder knows of one member's protocol state.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberFacts {
     /// A ping on a connection opened at this instant (or later) was
     /// refused, and the member has not answered since: nothing listened at
     /// its address then. It releases units whose revoking write was done
-    /// before that instant (see the module documentation).
+    /// before that instant, where a refusal is proof ([`Proof::Refusal`]).
     pub refused_since: Option<Instant>,
-    /// From `{T}:members`, if it speaks the protocol.
+    /// Such a refusal after which Redis had no connection the member names
+    /// (its report's client id, or the one recorded with the revocation):
+    /// proof for [`Proof::Disconnected`].
+    pub disconnected_since: Option<Instant>,
+    /// From `{T}:members`, if it speaks the protocol: as read by the last
+    /// read that worked.
     pub report: Option<MemberReport>,
+    /// Whether the reports' last read worked. When it did not, a missing
+    /// report proves nothing (the member may speak the protocol with any
+    /// deadline), and a revocation waits the longest.
+    pub reports_read: bool,
+}
+
+impl Default for MemberFacts {
+    /// An unknown member: not gone, never answered, not speaking the
+    /// protocol (the reports were read and it has none).
+    fn default() -> MemberFacts {
+        MemberFacts {
+            refused_since: None,
+            disconnected_since: None,
+            report: None,
+            reports_read: true,
+        }
+    }
 }
 
 /// A member's own entry in `{T}:members`:
@@ -270,13 +410,39 @@ pub struct Settings {
     pub handoff_delay: Duration,
 }
 
+/// How long after the write that revoked a unit a member of the protocol
+/// with this deadline can still be working on it.
+pub fn deadline_wait(deadline: Duration) -> Duration {
+    deadline + deadline * DRIFT_PERMILLE / 1000 + MARGIN
+}
+
 impl Settings {
     /// How long after the write that revoked a unit a member can still be
-    /// working on it.
+    /// working on it, by what the holder knows of it now: its deadline's
+    /// wait (from its last report read), the handoff delay for a member
+    /// without a report, and the longest wait when the reports could not be
+    /// read (a missing report then proves nothing).
     pub fn wait(&self, m: &MemberFacts) -> Duration {
         match &m.report {
-            Some(r) => r.deadline + r.deadline * DRIFT_PERMILLE / 1000 + MARGIN,
-            None => self.handoff_delay,
+            Some(r) => deadline_wait(r.deadline),
+            None if m.reports_read => self.handoff_delay,
+            None => self.longest_wait(),
+        }
+    }
+
+    /// The longest wait any member may ask for: the largest deadline's, or
+    /// the handoff delay if that is longer.
+    pub fn longest_wait(&self) -> Duration {
+        deadline_wait(MAX_DEADLINE).max(self.handoff_delay)
+    }
+
+    /// What will prove, besides its acknowledgement or its wait, that a
+    /// member revoked now no longer works on the unit (see [`Proof`]).
+    pub fn proof(&self, m: &MemberFacts) -> Proof {
+        match &m.report {
+            Some(r) => r.client.map_or(Proof::Never, Proof::Disconnected),
+            None if m.reports_read => Proof::Refusal,
+            None => Proof::Never,
         }
     }
 
@@ -290,9 +456,15 @@ impl Settings {
         now: Instant,
     ) -> Result<(), Instant> {
         let mut at: Option<Instant> = None;
-        for from in t.from.iter().filter(|f| Some(f.as_str()) != to) {
+        for (from, proof) in t.from.iter().filter(|(f, _)| Some(f.as_str()) != to) {
             let f = facts(from);
-            if f.refused_since.is_some_and(|at| at > t.waiting_since) {
+            let after_write = |since: Option<Instant>| since.is_some_and(|s| s > t.waiting_since);
+            let proven = match proof {
+                Proof::Refusal => after_write(f.refused_since),
+                Proof::Disconnected(_) => after_write(f.disconnected_since),
+                Proof::Never => false,
+            };
+            if proven {
                 continue;
             }
             if let Some(r) = &f.report
@@ -301,7 +473,7 @@ impl Settings {
             {
                 continue;
             }
-            let until = t.waiting_since + self.wait(&f);
+            let until = t.waiting_since + t.wait.unwrap_or_else(|| self.wait(&f));
             if now < until {
                 at = Some(at.map_or(until, |a| a.max(until)));
             }
@@ -397,342 +569,14 @@ pub struct PlanInput<'a> {
     /// The units listed now, sorted.
     pub units: &'a [String],
     /// What the holder knows of a member; an unknown member counts as not
-    /// gone, never answered, not speaking the protocol.
+    /// gone, never answered, not speaking the protocol
+    /// ([`MemberFacts::default`]).
     pub facts: &'a dyn Fn(&str) -> MemberFacts,
     /// Members that get a row even if empty (live ones, suspects).
     pub rows_for: &'a dyn Fn(&str) -> bool,
     pub settings: Settings,
     pub now: Instant,
     pub now_ms: u64,
-}
-
-/// Plans the next granted table (see the module documentation).
-pub fn plan(input: &PlanInput<'_>) -> Plan {
-    let mut out = Plan::default();
-    let mut transit = input.transit.clone();
-    let listed = |u: &str| input.units.binary_search_by(|x| x.as_str().cmp(u)).is_ok();
-    let group_of: HashMap<&str, &str> = input
-        .groups
-        .iter()
-        .flat_map(|g| g.members.iter().map(move |m| (m.as_str(), g.name)))
-        .collect();
-    // Units each member loses before planning (repairs, and rows of members
-    // no group lists any more).
-    let mut stripped: HashMap<&str, HashSet<&str>> = HashMap::new();
-
-    // Rows of members no group lists any more: every unit is revoked, in the
-    // group the member was last seen in. Unknown (a new holder, several
-    // groups): in every group where no row has the unit, so that no group
-    // grants it while that member may still work on it.
-    let orphans: Vec<(&str, &str)> = input
-        .granted
-        .rows()
-        .iter()
-        .filter(|(m, _)| !group_of.contains_key(m.as_str()))
-        .map(|(m, r)| (m.as_str(), r.as_str()))
-        .collect();
-    if !orphans.is_empty() {
-        let mut held: Option<HashMap<&str, HashMap<&str, Vec<&str>>>> = None;
-        for (member, row) in orphans {
-            let known = (input.former_group)(member)
-                .filter(|g| input.groups.iter().any(|x| x.name == g))
-                .or_else(|| (input.groups.len() == 1).then(|| input.groups[0].name.to_string()));
-            for u in decode(row) {
-                out.revoked += 1;
-                if let Some(g) = &known {
-                    revoke_into(&mut transit, g, u, member, input);
-                    continue;
-                }
-                // Which group it held the unit in is unknown: it is treated
-                // as a second holder in every group, and the unit is revoked
-                // from the group's holder too (a repair, as for a unit in two
-                // rows), so that no group has it in a row and in transit.
-                let held = held.get_or_insert_with(|| held_by_group(input, &group_of));
-                for g in input.groups {
-                    revoke_into(&mut transit, g.name, u, member, input);
-                    for &m in held
-                        .get(g.name)
-                        .and_then(|h| h.get(u))
-                        .into_iter()
-                        .flatten()
-                    {
-                        out.revoked += 1;
-                        stripped.entry(m).or_default().insert(u);
-                        revoke_into(&mut transit, g.name, u, m, input);
-                    }
-                }
-            }
-        }
-    }
-
-    // Repairs: a unit in two rows of a group, or in a row and in transit.
-    if input.verify {
-        for g in input.groups {
-            let mut owners: HashMap<&str, Vec<&str>> = HashMap::new();
-            for m in g.members {
-                if let Some(r) = input.granted.rows().get(m) {
-                    for u in decode(r) {
-                        owners.entry(u).or_default().push(m);
-                    }
-                }
-            }
-            let conflicts: Vec<(&str, Vec<&str>)> = owners
-                .into_iter()
-                .filter(|(u, ms)| {
-                    ms.len() > 1 || transit.get(g.name).is_some_and(|t| t.contains_key(*u))
-                })
-                .collect();
-            for (u, ms) in conflicts {
-                {
-                    for m in ms {
-                        out.revoked += 1;
-                        stripped.entry(m).or_default().insert(u);
-                        revoke_into(&mut transit, g.name, u, m, input);
-                    }
-                }
-            }
-        }
-    }
-
-    let mut rows: BTreeMap<String, String> = BTreeMap::new();
-    for g in input.groups {
-        let group_transit = transit.remove(g.name).unwrap_or_default();
-        let group_transit = plan_group(
-            g,
-            group_transit,
-            &stripped,
-            &listed,
-            input,
-            &mut out,
-            &mut rows,
-        );
-        if !group_transit.is_empty() {
-            out.transit.insert(g.name.to_string(), group_transit);
-        }
-    }
-    // Transit of groups that no longer exist: nothing can grant those units
-    // in that group any more; they are forgotten once released.
-    for (group, units) in transit {
-        let mut kept = BTreeMap::new();
-        for (u, t) in units {
-            if let Err(at) = input.settings.released(&t, None, input.facts, input.now) {
-                out.next_release = Some(out.next_release.map_or(at, |n| n.min(at)));
-                kept.insert(u, t);
-            } else {
-                out.dropped += 1;
-            }
-        }
-        if !kept.is_empty() {
-            out.transit.insert(group, kept);
-        }
-    }
-    out.granted = MatchingTable::from_rows(rows);
-    out
-}
-
-fn decode(row: &str) -> impl Iterator<Item = &str> {
-    row.split(SEPARATOR).filter(|u| !u.is_empty())
-}
-
-/// Per group, which members' rows have each unit (a full pass over the
-/// table: only for the rare row of an unlisted member of unknown group).
-fn held_by_group<'a>(
-    input: &PlanInput<'a>,
-    group_of: &HashMap<&str, &'a str>,
-) -> HashMap<&'a str, HashMap<&'a str, Vec<&'a str>>> {
-    let mut held: HashMap<&str, HashMap<&str, Vec<&str>>> = HashMap::new();
-    for (m, r) in input.granted.rows() {
-        if let Some(g) = group_of.get(m.as_str()) {
-            let g = held.entry(g).or_default();
-            for u in decode(r) {
-                g.entry(u).or_default().push(m);
-            }
-        }
-    }
-    held
-}
-
-/// Adds `member` to the origins of `unit`'s transit in `group`.
-fn revoke_into(
-    transit: &mut Transits,
-    group: &str,
-    unit: &str,
-    member: &str,
-    input: &PlanInput<'_>,
-) {
-    let t = transit
-        .entry(group.to_string())
-        .or_default()
-        .entry(unit.to_string())
-        .or_insert_with(|| Transit {
-            from: BTreeSet::new(),
-            to: None,
-            revoked_at: 0,
-            since_ms: input.now_ms,
-            waiting_since: input.now,
-        });
-    if t.from.insert(member.to_string()) {
-        // A new origin: this plan's write revokes it, and the wait starts
-        // once that write is done.
-        t.revoked_at = 0;
-        t.waiting_since = input.now;
-    }
-}
-
-fn note_release(out: &mut Plan, at: Instant) {
-    out.next_release = Some(out.next_release.map_or(at, |n| n.min(at)));
-}
-
-/// Plans one group: adds its rows to `rows`, returns its transit.
-fn plan_group(
-    g: &GroupMembers<'_>,
-    mut transit: BTreeMap<String, Transit>,
-    stripped: &HashMap<&str, HashSet<&str>>,
-    listed: &dyn Fn(&str) -> bool,
-    input: &PlanInput<'_>,
-    out: &mut Plan,
-    rows: &mut BTreeMap<String, String>,
-) -> BTreeMap<String, Transit> {
-    let granted_row = |m: &str| input.granted.rows().get(m).map(String::as_str);
-    let desired_row = |m: &str| input.desired.rows().get(m).map(String::as_str);
-    // Members whose row must change: its granted row differs from the desired
-    // one (or lost units to a repair, or is missing for a live member). The
-    // others keep their row as it is, untouched: the work is proportional to
-    // what changes.
-    let changed: Vec<&str> = g
-        .members
-        .iter()
-        .map(String::as_str)
-        .filter(|m| {
-            granted_row(m) != desired_row(m)
-                || stripped.contains_key(m)
-                || (granted_row(m).is_none() && (input.rows_for)(m))
-        })
-        .collect();
-    // Units leaving a member (granted, not desired there) and units coming
-    // to one (desired, not granted there).
-    let mut leaving: HashMap<&str, Vec<&str>> = HashMap::new();
-    let mut incoming: HashMap<&str, &str> = HashMap::new();
-    let mut kept: HashMap<&str, HashSet<&str>> = HashMap::new();
-    for &m in &changed {
-        let gone = stripped.get(m);
-        let have: HashSet<&str> = granted_row(m)
-            .map(|r| {
-                decode(r)
-                    .filter(|u| !gone.is_some_and(|x| x.contains(u)))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let want: HashSet<&str> = desired_row(m)
-            .map(|r| decode(r).collect())
-            .unwrap_or_default();
-        for &u in have.difference(&want) {
-            leaving.entry(u).or_default().push(m);
-        }
-        for &u in want.difference(&have) {
-            incoming.insert(u, m);
-        }
-        kept.insert(m, have.intersection(&want).copied().collect());
-    }
-
-    // Revocations.
-    for (&u, from) in &leaving {
-        let t = transit.entry(u.to_string()).or_insert_with(|| Transit {
-            from: BTreeSet::new(),
-            to: None,
-            revoked_at: 0,
-            since_ms: input.now_ms,
-            waiting_since: input.now,
-        });
-        for &m in from {
-            out.revoked += 1;
-            if t.from.insert(m.to_string()) {
-                t.revoked_at = 0;
-                t.waiting_since = input.now;
-            }
-        }
-    }
-
-    // Grants: a unit no member may still work on goes to its desired owner.
-    let mut granted_now: HashMap<&str, HashSet<&str>> = HashMap::new();
-    for (&u, &to) in &incoming {
-        let Some(t) = transit.get_mut(u) else {
-            out.placed += 1;
-            granted_now.entry(to).or_default().insert(u);
-            continue;
-        };
-        // (Revoked by this very plan, it is released at once only with a
-        // zero wait: one write then. A member that is gone is confirmed
-        // gone after the revoking write: see the module documentation.)
-        match input.settings.released(t, Some(to), input.facts, input.now) {
-            Ok(()) => {
-                let t = transit.remove(u).expect("looked up above");
-                if !(t.from.len() == 1 && t.from.contains(to)) {
-                    out.moved.push(Moved {
-                        group: g.name.to_string(),
-                        unit: u.to_string(),
-                        to: to.to_string(),
-                        since_ms: t.since_ms,
-                        revoked_at: t.revoked_at,
-                    });
-                }
-                granted_now.entry(to).or_default().insert(u);
-            }
-            Err(at) => {
-                t.to = Some(to.to_string());
-                note_release(out, at);
-            }
-        }
-    }
-
-    // Units in transit that no member of this group wants now: removed from
-    // the list, or no eligible member. Removed ones are forgotten once
-    // released; listed ones wait (released or not) for a member.
-    transit.retain(|u, t| {
-        if incoming.contains_key(u.as_str()) {
-            return true;
-        }
-        t.to = None;
-        match input.settings.released(t, None, input.facts, input.now) {
-            Ok(()) if !listed(u) && !leaving.contains_key(u.as_str()) => {
-                out.dropped += 1;
-                false
-            }
-            Ok(()) => true,
-            Err(at) => {
-                note_release(out, at);
-                true
-            }
-        }
-    });
-
-    // Rows: unchanged members keep theirs; changed ones get the desired row
-    // filtered to what they hold now, in the desired order, so that a row
-    // whose moves are all done is exactly the desired one.
-    for m in g.members.iter().map(String::as_str) {
-        let row = match kept.get(m) {
-            Some(k) => {
-                let now = granted_now.get(m);
-                let units: Vec<&str> = desired_row(m)
-                    .map(|r| {
-                        decode(r)
-                            .filter(|u| k.contains(u) || now.is_some_and(|n| n.contains(u)))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                if units.is_empty() && !(input.rows_for)(m) {
-                    continue;
-                }
-                units.join(",")
-            }
-            None => match granted_row(m) {
-                Some(r) => r.to_string(),
-                None => continue,
-            },
-        };
-        rows.insert(m.to_string(), row);
-    }
-    transit
 }
 
 #[cfg(test)]

@@ -83,6 +83,10 @@ pub struct Status {
     pub handoff: HandoffStatus,
     /// Whether a crash of the holder is noticed at once or after the TTL.
     pub takeover: Takeover,
+    /// Why this replica holds the lease but does not act: what the last
+    /// holder left (or Redis' state after a write of unknown outcome) could
+    /// not be read; it retries every poll interval.
+    pub holding_blocked: Option<String>,
 }
 
 /// The handoff as the holder's last cycle saw it.

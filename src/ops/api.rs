@@ -58,6 +58,8 @@ pub struct ThisReplica {
     pub takeover: String,
     pub census_index: Option<u64>,
     pub census_replicas: Option<u64>,
+    /// While it holds the lease but does not act: why (what it cannot read).
+    pub holding_blocked: Option<String>,
 }
 
 impl ThisReplica {
@@ -71,6 +73,7 @@ impl ThisReplica {
             takeover: s.takeover.to_string(),
             census_index: s.census.map(|c| c.index),
             census_replicas: s.census.map(|c| c.replicas),
+            holding_blocked: s.holding_blocked.clone().filter(|_| s.role == Role::Holder),
         }
     }
 }

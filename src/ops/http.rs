@@ -30,7 +30,7 @@ use tokio::sync::watch;
 
 use tokio::time::Instant;
 
-use crate::core::status::Status;
+use crate::core::status::{Role, Status};
 use crate::ops::api::Api;
 use crate::ops::metrics::Metrics;
 
@@ -56,6 +56,9 @@ pub fn not_ready(status: &Status, now: Instant, redis_fresh: Duration) -> Option
     }
     if let Some(problem) = &status.lease_problem {
         return Some(format!("no replica can hold the lease: {problem}"));
+    }
+    if let (Role::Holder, Some(why)) = (status.role, &status.holding_blocked) {
+        return Some(format!("the holder does not act: {why}"));
     }
     if status.census.is_none() {
         return Some("census not known yet (takes one to two census intervals)".into());
@@ -320,6 +323,15 @@ mod tests {
         );
         s.lease_problem = Some("the lease key has no TTL".into());
         assert!(not_ready(&s, now, fresh).unwrap().contains("no TTL"));
+        s.lease_problem = None;
+        s.holding_blocked = Some("cannot read {T}:transit".into());
+        assert_eq!(
+            not_ready(&s, now, fresh),
+            None,
+            "a standby keeps no holding"
+        );
+        s.role = Role::Holder;
+        assert!(not_ready(&s, now, fresh).unwrap().contains("{T}:transit"));
     }
 
     #[test]

@@ -81,6 +81,8 @@ pub struct Metrics {
     pub units_in_transit: Gauge,
     pub members_owing: Gauge,
     pub members_draining: Gauge,
+    pub holding_blocked: Gauge,
+    pub resyncs: Counter,
     /// Groups that have `members` series now.
     member_groups: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -259,6 +261,18 @@ impl Metrics {
             "Live members that reported draining (holder only)",
             members_draining.clone(),
         );
+        let holding_blocked = Gauge::default();
+        r.register(
+            "holding_blocked",
+            "1 while this replica holds the lease but does not act: what it must know before it plans (what the last holder left, or Redis' state after a write of unknown outcome) cannot be read; status and /readyz say which key",
+            holding_blocked.clone(),
+        );
+        let resyncs = Counter::default();
+        r.register(
+            "resyncs",
+            "Reads of Redis' state (table, units in transit, liveness, suspects, reports) after a write whose outcome was unknown (an error or timeout after it was sent, or too few replicas), before the next plan",
+            resyncs.clone(),
+        );
         let build = Family::<Build, Gauge>::default();
         build
             .get_or_create(&Build {
@@ -295,6 +309,8 @@ impl Metrics {
             units_in_transit,
             members_owing,
             members_draining,
+            holding_blocked,
+            resyncs,
             member_groups: Default::default(),
         }
     }
@@ -389,6 +405,9 @@ impl Metrics {
         });
         self.epoch.set(s.epoch as i64);
         self.generation.set(s.generation as i64);
+        self.holding_blocked.set(i64::from(
+            s.role == Role::Holder && s.holding_blocked.is_some(),
+        ));
         if let Some(c) = s.census {
             self.census_replicas.set(c.replicas as i64);
             self.census_index.set(c.index as i64);

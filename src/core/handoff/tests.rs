@@ -13,6 +13,11 @@ use tokio::time::Instant;
 
 use super::*;
 
+/// A row's units.
+fn decode(row: &str) -> impl Iterator<Item = &str> {
+    row.split(',').filter(|u| !u.is_empty())
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -31,7 +36,6 @@ fn names(v: &[&str]) -> Vec<String> {
 
 fn acking(applied: u64) -> MemberFacts {
     MemberFacts {
-        refused_since: None,
         report: Some(MemberReport {
             applied,
             draining: false,
@@ -39,6 +43,7 @@ fn acking(applied: u64) -> MemberFacts {
             weight: 1,
             client: None,
         }),
+        ..MemberFacts::default()
     }
 }
 
@@ -126,7 +131,8 @@ fn a_move_is_a_revocation_then_a_grant_after_the_acknowledgement() {
     assert_eq!(p.revoked, 1);
     c.apply(p, 5);
     let t = c.transit_of("u").unwrap();
-    assert_eq!(t.from, BTreeSet::from(["a".to_string()]));
+    assert_eq!(t.from, BTreeMap::from([("a".to_string(), Proof::Never)]));
+    assert_eq!(t.wait, Some(ms(1000 + 50 + 100)));
     assert_eq!(t.to.as_deref(), Some("b"));
     assert_eq!(t.revoked_at, 5);
     // Not acknowledged yet: still in transit; plan again by the deadline.
@@ -152,7 +158,8 @@ fn without_an_acknowledgement_the_deadline_releases_the_unit() {
     c.transit.entry("g".into()).or_default().insert(
         "u".into(),
         Transit {
-            from: BTreeSet::from(["a".to_string()]),
+            from: BTreeMap::from([("a".to_string(), Proof::Never)]),
+            wait: Some(ms(1000 + 50 + 100)),
             to: Some("b".into()),
             revoked_at: 5,
             since_ms: 0,
@@ -322,7 +329,8 @@ fn a_hand_edited_table_is_repaired_by_revoking_from_every_holder() {
     c.transit.entry("g".into()).or_default().insert(
         "v".into(),
         Transit {
-            from: BTreeSet::from(["a".to_string()]),
+            from: BTreeMap::from([("a".to_string(), Proof::Never)]),
+            wait: Some(ms(1000 + 50 + 100)),
             to: Some("c".into()),
             revoked_at: 1,
             since_ms: 0,
@@ -394,12 +402,12 @@ fn several_groups_hand_off_independently() {
     // g2 cannot be ruled out).
     assert_eq!(p.granted, table(&[("a", ""), ("b", ""), ("x", "")]));
     assert_eq!(
-        p.transit["g1"]["u"].from,
-        BTreeSet::from(["a".to_string(), "z".to_string()])
+        p.transit["g1"]["u"].origins().collect::<Vec<_>>(),
+        ["a", "z"]
     );
     assert_eq!(
-        p.transit["g2"]["u"].from,
-        BTreeSet::from(["x".to_string(), "z".to_string()])
+        p.transit["g2"]["u"].origins().collect::<Vec<_>>(),
+        ["x", "z"]
     );
     assert_eq!(p.transit["g2"]["u"].to.as_deref(), Some("x"));
 }
@@ -466,14 +474,26 @@ fn stored_forms_parse_strictly() {
     assert_eq!(capped.weight, MAX_WEIGHT);
 
     let t = Transit {
-        from: BTreeSet::from(["a:1".to_string(), "b:2".to_string()]),
+        from: BTreeMap::from([
+            ("a:1".to_string(), Proof::Refusal),
+            ("b:2".to_string(), Proof::Disconnected(42)),
+            ("c:3".to_string(), Proof::Never),
+        ]),
         to: None,
         revoked_at: 7,
         since_ms: 1_700_000_000_000,
+        wait: Some(ms(10_600)),
         waiting_since: t0,
     };
-    assert_eq!(t.encode(), "7 1700000000000 - a:1,b:2");
+    assert_eq!(t.encode(), "7 1700000000000 - a:1,b:2,c:3 10600 r,c42,-");
     assert_eq!(Transit::decode(&t.encode(), t0), Some(t));
+    // The four fields of older versions: no stored wait, refusals as proof.
+    let old = Transit::decode("7 1700000000000 b:2 a:1", t0).unwrap();
+    assert_eq!(old.wait, None);
+    assert_eq!(
+        old.from,
+        BTreeMap::from([("a:1".to_string(), Proof::Refusal)])
+    );
     for bad in [
         "",
         "7 1 - ",
@@ -481,6 +501,10 @@ fn stored_forms_parse_strictly() {
         "x 1 - a",
         "7 1 b:1 a,",
         "7 1 b:1 a extra",
+        "7 1 b:1 a 10 r,r",
+        "7 1 b:1 a 10 x",
+        "7 1 b:1 a 10 r more",
+        "7 1 b:1 a x r",
     ] {
         assert_eq!(Transit::decode(bad, t0), None, "{bad:?}");
     }

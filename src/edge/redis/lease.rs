@@ -314,7 +314,7 @@ impl Store {
 /// `CLIENT` not permitted by an ACL, unknown (renamed or disabled, as on some
 /// managed services), or too old for `CLIENT LIST ID` (before Redis 5: a
 /// syntax error).
-fn refusal(e: &StoreError) -> Option<&'static str> {
+pub(super) fn refusal(e: &StoreError) -> Option<&'static str> {
     if e.server_code() == Some("NOPERM") {
         return Some("CLIENT not permitted");
     }

@@ -90,7 +90,7 @@ impl Store {
         Ok(entries.iter().any(|(_, raw)| {
             let value = String::from_utf8_lossy(raw);
             match Transit::decode(&value, now) {
-                Some(t) => t.from.contains(member),
+                Some(t) => t.from.contains_key(member),
                 None => value.contains(member),
             }
         }))

@@ -233,9 +233,13 @@ pub struct Commit<'a> {
     pub last_change: Option<&'a str>,
 }
 
-/// What a new holder reads from the last one ([`Store::load_holding`]).
+/// What a holder reads before it plans ([`Store::read_holding`]): on a new
+/// holding, what the last holder left; after a write of unknown outcome,
+/// Redis' state again.
 #[derive(Debug, Clone, Default)]
 pub struct Inheritance {
+    /// The matching table as stored.
+    pub table: MatchingTable,
     /// member → persisted liveness, undecoded.
     pub liveness: HashMap<String, String>,
     pub suspects: std::collections::BTreeMap<String, Suspect>,
@@ -245,13 +249,42 @@ pub struct Inheritance {
     pub transit: Vec<(String, String)>,
 }
 
-/// The outcome of a fenced write.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The outcome of a fenced write. An error (`Err`) means the outcome is
+/// unknown: the write may or may not have been applied.
+#[derive(Debug)]
 pub enum Committed {
     /// Written; `generation` is the new table generation, if the table was written.
     Written { generation: Option<u64> },
-    /// Rejected by Redis: the lease (`"lease"`) or epoch (`"epoch"`) moved on.
+    /// Rejected by Redis before it wrote anything: the lease (`"lease"`) or
+    /// epoch (`"epoch"`) moved on.
     Fenced { reason: String },
+    /// Applied, but fewer Redis replicas than `-redis-wait-replicas`
+    /// acknowledged it in time: a failover may still lose it.
+    Unconfirmed {
+        generation: Option<u64>,
+        error: StoreError,
+    },
+}
+
+impl PartialEq for Committed {
+    /// Errors compare by their text (a Redis error is not comparable).
+    fn eq(&self, other: &Committed) -> bool {
+        match (self, other) {
+            (Committed::Written { generation: a }, Committed::Written { generation: b }) => a == b,
+            (Committed::Fenced { reason: a }, Committed::Fenced { reason: b }) => a == b,
+            (
+                Committed::Unconfirmed {
+                    generation: a,
+                    error: e,
+                },
+                Committed::Unconfirmed {
+                    generation: b,
+                    error: f,
+                },
+            ) => a == b && e.to_string() == f.to_string(),
+            _ => false,
+        }
+    }
 }
 
 /// A message from one of the notification channels.

@@ -1,6 +1,8 @@
 //! The table and its state: the holder's snapshot read (with list sizing,
 //! the list guards and the table guard), the fenced commit, and the reads of the table, a row,
-//! the generation, what a new holder inherits, and the operator overview.
+//! the generation, what a holder reads before it plans (a new holding's
+//! inheritance, Redis' state after a write of unknown outcome), whether a
+//! member's Redis connection is gone, and the operator overview.
 //!
 //! Guarantees:
 //! - the table is only ever written by `commit.lua`, which checks the lease
@@ -22,6 +24,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::conn::Conn;
 use super::{
     BULK_TIMEOUT, Commit, Committed, Inheritance, LeaseGrant, ListLimits, ListRead, Reports,
     ReportsRead, Snapshot, Store, bytes_list, checked, int, reply_err, stored_count, text,
@@ -533,10 +536,11 @@ impl Store {
         match items.as_slice() {
             [ok, g] if int(ok) == Some(1) => {
                 let g = int(g).ok_or_else(|| reply_err("write table", &v))?;
-                self.replicated("write table").await?;
-                Ok(Committed::Written {
-                    generation: (g >= 0).then_some(g as u64),
-                })
+                let generation = (g >= 0).then_some(g as u64);
+                match self.replicated("write table").await {
+                    Ok(()) => Ok(Committed::Written { generation }),
+                    Err(error) => Ok(Committed::Unconfirmed { generation, error }),
+                }
             }
             [ok, reason] if int(ok) == Some(0) => Ok(Committed::Fenced {
                 reason: text(reason).unwrap_or_default(),
@@ -628,39 +632,77 @@ impl Store {
         Ok(highest)
     }
 
-    /// What a new holder inherits: persisted liveness of every member, the
-    /// mass-failure suspects (unreadable entries are dropped and logged by the
-    /// caller), and the highest stored generation.
-    pub async fn load_holding(&self) -> Result<Inheritance, StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("HGETALL").arg(&self.keys.liveness);
-        pipe.cmd("HGETALL").arg(&self.keys.suspects);
-        pipe.cmd("HGETALL").arg(&self.keys.transit);
-        // Transit can be large (a mass move): not on the lease connection.
-        let mut conn = self.bulk();
-        let (liveness, suspects, transit): (
-            HashMap<String, String>,
-            HashMap<String, String>,
-            Value,
-        ) = match self
-            .bounded("read liveness", BULK_TIMEOUT, pipe.query_async(&mut conn))
+    /// What a holder must read before it plans: on a new holding, what the
+    /// last holder left; after a write of unknown outcome, Redis' state
+    /// again. The table, the units in transit, the liveness history, the
+    /// mass-failure suspects and the highest generation, in one round trip
+    /// on the bulk connection (transit and the table can be large). Each
+    /// hash is read on its own: one that cannot be read (of another type, or
+    /// not text) fails the call with an error naming it, never an empty
+    /// hash. Unreadable suspect entries are returned for the caller to log.
+    pub async fn read_holding(&self) -> Result<Inheritance, StoreError> {
+        let k = &self.keys;
+        let hashes = [&k.table, &k.transit, &k.liveness, &k.suspects];
+        let mut cmds: Vec<(String, redis::Cmd)> = hashes
+            .iter()
+            .map(|key| (key.to_string(), redis::cmd("HGETALL").arg(*key).to_owned()))
+            .collect();
+        cmds.push((
+            k.meta.clone(),
+            redis::cmd("HMGET")
+                .arg(&k.meta)
+                .arg("generation")
+                .arg("generation_floor")
+                .to_owned(),
+        ));
+        let replies = match self
+            .pipelined_lenient(self.bulk(), "read holding", BULK_TIMEOUT, cmds)
             .await
         {
             Ok(r) => r,
             Err(e) => {
-                let keys = [
-                    self.keys.liveness.as_str(),
-                    self.keys.suspects.as_str(),
-                    self.keys.transit.as_str(),
-                ];
+                let keys: Vec<&str> = hashes.iter().map(|k| k.as_str()).collect();
                 return Err(self.classify(e, &keys, "hash").await);
             }
         };
-        let transit =
-            text_pairs(transit.clone()).ok_or_else(|| reply_err("read transit", &transit))?;
-        let generation = self.read_generation().await?;
+        if replies.len() != hashes.len() + 1 {
+            return Err(StoreError::Reply {
+                op: "read holding",
+                detail: format!("{} replies", replies.len()),
+            });
+        }
+        let mut replies = replies.into_iter();
+        let mut pairs = Vec::with_capacity(hashes.len());
+        for key in hashes {
+            let reply = replies.next().expect("counted above");
+            pairs.push(self.hash_reply(key, "read holding", Some(reply)).await?);
+        }
+        let meta = replies.next().expect("counted above");
+        let mut generation = 0;
+        match &meta {
+            Value::ServerError(e) if e.code() == "WRONGTYPE" => {
+                return Err(self
+                    .find_wrong_type(&[&k.meta], "hash")
+                    .await
+                    .unwrap_or_else(|| reply_err("read holding", &meta)));
+            }
+            Value::Array(values) => {
+                for (field, value) in ["generation", "generation_floor"].iter().zip(values) {
+                    if let Value::BulkString(raw) = value {
+                        generation = generation.max(stored_count(&k.meta, field, raw)?);
+                    }
+                }
+            }
+            other => return Err(reply_err("read holding", other)),
+        }
+        let mut pairs = pairs.into_iter();
+        let table = MatchingTable::from_rows(pairs.next().expect("the table"));
+        let transit = pairs.next().expect("the transit");
+        let liveness = pairs.next().expect("the liveness").into_iter().collect();
         let mut bad = Vec::new();
-        let suspects = suspects
+        let suspects = pairs
+            .next()
+            .expect("the suspects")
             .into_iter()
             .filter_map(|(m, v)| match Suspect::decode(&v) {
                 Some(s) => Some((m, s)),
@@ -671,12 +713,109 @@ impl Store {
             })
             .collect();
         Ok(Inheritance {
+            table,
             liveness,
             suspects,
             unreadable_suspects: bad,
             generation,
             transit,
         })
+    }
+
+    /// The liveness history and the mass-failure suspects the holder left,
+    /// for a standby's warm view (unreadable suspect entries are dropped).
+    pub async fn read_liveness(
+        &self,
+    ) -> Result<
+        (
+            HashMap<String, String>,
+            std::collections::BTreeMap<String, Suspect>,
+        ),
+        StoreError,
+    > {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(&self.keys.liveness);
+        pipe.cmd("HGETALL").arg(&self.keys.suspects);
+        let mut conn = self.bulk();
+        let (liveness, suspects): (HashMap<String, String>, HashMap<String, String>) = match self
+            .bounded("read liveness", BULK_TIMEOUT, pipe.query_async(&mut conn))
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let keys = [self.keys.liveness.as_str(), self.keys.suspects.as_str()];
+                return Err(self.classify(e, &keys, "hash").await);
+            }
+        };
+        let suspects = suspects
+            .into_iter()
+            .filter_map(|(m, v)| Suspect::decode(&v).map(|s| (m, s)))
+            .collect();
+        Ok((liveness, suspects))
+    }
+
+    /// Whether Redis has none of `member`'s connections left: the one its
+    /// report names now, else (no report any more) every one of `recorded`
+    /// (the client ids recorded when its units were revoked). `None` when
+    /// that cannot be told: no client id is known, Redis does not let this
+    /// replica ask (`CLIENT` not permitted), or a cluster (a client id
+    /// names a connection of one node, and the report does not say which).
+    pub async fn member_disconnected(
+        &self,
+        member: &str,
+        recorded: &[u64],
+    ) -> Result<Option<bool>, StoreError> {
+        let Conn::Single(mut conn) = self.conn() else {
+            return Ok(None);
+        };
+        let report: Option<String> = match self
+            .bounded(
+                "read a member's report",
+                self.op_timeout,
+                redis::cmd("HGET")
+                    .arg(&self.keys.members)
+                    .arg(member)
+                    .query_async(&mut conn),
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Err(self.classify(e, &[&self.keys.members], "hash").await),
+        };
+        let named = report
+            .as_deref()
+            .and_then(crate::core::handoff::MemberReport::decode)
+            .and_then(|r| r.client);
+        let ids: Vec<u64> = match (named, &report) {
+            (Some(c), _) => vec![c],
+            // A report without a client id: the member reads on connections
+            // it does not name, which Redis cannot vouch for.
+            (None, Some(_)) => return Ok(None),
+            (None, None) => recorded.to_vec(),
+        };
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("LIST").arg("ID");
+        for id in &ids {
+            cmd.arg(*id);
+        }
+        match self
+            .bounded::<Value>(
+                "look for a member's connection",
+                self.op_timeout,
+                cmd.query_async(&mut conn),
+            )
+            .await
+        {
+            Ok(v) => match text(&v) {
+                Some(list) => Ok(Some(list.trim().is_empty())),
+                None => Err(reply_err("look for a member's connection", &v)),
+            },
+            Err(e) if super::lease::refusal(&e).is_some() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Everything an operator asks about, in one pipelined round trip.

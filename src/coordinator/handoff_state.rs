@@ -1,0 +1,515 @@
+//! What the holder keeps of the handoff between cycles (see `core::handoff`):
+//! the [`Ledger`] of what Redis holds, the members' reports and the
+//! operator's weight overrides as last read, and the members proven gone.
+//! The cycle feeds it what it read and pinged; the plan reads it as
+//! [`MemberFacts`].
+//!
+//! Guarantees:
+//! - a failed read of the reports keeps the reports known (a timeout or a
+//!   dropped connection) or keeps them and marks them unread (a key of the
+//!   wrong type): a missing fact never shortens a wait, and a revocation
+//!   made meanwhile waits the longest any member may ask for;
+//! - a member counts as gone for a handoff only after a refusal on a
+//!   connection opened for a probe, and as disconnected only once Redis,
+//!   asked after that refusal, had no connection the member names;
+//! - reports of an applied generation above any Redis knows (a numbering
+//!   Redis lost) are never taken as acknowledgements (see
+//!   [`HandoffState::lost_numbering`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::cycle::{LOG_FIRST, LastChange};
+use crate::core::handoff::{self, Ledger, MemberFacts, MemberReport, Proof, UNKNOWN_ORIGIN};
+use crate::core::inputs::{self, Inputs};
+use crate::core::table::MatchingTable;
+use crate::edge::grpc::{PingFailure, PingReport};
+use crate::edge::redis::{Reports, ReportsRead};
+use crate::error::StoreError;
+
+/// The highest `applied` a report may claim and still raise the holder's
+/// generation floor: half the range of stored counters, so that a hostile
+/// report cannot push generations to their end (Redis refuses counters at
+/// 2^53).
+const MAX_FLOOR_FROM_REPORTS: u64 = 1 << 52;
+
+/// What proves a member gone, by the instant the refused connection was
+/// opened (see `core::handoff::Proof`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Gone {
+    /// A refusal on a connection opened for a probe, no answer since.
+    refused: Option<Instant>,
+    /// Such a refusal after which Redis had none of its connections.
+    disconnected: Option<Instant>,
+}
+
+/// A refused probe of a member, with what Redis said of its connection.
+#[derive(Clone, Debug)]
+pub(super) struct Refusal {
+    pub(super) report: PingReport,
+    /// Redis, asked after the refusal, had no connection the member names.
+    pub(super) disconnected: bool,
+}
+
+/// See the module documentation.
+#[derive(Clone, Default)]
+pub(super) struct HandoffState {
+    pub(super) ledger: Ledger,
+    /// Members refused since they last answered.
+    gone: HashMap<String, Gone>,
+    /// The members' reports, as last read and decoded.
+    pub(super) reports: HashMap<String, MemberReport>,
+    /// Whether the last read of the reports worked.
+    reports_read: bool,
+    /// Members whose report could not be decoded when last read.
+    unreadable: HashSet<String>,
+    /// The version of the reports and overrides hashes these were decoded
+    /// from (`ReportsRead::version`): unchanged, they are not read again.
+    pub(super) reports_version: Option<u64>,
+    /// Members that reported draining and then removed their report: they
+    /// finished their drain and deregistered (README, protocol step 6). The
+    /// lists a handoff cycle plans with are the last full cycle's, where such
+    /// a member is still listed; without its report it would look like a
+    /// member that does not acknowledge, and get units again. It stays out
+    /// until a full cycle finds it unlisted or it reports again (a new
+    /// process on the same address).
+    departed: HashSet<String>,
+    /// Unreadable report entries, as last logged (logged again on change).
+    pub(super) bad_reports: BTreeSet<String>,
+    /// The operator's weight overrides (`{T}:weights`), as last read and
+    /// decoded: they beat the members' reported weights.
+    pub(super) overrides: HashMap<String, u32>,
+    /// Unreadable override entries (or the key's error), as last logged.
+    bad_overrides: BTreeSet<String>,
+    /// The group each member was last listed in.
+    pub(super) former_group: HashMap<String, String>,
+    /// The last full cycle's inputs, for handoff cycles (which do not read
+    /// the lists again).
+    pub(super) inputs: Option<Arc<Inputs>>,
+    /// What the last plan did, for status and metrics.
+    pub(super) last: HandoffOutcome,
+    /// The last solve that moved or placed units (status: `last_change`).
+    pub(super) last_change: Option<LastChange>,
+    /// The last plan, when it changed nothing (see [`Steady`]).
+    pub(super) steady: Option<Steady>,
+    /// The trace span of each write that revoked units still in transit, by
+    /// generation: the write that grants them links to it, so that a move
+    /// reads as revoke → grant in the trace view.
+    pub(super) revocations: BTreeMap<u64, opentelemetry::trace::SpanContext>,
+}
+
+/// A plan that changed nothing: nothing in transit, no unit revoked, placed
+/// or moved, and the granted table as it came in. Planning again from the
+/// same tables, inputs and members that get rows gives the same, so an idle
+/// cycle skips it: the plan compares and copies every row (O(table), a few
+/// milliseconds at 100,000 units). The tables and inputs are held (not only
+/// their addresses), so a match is never a reused allocation.
+#[derive(Clone)]
+pub(super) struct Steady {
+    pub(super) desired: Arc<MatchingTable>,
+    pub(super) granted: Arc<MatchingTable>,
+    pub(super) inputs: Arc<Inputs>,
+    /// Which listed members get rows (`HolderView::keeps_units`), hashed.
+    pub(super) rows_for: u64,
+}
+
+impl Steady {
+    pub(super) fn matches(&self, other: &Steady) -> bool {
+        Arc::ptr_eq(&self.desired, &other.desired)
+            && Arc::ptr_eq(&self.granted, &other.granted)
+            && Arc::ptr_eq(&self.inputs, &other.inputs)
+            && self.rows_for == other.rows_for
+    }
+}
+
+/// What one cycle's handoff did.
+#[derive(Clone, Debug, Default)]
+pub(super) struct HandoffOutcome {
+    pub(super) revoked: usize,
+    pub(super) placed: usize,
+    /// Units granted after a move.
+    pub(super) moved: Vec<handoff::Moved>,
+    pub(super) in_transit: usize,
+    pub(super) owing: usize,
+    pub(super) draining: usize,
+    pub(super) acknowledging: usize,
+    pub(super) invalid_reports: usize,
+    /// Plan again then: a unit can be released by time.
+    pub(super) next_release: Option<Instant>,
+}
+
+impl HandoffState {
+    pub(super) fn facts(&self, member: &str) -> MemberFacts {
+        let gone = self.gone.get(member).copied().unwrap_or_default();
+        MemberFacts {
+            refused_since: gone.refused,
+            disconnected_since: gone.disconnected,
+            report: self.reports.get(member).copied(),
+            reports_read: self.reports_read && !self.unreadable.contains(member),
+        }
+    }
+
+    pub(super) fn draining(&self, member: &str) -> bool {
+        self.reports.get(member).is_some_and(|r| r.draining) || self.departed.contains(member)
+    }
+
+    /// Members that units in transit were revoked from and that have not
+    /// released them yet.
+    pub(super) fn owing(&self) -> HashSet<&str> {
+        self.ledger
+            .transit()
+            .values()
+            .flat_map(|units| units.values())
+            .flat_map(|t| t.origins())
+            .filter(|m| *m != UNKNOWN_ORIGIN)
+            .collect()
+    }
+
+    /// A full cycle read the lists: departed members no longer listed are
+    /// forgotten (listed again later, they are new registrations).
+    pub(super) fn forget_departed(&mut self, inputs: &Inputs) {
+        if self.departed.is_empty() {
+            return;
+        }
+        let listed: HashSet<&str> = inputs.members().collect();
+        self.departed.retain(|m| listed.contains(m.as_str()));
+    }
+
+    /// Members to probe on a connection of their own once a cycle is done,
+    /// with the client ids recorded for them: those that owe a revocation
+    /// whose write is done, that a refusal (and Redis) could release, that
+    /// no probe proved gone since that write, and that are refused, or no
+    /// longer listed (no cycle pings them: a member that deregistered).
+    pub(super) fn to_confirm(&self, listed: &HashSet<&str>) -> BTreeMap<String, Vec<u64>> {
+        let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for t in self.ledger.transit().values().flat_map(|u| u.values()) {
+            // (0: its revoking write is not done yet.)
+            if t.revoked_at == 0 {
+                continue;
+            }
+            for (m, proof) in &t.from {
+                let gone = self.gone.get(m);
+                if m == UNKNOWN_ORIGIN || (gone.is_none() && listed.contains(m.as_str())) {
+                    continue;
+                }
+                let after = |at: Option<Instant>| at.is_some_and(|a| a > t.waiting_since);
+                let gone = gone.copied().unwrap_or_default();
+                match proof {
+                    Proof::Refusal if !after(gone.refused) => {
+                        out.entry(m.clone()).or_default();
+                    }
+                    Proof::Disconnected(c) if !after(gone.disconnected) => {
+                        let ids = out.entry(m.clone()).or_default();
+                        if !ids.contains(c) {
+                            ids.push(*c);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// Takes ping results: a member refused stays gone until it answers
+    /// again (a later timeout, its channel still tearing the dead connection
+    /// down, does not bring the process back; a new process on the address
+    /// answers). A refusal counts for a handoff only on a connection opened
+    /// for it (`opened`).
+    pub(super) fn observe_pings(&mut self, reports: &[PingReport]) {
+        for r in reports {
+            match &r.result {
+                Err(PingFailure::Refused(_)) => {
+                    let gone = self.gone.entry(r.member.clone()).or_default();
+                    if let Some(opened) = r.opened {
+                        gone.refused = Some(gone.refused.map_or(opened, |s| s.max(opened)));
+                    }
+                }
+                Ok(_) => {
+                    self.gone.remove(&r.member);
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Takes refused probes, listed members or not, with what Redis said of
+    /// their connections.
+    pub(super) fn observe_refusals(&mut self, refusals: &[Refusal]) {
+        for r in refusals {
+            self.observe_pings(std::slice::from_ref(&r.report));
+            if let (true, Some(opened)) = (r.disconnected, r.report.opened) {
+                let gone = self.gone.entry(r.report.member.clone()).or_default();
+                gone.disconnected = Some(gone.disconnected.map_or(opened, |s| s.max(opened)));
+            }
+        }
+    }
+
+    /// Takes the reports and overrides a cycle read; unchanged since the
+    /// version decoded last, nothing is decoded again (the same content
+    /// gives the same state: decoding depends on nothing else). A read of
+    /// the reports that failed in a way that may pass (a timeout, a dropped
+    /// connection) is returned: the cycle fails and the next one reads
+    /// again, rather than plan without knowing the members' deadlines.
+    pub(super) fn observe(
+        &mut self,
+        read: ReportsRead,
+        keys: &crate::core::keys::Keys,
+    ) -> Result<(), StoreError> {
+        self.reports_version = read.version;
+        if let Some((reports, overrides)) = read.content {
+            self.observe_overrides(overrides, &keys.weights);
+            match reports {
+                Err(e) if e.is_retryable() => {
+                    self.reports_read = false;
+                    return Err(e);
+                }
+                reports => self.observe_reports(reports, &keys.members),
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the members' reports; logs unreadable ones when they change.
+    pub(super) fn observe_reports(&mut self, reports: Reports, key: &str) {
+        let raw = match reports {
+            Ok(raw) => raw,
+            Err(e) => {
+                // Members can write this key, and a read can fail: the
+                // reports known stay (an acknowledgement they show was
+                // true when read), and revocations made meanwhile wait the
+                // longest (`reports_read`), not the handoff delay.
+                if !e.is_retryable() && self.bad_reports.insert(format!("\0{e}")) {
+                    tracing::warn!(error = %e, key, "member reports unreadable; units revoked meanwhile wait the longest any member may ask for");
+                }
+                self.reports_read = false;
+                return;
+            }
+        };
+        self.reports_read = true;
+        let was_draining: Vec<String> = self
+            .reports
+            .iter()
+            .filter(|(_, r)| r.draining)
+            .map(|(m, _)| m.clone())
+            .collect();
+        let unreadable = decode_entries(raw, MemberReport::decode, &mut self.reports);
+        let bad = lines(&unreadable);
+        if bad != self.bad_reports && !bad.is_empty() {
+            tracing::warn!(
+                key,
+                count = bad.len(),
+                first = %bad.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                "unreadable member reports (expected `applied draining deadline_ms weight [client]`); units revoked from those members wait the longest any member may ask for"
+            );
+        }
+        // A member whose report is unreadable may speak the protocol with
+        // any deadline: its revocations wait the longest.
+        self.unreadable = unreadable.into_keys().collect();
+        self.bad_reports = bad;
+        for m in was_draining {
+            if !self.reports.contains_key(&m) {
+                self.departed.insert(m);
+            }
+        }
+        let reports = &self.reports;
+        self.departed.retain(|m| !reports.contains_key(m));
+    }
+
+    /// Takes the operator's weight overrides; logs unreadable entries (and a
+    /// key of the wrong type) when they change. `None`, or an error that may
+    /// pass (a timeout), keeps the overrides known: a read that failed does
+    /// not move units.
+    pub(super) fn observe_overrides(&mut self, overrides: Option<Reports>, key: &str) {
+        let raw = match overrides {
+            None => return,
+            Some(Err(e)) if e.is_retryable() => return,
+            Some(Err(e)) => {
+                // An operator key of the wrong type must not stop the holder:
+                // no overrides, every member's report counts.
+                let bad = BTreeSet::from([format!("\0{e}")]);
+                if bad != self.bad_overrides {
+                    tracing::warn!(error = %e, key, "weight overrides unreadable; the members' reported weights are used");
+                }
+                self.bad_overrides = bad;
+                self.overrides.clear();
+                return;
+            }
+            Some(Ok(raw)) => raw,
+        };
+        let bad = lines(&decode_entries(
+            raw,
+            handoff::decode_weight_override,
+            &mut self.overrides,
+        ));
+        if bad != self.bad_overrides && !bad.is_empty() {
+            tracing::warn!(
+                key,
+                count = bad.len(),
+                first = %bad.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                "unreadable weight overrides (expected an integer from 1 to {}); those members' reported weights are used",
+                handoff::MAX_WEIGHT
+            );
+        }
+        self.bad_overrides = bad;
+    }
+
+    /// The highest generation a member reports having applied above `known`
+    /// (the highest Redis and this replica know): such a report comes from
+    /// a numbering Redis lost (its data, or a promoted replica that lagged).
+    /// The holder then numbers its writes above it, and revokes again what
+    /// it would acknowledge (`Ledger::renumber_up_to`).
+    pub(super) fn lost_numbering(&self, known: u64) -> Option<u64> {
+        self.reports
+            .values()
+            .map(|r| r.applied)
+            .filter(|a| *a > known && *a < MAX_FLOOR_FROM_REPORTS)
+            .max()
+    }
+
+    /// A member's capacity weight: the operator's override, else its report's,
+    /// else 1.
+    pub(super) fn weight(&self, member: &str) -> u32 {
+        self.overrides
+            .get(member)
+            .copied()
+            .or_else(|| self.reports.get(member).map(|r| r.weight))
+            .unwrap_or(1)
+    }
+}
+
+/// Decodes a member-keyed hash (reports, weight overrides) into `into`,
+/// replacing what it held; returns the unreadable entries, member →
+/// excerpt of the value, for a log that is repeated only when they change.
+fn decode_entries<T>(
+    raw: Vec<(String, String)>,
+    decode: impl Fn(&str) -> Option<T>,
+    into: &mut HashMap<String, T>,
+) -> BTreeMap<String, String> {
+    let mut bad = BTreeMap::new();
+    into.clear();
+    for (member, value) in raw {
+        match decode(&value) {
+            Some(v) => {
+                into.insert(member, v);
+            }
+            None => {
+                bad.insert(member, inputs::excerpt(value.as_bytes()));
+            }
+        }
+    }
+    bad
+}
+
+/// Unreadable entries as `member=excerpt` lines, for logs.
+fn lines(bad: &BTreeMap<String, String>) -> BTreeSet<String> {
+    bad.iter().map(|(m, v)| format!("{m}={v}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn pairs(v: &[(&str, &str)]) -> Reports {
+        Ok(v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect())
+    }
+
+    #[test]
+    fn overrides_beat_reports_and_unreadable_ones_are_skipped() {
+        let mut h = HandoffState::default();
+        h.observe_reports(pairs(&[("a:1", "1 0 5000 2"), ("b:1", "1 0 5000 3")]), "m");
+        h.observe_overrides(
+            Some(pairs(&[
+                ("a:1", "7"),
+                ("b:1", "0"),
+                ("c:1", "x"),
+                ("d:1", "1001"),
+            ])),
+            "w",
+        );
+        assert_eq!(h.weight("a:1"), 7, "the override wins");
+        assert_eq!(h.weight("b:1"), 3, "out of range: the report counts");
+        assert_eq!(h.weight("c:1"), 1, "garbage, no report: 1");
+        assert_eq!(h.weight("d:1"), 1);
+        assert_eq!(h.bad_overrides.len(), 3);
+
+        // A failed read (None, or a timeout) keeps what was known.
+        h.observe_overrides(None, "w");
+        assert_eq!(h.weight("a:1"), 7);
+        let timeout = StoreError::Timeout {
+            op: "read",
+            timeout: Duration::from_secs(1),
+        };
+        h.observe_overrides(Some(Err(timeout)), "w");
+        assert_eq!(h.weight("a:1"), 7);
+
+        // A key of the wrong type: no overrides.
+        let wrong = StoreError::WrongType {
+            key: "w".into(),
+            expected: "hash",
+            actual: "string".into(),
+        };
+        h.observe_overrides(Some(Err(wrong)), "w");
+        assert_eq!(h.weight("a:1"), 2);
+        assert!(h.overrides.is_empty());
+        h.observe_overrides(Some(pairs(&[])), "w");
+        assert!(h.bad_overrides.is_empty());
+        assert_eq!(h.weight("b:1"), 3);
+    }
+
+    /// Issue 20, finding 4: a report read that timed out cleared every
+    /// report, so a member with a 30 s deadline was waited for as one
+    /// without a report (`-handoff-delay`). Reports survive a failed read,
+    /// and while they are not read a revocation waits the longest.
+    #[test]
+    fn a_failed_report_read_never_shortens_a_wait() {
+        let settings = handoff::Settings {
+            handoff_delay: Duration::from_secs(10),
+        };
+        let mut h = HandoffState::default();
+        h.observe_reports(pairs(&[("a:1", "4 0 30000 1")]), "m");
+        let before = settings.wait(&h.facts("a:1"));
+        assert_eq!(before, handoff::deadline_wait(Duration::from_secs(30)));
+        let timeout = StoreError::Timeout {
+            op: "read member reports",
+            timeout: Duration::from_secs(1),
+        };
+        h.observe_reports(Err(timeout), "m");
+        assert_eq!(h.facts("a:1").report.map(|r| r.applied), Some(4));
+        assert_eq!(settings.wait(&h.facts("a:1")), before);
+        // A member never seen: the longest, not the handoff delay.
+        assert_eq!(settings.wait(&h.facts("b:1")), settings.longest_wait());
+        let wrong = StoreError::WrongType {
+            key: "m".into(),
+            expected: "hash",
+            actual: "string".into(),
+        };
+        h.observe_reports(Err(wrong), "m");
+        assert_eq!(settings.wait(&h.facts("a:1")), before);
+        assert_eq!(settings.wait(&h.facts("b:1")), settings.longest_wait());
+        // Read again: a member without a report is an old worker.
+        h.observe_reports(pairs(&[("a:1", "5 0 30000 1")]), "m");
+        assert_eq!(settings.wait(&h.facts("b:1")), settings.handoff_delay);
+    }
+
+    #[test]
+    fn reports_above_every_known_generation_are_a_lost_numbering() {
+        let mut h = HandoffState::default();
+        h.observe_reports(
+            pairs(&[
+                ("a:1", "500 0 5000 1"),
+                ("b:1", "7 0 5000 1"),
+                ("c:1", "5000000000000000 0 5000 1"),
+            ]),
+            "m",
+        );
+        assert_eq!(h.lost_numbering(10), Some(500));
+        assert_eq!(h.lost_numbering(500), None);
+    }
+}
