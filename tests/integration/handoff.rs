@@ -25,12 +25,26 @@ pub(crate) async fn report(
     draining: bool,
     deadline: Duration,
 ) {
+    report_naming(fleet, member, applied, draining, deadline, None).await;
+}
+
+/// [`report`], naming `client` as the Redis connection the member reads on:
+/// then a refusal of its address releases its units only once Redis has no
+/// such connection either.
+pub(crate) async fn report_naming(
+    fleet: &Fleet,
+    member: &str,
+    applied: u64,
+    draining: bool,
+    deadline: Duration,
+    client: Option<u64>,
+) {
     let r = MemberReport {
         applied,
         draining,
         deadline,
         weight: 1,
-        client: None,
+        client,
     };
     let k = keys();
     let _: i64 = fleet
@@ -41,6 +55,18 @@ pub(crate) async fn report(
         .redis
         .cmd(&["PUBLISH", &k.acked_channel, member])
         .await;
+}
+
+/// A Redis connection of the test's own and its client id, to stand for the
+/// connection a hand-played member reads its row on.
+async fn reading_connection(fleet: &Fleet) -> (redis::aio::MultiplexedConnection, u64) {
+    let mut c = fleet.redis.conn().await;
+    let id: u64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    (c, id)
 }
 
 /// `{T}:transit` as (unit → entry).
@@ -162,7 +188,7 @@ async fn a_move_is_revoked_first_and_granted_after_the_acknowledgement() {
     // One of the two acknowledges: only the units it held move on.
     let from_a: BTreeSet<&String> = moving
         .iter()
-        .filter(|(_, t)| t.from.contains(&a))
+        .filter(|(_, t)| t.from.contains_key(&a))
         .map(|(u, _)| u)
         .collect();
     assert!(!from_a.is_empty(), "{moving:?}");
@@ -175,7 +201,7 @@ async fn a_move_is_revoked_first_and_granted_after_the_acknowledgement() {
     .await;
     eprintln!("acknowledgement to grant: {:?}", acked.elapsed());
     let (rows, t, _) = snapshot(&fleet, &units).await;
-    assert!(t.values().all(|t| t.from.contains(&b)), "{t:?}");
+    assert!(t.values().all(|t| t.from.contains_key(&b)), "{t:?}");
     for u in &from_a {
         let to = moving[*u].to.as_ref().unwrap();
         assert!(
@@ -241,9 +267,13 @@ async fn a_worker_that_does_not_acknowledge_gets_the_handoff_delay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_worker_hands_off_at_once() {
     let units = units(24);
-    let (fleet, mut workers, _) = two_acking(&units, |_| {}).await;
-    // Its process is gone: nothing listens. No acknowledgement can come and
-    // none is needed (its deadline is two minutes).
+    let (fleet, mut workers, g) = two_acking(&units, |_| {}).await;
+    let (conn, client) = reading_connection(&fleet).await;
+    report_naming(&fleet, &workers[1].addr, g, false, PATIENT, Some(client)).await;
+    // Its process is gone: nothing listens, and Redis has its connection no
+    // more. No acknowledgement can come and none is needed (its deadline is
+    // two minutes).
+    drop(conn);
     workers[1].kill().await;
     let survivor = vec![workers[0].addr.clone()];
     fleet
@@ -455,14 +485,21 @@ async fn a_drained_member_that_deregistered_gets_no_units_back() {
 }
 
 /// Reports are written by members: garbage, a hostile deadline or a key of
-/// the wrong type never stop the holder; such members get the handoff delay.
+/// the wrong type never stop the holder. A unit revoked while the reports
+/// cannot be read waits the longest any member may ask for (a member without
+/// a readable report may speak the protocol with any deadline), not the
+/// handoff delay (issue 20, finding 4); an acknowledgement still releases it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreadable_reports_fall_back_to_the_handoff_delay() {
+async fn unreadable_reports_make_revocations_wait_the_longest() {
+    const DEADLINE: Duration = Duration::from_millis(1000);
     let units = units(12);
     let (mut fleet, workers, _) = two_acking(&units, |f| {
         f.config.handoff_delay = Duration::from_millis(300)
     })
     .await;
+    for w in &workers {
+        report(&fleet, &w.addr, 0, false, DEADLINE).await;
+    }
     let k = keys();
     let _: i64 = fleet
         .redis
@@ -471,6 +508,25 @@ async fn unreadable_reports_fall_back_to_the_handoff_delay() {
     let _: () = fleet.redis.cmd(&["DEL", &k.members]).await;
     let _: () = fleet.redis.cmd(&["SET", &k.members, "not a hash"]).await;
     let w2 = FlakyWorker::start(&fleet).await;
+    wait_for("the revocation", Duration::from_secs(5), || async {
+        !snapshot(&fleet, &units).await.1.is_empty()
+    })
+    .await;
+    // Past the handoff delay and the members' own deadline: still waiting.
+    tokio::time::sleep(DEADLINE * 2).await;
+    let (_, moving, revoked_at) = snapshot(&fleet, &units).await;
+    assert!(!moving.is_empty(), "released before the longest wait");
+    let h = fleet.wait_for_holder().await;
+    assert!(
+        fleet.statuses()[h].last_error.is_none(),
+        "{:?}",
+        fleet.statuses()[h]
+    );
+    // Readable again, and acknowledged: they move.
+    let _: () = fleet.redis.cmd(&["DEL", &k.members]).await;
+    for w in &workers {
+        report(&fleet, &w.addr, revoked_at, false, DEADLINE).await;
+    }
     let ids = vec![
         workers[0].addr.clone(),
         workers[1].addr.clone(),
@@ -479,12 +535,6 @@ async fn unreadable_reports_fall_back_to_the_handoff_delay() {
     fleet
         .wait_for_table_with(&units, &ids, Duration::from_secs(10))
         .await;
-    let h = fleet.wait_for_holder().await;
-    assert!(
-        fleet.statuses()[h].last_error.is_none(),
-        "{:?}",
-        fleet.statuses()[h]
-    );
     fleet.replicas[h].take();
     fleet.shutdown().await;
 }
@@ -646,6 +696,9 @@ async fn a_worker_restarted_on_its_address_before_the_revoking_write_is_waited_f
     })
     .await;
     let (addr, survivor) = (workers[1].addr.clone(), workers[0].addr.clone());
+    let (conn, client) = reading_connection(&fleet).await;
+    let g = fleet.generation().await;
+    report_naming(&fleet, &addr, g, false, PATIENT, Some(client)).await;
     let (rows, _, _) = snapshot(&fleet, &units).await;
     let held: BTreeSet<String> = decode_row(&rows[&addr])
         .into_iter()
@@ -666,6 +719,7 @@ async fn a_worker_restarted_on_its_address_before_the_revoking_write_is_waited_f
     // Writes wait (reads go on) while the worker dies, the holder finds its
     // address refused, and a new process starts there and reads its row.
     let () = fleet.redis.cmd(&["CLIENT", "PAUSE", "3000", "WRITE"]).await;
+    drop(conn);
     workers[1].kill().await;
     wait_for(
         "the holder's refused probe",
@@ -704,7 +758,7 @@ async fn a_worker_restarted_on_its_address_before_the_revoking_write_is_waited_f
         "units of the restarted worker granted before it acknowledged: {:?}",
         granted.intersection(&held).collect::<Vec<_>>()
     );
-    assert!(held.iter().all(|u| transit[u].from.contains(&addr)));
+    assert!(held.iter().all(|u| transit[u].from.contains_key(&addr)));
     // The holder confirms on a connection opened after the write: the new
     // process answers, so nothing moves until it acknowledges.
     wait_for("the confirmation probe", Duration::from_secs(5), || async {

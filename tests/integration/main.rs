@@ -28,3 +28,4 @@ mod table;
 mod takeover;
 mod tls;
 mod ui;
+mod unknown_outcomes;

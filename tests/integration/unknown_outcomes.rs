@@ -1,0 +1,574 @@
+//! The holder when it cannot see what happened: a write Redis applied whose
+//! reply was an error, a takeover that cannot read what the last holder
+//! left, facts that go missing (a forgotten member, a report read that timed
+//! out), refusals that are not deaths, and reports from a numbering Redis
+//! lost. Each test watches the table from outside and checks that no unit
+//! revoked from a member reaches another before that member's wait is over
+//! (README, "Guarantees and their limits").
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distributor::core::handoff::MemberReport;
+use distributor::core::table::decode_row;
+use tokio::time::Instant;
+
+use crate::support::*;
+
+/// A unit that changed owner, as seen from outside: it left `from`'s row at
+/// `left` and reached `to`'s at `granted` (first observations of each).
+#[derive(Debug, Clone)]
+struct Move {
+    unit: String,
+    from: String,
+    to: String,
+    left: Instant,
+    granted: Instant,
+}
+
+/// Samples the table every few milliseconds and records every move.
+struct Moves {
+    moves: Arc<Mutex<Vec<Move>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Moves {
+    async fn watch(fleet: &Fleet) -> Moves {
+        let moves = Arc::new(Mutex::new(Vec::new()));
+        let mut conn = fleet.redis.conn().await;
+        let out = moves.clone();
+        let task = tokio::spawn(async move {
+            // unit → (its owner, or the last one and when it left)
+            let mut owner: HashMap<String, Result<String, (String, Instant)>> = HashMap::new();
+            loop {
+                let rows: redis::RedisResult<HashMap<String, String>> = redis::cmd("HGETALL")
+                    .arg(TABLE)
+                    .query_async(&mut conn)
+                    .await;
+                let now = Instant::now();
+                if let Ok(rows) = rows {
+                    let mut seen: HashMap<&str, &str> = HashMap::new();
+                    for (m, row) in &rows {
+                        for u in decode_row(row) {
+                            seen.insert(u, m);
+                        }
+                    }
+                    for (u, state) in owner.iter_mut() {
+                        if let Ok(m) = state
+                            && !seen.contains_key(u.as_str())
+                        {
+                            *state = Err((m.clone(), now));
+                        }
+                    }
+                    for (u, m) in seen {
+                        match owner.get(u) {
+                            Some(Err((from, left))) if from != m => {
+                                out.lock().unwrap().push(Move {
+                                    unit: u.to_string(),
+                                    from: from.clone(),
+                                    to: m.to_string(),
+                                    left: *left,
+                                    granted: now,
+                                });
+                            }
+                            Some(Ok(held)) if held != m => {
+                                // Moved between two samples: in no row for
+                                // less than a sample, which the checks below
+                                // count as no wait at all.
+                                out.lock().unwrap().push(Move {
+                                    unit: u.to_string(),
+                                    from: held.clone(),
+                                    to: m.to_string(),
+                                    left: now,
+                                    granted: now,
+                                });
+                            }
+                            _ => {}
+                        }
+                        owner.insert(u.to_string(), Ok(m.to_string()));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        Moves { moves, task }
+    }
+
+    fn all(&self) -> Vec<Move> {
+        self.moves.lock().unwrap().clone()
+    }
+
+    /// Moves away from `from`.
+    fn from(&self, from: &str) -> Vec<Move> {
+        self.all().into_iter().filter(|m| m.from == from).collect()
+    }
+}
+
+impl Drop for Moves {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Every move away from `from` took at least `wait` (less the sampling
+/// error); the moves are printed.
+fn assert_waited(moves: &[Move], from: &str, wait: Duration) {
+    for m in moves.iter().filter(|m| m.from == from) {
+        let took = m.granted.duration_since(m.left);
+        eprintln!("{} {} -> {} after {took:?}", m.unit, m.from, m.to);
+        assert!(
+            took + Duration::from_millis(60) >= wait,
+            "{} went from {} to {} {took:?} after it left {}'s row; {from} was owed {wait:?}",
+            m.unit,
+            m.from,
+            m.to,
+            m.from
+        );
+    }
+}
+
+/// `redis-server` stopped (`SIGSTOP`) or continued.
+fn signal(server: &RedisServer, sig: &str) {
+    let pid = server.pid().expect("a running redis-server");
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// Issue 20, finding 1: with `-redis-wait-replicas 1`, a write that revokes
+/// units lands on the master, but its `WAIT` times out (the replica is
+/// paused). The holder used to count it as not written, so its next cycle
+/// planned from its old memory, found the revoked units in no row and not in
+/// transit, and granted them about 400 ms after their revocation, while
+/// their old owners (old-protocol workers) were entitled to `-handoff-delay`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_whose_wait_for_replicas_timed_out_is_waited_for_in_full() {
+    const DELAY: Duration = Duration::from_secs(3);
+    let master = RedisServer::start();
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    wait_for(
+        "the replica is in sync",
+        Duration::from_secs(10),
+        || async {
+            let info: String = replica.cmd(&["INFO", "replication"]).await;
+            info.contains("master_link_status:up")
+        },
+    )
+    .await;
+    let units = units(30);
+    let mut fleet = Fleet::new(master);
+    fleet.config.redis_wait_replicas = 1;
+    fleet.config.redis_wait_timeout = Duration::from_millis(100);
+    fleet.config.handoff_delay = DELAY;
+    fleet.set_units(&units).await;
+    let old = [
+        FlakyWorker::start(&fleet).await,
+        FlakyWorker::start(&fleet).await,
+    ];
+    fleet.add_replica();
+    let ids: Vec<String> = old.iter().map(|w| w.addr.clone()).collect();
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(10))
+        .await;
+    let moves = Moves::watch(&fleet).await;
+
+    // The replica stops acknowledging while a third worker joins: the
+    // revoking write is applied on the master, and its WAIT times out.
+    signal(&replica, "-STOP");
+    let joiner = FlakyWorker::start(&fleet).await;
+    let failed = wait_until(
+        Duration::from_secs(2),
+        Duration::from_millis(10),
+        || async {
+            fleet.statuses()[0]
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("replicas acknowledged"))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    signal(&replica, "-CONT");
+    assert!(
+        failed,
+        "the revoking write's WAIT did not time out; the test proves nothing"
+    );
+
+    // Every unit reaches the joiner, none before its owner's delay.
+    let mut all = ids.clone();
+    all.push(joiner.addr.clone());
+    fleet.wait_for_table_with(&units, &all, DELAY * 4).await;
+    let seen = moves.all();
+    assert!(
+        seen.iter().any(|m| m.to == joiner.addr),
+        "nothing moved to the joiner: {seen:?}"
+    );
+    for w in &old {
+        assert_waited(&seen, &w.addr, DELAY);
+    }
+    drop(replica);
+    fleet.shutdown().await;
+}
+
+/// Issue 20, finding 2: units in transit when the holder dies, and
+/// `{T}:liveness` of the wrong type. The next holder could not read the
+/// liveness, "started without it", and without `{T}:transit` too: it granted
+/// every unit in transit at once. A holding that cannot read what the last
+/// holder left must not act until it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_that_cannot_read_liveness_acts_only_once_it_can() {
+    const DELAY: Duration = Duration::from_secs(3);
+    let units = units(30);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.handoff_delay = DELAY;
+    fleet.set_units(&units).await;
+    let old = [
+        FlakyWorker::start(&fleet).await,
+        FlakyWorker::start(&fleet).await,
+    ];
+    fleet.add_replica();
+    fleet.add_replica();
+    let ids: Vec<String> = old.iter().map(|w| w.addr.clone()).collect();
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(10))
+        .await;
+    let h = fleet.wait_for_holder().await;
+    let moves = Moves::watch(&fleet).await;
+    let k = keys();
+
+    // A join puts units in transit; then the liveness hash turns into a
+    // string and the holder dies.
+    let joiner = FlakyWorker::start(&fleet).await;
+    wait_for("units in transit", Duration::from_secs(5), || async {
+        let n: u64 = fleet.redis.cmd(&["HLEN", &k.transit]).await;
+        n > 0
+    })
+    .await;
+    let () = fleet.redis.cmd(&["SET", &k.liveness, "not a hash"]).await;
+    fleet.replicas[h].take().unwrap().abort();
+    let killed = Instant::now();
+
+    // The next holder takes the lease but does not act: it says why.
+    let next = wait_until(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || async { fleet.holder().is_some() },
+    )
+    .await;
+    assert!(next, "no replica took the lease over");
+    let n = fleet.holder().unwrap();
+    tokio::time::sleep(DELAY + Duration::from_millis(500)).await;
+    let early: Vec<Move> = moves
+        .all()
+        .into_iter()
+        .filter(|m| m.to == joiner.addr)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "granted while the new holder could not read what the last one left: {early:?}"
+    );
+    let transit: u64 = fleet.redis.cmd(&["HLEN", &k.transit]).await;
+    assert!(transit > 0, "the blocked holder released units in transit");
+    let why = fleet.replicas[n]
+        .as_ref()
+        .unwrap()
+        .status()
+        .borrow()
+        .holding_blocked
+        .clone();
+    assert!(
+        why.as_deref().is_some_and(|why| why.contains(&k.liveness)),
+        "the new holder does not say what it cannot read: {why:?}"
+    );
+
+    // Readable again: it acts, and the units reach the joiner only after
+    // their delay, counted again from that holder's start.
+    let () = fleet.redis.cmd(&["DEL", &k.liveness]).await;
+    let mut all = ids.clone();
+    all.push(joiner.addr.clone());
+    fleet.wait_for_table_with(&units, &all, DELAY * 4).await;
+    let seen = moves.all();
+    for m in seen.iter().filter(|m| m.to == joiner.addr) {
+        assert!(
+            m.granted.duration_since(killed) >= DELAY,
+            "{m:?} granted {:?} after the holder died",
+            m.granted.duration_since(killed)
+        );
+    }
+    for w in &old {
+        assert_waited(&seen, &w.addr, DELAY);
+    }
+    assert!(
+        fleet.replicas[n]
+            .as_ref()
+            .unwrap()
+            .status()
+            .borrow()
+            .holding_blocked
+            .is_none()
+    );
+    fleet.shutdown().await;
+}
+
+/// A member that speaks the protocol, played by hand: it answers pings (or
+/// not) and has written a report with `deadline` (and `client`).
+async fn protocol_worker(fleet: &Fleet, deadline: Duration, client: Option<u64>) -> FlakyWorker {
+    let w = FlakyWorker::start(fleet).await;
+    write_report(fleet, &w.addr, 0, deadline, client).await;
+    w
+}
+
+async fn write_report(
+    fleet: &Fleet,
+    member: &str,
+    applied: u64,
+    deadline: Duration,
+    client: Option<u64>,
+) {
+    let r = MemberReport {
+        applied,
+        draining: false,
+        deadline,
+        weight: 1,
+        client,
+    };
+    let k = keys();
+    let _: i64 = fleet
+        .redis
+        .cmd(&["HSET", &k.members, member, &r.encode()])
+        .await;
+    let _: i64 = fleet
+        .redis
+        .cmd(&["PUBLISH", &k.acked_channel, member])
+        .await;
+}
+
+/// Issue 20, finding 3: a member with a long deadline stops answering
+/// (frozen); `-forget-after` removed it from its list and deleted its report,
+/// and the holder then counted its units' wait as `-handoff-delay`: they
+/// were granted long before its hold ended. Its wait is stored with the
+/// revocation, and a member that owes revocations is not forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_members_wait_survives_forget_after() {
+    const DEADLINE: Duration = Duration::from_secs(4);
+    let wait = DEADLINE + DEADLINE / 20 + Duration::from_millis(100);
+    let units = units(20);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.handoff_delay = Duration::from_millis(1000);
+    fleet.config.forget_after = Some(Duration::from_millis(300));
+    fleet.set_units(&units).await;
+    let frozen = protocol_worker(&fleet, DEADLINE, None).await;
+    let other = protocol_worker(&fleet, DEADLINE, None).await;
+    fleet.add_replica();
+    let ids = vec![frozen.addr.clone(), other.addr.clone()];
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(10))
+        .await;
+    let moves = Moves::watch(&fleet).await;
+    // Frozen: its pings go unanswered.
+    frozen
+        .answer_delay_ms
+        .store(60_000, std::sync::atomic::Ordering::SeqCst);
+    let k = keys();
+    let listed = |m: String| {
+        let fleet = &fleet;
+        async move {
+            let list: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+            list.contains(&m)
+        }
+    };
+    // Its units reach the other worker, after its whole wait; meanwhile it
+    // stays listed and keeps its report.
+    let deadline = Instant::now() + wait * 3;
+    loop {
+        let table = fleet.table().await;
+        let done = table
+            .rows()
+            .get(&other.addr)
+            .is_some_and(|r| decode_row(r).len() == units.len());
+        if done {
+            break;
+        }
+        assert!(Instant::now() < deadline, "its units never moved");
+        if !moves.from(&frozen.addr).is_empty() {
+            break;
+        }
+        assert!(
+            listed(frozen.addr.clone()).await,
+            "forgotten while it still owes its units"
+        );
+        let report: Option<String> = fleet.redis.cmd(&["HGET", &k.members, &frozen.addr]).await;
+        assert!(
+            report.is_some(),
+            "its report was removed while it owes units"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fleet
+        .wait_for_table_with(&units, std::slice::from_ref(&other.addr), wait * 3)
+        .await;
+    assert_waited(&moves.all(), &frozen.addr, wait);
+    // Once it owes nothing, -forget-after forgets it.
+    wait_for(
+        "the frozen member is forgotten",
+        Duration::from_secs(5),
+        || {
+            let m = frozen.addr.clone();
+            let listed = &listed;
+            async move { !listed(m).await }
+        },
+    )
+    .await;
+    fleet.shutdown().await;
+}
+
+/// Issue 20, finding 5: a worker that removed itself from its list and then
+/// exited. The cycle that saw its `LREM` revoked its units; once its process
+/// is gone, a refusal on a new connection proves it, and its units move
+/// within a poll interval or two, not after `-handoff-delay`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_deregistered_then_exited_hands_off_at_once() {
+    const DELAY: Duration = Duration::from_secs(6);
+    let units = units(20);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.handoff_delay = DELAY;
+    fleet.set_units(&units).await;
+    let mut leaving = FlakyWorker::start(&fleet).await;
+    let staying = FlakyWorker::start(&fleet).await;
+    fleet.add_replica();
+    let ids = vec![leaving.addr.clone(), staying.addr.clone()];
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(10))
+        .await;
+    let k = keys();
+    // Deregistered, still running: the holder revokes its units.
+    let _: i64 = fleet
+        .redis
+        .cmd(&["LREM", SERVICES, "0", &leaving.addr])
+        .await;
+    wait_for("its row is gone", Duration::from_secs(5), || async {
+        !fleet.table().await.rows().contains_key(&leaving.addr)
+    })
+    .await;
+    let n: u64 = fleet.redis.cmd(&["HLEN", &k.transit]).await;
+    assert!(n > 0, "its units are in transit");
+    // Then it exits.
+    leaving.kill().await;
+    let exited = Instant::now();
+    fleet
+        .wait_for_table_with(&units, std::slice::from_ref(&staying.addr), DELAY * 2)
+        .await;
+    let took = exited.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "its units moved {took:?} after it exited (-handoff-delay is {DELAY:?})"
+    );
+    fleet.shutdown().await;
+}
+
+/// A Redis connection of the test's own and its client id: what a member
+/// reports as the connection it reads its row on.
+async fn connection(fleet: &Fleet) -> (redis::aio::MultiplexedConnection, u64) {
+    let mut c = fleet.redis.conn().await;
+    let id: u64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    (c, id)
+}
+
+/// Issue 20, finding 7: a refusal is not always a death. A firewall that
+/// REJECTs the holder's pings (a TCP reset or an ICMP port-unreachable both
+/// read as "connection refused") leaves the member running and reading
+/// Redis. For a member that names its Redis connection in its report, a
+/// refusal releases its units only once Redis has no such connection either;
+/// while it has, they wait for its acknowledgement or its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_member_whose_redis_connection_lives_is_not_taken_for_dead() {
+    const DEADLINE: Duration = Duration::from_secs(3);
+    let wait = DEADLINE + DEADLINE / 20 + Duration::from_millis(100);
+    let units = units(20);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.set_units(&units).await;
+    let (alive_conn, alive_id) = connection(&fleet).await;
+    let (dead_conn, dead_id) = connection(&fleet).await;
+    let mut alive = protocol_worker(&fleet, DEADLINE, Some(alive_id)).await;
+    let mut dead = protocol_worker(&fleet, DEADLINE, Some(dead_id)).await;
+    let staying = protocol_worker(&fleet, DEADLINE, None).await;
+    fleet.add_replica();
+    let ids = vec![alive.addr.clone(), dead.addr.clone(), staying.addr.clone()];
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(10))
+        .await;
+    let moves = Moves::watch(&fleet).await;
+
+    // Refused while its Redis connection lives (a firewall on the ping path):
+    // its units wait for its deadline.
+    alive.kill().await;
+    let refused = Instant::now();
+    tokio::time::sleep(wait / 2).await;
+    assert!(
+        moves.from(&alive.addr).is_empty(),
+        "granted {:?} after a refusal while the member's Redis connection lives: {:?}",
+        refused.elapsed(),
+        moves.from(&alive.addr)
+    );
+    let rest = vec![dead.addr.clone(), staying.addr.clone()];
+    fleet.wait_for_table_with(&units, &rest, wait * 3).await;
+    assert_waited(&moves.all(), &alive.addr, wait);
+    drop(alive_conn);
+
+    // Refused, and its Redis connection is gone too (the process died): its
+    // units move at once.
+    drop(dead_conn);
+    dead.kill().await;
+    let died = Instant::now();
+    fleet
+        .wait_for_table_with(&units, std::slice::from_ref(&staying.addr), wait * 3)
+        .await;
+    let took = died.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "a dead member's units moved {took:?} after it died"
+    );
+    fleet.shutdown().await;
+}
+
+/// Issue 20, finding 6 (the holder's side): a member remembers applied = 500
+/// from a numbering Redis lost, and its periodic report rewrites it. The
+/// holder must not read that as an acknowledgement of revocations made in the
+/// new numbering, and must number its next writes above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_from_a_lost_numbering_acknowledges_nothing() {
+    const DEADLINE: Duration = Duration::from_secs(3);
+    let wait = DEADLINE + DEADLINE / 20 + Duration::from_millis(100);
+    let units = units(20);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.set_units(&units).await;
+    let stale = FlakyWorker::start(&fleet).await;
+    write_report(&fleet, &stale.addr, 500, DEADLINE, None).await;
+    fleet.add_replica();
+    fleet
+        .wait_for_table_with(
+            &units,
+            std::slice::from_ref(&stale.addr),
+            Duration::from_secs(10),
+        )
+        .await;
+    let moves = Moves::watch(&fleet).await;
+    // A join takes some of its units; it never acknowledges (its report
+    // stays at 500).
+    let joiner = protocol_worker(&fleet, DEADLINE, None).await;
+    let ids = vec![stale.addr.clone(), joiner.addr.clone()];
+    fleet.wait_for_table_with(&units, &ids, wait * 3).await;
+    assert_waited(&moves.all(), &stale.addr, wait);
+    let g = fleet.generation().await;
+    assert!(g > 500, "the next writes are numbered above 500, not {g}");
+    fleet.shutdown().await;
+}
