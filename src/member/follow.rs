@@ -30,7 +30,7 @@ use super::{Assignment, MemberOptions};
 use crate::core::handoff::MemberReport;
 use crate::core::ownership::{Ownership, ReadOutcome, Revocation, Step};
 use crate::edge::grpc::PingResponder;
-use crate::edge::redis::{Notification, Store};
+use crate::edge::redis::{Notification, RowRead, Store};
 use crate::error::StoreError;
 use crate::proto::grpc_pinger_server::GrpcPingerServer;
 
@@ -78,7 +78,7 @@ enum Done {
     Acquired(Vec<String>),
 }
 
-type ReadResult = Result<(Option<String>, Result<u64, StoreError>), StoreError>;
+type ReadResult = Result<RowRead, StoreError>;
 
 /// A finished Redis call.
 enum Io {
@@ -483,7 +483,9 @@ impl<H: Handoff> Follower<H> {
         let now = Instant::now();
         match io {
             Io::Read { sent, result } => match result {
-                Ok((row, generation)) => {
+                Ok(RowRead {
+                    row, generation, ..
+                }) => {
                     l.failures.recovered(&self.id);
                     let generation = match generation {
                         Ok(g) => {
