@@ -11,6 +11,12 @@
 //!   revocation starts, and the report follows only once it returned;
 //! - for one unit, `revoked` never starts before `acquired` returned; a
 //!   handler that panics counts as returned (and is logged);
+//! - each read carries the Redis client id of its connection to the state;
+//!   once a report naming a new connection is written, the row is read
+//!   again at once (reads on it count from then on);
+//! - the periodic refresh (with each re-registration) re-writes the report
+//!   written last, which restores one lost with Redis' data; after a
+//!   start-over that is the new numbering's report, never the old one;
 //! - a failing read logs once, then a summary every 30 s, then once when
 //!   reads work again: never a line per poll.
 
@@ -123,7 +129,6 @@ struct Loop {
     want_transit: bool,
     registered: bool,
     report_wait: Option<Instant>,
-    last_report: Option<MemberReport>,
     /// Units whose `acquired` call runs, and the signal of its end.
     acquiring: HashMap<String, CancellationToken>,
     serving: bool,
@@ -159,7 +164,6 @@ impl<H: Handoff> Follower<H> {
             want_transit: false,
             registered: false,
             report_wait: None,
-            last_report: None,
             acquiring: HashMap::new(),
             serving: true,
             fenced: false,
@@ -436,8 +440,13 @@ impl<H: Handoff> Follower<H> {
         }
         if l.report_wait.is_none_or(|t| now >= t) {
             l.report_wait = None;
-            let due = self.shared.lock().report_due();
-            let refresh = l.want_refresh.then_some(l.last_report).flatten();
+            let (due, written) = {
+                let c = self.shared.lock();
+                (c.report_due(), c.written_report())
+            };
+            // The refresh writes the report written last (after a start-over,
+            // the new one once written: never one of the old numbering).
+            let refresh = l.want_refresh.then_some(written).flatten();
             if let Some((report, announce)) = due.map(|r| (r, true)).or(refresh.map(|r| (r, false)))
             {
                 l.want_refresh = false;
@@ -484,7 +493,9 @@ impl<H: Handoff> Follower<H> {
         match io {
             Io::Read { sent, result } => match result {
                 Ok(RowRead {
-                    row, generation, ..
+                    row,
+                    generation,
+                    client,
                 }) => {
                     l.failures.recovered(&self.id);
                     let generation = match generation {
@@ -500,17 +511,24 @@ impl<H: Handoff> Follower<H> {
                             None
                         }
                     };
-                    let outcome = self
-                        .shared
-                        .lock()
-                        .read(now, sent, generation, row.as_deref());
+                    let outcome =
+                        self.shared
+                            .lock()
+                            .read(now, sent, generation, row.as_deref(), client);
                     match outcome {
                         ReadOutcome::Processed => l.stale = false,
                         ReadOutcome::Stale { processed } => {
                             if !l.stale {
-                                tracing::warn!(member = %self.id, read = ?generation, processed, "the table's generation went back (Redis lost its data?); ignoring rows until it passes the last processed one");
+                                tracing::warn!(member = %self.id, read = ?generation, processed, "the table's generation went back (Redis lost its data?); ignoring rows until it passes the last processed one, or until nothing is owned or stopping any more");
                             }
                             l.stale = true;
+                        }
+                        ReadOutcome::StartedOver { processed } => {
+                            l.stale = false;
+                            tracing::warn!(member = %self.id, read = ?generation, forgotten = processed, "the table's generation went back and nothing is owned or stopping any more: starting over from the new numbering, as a new process would");
+                        }
+                        ReadOutcome::OtherConnection { named } => {
+                            tracing::info!(member = %self.id, ?client, ?named, "this member's Redis connection changed: naming the new one in a report before its reads extend any hold");
                         }
                     }
                     l.want_transit = true;
@@ -523,8 +541,17 @@ impl<H: Handoff> Follower<H> {
                 result,
             } => match result {
                 Ok(()) => {
-                    self.shared.lock().reported(now, report);
-                    l.last_report = Some(report);
+                    let before = {
+                        let mut c = self.shared.lock();
+                        let before = c.written_report().map(|r| r.client);
+                        c.reported(now, report);
+                        before
+                    };
+                    // Reads on the connection this report names count from
+                    // now on: read at once rather than at the next poll.
+                    if before.is_some_and(|b| b != report.client) {
+                        l.want_read = true;
+                    }
                     if announce {
                         tracing::debug!(member = %self.id, applied = report.applied, draining = report.draining, "reported");
                     }

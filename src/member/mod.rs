@@ -4,8 +4,9 @@
 //! `grpc.health.v1` health service, registers its address in its services list,
 //! and follows its own row of the matching table with the handoff protocol
 //! (README, "Protocol"): it hands units to the application ([`Handoff`], or
-//! the `watch::Receiver<Assignment>`), takes them back, reports each applied
-//! generation, and fences itself when it loses contact.
+//! the `watch::Receiver<Assignment>`), takes them back, acknowledges the
+//! generations that took units away, and fences itself when it loses
+//! contact.
 //!
 //! ```text
 //!  mod.rs      Member, its options and assignment; start, drain, shutdown
@@ -15,9 +16,13 @@
 //!
 //! Guarantees (the rules are `core::ownership`'s):
 //! - a unit is handed to the application only after a read showed it in this
-//!   member's row, the generation was reported, and a ping came; it is taken
-//!   back (revoked) as soon as a read shows it gone, and the report of that
-//!   generation is written only once the revocation returned;
+//!   member's row, a report naming the Redis connection of that read was
+//!   written with every revocation before it acknowledged, and a ping came;
+//!   it is taken back (revoked) as soon as a read shows it gone, and the
+//!   report of that generation is written only once the revocation returned;
+//! - only a read on the Redis connection its last report names extends a
+//!   hold (the holder may ask Redis whether that connection still exists):
+//!   after a reconnection it first reports the new connection;
 //! - the hold on a unit ends `deadline` after the earlier of the last read
 //!   that showed it and the last ping (monotonic clock); at that instant the
 //!   unit is revoked, also when the process was paused past it, before
