@@ -23,6 +23,7 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -117,6 +118,9 @@ pub(super) struct Follower<H> {
     pub(super) handoff: Arc<H>,
     pub(super) tx: watch::Sender<Assignment>,
     pub(super) health: HealthReporter,
+    /// Set once this task deregistered: a dropped [`Member`](super::Member)
+    /// then has nothing left to do.
+    pub(super) left: Arc<AtomicBool>,
 }
 
 /// The task's own bookkeeping.
@@ -423,15 +427,7 @@ impl<H: Handoff> Follower<H> {
             Phase::Leaving { .. } => {
                 let list = self.opts.services_key.clone();
                 return Some(Box::pin(async move {
-                    match store.deregister(&list, &id).await {
-                        Ok(_) => tracing::info!(member = %id, list, "deregistered"),
-                        Err(e) => {
-                            tracing::warn!(error = %e, member = %id, "could not deregister; the distributor will see it fail")
-                        }
-                    }
-                    if let Err(e) = store.remove_report(&id).await {
-                        tracing::warn!(error = %e, member = %id, "could not remove this member's report");
-                    }
+                    leave(&store, &list, &id).await;
                     Io::Left
                 }));
             }
@@ -587,12 +583,27 @@ impl<H: Handoff> Follower<H> {
                 Err(e) => log_store_error(&e, "could not read the units in transit; retrying"),
             },
             Io::Left => {
+                self.left.store(true, Ordering::SeqCst);
                 if let Phase::Leaving { ending } = l.phase {
                     return Some(ending);
                 }
             }
         }
         None
+    }
+}
+
+/// Deregisters: `LREM` from the services list, then `HDEL` of the report.
+/// Failures are logged: the distributor then sees the member fail.
+pub(super) async fn leave(store: &Store, list: &str, id: &str) {
+    match store.deregister(list, id).await {
+        Ok(_) => tracing::info!(member = %id, list, "deregistered"),
+        Err(e) => {
+            tracing::warn!(error = %e, member = %id, "could not deregister; the distributor will see it fail")
+        }
+    }
+    if let Err(e) = store.remove_report(id).await {
+        tracing::warn!(error = %e, member = %id, "could not remove this member's report");
     }
 }
 

@@ -659,6 +659,52 @@ async fn a_member_whose_user_may_not_run_client_follows_its_row_and_reports_no_c
     member.shutdown().await;
 }
 
+/// An application whose runtime ended before it dropped its `Member` (the
+/// member's task died with that runtime): the drop ends every hold at once
+/// and deregisters (out of its list, its report removed), bounded, on a
+/// thread of its own.
+#[test]
+fn dropping_a_member_after_its_runtime_ends_deregisters_it_and_ends_its_holds() {
+    let redis = RedisServer::start();
+    let checks = tokio::runtime::Runtime::new().unwrap();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    let mut opts = options(&redis, port);
+    // Far longer than the test: only the drop can end the hold.
+    opts.deadline = Duration::from_secs(60);
+    opts.poll_interval = Duration::from_millis(100);
+    checks.block_on(write_table(&redis, 5, &[(&id, "a")]));
+    let application = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (member, hold) = application.block_on(async {
+        let member = Member::start(opts).await.unwrap();
+        let _pinger = Pinger::start(&id);
+        wait_for("a held", Duration::from_secs(5), || {
+            let held = member.holds("a").is_some();
+            async move { held }
+        })
+        .await;
+        wait_for("listed", Duration::from_secs(5), || listed(&redis, &id)).await;
+        wait_report(&redis, &id, 5, false).await;
+        let hold = member.hold("a").unwrap();
+        (member, hold)
+    });
+    drop(application);
+    assert_eq!(hold.check(), Ok(FencingToken(5)), "held until the drop");
+
+    let dropped = std::time::Instant::now();
+    drop(member);
+    assert!(hold.check().is_err(), "the hold ended with the drop");
+    assert!(dropped.elapsed() < Duration::from_secs(5));
+    checks.block_on(async {
+        assert!(!listed(&redis, &id).await, "still listed");
+        assert_eq!(report(&redis, &id).await, None);
+    });
+}
+
 /// Pings stop (the holder is gone or cut off): the hold ends a deadline
 /// after the last ping received, the units are revoked as fenced at that
 /// instant, the health service says NOT_SERVING; pings again (with reads
