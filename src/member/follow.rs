@@ -141,6 +141,9 @@ struct Loop {
     revision: Option<u64>,
     bad_generation: bool,
     stale: bool,
+    /// The connection whose unprocessed read was logged last: one line per
+    /// new connection, not per read.
+    other_connection: Option<Option<u64>>,
     failures: ReadFailures,
 }
 
@@ -174,6 +177,7 @@ impl<H: Handoff> Follower<H> {
             revision: None,
             bad_generation: false,
             stale: false,
+            other_connection: None,
             failures: ReadFailures::default(),
         };
         loop {
@@ -524,7 +528,10 @@ impl<H: Handoff> Follower<H> {
                             tracing::warn!(member = %self.id, read = ?generation, forgotten = processed, "the table's generation went back and nothing is owned or stopping any more: starting over from the new numbering, as a new process would");
                         }
                         ReadOutcome::OtherConnection { named } => {
-                            tracing::info!(member = %self.id, ?client, ?named, "this member's Redis connection changed: naming the new one in a report before its reads extend any hold");
+                            if l.other_connection != Some(client) {
+                                tracing::info!(member = %self.id, ?client, ?named, "this member's Redis connection changed: naming the new one in a report before its reads extend any hold");
+                            }
+                            l.other_connection = Some(client);
                         }
                     }
                     l.want_transit = true;
