@@ -8,18 +8,24 @@ It follows the README's "Protocol, for workers in any language" step by step:
 2. Register with the README's EVAL (LPOS, else LPUSH); again every
    --reregister-ms, with its report, in case Redis lost its data.
 3. Follow its row: `MULTI; HGET <table> <id>; HGET {<table>}:meta generation;
-   EXEC`, on every `{<table>}:changed` message (a hint only) and every --poll-ms.
+   CLIENT ID; EXEC` (without CLIENT ID where Redis refuses it), on one
+   dedicated connection, on every `{<table>}:changed` message (a hint only)
+   and every --poll-ms.
 4. Apply each generation g in increasing order: stop every unit not in the
-   row, completely; then, if that took units away (or at start, or when the
-   draining flag changed), report `HSET {<table>}:members <id> "<g>
-   <draining> <deadline_ms> 1"` and `PUBLISH {<table>}:acked <id>`; only then
-   start the new units, with fencing token g. A generation that only adds
-   units needs no report (each report costs the holder a cycle). A lower
-   generation is ignored; if that lasts past the deadline (Redis lost its
-   data), it starts over once fenced, as a new process would.
+   row, completely; then, if that took units away (or at start, when the
+   draining flag changed, or on a new connection), report `HSET
+   {<table>}:members <id> "<g> <draining> <deadline_ms> 1 <client id>"` and
+   `PUBLISH {<table>}:acked <id>`; only then start the new units, with
+   fencing token g. A generation that only adds units needs no report (each
+   report costs the holder a cycle). A read on another connection than the
+   last report names, while it holds or stops units, counts for nothing: it
+   reports the new connection, then reads again. A lower generation is
+   ignored; if that lasts past the deadline (Redis lost its data), it starts
+   over once fenced, as a new process would.
 5. Fence itself: its hold on a unit ends --deadline-ms after the earlier of
-   the (monotonic) send instant of the last read showing the unit and the
-   last ping it answered OK. A watchdog stops everything --work-ms (the stop's
+   the (monotonic) send instant of the last read showing the unit (on the
+   reported connection: the holder may ask Redis whether that one still
+   exists) and the last ping it answered OK. A watchdog stops everything --work-ms (the stop's
    own length) plus 100 ms before that. Then pings get UNAVAILABLE (and pings
    so refused do not count) until a read sent after the fence succeeded, and
    nothing starts until every stop finished. The work checks its hold before
@@ -49,7 +55,7 @@ import time
 
 import grpc
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import ExecAbortError, NoPermissionError, RedisError
 
 log = logging.getLogger("worker")
 
@@ -97,8 +103,8 @@ class Held:
 
 
 class Worker:
-    def __init__(self, args, r, ident):
-        self.args, self.r, self.id = args, r, ident
+    def __init__(self, args, r, rows, ident):
+        self.args, self.r, self.rows, self.id = args, r, rows, ident
         prefix = coordination_prefix(args.table)
         self.meta, self.members = prefix + ":meta", prefix + ":members"
         self.changed, self.acked = prefix + ":changed", prefix + ":acked"
@@ -110,7 +116,8 @@ class Worker:
         self.last_read = None  # monotonic send instant of the last successful read
         self.fenced_at = time.monotonic()  # pings get UNAVAILABLE until a read sent after this
         self.applied, self.row = 0, None  # the last generation processed, and its row
-        self.reported = self.reported_draining = None
+        self.client, self.ask_client = None, True  # the rows connection's CLIENT ID, if Redis tells
+        self.reported = self.reported_draining = self.reported_client = None
         self.draining = self.leaving = False
         self.wake, self.done = asyncio.Event(), asyncio.Event()
 
@@ -193,12 +200,29 @@ class Worker:
     # Steps 3 and 4: follow the row.
     async def read(self):
         sent = time.monotonic()
-        async with self.r.pipeline(transaction=True) as p:
-            row, g = await p.hget(self.args.table, self.id).hget(self.meta, "generation").execute()
-        return sent, row, int(g or 0)
+        try:
+            async with self.rows.pipeline(transaction=True) as p:
+                p.hget(self.args.table, self.id).hget(self.meta, "generation")
+                got = await (p.client_id() if self.ask_client else p).execute()
+        except (NoPermissionError, ExecAbortError) as e:
+            if not self.ask_client:
+                raise
+            log.warning("CLIENT ID is not permitted (%s): reports name no connection, so a refusal "
+                        "of this address will not move its units before its deadline", e)
+            self.ask_client = False
+            return await self.read()
+        return sent, got[0], int(got[1] or 0), got[2] if self.ask_client else None
 
-    async def apply(self, sent, row, g):
+    async def apply(self, sent, row, g, client):
         self.check()
+        self.client = client
+        if self.units and client != self.reported_client:
+            # Reconnected: the holder asks Redis about the reported connection
+            # only, so no read on another one may extend a hold. Report, read again.
+            log.info("redis connection %s, reported %s: reporting it", client, self.reported_client)
+            await self.report()
+            self.wake.set()
+            return
         wanted = [u for u in (row or "").split(",") if u]
         if g < self.applied:  # a stale Redis replica promoted, or Redis lost its data
             if self.fenced_at is None or self.units:
@@ -212,12 +236,13 @@ class Worker:
             if u in wanted and h.stopping is None:
                 h.seen = sent
         await asyncio.gather(*[self.stop(u) for u in list(self.units) if u not in wanted])
-        # Acknowledge what took units away (or changed the draining flag): a
-        # generation that only adds units needs no acknowledgement.
+        # Acknowledge what took units away (or changed the draining flag or the
+        # connection): a generation that only adds units needs no acknowledgement.
         lost = self.row is None or any(u not in wanted for u in self.row)
         self.applied = g
         drained = self.draining and row == ""  # its end needs this very generation acknowledged
-        if lost or self.reported_draining != self.draining or (drained and self.reported != self.report_value()):
+        changed = self.reported_draining != self.draining or self.reported_client != client
+        if lost or changed or (drained and self.reported != self.report_value()):
             await self.report()
         self.row = wanted  # (after the report: if it failed, the next read reports)
         if self.draining:
@@ -235,13 +260,16 @@ class Worker:
                 self.emit("acquired", u, g, time.monotonic())
 
     def report_value(self):
-        return "%d %d %d 1" % (self.applied, self.draining, self.args.deadline_ms)
+        client = "" if self.client is None else " %d" % self.client
+        return "%d %d %d 1%s" % (self.applied, self.draining, self.args.deadline_ms, client)
 
-    async def report(self, publish=True):
-        value = self.report_value()
-        p = self.r.pipeline(transaction=False).hset(self.members, self.id, value)
-        await (p.publish(self.acked, self.id) if publish else p).execute()
-        self.reported, self.reported_draining = value, self.draining
+    async def report(self, again=False):
+        """Writes and announces a report, or (again) writes the last one again."""
+        written = (self.reported if again else self.report_value(), self.draining, self.client)
+        p = self.r.pipeline(transaction=False).hset(self.members, self.id, written[0])
+        await (p if again else p.publish(self.acked, self.id)).execute()
+        if not again:  # (a signal may change self.draining meanwhile)
+            self.reported, self.reported_draining, self.reported_client = written
 
     async def follow(self):
         next_register = 0.0
@@ -252,7 +280,8 @@ class Worker:
                 if now >= next_register and not self.leaving:  # step 2, after the first report
                     if await self.r.eval(REGISTER, 1, self.args.services_key, self.id):
                         log.info("registered in %s", self.args.services_key)
-                    await self.report(publish=False)  # heals a Redis that lost it
+                    if self.reported:
+                        await self.report(again=True)  # heals a Redis that lost it
                     next_register = now + self.args.reregister_ms / 1000
             except (RedisError, OSError, ValueError) as e:
                 log.warning("redis: %s", e)
@@ -302,14 +331,18 @@ class Worker:
 
 
 async def main(args):
-    r = aioredis.from_url(args.redis_url, decode_responses=True, socket_timeout=2, socket_connect_timeout=2)
+    opts = dict(decode_responses=True, socket_timeout=2, socket_connect_timeout=2)
+    r = aioredis.from_url(args.redis_url, **opts)
+    # Row reads go over one connection, the one CLIENT ID names (it changes on a reconnect).
+    rows = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+        args.redis_url, max_connections=1, **opts))
     server = grpc.aio.server()
     port = server.add_insecure_port(args.listen)
     host = args.listen.rsplit(":", 1)[0]
     ident = args.advertise or "%s:%d" % (host, port)
     if not args.advertise and host in ("0.0.0.0", "[::]", ""):
         sys.exit("listening on all interfaces: give --advertise")
-    w = Worker(args, r, ident)
+    w = Worker(args, r, rows, ident)
     unary = grpc.unary_unary_rpc_method_handler
     server.add_generic_rpc_handlers((
         grpc.method_handlers_generic_handler("proto.GRPCPinger", {"Ping": unary(w.ping)}),
@@ -325,6 +358,7 @@ async def main(args):
     for t in tasks:
         t.cancel()
     await server.stop(None)
+    await rows.aclose()
     await r.aclose()
     log.info("worker %s exited", ident)
 

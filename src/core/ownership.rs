@@ -3,29 +3,52 @@
 //! work to do comes back as [`Step`]s for the caller to run.
 //!
 //! ```text
-//!  read (generation g, row)          units owned, not in the row ──▶ Revoke (stopping)
-//!                                    revocations done ─────────────▶ report applied = g
-//!                                    report written ───────────────▶ Acquire the rest of the row
-//!  ping received                     refreshes every hold
-//!  hold ended (no read, no ping)     ──▶ Revoke (fenced); contact lost ──▶ answer pings UNAVAILABLE
+//!  read (generation g, row, client c)  on another connection than reported ──▶ report naming c, read again
+//!                                      units owned, not in the row ──▶ Revoke (stopping)
+//!                                      revocations done ─────────────▶ report applied = g
+//!                                      report written (if one was due) ──▶ Acquire the rest of the row
+//!  ping received                       refreshes every hold
+//!  hold ended (no read, no ping)       ──▶ Revoke (fenced); contact lost ──▶ answer pings UNAVAILABLE
 //! ```
 //!
 //! Rules, each checked by the tests below against an independent model:
+//! - **a read counts only on the reported connection**: a read whose Redis
+//!   client differs from the one the last written report names (no client
+//!   equals no client) while the member owns or stops any unit is not
+//!   processed at all (no revocation, no acquisition, no hold or contact
+//!   refreshed); it makes a report naming the new client due, and the caller
+//!   reads again once that is written. So a hold is only ever extended by a
+//!   read on the connection the holder can ask Redis about. While nothing is
+//!   owned or stopping, such a read is processed as usual;
 //! - generations are processed in increasing order: a read of a lower one
-//!   than the last processed changes nothing;
+//!   than the last processed is ignored (it refreshes contact, no hold)
+//!   while anything is owned or stopping; once nothing is, the member
+//!   **starts over** (Redis lost its data, or a lagging replica was
+//!   promoted): it forgets what it processed and reported, and processes
+//!   that read as its first;
 //! - **a hold ends** `deadline` after the earlier of the send instant of the
 //!   last processed read whose row showed the unit and the last ping
 //!   received; no unit is owned past its hold's end, and an ended hold never
 //!   comes back: every call first ends the holds that ended by `now`, before
 //!   it records a read or a ping;
 //! - a unit is acquired only from the row of the last processed generation,
-//!   once that generation is reported (every revocation it implies is done),
-//!   after a ping, never while it is still being stopped, never while
-//!   draining or stopped; its [`FencingToken`] is that generation;
-//! - a report `applied = a` is written only when every unit still worked on
-//!   (owned or being stopped) was in the row of a processed generation `≥ a`
-//!   since its acquisition: a unit revoked at a generation `≤ a`, even one
-//!   this member skipped, is stopped. Reports never go backwards;
+//!   after a ping, while the hold a read and a ping give runs, never while
+//!   it is still being stopped, never while draining or stopped, only once a
+//!   report is written that names the client of that read and no
+//!   acknowledgement is owed (below); its [`FencingToken`] is that
+//!   generation. A generation that only adds units needs no report;
+//! - **a report is due** only when what the member must tell changes: at the
+//!   first processed read (and after a start-over); when `draining` changes;
+//!   when the client changes; when a processed generation took units from
+//!   the row (the new row lacks a unit of the previously processed one),
+//!   once every revocation it implies is done; and while draining, for every
+//!   new processed generation (the drain completes on the report of an empty
+//!   row). A report that acknowledges claims `applied = a` only when every
+//!   unit still worked on (owned or being stopped) was in the row of a
+//!   processed generation `≥ a` since its acquisition: a unit revoked at a
+//!   generation `≤ a`, even one this member skipped, is stopped. One due for
+//!   the client or `draining` alone keeps the `applied` last written.
+//!   Reports never go backwards, except after a start-over;
 //! - **contact** is lost (the member is *fenced*) when no read succeeded, or
 //!   no ping came, for `deadline` (counted from the start before the first
 //!   one); while fenced it holds nothing and answers pings `UNAVAILABLE`;
@@ -33,7 +56,7 @@
 //!   processed generation, that generation's row is empty or absent, and it
 //!   owns and stops nothing.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -110,8 +133,17 @@ pub enum Step {
 pub enum ReadOutcome {
     /// Processed (a new generation, or the same one again).
     Processed,
-    /// A lower generation than the last processed one: ignored.
+    /// A lower generation than the last processed one while units are owned
+    /// or stopping: ignored.
     Stale { processed: u64 },
+    /// A lower generation than the last processed one, with nothing owned or
+    /// stopping: the member started over from it, as a new process would
+    /// (`processed` is the generation it forgot).
+    StartedOver { processed: u64 },
+    /// Made on another Redis connection than the last written report names
+    /// (`named`), while units are owned or stopping: not processed. A report
+    /// naming the new connection is due; read again once it is written.
+    OtherConnection { named: Option<u64> },
 }
 
 #[derive(Debug, Clone)]
@@ -125,6 +157,9 @@ struct Processed {
     /// Send instant of the last read that showed this row: every owned unit
     /// is in it, so this is when their holds were last refreshed.
     shown: Instant,
+    /// The Redis client id of the connection the last read that showed this
+    /// row went over (`None`: Redis did not tell).
+    client: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -159,8 +194,14 @@ pub struct Ownership {
     /// Send instant of the last successful read (stale ones included: Redis
     /// answered).
     last_read: Option<Instant>,
-    /// The report last written: `(applied, draining)`.
-    written: Option<(u64, bool)>,
+    /// The report last written (`None` before the first, and after a
+    /// start-over).
+    written: Option<MemberReport>,
+    /// Processed generations that took units from the row and that no
+    /// written report acknowledges yet (each above `written.applied`).
+    owed: BTreeSet<u64>,
+    /// The Redis client of the last read: every report names it.
+    client: Option<u64>,
     draining: bool,
     stopped: bool,
     fenced: bool,
@@ -184,6 +225,8 @@ impl Ownership {
             last_ping: None,
             last_read: None,
             written: None,
+            owed: BTreeSet::new(),
+            client: None,
             draining: false,
             stopped: false,
             fenced: false,
@@ -196,7 +239,8 @@ impl Ownership {
         self.deadline
     }
 
-    /// A successful read sent at `sent` (before `now`): the row (`None`: no
+    /// A successful read sent at `sent` (before `now`) on the Redis
+    /// connection `client` (`None`: Redis did not tell): the row (`None`: no
     /// field) and the generation (`None`: unreadable, taken as the last
     /// processed one, so that the row is still followed).
     pub fn read(
@@ -205,16 +249,37 @@ impl Ownership {
         sent: Instant,
         generation: Option<u64>,
         row: Option<&str>,
+        client: Option<u64>,
     ) -> ReadOutcome {
         self.expire(now);
+        self.client = client;
+        let working = !self.owned.is_empty() || !self.stopping.is_empty();
+        let named = self.written.and_then(|w| w.client);
+        if working && (self.written.is_none() || named != client) {
+            // The holder may ask Redis about the connection the report names
+            // only: a read on another one must not extend a hold.
+            self.update_contact(now);
+            return ReadOutcome::OtherConnection { named };
+        }
         self.last_read = Some(self.last_read.map_or(sent, |r| r.max(sent)));
-        let prev = self.processed.as_ref().map(|p| p.generation);
+        let mut prev = self.processed.as_ref().map(|p| p.generation);
         let generation = generation.or(prev).unwrap_or(0);
+        let mut outcome = ReadOutcome::Processed;
         if let Some(p) = prev
             && generation < p
         {
-            self.update_contact(now);
-            return ReadOutcome::Stale { processed: p };
+            if working || self.stopped {
+                self.update_contact(now);
+                return ReadOutcome::Stale { processed: p };
+            }
+            // Nothing is owned or stopping: nothing a report of the old
+            // numbering covers is still worked on, so the member may start
+            // over from the new one, as a new process would.
+            self.processed = None;
+            self.written = None;
+            self.owed.clear();
+            prev = None;
+            outcome = ReadOutcome::StartedOver { processed: p };
         }
         // The same generation and row again (most reads): only the holds
         // are refreshed.
@@ -223,12 +288,13 @@ impl Ownership {
             && p.raw.as_deref() == row
         {
             p.shown = p.shown.max(sent);
+            p.client = client;
             for s in self.stopping.values_mut().filter(|s| s.in_row) {
                 s.shown = s.shown.max(sent);
             }
             self.update_contact(now);
             self.try_acquire(now);
-            return ReadOutcome::Processed;
+            return outcome;
         }
         let units: Vec<String> = {
             let mut seen = HashSet::new();
@@ -240,6 +306,15 @@ impl Ownership {
                 .collect()
         };
         let in_row: HashSet<&str> = units.iter().map(String::as_str).collect();
+        // Units taken from the row (not only from what is owned): the holder
+        // waits for their acknowledgement whether or not they were started.
+        let took = self
+            .processed
+            .as_ref()
+            .is_some_and(|p| p.row.iter().any(|u| !in_row.contains(u.as_str())));
+        if took && self.written.is_none_or(|w| generation > w.applied) {
+            self.owed.insert(generation);
+        }
         if !self.stopped {
             let why = if self.draining {
                 Revocation::Draining
@@ -269,11 +344,12 @@ impl Ownership {
             raw: row.map(str::to_string),
             row: units,
             shown: sent,
+            client,
         });
         self.revision += 1;
         self.update_contact(now);
         self.try_acquire(now);
-        ReadOutcome::Processed
+        outcome
     }
 
     /// A ping received at `now`. Returns whether to answer it OK: `false`
@@ -319,7 +395,8 @@ impl Ownership {
         late
     }
 
-    /// The report to write now, if it differs from the last one written.
+    /// The report to write now, if one is due (see the module
+    /// documentation).
     pub fn report_due(&self) -> Option<MemberReport> {
         let p = self.processed.as_ref()?;
         let applied = self
@@ -327,23 +404,39 @@ impl Ownership {
             .values()
             .map(|s| s.seen)
             .fold(p.generation, u64::min);
-        debug_assert!(self.written.is_none_or(|(w, _)| w <= applied));
-        let want = (applied, self.draining);
-        (self.written != Some(want)).then_some(MemberReport {
+        let report = |applied| MemberReport {
             applied,
             draining: self.draining,
             deadline: self.deadline,
             weight: self.weight,
-            client: None,
-        })
+            client: self.client,
+        };
+        let Some(w) = self.written else {
+            return Some(report(applied));
+        };
+        debug_assert!(w.applied <= applied);
+        let acknowledge =
+            self.owed.range(..=applied).next().is_some() || (self.draining && applied > w.applied);
+        if acknowledge {
+            Some(report(applied))
+        } else {
+            (w.draining != self.draining || w.client != self.client).then(|| report(w.applied))
+        }
+    }
+
+    /// The report written last, to write again (it restores a report lost
+    /// with Redis' data); `None` before the first and after a start-over,
+    /// until the new one is written.
+    pub fn written_report(&self) -> Option<MemberReport> {
+        self.written
     }
 
     /// `report` was written.
     pub fn reported(&mut self, now: Instant, report: MemberReport) {
         self.expire(now);
-        let w = (report.applied, report.draining);
-        if self.written.is_none_or(|old| old.0 <= w.0) {
-            self.written = Some(w);
+        if self.written.is_none_or(|w| w.applied <= report.applied) {
+            self.written = Some(report);
+            self.owed = self.owed.split_off(&(report.applied + 1));
         }
         self.update_contact(now);
         self.try_acquire(now);
@@ -460,7 +553,9 @@ impl Ownership {
         };
         self.draining
             && !self.stopped
-            && self.written == Some((p.generation, true))
+            && self
+                .written
+                .is_some_and(|w| w.applied == p.generation && w.draining)
             && p.row.is_empty()
             && self.owned.is_empty()
             && self.stopping.is_empty()
@@ -573,8 +668,9 @@ impl Ownership {
         }
     }
 
-    /// Acquires the rest of the last processed row, if it is reported and
-    /// the hold a read and a ping give is still running.
+    /// Acquires the rest of the last processed row, if a written report
+    /// names the read's connection, no acknowledgement is owed, and the hold
+    /// a read and a ping give is still running.
     fn try_acquire(&mut self, now: Instant) {
         if self.draining || self.stopped {
             return;
@@ -584,7 +680,8 @@ impl Ownership {
         };
         // Owned units are in the row: all of it is owned already.
         if self.owned.len() == p.row.len()
-            || self.written.map(|w| w.0) != Some(p.generation)
+            || self.written.is_none_or(|w| w.client != p.client)
+            || !self.owed.is_empty()
             || self.last_ping.is_none()
             || self.end_of(p.shown) <= now
         {

@@ -11,12 +11,19 @@
 //!   revocation starts, and the report follows only once it returned;
 //! - for one unit, `revoked` never starts before `acquired` returned; a
 //!   handler that panics counts as returned (and is logged);
+//! - each read carries the Redis client id of its connection to the state;
+//!   once a report naming a new connection is written, the row is read
+//!   again at once (reads on it count from then on);
+//! - the periodic refresh (with each re-registration) re-writes the report
+//!   written last, which restores one lost with Redis' data; after a
+//!   start-over that is the new numbering's report, never the old one;
 //! - a failing read logs once, then a summary every 30 s, then once when
 //!   reads work again: never a line per poll.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -30,7 +37,7 @@ use super::{Assignment, MemberOptions};
 use crate::core::handoff::MemberReport;
 use crate::core::ownership::{Ownership, ReadOutcome, Revocation, Step};
 use crate::edge::grpc::PingResponder;
-use crate::edge::redis::{Notification, Store};
+use crate::edge::redis::{Notification, RowRead, Store};
 use crate::error::StoreError;
 use crate::proto::grpc_pinger_server::GrpcPingerServer;
 
@@ -78,7 +85,7 @@ enum Done {
     Acquired(Vec<String>),
 }
 
-type ReadResult = Result<(Option<String>, Result<u64, StoreError>), StoreError>;
+type ReadResult = Result<RowRead, StoreError>;
 
 /// A finished Redis call.
 enum Io {
@@ -111,6 +118,9 @@ pub(super) struct Follower<H> {
     pub(super) handoff: Arc<H>,
     pub(super) tx: watch::Sender<Assignment>,
     pub(super) health: HealthReporter,
+    /// Set once this task deregistered: a dropped [`Member`](super::Member)
+    /// then has nothing left to do.
+    pub(super) left: Arc<AtomicBool>,
 }
 
 /// The task's own bookkeeping.
@@ -123,7 +133,6 @@ struct Loop {
     want_transit: bool,
     registered: bool,
     report_wait: Option<Instant>,
-    last_report: Option<MemberReport>,
     /// Units whose `acquired` call runs, and the signal of its end.
     acquiring: HashMap<String, CancellationToken>,
     serving: bool,
@@ -132,6 +141,9 @@ struct Loop {
     revision: Option<u64>,
     bad_generation: bool,
     stale: bool,
+    /// The connection whose unprocessed read was logged last: one line per
+    /// new connection, not per read.
+    other_connection: Option<Option<u64>>,
     failures: ReadFailures,
 }
 
@@ -159,13 +171,13 @@ impl<H: Handoff> Follower<H> {
             want_transit: false,
             registered: false,
             report_wait: None,
-            last_report: None,
             acquiring: HashMap::new(),
             serving: true,
             fenced: false,
             revision: None,
             bad_generation: false,
             stale: false,
+            other_connection: None,
             failures: ReadFailures::default(),
         };
         loop {
@@ -419,15 +431,7 @@ impl<H: Handoff> Follower<H> {
             Phase::Leaving { .. } => {
                 let list = self.opts.services_key.clone();
                 return Some(Box::pin(async move {
-                    match store.deregister(&list, &id).await {
-                        Ok(_) => tracing::info!(member = %id, list, "deregistered"),
-                        Err(e) => {
-                            tracing::warn!(error = %e, member = %id, "could not deregister; the distributor will see it fail")
-                        }
-                    }
-                    if let Err(e) = store.remove_report(&id).await {
-                        tracing::warn!(error = %e, member = %id, "could not remove this member's report");
-                    }
+                    leave(&store, &list, &id).await;
                     Io::Left
                 }));
             }
@@ -436,8 +440,13 @@ impl<H: Handoff> Follower<H> {
         }
         if l.report_wait.is_none_or(|t| now >= t) {
             l.report_wait = None;
-            let due = self.shared.lock().report_due();
-            let refresh = l.want_refresh.then_some(l.last_report).flatten();
+            let (due, written) = {
+                let c = self.shared.lock();
+                (c.report_due(), c.written_report())
+            };
+            // The refresh writes the report written last (after a start-over,
+            // the new one once written: never one of the old numbering).
+            let refresh = l.want_refresh.then_some(written).flatten();
             if let Some((report, announce)) = due.map(|r| (r, true)).or(refresh.map(|r| (r, false)))
             {
                 l.want_refresh = false;
@@ -483,7 +492,11 @@ impl<H: Handoff> Follower<H> {
         let now = Instant::now();
         match io {
             Io::Read { sent, result } => match result {
-                Ok((row, generation)) => {
+                Ok(RowRead {
+                    row,
+                    generation,
+                    client,
+                }) => {
                     l.failures.recovered(&self.id);
                     let generation = match generation {
                         Ok(g) => {
@@ -498,17 +511,27 @@ impl<H: Handoff> Follower<H> {
                             None
                         }
                     };
-                    let outcome = self
-                        .shared
-                        .lock()
-                        .read(now, sent, generation, row.as_deref());
+                    let outcome =
+                        self.shared
+                            .lock()
+                            .read(now, sent, generation, row.as_deref(), client);
                     match outcome {
                         ReadOutcome::Processed => l.stale = false,
                         ReadOutcome::Stale { processed } => {
                             if !l.stale {
-                                tracing::warn!(member = %self.id, read = ?generation, processed, "the table's generation went back (Redis lost its data?); ignoring rows until it passes the last processed one");
+                                tracing::warn!(member = %self.id, read = ?generation, processed, "the table's generation went back (Redis lost its data?); ignoring rows until it passes the last processed one, or until nothing is owned or stopping any more");
                             }
                             l.stale = true;
+                        }
+                        ReadOutcome::StartedOver { processed } => {
+                            l.stale = false;
+                            tracing::warn!(member = %self.id, read = ?generation, forgotten = processed, "the table's generation went back and nothing is owned or stopping any more: starting over from the new numbering, as a new process would");
+                        }
+                        ReadOutcome::OtherConnection { named } => {
+                            if l.other_connection != Some(client) {
+                                tracing::info!(member = %self.id, ?client, ?named, "this member's Redis connection changed: naming the new one in a report before its reads extend any hold");
+                            }
+                            l.other_connection = Some(client);
                         }
                     }
                     l.want_transit = true;
@@ -521,8 +544,17 @@ impl<H: Handoff> Follower<H> {
                 result,
             } => match result {
                 Ok(()) => {
-                    self.shared.lock().reported(now, report);
-                    l.last_report = Some(report);
+                    let before = {
+                        let mut c = self.shared.lock();
+                        let before = c.written_report().map(|r| r.client);
+                        c.reported(now, report);
+                        before
+                    };
+                    // Reads on the connection this report names count from
+                    // now on: read at once rather than at the next poll.
+                    if before.is_some_and(|b| b != report.client) {
+                        l.want_read = true;
+                    }
                     if announce {
                         tracing::debug!(member = %self.id, applied = report.applied, draining = report.draining, "reported");
                     }
@@ -558,12 +590,27 @@ impl<H: Handoff> Follower<H> {
                 Err(e) => log_store_error(&e, "could not read the units in transit; retrying"),
             },
             Io::Left => {
+                self.left.store(true, Ordering::SeqCst);
                 if let Phase::Leaving { ending } = l.phase {
                     return Some(ending);
                 }
             }
         }
         None
+    }
+}
+
+/// Deregisters: `LREM` from the services list, then `HDEL` of the report.
+/// Failures are logged: the distributor then sees the member fail.
+pub(super) async fn leave(store: &Store, list: &str, id: &str) {
+    match store.deregister(list, id).await {
+        Ok(_) => tracing::info!(member = %id, list, "deregistered"),
+        Err(e) => {
+            tracing::warn!(error = %e, member = %id, "could not deregister; the distributor will see it fail")
+        }
+    }
+    if let Err(e) = store.remove_report(id).await {
+        tracing::warn!(error = %e, member = %id, "could not remove this member's report");
     }
 }
 

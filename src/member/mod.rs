@@ -4,8 +4,9 @@
 //! `grpc.health.v1` health service, registers its address in its services list,
 //! and follows its own row of the matching table with the handoff protocol
 //! (README, "Protocol"): it hands units to the application ([`Handoff`], or
-//! the `watch::Receiver<Assignment>`), takes them back, reports each applied
-//! generation, and fences itself when it loses contact.
+//! the `watch::Receiver<Assignment>`), takes them back, acknowledges the
+//! generations that took units away, and fences itself when it loses
+//! contact.
 //!
 //! ```text
 //!  mod.rs      Member, its options and assignment; start, drain, shutdown
@@ -15,9 +16,13 @@
 //!
 //! Guarantees (the rules are `core::ownership`'s):
 //! - a unit is handed to the application only after a read showed it in this
-//!   member's row, the generation was reported, and a ping came; it is taken
-//!   back (revoked) as soon as a read shows it gone, and the report of that
-//!   generation is written only once the revocation returned;
+//!   member's row, a report naming the Redis connection of that read was
+//!   written with every revocation before it acknowledged, and a ping came;
+//!   it is taken back (revoked) as soon as a read shows it gone, and the
+//!   report of that generation is written only once the revocation returned;
+//! - only a read on the Redis connection its last report names extends a
+//!   hold (the holder may ask Redis whether that connection still exists):
+//!   after a reconnection it first reports the new connection;
 //! - the hold on a unit ends `deadline` after the earlier of the last read
 //!   that showed it and the last ping (monotonic clock); at that instant the
 //!   unit is revoked, also when the process was paused past it, before
@@ -33,6 +38,9 @@
 //! - [`Member::drain`] hands every unit over through the holder before it
 //!   deregisters (bounded by the drain timeout); [`Member::shutdown`] and
 //!   dropping stop every unit first, then deregister and stop serving; a
+//!   `Member` dropped once no runtime runs its task any more (the
+//!   application's runtime ended first) ends every hold at once and
+//!   deregisters on a thread of its own, bounded by [`LEAVE_BOUND`]; a
 //!   crashed member (or [`Member::abort`], which ends every hold at once)
 //!   simply stops answering.
 
@@ -42,6 +50,7 @@ mod handoff;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -58,7 +67,7 @@ use crate::core::inputs::check_member_addr;
 use crate::core::ownership::Ownership;
 pub use crate::core::ownership::{FencingToken, Revocation};
 use crate::edge::grpc::{PingResponder, TwoServices};
-use crate::edge::redis::Store;
+use crate::edge::redis::{RedisOptions, Store};
 use crate::edge::tls::TlsFiles;
 use crate::error::MemberError;
 use crate::proto::grpc_pinger_server::GrpcPingerServer;
@@ -198,8 +207,13 @@ pub enum Drained {
     Fenced,
 }
 
+/// How long a `Member` dropped without a runtime to run its task waits for
+/// its deregistration (`LREM`, then `HDEL`) on a thread of its own.
+pub const LEAVE_BOUND: Duration = Duration::from_secs(3);
+
 /// A running member. Dropping it stops every unit, deregisters and stops
-/// serving in the background.
+/// serving: in the background, or, when no runtime runs its task any more,
+/// at once (see [`LEAVE_BOUND`]).
 pub struct Member {
     id: String,
     local_addr: SocketAddr,
@@ -208,6 +222,12 @@ pub struct Member {
     mode: watch::Sender<Mode>,
     task: Option<JoinHandle<Ending>>,
     server: Option<JoinHandle<()>>,
+    /// Set by the task once it deregistered.
+    left: Arc<AtomicBool>,
+    /// What a drop without a runtime needs to deregister.
+    redis: RedisOptions,
+    table_key: String,
+    services_key: String,
 }
 
 impl Member {
@@ -253,15 +273,12 @@ impl Member {
             addr: id.clone(),
             reason,
         })?;
-        let store = Store::connect(
-            &crate::edge::redis::RedisOptions {
-                cluster: opts.redis_cluster,
-                tls: opts.redis_tls.clone(),
-                ..crate::edge::redis::RedisOptions::from_urls(&opts.redis_url)
-            },
-            &opts.table_key,
-            Duration::from_secs(2),
-        )?;
+        let redis = RedisOptions {
+            cluster: opts.redis_cluster,
+            tls: opts.redis_tls.clone(),
+            ..RedisOptions::from_urls(&opts.redis_url)
+        };
+        let store = Store::connect(&redis, &opts.table_key, CALL_TIMEOUT)?;
         let mut server = tonic::transport::Server::builder();
         if let Some(files) = &opts.tls {
             let tls = crate::edge::tls::ping_server(files).map_err(MemberError::Tls)?;
@@ -311,6 +328,8 @@ impl Member {
         };
 
         let (tx, rx) = watch::channel(Assignment::default());
+        let left = Arc::new(AtomicBool::new(false));
+        let (table_key, services_key) = (opts.table_key.clone(), opts.services_key.clone());
         let follow = Follower {
             store,
             opts,
@@ -319,6 +338,7 @@ impl Member {
             handoff: Arc::new(handoff),
             tx,
             health: health.clone(),
+            left: left.clone(),
         };
         let task = tokio::spawn(async move {
             let ending = follow.run(mode_rx).await;
@@ -336,6 +356,10 @@ impl Member {
             mode,
             task: Some(task),
             server: Some(server),
+            left,
+            redis,
+            table_key,
+            services_key,
         })
     }
 
@@ -420,5 +444,69 @@ impl Member {
 impl Drop for Member {
     fn drop(&mut self) {
         self.mode.send_replace(Mode::Stop);
+        // Joined (drain, shutdown) or aborted: nothing is left to do.
+        let Some(task) = &self.task else {
+            return;
+        };
+        let in_runtime = tokio::runtime::Handle::try_current().is_ok();
+        if in_runtime && !task.is_finished() {
+            // The task stops every unit, deregisters and stops serving.
+            return;
+        }
+        // No runtime may run the task any more (its runtime ended, which
+        // cancels it, or none is current here): its holds would otherwise
+        // run on until their deadline, and it would stay registered.
+        self.shared.lock().stop(Instant::now());
+        if self.left.load(Ordering::SeqCst) {
+            return;
+        }
+        let (redis, table) = (self.redis.clone(), self.table_key.clone());
+        let (list, id) = (self.services_key.clone(), self.id.clone());
+        let leaving = std::thread::Builder::new()
+            .name("distributor-member-leave".into())
+            .spawn(move || leave_without_runtime(&redis, &table, &list, &id));
+        match leaving {
+            // Never block a runtime's thread: there, the thread runs alone.
+            Ok(thread) if !in_runtime => {
+                let _ = thread.join();
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(member = %self.id, error = %e, "could not start a thread to deregister; the distributor will see this member fail")
+            }
+        }
     }
+}
+
+/// The bound of each Redis call of a member.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Deregisters on a fresh current-thread runtime and fresh connections (the
+/// task's died with its runtime), within [`LEAVE_BOUND`].
+fn leave_without_runtime(redis: &RedisOptions, table: &str, list: &str, id: &str) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(member = %id, error = %e, "could not start a runtime to deregister; the distributor will see this member fail");
+            return;
+        }
+    };
+    runtime.block_on(async {
+        let store = match Store::connect(redis, table, CALL_TIMEOUT) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(member = %id, error = %e, "could not deregister; the distributor will see this member fail");
+                return;
+            }
+        };
+        if tokio::time::timeout(LEAVE_BOUND, follow::leave(&store, list, id))
+            .await
+            .is_err()
+        {
+            tracing::warn!(member = %id, bound = ?LEAVE_BOUND, "could not deregister in time; the distributor will see this member fail");
+        }
+    });
 }

@@ -179,11 +179,13 @@ async fn cluster_fences_a_stale_holder() {
         Some(vec![b"x".to_vec(), b"y".to_vec()])
     );
     assert_eq!(changed.groups[0].entries, None);
+    // A member's row read on a cluster names no connection: `CLIENT ID` has
+    // no key to route it to the row's node by.
     assert_eq!(
         {
-            let (row, g) = store.read_row("w:1").await.unwrap();
-            (row, g.unwrap())
+            let r = store.read_row("w:1").await.unwrap();
+            (r.row, r.generation.unwrap(), r.client)
         },
-        (Some("u".to_string()), 1)
+        (Some("u".to_string()), 1, None)
     );
 }

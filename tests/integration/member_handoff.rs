@@ -50,6 +50,14 @@ async fn report(redis: &RedisServer, member: &str) -> Option<MemberReport> {
     raw.map(|r| MemberReport::decode(&r).unwrap_or_else(|| panic!("bad report {r:?}")))
 }
 
+/// Whether Redis has a connection with this client id.
+async fn connected(redis: &RedisServer, client: u64) -> bool {
+    let list: String = redis
+        .cmd(&["CLIENT", "LIST", "ID", &client.to_string()])
+        .await;
+    !list.trim().is_empty()
+}
+
 async fn listed(redis: &RedisServer, member: &str) -> bool {
     let list: Vec<String> = redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
     list.iter().any(|m| m == member)
@@ -287,9 +295,12 @@ async fn units_are_acquired_after_the_start_report_and_a_ping() {
         .unwrap();
     assert_eq!(member.id(), id);
 
-    // The report at start: generation 5 read, nothing held.
+    // The report at start: generation 5 read, nothing held, and the Redis
+    // connection the member reads on.
     wait_report(&redis, &id, 5, false).await;
-    assert_eq!(report(&redis, &id).await.unwrap().encode(), "5 0 1000 1");
+    let r = report(&redis, &id).await.unwrap();
+    assert_eq!((r.deadline, r.weight), (DEADLINE, 1));
+    assert!(connected(&redis, r.client.expect("a client id")).await);
     // Several reads later, still nothing: no ping came.
     let mut rx = member.assignment();
     wait_for("a few reads", Duration::from_secs(5), || {
@@ -438,9 +449,260 @@ async fn lower_generations_are_ignored() {
     write_table(&redis, 8, &[(&id, "a,y")]).await;
     let y = app.wait("y acquired", |e| e.unit == "y").await;
     assert_eq!(y.token, FencingToken(8));
-    wait_report(&redis, &id, 8, false).await;
+    // Generation 8 only added a unit: nothing to acknowledge.
+    assert_eq!(report(&redis, &id).await.unwrap().applied, 5);
     assert!(app.find(&Call::Acquired, "x").is_none());
     member.shutdown().await;
+}
+
+/// Redis lost its data (or a lagging replica was promoted) and the table is
+/// numbered anew, below what the member processed: the lower generation is
+/// ignored while the member holds units of the old numbering, whose holds
+/// no read refreshes any more; once they ended, it starts over as a new
+/// process would: it reports the lower generation and acquires its row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_recovers_when_the_generation_goes_backwards() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 50, &[(&id, "a,b")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(options(&redis, port), app.clone())
+        .await
+        .unwrap();
+    let _pinger = Pinger::start(&id);
+    app.wait("b acquired", |e| e.call == Call::Acquired && e.unit == "b")
+        .await;
+    wait_report(&redis, &id, 50, false).await;
+
+    let renumbered = Instant::now();
+    write_table(&redis, 3, &[(&id, "a,c")]).await;
+    // Within the deadline and a generous margin (the wait's 5 s).
+    let c = app
+        .wait("c acquired from the new numbering", |e| {
+            e.call == Call::Acquired && e.unit == "c"
+        })
+        .await;
+    assert_eq!(c.token, FencingToken(3));
+    let a = app
+        .wait("a acquired again", |e| {
+            e.call == Call::Acquired && e.unit == "a" && e.token == FencingToken(3)
+        })
+        .await;
+    // The old tenures ended first, by their holds.
+    for u in ["a", "b"] {
+        let ended = app
+            .find_where(|e| is_fenced(&e.call) && e.unit == u && e.token == FencingToken(50))
+            .unwrap_or_else(|| panic!("{u}'s old tenure never ended: {:?}", app.events()));
+        assert!(ended.at >= renumbered && ended.at <= a.at.min(c.at));
+    }
+    wait_report(&redis, &id, 3, false).await;
+    let now = member.assignment().borrow().clone();
+    assert_eq!(
+        (now.generation, now.units.clone()),
+        (3, vec!["a".into(), "c".into()])
+    );
+    // The new numbering goes on.
+    write_table(&redis, 4, &[(&id, "c")]).await;
+    wait_report(&redis, &id, 4, false).await;
+    member.shutdown().await;
+}
+
+/// A generation that only adds units to the member's row needs no
+/// acknowledgement: the member acquires them, and neither writes a report
+/// nor publishes `{T}:acked` (every report costs the holder a cycle).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_that_only_adds_units_writes_no_report() {
+    use futures::StreamExt as _;
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 5, &[(&id, "a")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(options(&redis, port), app.clone())
+        .await
+        .unwrap();
+    let _pinger = Pinger::start(&id);
+    app.wait("a acquired", |e| e.call == Call::Acquired).await;
+    wait_report(&redis, &id, 5, false).await;
+    let mut pubsub = redis::Client::open(redis.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub.subscribe(&keys().acked_channel).await.unwrap();
+    let mut acked = pubsub.into_on_message();
+
+    write_table(&redis, 6, &[(&id, "a,b")]).await;
+    let b = app
+        .wait("b acquired", |e| e.call == Call::Acquired && e.unit == "b")
+        .await;
+    assert_eq!(b.token, FencingToken(6));
+    // A report would have been published before b was acquired; give a
+    // late one a few more reads (every 100 ms) to show up.
+    let published = tokio::time::timeout(Duration::from_millis(500), acked.next()).await;
+    assert!(
+        published.is_err(),
+        "published {:?}",
+        published.map(|m| m.map(|m| m.get_payload::<String>()))
+    );
+    assert_eq!(report(&redis, &id).await.unwrap().applied, 5);
+    assert_eq!(member.assignment().borrow().generation, 6);
+    member.shutdown().await;
+}
+
+/// The member reads its row on one connection and names it in its report
+/// (the holder may ask Redis whether it still exists); when Redis closes it,
+/// the member reconnects, and its reads on the new connection extend no
+/// hold until a report names that one: it writes that report at once and
+/// keeps its units throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_names_its_new_connection_before_its_reads_extend_a_hold() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 5, &[(&id, "a,b")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(options(&redis, port), app.clone())
+        .await
+        .unwrap();
+    let _pinger = Pinger::start(&id);
+    app.wait("b acquired", |e| e.call == Call::Acquired && e.unit == "b")
+        .await;
+    let first = report(&redis, &id).await.unwrap().client;
+    let c1 = first.expect("the report names the member's connection");
+    assert!(connected(&redis, c1).await);
+    let hold = member.hold("a").unwrap();
+
+    let killed_at = Instant::now();
+    let killed: i64 = redis.cmd(&["CLIENT", "KILL", "ID", &c1.to_string()]).await;
+    assert_eq!(killed, 1);
+    let named = || async { report(&redis, &id).await.and_then(|r| r.client) };
+    wait_for(
+        "a report naming a new connection",
+        Duration::from_secs(5),
+        || async { named().await.is_some_and(|c| c != c1) },
+    )
+    .await;
+    let c2 = named().await.unwrap();
+    assert!(connected(&redis, c2).await, "{c2} is not a live connection");
+    assert!(!connected(&redis, c1).await);
+    // Reads on the new connection extend the hold again: past what the
+    // reads before the kill could give.
+    wait_for(
+        "the hold extended by a later read",
+        Duration::from_secs(5),
+        || {
+            let ends = hold.ends();
+            async move { ends.is_some_and(|e| e > killed_at + DEADLINE) }
+        },
+    )
+    .await;
+    assert_eq!(hold.check(), Ok(FencingToken(5)));
+    // And they are processed: a new unit comes.
+    write_table(&redis, 6, &[(&id, "a,b,c")]).await;
+    app.wait("c acquired", |e| e.call == Call::Acquired && e.unit == "c")
+        .await;
+    let revoked: Vec<Event> = app
+        .events()
+        .into_iter()
+        .filter(|e| e.call != Call::Acquired)
+        .collect();
+    assert!(revoked.is_empty(), "units were revoked: {revoked:?}");
+    assert_eq!(report(&redis, &id).await.unwrap().client, Some(c2));
+    member.shutdown().await;
+}
+
+/// A member whose Redis user may not run `CLIENT` (an ACL without
+/// `client|id`): its first row read is refused for that, it reads without
+/// the client id from then on (asking once: Redis logs one refusal), and it
+/// follows its row and reports as ever, naming no connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_user_may_not_run_client_follows_its_row_and_reports_no_connection() {
+    use crate::security::{ADMIN_PASSWORD, PASSWORD, create_acl_user};
+    let redis = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]);
+    create_acl_user(&redis).await;
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    let mut opts = options(&redis, port);
+    opts.redis_url = format!("redis://distributor:{PASSWORD}@127.0.0.1:{}", redis.port());
+    write_table(&redis, 5, &[(&id, "a")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(opts, app.clone()).await.unwrap();
+    let _pinger = Pinger::start(&id);
+    app.wait("a acquired", |e| e.call == Call::Acquired).await;
+    wait_report(&redis, &id, 5, false).await;
+    assert_eq!(report(&redis, &id).await.unwrap().client, None);
+
+    write_table(&redis, 6, &[(&id, "b")]).await;
+    app.wait("a revoked", |e| e.call == Call::Revoked(Revocation::Moved))
+        .await;
+    let b = app.wait("b acquired", |e| e.unit == "b").await;
+    assert_eq!(b.token, FencingToken(6));
+    wait_report(&redis, &id, 6, false).await;
+    assert_eq!(report(&redis, &id).await.unwrap().client, None);
+    wait_for("listed", Duration::from_secs(5), || listed(&redis, &id)).await;
+    // Many reads since; `CLIENT ID` was asked once.
+    let log: Vec<Vec<redis::Value>> = redis.cmd(&["ACL", "LOG"]).await;
+    let field = |entry: &[redis::Value], name: &str| {
+        entry.chunks(2).find_map(|kv| match kv {
+            [redis::Value::BulkString(k), v] if k == name.as_bytes() => Some(v.clone()),
+            _ => None,
+        })
+    };
+    let refusals: Vec<redis::Value> = log
+        .iter()
+        .filter(|e| field(e, "object") == Some(redis::Value::BulkString(b"client|id".to_vec())))
+        .filter_map(|e| field(e, "count"))
+        .collect();
+    assert_eq!(refusals, [redis::Value::Int(1)], "{log:?}");
+    member.shutdown().await;
+}
+
+/// An application whose runtime ended before it dropped its `Member` (the
+/// member's task died with that runtime): the drop ends every hold at once
+/// and deregisters (out of its list, its report removed), bounded, on a
+/// thread of its own.
+#[test]
+fn dropping_a_member_after_its_runtime_ends_deregisters_it_and_ends_its_holds() {
+    let redis = RedisServer::start();
+    let checks = tokio::runtime::Runtime::new().unwrap();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    let mut opts = options(&redis, port);
+    // Far longer than the test: only the drop can end the hold.
+    opts.deadline = Duration::from_secs(60);
+    opts.poll_interval = Duration::from_millis(100);
+    checks.block_on(write_table(&redis, 5, &[(&id, "a")]));
+    let application = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (member, hold) = application.block_on(async {
+        let member = Member::start(opts).await.unwrap();
+        let _pinger = Pinger::start(&id);
+        wait_for("a held", Duration::from_secs(5), || {
+            let held = member.holds("a").is_some();
+            async move { held }
+        })
+        .await;
+        wait_for("listed", Duration::from_secs(5), || listed(&redis, &id)).await;
+        wait_report(&redis, &id, 5, false).await;
+        let hold = member.hold("a").unwrap();
+        (member, hold)
+    });
+    drop(application);
+    assert_eq!(hold.check(), Ok(FencingToken(5)), "held until the drop");
+
+    let dropped = std::time::Instant::now();
+    drop(member);
+    assert!(hold.check().is_err(), "the hold ended with the drop");
+    assert!(dropped.elapsed() < Duration::from_secs(5));
+    checks.block_on(async {
+        assert!(!listed(&redis, &id).await, "still listed");
+        assert_eq!(report(&redis, &id).await, None);
+    });
 }
 
 /// Pings stop (the holder is gone or cut off): the hold ends a deadline
@@ -866,7 +1128,8 @@ async fn sigterm_drains_the_worker_through_the_holder() {
 
     signal(w.pid(), "-TERM");
     wait_report(&redis, &w.id, 4, true).await;
-    assert_eq!(report(&redis, &w.id).await.unwrap().encode(), "4 1 3000 1");
+    let r = report(&redis, &w.id).await.unwrap();
+    assert_eq!((r.deadline, r.weight), (Duration::from_secs(3), 1));
     // Draining: the holder gives it an empty row.
     write_table(&redis, 5, &[(&w.id, "")]).await;
     let mut seen_5 = None;

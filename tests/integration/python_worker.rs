@@ -1,12 +1,14 @@
 //! The Python reference worker (`examples/python/worker.py`) against a real
 //! Redis and a real replica, beside a Rust [`Member`](distributor::Member) and
 //! an old-protocol worker (a ping server that only reads its row), through a
-//! join, units added and removed, a freeze past the deadline (SIGSTOP, then
-//! SIGCONT), a crash (SIGKILL) and a restart on the same address, and drains
-//! (SIGTERM). Every owner's ownership events go to the ownership checker
-//! (`support::ownership`): the Python workers print theirs (`--events`); the
-//! test prints the Rust member's (from `assignment()`) and the old worker's
-//! (from its reads) in the same form.
+//! join, units added and removed, Redis closing the connection a worker
+//! reads its row on (it reports the new one, and keeps its units), a freeze
+//! past the deadline (SIGSTOP, then SIGCONT), a crash (SIGKILL) and a
+//! restart on the same address, and drains (SIGTERM). Every owner's
+//! ownership events go to the ownership checker (`support::ownership`): the
+//! Python workers print theirs (`--events`); the test prints the Rust
+//! member's (from `assignment()`) and the old worker's (from its reads) in
+//! the same form.
 //!
 //! What it proves: no unit ever has two owners (the intervals of different
 //! members never overlap, the frozen worker's included, dated at its hold's
@@ -28,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distributor::Member;
+use distributor::core::handoff::MemberReport;
 use tokio::time::Instant;
 
 use crate::support::ownership::{self, Bounds};
@@ -376,6 +379,38 @@ async fn python_workers_never_share_a_unit() {
     listed(&journal, &units);
     let took = settle(&fleet, &journal, &units, &extra).await;
     timings.push(format!("5 units removed, 6 added, settled: {took:?}"));
+
+    // Redis closes the connection a Python worker reads its row on: it names
+    // the new one in its report before its reads count again, and keeps its
+    // units throughout.
+    let named = || async {
+        let raw: Option<String> = fleet.redis.cmd(&["HGET", &keys().members, &p2.id]).await;
+        raw.and_then(|r| MemberReport::decode(&r))
+            .and_then(|r| r.client)
+    };
+    let c1 = named()
+        .await
+        .expect("the report names the worker's connection");
+    let printed = journal.of(&p2.id).len();
+    let killed = Instant::now();
+    let n: i64 = fleet
+        .redis
+        .cmd(&["CLIENT", "KILL", "ID", &c1.to_string()])
+        .await;
+    assert_eq!(n, 1);
+    wait_for("a report naming a new connection", SETTLE, || async {
+        named().await.is_some_and(|c| c != c1)
+    })
+    .await;
+    timings.push(format!(
+        "a worker's connection closed: new one reported {:?} after",
+        killed.elapsed()
+    ));
+    assert_eq!(
+        journal.of(&p2.id)[printed..],
+        [] as [String; 0],
+        "a reconnection moved units"
+    );
 
     // SIGSTOP past the deadline: the others take its units once its hold
     // ended; thawed, it first prints the fenced releases, dated at the end of

@@ -41,9 +41,14 @@ fn report(o: &mut Ownership, now: Instant) -> Option<u64> {
 
 /// A member at generation `g` owning `row`, pinged and reported at `t`.
 fn owning(t: Instant, g: u64, row: &str) -> Ownership {
+    owning_on(t, g, row, None)
+}
+
+/// The same, its reads on the Redis connection `client`.
+fn owning_on(t: Instant, g: u64, row: &str, client: Option<u64>) -> Ownership {
     let mut o = Ownership::new(DEADLINE, 1, t);
     o.ping(t);
-    o.read(t, t, Some(g), Some(row));
+    o.read(t, t, Some(g), Some(row), client);
     report(&mut o, t);
     o.take_steps();
     o
@@ -54,7 +59,10 @@ fn units_are_acquired_after_a_read_its_report_and_a_ping() {
     let t = Instant::now();
     let mut o = Ownership::new(DEADLINE, 2, t);
     assert!(o.report_due().is_none(), "nothing to report before a read");
-    assert_eq!(o.read(t, t, Some(3), Some("a,b")), ReadOutcome::Processed);
+    assert_eq!(
+        o.read(t, t, Some(3), Some("a,b"), None),
+        ReadOutcome::Processed
+    );
     assert!(o.take_steps().is_empty(), "not before the report");
     let r = o.report_due().unwrap();
     assert_eq!(r.encode(), "3 0 1000 2");
@@ -80,7 +88,7 @@ fn a_revocation_completes_before_the_report_and_the_report_before_acquisitions()
     let mut o = owning(t, 3, "a,b");
     let t1 = t + ms(100);
     o.ping(t1);
-    o.read(t1, t1, Some(5), Some("b,c"));
+    o.read(t1, t1, Some(5), Some("b,c"), None);
     assert_eq!(
         o.take_steps(),
         [Step::Revoke {
@@ -116,7 +124,7 @@ fn a_report_never_covers_a_skipped_revocation_still_being_stopped() {
     // Generations 4..=8 are skipped; 9 no longer has `a`. The holder may
     // have revoked it at any of them, so nothing above 3 may be reported
     // until `a` is stopped.
-    o.read(t, t, Some(9), Some("b"));
+    o.read(t, t, Some(9), Some("b"), None);
     o.take_steps();
     assert!(o.report_due().is_none(), "3 is reported already");
     o.revoked(t, &names(&["a"]));
@@ -128,7 +136,7 @@ fn lower_generations_are_ignored() {
     let t = Instant::now();
     let mut o = owning(t, 7, "a");
     assert_eq!(
-        o.read(t, t, Some(6), Some("x")),
+        o.read(t, t, Some(6), Some("x"), None),
         ReadOutcome::Stale { processed: 7 }
     );
     assert!(o.take_steps().is_empty());
@@ -136,27 +144,31 @@ fn lower_generations_are_ignored() {
     // The same generation again is processed (and refreshes holds).
     let t1 = t + ms(500);
     o.ping(t1);
-    assert_eq!(o.read(t1, t1, Some(7), Some("a")), ReadOutcome::Processed);
+    assert_eq!(
+        o.read(t1, t1, Some(7), Some("a"), None),
+        ReadOutcome::Processed
+    );
     assert_eq!(o.hold_end("a"), Some(t1 + DEADLINE));
-    // An unreadable generation follows the row at the last one.
-    o.read(t1, t1, None, Some("a,z"));
-    report(&mut o, t1);
+    // An unreadable generation follows the row at the last one (adding a
+    // unit needs no report).
+    o.read(t1, t1, None, Some("a,z"), None);
     assert_eq!(
         o.take_steps(),
         [Step::Acquire {
             units: tenures(&["z"], 7)
         }]
     );
+    assert!(o.report_due().is_none());
 }
 
 #[test]
 fn a_unit_still_being_stopped_comes_back_only_after_its_stop() {
     let t = Instant::now();
     let mut o = owning(t, 3, "a");
-    o.read(t, t, Some(4), Some(""));
+    o.read(t, t, Some(4), Some(""), None);
     o.take_steps();
     report(&mut o, t);
-    o.read(t, t, Some(5), Some("a"));
+    o.read(t, t, Some(5), Some("a"), None);
     report(&mut o, t);
     assert!(o.take_steps().is_empty(), "a is still being stopped");
     assert_eq!(o.holds("a", t), None);
@@ -192,7 +204,7 @@ fn a_hold_ends_a_deadline_after_the_earlier_of_read_and_ping_and_stays_ended() {
             }
         }]
     );
-    o.read(woke, woke, Some(3), Some("a"));
+    o.read(woke, woke, Some(3), Some("a"), None);
     assert!(o.take_steps().is_empty(), "still being stopped");
     o.revoked(woke, &names(&["a"]));
     report(&mut o, woke);
@@ -215,13 +227,13 @@ fn contact_is_lost_without_reads_or_without_pings_and_comes_back_with_both() {
     assert!(o.fenced(), "no read within the deadline");
     assert!(!o.ping(t + DEADLINE), "UNAVAILABLE while fenced");
     let t1 = t + ms(1500);
-    o.read(t1, t1, Some(1), Some("a"));
+    o.read(t1, t1, Some(1), Some("a"), None);
     assert!(!o.fenced());
     report(&mut o, t1);
     assert_eq!(o.take_steps().len(), 1, "acquired: read and ping are fresh");
     // Pings stop.
     let t2 = t + ms(1900);
-    o.read(t2, t2, Some(1), Some("a"));
+    o.read(t2, t2, Some(1), Some("a"), None);
     assert_eq!(o.next_wake(), Some(t + ms(2000)));
     o.tick(t + ms(2000));
     assert!(o.fenced());
@@ -247,7 +259,7 @@ fn a_drain_reports_takes_units_away_as_draining_and_completes_on_an_empty_row() 
     assert_eq!(o.report_due().unwrap().encode(), "3 1 1000 1");
     report(&mut o, t);
     assert!(!o.drained());
-    o.read(t, t, Some(4), Some(""));
+    o.read(t, t, Some(4), Some(""), None);
     assert_eq!(
         o.take_steps(),
         [Step::Revoke {
@@ -261,12 +273,12 @@ fn a_drain_reports_takes_units_away_as_draining_and_completes_on_an_empty_row() 
     assert!(o.drained());
     // A row with units again (a holder that had not seen the drain): nothing
     // is acquired, and the drain is not complete.
-    o.read(t, t, Some(5), Some("c"));
+    o.read(t, t, Some(5), Some("c"), None);
     report(&mut o, t);
     assert!(o.take_steps().is_empty());
     assert!(!o.drained());
     // No field at all is as good as an empty one.
-    o.read(t, t, Some(6), None);
+    o.read(t, t, Some(6), None, None);
     report(&mut o, t);
     assert!(o.drained());
 }
@@ -302,6 +314,201 @@ fn a_stop_revokes_everything_and_settles_when_stops_end_or_overrun() {
     assert_eq!(late, [(tenures(&["b"], 3)[0].clone(), ms(500))]);
 }
 
+#[test]
+fn a_read_on_another_connection_than_reported_is_not_processed_while_units_are_held() {
+    let t = Instant::now();
+    let mut o = owning_on(t, 3, "a,b", Some(1));
+    assert_eq!(o.written_report().unwrap().encode(), "3 0 1000 1 1");
+    let t1 = t + ms(300);
+    o.ping(t1);
+    // Reconnected: the read on client 2 takes `a` away, but counts for
+    // nothing, not even contact.
+    assert_eq!(
+        o.read(t1, t1, Some(4), Some("b"), Some(2)),
+        ReadOutcome::OtherConnection { named: Some(1) }
+    );
+    assert!(o.take_steps().is_empty(), "no revocation");
+    assert_eq!(o.generation(), 3);
+    assert_eq!(o.hold_end("a"), Some(t + DEADLINE), "no hold refreshed");
+    assert_eq!(o.last_contact().0, Some(t), "no contact refreshed");
+    // A report naming the new connection is due, with what was last written.
+    let r = o.report_due().unwrap();
+    assert_eq!(r.encode(), "3 0 1000 1 2");
+    // A read on the old connection still counts until it is written.
+    o.read(t1, t1, Some(3), Some("a,b"), Some(1));
+    assert_eq!(o.hold_end("a"), Some(t1 + DEADLINE));
+    o.reported(t1, r);
+    // Now only reads on client 2 count.
+    let t2 = t1 + ms(100);
+    assert!(matches!(
+        o.read(t2, t2, Some(3), Some("a,b"), Some(1)),
+        ReadOutcome::OtherConnection { named: Some(2) }
+    ));
+    assert_eq!(
+        o.read(t2, t2, Some(4), Some("b"), Some(2)),
+        ReadOutcome::Processed
+    );
+    assert_eq!(
+        o.take_steps(),
+        [Step::Revoke {
+            units: tenures(&["a"], 3),
+            why: Revocation::Moved
+        }]
+    );
+}
+
+#[test]
+fn a_read_on_another_connection_is_processed_while_nothing_is_held_and_acquires_after_its_report() {
+    let t = Instant::now();
+    let mut o = owning_on(t, 3, "", Some(1));
+    assert_eq!(
+        o.read(t, t, Some(4), Some("a"), Some(2)),
+        ReadOutcome::Processed
+    );
+    assert_eq!(o.generation(), 4);
+    assert!(
+        o.take_steps().is_empty(),
+        "not before a report names client 2"
+    );
+    let r = o.report_due().unwrap();
+    assert_eq!(
+        (r.applied, r.client),
+        (3, Some(2)),
+        "the applied last written"
+    );
+    o.reported(t, r);
+    assert_eq!(
+        o.take_steps(),
+        [Step::Acquire {
+            units: tenures(&["a"], 4)
+        }]
+    );
+    // No client (Redis does not tell) is a connection of its own.
+    o.read(t, t, Some(4), Some("a"), None);
+    assert_eq!(o.report_due().unwrap().client, None);
+}
+
+#[test]
+fn a_generation_that_only_adds_units_is_acquired_without_a_report() {
+    let t = Instant::now();
+    let mut o = owning(t, 3, "a");
+    o.read(t, t, Some(4), Some("a,b"), None);
+    assert!(o.report_due().is_none());
+    assert_eq!(
+        o.take_steps(),
+        [Step::Acquire {
+            units: tenures(&["b"], 4)
+        }]
+    );
+    // Neither does a new generation with the same row.
+    o.read(t, t, Some(5), Some("a,b"), None);
+    assert!(o.report_due().is_none());
+    assert_eq!(o.written_report().unwrap().applied, 3);
+    // A generation that takes one is acknowledged, at itself.
+    o.read(t, t, Some(6), Some("b"), None);
+    o.take_steps();
+    o.revoked(t, &names(&["a"]));
+    assert_eq!(report(&mut o, t), Some(6));
+}
+
+#[test]
+fn units_taken_from_the_row_are_acknowledged_even_if_never_started() {
+    let t = Instant::now();
+    // Never pinged: nothing was acquired, yet the holder waits for these.
+    let mut o = Ownership::new(DEADLINE, 1, t);
+    o.read(t, t, Some(3), Some("a,b"), None);
+    report(&mut o, t);
+    o.read(t, t, Some(4), Some("a"), None);
+    assert_eq!(report(&mut o, t), Some(4));
+    // A row that disappears took its units too.
+    o.read(t, t, Some(5), None, None);
+    assert_eq!(report(&mut o, t), Some(5));
+    // Nothing to take from a missing row.
+    o.read(t, t, Some(6), Some("c"), None);
+    assert_eq!(report(&mut o, t), None);
+}
+
+#[test]
+fn an_acknowledgement_owed_holds_up_acquisitions_until_written() {
+    let t = Instant::now();
+    let mut o = owning(t, 3, "a");
+    o.read(t, t, Some(4), Some("b"), None);
+    o.take_steps();
+    o.revoked(t, &names(&["a"]));
+    assert!(o.take_steps().is_empty(), "b waits for the report of 4");
+    // A later generation that only adds does not skip it.
+    o.read(t, t, Some(5), Some("b,c"), None);
+    assert!(o.take_steps().is_empty());
+    assert_eq!(report(&mut o, t), Some(5));
+    assert_eq!(
+        o.take_steps(),
+        [Step::Acquire {
+            units: tenures(&["b", "c"], 5)
+        }]
+    );
+}
+
+#[test]
+fn a_report_for_draining_alone_keeps_the_applied_last_written_and_draining_reports_every_generation()
+ {
+    let t = Instant::now();
+    let mut o = owning(t, 3, "a");
+    // Generation 4 only added a unit: not acknowledged.
+    o.read(t, t, Some(4), Some("a,b"), None);
+    o.drain(t);
+    // While draining, every new generation is reported: 4 too.
+    assert_eq!(o.report_due().unwrap().encode(), "4 1 1000 1");
+    report(&mut o, t);
+    o.read(t, t, Some(5), Some("a,b"), None);
+    assert_eq!(report(&mut o, t), Some(5));
+    assert_eq!(report(&mut o, t), None);
+}
+
+#[test]
+fn a_lower_generation_starts_the_member_over_once_nothing_is_held() {
+    let t = Instant::now();
+    let mut o = owning(t, 50, "a");
+    // While `a` is held, the lower generation is ignored.
+    let t1 = t + ms(400);
+    o.ping(t1);
+    assert_eq!(
+        o.read(t1, t1, Some(3), Some("a,x"), None),
+        ReadOutcome::Stale { processed: 50 }
+    );
+    assert!(o.take_steps().is_empty());
+    // Its hold ends (no read of generation 50 refreshed it); it is still
+    // being stopped: still ignored.
+    let t2 = t + DEADLINE;
+    o.ping(t2);
+    assert!(matches!(
+        o.read(t2, t2, Some(3), Some("a,x"), None),
+        ReadOutcome::Stale { processed: 50 }
+    ));
+    o.take_steps();
+    o.revoked(t2, &names(&["a"]));
+    assert!(o.report_due().is_none());
+    // Nothing held or stopping: start over, as a new process would.
+    assert_eq!(
+        o.read(t2, t2, Some(3), Some("a,x"), None),
+        ReadOutcome::StartedOver { processed: 50 }
+    );
+    assert_eq!(o.generation(), 3);
+    assert!(o.written_report().is_none(), "the old report is forgotten");
+    assert!(o.take_steps().is_empty(), "not before the new report");
+    // The one report that goes back.
+    assert_eq!(report(&mut o, t2), Some(3));
+    assert_eq!(o.written_report().unwrap().applied, 3);
+    assert_eq!(
+        o.take_steps(),
+        [Step::Acquire {
+            units: tenures(&["a", "x"], 3)
+        }]
+    );
+    // The new numbering goes on.
+    o.read(t2, t2, Some(4), Some("a,x"), None);
+    assert_eq!(o.generation(), 4);
+}
+
 // ---------------------------------------------------------------------------
 // The model.
 
@@ -310,11 +517,16 @@ enum Op {
     /// Time passes (a large value is a pause: nothing happens meanwhile).
     Wait(u64),
     /// A read sent `ago` ms before now, of generation `base + dg` (`None`:
-    /// unreadable), with a row of the units in the mask (`None`: no field).
+    /// unreadable), with a row of the units in the mask (`None`: no field),
+    /// or, with `add`, of the last processed row and those units. `client`:
+    /// on the current connection (`None`), or on a new one that Redis names
+    /// `Some(Some(c))` or does not name `Some(None)`.
     Read {
         ago: u64,
         dg: Option<i8>,
         row: Option<u8>,
+        add: bool,
+        client: Option<Option<u8>>,
     },
     Ping,
     Tick,
@@ -326,16 +538,34 @@ enum Op {
     Stop,
 }
 
+impl Op {
+    /// A read of the last processed generation, all of `row`, now, on the
+    /// current connection.
+    fn read_now(row: u8) -> Op {
+        Op::Read {
+            ago: 0,
+            dg: Some(0),
+            row: Some(row),
+            add: false,
+            client: None,
+        }
+    }
+}
+
 fn op() -> impl Strategy<Value = Op> {
+    let dg = prop_oneof![9 => -2i8..4, 1 => -100i8..-2];
+    let client = prop::option::weighted(0.15, prop::option::weighted(0.8, 0u8..4));
     prop_oneof![
         6 => (0u64..700).prop_map(Op::Wait),
         1 => (700u64..4000).prop_map(Op::Wait),
-        6 => (
+        7 => (
             0u64..300,
-            prop::option::weighted(0.95, -2i8..4),
-            prop::option::weighted(0.9, any::<u8>())
+            prop::option::weighted(0.95, dg),
+            prop::option::weighted(0.9, any::<u8>()),
+            prop::bool::weighted(0.3),
+            client,
         )
-            .prop_map(|(ago, dg, row)| Op::Read { ago, dg, row }),
+            .prop_map(|(ago, dg, row, add, client)| Op::Read { ago, dg, row, add, client }),
         5 => Just(Op::Ping),
         2 => Just(Op::Tick),
         4 => (0usize..8).prop_map(Op::Stopped),
@@ -358,17 +588,35 @@ struct Work {
     stopping: bool,
 }
 
+/// The last processed read.
+#[derive(Debug, Clone)]
+struct Seen {
+    generation: u64,
+    row: Option<BTreeSet<String>>,
+    sent: Instant,
+    client: Option<u64>,
+}
+
+/// A written report: `applied`, `draining`, `client`.
+type Written = (u64, bool, Option<u64>);
+
 struct Model {
     t: Instant,
     o: Ownership,
     work: BTreeMap<String, Work>,
-    /// Generation, row and send instant of the last processed read.
-    processed: Option<(u64, Option<BTreeSet<String>>, Instant)>,
+    processed: Option<Seen>,
     last_ping: Option<Instant>,
-    /// Send instant of the last successful read, stale ones included.
+    /// Send instant of the last successful read that counted (processed or
+    /// stale; not one on another connection than reported).
     last_read: Option<Instant>,
     last_read_done: Instant,
-    written: Option<u64>,
+    written: Option<Written>,
+    /// Processed generations that took units from the row, above the last
+    /// written `applied`.
+    owed: BTreeSet<u64>,
+    /// The connection reads go over now, and the one of the last read.
+    conn: Option<u64>,
+    client: Option<u64>,
     draining: bool,
     stopped: bool,
     started: Instant,
@@ -390,6 +638,9 @@ impl Model {
             last_read: None,
             last_read_done: t,
             written: None,
+            owed: BTreeSet::new(),
+            conn: None,
+            client: None,
             draining: false,
             stopped: false,
             started: t,
@@ -407,82 +658,13 @@ impl Model {
         let now = self.t;
         match *op {
             Op::Wait(n) => self.t += ms(n),
-            Op::Read { ago, dg, row } => {
-                // Reads are sequential: sent after the last one came back.
-                let sent = now
-                    .checked_sub(ms(ago))
-                    .unwrap_or(now)
-                    .max(self.last_read_done);
-                let base = self.processed.as_ref().map_or(0, |p| p.0) as i64;
-                let g = dg.map(|d| (base + i64::from(d)).max(0) as u64);
-                let row: Option<BTreeSet<String>> = row.map(|mask| {
-                    UNITS
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| mask & (1 << i) != 0)
-                        .map(|(_, u)| u.to_string())
-                        .collect()
-                });
-                let text = row
-                    .as_ref()
-                    .map(|r| r.iter().map(String::as_str).collect::<Vec<_>>().join(","));
-                self.fence(now);
-                let out = self.o.read(now, sent, g, text.as_deref());
-                self.last_read = Some(sent);
-                self.last_read_done = now;
-                let g = g.unwrap_or(base as u64);
-                let stale = self.processed.as_ref().is_some_and(|p| g < p.0);
-                if stale {
-                    assert!(matches!(out, ReadOutcome::Stale { .. }));
-                    let steps = self.o.take_steps();
-                    assert!(
-                        steps.iter().all(|s| matches!(
-                            s,
-                            Step::Revoke {
-                                why: Revocation::Fenced { .. },
-                                ..
-                            } | Step::Overran { .. }
-                        )),
-                        "a stale read did something: {steps:?}"
-                    );
-                    self.steps(steps, now);
-                } else {
-                    assert_eq!(out, ReadOutcome::Processed);
-                    let r = row.clone().unwrap_or_default();
-                    let steps = self.o.take_steps();
-                    let mut revoked = BTreeSet::new();
-                    for s in &steps {
-                        if let Step::Revoke { units, why } = s
-                            && !matches!(why, Revocation::Fenced { .. })
-                        {
-                            assert!(
-                                matches!(why, Revocation::Moved | Revocation::Draining),
-                                "{why:?}"
-                            );
-                            assert_eq!(*why == Revocation::Draining, self.draining);
-                            revoked.extend(units.iter().map(|t| t.unit.clone()));
-                        }
-                    }
-                    let want: BTreeSet<String> = self
-                        .work
-                        .iter()
-                        .filter(|(u, w)| !w.stopping && !r.contains(*u) && !self.stopped)
-                        .map(|(u, _)| u.clone())
-                        .collect();
-                    assert_eq!(
-                        revoked, want,
-                        "revoked exactly the owned units not in the row"
-                    );
-                    for (u, w) in self.work.iter_mut() {
-                        if r.contains(u) {
-                            w.seen = w.seen.max(g);
-                            w.shown = w.shown.max(sent);
-                        }
-                    }
-                    self.processed = Some((g, row, sent));
-                    self.steps(steps, now);
-                }
-            }
+            Op::Read {
+                ago,
+                dg,
+                row,
+                add,
+                client,
+            } => self.read(now, ago, dg, row, add, client),
             Op::Ping => {
                 self.fence(now);
                 let ok = self.o.ping(now);
@@ -522,7 +704,9 @@ impl Model {
                 if let Some(r) = self.o.report_due() {
                     self.check_report(&r);
                     self.o.reported(now, r);
-                    self.written = Some(r.applied);
+                    self.written = Some((r.applied, r.draining, r.client));
+                    self.owed = self.owed.split_off(&(r.applied + 1));
+                    assert_eq!(self.o.written_report(), Some(r));
                 } else {
                     self.o.tick(now);
                 }
@@ -569,6 +753,151 @@ impl Model {
         self.check(!matches!(op, Op::Wait(_)));
     }
 
+    fn read(
+        &mut self,
+        now: Instant,
+        ago: u64,
+        dg: Option<i8>,
+        mask: Option<u8>,
+        add: bool,
+        client: Option<Option<u8>>,
+    ) {
+        // Reads are sequential: sent after the last one came back.
+        let sent = now
+            .checked_sub(ms(ago))
+            .unwrap_or(now)
+            .max(self.last_read_done);
+        if let Some(c) = client {
+            self.conn = c.map(u64::from);
+        }
+        let client = self.conn;
+        let base = self.processed.as_ref().map_or(0, |p| p.generation) as i64;
+        let g = dg.map(|d| (base + i64::from(d)).max(0) as u64);
+        let mut row: Option<BTreeSet<String>> = mask.map(|mask| {
+            UNITS
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, u)| u.to_string())
+                .collect()
+        });
+        if add
+            && let Some(r) = &mut row
+            && let Some(Seen {
+                row: Some(last), ..
+            }) = &self.processed
+        {
+            r.extend(last.iter().cloned());
+        }
+        let text = row
+            .as_ref()
+            .map(|r| r.iter().map(String::as_str).collect::<Vec<_>>().join(","));
+        self.fence(now);
+        let out = self.o.read(now, sent, g, text.as_deref(), client);
+        self.last_read_done = now;
+        self.client = client;
+        let steps = self.o.take_steps();
+        let only_fenced = |steps: &[Step]| {
+            steps.iter().all(|s| {
+                matches!(
+                    s,
+                    Step::Revoke {
+                        why: Revocation::Fenced { .. },
+                        ..
+                    } | Step::Overran { .. }
+                )
+            })
+        };
+        let working = !self.work.is_empty();
+        let named = self.written.map(|w| w.2);
+        if working && named != Some(client) {
+            // On another connection than reported: counts for nothing.
+            assert_eq!(
+                out,
+                ReadOutcome::OtherConnection {
+                    named: named.flatten()
+                }
+            );
+            assert!(
+                only_fenced(&steps),
+                "a read on another connection did something: {steps:?}"
+            );
+            self.steps(steps, now);
+            return;
+        }
+        self.last_read = Some(sent);
+        let g = g.unwrap_or(base as u64);
+        let mut expected = ReadOutcome::Processed;
+        if let Some(p) = &self.processed
+            && g < p.generation
+        {
+            if working || self.stopped {
+                assert_eq!(
+                    out,
+                    ReadOutcome::Stale {
+                        processed: p.generation
+                    }
+                );
+                assert!(only_fenced(&steps), "a stale read did something: {steps:?}");
+                self.steps(steps, now);
+                return;
+            }
+            // Nothing worked on: a new start.
+            expected = ReadOutcome::StartedOver {
+                processed: p.generation,
+            };
+            self.processed = None;
+            self.written = None;
+            self.owed.clear();
+        }
+        assert_eq!(out, expected);
+        let r = row.clone().unwrap_or_default();
+        let mut revoked = BTreeSet::new();
+        for s in &steps {
+            if let Step::Revoke { units, why } = s
+                && !matches!(why, Revocation::Fenced { .. })
+            {
+                assert!(
+                    matches!(why, Revocation::Moved | Revocation::Draining),
+                    "{why:?}"
+                );
+                assert_eq!(*why == Revocation::Draining, self.draining);
+                revoked.extend(units.iter().map(|t| t.unit.clone()));
+            }
+        }
+        let want: BTreeSet<String> = self
+            .work
+            .iter()
+            .filter(|(u, w)| !w.stopping && !r.contains(*u) && !self.stopped)
+            .map(|(u, _)| u.clone())
+            .collect();
+        assert_eq!(
+            revoked, want,
+            "revoked exactly the owned units not in the row"
+        );
+        let took = self.processed.as_ref().is_some_and(|p| {
+            p.row
+                .as_ref()
+                .is_some_and(|last| last.iter().any(|u| !r.contains(u)))
+        });
+        if took && self.written.is_none_or(|w| g > w.0) {
+            self.owed.insert(g);
+        }
+        for (u, w) in self.work.iter_mut() {
+            if r.contains(u) {
+                w.seen = w.seen.max(g);
+                w.shown = w.shown.max(sent);
+            }
+        }
+        self.processed = Some(Seen {
+            generation: g,
+            row,
+            sent,
+            client,
+        });
+        self.steps(steps, now);
+    }
+
     /// Every call first ends the holds that ended by `now`: the model
     /// expects exactly those fenced, each at its own end, before anything
     /// else the call does.
@@ -612,25 +941,34 @@ impl Model {
                     }
                 }
                 Step::Acquire { units } => {
-                    let (g, row, shown) = self.processed.clone().expect("acquired before a read");
+                    let p = self.processed.clone().expect("acquired before a read");
                     assert!(!self.draining && !self.stopped, "acquired while leaving");
-                    assert_eq!(self.written, Some(g), "acquired before the report");
+                    let w = self.written.expect("acquired before any report");
+                    assert_eq!(
+                        w.2, p.client,
+                        "acquired before a report named the read's connection"
+                    );
+                    assert!(
+                        self.owed.is_empty(),
+                        "acquired before acknowledging {:?}",
+                        self.owed
+                    );
                     let ping = self.last_ping.expect("acquired before a ping");
                     for t in units {
-                        assert!(row.as_ref().is_some_and(|r| r.contains(&t.unit)));
+                        assert!(p.row.as_ref().is_some_and(|r| r.contains(&t.unit)));
                         assert!(
                             !self.work.contains_key(&t.unit),
                             "acquired while still worked on: {}",
                             t.unit
                         );
-                        assert_eq!(t.token, FencingToken(g));
-                        assert!(shown.min(ping) + DEADLINE > now, "acquired without a hold");
+                        assert_eq!(t.token, FencingToken(p.generation));
+                        assert!(p.sent.min(ping) + DEADLINE > now, "acquired without a hold");
                         self.work.insert(
                             t.unit,
                             Work {
                                 token: t.token,
-                                seen: g,
-                                shown,
+                                seen: p.generation,
+                                shown: p.sent,
                                 stopping: false,
                             },
                         );
@@ -647,12 +985,37 @@ impl Model {
         assert_eq!(fenced, expected, "fenced exactly the holds that ended");
     }
 
+    /// The most a report may claim: every unit still worked on was in a
+    /// processed row of a generation `≥ applied` since its acquisition.
+    fn claimable(&self) -> u64 {
+        let g = self.processed.as_ref().map_or(0, |p| p.generation);
+        self.work.values().map(|w| w.seen).fold(g, u64::min)
+    }
+
+    /// The report due by the rules, if any.
+    fn due(&self) -> Option<(u64, bool, Option<u64>)> {
+        self.processed.as_ref()?;
+        let most = self.claimable();
+        let Some(w) = self.written else {
+            return Some((most, self.draining, self.client));
+        };
+        let owed = self.owed.iter().any(|&g| g <= most);
+        if owed || (self.draining && most > w.0) {
+            Some((most, self.draining, self.client))
+        } else if w.1 != self.draining || w.2 != self.client {
+            Some((w.0, self.draining, self.client))
+        } else {
+            None
+        }
+    }
+
     /// A report claims every unit revoked at a generation `≤ applied` is
     /// stopped: every unit still worked on must have been in a processed row
-    /// of a generation `≥ applied`. Reports never go back.
+    /// of a generation `≥ applied`. Reports never go back (but after a
+    /// start-over, which forgot the last one).
     fn check_report(&self, r: &MemberReport) {
-        let (g, _, _) = self.processed.as_ref().expect("a report before a read");
-        assert!(r.applied <= *g);
+        let p = self.processed.as_ref().expect("a report before a read");
+        assert!(r.applied <= p.generation);
         for (u, w) in &self.work {
             assert!(
                 r.applied <= w.seen,
@@ -662,10 +1025,14 @@ impl Model {
             );
         }
         assert!(
-            self.written.is_none_or(|w| w <= r.applied),
+            self.written.is_none_or(|w| w.0 <= r.applied),
             "report went back"
         );
         assert_eq!(r.draining, self.draining);
+        assert_eq!(
+            r.client, self.client,
+            "a report names the last read's connection"
+        );
     }
 
     fn check(&mut self, called: bool) {
@@ -704,14 +1071,26 @@ impl Model {
                 assert_eq!(held, (now < end).then_some(w.token));
             }
         }
-        if let Some(r) = self.o.report_due() {
+        let due = self.o.report_due();
+        assert_eq!(
+            due.map(|r| (r.applied, r.draining, r.client)),
+            self.due(),
+            "a report is due exactly when the rules say"
+        );
+        if let Some(r) = due {
             self.check_report(&r);
         }
+        assert_eq!(
+            self.o
+                .written_report()
+                .map(|r| (r.applied, r.draining, r.client)),
+            self.written
+        );
         if self.o.drained() {
             assert!(self.work.is_empty());
-            let (g, row, _) = self.processed.as_ref().unwrap();
-            assert!(row.as_ref().is_none_or(BTreeSet::is_empty));
-            assert_eq!(self.written, Some(*g));
+            let p = self.processed.as_ref().unwrap();
+            assert!(p.row.as_ref().is_none_or(BTreeSet::is_empty));
+            assert_eq!(self.written.map(|w| (w.0, w.1)), Some((p.generation, true)));
         }
         // Right after a call, nothing is due by time until the next wake-up.
         if called && let Some(w) = self.o.next_wake() {
@@ -729,9 +1108,10 @@ proptest! {
         for op in &ops {
             m.apply(op);
         }
-        // Liveness: once every stop completes and the reports are written,
-        // the last generation is applied; a fresh read and ping then give
-        // the member its whole row (unless it is leaving).
+        // Liveness: once every stop completes and the due reports are
+        // written, nothing is owed; a fresh read (on the reported
+        // connection) and ping then give the member its whole row (unless
+        // it is leaving), once what that read took is stopped and reported.
         m.apply(&Op::Tick);
         while m.o.stopping() > 0 {
             m.apply(&Op::Stopped(0));
@@ -739,11 +1119,13 @@ proptest! {
         m.apply(&Op::Reported);
         m.apply(&Op::Reported);
         prop_assert!(m.o.report_due().is_none());
-        if let Some((g, _, _)) = &m.processed {
-            prop_assert_eq!(m.written, Some(*g));
-        }
+        prop_assert!(m.owed.is_empty());
         m.apply(&Op::Ping);
-        m.apply(&Op::Read { ago: 0, dg: Some(0), row: Some(0b111) });
+        m.apply(&Op::read_now(0b111));
+        while m.o.stopping() > 0 {
+            m.apply(&Op::Stopped(0));
+        }
+        m.apply(&Op::Reported);
         m.apply(&Op::Reported);
         m.apply(&Op::Ping);
         if !m.draining && !m.stopped {

@@ -10,7 +10,8 @@
 //!  table.rs    snapshot read and list sizing, table state, commit, table reads
 //!  guard.rs    key guards: was the table, or a list, touched since it was read?
 //!  lists.rs    registration, operator list edits and reads, fenced forgets
-//!  member.rs   a member's report, its removal, the transit it is owed
+//!  member.rs   a member's row read, its report, its removal, the transit
+//!              it is owed
 //!  census.rs   the census step
 //!  pubsub.rs   notifications, on their own connection
 //! ```
@@ -54,6 +55,7 @@ mod table;
 mod weights;
 
 use conn::{Conn, Dialer, Links};
+pub use member::RowRead;
 use reply::{bytes_list, int, redis_err, reply_err, text, text_pairs};
 pub use scripts::MAX_COUNT;
 use scripts::{Scripts, checked, stored_count};
@@ -137,6 +139,9 @@ pub struct Store {
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
     list_sizing: Arc<std::sync::atomic::AtomicBool>,
     memory_usage: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether Redis lets a member ask `CLIENT ID` with its row reads (off
+    /// after a refusal).
+    row_client: Arc<std::sync::atomic::AtomicBool>,
     /// The Redis client id of the lease connection, as last learned on it.
     lease_client: Arc<std::sync::Mutex<LeaseClient>>,
 }
@@ -357,6 +362,7 @@ impl Store {
             wait: opts.wait,
             list_sizing: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             memory_usage: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            row_client: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             lease_client: Arc::new(std::sync::Mutex::new(LeaseClient::Unknown)),
             scripts: Arc::new(Scripts::new()),
             op_timeout,

@@ -568,40 +568,6 @@ impl Store {
         Ok(MatchingTable::from_rows(rows))
     }
 
-    /// A member's row (`None`: no field, not a member now) and the table
-    /// generation, read atomically. A generation that is not a valid counter
-    /// is returned as its own error, so that a reader can still follow its row.
-    pub async fn read_row(
-        &self,
-        member: &str,
-    ) -> Result<(Option<String>, Result<u64, StoreError>), StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        pipe.cmd("HGET").arg(&self.keys.table).arg(member);
-        pipe.cmd("HGET").arg(&self.keys.meta).arg("generation");
-        let mut conn = self.conn();
-        match self
-            .bounded(
-                "read row",
-                self.op_timeout,
-                pipe.query_async::<(Option<String>, Option<Vec<u8>>)>(&mut conn),
-            )
-            .await
-        {
-            Ok((row, g)) => {
-                let generation = match g {
-                    None => Ok(0),
-                    Some(raw) => stored_count(&self.keys.meta, "generation", &raw),
-                };
-                Ok((row, generation))
-            }
-            Err(e) => {
-                let keys = [self.keys.table.as_str(), self.keys.meta.as_str()];
-                Err(self.classify(e, &keys, "hash").await)
-            }
-        }
-    }
-
     /// The highest generation Redis knows (`meta.generation` or its floor),
     /// validated: a value that is not an integer below 2^53 is an error
     /// naming the key and the value, never a floor.
