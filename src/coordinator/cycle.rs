@@ -1167,6 +1167,7 @@ impl CycleContext {
             && view.unsaved_suspects.is_empty()
         {
             view.handoff.ledger.unchanged(next);
+            view.handoff.retire_vanished();
             return Write::Unchanged;
         }
         if !self.may_act() {
@@ -1263,6 +1264,7 @@ impl CycleContext {
                 }
                 view.unsaved = HealthChanges::default();
                 view.unsaved_suspects = SuspectChanges::default();
+                view.handoff.retire_vanished();
                 Write::Written { generation }
             }
             Ok(Committed::Fenced { reason }) => {

@@ -65,6 +65,12 @@ pub(super) struct HandoffState {
     reports_read: bool,
     /// Members whose report could not be decoded when last read.
     unreadable: HashSet<String>,
+    /// The last report of members whose entry vanished (Redis lost its
+    /// data, an operator removed it, the member deregistered) while they
+    /// still have a row or owe a release: a fact that goes missing never
+    /// turns a member of the protocol into one whose refusal alone releases
+    /// its units, or shortens its wait.
+    vanished: HashMap<String, MemberReport>,
     /// The version of the reports and overrides hashes these were decoded
     /// from (`ReportsRead::version`): unchanged, they are not read again.
     pub(super) reports_version: Option<u64>,
@@ -146,7 +152,11 @@ impl HandoffState {
         MemberFacts {
             refused_since: gone.refused,
             disconnected_since: gone.disconnected,
-            report: self.reports.get(member).copied(),
+            report: self
+                .reports
+                .get(member)
+                .or_else(|| self.vanished.get(member))
+                .copied(),
             reports_read: self.reports_read && !self.unreadable.contains(member),
         }
     }
@@ -189,21 +199,21 @@ impl HandoffState {
             if t.revoked_at == 0 {
                 continue;
             }
-            for (m, proof) in &t.from {
+            for (m, origin) in &t.from {
                 let gone = self.gone.get(m);
                 if m == UNKNOWN_ORIGIN || (gone.is_none() && listed.contains(m.as_str())) {
                     continue;
                 }
                 let after = |at: Option<Instant>| at.is_some_and(|a| a > t.waiting_since);
                 let gone = gone.copied().unwrap_or_default();
-                match proof {
+                match origin.proof {
                     Proof::Refusal if !after(gone.refused) => {
                         out.entry(m.clone()).or_default();
                     }
                     Proof::Disconnected(c) if !after(gone.disconnected) => {
                         let ids = out.entry(m.clone()).or_default();
-                        if !ids.contains(c) {
-                            ids.push(*c);
+                        if !ids.contains(&c) {
+                            ids.push(c);
                         }
                     }
                     _ => {}
@@ -295,7 +305,15 @@ impl HandoffState {
             .filter(|(_, r)| r.draining)
             .map(|(m, _)| m.clone())
             .collect();
+        let before = std::mem::take(&mut self.reports);
         let unreadable = decode_entries(raw, MemberReport::decode, &mut self.reports);
+        for (m, r) in before {
+            if !self.reports.contains_key(&m) && !unreadable.contains_key(&m) {
+                self.vanished.insert(m, r);
+            }
+        }
+        let reports = &self.reports;
+        self.vanished.retain(|m, _| !reports.contains_key(m));
         let bad = lines(&unreadable);
         if bad != self.bad_reports && !bad.is_empty() {
             tracing::warn!(
@@ -367,6 +385,18 @@ impl HandoffState {
             .map(|r| r.applied)
             .filter(|a| *a > known && *a < MAX_FLOOR_FROM_REPORTS)
             .max()
+    }
+
+    /// Forgets the vanished reports of members that have no row in the table
+    /// Redis holds (as the ledger knows it) and owe nothing.
+    pub(super) fn retire_vanished(&mut self) {
+        if self.vanished.is_empty() {
+            return;
+        }
+        let owing: HashSet<String> = self.owing().into_iter().map(str::to_string).collect();
+        let rows = self.ledger.granted().map(|g| g.rows());
+        self.vanished
+            .retain(|m, _| owing.contains(m) || rows.is_none_or(|r| r.contains_key(m)));
     }
 
     /// A member's capacity weight: the operator's override, else its report's,
@@ -496,6 +526,33 @@ mod tests {
         // Read again: a member without a report is an old worker.
         h.observe_reports(pairs(&[("a:1", "5 0 30000 1")]), "m");
         assert_eq!(settings.wait(&h.facts("b:1")), settings.handoff_delay);
+    }
+
+    /// A report that vanishes (Redis lost its data, an operator removed it)
+    /// still counts for a member that has a row or owes a release: its
+    /// revocations keep its wait and its proof, not an old worker's.
+    #[test]
+    fn a_vanished_report_still_counts_while_the_member_holds_anything() {
+        let settings = handoff::Settings {
+            handoff_delay: Duration::from_secs(1),
+        };
+        let mut h = HandoffState::default();
+        h.observe_reports(pairs(&[("a:1", "4 0 30000 1 17")]), "m");
+        h.observe_reports(pairs(&[]), "m");
+        let f = h.facts("a:1");
+        assert_eq!(
+            settings.wait(&f),
+            handoff::deadline_wait(Duration::from_secs(30))
+        );
+        assert_eq!(settings.proof(&f), Proof::Disconnected(17));
+        // No row and nothing owed (the ledger knows no table yet counts as
+        // unknown: kept); with a table that has no row for it: forgotten.
+        h.retire_vanished();
+        assert!(h.facts("a:1").report.is_some());
+        h.ledger.unchanged(Arc::new(MatchingTable::default()));
+        h.retire_vanished();
+        assert_eq!(h.facts("a:1").report, None);
+        assert_eq!(settings.proof(&h.facts("a:1")), Proof::Refusal);
     }
 
     #[test]

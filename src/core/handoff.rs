@@ -142,6 +142,18 @@ impl Proof {
     }
 }
 
+/// One member a unit in transit was revoked from: how long after the
+/// revoking write it may still work on the unit, and what else proves it
+/// stopped. Both are fixed when the unit is revoked, from what the holder
+/// knew of the member then; no later fact changes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    pub proof: Proof,
+    /// `None` for an entry written by an older version, which stored none:
+    /// it is waited for as the facts of now say.
+    pub wait: Option<Duration>,
+}
+
 /// The origin that stands for members nobody knows: a transit entry that
 /// could not be read has it, and only time releases it.
 pub const UNKNOWN_ORIGIN: &str = "?";
@@ -150,8 +162,9 @@ pub const UNKNOWN_ORIGIN: &str = "?";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transit {
     /// The members it was revoked from (one, or several if a hand-edited
-    /// table had given it to several), each with what proves it stopped.
-    pub from: BTreeMap<String, Proof>,
+    /// table had given it to several), each with its wait and what proves
+    /// it stopped.
+    pub from: BTreeMap<String, Origin>,
     /// Where it is to go; `None` while no eligible member wants it (or it was
     /// removed from the list).
     pub to: Option<String>,
@@ -161,23 +174,18 @@ pub struct Transit {
     pub revoked_at: u64,
     /// Unix ms of the revocation, for operators (shared between replicas).
     pub since_ms: u64,
-    /// How long after `waiting_since` every member it was revoked from may
-    /// still work on it: the longest of their waits when they were revoked.
-    /// `None` for an entry written by an older version, which stored none:
-    /// it is waited for as the facts of now say.
-    pub wait: Option<Duration>,
     /// When this holder knew the revocation to be written (local,
     /// monotonic): after the write returned, or when it read the entry.
     pub waiting_since: Instant,
 }
 
 impl Transit {
-    /// The stored value: `revoked_at since_ms to from[,from…] wait_ms
-    /// proof[,proof…]` (`to` is `-` for none; one proof per origin, in the
-    /// same order).
+    /// The stored value: `revoked_at since_ms to from[,from…]
+    /// wait_ms[,wait_ms…] proof[,proof…]` (`to` is `-` for none; one wait
+    /// and one proof per origin, in the same order). An entry of an older
+    /// version keeps its four fields.
     pub fn encode(&self) -> String {
         let from: Vec<&str> = self.from.keys().map(String::as_str).collect();
-        let proofs: Vec<String> = self.from.values().map(Proof::encode).collect();
         let mut out = format!(
             "{} {} {} {}",
             self.revoked_at,
@@ -185,8 +193,14 @@ impl Transit {
             self.to.as_deref().unwrap_or("-"),
             from.join(",")
         );
-        if let Some(w) = self.wait {
-            out.push_str(&format!(" {} {}", w.as_millis(), proofs.join(",")));
+        let waits: Option<Vec<String>> = self
+            .from
+            .values()
+            .map(|o| o.wait.map(|w| w.as_millis().to_string()))
+            .collect();
+        if let Some(waits) = waits {
+            let proofs: Vec<String> = self.from.values().map(|o| o.proof.encode()).collect();
+            out.push_str(&format!(" {} {}", waits.join(","), proofs.join(",")));
         }
         out
     }
@@ -208,19 +222,36 @@ impl Transit {
         if members.iter().any(|m| m.is_empty()) {
             return None;
         }
-        let (wait, proofs) = match (it.next(), it.next()) {
-            (None, _) => (None, vec![Proof::Refusal; members.len()]),
+        let origins: Vec<Origin> = match (it.next(), it.next()) {
+            (None, _) => vec![
+                Origin {
+                    proof: Proof::Refusal,
+                    wait: None,
+                };
+                members.len()
+            ],
             (Some(w), Some(p)) => {
+                let waits: Option<Vec<u64>> = w.split(SEPARATOR).map(parse_u53).collect();
                 let proofs: Option<Vec<Proof>> = p.split(SEPARATOR).map(Proof::decode).collect();
-                let wait = Duration::from_millis(parse_u53(w)?);
-                (Some(wait), proofs.filter(|p| p.len() == members.len())?)
+                let (waits, proofs) = (waits?, proofs?);
+                if waits.len() != members.len() || proofs.len() != members.len() {
+                    return None;
+                }
+                waits
+                    .into_iter()
+                    .zip(proofs)
+                    .map(|(w, proof)| Origin {
+                        proof,
+                        wait: Some(Duration::from_millis(w)),
+                    })
+                    .collect()
             }
             (Some(_), None) => return None,
         };
-        let from: BTreeMap<String, Proof> = members
+        let from: BTreeMap<String, Origin> = members
             .into_iter()
             .map(str::to_string)
-            .zip(proofs)
+            .zip(origins)
             .collect();
         if it.next().is_some() || from.is_empty() {
             return None;
@@ -230,7 +261,6 @@ impl Transit {
             to,
             revoked_at,
             since_ms,
-            wait,
             waiting_since: now,
         })
     }
@@ -239,12 +269,15 @@ impl Transit {
     /// nobody knows, so only time releases it, after the longest wait any
     /// member may ask for.
     pub fn unknown(settings: &Settings, now: Instant, now_ms: u64) -> Transit {
+        let origin = Origin {
+            proof: Proof::Never,
+            wait: Some(settings.longest_wait()),
+        };
         Transit {
-            from: BTreeMap::from([(UNKNOWN_ORIGIN.to_string(), Proof::Never)]),
+            from: BTreeMap::from([(UNKNOWN_ORIGIN.to_string(), origin)]),
             to: None,
             revoked_at: 0,
             since_ms: now_ms,
-            wait: Some(settings.longest_wait()),
             waiting_since: now,
         }
     }
@@ -446,6 +479,14 @@ impl Settings {
         }
     }
 
+    /// A member revoked now, by what the holder knows of it now.
+    pub fn origin(&self, m: &MemberFacts) -> Origin {
+        Origin {
+            proof: self.proof(m),
+            wait: Some(self.wait(m)),
+        }
+    }
+
     /// Whether `t` is released by every member it was revoked from except
     /// `to` (a unit going back to one of them); else when it will be by time.
     pub fn released(
@@ -456,10 +497,10 @@ impl Settings {
         now: Instant,
     ) -> Result<(), Instant> {
         let mut at: Option<Instant> = None;
-        for (from, proof) in t.from.iter().filter(|(f, _)| Some(f.as_str()) != to) {
+        for (from, origin) in t.from.iter().filter(|(f, _)| Some(f.as_str()) != to) {
             let f = facts(from);
             let after_write = |since: Option<Instant>| since.is_some_and(|s| s > t.waiting_since);
-            let proven = match proof {
+            let proven = match origin.proof {
                 Proof::Refusal => after_write(f.refused_since),
                 Proof::Disconnected(_) => after_write(f.disconnected_since),
                 Proof::Never => false,
@@ -473,7 +514,7 @@ impl Settings {
             {
                 continue;
             }
-            let until = t.waiting_since + t.wait.unwrap_or_else(|| self.wait(&f));
+            let until = t.waiting_since + origin.wait.unwrap_or_else(|| self.wait(&f));
             if now < until {
                 at = Some(at.map_or(until, |a| a.max(until)));
             }

@@ -619,9 +619,9 @@ async fn a_member_names_its_new_connection_before_its_reads_extend_a_hold() {
 /// follows its row and reports as ever, naming no connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_user_may_not_run_client_follows_its_row_and_reports_no_connection() {
-    use crate::security::{ADMIN_PASSWORD, PASSWORD, create_acl_user};
+    use crate::security::{ADMIN_PASSWORD, PASSWORD, create_acl_user_with};
     let redis = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]);
-    create_acl_user(&redis).await;
+    create_acl_user_with(&redis, "+llen +memory|usage +watch +unwatch").await;
     let port = free_port();
     let id = format!("127.0.0.1:{port}");
     let mut opts = options(&redis, port);

@@ -42,9 +42,10 @@ pub struct Ledger {
     /// (a new holding, or since a resync): the next plan reads and
     /// verifies the stored table.
     granted: Option<Arc<MatchingTable>>,
-    /// The table this holder last wrote, confirmed: where a plan starts when
-    /// the stored table is gone (Redis lost its data, or a `DEL`), since
-    /// members may still work on what it granted.
+    /// The table this holder last knew Redis to hold (its last confirmed
+    /// write, or a plan that needed none): where a plan starts when the
+    /// stored table is gone (Redis lost its data, or a `DEL`), since members
+    /// may still work on what it granted.
     last_written: Option<Arc<MatchingTable>>,
     transit: Transits,
     /// Revocations carried by writes whose outcome is unknown, by group and
@@ -94,7 +95,7 @@ impl Ledger {
         self.granted.as_ref()
     }
 
-    /// The table this holder last wrote, confirmed.
+    /// The table this holder last knew Redis to hold.
     pub fn last_written(&self) -> Option<&Arc<MatchingTable>> {
         self.last_written.as_ref()
     }
@@ -110,6 +111,7 @@ impl Ledger {
 
     /// A plan that needed no write: `granted` is what Redis holds.
     pub fn unchanged(&mut self, granted: Arc<MatchingTable>) {
+        self.last_written = Some(Arc::clone(&granted));
         self.granted = Some(granted);
     }
 
@@ -163,10 +165,9 @@ impl Ledger {
                     .or_default()
                     .entry(unit.clone())
                     .or_insert_with(|| t.clone());
-                for (m, p) in &t.from {
-                    kept.from.entry(m.clone()).or_insert(*p);
+                for (m, o) in &t.from {
+                    kept.from.entry(m.clone()).or_insert(*o);
                 }
-                kept.wait = kept.wait.max(t.wait);
             }
         }
         self.stale = true;
@@ -263,15 +264,20 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::core::handoff::Proof;
+    use crate::core::handoff::{Origin, Proof};
+
+    const WAIT: Option<Duration> = Some(Duration::from_secs(8));
 
     fn entry(from: &str, revoked_at: u64, at: Instant) -> Transit {
+        let origin = Origin {
+            proof: Proof::Refusal,
+            wait: WAIT,
+        };
         Transit {
-            from: BTreeMap::from([(from.to_string(), Proof::Refusal)]),
+            from: BTreeMap::from([(from.to_string(), origin)]),
             to: Some("b".into()),
             revoked_at,
             since_ms: 1,
-            wait: Some(Duration::from_secs(8)),
             waiting_since: at,
         }
     }
@@ -343,7 +349,7 @@ mod tests {
             let r = l.resync(&stored_rows, stored, &group(&members), later);
             let t = &l.transit()["g"]["u"];
             assert_eq!(t.from.keys().collect::<Vec<_>>(), ["a"]);
-            assert_eq!(t.wait, Some(Duration::from_secs(8)));
+            assert_eq!(t.from["a"].wait, WAIT);
             assert_eq!(t.waiting_since, later, "waits from the read");
             assert_eq!(r.restored, usize::from(!stored_entry));
             assert_eq!(t.revoked_at, if stored_entry { 9 } else { 0 });

@@ -5,7 +5,6 @@
 //! units in transit.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -182,30 +181,20 @@ fn fresh(input: &PlanInput<'_>) -> Transit {
         to: None,
         revoked_at: 0,
         since_ms: input.now_ms,
-        wait: Some(Duration::ZERO),
         waiting_since: input.now,
     }
 }
 
 /// Adds `member` to the origins of `t`, if it is a new one: this plan's
-/// write revokes it, the wait starts once that write is done, and it is the
-/// longest of the origins' (each as the holder knows its member now).
+/// write revokes it, its wait (fixed now, from what the holder knows of it)
+/// starts once that write is done, and so does every other origin's wait
+/// again.
 fn add_origin(t: &mut Transit, member: &str, input: &PlanInput<'_>) {
     if t.from.contains_key(member) {
         return;
     }
-    let settings = &input.settings;
-    let facts = (input.facts)(member);
-    // An entry of an older version stored no wait: it is fixed now, from
-    // the facts of now, like the new origin's.
-    let before = t.wait.unwrap_or_else(|| {
-        t.origins()
-            .map(|o| settings.wait(&(input.facts)(o)))
-            .max()
-            .unwrap_or_default()
-    });
-    t.wait = Some(before.max(settings.wait(&facts)));
-    t.from.insert(member.to_string(), settings.proof(&facts));
+    let origin = input.settings.origin(&(input.facts)(member));
+    t.from.insert(member.to_string(), origin);
     t.revoked_at = 0;
     t.waiting_since = input.now;
 }

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use proptest::prelude::*;
 use tokio::time::Instant;
 
 use super::*;
@@ -131,8 +130,11 @@ fn a_move_is_a_revocation_then_a_grant_after_the_acknowledgement() {
     assert_eq!(p.revoked, 1);
     c.apply(p, 5);
     let t = c.transit_of("u").unwrap();
-    assert_eq!(t.from, BTreeMap::from([("a".to_string(), Proof::Never)]));
-    assert_eq!(t.wait, Some(ms(1000 + 50 + 100)));
+    let origin = Origin {
+        proof: Proof::Never,
+        wait: Some(ms(1000 + 50 + 100)),
+    };
+    assert_eq!(t.from, BTreeMap::from([("a".to_string(), origin)]));
     assert_eq!(t.to.as_deref(), Some("b"));
     assert_eq!(t.revoked_at, 5);
     // Not acknowledged yet: still in transit; plan again by the deadline.
@@ -158,8 +160,13 @@ fn without_an_acknowledgement_the_deadline_releases_the_unit() {
     c.transit.entry("g".into()).or_default().insert(
         "u".into(),
         Transit {
-            from: BTreeMap::from([("a".to_string(), Proof::Never)]),
-            wait: Some(ms(1000 + 50 + 100)),
+            from: BTreeMap::from([(
+                "a".to_string(),
+                Origin {
+                    proof: Proof::Never,
+                    wait: Some(ms(1000 + 50 + 100)),
+                },
+            )]),
             to: Some("b".into()),
             revoked_at: 5,
             since_ms: 0,
@@ -329,8 +336,13 @@ fn a_hand_edited_table_is_repaired_by_revoking_from_every_holder() {
     c.transit.entry("g".into()).or_default().insert(
         "v".into(),
         Transit {
-            from: BTreeMap::from([("a".to_string(), Proof::Never)]),
-            wait: Some(ms(1000 + 50 + 100)),
+            from: BTreeMap::from([(
+                "a".to_string(),
+                Origin {
+                    proof: Proof::Never,
+                    wait: Some(ms(1000 + 50 + 100)),
+                },
+            )]),
             to: Some("c".into()),
             revoked_at: 1,
             since_ms: 0,
@@ -473,27 +485,34 @@ fn stored_forms_parse_strictly() {
     );
     assert_eq!(capped.weight, MAX_WEIGHT);
 
+    let origin = |proof, ms_| Origin {
+        proof,
+        wait: Some(ms(ms_)),
+    };
     let t = Transit {
         from: BTreeMap::from([
-            ("a:1".to_string(), Proof::Refusal),
-            ("b:2".to_string(), Proof::Disconnected(42)),
-            ("c:3".to_string(), Proof::Never),
+            ("a:1".to_string(), origin(Proof::Refusal, 10_600)),
+            ("b:2".to_string(), origin(Proof::Disconnected(42), 3_250)),
+            ("c:3".to_string(), origin(Proof::Never, 0)),
         ]),
         to: None,
         revoked_at: 7,
         since_ms: 1_700_000_000_000,
-        wait: Some(ms(10_600)),
         waiting_since: t0,
     };
-    assert_eq!(t.encode(), "7 1700000000000 - a:1,b:2,c:3 10600 r,c42,-");
+    assert_eq!(
+        t.encode(),
+        "7 1700000000000 - a:1,b:2,c:3 10600,3250,0 r,c42,-"
+    );
     assert_eq!(Transit::decode(&t.encode(), t0), Some(t));
     // The four fields of older versions: no stored wait, refusals as proof.
     let old = Transit::decode("7 1700000000000 b:2 a:1", t0).unwrap();
-    assert_eq!(old.wait, None);
-    assert_eq!(
-        old.from,
-        BTreeMap::from([("a:1".to_string(), Proof::Refusal)])
-    );
+    let legacy = Origin {
+        proof: Proof::Refusal,
+        wait: None,
+    };
+    assert_eq!(old.from, BTreeMap::from([("a:1".to_string(), legacy)]));
+    assert_eq!(old.encode(), "7 1700000000000 b:2 a:1");
     for bad in [
         "",
         "7 1 - ",
@@ -502,6 +521,7 @@ fn stored_forms_parse_strictly() {
         "7 1 b:1 a,",
         "7 1 b:1 a extra",
         "7 1 b:1 a 10 r,r",
+        "7 1 b:1 a 10,10 r",
         "7 1 b:1 a 10 x",
         "7 1 b:1 a 10 r more",
         "7 1 b:1 a x r",
@@ -519,624 +539,7 @@ fn stored_forms_parse_strictly() {
     assert_eq!(parse_transit_field("nocomma"), None);
 }
 
-// ---------------------------------------------------------------------------
-// The simulation.
-
-/// One member of the simulation.
-#[derive(Debug, Clone)]
-struct Sim {
-    name: String,
-    /// Speaks the protocol (acknowledges, fences itself).
-    acks: bool,
-    alive: bool,
-    /// Paused until then: no reads, no pings answered, no progress.
-    paused_until: Option<Instant>,
-    /// Redis unreachable until then (pings still answered).
-    cut_until: Option<Instant>,
-    /// Until then it receives pings but its answers never reach the holder
-    /// (lost, or later than the ping timeout).
-    answers_lost_until: Option<Instant>,
-    draining: bool,
-    listed: bool,
-    /// Units it owns, with the send instant of the last read that showed each.
-    owned: BTreeMap<String, Instant>,
-    /// Units it is stopping: (done at, send instant of the last read that
-    /// showed it).
-    stopping: BTreeMap<String, (Instant, Instant)>,
-    /// Highest generation processed, and acknowledged.
-    processed: u64,
-    applied: u64,
-    /// A read in flight: processed at `.0`, with the generation and row it
-    /// saw when it was sent at `.1`.
-    read: Option<(Instant, Instant, u64, Option<BTreeSet<String>>)>,
-    last_ping: Instant,
-    /// Send instant of the last successful read.
-    last_read_ok: Instant,
-    next_read: Instant,
-    read_every: Duration,
-    read_takes: Duration,
-    stop_takes: Duration,
-}
-
-const DEADLINE: Duration = Duration::from_millis(800);
-
-impl Sim {
-    /// A new process on this member's address, started at `t`.
-    fn restart(&mut self, t: Instant) {
-        self.alive = true;
-        self.paused_until = None;
-        self.cut_until = None;
-        self.answers_lost_until = None;
-        self.draining = false;
-        self.listed = true;
-        self.owned.clear();
-        self.stopping.clear();
-        self.processed = 0;
-        self.applied = 0;
-        self.read = None;
-        // Not fenced at its start (generous: the library also waits for a
-        // ping before it starts a unit).
-        self.last_ping = t;
-        self.last_read_ok = t;
-        self.next_read = t;
-    }
-
-    fn active(&self, t: Instant) -> bool {
-        self.alive && self.paused_until.is_none_or(|p| t >= p)
-    }
-
-    /// When its hold on a unit last shown at `read` ends.
-    fn hold_end(&self, read: Instant) -> Instant {
-        read.min(self.last_ping) + DEADLINE
-    }
-
-    /// The units it may be working on at `t`.
-    fn working(&self, t: Instant) -> Vec<&String> {
-        if !self.alive {
-            return Vec::new();
-        }
-        let owned = self
-            .owned
-            .iter()
-            .filter(|(_, r)| !self.acks || t < self.hold_end(**r))
-            .map(|(u, _)| u);
-        let stopping = self
-            .stopping
-            .iter()
-            .filter(|(_, (done, r))| t < *done && (!self.acks || t < self.hold_end(*r)))
-            .map(|(u, _)| u);
-        owned.chain(stopping).collect()
-    }
-
-    /// Fenced (no ping, or no successful read, for its deadline): it holds
-    /// nothing and answers pings with UNAVAILABLE.
-    fn fenced(&self, t: Instant) -> bool {
-        self.acks && (t >= self.last_ping + DEADLINE || t >= self.last_read_ok + DEADLINE)
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Run(u64),
-    Join(bool),
-    Kill(usize),
-    /// A dead member's address gets a new process: it listens, registers,
-    /// and reads the table as a member that never owned anything.
-    Restart(usize),
-    /// A member is killed and a new process starts on its address this many
-    /// ms later (a supervisor restarting a crashed worker).
-    KillAndRestart(usize, u64),
-    Pause(usize, u64),
-    CutRedis(usize, u64),
-    LoseAnswers(usize, u64),
-    Drain(usize),
-    AddUnit(u8),
-    RemoveUnit(u8),
-    Failover(u64),
-    HandEdit(u8, usize),
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        6 => (10u64..600).prop_map(Op::Run),
-        1 => any::<bool>().prop_map(Op::Join),
-        1 => (0usize..8).prop_map(Op::Kill),
-        1 => (0usize..8).prop_map(Op::Restart),
-        1 => ((0usize..8), (0u64..80)).prop_map(|(m, d)| Op::KillAndRestart(m, d)),
-        1 => ((0usize..8), (100u64..2500)).prop_map(|(m, d)| Op::Pause(m, d)),
-        1 => ((0usize..8), (100u64..2500)).prop_map(|(m, d)| Op::CutRedis(m, d)),
-        1 => ((0usize..8), (100u64..2500)).prop_map(|(m, d)| Op::LoseAnswers(m, d)),
-        1 => (0usize..8).prop_map(Op::Drain),
-        1 => (0u8..12).prop_map(Op::AddUnit),
-        1 => (0u8..12).prop_map(Op::RemoveUnit),
-        1 => (0u64..1500).prop_map(Op::Failover),
-        1 => ((0u8..12), (0usize..8)).prop_map(|(u, m)| Op::HandEdit(u, m)),
-    ]
-}
-
-/// The simulation's solver: units spread round-robin over the sorted
-/// eligible members (any deterministic solver will do).
-fn solve(units: &BTreeSet<String>, eligible: &BTreeSet<String>) -> MatchingTable {
-    let members: Vec<&String> = eligible.iter().collect();
-    let mut rows: BTreeMap<String, Vec<&str>> = members
-        .iter()
-        .map(|m| (m.to_string(), Vec::new()))
-        .collect();
-    for (i, u) in units.iter().enumerate() {
-        if !members.is_empty() {
-            rows.get_mut(members[i % members.len()]).unwrap().push(u);
-        }
-    }
-    MatchingTable::from_rows(rows.into_iter().map(|(m, us)| (m, us.join(","))))
-}
-
-fn row_of(t: &MatchingTable, m: &str) -> Option<BTreeSet<String>> {
-    t.rows()
-        .get(m)
-        .map(|r| decode(r).map(str::to_string).collect())
-}
-
-struct World {
-    t: Instant,
-    members: Vec<Sim>,
-    units: BTreeSet<String>,
-    /// What Redis holds: generation, rows, transit, member reports.
-    generation: u64,
-    granted: MatchingTable,
-    transit: Transits,
-    /// The holder's memory (lost on failover).
-    facts: BTreeMap<String, MemberFacts>,
-    verify: bool,
-    /// No holder acts until then (a failover).
-    holder_back: Instant,
-    next_cycle: Instant,
-    /// The cycle whose pings went out: planned and written then. Members
-    /// read (and restart) in between, as they do while a real cycle's pings
-    /// settle and its write travels.
-    write_due: Option<Instant>,
-    delays: std::iter::Cycle<std::vec::IntoIter<u64>>,
-}
-
-impl World {
-    fn new(delays: Vec<u64>) -> World {
-        let t = Instant::now();
-        let mut w = World {
-            t,
-            members: Vec::new(),
-            units: (0..6).map(|i| format!("u{i}")).collect(),
-            generation: 1,
-            granted: MatchingTable::default(),
-            transit: Transits::new(),
-            facts: BTreeMap::new(),
-            verify: true,
-            holder_back: t,
-            next_cycle: t,
-            write_due: None,
-            delays: delays.into_iter().cycle(),
-        };
-        for acks in [true, true, false] {
-            w.join(acks);
-        }
-        w
-    }
-
-    fn delay(&mut self) -> Duration {
-        ms(self.delays.next().unwrap())
-    }
-
-    fn join(&mut self, acks: bool) {
-        // Old workers read every 300 ms and stop within 200: inside the
-        // 3 s handoff delay, as their guarantee requires.
-        let read_every = if acks {
-            ms(20) + self.delay() / 5
-        } else {
-            ms(300)
-        };
-        let stop_takes = (self.delay() / 2).min(ms(200));
-        let read_takes = self.delay() / 4;
-        let name = format!("m{}", self.members.len());
-        self.members.push(Sim {
-            name,
-            acks,
-            alive: true,
-            paused_until: None,
-            cut_until: None,
-            answers_lost_until: None,
-            draining: false,
-            listed: true,
-            owned: BTreeMap::new(),
-            stopping: BTreeMap::new(),
-            processed: 0,
-            applied: 0,
-            read: None,
-            last_ping: self.t,
-            last_read_ok: self.t,
-            next_read: self.t,
-            read_every,
-            read_takes,
-            stop_takes,
-        });
-    }
-
-    /// Every unit is worked on by at most one member; the table and transit
-    /// keep their invariants.
-    fn check(&self) {
-        let mut owner: BTreeMap<&str, &str> = BTreeMap::new();
-        for m in &self.members {
-            for u in m.working(self.t) {
-                if let Some(other) = owner.insert(u, &m.name) {
-                    panic!(
-                        "at {:?}: unit {u} worked on by {other} and {} at once\n{:#?}\n{:?}\n{:?}",
-                        self.t, m.name, self.members, self.granted, self.transit
-                    );
-                }
-            }
-        }
-        let mut in_rows = BTreeSet::new();
-        let transit = self.transit.get("g");
-        for r in self.granted.rows().values() {
-            for u in decode(r) {
-                assert!(in_rows.insert(u), "unit {u} in two rows");
-                assert!(
-                    !transit.is_some_and(|t| t.contains_key(u)),
-                    "unit {u} in a row and in transit"
-                );
-            }
-        }
-    }
-
-    fn member_step(&mut self, i: usize) {
-        let t = self.t;
-        let (generation, granted) = (self.generation, self.granted.clone());
-        let m = &mut self.members[i];
-        if !m.active(t) {
-            return;
-        }
-        // Stops that finished; holds that ended (the library fences them).
-        m.stopping.retain(|_, (done, _)| *done > t);
-        if m.acks {
-            let last_ping = m.last_ping;
-            m.owned.retain(|_, r| t < (*r).min(last_ping) + DEADLINE);
-            let (ends, lp) = (&mut m.stopping, last_ping);
-            ends.retain(|_, (_, r)| t < (*r).min(lp) + DEADLINE);
-        }
-        if m.acks && m.processed > m.applied && m.stopping.is_empty() {
-            m.applied = m.processed;
-        }
-        // A read that came back.
-        if let Some((due, sent, g, row)) = m.read.clone()
-            && t >= due
-        {
-            m.read = None;
-            m.last_read_ok = m.last_read_ok.max(sent);
-            if g >= m.processed {
-                m.processed = g;
-                let row = row.unwrap_or_default();
-                let revoked: Vec<String> = m
-                    .owned
-                    .keys()
-                    .filter(|u| !row.contains(*u))
-                    .cloned()
-                    .collect();
-                for u in revoked {
-                    let r = m.owned.remove(&u).unwrap();
-                    m.stopping.insert(u, (t + m.stop_takes, r));
-                }
-                // Acquire what is in the row (after stops of the same unit).
-                if !m.fenced(t) || !m.acks {
-                    for u in &row {
-                        if !m.stopping.contains_key(u) {
-                            m.owned.insert(u.clone(), sent);
-                        }
-                    }
-                }
-                if m.acks && m.stopping.is_empty() {
-                    m.applied = g;
-                }
-            }
-        }
-        if t < m.next_read || m.read.is_some() {
-            return;
-        }
-        m.next_read = t + m.read_every;
-        if m.cut_until.is_some_and(|c| t < c) {
-            return;
-        }
-        // Served when sent, processed later: the worst case for staleness.
-        let row = row_of(&granted, &m.name);
-        let takes = if m.acks { m.read_takes } else { Duration::ZERO };
-        m.read = Some((t + takes, t, generation, row));
-        // Drained: row present, empty, acknowledged: deregister.
-        if m.draining
-            && m.applied == generation
-            && row_of(&granted, &m.name).is_some_and(|r| r.is_empty())
-            && m.stopping.is_empty()
-            && m.owned.is_empty()
-        {
-            m.listed = false;
-        }
-    }
-
-    fn holder_step(&mut self) {
-        if self.t < self.holder_back {
-            return;
-        }
-        if self.write_due.is_some_and(|d| self.t >= d) {
-            self.write_due = None;
-            self.plan_and_write();
-        }
-        if self.t < self.next_cycle || self.write_due.is_some() {
-            return;
-        }
-        self.next_cycle = self.t + ms(20);
-        let t = self.t;
-        // Pings (each on a connection opened now) and reports.
-        for m in self.members.iter_mut().filter(|m| m.listed) {
-            let f = self.facts.entry(m.name.clone()).or_default();
-            let lost = m.answers_lost_until.is_some_and(|l| t < l);
-            let answers = m.active(t) && !m.fenced(t) && !lost;
-            if m.active(t) {
-                m.last_ping = t;
-            }
-            if answers {
-                f.refused_since = None;
-            } else if !m.alive {
-                // A dead process refuses; a paused or fenced one does not
-                // answer OK, which proves nothing.
-                f.refused_since = Some(t);
-            }
-            f.report = m.acks.then_some(MemberReport {
-                applied: m.applied,
-                draining: m.draining,
-                deadline: DEADLINE,
-                weight: 1,
-                client: None,
-            });
-        }
-        // The plan and its write follow 0 to 40 ms later.
-        let lag = ms(self.delay().as_millis() as u64 / 100 * 10);
-        if lag.is_zero() {
-            self.plan_and_write();
-        } else {
-            self.write_due = Some(t + lag);
-        }
-    }
-
-    fn plan_and_write(&mut self) {
-        let t = self.t;
-        let live: BTreeSet<String> = self
-            .members
-            .iter()
-            .filter(|m| m.listed && m.active(t) && !m.fenced(t))
-            .map(|m| m.name.clone())
-            .collect();
-        let eligible: BTreeSet<String> = self
-            .members
-            .iter()
-            .filter(|m| live.contains(&m.name) && !m.draining)
-            .map(|m| m.name.clone())
-            .collect();
-        let desired = solve(&self.units, &eligible);
-        let members: Vec<String> = self
-            .members
-            .iter()
-            .filter(|m| m.listed)
-            .map(|m| m.name.clone())
-            .collect();
-        let groups = [GroupMembers {
-            name: "g",
-            members: &members,
-        }];
-        let units: Vec<String> = self.units.iter().cloned().collect();
-        let facts = |m: &str| self.facts.get(m).cloned().unwrap_or_default();
-        let rows_for = |m: &str| live.contains(m);
-        let p = plan(&PlanInput {
-            granted: &self.granted,
-            verify: self.verify,
-            desired: &desired,
-            transit: &self.transit,
-            groups: &groups,
-            former_group: &|_| Some("g".to_string()),
-            units: &units,
-            facts: &facts,
-            rows_for: &rows_for,
-            settings: SETTINGS,
-            now: t,
-            now_ms: 0,
-        });
-        self.verify = false;
-        if p.granted != self.granted || p.transit != self.transit {
-            self.generation += 1;
-            self.granted = p.granted;
-            self.transit = p.transit;
-            for tr in self.transit.values_mut().flat_map(|m| m.values_mut()) {
-                if tr.revoked_at == 0 {
-                    tr.revoked_at = self.generation;
-                    tr.waiting_since = t;
-                }
-            }
-        }
-    }
-
-    fn failover(&mut self, gap: Duration) {
-        self.facts.clear();
-        self.write_due = None;
-        self.verify = true;
-        self.holder_back = self.t + gap;
-        // The new holder waits from when it read the transit entries.
-        let back = self.holder_back;
-        for tr in self.transit.values_mut().flat_map(|m| m.values_mut()) {
-            tr.waiting_since = back;
-        }
-    }
-
-    fn run(&mut self, d: Duration) {
-        let until = self.t + d;
-        while self.t < until {
-            self.t += ms(10);
-            for i in 0..self.members.len() {
-                self.member_step(i);
-            }
-            self.holder_step();
-            self.check();
-        }
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(500))]
-
-    /// Members join, die, pause, lose Redis, drain; units come and go; the
-    /// holder fails over mid-handoff; members read late and stop slowly: no
-    /// unit is ever worked on by two members, and once things settle every
-    /// listed unit is worked on by a live member when there is one.
-    #[test]
-    fn no_unit_ever_has_two_owners(
-        ops in proptest::collection::vec(op(), 1..40),
-        delays in proptest::collection::vec(0u64..400, 1..20),
-    ) {
-        let mut w = World::new(delays);
-        for op in ops {
-            let t = w.t;
-            match op {
-                Op::Run(d) => w.run(ms(d)),
-                Op::Join(acks) => { if w.members.len() < 8 { w.join(acks) } }
-                Op::Kill(i) => {
-                    if let Some(m) = w.members.get_mut(i) {
-                        m.alive = false;
-                    }
-                }
-                Op::Restart(i) => {
-                    let dead: Vec<usize> = (0..w.members.len()).filter(|&j| !w.members[j].alive).collect();
-                    if !dead.is_empty() {
-                        w.members[dead[i % dead.len()]].restart(t);
-                    }
-                }
-                Op::KillAndRestart(i, d) => {
-                    if !w.members.is_empty() {
-                        let i = i % w.members.len();
-                        w.members[i].alive = false;
-                        w.run(ms(d));
-                        let t = w.t;
-                        w.members[i].restart(t);
-                    }
-                }
-                // Only members of the protocol may pause or lose Redis: an
-                // old worker is promised nothing if it stops reading.
-                Op::Pause(i, d) => {
-                    if let Some(m) = w.members.get_mut(i).filter(|m| m.acks) {
-                        m.paused_until = Some(t + ms(d));
-                    }
-                }
-                Op::CutRedis(i, d) => {
-                    if let Some(m) = w.members.get_mut(i).filter(|m| m.acks) {
-                        m.cut_until = Some(t + ms(d));
-                    }
-                }
-                Op::LoseAnswers(i, d) => {
-                    if let Some(m) = w.members.get_mut(i) {
-                        m.answers_lost_until = Some(t + ms(d));
-                    }
-                }
-                Op::Drain(i) => {
-                    if let Some(m) = w.members.get_mut(i).filter(|m| m.acks) {
-                        m.draining = true;
-                    }
-                }
-                Op::AddUnit(u) => { w.units.insert(format!("u{u}")); }
-                Op::RemoveUnit(u) => { w.units.remove(&format!("u{u}")); }
-                Op::Failover(gap) => w.failover(ms(gap)),
-                // Someone adds a unit to a row by hand (and the next holder
-                // reads the table: verify).
-                Op::HandEdit(u, i) => {
-                    if let Some(m) = w.members.get(i).filter(|m| m.listed) {
-                        let mut rows = w.granted.rows().clone();
-                        let row = rows.entry(m.name.clone()).or_default();
-                        let u = format!("u{u}");
-                        if !decode(row).any(|x| x == u) {
-                            if !row.is_empty() { row.push(','); }
-                            row.push_str(&u);
-                        }
-                        w.granted = MatchingTable::from_rows(rows);
-                        w.generation += 1;
-                        w.failover(Duration::ZERO);
-                        // A hand-edit can give a unit to two members at
-                        // once; nothing can prevent that. The check is that
-                        // the repair ends it: skip the check until the next
-                        // holder's first write.
-                        w.run_unchecked_until_repaired();
-                    }
-                }
-            }
-        }
-        // Settle: every listed unit ends up with a live, non-draining member
-        // when there is one, and drains finish.
-        for m in &mut w.members {
-            m.paused_until = None;
-            m.cut_until = None;
-            m.answers_lost_until = None;
-        }
-        w.run(ms(6_000));
-        let t = w.t;
-        let eligible = w.members.iter().any(|m| m.listed && m.active(t) && !m.draining);
-        if eligible {
-            let working: BTreeSet<&String> = w.members.iter().flat_map(|m| m.working(t)).collect();
-            for u in &w.units {
-                prop_assert!(working.contains(u), "unit {u} is worked on by nobody\n{:#?}\n{:?}\n{:?}", w.members, w.granted, w.transit);
-            }
-        }
-        for m in w.members.iter().filter(|m| m.draining && m.alive) {
-            prop_assert!(!m.listed, "{} never finished draining\n{:#?}\n{:?}", m.name, w.members, w.granted);
-        }
-    }
-}
-
-impl World {
-    /// Runs until the holder's first plan after a hand-edit, without the
-    /// ownership check (the edit itself may have made two owners), then
-    /// until both owners' work is over.
-    fn run_unchecked_until_repaired(&mut self) {
-        let g = self.generation;
-        // (An edit that changed nothing for the planner gets no write.)
-        let give_up = self.t + ms(2000);
-        while self.generation == g && self.t < give_up {
-            self.t += ms(10);
-            for i in 0..self.members.len() {
-                self.member_step(i);
-            }
-            self.holder_step();
-        }
-        // The repair revoked the unit from both; neither has it once they
-        // stopped (acknowledged, or their hold ended).
-        let repair = self.generation;
-        let until = self.t + DEADLINE + SETTINGS.handoff_delay;
-        let caught_up = |w: &World| {
-            w.members
-                .iter()
-                .all(|m| !m.active(w.t) || !m.listed || m.processed >= repair)
-        };
-        while self.t < until && (self.overlap().is_some() || !caught_up(self)) {
-            self.t += ms(10);
-            for i in 0..self.members.len() {
-                self.member_step(i);
-            }
-            self.holder_step();
-        }
-        assert_eq!(self.overlap(), None, "the repair did not end the overlap");
-    }
-
-    fn overlap(&self) -> Option<String> {
-        let mut owner: BTreeMap<&str, &str> = BTreeMap::new();
-        for m in &self.members {
-            for u in m.working(self.t) {
-                if owner.insert(u, &m.name).is_some() {
-                    return Some(u.clone());
-                }
-            }
-        }
-        None
-    }
-}
+mod sim;
 
 #[test]
 fn weight_overrides_are_integers_from_one_to_the_maximum() {
