@@ -107,12 +107,14 @@ impl Options {
 }
 
 /// How [`Cluster::cut_from_workers`] cuts: `Drop` loses the packets (a
-/// partition: pings time out), `Reject` answers them with a TCP reset (pings
-/// fail at once).
+/// partition: pings time out), `Reject` answers them with a TCP reset and
+/// `RejectIcmp` with an ICMP port-unreachable (both: the connection is
+/// refused at once, as if nothing listened).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cut {
     Drop,
     Reject,
+    RejectIcmp,
 }
 
 pub struct Replica {
@@ -880,6 +882,11 @@ impl Cluster {
             Cut::Reject => {
                 rule.extend(["REJECT".into(), "--reject-with".into(), "tcp-reset".into()])
             }
+            Cut::RejectIcmp => rule.extend([
+                "REJECT".into(),
+                "--reject-with".into(),
+                "icmp-port-unreachable".into(),
+            ]),
         }
         iptables(pid, "-A", &rule);
         self.cuts.push((i, pid, rule));

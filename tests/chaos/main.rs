@@ -148,3 +148,11 @@ fn chaos_9b_holder_cut_during_a_ping_round_moves_no_unit() {
         scenarios::cut_during_a_ping_round,
     );
 }
+
+#[test]
+fn chaos_12_a_worker_rejected_by_the_holders_firewall_is_not_taken_for_dead() {
+    scenario(
+        "reject-one-worker",
+        scenarios::reject_one_worker_from_the_holder,
+    );
+}

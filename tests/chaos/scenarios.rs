@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use crate::checker::{GRACE, TTL};
 use crate::cluster::{Cluster, Cut, FAILOVER_SLACK, Options, ms, say};
-use crate::support::TABLE;
 use crate::support::docker::bollard;
+use crate::support::{Fleet, TABLE};
 
 /// Generous upper bound for waits whose time is asserted separately.
 const LONG: Duration = Duration::from_secs(20);
@@ -579,7 +579,9 @@ pub async fn holder_cut_from_workers(docker: bollard::Docker) {
         c.timings.record(
             match how {
                 Cut::Drop => "handover after cutting the holder off the workers (DROP)",
-                Cut::Reject => "handover after cutting the holder off the workers (REJECT)",
+                Cut::Reject | Cut::RejectIcmp => {
+                    "handover after cutting the holder off the workers (REJECT)"
+                }
             },
             took,
         );
@@ -1002,4 +1004,83 @@ fn next_owner_at(c: &Cluster, units: &[String], from: &str, since_us: u64) -> Ve
                 .map(|t| Duration::from_micros(t - since_us))
         })
         .collect()
+}
+
+/// 12. A firewall REJECTs one worker's pings from the holder only, with a TCP
+///     reset and then with an ICMP port-unreachable: the holder's connection
+///     to it is refused, as if its process were gone, while the worker runs
+///     and reads Redis. A refusal is not a death for a member that names its
+///     Redis connection (README, protocol step 4): the holder fails the
+///     worker and revokes its units, but releases them only on its
+///     acknowledgement (or its deadline), never on the refusal, since Redis
+///     still has the worker's connection. The ownership check finds no unit
+///     worked on by two workers; healed, the worker gets units again.
+pub async fn reject_one_worker_from_the_holder(docker: bollard::Docker) {
+    let mut c = Cluster::start(&docker, "reject-one-worker", Options::bridge(5)).await;
+    for (n, how) in [Cut::Reject, Cut::RejectIcmp].into_iter().enumerate() {
+        let s = c.holder_sample().await;
+        let (h, _) = c.holder_of(&s);
+        let pid = c.replica_pid(h).await;
+        // One that holds units (with 40 units over 5, each does).
+        let victim = n;
+        let id = c.workers[victim].id.clone();
+        let held = s
+            .table
+            .get(&id)
+            .map_or(0, |r| r.split(',').filter(|u| !u.is_empty()).count());
+        assert!(held > 0, "{id} holds nothing to move: {:?}", s.table);
+        // For the checker it stops answering (its row must go, and the table
+        // be the solver's for the others); it runs on.
+        c.checker.worker(&id, false);
+        let t0 = Instant::now();
+        c.cut_from_workers(h, pid, how, &[victim]);
+        let others: Vec<String> = c
+            .running_workers()
+            .into_iter()
+            .filter(|w| *w != id)
+            .collect();
+        let expected = Fleet::expected(&others, &c.units);
+        let moved = c
+            .wait_sample(
+                &format!("{id}'s units move away ({how:?})"),
+                LONG,
+                t0,
+                |s| s.matching_table() == expected,
+            )
+            .await;
+        let took = moved.sent.unwrap().duration_since(t0);
+        c.timings.record(
+            match how {
+                Cut::RejectIcmp => "units moved from a worker REJECTed (ICMP) by the holder",
+                _ => "units moved from a worker REJECTed (TCP reset) by the holder",
+            },
+            took,
+        );
+        // Every unit owned by exactly its row's member (the REJECTed worker
+        // released its units, by its acknowledgement: it was not dead).
+        c.wait_owners(&format!("{id} released its {held} units"), LONG)
+            .await;
+        assert!(
+            c.workers[victim]
+                .process
+                .as_mut()
+                .is_some_and(|p| p.running()),
+            "{id} was supposed to run on"
+        );
+        say(&format!(
+            "  {how:?}: {id} (holding {held}) REJECTed by the holder; its units moved in {}",
+            ms(took)
+        ));
+        let healed = Instant::now();
+        c.heal_cuts();
+        c.checker.worker(&id, true);
+        let d = c
+            .wait_table(&format!("{id} gets units again"), LONG, healed)
+            .await;
+        c.timings
+            .record("a REJECTed worker back in the table after healing", d);
+        c.wait_owners("every unit owned by its row's member", LONG)
+            .await;
+    }
+    c.finish().await;
 }

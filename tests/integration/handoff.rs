@@ -296,9 +296,25 @@ async fn a_worker_that_deregistered_without_draining_hands_off_when_refused() {
     })
     .await;
     let gone = workers[1].addr.clone();
+    // It names its reading connection, as `Member` does: a member that
+    // removed its report is waited for by the report the holder knew, and
+    // its refusal releases only with Redis' word that the connection is gone.
+    let (conn, client) = reading_connection(&fleet).await;
+    let g = fleet.generation().await;
+    let h = fleet.wait_for_holder().await;
+    let cycles = fleet.statuses()[h].cycles;
+    report_naming(&fleet, &gone, g, false, PATIENT, Some(client)).await;
+    // Two full cycles later the holder read it.
+    wait_for(
+        "the holder reads the report",
+        Duration::from_secs(5),
+        || async { fleet.statuses()[h].cycles >= cycles + 2 },
+    )
+    .await;
     let k = keys();
     let _: i64 = fleet.redis.cmd(&["LREM", SERVICES, "0", &gone]).await;
     let _: i64 = fleet.redis.cmd(&["HDEL", &k.members, &gone]).await;
+    drop(conn);
     workers[1].kill().await;
     let survivor = vec![workers[0].addr.clone()];
     fleet
@@ -485,13 +501,16 @@ async fn a_drained_member_that_deregistered_gets_no_units_back() {
 }
 
 /// Reports are written by members: garbage, a hostile deadline or a key of
-/// the wrong type never stop the holder. A unit revoked while the reports
-/// cannot be read waits the longest any member may ask for (a member without
-/// a readable report may speak the protocol with any deadline), not the
-/// handoff delay (issue 20, finding 4); an acknowledgement still releases it.
+/// the wrong type never stop the holder, and never shorten a wait (issue 20,
+/// finding 4). While the hash cannot be read, a member whose report the
+/// holder knew is waited for by that report (a member cannot write a new one
+/// meanwhile, so it acquired nothing since); one it never knew, the longest
+/// any member may ask for, not the handoff delay. An acknowledgement still
+/// releases at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreadable_reports_make_revocations_wait_the_longest() {
+async fn unreadable_reports_never_shorten_a_wait() {
     const DEADLINE: Duration = Duration::from_millis(1000);
+    let wait = DEADLINE + DEADLINE / 20 + Duration::from_millis(100);
     let units = units(12);
     let (mut fleet, workers, _) = two_acking(&units, |f| {
         f.config.handoff_delay = Duration::from_millis(300)
@@ -500,6 +519,13 @@ async fn unreadable_reports_make_revocations_wait_the_longest() {
     for w in &workers {
         report(&fleet, &w.addr, 0, false, DEADLINE).await;
     }
+    // A worker the holder never knows a report of, with units.
+    let unknown = FlakyWorker::start(&fleet).await;
+    let mut ids: Vec<String> = workers.iter().map(|w| w.addr.clone()).collect();
+    ids.push(unknown.addr.clone());
+    fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(10))
+        .await;
     let k = keys();
     let _: i64 = fleet
         .redis
@@ -507,16 +533,32 @@ async fn unreadable_reports_make_revocations_wait_the_longest() {
         .await;
     let _: () = fleet.redis.cmd(&["DEL", &k.members]).await;
     let _: () = fleet.redis.cmd(&["SET", &k.members, "not a hash"]).await;
-    let w2 = FlakyWorker::start(&fleet).await;
+    let h = fleet.wait_for_holder().await;
+    // Worker 1 stops answering: its units wait its known deadline, not the
+    // handoff delay.
+    workers[1].set_healthy(false);
+    let failed = Instant::now();
     wait_for("the revocation", Duration::from_secs(5), || async {
         !snapshot(&fleet, &units).await.1.is_empty()
     })
     .await;
-    // Past the handoff delay and the members' own deadline: still waiting.
-    tokio::time::sleep(DEADLINE * 2).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        !snapshot(&fleet, &units).await.1.is_empty(),
+        "released after the handoff delay, before the member's deadline"
+    );
+    let rest = vec![workers[0].addr.clone(), unknown.addr.clone()];
+    fleet.wait_for_table_with(&units, &rest, wait * 4).await;
+    assert!(failed.elapsed() >= wait, "released before its wait");
+    // The unknown worker stops answering: its units wait the longest.
+    unknown.set_healthy(false);
+    wait_for("the revocation", Duration::from_secs(5), || async {
+        !snapshot(&fleet, &units).await.1.is_empty()
+    })
+    .await;
+    tokio::time::sleep(wait * 2).await;
     let (_, moving, revoked_at) = snapshot(&fleet, &units).await;
     assert!(!moving.is_empty(), "released before the longest wait");
-    let h = fleet.wait_for_holder().await;
     assert!(
         fleet.statuses()[h].last_error.is_none(),
         "{:?}",
@@ -524,16 +566,16 @@ async fn unreadable_reports_make_revocations_wait_the_longest() {
     );
     // Readable again, and acknowledged: they move.
     let _: () = fleet.redis.cmd(&["DEL", &k.members]).await;
-    for w in &workers {
-        report(&fleet, &w.addr, revoked_at, false, DEADLINE).await;
-    }
-    let ids = vec![
-        workers[0].addr.clone(),
-        workers[1].addr.clone(),
-        w2.addr.clone(),
-    ];
+    report(&fleet, &unknown.addr, revoked_at, false, DEADLINE).await;
     fleet
-        .wait_for_table_with(&units, &ids, Duration::from_secs(10))
+        .wait_for_table_with(
+            &units,
+            &workers[..1]
+                .iter()
+                .map(|w| w.addr.clone())
+                .collect::<Vec<_>>(),
+            Duration::from_secs(10),
+        )
         .await;
     fleet.replicas[h].take();
     fleet.shutdown().await;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use distributor::{Role, Status, Takeover};
 
-use crate::security::{ADMIN_PASSWORD, PASSWORD, create_acl_user};
+use crate::security::{ADMIN_PASSWORD, PASSWORD, create_acl_user_with};
 use crate::support::*;
 
 /// A lease that only a fast takeover replaces within the tests' bounds.
@@ -139,9 +139,9 @@ fn units_range(from: usize, to: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_client_permission_standbys_wait_out_the_ttl_and_say_so() {
-    // The README's minimal ACL, which has no CLIENT.
+    // An ACL without the optional CLIENT commands.
     let redis = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]);
-    create_acl_user(&redis).await;
+    create_acl_user_with(&redis, "+llen +memory|usage +watch +unwatch").await;
     let url = format!("redis://distributor:{PASSWORD}@127.0.0.1:{}", redis.port());
     let units = units(12);
     let ttl = Duration::from_secs(3);
