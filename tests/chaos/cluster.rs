@@ -85,6 +85,8 @@ pub struct Options {
     pub units: usize,
     /// Settings of the replicas beyond [`REPLICA_ENV`].
     pub env: Vec<(&'static str, &'static str)>,
+    /// How long each worker takes to stop a unit (`--work-ms`).
+    pub work_ms: u64,
 }
 
 impl Options {
@@ -95,6 +97,7 @@ impl Options {
             workers,
             units: 40,
             env: Vec::new(),
+            work_ms: 0,
         }
     }
 
@@ -216,6 +219,8 @@ pub struct Cluster {
     started: Instant,
     /// Worker logs; removed when the scenario passes.
     dir: PathBuf,
+    /// How long each worker takes to stop a unit (`--work-ms`).
+    work_ms: u64,
 }
 
 impl Cluster {
@@ -267,6 +272,7 @@ impl Cluster {
             prefix: prefix.clone(),
             started,
             dir: dir.clone(),
+            work_ms: opts.work_ms,
         };
         cluster.write_units().await;
 
@@ -374,6 +380,7 @@ impl Cluster {
         let mut cmd = Command::new(docker::worker_binary());
         cmd.args(["--listen", &w.id, "--events"])
             .args(["--deadline", &format!("{}ms", WORKER_DEADLINE.as_millis())])
+            .args(["--work-ms", &self.work_ms.to_string()])
             .env(
                 "REDIS_URL",
                 format!("redis://127.0.0.1:{}", self.redis.port),

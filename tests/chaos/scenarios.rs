@@ -1015,8 +1015,16 @@ fn next_owner_at(c: &Cluster, units: &[String], from: &str, since_us: u64) -> Ve
 ///     acknowledgement (or its deadline), never on the refusal, since Redis
 ///     still has the worker's connection. The ownership check finds no unit
 ///     worked on by two workers; healed, the worker gets units again.
+///
+///     Workers take 300 ms to stop a unit, so that a holder that took the
+///     refusal for a death would grant a unit while its worker still stops
+///     it, and the ownership check would see it twice.
 pub async fn reject_one_worker_from_the_holder(docker: bollard::Docker) {
-    let mut c = Cluster::start(&docker, "reject-one-worker", Options::bridge(5)).await;
+    let opts = Options {
+        work_ms: 300,
+        ..Options::bridge(5)
+    };
+    let mut c = Cluster::start(&docker, "reject-one-worker", opts).await;
     for (n, how) in [Cut::Reject, Cut::RejectIcmp].into_iter().enumerate() {
         let s = c.holder_sample().await;
         let (h, _) = c.holder_of(&s);
