@@ -188,7 +188,7 @@ settings! {
     FAILURE_THRESHOLD: Whole<u32> = Whole { min: 1, max: None }, "failure-threshold" ["FAILURE_THRESHOLD"] = Some("1"), "N",
         "Consecutive failed pings before a member loses its units";
     FORGET_AFTER: Opt<Dur> = Opt(Dur(NS)), "forget-after" ["FORGET_AFTER"] = None, "DURATION",
-        "Remove a member from its services list after failing this long (off if unset; at least -poll-interval)";
+        "Remove a member from its services list after failing this long, once it owes no unit revoked from it (off if unset; at least -poll-interval)";
     LEASE_TTL: Dur = Dur(ms(10)), "lease-ttl" ["LEASE_TTL"] = Some("2s"), "DURATION",
         "Lease duration: a standby takes over at most this long after the holder dies (at least 10ms)";
     LEASE_RENEW_INTERVAL: Dur = Dur(ms(1)), "lease-renew-interval" ["LEASE_RENEW_INTERVAL"] = Some("500ms"), "DURATION",
@@ -226,7 +226,7 @@ settings! {
     MASS_FAILURE_CONFIRM: Dur = Dur(NS), "mass-failure-confirm" ["MASS_FAILURE_CONFIRM"] = Some("10s"), "DURATION",
         "How long a mass failure that no other replica confirmed is held before the holder acts on it";
     HANDOFF_DELAY: Dur = Dur(Duration::ZERO), "handoff-delay" ["HANDOFF_DELAY"] = Some("10s"), "DURATION",
-        "How long a member that does not acknowledge (one that only reads its row, as Go workers do) gets to stop a unit after the write that took the unit from its row, before another member gets it; 0: in the same write";
+        "How long a member that does not acknowledge (one that only reads its row, as Go workers do) gets to stop a unit after the write that took the unit from its row, before another member gets it; 0: such a member's unit goes to the next member in that same write (members of the protocol still get their own wait)";
     ASSIGNMENT: AssignmentMode = AssignmentMode, "assignment" ["ASSIGNMENT"] = Some("ring"), "ring|sticky",
         "How units are split: ring (a function of the members and units, as the Go implementation does) or sticky (from the current table, moving the fewest units balance needs)";
     MAX_MOVES_PER_CYCLE: Whole<usize> = Whole { min: 0, max: None }, "max-moves-per-cycle" ["MAX_MOVES_PER_CYCLE"] = Some("0"), "N",
