@@ -602,9 +602,11 @@ impl CycleContext {
             return Ok((view.expect("checked"), None));
         }
         let keys = self.store.keys().clone();
+        // A new holding has nothing to reconcile the table with (its first
+        // plan reads and verifies it anyway); a resync does.
         let inherited = self
             .store
-            .read_holding()
+            .read_holding(view.is_some())
             .await
             .map_err(CycleError::Unreadable)?;
         self.generation_floor = self.generation_floor.max(inherited.generation);
@@ -676,10 +678,9 @@ impl CycleContext {
         // now, unless this holder already knew them written (a new holder
         // cannot trust the last one's clock), so a handoff waiting on time
         // is never cut short.
-        let resync = view
-            .handoff
-            .ledger
-            .resync(&inherited.table, transit, &groups, now);
+        let read_table = inherited.table.is_some();
+        let table = inherited.table.unwrap_or_default();
+        let resync = view.handoff.ledger.resync(&table, transit, &groups, now);
         drop(groups);
         tracing::info!(
             known_members = view.liveness.iter().count(),
@@ -687,7 +688,7 @@ impl CycleContext {
             restored = resync.restored,
             "read what the holder must know before it plans"
         );
-        Ok((view, Some(inherited.table)))
+        Ok((view, read_table.then_some(table)))
     }
 
     /// One cycle: (on a new holding, load what the last holder left), read,

@@ -243,8 +243,8 @@ pub struct Commit<'a> {
 /// Redis' state again.
 #[derive(Debug, Clone, Default)]
 pub struct Inheritance {
-    /// The matching table as stored.
-    pub table: MatchingTable,
+    /// The matching table as stored, when it was asked for.
+    pub table: Option<MatchingTable>,
     /// member → persisted liveness, undecoded.
     pub liveness: HashMap<String, String>,
     pub suspects: std::collections::BTreeMap<String, Suspect>,

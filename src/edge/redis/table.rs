@@ -600,15 +600,20 @@ impl Store {
 
     /// What a holder must read before it plans: on a new holding, what the
     /// last holder left; after a write of unknown outcome, Redis' state
-    /// again. The table, the units in transit, the liveness history, the
-    /// mass-failure suspects and the highest generation, in one round trip
-    /// on the bulk connection (transit and the table can be large). Each
-    /// hash is read on its own: one that cannot be read (of another type, or
-    /// not text) fails the call with an error naming it, never an empty
-    /// hash. Unreadable suspect entries are returned for the caller to log.
-    pub async fn read_holding(&self) -> Result<Inheritance, StoreError> {
+    /// again. The units in transit, the liveness history, the mass-failure
+    /// suspects, the highest generation and, `with_table`, the table, in one
+    /// round trip on the bulk connection (transit and the table can be
+    /// large; a new holding's first cycle reads and verifies the table
+    /// anyway). Each hash is read on its own: one that cannot be read (of
+    /// another type, or not text) fails the call with an error naming it,
+    /// never an empty hash. Unreadable suspect entries are returned for the
+    /// caller to log.
+    pub async fn read_holding(&self, with_table: bool) -> Result<Inheritance, StoreError> {
         let k = &self.keys;
-        let hashes = [&k.table, &k.transit, &k.liveness, &k.suspects];
+        let mut hashes = vec![&k.transit, &k.liveness, &k.suspects];
+        if with_table {
+            hashes.push(&k.table);
+        }
         let mut cmds: Vec<(String, redis::Cmd)> = hashes
             .iter()
             .map(|key| (key.to_string(), redis::cmd("HGETALL").arg(*key).to_owned()))
@@ -639,7 +644,7 @@ impl Store {
         }
         let mut replies = replies.into_iter();
         let mut pairs = Vec::with_capacity(hashes.len());
-        for key in hashes {
+        for key in &hashes {
             let reply = replies.next().expect("counted above");
             pairs.push(self.hash_reply(key, "read holding", Some(reply)).await?);
         }
@@ -662,7 +667,6 @@ impl Store {
             other => return Err(reply_err("read holding", other)),
         }
         let mut pairs = pairs.into_iter();
-        let table = MatchingTable::from_rows(pairs.next().expect("the table"));
         let transit = pairs.next().expect("the transit");
         let liveness = pairs.next().expect("the liveness").into_iter().collect();
         let mut bad = Vec::new();
@@ -678,6 +682,7 @@ impl Store {
                 }
             })
             .collect();
+        let table = pairs.next().map(MatchingTable::from_rows);
         Ok(Inheritance {
             table,
             liveness,
