@@ -178,13 +178,16 @@ impl HandoffState {
     }
 
     /// A full cycle read the lists: departed members no longer listed are
-    /// forgotten (listed again later, they are new registrations).
+    /// forgotten (listed again later, they are new registrations), and so
+    /// are refusals of members neither listed nor owing anything.
     pub(super) fn forget_departed(&mut self, inputs: &Inputs) {
-        if self.departed.is_empty() {
-            return;
-        }
         let listed: HashSet<&str> = inputs.members().collect();
         self.departed.retain(|m| listed.contains(m.as_str()));
+        if self.gone.keys().any(|m| !listed.contains(m.as_str())) {
+            let owing: HashSet<String> = self.owing().into_iter().map(str::to_string).collect();
+            self.gone
+                .retain(|m, _| listed.contains(m.as_str()) || owing.contains(m));
+        }
     }
 
     /// Members to probe on a connection of their own once a cycle is done,
