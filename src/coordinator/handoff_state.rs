@@ -263,9 +263,11 @@ impl HandoffState {
     /// Takes the reports and overrides a cycle read; unchanged since the
     /// version decoded last, nothing is decoded again (the same content
     /// gives the same state: decoding depends on nothing else). A read of
-    /// the reports that failed in a way that may pass (a timeout, a dropped
-    /// connection) is returned: the cycle fails and the next one reads
-    /// again, rather than plan without knowing the members' deadlines.
+    /// the reports that failed for any other reason than the key holding
+    /// another type (a timeout, a dropped connection, a server error) is
+    /// returned: the cycle fails and the next one reads again, rather than
+    /// plan without knowing the members' deadlines (which would make every
+    /// revocation of that cycle wait the longest any member may ask for).
     pub(super) fn observe(
         &mut self,
         read: ReportsRead,
@@ -275,7 +277,7 @@ impl HandoffState {
         if let Some((reports, overrides)) = read.content {
             self.observe_overrides(overrides, &keys.weights);
             match reports {
-                Err(e) if e.is_retryable() => {
+                Err(e) if !matches!(e, StoreError::WrongType { .. }) => {
                     self.reports_read = false;
                     return Err(e);
                 }
@@ -290,11 +292,13 @@ impl HandoffState {
         let raw = match reports {
             Ok(raw) => raw,
             Err(e) => {
-                // Members can write this key, and a read can fail: the
-                // reports known stay (an acknowledgement they show was
-                // true when read), and revocations made meanwhile wait the
-                // longest (`reports_read`), not the handoff delay.
-                if !e.is_retryable() && self.bad_reports.insert(format!("\0{e}")) {
+                // Members can write this key (another type: `observe`
+                // fails the cycle on any other error): the reports known
+                // stay (an acknowledgement they show was true when read,
+                // and a member cannot write a new one meanwhile), and
+                // revocations of members without one wait the longest
+                // (`reports_read`), not the handoff delay.
+                if self.bad_reports.insert(format!("\0{e}")) {
                     tracing::warn!(error = %e, key, "member reports unreadable; units revoked meanwhile wait the longest any member may ask for");
                 }
                 self.reports_read = false;
@@ -340,13 +344,13 @@ impl HandoffState {
     }
 
     /// Takes the operator's weight overrides; logs unreadable entries (and a
-    /// key of the wrong type) when they change. `None`, or an error that may
-    /// pass (a timeout), keeps the overrides known: a read that failed does
-    /// not move units.
+    /// key of the wrong type) when they change. `None`, or any error but a
+    /// key of another type (a timeout, a server error), keeps the overrides
+    /// known: a read that failed does not move units.
     pub(super) fn observe_overrides(&mut self, overrides: Option<Reports>, key: &str) {
         let raw = match overrides {
             None => return,
-            Some(Err(e)) if e.is_retryable() => return,
+            Some(Err(e)) if !matches!(e, StoreError::WrongType { .. }) => return,
             Some(Err(e)) => {
                 // An operator key of the wrong type must not stop the holder:
                 // no overrides, every member's report counts.
