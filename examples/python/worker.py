@@ -20,8 +20,8 @@ It follows the README's "Protocol, for workers in any language" step by step:
    report costs the holder a cycle). A read on another connection than the
    last report names, while it holds or stops units, counts for nothing: it
    reports the new connection, then reads again. A lower generation is
-   ignored; if that lasts past the deadline (Redis lost its data), it starts
-   over once fenced, as a new process would.
+   ignored (Redis lost writes) until the holder, reading the report, writes
+   one above it.
 5. Fence itself: its hold on a unit ends --deadline-ms after the earlier of
    the (monotonic) send instant of the last read showing the unit (on the
    reported connection: the holder may ask Redis whether that one still
@@ -224,13 +224,12 @@ class Worker:
             self.wake.set()
             return
         wanted = [u for u in (row or "").split(",") if u]
-        if g < self.applied:  # a stale Redis replica promoted, or Redis lost its data
-            if self.fenced_at is None or self.units:
-                log.warning("generation %d after %d: ignored", g, self.applied)
-                return
-            # Ignored past the deadline: fenced, nothing runs. Start over, as a new process would.
-            log.warning("generation %d after %d for too long: starting over", g, self.applied)
-            self.row = None
+        if g < self.applied:
+            # Redis lost writes (a lagging replica promoted, or its data): the
+            # lower generation's row may hold units those writes gave others.
+            # Ignored until the holder, reading our report, writes above it.
+            log.warning("generation %d after %d: ignored", g, self.applied)
+            return
         self.last_read = sent
         for u, h in self.units.items():
             if u in wanted and h.stopping is None:

@@ -21,11 +21,12 @@
 //!   read on the connection the holder can ask Redis about. While nothing is
 //!   owned or stopping, such a read is processed as usual;
 //! - generations are processed in increasing order: a read of a lower one
-//!   than the last processed is ignored (it refreshes contact, no hold)
-//!   while anything is owned or stopping; once nothing is, the member
-//!   **starts over** (Redis lost its data, or a lagging replica was
-//!   promoted): it forgets what it processed and reported, and processes
-//!   that read as its first;
+//!   than the last processed is **ignored** (it refreshes contact, no hold),
+//!   whatever is owned: Redis lost writes (its data, or a lagging replica
+//!   was promoted), and the lower generation's rows may give this member
+//!   units the lost writes gave others. The holder, seeing this member's
+//!   report of a generation above the table Redis holds, writes the table
+//!   again numbered above it;
 //! - **a hold ends** `deadline` after the earlier of the send instant of the
 //!   last processed read whose row showed the unit and the last ping
 //!   received; no unit is owned past its hold's end, and an ended hold never
@@ -38,7 +39,7 @@
 //!   acknowledgement is owed (below); its [`FencingToken`] is that
 //!   generation. A generation that only adds units needs no report;
 //! - **a report is due** only when what the member must tell changes: at the
-//!   first processed read (and after a start-over); when `draining` changes;
+//!   first processed read; when `draining` changes;
 //!   when the client changes; when a processed generation took units from
 //!   the row (the new row lacks a unit of the previously processed one),
 //!   once every revocation it implies is done; and while draining, for every
@@ -48,7 +49,7 @@
 //!   processed generation `≥ a` since its acquisition: a unit revoked at a
 //!   generation `≤ a`, even one this member skipped, is stopped. One due for
 //!   the client or `draining` alone keeps the `applied` last written.
-//!   Reports never go backwards, except after a start-over;
+//!   Reports never go backwards;
 //! - **contact** is lost (the member is *fenced*) when no read succeeded, or
 //!   no ping came, for `deadline` (counted from the start before the first
 //!   one); while fenced it holds nothing and answers pings `UNAVAILABLE`;
@@ -133,13 +134,9 @@ pub enum Step {
 pub enum ReadOutcome {
     /// Processed (a new generation, or the same one again).
     Processed,
-    /// A lower generation than the last processed one while units are owned
-    /// or stopping: ignored.
+    /// A lower generation than the last processed one: ignored (see the
+    /// module documentation).
     Stale { processed: u64 },
-    /// A lower generation than the last processed one, with nothing owned or
-    /// stopping: the member started over from it, as a new process would
-    /// (`processed` is the generation it forgot).
-    StartedOver { processed: u64 },
     /// Made on another Redis connection than the last written report names
     /// (`named`), while units are owned or stopping: not processed. A report
     /// naming the new connection is due; read again once it is written.
@@ -262,24 +259,14 @@ impl Ownership {
             return ReadOutcome::OtherConnection { named };
         }
         self.last_read = Some(self.last_read.map_or(sent, |r| r.max(sent)));
-        let mut prev = self.processed.as_ref().map(|p| p.generation);
+        let prev = self.processed.as_ref().map(|p| p.generation);
         let generation = generation.or(prev).unwrap_or(0);
-        let mut outcome = ReadOutcome::Processed;
+        let outcome = ReadOutcome::Processed;
         if let Some(p) = prev
             && generation < p
         {
-            if working || self.stopped {
-                self.update_contact(now);
-                return ReadOutcome::Stale { processed: p };
-            }
-            // Nothing is owned or stopping: nothing a report of the old
-            // numbering covers is still worked on, so the member may start
-            // over from the new one, as a new process would.
-            self.processed = None;
-            self.written = None;
-            self.owed.clear();
-            prev = None;
-            outcome = ReadOutcome::StartedOver { processed: p };
+            self.update_contact(now);
+            return ReadOutcome::Stale { processed: p };
         }
         // The same generation and row again (most reads): only the holds
         // are refreshed.

@@ -519,13 +519,9 @@ impl<H: Handoff> Follower<H> {
                         ReadOutcome::Processed => l.stale = false,
                         ReadOutcome::Stale { processed } => {
                             if !l.stale {
-                                tracing::warn!(member = %self.id, read = ?generation, processed, "the table's generation went back (Redis lost its data?); ignoring rows until it passes the last processed one, or until nothing is owned or stopping any more");
+                                tracing::warn!(member = %self.id, read = ?generation, processed, "the table's generation went back (Redis lost writes: its data, or a lagging replica was promoted); ignoring rows until the holder writes one above the last processed one (it does once it reads this member's report)");
                             }
                             l.stale = true;
-                        }
-                        ReadOutcome::StartedOver { processed } => {
-                            l.stale = false;
-                            tracing::warn!(member = %self.id, read = ?generation, forgotten = processed, "the table's generation went back and nothing is owned or stopping any more: starting over from the new numbering, as a new process would");
                         }
                         ReadOutcome::OtherConnection { named } => {
                             if l.other_connection != Some(client) {
