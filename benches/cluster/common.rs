@@ -508,6 +508,7 @@ pub async fn commit_as(
                 now_ms: distributor::unix_ms(),
                 assignment: "ring",
                 last_change: None,
+                expected_version: None,
             },
         )
         .await

@@ -88,6 +88,7 @@ pub async fn run() {
         match r {
             Ok(Committed::Written {
                 generation: Some(_),
+                ..
             }) => {}
             other => panic!("write {trial} failed: {other:?}"),
         }

@@ -149,6 +149,7 @@ impl Site {
         {
             Ok(Committed::Written {
                 generation: Some(g),
+                ..
             }) => g,
             other => panic!("{label}: the bench's write failed: {other:?}"),
         };

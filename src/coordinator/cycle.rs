@@ -216,6 +216,12 @@ pub(super) enum Write {
     },
     /// Redis rejected it: the lease moved on.
     Fenced(String),
+    /// Redis refused it before writing anything: something wrote since the
+    /// plan's state was read (`version` is `{T}:meta`'s now). The next
+    /// cycle reads Redis again before it plans.
+    Outdated {
+        version: u64,
+    },
     /// Nothing written: a read it needed failed, or Redis refused a stored
     /// value before writing anything.
     Failed(StoreError),
@@ -597,7 +603,7 @@ impl CycleContext {
     async fn fresh_view(
         &mut self,
         view: Option<HolderView>,
-    ) -> Result<(HolderView, Option<MatchingTable>), CycleError> {
+    ) -> Result<(HolderView, Option<Arc<MatchingTable>>), CycleError> {
         if view.as_ref().is_some_and(|v| !v.handoff.ledger.stale()) {
             return Ok((view.expect("checked"), None));
         }
@@ -678,23 +684,35 @@ impl CycleContext {
         // now, unless this holder already knew them written (a new holder
         // cannot trust the last one's clock), so a handoff waiting on time
         // is never cut short.
-        let read_table = inherited.table.is_some();
-        let table = inherited.table.unwrap_or_default();
-        let resync = view.handoff.ledger.resync(&table, transit, &groups, now);
+        let table = inherited.table.map(Arc::new);
+        let resync = view
+            .handoff
+            .ledger
+            .resync(table.clone(), transit, inherited.version, &groups);
         drop(groups);
         tracing::info!(
             known_members = view.liveness.iter().count(),
             in_transit = view.handoff.ledger.in_transit(),
             restored = resync.restored,
+            version = inherited.version,
+            applied = ?resync.applied,
+            held_tables = view.handoff.ledger.held().len(),
             "read what the holder must know before it plans"
         );
-        Ok((view, read_table.then_some(table)))
+        Ok((view, table))
     }
 
     /// One cycle: (on a new holding, load what the last holder left), read,
     /// ping, review mass failures, solve, and write if anything changed.
-    pub(super) async fn run(mut self, view: Option<HolderView>) -> Result<CycleReport, CycleError> {
+    pub(super) async fn run(
+        mut self,
+        view: Option<HolderView>,
+        refused: Vec<Refusal>,
+    ) -> Result<CycleReport, CycleError> {
         let (mut view, held_table) = self.fresh_view(view).await?;
+        // Refusals the executor's probes found: what they prove counts
+        // (liveness comes from this cycle's own pings).
+        view.handoff.observe_refusals(&refused);
         let read = info_span!(
             "read_inputs",
             lists = self.services.len() + 1,
@@ -884,7 +902,8 @@ impl CycleContext {
                 &mut view,
                 &mut stored_digest,
                 &mut generation_floor,
-                stored_table.or(held_table),
+                stored_generation,
+                stored_table.map(Arc::new).or(held_table),
             )
             .await;
         let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
@@ -1011,20 +1030,26 @@ impl CycleContext {
         view: &mut HolderView,
         stored_digest: &mut Option<String>,
         generation_floor: &mut u64,
-        stored_table: Option<MatchingTable>,
+        stored_generation: u64,
+        stored_table: Option<Arc<MatchingTable>>,
     ) -> Write {
-        // Reports of a generation above any Redis knows come from a
-        // numbering Redis lost: number the next writes above it, and revoke
-        // again what those reports would acknowledge.
-        if let Some(applied) = view.handoff.lost_numbering(*generation_floor) {
+        // Reports of a generation above the table Redis holds come from a
+        // numbering Redis lost (a write applied, read and lost again): the
+        // next writes are numbered above it, and what those reports would
+        // acknowledge is revoked again, every plan until a write above it
+        // is done (a renumbering whose write failed is never forgotten).
+        let lost_numbering = view.handoff.lost_numbering(stored_generation);
+        if let Some(applied) = lost_numbering {
             let renumbered = view.handoff.ledger.renumber_up_to(applied);
-            tracing::warn!(
-                applied,
-                known = *generation_floor,
-                renumbered,
-                "a member reports a generation above any Redis knows (Redis lost its data, or a lagging replica was promoted): numbering writes above it"
-            );
-            *generation_floor = applied;
+            if applied > *generation_floor || renumbered > 0 {
+                tracing::warn!(
+                    applied,
+                    stored = stored_generation,
+                    renumbered,
+                    "a member reports a generation above the table Redis holds (Redis lost a write, its data, or a lagging replica was promoted): numbering writes above it"
+                );
+            }
+            *generation_floor = (*generation_floor).max(applied);
         }
         // Granted: what this holder knows Redis holds (its last confirmed
         // write), if Redis still has exactly that; else what Redis has (a
@@ -1038,7 +1063,7 @@ impl CycleContext {
                 let stored = match stored_table {
                     Some(t) => t,
                     None => match self.store.read_table().await {
-                        Ok(t) => t,
+                        Ok(t) => Arc::new(t),
                         Err(e) => return Write::Failed(e),
                     },
                 };
@@ -1049,6 +1074,10 @@ impl CycleContext {
                         key = %self.store.keys().table,
                         "the matching table is gone; handing off from the table this holder wrote last"
                     );
+                } else {
+                    // Members may have read it: held until a confirmed
+                    // write supersedes it.
+                    view.handoff.ledger.saw(&start);
                 }
                 (start, true)
             }
@@ -1089,6 +1118,7 @@ impl CycleContext {
                 handoff::plan(&PlanInput {
                     granted: &granted,
                     verify,
+                    held_before: if verify { hs.ledger.held() } else { &[] },
                     desired: &desired,
                     transit: known_transit,
                     groups: &groups,
@@ -1102,6 +1132,14 @@ impl CycleContext {
                 })
             })
         };
+        if plan.claimed > 0 {
+            self.metrics.claimed_units.inc_by(plan.claimed as u64);
+            tracing::warn!(
+                key = %self.store.keys().table,
+                claimed = plan.claimed,
+                "the stored table took units from members that may still work on them, without a revocation (redis lost a write, a lagging replica was promoted, or an edit): they wait for those members first"
+            );
+        }
         let owing = plan
             .transit
             .values()
@@ -1153,12 +1191,15 @@ impl CycleContext {
         };
         // A revocation is numbered by a table write (commit.lua): one not
         // numbered yet (this plan's, or one renumbered or restored above)
-        // rewrites the table, changed or not.
-        let numbering = plan
-            .transit
-            .values()
-            .flat_map(|u| u.values())
-            .any(|t| t.revoked_at == 0);
+        // rewrites the table, changed or not; and so does a lost numbering,
+        // so that members that applied it (and ignore a lower generation)
+        // move on to one above it.
+        let numbering = lost_numbering.is_some()
+            || plan
+                .transit
+                .values()
+                .flat_map(|u| u.values())
+                .any(|t| t.revoked_at == 0);
         let table_changed = stored_digest.as_deref() != Some(next.digest()) || numbering;
         let transit_changed = plan.transit != *view.handoff.ledger.transit() || verify;
         view.handoff.last = outcome;
@@ -1199,6 +1240,7 @@ impl CycleContext {
             now_ms,
             assignment: self.solve.assignment.name(),
             last_change: last_change.as_deref(),
+            expected_version: view.handoff.ledger.version(),
         };
         let span = info_span!(
             "write_table",
@@ -1232,7 +1274,10 @@ impl CycleContext {
             .instrument(span.clone())
             .await;
         match committed {
-            Ok(Committed::Written { generation }) => {
+            Ok(Committed::Written {
+                generation,
+                version,
+            }) => {
                 if let Some(g) = generation {
                     span.record("generation", g);
                     Span::current().record("generation", g);
@@ -1241,9 +1286,9 @@ impl CycleContext {
                 }
                 let revoked_here = view.handoff.ledger.written(
                     next,
-                    table_changed,
                     plan.transit,
                     generation,
+                    version,
                     Instant::now(),
                 );
                 if let (true, Some(g)) = (revoked_here, generation) {
@@ -1273,6 +1318,19 @@ impl CycleContext {
                 view.handoff.ledger.refused();
                 Write::Fenced(reason)
             }
+            // Something wrote since this plan's state was read (a write of
+            // this holder that timed out and landed late, an edit of the
+            // metadata): nothing was written; read Redis again and plan
+            // from what it holds.
+            Ok(Committed::Outdated { version }) => {
+                let expected = view.handoff.ledger.version();
+                mark_error(
+                    &span,
+                    &format!("outdated: version {version}, planned on {expected:?}"),
+                );
+                view.handoff.ledger.refused();
+                Write::Outdated { version }
+            }
             // A stored value the script refused before its first write:
             // nothing was written, and Redis holds what the ledger knows.
             Err(e @ StoreError::InvalidState { .. }) => {
@@ -1285,7 +1343,9 @@ impl CycleContext {
             // reused.
             Ok(Committed::Unconfirmed { generation, error }) => {
                 mark_error(&span, &error.to_string());
-                view.handoff.ledger.unknown(&plan.transit);
+                view.handoff
+                    .ledger
+                    .unknown(table_changed.then(|| Arc::clone(&next)));
                 if let Some(g) = generation {
                     *generation_floor = (*generation_floor).max(g);
                 }
@@ -1293,7 +1353,9 @@ impl CycleContext {
             }
             Err(e) => {
                 mark_error(&span, &e.to_string());
-                view.handoff.ledger.unknown(&plan.transit);
+                view.handoff
+                    .ledger
+                    .unknown(table_changed.then(|| Arc::clone(&next)));
                 if table_changed {
                     *generation_floor += 1;
                 }
@@ -1465,7 +1527,8 @@ impl CycleContext {
                 &mut view,
                 &mut stored_digest,
                 &mut generation_floor,
-                stored_table.or(held_table),
+                stored_generation,
+                stored_table.map(Arc::new).or(held_table),
             )
             .await;
         let groups = if failures.is_empty() {
@@ -1768,7 +1831,10 @@ fn decode_transits(
             continue;
         };
         let t = match Transit::decode(&value, now) {
-            Some(t) => t,
+            Some(mut t) => {
+                t.cap_waits(settings.longest_wait());
+                t
+            }
             None => {
                 unreadable.push(format!(
                     "{}={}",

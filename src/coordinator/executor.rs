@@ -12,7 +12,7 @@
 //!   notices ─┘◀──────────────────────────────────── results, as events ◀───────────────┘
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ use super::cycle::{
     CycleContext, CycleError, CycleReport, HolderView, InFlight, LOG_FIRST, Preparer,
     SolveSettings, WarmView, Write, count_by, log_review, mark_error,
 };
-use super::handoff_state::Refusal;
+use super::handoff_state::{Confirm, Refusal};
 use super::machine::{Action, CycleOutcome, CycleSummary, Event, Machine, Settings, Transition};
 use crate::config::Config;
 use crate::core::census::{self, Census, CensusView};
@@ -73,8 +73,14 @@ enum ProbeCause {
     Closed,
     /// It owes units whose revoking write is done, and a refusal (with
     /// Redis, for the client ids recorded with them) could release them.
-    Confirm(Vec<u64>),
+    Confirm(Confirm),
 }
+
+/// The least time between two confirmation probes of one member, unless a
+/// newer revocation needs one opened after its write: a member whose
+/// refusal proves nothing yet (Redis still has its connection) is looked at
+/// again at this pace, not in a loop of probes and handoff cycles.
+const CONFIRM_SPACING: Duration = Duration::from_millis(250);
 
 /// Pings `member` on a connection of its own, unless a probe of it runs. A
 /// refused confirmation then asks Redis whether the member's connection is
@@ -95,8 +101,8 @@ fn probe(
         let opened = Instant::now();
         let result = pinger.probe(&member).await;
         let mut disconnected = false;
-        if let (ProbeCause::Confirm(recorded), Err(PingFailure::Refused(_))) = (&cause, &result) {
-            match store.member_disconnected(&member, recorded).await {
+        if let (ProbeCause::Confirm(c), Err(PingFailure::Refused(_))) = (&cause, &result) {
+            match store.member_disconnected(&member, &c.clients).await {
                 Ok(gone) => disconnected = gone == Some(true),
                 Err(e) => {
                     tracing::debug!(member, error = %e, "could not ask redis for a refused member's connection")
@@ -326,6 +332,8 @@ impl Executor {
         // Pings sent at once to members whose connection ended, by member.
         let mut probes: FuturesUnordered<BoxFuture<'static, Probe>> = FuturesUnordered::new();
         let mut probing: HashSet<String> = HashSet::new();
+        // When each member was last probed to confirm it gone.
+        let mut confirmed: HashMap<String, Instant> = HashMap::new();
         tracing::info!(replica = %self.config.replica_id, table = %keys.table, "replica started as standby");
 
         loop {
@@ -369,9 +377,16 @@ impl Executor {
                             .as_ref()
                             .map(|i| i.members().collect())
                             .unwrap_or_default();
-                        for (member, clients) in view.handoff.to_confirm(&listed) {
-                            probe(&self.pinger, &self.store, member, ProbeCause::Confirm(clients), &mut probes, &mut probing);
+                        let now = Instant::now();
+                        for (member, c) in view.handoff.to_confirm(&listed) {
+                            let last = confirmed.get(&member).copied();
+                            let due = last.is_none_or(|l| l < c.since || now >= l + CONFIRM_SPACING);
+                            if due && !probing.contains(&member) {
+                                confirmed.insert(member.clone(), now);
+                                probe(&self.pinger, &self.store, member, ProbeCause::Confirm(c), &mut probes, &mut probing);
+                            }
                         }
+                        confirmed.retain(|_, l| now < *l + CONFIRM_SPACING * 4);
                     }
                     match summary {
                         Some(summary) => Event::CycleDone(summary),
@@ -427,16 +442,19 @@ impl Executor {
                 }
                 Some(Probe { member, cause, opened, result, disconnected }) = probes.next() => {
                     probing.remove(&member);
-                    if let ProbeCause::Confirm(_) = cause {
+                    if let ProbeCause::Confirm(c) = cause {
                         match result {
                             // Still nothing listens, now after the revoking
                             // write: a handoff cycle releases what that
                             // proves (with Redis, for a member that names
-                            // its connection).
-                            Err(failure @ PingFailure::Refused(_)) => {
+                            // its connection). A refusal that proves nothing
+                            // (Redis still has the member's connection)
+                            // starts no cycle.
+                            Err(failure @ PingFailure::Refused(_)) if disconnected || c.refusal_helps => {
                                 tracing::debug!(member, disconnected, "a member that owes units is refused after the write that revoked them");
                                 self.queue_refusal(member, failure, opened, disconnected);
                             }
+                            Err(PingFailure::Refused(_)) => tracing::debug!(member, "a member that owes units is refused, but redis still has its connection: waiting for its acknowledgement or its deadline"),
                             // A new process answers on the address (or it
                             // cannot be reached): its units wait for its
                             // acknowledgement or its deadline, and the next
@@ -638,6 +656,7 @@ impl Executor {
                 });
                 self.update(|s| {
                     s.lease_problem = None;
+                    s.holding_blocked = None;
                     s.role = Role::Holder;
                     s.epoch = epoch;
                     s.holder = Some(self.config.replica_id.clone());
@@ -890,10 +909,11 @@ impl Executor {
                 .flatten(),
         };
         let view = h.view.clone();
-        // A full cycle pings everyone itself (the refusals are dropped); a
-        // handoff cycle fails them all once they settled, as one round, and
-        // none while they are still settling (a handoff cycle started by an
-        // acknowledgement meanwhile leaves them to their own).
+        // A full cycle pings everyone itself (it takes only what the
+        // refusals prove for the handoff); a handoff cycle fails them all
+        // once they settled, as one round, and none while they are still
+        // settling (a handoff cycle started by an acknowledgement meanwhile
+        // leaves them to their own).
         let settling = handoff_only && self.refusals_due.is_some();
         let refused = if settling {
             Vec::new()
@@ -907,7 +927,7 @@ impl Executor {
                     .instrument(h.cycle_span.clone()),
             )
         } else {
-            tokio::spawn(ctx.run(view).instrument(h.cycle_span.clone()))
+            tokio::spawn(ctx.run(view, refused).instrument(h.cycle_span.clone()))
         }
     }
 
@@ -1012,9 +1032,9 @@ impl Executor {
             });
         }
         let outcome = match report.write {
-            Write::Unchanged => CycleOutcome::Unchanged,
-            Write::NotActing => CycleOutcome::NotActing,
-            Write::Written { generation: None } => CycleOutcome::Written { table: false },
+            Write::Unchanged => Ok(CycleOutcome::Unchanged),
+            Write::NotActing => Ok(CycleOutcome::NotActing),
+            Write::Written { generation: None } => Ok(CycleOutcome::Written { table: false }),
             Write::Written {
                 generation: Some(g),
             } => {
@@ -1047,7 +1067,7 @@ impl Executor {
                     s.last_write_ms = Some(unix_ms());
                     s.table_writes += 1;
                 });
-                CycleOutcome::Written { table: true }
+                Ok(CycleOutcome::Written { table: true })
             }
             Write::Fenced(reason) => {
                 self.metrics.fenced_writes.inc();
@@ -1059,18 +1079,33 @@ impl Executor {
                         "table write rejected by redis: this replica is no longer the holder"
                     )
                 });
-                CycleOutcome::Fenced
+                Ok(CycleOutcome::Fenced)
             }
             Write::Failed(e) | Write::Unknown(e) => {
                 if !self.write_failing || !e.is_retryable() {
                     span.in_scope(|| tracing::warn!(error = %e, kind = e.kind(), "table write failed; the next cycle reads redis' state again before it plans"));
                 }
+                Err(("write_error", e.to_string()))
+            }
+            Write::Outdated { version } => {
+                span.in_scope(|| tracing::warn!(version, "table write refused by redis: its state changed since this plan read it (a late write, or an edit); the next cycle reads it again before it plans"));
+                Err((
+                    "write_outdated",
+                    format!(
+                        "table write refused: redis' state changed since it was read (version {version})"
+                    ),
+                ))
+            }
+        };
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err((label, error)) => {
                 self.write_failing = true;
-                self.metrics.cycle("write_error", took);
+                self.metrics.cycle(label, took);
                 self.update(|s| {
                     s.cycles += 1;
                     s.failed_cycles += 1;
-                    s.last_error = Some(e.to_string());
+                    s.last_error = Some(error);
                 });
                 return Some(CycleSummary {
                     epoch,

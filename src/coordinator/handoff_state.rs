@@ -45,6 +45,20 @@ struct Gone {
     disconnected: Option<Instant>,
 }
 
+/// What a confirmation probe of a member can prove (see
+/// [`HandoffState::to_confirm`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Confirm {
+    /// The client ids recorded with its revocations, for Redis to be asked
+    /// about when its report names none any more.
+    pub(super) clients: Vec<u64>,
+    /// Whether a refusal alone releases something (an origin that did not
+    /// speak the protocol).
+    pub(super) refusal_helps: bool,
+    /// The latest revoking write it must be proven gone after.
+    pub(super) since: Instant,
+}
+
 /// A refused probe of a member, with what Redis said of its connection.
 #[derive(Clone, Debug)]
 pub(super) struct Refusal {
@@ -149,14 +163,16 @@ pub(super) struct HandoffOutcome {
 impl HandoffState {
     pub(super) fn facts(&self, member: &str) -> MemberFacts {
         let gone = self.gone.get(member).copied().unwrap_or_default();
+        let report = self.reports.get(member);
+        let vanished = report
+            .is_none()
+            .then(|| self.vanished.get(member))
+            .flatten();
         MemberFacts {
             refused_since: gone.refused,
             disconnected_since: gone.disconnected,
-            report: self
-                .reports
-                .get(member)
-                .or_else(|| self.vanished.get(member))
-                .copied(),
+            report: report.or(vanished).copied(),
+            report_vanished: vanished.is_some(),
             reports_read: self.reports_read && !self.unreadable.contains(member),
         }
     }
@@ -190,13 +206,13 @@ impl HandoffState {
         }
     }
 
-    /// Members to probe on a connection of their own once a cycle is done,
-    /// with the client ids recorded for them: those that owe a revocation
-    /// whose write is done, that a refusal (and Redis) could release, that
-    /// no probe proved gone since that write, and that are refused, or no
-    /// longer listed (no cycle pings them: a member that deregistered).
-    pub(super) fn to_confirm(&self, listed: &HashSet<&str>) -> BTreeMap<String, Vec<u64>> {
-        let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    /// Members to probe on a connection of their own once a cycle is done:
+    /// those that owe a revocation whose write is done, that a refusal (and
+    /// Redis) could release, that no probe proved gone since that write,
+    /// and that are refused, or no longer listed (no cycle pings them: a
+    /// member that deregistered).
+    pub(super) fn to_confirm(&self, listed: &HashSet<&str>) -> BTreeMap<String, Confirm> {
+        let mut out: BTreeMap<String, Confirm> = BTreeMap::new();
         for t in self.ledger.transit().values().flat_map(|u| u.values()) {
             // (0: its revoking write is not done yet.)
             if t.revoked_at == 0 {
@@ -209,16 +225,23 @@ impl HandoffState {
                 }
                 let after = |at: Option<Instant>| at.is_some_and(|a| a > t.waiting_since);
                 let gone = gone.copied().unwrap_or_default();
+                let unproven = match origin.proof {
+                    Proof::Refusal => !after(gone.refused),
+                    Proof::Disconnected(_) => !after(gone.disconnected),
+                    Proof::Never => false,
+                };
+                if !unproven {
+                    continue;
+                }
+                let c = out.entry(m.clone()).or_insert(Confirm {
+                    clients: Vec::new(),
+                    refusal_helps: false,
+                    since: t.waiting_since,
+                });
+                c.since = c.since.max(t.waiting_since);
                 match origin.proof {
-                    Proof::Refusal if !after(gone.refused) => {
-                        out.entry(m.clone()).or_default();
-                    }
-                    Proof::Disconnected(c) if !after(gone.disconnected) => {
-                        let ids = out.entry(m.clone()).or_default();
-                        if !ids.contains(&c) {
-                            ids.push(c);
-                        }
-                    }
+                    Proof::Refusal => c.refusal_helps = true,
+                    Proof::Disconnected(id) if !c.clients.contains(&id) => c.clients.push(id),
                     _ => {}
                 }
             }

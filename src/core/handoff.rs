@@ -282,6 +282,14 @@ impl Transit {
         }
     }
 
+    /// Caps every stored wait at `longest`: a hand-edited wait must not pin
+    /// a unit for longer than any member may ask for.
+    pub fn cap_waits(&mut self, longest: Duration) {
+        for o in self.from.values_mut() {
+            o.wait = o.wait.map(|w| w.min(longest));
+        }
+    }
+
     /// The members it was revoked from.
     pub fn origins(&self) -> impl Iterator<Item = &str> {
         self.from.keys().map(String::as_str)
@@ -325,6 +333,10 @@ pub struct MemberFacts {
     /// From `{T}:members`, if it speaks the protocol: as read by the last
     /// read that worked.
     pub report: Option<MemberReport>,
+    /// `report` is the last one known of a member whose entry vanished (it
+    /// still has a row or owes a unit): whatever process runs at its address
+    /// now may not speak the protocol, so it is also owed `-handoff-delay`.
+    pub report_vanished: bool,
     /// Whether the reports' last read worked. When it did not, a missing
     /// report proves nothing (the member may speak the protocol with any
     /// deadline), and a revocation waits the longest.
@@ -339,6 +351,7 @@ impl Default for MemberFacts {
             refused_since: None,
             disconnected_since: None,
             report: None,
+            report_vanished: false,
             reports_read: true,
         }
     }
@@ -457,6 +470,7 @@ impl Settings {
     /// read (a missing report then proves nothing).
     pub fn wait(&self, m: &MemberFacts) -> Duration {
         match &m.report {
+            Some(r) if m.report_vanished => deadline_wait(r.deadline).max(self.handoff_delay),
             Some(r) => deadline_wait(r.deadline),
             None if m.reports_read => self.handoff_delay,
             None => self.longest_wait(),
@@ -487,6 +501,30 @@ impl Settings {
         }
     }
 
+    /// What holds for `origin` now: what was fixed when it was revoked, or
+    /// what the holder knows of its member now where that asks for more (a
+    /// longer deadline reported since, a new process at its address that
+    /// names its connection). Later facts lengthen a wait, never shorten it;
+    /// not knowing the reports now lengthens nothing.
+    pub fn effective(&self, origin: &Origin, f: &MemberFacts) -> Origin {
+        if f.report.is_none() && !f.reports_read {
+            return Origin {
+                proof: origin.proof,
+                wait: Some(origin.wait.unwrap_or_else(|| self.wait(f))),
+            };
+        }
+        let now = self.origin(f);
+        let proof = match (origin.proof, now.proof) {
+            (Proof::Never, _) | (_, Proof::Never) => Proof::Never,
+            (_, Proof::Disconnected(c)) | (Proof::Disconnected(c), _) => Proof::Disconnected(c),
+            (Proof::Refusal, Proof::Refusal) => Proof::Refusal,
+        };
+        Origin {
+            proof,
+            wait: now.wait.max(origin.wait),
+        }
+    }
+
     /// Whether `t` is released by every member it was revoked from except
     /// `to` (a unit going back to one of them); else when it will be by time.
     pub fn released(
@@ -497,8 +535,9 @@ impl Settings {
         now: Instant,
     ) -> Result<(), Instant> {
         let mut at: Option<Instant> = None;
-        for (from, origin) in t.from.iter().filter(|(f, _)| Some(f.as_str()) != to) {
+        for (from, stored) in t.from.iter().filter(|(f, _)| Some(f.as_str()) != to) {
             let f = facts(from);
+            let origin = self.effective(stored, &f);
             let after_write = |since: Option<Instant>| since.is_some_and(|s| s > t.waiting_since);
             let proven = match origin.proof {
                 Proof::Refusal => after_write(f.refused_since),
@@ -540,13 +579,13 @@ pub enum StartingPoint {
 /// Picks the granted table to plan from (verify it: see [`PlanInput::verify`]).
 pub fn starting_point(
     last_written: Option<&Arc<MatchingTable>>,
-    stored: MatchingTable,
+    stored: Arc<MatchingTable>,
 ) -> (StartingPoint, Arc<MatchingTable>) {
     match last_written {
         Some(last) if stored.is_empty() && !last.is_empty() => {
             (StartingPoint::LastWritten, Arc::clone(last))
         }
-        _ => (StartingPoint::Stored, Arc::new(stored)),
+        _ => (StartingPoint::Stored, stored),
     }
 }
 
@@ -578,6 +617,9 @@ pub struct Plan {
     pub placed: usize,
     /// Units removed from the list whose transit ended.
     pub dropped: usize,
+    /// Units claimed (see [`PlanInput::held_before`]): a member may still
+    /// work on them although Redis' table no longer gives them to it.
+    pub claimed: usize,
     /// The earliest instant at which a transit can be released by time alone,
     /// if any: plan again then.
     pub next_release: Option<Instant>,
@@ -599,6 +641,13 @@ pub struct PlanInput<'a> {
     /// transit), and the plan repairs that first, by revoking from every
     /// member involved.
     pub verify: bool,
+    /// With `verify`: the tables members may still work from
+    /// ([`Ledger::held`]). A unit in one of their rows that the member's row
+    /// in `granted` lacks, and that is not in transit from it, is claimed:
+    /// revoked from that member (and from whoever `granted` gives it to), so
+    /// that Redis losing a write, or a hand edit, never lets a unit be given
+    /// away while its last owner may still work on it.
+    pub held_before: &'a [std::sync::Arc<MatchingTable>],
     /// The rows the solver gives (eligible members only: live, or suspects,
     /// and not draining).
     pub desired: &'a MatchingTable,

@@ -83,6 +83,7 @@ pub struct Metrics {
     pub members_draining: Gauge,
     pub holding_blocked: Gauge,
     pub resyncs: Counter,
+    pub claimed_units: Counter,
     /// Groups that have `members` series now.
     member_groups: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -270,8 +271,14 @@ impl Metrics {
         let resyncs = Counter::default();
         r.register(
             "resyncs",
-            "Reads of Redis' state (table, units in transit, liveness, suspects, reports) after a write whose outcome was unknown (an error or timeout after it was sent, or too few replicas), before the next plan",
+            "Reads of Redis' state (table, units in transit, liveness, suspects, reports, version) after a write whose outcome was unknown (an error or timeout after it was sent, or too few replicas) or that Redis refused as outdated, before the next plan",
             resyncs.clone(),
+        );
+        let claimed_units = Counter::default();
+        r.register(
+            "claimed_units",
+            "Units the stored table took from a member that may still work on them, without a revocation (Redis lost a write, a lagging replica was promoted, a hand edit): revoked from it (and from whoever the table gives them to) before anyone gets them",
+            claimed_units.clone(),
         );
         let build = Family::<Build, Gauge>::default();
         build
@@ -311,6 +318,7 @@ impl Metrics {
             members_draining,
             holding_blocked,
             resyncs,
+            claimed_units,
             member_groups: Default::default(),
         }
     }

@@ -131,6 +131,7 @@ async fn cluster_fences_a_stale_holder() {
         now_ms: 2,
         assignment: "ring",
         last_change: None,
+        expected_version: None,
     };
     assert_eq!(
         store.commit(&a, &commit("a")).await.unwrap(),
@@ -141,7 +142,8 @@ async fn cluster_fences_a_stale_holder() {
     assert_eq!(
         store.commit(&b, &commit("b")).await.unwrap(),
         Committed::Written {
-            generation: Some(1)
+            generation: Some(1),
+            version: 1,
         }
     );
     // Multi-slot reads work: lists in other slots, table state in the table's.

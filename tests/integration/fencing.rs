@@ -52,11 +52,13 @@ async fn a_stale_holder_cannot_write() {
         now_ms: 3,
         assignment: "ring",
         last_change: None,
+        expected_version: None,
     };
     assert_eq!(
         store.commit(&a, &c).await.unwrap(),
         Committed::Written {
-            generation: Some(1)
+            generation: Some(1),
+            version: 1,
         }
     );
 
@@ -79,6 +81,7 @@ async fn a_stale_holder_cannot_write() {
         now_ms: 5,
         assignment: "ring",
         last_change: None,
+        expected_version: None,
     };
     assert_eq!(
         store.commit(&a, &stale).await.unwrap(),
@@ -120,11 +123,13 @@ async fn a_stale_holder_cannot_write() {
         now_ms: 6,
         assignment: "ring",
         last_change: None,
+        expected_version: None,
     };
     assert_eq!(
         store.commit(&b, &c).await.unwrap(),
         Committed::Written {
-            generation: Some(2)
+            generation: Some(2),
+            version: 2,
         }
     );
     assert_eq!(store.read_table().await.unwrap(), t3);
@@ -160,11 +165,13 @@ async fn epochs_and_generations_survive_redis_data_loss() {
         now_ms: 1,
         assignment: "ring",
         last_change: None,
+        expected_version: None,
     };
     assert_eq!(
         store.commit(&got, &c).await.unwrap(),
         Committed::Written {
-            generation: Some(42)
+            generation: Some(42),
+            version: 1,
         }
     );
 }
@@ -196,11 +203,13 @@ async fn big_tables_are_written_in_one_script_call() {
         now_ms: 1,
         assignment: "ring",
         last_change: None,
+        expected_version: None,
     };
     assert_eq!(
         store.commit(&g, &c).await.unwrap(),
         Committed::Written {
-            generation: Some(1)
+            generation: Some(1),
+            version: 1,
         }
     );
     let n: usize = redis.cmd(&["HLEN", TABLE]).await;
@@ -249,6 +258,7 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
         now_ms: 3,
         assignment: "ring",
         last_change: None,
+        expected_version: None,
     };
     assert_eq!(
         store.commit(&fresh, &c).await.unwrap(),
@@ -279,11 +289,100 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
         now_ms: 4,
         assignment: "ring",
         last_change: None,
+        expected_version: None,
     };
     assert_eq!(
         store.commit(&next, &c).await.unwrap(),
         Committed::Written {
-            generation: Some(101)
+            generation: Some(101),
+            version: 1,
         }
     );
+}
+
+/// Issue 20: a write whose reply timed out may land later, after the holder
+/// read Redis again and wrote on. Every write expects `{T}:meta`'s version
+/// its plan read: the late one finds another and is refused, so it never
+/// overwrites a state its planner did not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_lands_late_is_refused_by_its_version() {
+    use crate::support::fault_proxy::{Action, FaultProxy, Match, Occurrence, Rule};
+
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(redis.port()).await;
+    let direct = Store::open(&redis.url(), TABLE, Duration::from_secs(2)).unwrap();
+    let late = Store::open(&proxy.url(), TABLE, Duration::from_millis(300)).unwrap();
+    let ttl = Duration::from_secs(30);
+    let Acquisition::Acquired(grant) = direct.acquire(&claim(ttl, 0, "a", 1)).await.unwrap() else {
+        panic!()
+    };
+    let none = HealthChanges::default();
+    let commit = |t: &'static MatchingTable, expected_version: Option<u64>| Commit {
+        table: Some(t),
+        health: &none,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
+        transit: None,
+        generation_floor: 0,
+        holder_id: "a",
+        now_ms: 1,
+        assignment: "ring",
+        last_change: None,
+        expected_version,
+    };
+    let first: &'static MatchingTable = Box::leak(Box::new(table(&[("w1", "x,y")])));
+    let lost: &'static MatchingTable = Box::leak(Box::new(table(&[("w2", "x,y")])));
+    let next: &'static MatchingTable = Box::leak(Box::new(table(&[("w1", "x"), ("w3", "y")])));
+    // The proxied store loads its scripts first, so that the delayed call
+    // is the write itself.
+    assert_eq!(
+        late.commit(&grant, &commit(first, None)).await.unwrap(),
+        Committed::Written {
+            generation: Some(1),
+            version: 1
+        }
+    );
+    // Its next write is held on the way for 1.5 s: the caller times out.
+    let held = proxy.add(Rule::new(
+        Match::Command("EVALSHA".into()),
+        Occurrence::Next(1),
+        Action::Delay(Duration::from_millis(1500)),
+    ));
+    let timed_out = late.commit(&grant, &commit(lost, Some(1))).await;
+    assert!(timed_out.is_err(), "{timed_out:?}");
+    // The holder reads Redis again (version 1: not applied) and writes on.
+    assert_eq!(
+        direct.commit(&grant, &commit(next, Some(1))).await.unwrap(),
+        Committed::Written {
+            generation: Some(2),
+            version: 2
+        }
+    );
+    // The late write reaches Redis, and finds version 2.
+    wait_for(
+        "the delayed write is forwarded",
+        Duration::from_secs(5),
+        || async { held.fired() == 1 },
+    )
+    .await;
+    // A read on the same connection queues behind it: once it answers,
+    // Redis ran the late write.
+    let after = late.read_table().await.unwrap();
+    assert_eq!(after, *next);
+    assert_eq!(direct.read_table().await.unwrap(), *next);
+    let version: u64 = redis.cmd(&["HGET", &keys().meta, "version"]).await;
+    assert_eq!(version, 2, "the late write changed nothing");
+    // Without an expectation (an older holder), a write is not checked.
+    assert_eq!(
+        direct.commit(&grant, &commit(first, None)).await.unwrap(),
+        Committed::Written {
+            generation: Some(3),
+            version: 3
+        }
+    );
+    // An expectation of another version is refused before any write.
+    assert_eq!(
+        direct.commit(&grant, &commit(next, Some(2))).await.unwrap(),
+        Committed::Outdated { version: 3 }
+    );
+    assert_eq!(direct.read_table().await.unwrap(), *first);
 }

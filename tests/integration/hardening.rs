@@ -217,6 +217,7 @@ async fn scripts_validate_everything_before_their_first_write() {
         now_ms: 1,
         assignment: "ring",
         last_change: None,
+        expected_version: None,
     };
     store.commit(&grant, &commit(&t1)).await.unwrap();
     let t2 = MatchingTable::from_rows([("w:2".to_string(), "y".to_string())]);
@@ -241,7 +242,8 @@ async fn scripts_validate_everything_before_their_first_write() {
     assert_eq!(
         store.commit(&grant, &commit(&t2)).await.unwrap(),
         distributor::edge::redis::Committed::Written {
-            generation: Some(2)
+            generation: Some(2),
+            version: 2,
         }
     );
 }

@@ -38,6 +38,10 @@ impl Moves {
         let moves = Arc::new(Mutex::new(Vec::new()));
         let mut conn = fleet.redis.conn().await;
         let out = moves.clone();
+        // The first sample is taken before `watch` returns: a move right
+        // after it is never missed.
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+        let mut first_tx = Some(first_tx);
         let task = tokio::spawn(async move {
             // unit → (its owner, or the last one and when it left)
             let mut owner: HashMap<String, Result<String, (String, Instant)>> = HashMap::new();
@@ -88,10 +92,14 @@ impl Moves {
                         }
                         owner.insert(u.to_string(), Ok(m.to_string()));
                     }
+                    if let Some(tx) = first_tx.take() {
+                        let _ = tx.send(());
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
+        first_rx.await.expect("the table is read");
         Moves { moves, task }
     }
 

@@ -71,6 +71,14 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         }
     }
 
+    // Claims: units members may still work on (they read them from a table
+    // Redis held, or may have held) that the stored table took from them
+    // without a revocation. The repairs below then revoke them from
+    // whoever the stored table gives them to.
+    if input.verify {
+        claim(input, &group_of, &mut transit, &mut out);
+    }
+
     // Repairs: a unit in two rows of a group, or in a row and in transit.
     if input.verify {
         for g in input.groups {
@@ -136,6 +144,50 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     out
 }
 
+/// See [`PlanInput::held_before`]: each unit of a row of a held table that
+/// the member's stored row lacks is revoked from that member, in the
+/// member's group (the group it was last seen in, or, unknown, every group),
+/// unless it is in transit from it already. Proportional to the held rows
+/// that differ from the stored ones.
+fn claim(
+    input: &PlanInput<'_>,
+    group_of: &HashMap<&str, &str>,
+    transit: &mut Transits,
+    out: &mut Plan,
+) {
+    for held in input.held_before {
+        for (member, row) in held.rows() {
+            let stored = input.granted.rows().get(member);
+            if stored == Some(row) {
+                continue;
+            }
+            let still: HashSet<&str> = stored.map(|r| decode(r).collect()).unwrap_or_default();
+            let groups: Vec<String> = match group_of.get(member.as_str()) {
+                Some(g) => vec![g.to_string()],
+                None => match (input.former_group)(member)
+                    .filter(|g| input.groups.iter().any(|x| x.name == g))
+                {
+                    Some(g) => vec![g],
+                    None => input.groups.iter().map(|g| g.name.to_string()).collect(),
+                },
+            };
+            for u in decode(row).filter(|u| !still.contains(u)) {
+                for g in &groups {
+                    let pending = transit
+                        .get(g.as_str())
+                        .and_then(|t| t.get(u))
+                        .is_some_and(|t| t.from.contains_key(member.as_str()));
+                    if !pending {
+                        out.claimed += 1;
+                        out.revoked += 1;
+                        revoke_into(transit, g, u, member, input);
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn decode(row: &str) -> impl Iterator<Item = &str> {
     row.split(SEPARATOR).filter(|u| !u.is_empty())
 }
@@ -192,6 +244,11 @@ fn fresh(input: &PlanInput<'_>) -> Transit {
 fn add_origin(t: &mut Transit, member: &str, input: &PlanInput<'_>) {
     if t.from.contains_key(member) {
         return;
+    }
+    // An entry of an older version stored no waits: its origins' are fixed
+    // now, from the facts of now, so that the entry is written whole.
+    for (m, o) in t.from.iter_mut().filter(|(_, o)| o.wait.is_none()) {
+        o.wait = Some(input.settings.wait(&(input.facts)(m)));
     }
     let origin = input.settings.origin(&(input.facts)(member));
     t.from.insert(member.to_string(), origin);

@@ -56,6 +56,8 @@ struct Call {
     facts: BTreeMap<String, MemberFacts>,
     live: BTreeSet<String>,
     verify: bool,
+    /// With `verify`: the tables members may still work from.
+    held: Vec<Arc<MatchingTable>>,
     now: Instant,
 }
 
@@ -72,6 +74,7 @@ impl Call {
             units,
             facts: BTreeMap::new(),
             verify: false,
+            held: Vec::new(),
             now: t0,
         }
     }
@@ -86,6 +89,7 @@ impl Call {
         plan(&PlanInput {
             granted: &self.granted,
             verify: self.verify,
+            held_before: &self.held,
             desired: &self.desired,
             transit: &self.transit,
             groups: &groups,
@@ -398,6 +402,7 @@ fn several_groups_hand_off_independently() {
     let p = plan(&PlanInput {
         granted: &granted,
         verify: false,
+        held_before: &[],
         desired: &desired,
         transit: &Transits::new(),
         groups: &groups,
@@ -428,15 +433,197 @@ fn several_groups_hand_off_independently() {
 fn a_vanished_table_is_planned_from_the_one_written_last() {
     let last = Arc::new(table(&[("a", "u"), ("b", "v")]));
     // Gone (a data loss, a DEL): what was granted stays the truth.
-    let (from, t) = starting_point(Some(&last), MatchingTable::default());
+    let (from, t) = starting_point(Some(&last), Arc::default());
     assert_eq!((from, &*t), (StartingPoint::LastWritten, &*last));
     // Edited, or another holder's: what Redis has.
     let edited = table(&[("a", "u,v")]);
-    let (from, t) = starting_point(Some(&last), edited.clone());
+    let (from, t) = starting_point(Some(&last), Arc::new(edited.clone()));
     assert_eq!((from, &*t), (StartingPoint::Stored, &edited));
     // A new holding: what Redis has, even empty.
-    let (from, t) = starting_point(None, MatchingTable::default());
+    let (from, t) = starting_point(None, Arc::default());
     assert_eq!((from, t.is_empty()), (StartingPoint::Stored, true));
+}
+
+/// Finding 1 and 3 of issue 20: the stored table lacks a unit in the row a
+/// member may still work from (Redis lost the write that revoked it, or a
+/// write of unknown outcome granted it and was lost, or someone edited the
+/// table): the unit is claimed for that member, in transit from it, and
+/// revoked from whoever the stored table gives it to.
+#[test]
+fn a_unit_a_member_may_still_work_on_is_claimed_before_it_is_given_away() {
+    let t0 = Instant::now();
+    for stored in [
+        table(&[("a", ""), ("b", ""), ("c", "")]),
+        table(&[("a", ""), ("b", ""), ("c", "u")]),
+    ] {
+        let mut c = Call::new(t0, &["a", "b", "c"], &["u"]);
+        c.granted = stored.clone();
+        c.verify = true;
+        c.held = vec![Arc::new(table(&[("a", ""), ("b", "u"), ("c", "")]))];
+        c.desired = table(&[("a", ""), ("b", ""), ("c", "u")]);
+        let p = c.plan();
+        assert_eq!(p.claimed, 1);
+        assert_eq!(
+            p.granted.rows()["c"],
+            "",
+            "not given away while b may work on it"
+        );
+        let t = c_transit(&p, "u");
+        let mut origins: Vec<&str> = t.origins().collect();
+        origins.sort();
+        let expected: &[&str] = if stored.rows()["c"].is_empty() {
+            &["b"]
+        } else {
+            &["b", "c"]
+        };
+        assert_eq!(origins, expected);
+        assert_eq!(t.to.as_deref(), Some("c"));
+    }
+}
+
+/// A unit in transit from the member already, or still in its stored row,
+/// is not claimed again; nor is anything when the held table is the stored
+/// one.
+#[test]
+fn claims_are_only_for_units_taken_without_a_revocation() {
+    let t0 = Instant::now();
+    let mut c = Call::new(t0, &["a", "b"], &["u", "v", "w"]);
+    c.granted = table(&[("a", "w"), ("b", "")]);
+    c.verify = true;
+    c.transit = BTreeMap::from([(
+        "g".to_string(),
+        BTreeMap::from([("u".to_string(), {
+            let mut t = c_fresh(t0);
+            t.from.insert(
+                "a".into(),
+                Origin {
+                    proof: Proof::Never,
+                    wait: Some(ms(3000)),
+                },
+            );
+            t.revoked_at = 4;
+            t
+        })]),
+    )]);
+    c.held = vec![
+        Arc::new(table(&[("a", "u,w"), ("b", "")])),
+        Arc::new(c.granted.clone()),
+    ];
+    c.desired = table(&[("a", "w"), ("b", "u,v")]);
+    let p = c.plan();
+    assert_eq!(p.claimed, 0);
+    assert_eq!(p.granted.rows()["b"], "v", "v was in nobody's row: placed");
+    assert_eq!(c_transit(&p, "u").revoked_at, 4, "its revocation stands");
+}
+
+/// Review finding R1 of issue 20: a write of unknown outcome granted `u` to
+/// `b`; Redis does not hold it when read again (not applied, or applied
+/// and lost in a failover after `b` read it). `u` is not given to `c`
+/// until `b` is done with it.
+#[test]
+fn a_grant_of_a_write_of_unknown_outcome_is_claimed_for_its_grantee() {
+    let t0 = Instant::now();
+    let members = names(&["a", "b", "c"]);
+    let groups = [GroupMembers {
+        name: "g",
+        members: &members,
+    }];
+    let stored = Arc::new(table(&[("a", "u"), ("b", ""), ("c", "")]));
+    let mut l = Ledger::new();
+    l.resync(Some(Arc::clone(&stored)), Transits::new(), 8, &groups);
+    l.unknown(Some(Arc::new(table(&[("a", ""), ("b", "u"), ("c", "")]))));
+    let r = l.resync(Some(Arc::clone(&stored)), Transits::new(), 8, &groups);
+    assert_eq!(r.applied, Some(false));
+    let mut c = Call::new(t0, &["a", "b", "c"], &["u"]);
+    c.granted = (*stored).clone();
+    c.verify = true;
+    c.held = l.held().to_vec();
+    c.desired = table(&[("a", ""), ("b", ""), ("c", "u")]);
+    let p = c.plan();
+    assert_eq!(p.granted.rows()["c"], "");
+    let mut origins: Vec<&str> = c_transit(&p, "u").origins().collect();
+    origins.sort();
+    assert_eq!(origins, ["a", "b"]);
+}
+
+/// Review finding R3 of issue 20: the stored table is older than the one
+/// this holder wrote last (a lagging replica promoted), not empty: a unit
+/// in the last written row of `b`, in no stored row, is not placed at once.
+#[test]
+fn an_older_stored_table_does_not_forget_the_last_written_owner() {
+    let t0 = Instant::now();
+    let last = Arc::new(table(&[("a", ""), ("b", "u")]));
+    let (from, start) = starting_point(Some(&last), Arc::new(table(&[("a", ""), ("b", "")])));
+    assert_eq!(from, StartingPoint::Stored);
+    let mut c = Call::new(t0, &["a", "b"], &["u"]);
+    c.granted = (*start).clone();
+    c.verify = true;
+    c.held = vec![last];
+    c.desired = table(&[("a", "u"), ("b", "")]);
+    let p = c.plan();
+    assert_eq!(p.granted.rows()["a"], "");
+    assert_eq!(c_transit(&p, "u").origins().collect::<Vec<_>>(), ["b"]);
+}
+
+fn c_transit<'a>(p: &'a Plan, unit: &str) -> &'a Transit {
+    &p.transit["g"][unit]
+}
+
+fn c_fresh(t0: Instant) -> Transit {
+    Transit {
+        from: BTreeMap::new(),
+        to: None,
+        revoked_at: 0,
+        since_ms: 1,
+        waiting_since: t0,
+    }
+}
+
+/// Review finding 7 of issue 20: what was fixed at the revocation holds,
+/// and later facts only lengthen a wait or strengthen the proof it needs.
+#[test]
+fn later_facts_lengthen_a_wait_never_shorten_it() {
+    let stored = Origin {
+        proof: Proof::Refusal,
+        wait: Some(ms(3000)),
+    };
+    // A longer deadline reported since, naming its connection: the longer
+    // wait, and Redis must confirm a refusal.
+    let mut later = acking(1);
+    if let Some(r) = &mut later.report {
+        r.deadline = ms(9000);
+        r.client = Some(7);
+    }
+    let e = SETTINGS.effective(&stored, &later);
+    assert_eq!(e.proof, Proof::Disconnected(7));
+    assert!(e.wait.unwrap() > ms(9000), "{e:?}");
+    // A shorter one: the stored wait stays.
+    let mut shorter = acking(1);
+    if let Some(r) = &mut shorter.report {
+        r.deadline = ms(100);
+    }
+    let e = SETTINGS.effective(&stored, &shorter);
+    assert_eq!(e.wait, Some(ms(3000)));
+    assert_eq!(
+        e.proof,
+        Proof::Never,
+        "a member of the protocol: no refusal releases it"
+    );
+    // The reports unreadable now: nothing is learnt, nothing shortens.
+    let unknown = MemberFacts {
+        reports_read: false,
+        ..MemberFacts::default()
+    };
+    assert_eq!(SETTINGS.effective(&stored, &unknown), stored);
+    // An entry of an older version (no stored wait) gets today's.
+    let legacy = Origin {
+        proof: Proof::Refusal,
+        wait: None,
+    };
+    assert_eq!(
+        SETTINGS.effective(&legacy, &unknown).wait,
+        Some(SETTINGS.longest_wait())
+    );
 }
 
 #[test]

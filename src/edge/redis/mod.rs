@@ -236,6 +236,9 @@ pub struct Commit<'a> {
     /// The last solve that changed the table, as [`crate::core::table::Moves`]
     /// encodes it, stored with a table write (`None`: the stored one stays).
     pub last_change: Option<&'a str>,
+    /// `{T}:meta`'s `version` the plan is based on: the write is refused
+    /// ([`Committed::Outdated`]) if Redis holds another (`None`: no check).
+    pub expected_version: Option<u64>,
 }
 
 /// What a holder reads before it plans ([`Store::read_holding`]): on a new
@@ -245,6 +248,8 @@ pub struct Commit<'a> {
 pub struct Inheritance {
     /// The matching table as stored, when it was asked for.
     pub table: Option<MatchingTable>,
+    /// `{T}:meta`'s `version`: how many writes the holders made (0: none).
+    pub version: u64,
     /// member → persisted liveness, undecoded.
     pub liveness: HashMap<String, String>,
     pub suspects: std::collections::BTreeMap<String, Suspect>,
@@ -258,8 +263,12 @@ pub struct Inheritance {
 /// unknown: the write may or may not have been applied.
 #[derive(Debug)]
 pub enum Committed {
-    /// Written; `generation` is the new table generation, if the table was written.
-    Written { generation: Option<u64> },
+    /// Written; `generation` is the new table generation, if the table was
+    /// written, and `version` the new `{T}:meta` version.
+    Written {
+        generation: Option<u64>,
+        version: u64,
+    },
     /// Rejected by Redis before it wrote anything: the lease (`"lease"`) or
     /// epoch (`"epoch"`) moved on.
     Fenced { reason: String },
@@ -269,13 +278,27 @@ pub enum Committed {
         generation: Option<u64>,
         error: StoreError,
     },
+    /// Refused before it wrote anything: `{T}:meta`'s version is not the
+    /// expected one (something wrote since the plan's state was read, such
+    /// as a write of this holder that timed out and landed later).
+    Outdated { version: u64 },
 }
 
 impl PartialEq for Committed {
     /// Errors compare by their text (a Redis error is not comparable).
     fn eq(&self, other: &Committed) -> bool {
         match (self, other) {
-            (Committed::Written { generation: a }, Committed::Written { generation: b }) => a == b,
+            (
+                Committed::Written {
+                    generation: a,
+                    version: v,
+                },
+                Committed::Written {
+                    generation: b,
+                    version: w,
+                },
+            ) => a == b && v == w,
+            (Committed::Outdated { version: a }, Committed::Outdated { version: b }) => a == b,
             (Committed::Fenced { reason: a }, Committed::Fenced { reason: b }) => a == b,
             (
                 Committed::Unconfirmed {

@@ -330,7 +330,12 @@ impl Store {
                 .unwrap_or_else(|| reply_err(op, &Value::ServerError(e)))),
             Some(v @ Value::ServerError(_)) => Err(reply_err(op, &v)),
             Some(v) => text_pairs(v.clone()).ok_or_else(|| reply_err(op, &v)),
-            None => Ok(Vec::new()),
+            // A short reply is no "empty hash": its members' facts would go
+            // missing.
+            None => Err(StoreError::Reply {
+                op,
+                detail: "no reply".into(),
+            }),
         }
     }
 
@@ -477,7 +482,8 @@ impl Store {
             .arg(if c.transit.is_some() { "1" } else { "0" })
             .arg(c.transit.map_or(0, <[_]>::len))
             .arg(c.assignment)
-            .arg(c.last_change.unwrap_or(""));
+            .arg(c.last_change.unwrap_or(""))
+            .arg(c.expected_version.map_or(String::new(), |v| v.to_string()));
         if let Some(t) = c.table {
             for (member, units) in t.rows() {
                 inv.arg(member).arg(units);
@@ -534,14 +540,26 @@ impl Store {
             return Err(reply_err("write table", &v));
         };
         match items.as_slice() {
-            [ok, g] if int(ok) == Some(1) => {
+            [ok, g, version] if int(ok) == Some(1) => {
                 let g = int(g).ok_or_else(|| reply_err("write table", &v))?;
+                let version = int(version)
+                    .filter(|v| *v > 0)
+                    .ok_or_else(|| reply_err("write table", &v))?
+                    as u64;
                 let generation = (g >= 0).then_some(g as u64);
                 match self.replicated("write table").await {
-                    Ok(()) => Ok(Committed::Written { generation }),
+                    Ok(()) => Ok(Committed::Written {
+                        generation,
+                        version,
+                    }),
                     Err(error) => Ok(Committed::Unconfirmed { generation, error }),
                 }
             }
+            [code, version] if int(code) == Some(-4) => Ok(Committed::Outdated {
+                version: int(version)
+                    .filter(|v| *v >= 0)
+                    .ok_or_else(|| reply_err("write table", &v))? as u64,
+            }),
             [ok, reason] if int(ok) == Some(0) => Ok(Committed::Fenced {
                 reason: text(reason).unwrap_or_default(),
             }),
@@ -624,6 +642,7 @@ impl Store {
                 .arg(&k.meta)
                 .arg("generation")
                 .arg("generation_floor")
+                .arg("version")
                 .to_owned(),
         ));
         let replies = match self
@@ -649,7 +668,7 @@ impl Store {
             pairs.push(self.hash_reply(key, "read holding", Some(reply)).await?);
         }
         let meta = replies.next().expect("counted above");
-        let mut generation = 0;
+        let (mut generation, mut version) = (0, 0);
         match &meta {
             Value::ServerError(e) if e.code() == "WRONGTYPE" => {
                 return Err(self
@@ -662,6 +681,9 @@ impl Store {
                     if let Value::BulkString(raw) = value {
                         generation = generation.max(stored_count(&k.meta, field, raw)?);
                     }
+                }
+                if let Some(Value::BulkString(raw)) = values.get(2) {
+                    version = stored_count(&k.meta, "version", raw)?;
                 }
             }
             other => return Err(reply_err("read holding", other)),
@@ -685,6 +707,7 @@ impl Store {
         let table = pairs.next().map(MatchingTable::from_rows);
         Ok(Inheritance {
             table,
+            version,
             liveness,
             suspects,
             unreadable_suspects: bad,

@@ -4,15 +4,22 @@
 --       write_table (0|1), n_rows, n_health_set, n_health_del,
 --       n_suspect_set, n_suspect_del, write_transit (0|1), n_transit,
 --       assignment, last_change (stored in meta with a table write; an
---       empty last_change leaves the stored one), then n_rows (member, units) pairs, n_health_set (member, state) pairs,
+--       empty last_change leaves the stored one), expected_version (meta's
+--       `version` the caller's plan is based on; empty: no check), then
+--       n_rows (member, units) pairs, n_health_set (member, state) pairs,
 --       n_health_del member names, n_suspect_set (member, suspicion) pairs,
 --       n_suspect_del member names and n_transit (field, value) pairs.
 -- With write_transit, the transit hash is replaced whole; a value that
 -- starts with "0 " (a revocation this write makes) gets the new generation
 -- instead of the 0, so revocations are numbered by the write that makes them.
--- Returns {1, generation} (generation -1 when only liveness was written),
--- {0, reason} when the caller no longer holds the lease (Redis itself rejects
--- a stale holder's write), or {-2, key, field, value, expected} when a stored
+-- Every write increments meta's `version`: a write whose plan was based on
+-- another version (a write of the same holder that timed out and landed
+-- later, an edit of the metadata) is refused, so no write ever lands on a
+-- state its planner did not read.
+-- Returns {1, generation, version} (generation -1 when only liveness was
+-- written), {0, reason} when the caller no longer holds the lease (Redis
+-- itself rejects a stale holder's write), {-4, version} when meta's version is
+-- not the expected one, or {-2, key, field, value, expected} when a stored
 -- value or an argument is unusable; then nothing was written.
 
 -- Fencing.
@@ -31,18 +38,37 @@ local n_rows, n_set, n_del = count(ARGV[9]), count(ARGV[10]), count(ARGV[11])
 local n_sus, n_unsus = count(ARGV[12]), count(ARGV[13])
 local n_transit = count(ARGV[15])
 if not (n_rows and n_set and n_del and n_sus and n_unsus and n_transit)
-  or #ARGV ~= 17 + 2 * n_rows + 2 * n_set + n_del + 2 * n_sus + n_unsus + 2 * n_transit then
+  or #ARGV ~= 18 + 2 * n_rows + 2 * n_set + n_del + 2 * n_sus + n_unsus + 2 * n_transit then
   return invalid('ARGV', 'counts', table.concat({ARGV[9] or '', ARGV[10] or '', ARGV[11] or '',
     ARGV[12] or '', ARGV[13] or '', ARGV[15] or ''}, ' ') .. ' for ' .. #ARGV .. ' arguments',
     'counts that match the arguments')
 end
 local write_table = ARGV[8] == '1'
 local write_transit = ARGV[14] == '1'
+local expected_version = nil
+if ARGV[18] ~= '' then
+  expected_version = count(ARGV[18])
+  if not expected_version then return invalid('ARGV', 'expected_version', ARGV[18], COUNT) end
+end
 
 -- The metadata and liveness hashes are ours and derived: a wrong type (an
 -- operator's mistake) is reset below. The table itself is deleted before it
 -- is written, whatever its type.
 local meta_type = type_of(KEYS[2])
+local version = 0
+if meta_type == 'hash' then
+  local v = redis.call('HGET', KEYS[2], 'version')
+  if v then
+    version = count(v)
+    if not version then return invalid(KEYS[2], 'version', v, COUNT) end
+  end
+end
+if version + 1 >= MAX_SAFE then
+  return invalid(KEYS[2], 'version', tostring(version), COUNT .. ', below its largest')
+end
+if expected_version and expected_version ~= version then
+  return {-4, version}
+end
 local generation = -1
 if write_table then
   local current, stored_floor = 0, 0
@@ -66,7 +92,7 @@ local liveness_type = type_of(KEYS[5])
 local suspects_type = type_of(KEYS[6])
 local transit_type = type_of(KEYS[7])
 
-local rows_at = 18
+local rows_at = 19
 local set_at = rows_at + 2 * n_rows
 local del_at = set_at + 2 * n_set
 local sus_at = del_at + n_del
@@ -132,7 +158,8 @@ if write_transit then
     redis.call('HSET', KEYS[7], ARGV[i], v)
   end
 end
+redis.call('HSET', KEYS[2], 'version', version + 1)
 if write_table then
   redis.call('PUBLISH', ARGV[7], generation)
 end
-return {1, generation}
+return {1, generation, version + 1}
