@@ -163,6 +163,20 @@ impl Logs {
 }
 
 impl Logs {
+    /// How many lines of the replicas' logs contain `text`.
+    pub fn replica_lines(&self, text: &str) -> usize {
+        self.files
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(name, _, member)| member.is_none() && name.starts_with('r'))
+            .map(|(_, path, _)| {
+                let log = std::fs::read_to_string(path).unwrap_or_default();
+                log.lines().filter(|l| l.contains(text)).count()
+            })
+            .sum()
+    }
+
     /// Per kind of process (`worker`, `r`eplica), the number of WARN and
     /// ERROR lines in its logs, and the first few ERROR lines.
     pub fn summary(&self) -> (String, Vec<String>) {
@@ -433,6 +447,8 @@ pub struct Replica {
     pub child: Child,
     /// The proxy it reaches Redis through, when it has one of its own.
     pub proxy: Option<FaultProxy>,
+    /// When it was spawned (unix µs).
+    pub since_us: u64,
 }
 
 impl Replica {
@@ -442,6 +458,7 @@ impl Replica {
     /// `extra` flags after them. Its output goes to its log in `logs`.
     pub fn spawn(redis_url: &str, id: String, logs: &Logs, extra: &[String]) -> Replica {
         let log = logs.file(&id, None);
+        let since_us = ownership::unix_us_now();
         let child = Command::new(env!("CARGO_BIN_EXE_distributor"))
             .arg(format!("-redis-url={redis_url}"))
             .arg(format!("-services-namespaces={SERVICES}"))
@@ -475,6 +492,7 @@ impl Replica {
             id,
             child,
             proxy: None,
+            since_us,
         }
     }
 }
@@ -938,9 +956,10 @@ impl Chaos {
     pub async fn add_replica(&mut self) {
         let id = format!("r{}", self.spawned_replicas);
         self.spawned_replicas += 1;
-        let proxy = match self.shape.proxied {
-            true => Some(FaultProxy::start(self.fleet.redis.port()).await),
-            false => None,
+        let proxy = if self.shape.proxied {
+            Some(FaultProxy::start(self.fleet.redis.port()).await)
+        } else {
+            None
         };
         let url = proxy
             .as_ref()
@@ -1257,8 +1276,37 @@ impl Chaos {
 }
 
 impl Drop for Chaos {
+    /// On a failure, before the logs' tails are printed: every event, and
+    /// what Redis holds of the handoff, beside the processes' logs.
     fn drop(&mut self) {
         self.old_reader.abort();
+        if !std::thread::panicking() {
+            return;
+        }
+        let mut events = self.logs.file("events", None);
+        for line in self.journal.lines() {
+            let _ = writeln!(events, "{line}");
+        }
+        let mut state = self.logs.file("redis-state", None);
+        let k = keys();
+        let read = |key: &str| -> redis::RedisResult<Vec<(String, String)>> {
+            let client = redis::Client::open(self.fleet.redis.url())?;
+            let mut c = client.get_connection_with_timeout(Duration::from_secs(2))?;
+            c.set_read_timeout(Some(Duration::from_secs(2)))?;
+            redis::cmd("HGETALL").arg(key).query(&mut c)
+        };
+        for key in [&k.meta, &k.transit, &k.members, &k.liveness, &k.suspects] {
+            match read(key) {
+                Ok(pairs) => {
+                    for (field, value) in pairs {
+                        let _ = writeln!(state, "{key} {field} = {value}");
+                    }
+                }
+                Err(e) => {
+                    let _ = writeln!(state, "{key}: {e}");
+                }
+            }
+        }
     }
 }
 
