@@ -720,7 +720,8 @@ pub struct Chaos {
     pub replicas: Vec<Replica>,
     pub workers: Vec<Worker>,
     pub old_id: String,
-    /// The old-protocol worker and the task that reads its row.
+    /// The old-protocol worker (it answers pings until the schedule is
+    /// dropped) and the task that reads its row.
     old: FlakyWorker,
     old_reader: tokio::task::JoinHandle<()>,
     pub pool: Vec<String>,
@@ -1105,6 +1106,26 @@ impl Chaos {
         started.elapsed()
     }
 
+    /// Runs one scenario with random parameters; returns what it did.
+    ///
+    /// - **Join**: a new worker process;
+    /// - **Drain**: SIGTERM a worker; it must exit 0, off the list, holding
+    ///   nothing;
+    /// - **Kill**, **KillAndRestart**: SIGKILL a worker (then a new process
+    ///   on the same address);
+    /// - **Units**: add and remove units in one atomic rewrite of the list;
+    /// - **HolderKillMidHandoff**: make units move (a join, a units change,
+    ///   or a worker frozen so that its units wait for its deadline), wait
+    ///   until `{T}:transit` is non-empty, SIGKILL the holder; another
+    ///   replica must take over (a fresh replica process replaces the dead
+    ///   one);
+    /// - **HolderTerm**: a graceful handover;
+    /// - **Freeze**: SIGSTOP a worker for half its deadline up to well past
+    ///   it (every other freeze past it), then SIGCONT (sometimes the units
+    ///   change meanwhile);
+    /// - **Cut**: cut a worker's Redis connections while the holder still
+    ///   pings it, then heal (the first cut outlasts the deadline: the
+    ///   worker must fence itself on time).
     pub async fn step(&mut self, step: Step) -> String {
         match step {
             Step::Join => {
