@@ -229,6 +229,32 @@ async fn a_delayed_command_is_applied_late_and_later_ones_queue_behind_it() {
 }
 
 #[tokio::test]
+async fn a_delayed_command_is_taken_as_it_arrives_and_fired_once_forwarded() {
+    // Long enough that nothing else on loopback takes as long.
+    const HELD: Duration = Duration::from_secs(1);
+    let (redis, proxy) = started().await;
+    let rule = proxy.add(arg_rule(
+        "SET",
+        "k",
+        Occurrence::Next(1),
+        Action::Delay(HELD),
+    ));
+    let mut con = connect(&proxy).await;
+    let set = tokio::spawn(async move {
+        let r: RedisResult<()> = con.set("k", "v").await;
+        r
+    });
+    assert!(rule.wait_taken(1, BOUND).await);
+    // Held in the proxy: not in Redis, not fired.
+    assert_eq!(get(&redis, "k").await, None);
+    assert_eq!(rule.fired(), 0);
+    within("the delayed set", set).await.unwrap().unwrap();
+    assert_eq!(rule.fired(), 1);
+    assert_eq!(get(&redis, "k").await.as_deref(), Some("v"));
+    assert!(!rule.wait_taken(2, SILENCE).await);
+}
+
+#[tokio::test]
 async fn an_injected_error_takes_one_commands_place_in_a_pipeline() {
     let (redis, proxy) = started().await;
     let _: i64 = redis.cmd(&["HSET", "h1", "f", "1"]).await;

@@ -202,6 +202,8 @@ struct Armed {
     seen: usize,
     /// Commands the rule took (its fault may not have completed yet).
     taken: usize,
+    /// `taken`, for [`RuleHandle::wait_taken`].
+    took: Arc<watch::Sender<usize>>,
     fired: Arc<watch::Sender<usize>>,
     /// For a [`Match::After`]: the connections whose last command matching
     /// either side matched the first.
@@ -274,6 +276,7 @@ impl Shared {
             };
             if fire {
                 armed.taken += 1;
+                armed.took.send_replace(armed.taken);
                 let firing = Firing {
                     fired: armed.fired.clone(),
                     shared: self.clone(),
@@ -387,6 +390,7 @@ impl FaultProxy {
     /// it (an earlier rule that matched without firing did count it).
     pub fn add(&self, rule: Rule) -> RuleHandle {
         let fired = Arc::new(watch::Sender::new(0));
+        let took = Arc::new(watch::Sender::new(0));
         let mut rules = lock(&self.shared.rules);
         rules.next_id += 1;
         let id = rules.next_id;
@@ -395,11 +399,13 @@ impl FaultProxy {
             rule,
             seen: 0,
             taken: 0,
+            took: took.clone(),
             fired: fired.clone(),
             armed_on: HashSet::new(),
         });
         RuleHandle {
             id,
+            took,
             fired,
             shared: Arc::downgrade(&self.shared),
         }
@@ -461,6 +467,7 @@ impl Drop for FaultProxy {
 /// A rule in force; dropping the handle leaves the rule in place.
 pub struct RuleHandle {
     id: u64,
+    took: Arc<watch::Sender<usize>>,
     fired: Arc<watch::Sender<usize>>,
     shared: Weak<Shared>,
 }
@@ -476,6 +483,17 @@ impl RuleHandle {
         let mut fired = self.fired.subscribe();
         matches!(
             tokio::time::timeout(limit, fired.wait_for(|f| *f >= n)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Whether the rule took at least `n` commands by `limit`: a command is
+    /// taken as it arrives, before its fault is carried out (a delayed one
+    /// is in the proxy, not yet in Redis).
+    pub async fn wait_taken(&self, n: usize, limit: Duration) -> bool {
+        let mut took = self.took.subscribe();
+        matches!(
+            tokio::time::timeout(limit, took.wait_for(|t| *t >= n)).await,
             Ok(Ok(_))
         )
     }
