@@ -1331,60 +1331,55 @@ impl Drop for Chaos {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The log parsing and the re-dating, on synthetic input.
+#[test]
+fn overran_releases_are_redated_only_when_a_freeze_explains_them() {
+    assert_eq!(log_time_us("1970-01-01T00:00:01.5Z"), Some(1_500_000));
+    assert_eq!(
+        log_time_us("2026-11-23T03:01:38.220764Z"),
+        Some(1_795_402_898_220_764)
+    );
+    assert_eq!(
+        log_time_us("2000-03-01T00:00:00Z"),
+        Some(951_868_800_000_000)
+    );
+    assert_eq!(duration_us("1.55512424s"), Some(1_555_124));
+    assert_eq!(duration_us("250ms"), Some(250_000));
+    assert_eq!(duration_us("12µs"), Some(12));
+    assert_eq!(duration_us("7ns"), Some(0));
+    let line = "2026-11-23T03:01:38.220764Z ERROR distributor::member::follow: a revocation finished after the unit's hold had ended: it may have overlapped with the next owner member=127.0.0.1:1 unit=u-1 token=168 late=1.5s";
+    assert_eq!(field(line, "unit"), Some("u-1"));
+    assert_eq!(field(line, "late"), Some("1.5s"));
 
-    /// The log parsing and the re-dating, on synthetic input.
-    #[test]
-    fn overran_releases_are_redated_only_when_a_freeze_explains_them() {
-        assert_eq!(log_time_us("1970-01-01T00:00:01.5Z"), Some(1_500_000));
-        assert_eq!(
-            log_time_us("2026-11-23T03:01:38.220764Z"),
-            Some(1_795_402_898_220_764)
-        );
-        assert_eq!(
-            log_time_us("2000-03-01T00:00:00Z"),
-            Some(951_868_800_000_000)
-        );
-        assert_eq!(duration_us("1.55512424s"), Some(1_555_124));
-        assert_eq!(duration_us("250ms"), Some(250_000));
-        assert_eq!(duration_us("12µs"), Some(12));
-        assert_eq!(duration_us("7ns"), Some(0));
-        let line = "2026-11-23T03:01:38.220764Z ERROR distributor::member::follow: a revocation finished after the unit's hold had ended: it may have overlapped with the next owner member=127.0.0.1:1 unit=u-1 token=168 late=1.5s";
-        assert_eq!(field(line, "unit"), Some("u-1"));
-        assert_eq!(field(line, "late"), Some("1.5s"));
-
-        let end = 10_000_000;
-        let o = Overran {
-            member: "m".into(),
-            unit: "u".into(),
-            token: 3,
-            hold_end_us: end,
-            line: "l".into(),
-        };
-        let lines = vec![
-            ownership::event_line("acquired", "u", "m", 3, 1_000_000),
-            ownership::event_line("released", "u", "m", 3, end + 1_500_000),
-            ownership::event_line("acquired", "u", "n", 5, end + 300_000),
-        ];
-        let frozen = vec![("m".to_string(), end - 1_000_000, end + 1_400_000)];
-        let (out, n) = redate(&lines, &[o], &frozen).unwrap();
-        assert_eq!(n, 1);
-        let bounds = Bounds {
-            reown: Duration::from_secs(10),
-        };
-        assert!(ownership::check(&out, &bounds).violations.is_empty());
-        assert_eq!(ownership::check(&lines, &bounds).violations.len(), 1);
-        // Without a freeze of that member, nothing explains it.
-        let o = Overran {
-            member: "m".into(),
-            unit: "u".into(),
-            token: 3,
-            hold_end_us: end,
-            line: "l".into(),
-        };
-        let other = vec![("n".to_string(), end - 1_000_000, end + 1_400_000)];
-        assert!(redate(&lines, &[o], &other).is_err());
-    }
+    let end = 10_000_000;
+    let o = Overran {
+        member: "m".into(),
+        unit: "u".into(),
+        token: 3,
+        hold_end_us: end,
+        line: "l".into(),
+    };
+    let lines = vec![
+        ownership::event_line("acquired", "u", "m", 3, 1_000_000),
+        ownership::event_line("released", "u", "m", 3, end + 1_500_000),
+        ownership::event_line("acquired", "u", "n", 5, end + 300_000),
+    ];
+    let frozen = vec![("m".to_string(), end - 1_000_000, end + 1_400_000)];
+    let (out, n) = redate(&lines, &[o], &frozen).unwrap();
+    assert_eq!(n, 1);
+    let bounds = Bounds {
+        reown: Duration::from_secs(10),
+    };
+    assert!(ownership::check(&out, &bounds).violations.is_empty());
+    assert_eq!(ownership::check(&lines, &bounds).violations.len(), 1);
+    // Without a freeze of that member, nothing explains it.
+    let o = Overran {
+        member: "m".into(),
+        unit: "u".into(),
+        token: 3,
+        hold_end_us: end,
+        line: "l".into(),
+    };
+    let other = vec![("n".to_string(), end - 1_000_000, end + 1_400_000)];
+    assert!(redate(&lines, &[o], &other).is_err());
 }
