@@ -77,19 +77,7 @@ const PLAN: &[(Step, usize)] = &[
 async fn ownership_under_chaos_with_real_processes() {
     const LABEL: &str = "ownership_stress";
     let seed = procs::seed(LABEL);
-    let shape = Shape {
-        label: LABEL,
-        pool: 640,
-        listed: 480,
-        min_listed: 300,
-        replicas: 3,
-        workers: 6,
-        min_workers: 4,
-        max_workers: 8,
-        reown: REOWN,
-        replica_flags: Vec::new(),
-        proxied: false,
-    };
+    let shape = Shape::new(LABEL, REOWN);
     let mut chaos = Chaos::start(shape, seed, RedisServer::start()).await;
     chaos.run(PLAN, BUDGET, &mut ()).await;
     chaos.finish(PLAN).await;

@@ -399,20 +399,14 @@ async fn no_unit_has_two_owners_when_the_holders_redis_calls_have_unknown_outcom
     })
     .await;
     let shape = Shape {
-        label: LABEL,
-        pool: 640,
-        listed: 480,
-        min_listed: 300,
-        replicas: 3,
-        workers: 6,
         min_workers: 5,
         max_workers: 7,
-        reown: REOWN,
         replica_flags: vec![
             "-redis-wait-replicas=1".into(),
             format!("-redis-wait-timeout={}ms", WAIT_TIMEOUT.as_millis()),
         ],
         proxied: true,
+        ..Shape::new(LABEL, REOWN)
     };
     let mut chaos = Chaos::start(shape, seed, master).await;
     let mut faults = Faults::new(&chaos);

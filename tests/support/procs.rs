@@ -673,6 +673,26 @@ pub struct Shape {
     pub proxied: bool,
 }
 
+impl Shape {
+    /// 3 replicas on Redis itself with the kit's flags; 6 workers, kept
+    /// between 4 and 8; 480 of 640 units listed, at least 300.
+    pub fn new(label: &'static str, reown: Duration) -> Shape {
+        Shape {
+            label,
+            pool: 640,
+            listed: 480,
+            min_listed: 300,
+            replicas: 3,
+            workers: 6,
+            min_workers: 4,
+            max_workers: 8,
+            reown,
+            replica_flags: Vec::new(),
+            proxied: false,
+        }
+    }
+}
+
 /// The seed of a schedule: `OWNERSHIP_SEED`, or a fresh random one; printed
 /// with how to replay it.
 pub fn seed(label: &str) -> u64 {
@@ -1352,7 +1372,7 @@ fn overran_releases_are_redated_only_when_a_freeze_explains_them() {
     assert_eq!(field(line, "late"), Some("1.5s"));
 
     let end = 10_000_000;
-    let o = Overran {
+    let overran = || Overran {
         member: "m".into(),
         unit: "u".into(),
         token: 3,
@@ -1365,7 +1385,7 @@ fn overran_releases_are_redated_only_when_a_freeze_explains_them() {
         ownership::event_line("acquired", "u", "n", 5, end + 300_000),
     ];
     let frozen = vec![("m".to_string(), end - 1_000_000, end + 1_400_000)];
-    let (out, n) = redate(&lines, &[o], &frozen).unwrap();
+    let (out, n) = redate(&lines, &[overran()], &frozen).unwrap();
     assert_eq!(n, 1);
     let bounds = Bounds {
         reown: Duration::from_secs(10),
@@ -1373,13 +1393,6 @@ fn overran_releases_are_redated_only_when_a_freeze_explains_them() {
     assert!(ownership::check(&out, &bounds).violations.is_empty());
     assert_eq!(ownership::check(&lines, &bounds).violations.len(), 1);
     // Without a freeze of that member, nothing explains it.
-    let o = Overran {
-        member: "m".into(),
-        unit: "u".into(),
-        token: 3,
-        hold_end_us: end,
-        line: "l".into(),
-    };
     let other = vec![("n".to_string(), end - 1_000_000, end + 1_400_000)];
-    assert!(redate(&lines, &[o], &other).is_err());
+    assert!(redate(&lines, &[overran()], &other).is_err());
 }
