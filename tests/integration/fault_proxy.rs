@@ -1,7 +1,8 @@
 //! The fault proxy's self-test: with no rule it is transparent (commands,
 //! pipelines, transactions, pub/sub, inline commands); each action has the
 //! effect on Redis and the client that it promises; occurrences count the
-//! way they say; replies stay paired with their commands in RESP3 too, pushes
+//! way they say; a command after another is matched on that connection
+//! only; replies stay paired with their commands in RESP3 too, pushes
 //! included; `reset_all` and dropping the proxy close what is open.
 //!
 //! Server-side effects are read on a direct connection to Redis. Where a
@@ -228,6 +229,32 @@ async fn a_delayed_command_is_applied_late_and_later_ones_queue_behind_it() {
 }
 
 #[tokio::test]
+async fn a_delayed_command_is_taken_as_it_arrives_and_fired_once_forwarded() {
+    // Long enough that nothing else on loopback takes as long.
+    const HELD: Duration = Duration::from_secs(1);
+    let (redis, proxy) = started().await;
+    let rule = proxy.add(arg_rule(
+        "SET",
+        "k",
+        Occurrence::Next(1),
+        Action::Delay(HELD),
+    ));
+    let mut con = connect(&proxy).await;
+    let set = tokio::spawn(async move {
+        let r: RedisResult<()> = con.set("k", "v").await;
+        r
+    });
+    assert!(rule.wait_taken(1, BOUND).await);
+    // Held in the proxy: not in Redis, not fired.
+    assert_eq!(get(&redis, "k").await, None);
+    assert_eq!(rule.fired(), 0);
+    within("the delayed set", set).await.unwrap().unwrap();
+    assert_eq!(rule.fired(), 1);
+    assert_eq!(get(&redis, "k").await.as_deref(), Some("v"));
+    assert!(!rule.wait_taken(2, SILENCE).await);
+}
+
+#[tokio::test]
 async fn an_injected_error_takes_one_commands_place_in_a_pipeline() {
     let (redis, proxy) = started().await;
     let _: i64 = redis.cmd(&["HSET", "h1", "f", "1"]).await;
@@ -349,6 +376,52 @@ async fn a_script_is_matched_by_its_sha_in_both_forms_and_occurrences_count() {
     assert_eq!(third, 2);
     assert!(two.wait_fired(2, BOUND).await);
     assert_eq!(two.fired(), 2);
+}
+
+#[tokio::test]
+async fn a_command_after_another_is_matched_on_that_connection_only() {
+    let (redis, proxy) = started().await;
+    let rule = proxy.add(Rule::new(
+        Match::After(
+            Box::new(Match::Command("INCR".into())),
+            Box::new(Match::Command("GET".into())),
+        ),
+        Occurrence::Every,
+        Action::Error("ERR after".into()),
+    ));
+    let mut a = connect(&proxy).await;
+    let b = connect(&proxy).await;
+    let incr = |con: &MultiplexedConnection| {
+        let mut con = con.clone();
+        async move {
+            let n: i64 = within("incr", redis::cmd("INCR").arg("n").query_async(&mut con))
+                .await
+                .unwrap();
+            n
+        }
+    };
+    let read = |con: &MultiplexedConnection| {
+        let mut con = con.clone();
+        async move { within("get", con.get::<_, Option<String>>("n")).await }
+    };
+
+    // No INCR yet: GETs pass.
+    assert!(read(&a).await.is_ok());
+    // An INCR on `a` arms `a` alone, for its next GET, past other commands.
+    assert_eq!(incr(&a).await, 1);
+    assert_eq!(read(&b).await.unwrap().as_deref(), Some("1"));
+    let () = within("set", a.set("other", "x")).await.unwrap();
+    let caught = read(&a).await;
+    assert!(is_error_with(&caught, "after"), "{caught:?}");
+    assert_eq!(read(&a).await.unwrap().as_deref(), Some("1"));
+    // Two INCRs arm it once.
+    for _ in 0..2 {
+        incr(&a).await;
+    }
+    assert!(is_error_with(&read(&a).await, "after"));
+    assert_eq!(read(&a).await.unwrap().as_deref(), Some("3"));
+    assert_eq!(rule.fired(), 2);
+    assert_eq!(get(&redis, "n").await.as_deref(), Some("3"));
 }
 
 #[tokio::test]

@@ -29,3 +29,4 @@ mod takeover;
 mod tls;
 mod ui;
 mod unknown_outcomes;
+mod unknown_outcomes_stress;

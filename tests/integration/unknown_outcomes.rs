@@ -10,10 +10,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distributor::MatchingTable;
 use distributor::core::handoff::MemberReport;
 use distributor::core::table::decode_row;
+use distributor::edge::redis::scripts::COMMIT;
 use tokio::time::Instant;
 
+use crate::support::fault_proxy::{Action, FaultProxy, Match, Occurrence, Rule};
 use crate::support::*;
 
 /// A unit that changed owner, as seen from outside: it left `from`'s row at
@@ -327,7 +330,7 @@ async fn a_takeover_that_cannot_read_liveness_acts_only_once_it_can() {
 /// not) and has written a report with `deadline` (and `client`).
 async fn protocol_worker(fleet: &Fleet, deadline: Duration, client: Option<u64>) -> FlakyWorker {
     let w = FlakyWorker::start(fleet).await;
-    write_report(fleet, &w.addr, 0, deadline, client).await;
+    write_report(fleet, &w.addr, 0, false, deadline, client).await;
     w
 }
 
@@ -335,12 +338,13 @@ async fn write_report(
     fleet: &Fleet,
     member: &str,
     applied: u64,
+    draining: bool,
     deadline: Duration,
     client: Option<u64>,
 ) {
     let r = MemberReport {
         applied,
-        draining: false,
+        draining,
         deadline,
         weight: 1,
         client,
@@ -560,7 +564,7 @@ async fn a_report_from_a_lost_numbering_acknowledges_nothing() {
     let mut fleet = Fleet::new(RedisServer::start());
     fleet.set_units(&units).await;
     let stale = FlakyWorker::start(&fleet).await;
-    write_report(&fleet, &stale.addr, 500, DEADLINE, None).await;
+    write_report(&fleet, &stale.addr, 500, false, DEADLINE, None).await;
     fleet.add_replica();
     fleet
         .wait_for_table_with(
@@ -578,5 +582,99 @@ async fn a_report_from_a_lost_numbering_acknowledges_nothing() {
     assert_waited(&moves.all(), &stale.addr, wait);
     let g = fleet.generation().await;
     assert!(g > 500, "the next writes are numbered above 500, not {g}");
+    fleet.shutdown().await;
+}
+
+/// Issue 20, item 5 (found by `unknown_outcomes_stress`, seed 854494): a
+/// table write the holder gave up on (its Redis call deadline passed) is
+/// still on its way; the holder reads Redis again, plans from what it read
+/// and writes that; then the old write lands. Redis fences it by the lease
+/// token and epoch only, which have not changed, so it is applied: its
+/// table, planned before, puts units the newer write granted to one member
+/// straight into another member's row, with no revocation between.
+///
+/// Here A drains, and its units wait for its deadline (it never
+/// acknowledges); the write that grants them to X and Y at the end of the
+/// wait is held in a proxy past the holder's call deadline (2 s, inside a
+/// 4.5 s renew deadline, so the holder keeps its lease); meanwhile X drains
+/// too, so the next plan gives every unit of A's to Y; then the held write
+/// lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: a write of unknown outcome that lands after the holder's next write is applied (issue 20, item 5)"]
+async fn a_write_the_holder_gave_up_on_does_not_land_after_its_next_write() {
+    const DEADLINE: Duration = Duration::from_millis(500);
+    const HELD: Duration = Duration::from_millis(3500);
+    let wait = DEADLINE + DEADLINE / 20 + Duration::from_millis(100);
+    let units = units(30);
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(redis.port()).await;
+    let mut fleet = Fleet::new(redis);
+    fleet.config.redis_url = proxy.url();
+    fleet.config.lease.ttl = Duration::from_secs(6);
+    fleet.config.lease.renew_interval = Duration::from_millis(500);
+    fleet.config.lease.renew_deadline = Duration::from_millis(4500);
+    fleet.set_units(&units).await;
+    let a = protocol_worker(&fleet, DEADLINE, None).await;
+    let x = protocol_worker(&fleet, DEADLINE, None).await;
+    let y = protocol_worker(&fleet, DEADLINE, None).await;
+    fleet.add_replica();
+    let ids = vec![a.addr.clone(), x.addr.clone(), y.addr.clone()];
+    let table = fleet
+        .wait_for_table_with(&units, &ids, Duration::from_secs(10))
+        .await;
+    let of_a: Vec<String> = decode_row(&table.rows()[&a.addr])
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let moves = Moves::watch(&fleet).await;
+    let k = keys();
+
+    // A drains: its units are revoked, and wait for its deadline.
+    write_report(&fleet, &a.addr, 0, true, DEADLINE, None).await;
+    wait_for("A's units in transit", Duration::from_secs(5), || async {
+        let n: u64 = fleet.redis.cmd(&["HLEN", &k.transit]).await;
+        n > 0
+    })
+    .await;
+    // The next write grants them, to X and Y: held past the call deadline.
+    let held = proxy.add(Rule::new(
+        Match::Script(sha1_smol::Sha1::from(COMMIT).digest().to_string()),
+        Occurrence::Next(1),
+        Action::Delay(HELD),
+    ));
+    assert!(
+        held.wait_taken(1, wait * 4).await,
+        "no write after A's units' wait"
+    );
+    // Sent, not applied; X drains now, so the next plan gives them to Y.
+    write_report(&fleet, &x.addr, 0, true, DEADLINE, None).await;
+    let in_y = |table: MatchingTable| {
+        let row: Vec<String> = table
+            .rows()
+            .get(&y.addr)
+            .map(|r| decode_row(r).into_iter().map(str::to_string).collect())
+            .unwrap_or_default();
+        of_a.iter().all(|u| row.contains(u))
+    };
+    wait_for(
+        "the next plan written while the held write is on its way",
+        HELD,
+        || async { in_y(fleet.table().await) && held.fired() == 0 },
+    )
+    .await;
+    assert!(
+        held.wait_fired(1, HELD).await,
+        "the held write never landed"
+    );
+
+    // Every unit reaches Y; none left Y's row before Y's wait was over.
+    wait_for("every unit in Y's row", Duration::from_secs(20), || async {
+        let t = fleet.table().await;
+        t.rows()
+            .get(&y.addr)
+            .is_some_and(|r| decode_row(r).len() == units.len())
+    })
+    .await;
+    assert_waited(&moves.all(), &y.addr, wait);
     fleet.shutdown().await;
 }

@@ -26,7 +26,7 @@
 //!   it moves, the fault's effect on Redis is settled (see [`Action`]), and it
 //!   moves before the client can observe the fault.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -73,6 +73,12 @@ pub enum Match {
     /// A Lua script by its SHA-1 (hex, case-insensitive), in either form:
     /// `EVALSHA`/`EVALSHA_RO <sha>`, or `EVAL`/`EVAL_RO <body>` whose SHA-1 it is.
     Script(String),
+    /// The first command matching the second on a connection after a
+    /// command matching the first on that connection (e.g. the `WAIT` that
+    /// follows a given script): each command matching the first arms the
+    /// connection for the next one. Like any rule it sees only commands no
+    /// earlier rule took; nested inside another `After` it matches nothing.
+    After(Box<Match>, Box<Match>),
     Any,
 }
 
@@ -163,6 +169,8 @@ impl Match {
     fn matches(&self, cmd: &Command) -> bool {
         match self {
             Match::Any => true,
+            // Needs the connection's history: see `Armed::matches`.
+            Match::After(..) => false,
             Match::Command(name) => cmd.is(name),
             Match::CommandArg(name, arg) => {
                 cmd.is(name) && cmd.args.iter().skip(1).any(|a| *a == arg.as_bytes())
@@ -194,7 +202,28 @@ struct Armed {
     seen: usize,
     /// Commands the rule took (its fault may not have completed yet).
     taken: usize,
+    /// `taken`, for [`RuleHandle::wait_taken`].
+    took: Arc<watch::Sender<usize>>,
     fired: Arc<watch::Sender<usize>>,
+    /// For a [`Match::After`]: the connections whose last command matching
+    /// either side matched the first.
+    armed_on: HashSet<u64>,
+}
+
+impl Armed {
+    /// Whether `cmd`, on connection `conn`, matches this rule's matcher.
+    fn matches(&mut self, conn: u64, cmd: &Command) -> bool {
+        let Match::After(first, then) = &self.rule.matcher else {
+            return self.rule.matcher.matches(cmd);
+        };
+        if then.matches(cmd) && self.armed_on.remove(&conn) {
+            return true;
+        }
+        if first.matches(cmd) {
+            self.armed_on.insert(conn);
+        }
+        false
+    }
 }
 
 #[derive(Default)]
@@ -236,7 +265,7 @@ impl Shared {
     fn decide(self: &Arc<Self>, conn: u64, cmd: &Command) -> Option<(Action, Firing)> {
         let mut rules = lock(&self.rules);
         for armed in rules.list.iter_mut() {
-            if !armed.rule.matcher.matches(cmd) {
+            if !armed.matches(conn, cmd) {
                 continue;
             }
             armed.seen += 1;
@@ -247,6 +276,7 @@ impl Shared {
             };
             if fire {
                 armed.taken += 1;
+                armed.took.send_replace(armed.taken);
                 let firing = Firing {
                     fired: armed.fired.clone(),
                     shared: self.clone(),
@@ -360,6 +390,7 @@ impl FaultProxy {
     /// it (an earlier rule that matched without firing did count it).
     pub fn add(&self, rule: Rule) -> RuleHandle {
         let fired = Arc::new(watch::Sender::new(0));
+        let took = Arc::new(watch::Sender::new(0));
         let mut rules = lock(&self.shared.rules);
         rules.next_id += 1;
         let id = rules.next_id;
@@ -368,10 +399,13 @@ impl FaultProxy {
             rule,
             seen: 0,
             taken: 0,
+            took: took.clone(),
             fired: fired.clone(),
+            armed_on: HashSet::new(),
         });
         RuleHandle {
             id,
+            took,
             fired,
             shared: Arc::downgrade(&self.shared),
         }
@@ -433,6 +467,7 @@ impl Drop for FaultProxy {
 /// A rule in force; dropping the handle leaves the rule in place.
 pub struct RuleHandle {
     id: u64,
+    took: Arc<watch::Sender<usize>>,
     fired: Arc<watch::Sender<usize>>,
     shared: Weak<Shared>,
 }
@@ -448,6 +483,17 @@ impl RuleHandle {
         let mut fired = self.fired.subscribe();
         matches!(
             tokio::time::timeout(limit, fired.wait_for(|f| *f >= n)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Whether the rule took at least `n` commands by `limit`: a command is
+    /// taken as it arrives, before its fault is carried out (a delayed one
+    /// is in the proxy, not yet in Redis).
+    pub async fn wait_taken(&self, n: usize, limit: Duration) -> bool {
+        let mut took = self.took.subscribe();
+        matches!(
+            tokio::time::timeout(limit, took.wait_for(|t| *t >= n)).await,
             Ok(Ok(_))
         )
     }

@@ -1,7 +1,9 @@
 //! Test fixtures shared by every integration test and the cluster bench: a
 //! real `redis-server` that dies on drop and restarts on the same port, a
 //! Redis Cluster, an in-process fleet of replicas and members on either, key
-//! names, metrics and event-waiting helpers, a headless browser (`browser`).
+//! names, metrics and event-waiting helpers, a headless browser (`browser`),
+//! a fault-injecting Redis proxy (`fault_proxy`), the ownership checker
+//! (`ownership`) and the real processes of the seeded chaos tests (`procs`).
 //! Never copy these; extend them here (the bench compiles this file too:
 //! nothing `#[cfg(test)]`-only).
 #![allow(dead_code)]
@@ -12,6 +14,7 @@ pub mod fault_proxy;
 pub mod otlp;
 pub mod ownership;
 pub mod pki;
+pub mod procs;
 
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
