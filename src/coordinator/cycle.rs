@@ -685,10 +685,14 @@ impl CycleContext {
         // cannot trust the last one's clock), so a handoff waiting on time
         // is never cut short.
         let table = inherited.table.map(Arc::new);
-        let resync = view
-            .handoff
-            .ledger
-            .resync(table.clone(), transit, inherited.version, &groups);
+        let resync = view.handoff.ledger.resync(
+            table
+                .clone()
+                .map(|t| handoff::HeldTable::new(t, Some(inherited.generation))),
+            transit,
+            inherited.version,
+            &groups,
+        );
         drop(groups);
         tracing::info!(
             known_members = view.liveness.iter().count(),
@@ -1077,7 +1081,7 @@ impl CycleContext {
                 } else {
                     // Members may have read it: held until a confirmed
                     // write supersedes it.
-                    view.handoff.ledger.saw(&start);
+                    view.handoff.ledger.saw(&start, stored_generation);
                 }
                 (start, true)
             }
@@ -1208,7 +1212,7 @@ impl CycleContext {
             && view.unsaved.is_empty()
             && view.unsaved_suspects.is_empty()
         {
-            view.handoff.ledger.unchanged(next);
+            view.handoff.ledger.unchanged(next, stored_generation);
             view.handoff.retire_vanished();
             return Write::Unchanged;
         }
@@ -1286,6 +1290,7 @@ impl CycleContext {
                 }
                 let revoked_here = view.handoff.ledger.written(
                     next,
+                    stored_generation,
                     plan.transit,
                     generation,
                     version,
@@ -1343,9 +1348,9 @@ impl CycleContext {
             // reused.
             Ok(Committed::Unconfirmed { generation, error }) => {
                 mark_error(&span, &error.to_string());
-                view.handoff
-                    .ledger
-                    .unknown(table_changed.then(|| Arc::clone(&next)));
+                view.handoff.ledger.unknown(
+                    table_changed.then(|| handoff::HeldTable::new(Arc::clone(&next), generation)),
+                );
                 if let Some(g) = generation {
                     *generation_floor = (*generation_floor).max(g);
                 }
@@ -1353,9 +1358,9 @@ impl CycleContext {
             }
             Err(e) => {
                 mark_error(&span, &e.to_string());
-                view.handoff
-                    .ledger
-                    .unknown(table_changed.then(|| Arc::clone(&next)));
+                view.handoff.ledger.unknown(
+                    table_changed.then(|| handoff::HeldTable::new(Arc::clone(&next), None)),
+                );
                 if table_changed {
                     *generation_floor += 1;
                 }

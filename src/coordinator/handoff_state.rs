@@ -579,7 +579,7 @@ mod tests {
         // unknown: kept); with a table that has no row for it: forgotten.
         h.retire_vanished();
         assert!(h.facts("a:1").report.is_some());
-        h.ledger.unchanged(Arc::new(MatchingTable::default()));
+        h.ledger.unchanged(Arc::new(MatchingTable::default()), 0);
         h.retire_vanished();
         assert_eq!(h.facts("a:1").report, None);
         assert_eq!(settings.proof(&h.facts("a:1")), Proof::Refusal);

@@ -100,7 +100,7 @@ use crate::core::table::{MatchingTable, SEPARATOR};
 mod ledger;
 mod plan;
 
-pub use ledger::{Ledger, Resync};
+pub use ledger::{HeldTable, Ledger, Resync};
 pub use plan::plan;
 
 /// What, besides its acknowledgement or its wait, proves that a member no
@@ -643,11 +643,12 @@ pub struct PlanInput<'a> {
     pub verify: bool,
     /// With `verify`: the tables members may still work from
     /// ([`Ledger::held`]). A unit in one of their rows that the member's row
-    /// in `granted` lacks, and that is not in transit from it, is claimed:
-    /// revoked from that member (and from whoever `granted` gives it to), so
-    /// that Redis losing a write, or a hand edit, never lets a unit be given
-    /// away while its last owner may still work on it.
-    pub held_before: &'a [std::sync::Arc<MatchingTable>],
+    /// in `granted` lacks, and that no revocation from it numbered after
+    /// that table covers, is claimed: revoked from that member (and from
+    /// whoever `granted` gives it to), so that Redis losing a write, or a
+    /// hand edit, never lets a unit be given away while its last owner may
+    /// still work on it.
+    pub held_before: &'a [HeldTable],
     /// The rows the solver gives (eligible members only: live, or suspects,
     /// and not draining).
     pub desired: &'a MatchingTable,

@@ -57,25 +57,52 @@ pub struct Ledger {
     /// The tables members may still work from: first the one this holder
     /// last knew Redis to hold, then any of unknown outcome that may have
     /// been published and lost since (see the module documentation).
-    held: Vec<Arc<MatchingTable>>,
+    held: Vec<HeldTable>,
     transit: Transits,
     /// `{T}:meta`'s version as this holder knows it: its writes expect it.
     version: Option<u64>,
     /// The table a write of unknown outcome tried (if it wrote one), and
     /// the version it expected, until Redis is read again.
-    attempt: Option<(Option<Arc<MatchingTable>>, u64)>,
+    attempt: Option<(Option<HeldTable>, u64)>,
     /// Redis must be read again before the next plan.
     stale: bool,
+}
+
+/// A table members may still work from, and the generation it was (or
+/// may have been) written at: `None` when unknown (a write of unknown
+/// outcome whose number nobody learnt), which counts as the newest. A
+/// revocation numbered at or below it came before the tenures its rows show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldTable {
+    pub table: Arc<MatchingTable>,
+    pub generation: Option<u64>,
+}
+
+impl HeldTable {
+    pub fn new(table: Arc<MatchingTable>, generation: Option<u64>) -> HeldTable {
+        HeldTable { table, generation }
+    }
+
+    /// Whether a revocation numbered `revoked_at` (0: not yet written)
+    /// came after this table, so that it covers what its rows show.
+    pub fn revoked_since(&self, revoked_at: u64) -> bool {
+        revoked_at == 0 || self.generation.is_some_and(|g| revoked_at > g)
+    }
 }
 
 /// How many tables [`Ledger::held`] keeps apart (see [`Ledger::unknown`]).
 pub const MAX_HELD: usize = 4;
 
-/// One table whose each row is the union of that member's rows in `tables`.
-fn union(tables: &[Arc<MatchingTable>]) -> MatchingTable {
+/// One table whose each row is the union of that member's rows in
+/// `tables`, at the newest of their generations.
+fn union(tables: &[HeldTable]) -> HeldTable {
+    let generation = tables
+        .iter()
+        .map(|t| t.generation)
+        .try_fold(0, |a, g| g.map(|g| a.max(g)));
     let mut rows: BTreeMap<&str, (Vec<&str>, HashSet<&str>)> = BTreeMap::new();
     for t in tables {
-        for (member, row) in t.rows() {
+        for (member, row) in t.table.rows() {
             let (units, seen) = rows.entry(member).or_default();
             for u in decode_row(row).into_iter().filter(|u| !u.is_empty()) {
                 if seen.insert(u) {
@@ -84,10 +111,11 @@ fn union(tables: &[Arc<MatchingTable>]) -> MatchingTable {
             }
         }
     }
-    MatchingTable::from_rows(
+    let table = MatchingTable::from_rows(
         rows.into_iter()
             .map(|(m, (units, _))| (m.to_string(), units.join(&SEPARATOR.to_string()))),
-    )
+    );
+    HeldTable::new(Arc::new(table), generation)
 }
 
 /// What a resync found.
@@ -137,12 +165,12 @@ impl Ledger {
     /// The table this holder last knew Redis to hold: where a plan starts
     /// when the stored table is gone.
     pub fn last_written(&self) -> Option<&Arc<MatchingTable>> {
-        self.held.first()
+        self.held.first().map(|h| &h.table)
     }
 
     /// The tables members may still work from (see the module
     /// documentation), for a plan that verifies the stored table.
-    pub fn held(&self) -> &[Arc<MatchingTable>] {
+    pub fn held(&self) -> &[HeldTable] {
         &self.held
     }
 
@@ -161,20 +189,22 @@ impl Ledger {
         self.transit.values().map(BTreeMap::len).sum()
     }
 
-    /// A plan that needed no write: `granted` is what Redis holds.
-    pub fn unchanged(&mut self, granted: Arc<MatchingTable>) {
-        self.held = vec![Arc::clone(&granted)];
+    /// A plan that needed no write: `granted` is what Redis holds, at
+    /// `generation`.
+    pub fn unchanged(&mut self, granted: Arc<MatchingTable>, generation: u64) {
+        self.held = vec![HeldTable::new(Arc::clone(&granted), Some(generation))];
         self.granted = Some(granted);
     }
 
-    /// A confirmed write of `granted` and `transit`, taking `{T}:meta` to
-    /// `version`. Its revocations (entries with `revoked_at` 0) are
-    /// numbered `generation` (when it wrote the table) and wait from `at`,
-    /// now that the write is known done. Returns whether it revoked
-    /// anything.
+    /// A confirmed write of `transit`, and of `granted` (the table Redis
+    /// holds now, at `table_generation`), taking `{T}:meta` to `version`.
+    /// Its revocations (entries with `revoked_at` 0) are numbered
+    /// `generation` (when it wrote the table) and wait from `at`, now that
+    /// the write is known done. Returns whether it revoked anything.
     pub fn written(
         &mut self,
         granted: Arc<MatchingTable>,
+        table_generation: u64,
         mut transit: Transits,
         generation: Option<u64>,
         version: u64,
@@ -190,7 +220,10 @@ impl Ledger {
                 }
             }
         }
-        self.held = vec![Arc::clone(&granted)];
+        self.held = vec![HeldTable::new(
+            Arc::clone(&granted),
+            Some(generation.unwrap_or(table_generation)),
+        )];
         self.granted = Some(granted);
         self.transit = transit;
         self.version = Some(version);
@@ -207,9 +240,9 @@ impl Ledger {
     /// A write whose outcome is unknown: an error or a timeout after it was
     /// sent, or too few replicas acknowledged it. It may have been applied,
     /// and read by members, and lost again (a failover): the table it tried
-    /// (`attempted`, when it wrote one) is remembered until Redis is read
-    /// again.
-    pub fn unknown(&mut self, attempted: Option<Arc<MatchingTable>>) {
+    /// (`attempted`, when it wrote one, with the generation Redis gave it
+    /// if known) is remembered until Redis is read again.
+    pub fn unknown(&mut self, attempted: Option<HeldTable>) {
         match self.version {
             Some(base) => self.attempt = Some((attempted, base)),
             None => self.hold(attempted),
@@ -222,28 +255,28 @@ impl Ledger {
     /// [`MAX_HELD`] tables, all but the first (the one last known written,
     /// where a plan starts when the stored table is gone) are merged into
     /// one whose rows are the union of theirs, which claims the same units.
-    fn hold(&mut self, table: Option<Arc<MatchingTable>>) {
+    fn hold(&mut self, table: Option<HeldTable>) {
         let Some(table) = table else { return };
-        if self
-            .held
-            .iter()
-            .any(|h| Arc::ptr_eq(h, &table) || h.digest() == table.digest())
-        {
+        let same = |h: &HeldTable| {
+            (Arc::ptr_eq(&h.table, &table.table) || h.table.digest() == table.table.digest())
+                && h.generation == table.generation
+        };
+        if self.held.iter().any(same) {
             return;
         }
         self.held.push(table);
         if self.held.len() > MAX_HELD {
             let merged = union(&self.held[1..]);
             self.held.truncate(1);
-            self.held.push(Arc::new(merged));
+            self.held.push(merged);
         }
     }
 
     /// A table read from Redis that a plan verifies (see
     /// `core::handoff::plan`): members may have read it too, so it is held
     /// until a confirmed write supersedes it.
-    pub fn saw(&mut self, table: &Arc<MatchingTable>) {
-        self.hold(Some(Arc::clone(table)));
+    pub fn saw(&mut self, table: &Arc<MatchingTable>, generation: u64) {
+        self.hold(Some(HeldTable::new(Arc::clone(table), Some(generation))));
     }
 
     /// Every unit in transit revoked at `generation` or below is revoked again
@@ -283,7 +316,7 @@ impl Ledger {
     /// verified by the next plan.
     pub fn resync(
         &mut self,
-        table: Option<Arc<MatchingTable>>,
+        table: Option<HeldTable>,
         mut stored: Transits,
         version: u64,
         groups: &[GroupMembers<'_>],
@@ -309,7 +342,7 @@ impl Ledger {
                 .iter()
                 .filter(|g| g.name == group)
                 .flat_map(|g| g.members.iter())
-                .filter_map(|m| table.as_ref().and_then(|t| t.rows().get(m)))
+                .filter_map(|m| table.as_ref().and_then(|t| t.table.rows().get(m)))
                 .flat_map(|r| decode_row(r))
                 .collect();
             let entries = stored.entry(group).or_default();
@@ -418,6 +451,14 @@ mod tests {
         [GroupMembers { name: "g", members }]
     }
 
+    fn held_at(t: Arc<MatchingTable>) -> HeldTable {
+        HeldTable::new(t, Some(0))
+    }
+
+    fn tables(l: &Ledger) -> Vec<Arc<MatchingTable>> {
+        l.held().iter().map(|h| Arc::clone(&h.table)).collect()
+    }
+
     fn members() -> Vec<String> {
         vec!["a".to_string(), "b".to_string()]
     }
@@ -426,7 +467,12 @@ mod tests {
     fn synced(rows: &[(&str, &str)], version: u64) -> Ledger {
         let mut l = Ledger::new();
         let m = members();
-        l.resync(Some(table(rows)), Transits::new(), version, &group(&m));
+        l.resync(
+            Some(held_at(table(rows))),
+            Transits::new(),
+            version,
+            &group(&m),
+        );
         l
     }
 
@@ -439,7 +485,7 @@ mod tests {
         l.resync(None, Transits::new(), 3, &group(&m));
         assert!(!l.stale());
         assert_eq!(l.version(), Some(3));
-        assert!(l.held().is_empty(), "it reads the table when it plans");
+        assert!(tables(&l).is_empty(), "it reads the table when it plans");
         assert!(l.last_written().is_none());
     }
 
@@ -451,6 +497,7 @@ mod tests {
         let written = table(&[("a", ""), ("b", "")]);
         let revoked = l.written(
             Arc::clone(&written),
+            0,
             one("g", "u", entry("a", 0, t0)),
             Some(7),
             5,
@@ -462,7 +509,7 @@ mod tests {
         assert!(!l.stale());
         assert_eq!(l.version(), Some(5));
         assert_eq!(l.granted(), Some(&written));
-        assert_eq!(l.held(), [written]);
+        assert_eq!(tables(&l), [written]);
     }
 
     /// Finding 1 of issue 20: the write that revoked `u` from `a` was applied
@@ -478,7 +525,7 @@ mod tests {
         let stored_rows = table(&[("a", ""), ("b", "")]);
         for stored_entry in [true, false] {
             let mut l = synced(&[("a", "u"), ("b", "")], 4);
-            l.unknown(Some(Arc::clone(&stored_rows)));
+            l.unknown(Some(HeldTable::new(Arc::clone(&stored_rows), None)));
             assert!(l.stale(), "nothing is planned before Redis is read again");
             assert!(
                 l.transit().is_empty(),
@@ -490,7 +537,12 @@ mod tests {
             } else {
                 Transits::new()
             };
-            let r = l.resync(Some(Arc::clone(&stored_rows)), stored, 5, &group(&m));
+            let r = l.resync(
+                Some(held_at(Arc::clone(&stored_rows))),
+                stored,
+                5,
+                &group(&m),
+            );
             assert_eq!(r.applied, Some(true));
             if stored_entry {
                 let t = &l.transit()["g"]["u"];
@@ -499,7 +551,7 @@ mod tests {
             } else {
                 assert!(l.transit().is_empty());
             }
-            assert_eq!(l.held(), [Arc::clone(&before)]);
+            assert_eq!(tables(&l), [Arc::clone(&before)]);
         }
     }
 
@@ -511,19 +563,27 @@ mod tests {
         let mut l = synced(&[("a", "u0")], 0);
         for i in 1..=10u64 {
             let unit = format!("u{i}");
-            l.unknown(Some(table(&[("a", "x"), ("b", unit.as_str())])));
-            l.resync(Some(table(&[])), Transits::new(), 100 + 10 * i, &group(&m));
+            l.unknown(Some(HeldTable::new(
+                table(&[("a", "x"), ("b", unit.as_str())]),
+                None,
+            )));
+            l.resync(
+                Some(held_at(table(&[]))),
+                Transits::new(),
+                100 + 10 * i,
+                &group(&m),
+            );
             assert!(
-                l.held().len() <= MAX_HELD,
+                tables(&l).len() <= MAX_HELD,
                 "{} tables after {i}",
-                l.held().len()
+                tables(&l).len()
             );
         }
         assert_eq!(l.last_written(), Some(&table(&[("a", "u0")])));
         let mut claimed: Vec<(String, String)> = l
             .held()
             .iter()
-            .flat_map(|t| t.rows().iter())
+            .flat_map(|t| t.table.rows().iter())
             .flat_map(|(m, r)| {
                 decode_row(r)
                     .into_iter()
@@ -550,11 +610,16 @@ mod tests {
         let before = table(&[("a", "u"), ("b", "")]);
         let tried = table(&[("a", ""), ("b", "u")]);
         let mut l = synced(&[("a", "u"), ("b", "")], 4);
-        l.unknown(Some(Arc::clone(&tried)));
-        let r = l.resync(Some(Arc::clone(&before)), Transits::new(), 4, &group(&m));
+        l.unknown(Some(HeldTable::new(Arc::clone(&tried), None)));
+        let r = l.resync(
+            Some(held_at(Arc::clone(&before))),
+            Transits::new(),
+            4,
+            &group(&m),
+        );
         assert_eq!((r.applied, r.restored), (Some(false), 0));
         assert!(l.transit().is_empty());
-        assert_eq!(l.held(), [before, tried]);
+        assert_eq!(tables(&l), [before, tried]);
         assert_eq!(l.version(), Some(4), "the next write expects it");
     }
 
@@ -567,10 +632,10 @@ mod tests {
         let before = table(&[("a", "u"), ("b", "")]);
         let tried = table(&[("a", ""), ("b", "u")]);
         let mut l = synced(&[("a", "u"), ("b", "")], 4);
-        l.unknown(Some(Arc::clone(&tried)));
-        let r = l.resync(Some(table(&[])), Transits::new(), 0, &group(&m));
+        l.unknown(Some(HeldTable::new(Arc::clone(&tried), None)));
+        let r = l.resync(Some(held_at(table(&[]))), Transits::new(), 0, &group(&m));
         assert_eq!(r.applied, None);
-        assert_eq!(l.held(), [before, tried]);
+        assert_eq!(tables(&l), [before, tried]);
         assert_eq!(l.version(), Some(0));
     }
 
@@ -587,12 +652,17 @@ mod tests {
             .get_mut("g")
             .unwrap()
             .insert("v".into(), entry("a", 0, t0));
-        l.written(table(&[("a", ""), ("b", "")]), planned, Some(3), 2, t0);
+        l.written(table(&[("a", ""), ("b", "")]), 0, planned, Some(3), 2, t0);
         l.refused();
         assert!(l.stale());
         // Refused as outdated: `u` in no row; `v` granted to b by a write
         // this holder does not know of.
-        let r = l.resync(Some(table(&[("b", "v")])), Transits::new(), 7, &group(&m));
+        let r = l.resync(
+            Some(held_at(table(&[("b", "v")]))),
+            Transits::new(),
+            7,
+            &group(&m),
+        );
         // Both stay: Redis may hold a state older than members saw (`b`
         // holding `v` is repaired by the plan, which revokes it from `b`).
         assert_eq!(r.restored, 2);
@@ -601,7 +671,7 @@ mod tests {
         assert_eq!(l.transit()["g"]["v"].revoked_at, 3);
         // Refused, nothing attempted: what members may work from is still
         // the table this holder last knew written.
-        assert_eq!(l.held(), [table(&[("a", ""), ("b", "")])]);
+        assert_eq!(tables(&l), [table(&[("a", ""), ("b", "")])]);
     }
 
     #[test]
@@ -611,6 +681,7 @@ mod tests {
         let mut l = synced(&[("a", "u")], 1);
         l.written(
             table(&[("a", ""), ("b", "")]),
+            0,
             one("g", "u", entry("a", 0, t0)),
             Some(3),
             2,
@@ -620,7 +691,7 @@ mod tests {
         let later = t0 + Duration::from_secs(2);
         // The same revocation, read again: it waits from t0, not from now.
         let r = l.resync(
-            Some(table(&[])),
+            Some(held_at(table(&[]))),
             one("g", "u", entry("a", 3, later)),
             2,
             &group(&m),
@@ -629,7 +700,7 @@ mod tests {
         // A different revocation of the same unit (another holder's): from now.
         l.refused();
         let r = l.resync(
-            Some(table(&[])),
+            Some(held_at(table(&[]))),
             one("g", "u", entry("a", 4, later)),
             2,
             &group(&m),
@@ -647,7 +718,7 @@ mod tests {
             .get_mut("g")
             .unwrap()
             .insert("v".into(), entry("a", 9, t0));
-        l.resync(Some(table(&[])), stored, 1, &group(&m));
+        l.resync(Some(held_at(table(&[]))), stored, 1, &group(&m));
         assert_eq!(l.renumber_up_to(5), 1);
         assert_eq!(l.transit()["g"]["u"].revoked_at, 0);
         assert_eq!(l.transit()["g"]["v"].revoked_at, 9);

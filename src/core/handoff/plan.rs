@@ -147,16 +147,17 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 /// See [`PlanInput::held_before`]: each unit of a row of a held table that
 /// the member's stored row lacks is revoked from that member, in the
 /// member's group (the group it was last seen in, or, unknown, every group),
-/// unless it is in transit from it already. Proportional to the held rows
-/// that differ from the stored ones.
+/// unless a revocation from it numbered after that table covers it.
+/// Proportional to the held rows that differ from the stored ones.
 fn claim(
     input: &PlanInput<'_>,
     group_of: &HashMap<&str, &str>,
     transit: &mut Transits,
     out: &mut Plan,
 ) {
+    let mut claimed: HashSet<(&str, &str)> = HashSet::new();
     for held in input.held_before {
-        for (member, row) in held.rows() {
+        for (member, row) in held.table.rows() {
             let stored = input.granted.rows().get(member);
             if stored == Some(row) {
                 continue;
@@ -173,13 +174,17 @@ fn claim(
             };
             for u in decode(row).filter(|u| !still.contains(u)) {
                 for g in &groups {
-                    let pending = transit
+                    let covered = transit
                         .get(g.as_str())
                         .and_then(|t| t.get(u))
-                        .is_some_and(|t| t.from.contains_key(member.as_str()));
-                    if !pending {
-                        out.claimed += 1;
-                        out.revoked += 1;
+                        .is_some_and(|t| {
+                            t.from.contains_key(member.as_str()) && held.revoked_since(t.revoked_at)
+                        });
+                    if !covered {
+                        if claimed.insert((member.as_str(), u)) {
+                            out.claimed += 1;
+                            out.revoked += 1;
+                        }
                         revoke_into(transit, g, u, member, input);
                     }
                 }
@@ -237,20 +242,23 @@ fn fresh(input: &PlanInput<'_>) -> Transit {
     }
 }
 
-/// Adds `member` to the origins of `t`, if it is a new one: this plan's
-/// write revokes it, its wait (fixed now, from what the holder knows of it)
-/// starts once that write is done, and so does every other origin's wait
-/// again.
+/// Revokes `t`'s unit from `member` by this plan's write: its wait (fixed
+/// now, from what the holder knows of it) starts once that write is done,
+/// and so does every other origin's wait again. A member that is an origin
+/// already holds the unit again (it is in its row, or in a table it may
+/// work from, after that revocation): the revocation is made anew, its
+/// wait only ever lengthened.
 fn add_origin(t: &mut Transit, member: &str, input: &PlanInput<'_>) {
-    if t.from.contains_key(member) {
-        return;
-    }
     // An entry of an older version stored no waits: its origins' are fixed
     // now, from the facts of now, so that the entry is written whole.
     for (m, o) in t.from.iter_mut().filter(|(_, o)| o.wait.is_none()) {
         o.wait = Some(input.settings.wait(&(input.facts)(m)));
     }
-    let origin = input.settings.origin(&(input.facts)(member));
+    let facts = (input.facts)(member);
+    let origin = match t.from.get(member) {
+        Some(known) => input.settings.effective(known, &facts),
+        None => input.settings.origin(&facts),
+    };
     t.from.insert(member.to_string(), origin);
     t.revoked_at = 0;
     t.waiting_since = input.now;

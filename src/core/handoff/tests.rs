@@ -57,7 +57,7 @@ struct Call {
     live: BTreeSet<String>,
     verify: bool,
     /// With `verify`: the tables members may still work from.
-    held: Vec<Arc<MatchingTable>>,
+    held: Vec<HeldTable>,
     now: Instant,
 }
 
@@ -459,7 +459,10 @@ fn a_unit_a_member_may_still_work_on_is_claimed_before_it_is_given_away() {
         let mut c = Call::new(t0, &["a", "b", "c"], &["u"]);
         c.granted = stored.clone();
         c.verify = true;
-        c.held = vec![Arc::new(table(&[("a", ""), ("b", "u"), ("c", "")]))];
+        c.held = vec![HeldTable::new(
+            Arc::new(table(&[("a", ""), ("b", "u"), ("c", "")])),
+            Some(5),
+        )];
         c.desired = table(&[("a", ""), ("b", ""), ("c", "u")]);
         let p = c.plan();
         assert_eq!(p.claimed, 1);
@@ -506,14 +509,65 @@ fn claims_are_only_for_units_taken_without_a_revocation() {
         })]),
     )]);
     c.held = vec![
-        Arc::new(table(&[("a", "u,w"), ("b", "")])),
-        Arc::new(c.granted.clone()),
+        HeldTable::new(Arc::new(table(&[("a", "u,w"), ("b", "")])), Some(3)),
+        HeldTable::new(Arc::new(c.granted.clone()), Some(4)),
     ];
     c.desired = table(&[("a", "w"), ("b", "u,v")]);
     let p = c.plan();
     assert_eq!(p.claimed, 0);
     assert_eq!(p.granted.rows()["b"], "v", "v was in nobody's row: placed");
     assert_eq!(c_transit(&p, "u").revoked_at, 4, "its revocation stands");
+}
+
+/// Found by `unknown_outcomes_stress` (seed 911148): a write that timed out
+/// landed after the holder read Redis again, and gave `u` back to `a`, which
+/// had acknowledged its revocation at generation 101. The holder, reading
+/// again, kept that old entry in transit; the plan then took `u` from `a`'s
+/// row but kept the old revocation, acknowledged long ago, and gave `u` to
+/// `b` at once while `a` worked on it. A member that holds a unit again
+/// after its revocation is revoked anew, in a row as in a held table.
+#[test]
+fn a_revocation_older_than_the_tenure_is_made_anew() {
+    let t0 = Instant::now();
+    let old = BTreeMap::from([(
+        "g".to_string(),
+        BTreeMap::from([("u".to_string(), {
+            let mut t = c_fresh(t0);
+            t.from.insert(
+                "a".into(),
+                Origin {
+                    proof: Proof::Refusal,
+                    wait: Some(ms(3000)),
+                },
+            );
+            t.revoked_at = 101;
+            t
+        })]),
+    )]);
+    // In a's stored row (the late write landed), or only in a table a may
+    // work from (it was lost again).
+    for in_row in [true, false] {
+        let mut c = Call::new(t0 + ms(10_000), &["a", "b"], &["u"]);
+        c.granted = if in_row {
+            table(&[("a", "u"), ("b", "")])
+        } else {
+            table(&[("a", ""), ("b", "")])
+        };
+        c.verify = true;
+        c.transit = old.clone();
+        c.held = vec![HeldTable::new(
+            Arc::new(table(&[("a", "u"), ("b", "")])),
+            Some(107),
+        )];
+        c.desired = table(&[("a", ""), ("b", "u")]);
+        c.facts.insert("a".into(), MemberFacts::default());
+        let p = c.plan();
+        assert_eq!(p.granted.rows()["b"], "", "in_row {in_row}: not given away");
+        let t = c_transit(&p, "u");
+        assert_eq!(t.revoked_at, 0, "revoked anew by this plan's write");
+        assert_eq!(t.origins().collect::<Vec<_>>(), ["a"]);
+        assert_eq!(t.waiting_since, c.now);
+    }
 }
 
 /// Review finding R1 of issue 20: a write of unknown outcome granted `u` to
@@ -530,9 +584,13 @@ fn a_grant_of_a_write_of_unknown_outcome_is_claimed_for_its_grantee() {
     }];
     let stored = Arc::new(table(&[("a", "u"), ("b", ""), ("c", "")]));
     let mut l = Ledger::new();
-    l.resync(Some(Arc::clone(&stored)), Transits::new(), 8, &groups);
-    l.unknown(Some(Arc::new(table(&[("a", ""), ("b", "u"), ("c", "")]))));
-    let r = l.resync(Some(Arc::clone(&stored)), Transits::new(), 8, &groups);
+    let read = || Some(HeldTable::new(Arc::clone(&stored), Some(7)));
+    l.resync(read(), Transits::new(), 8, &groups);
+    l.unknown(Some(HeldTable::new(
+        Arc::new(table(&[("a", ""), ("b", "u"), ("c", "")])),
+        None,
+    )));
+    let r = l.resync(read(), Transits::new(), 8, &groups);
     assert_eq!(r.applied, Some(false));
     let mut c = Call::new(t0, &["a", "b", "c"], &["u"]);
     c.granted = (*stored).clone();
@@ -558,7 +616,7 @@ fn an_older_stored_table_does_not_forget_the_last_written_owner() {
     let mut c = Call::new(t0, &["a", "b"], &["u"]);
     c.granted = (*start).clone();
     c.verify = true;
-    c.held = vec![last];
+    c.held = vec![HeldTable::new(last, Some(9))];
     c.desired = table(&[("a", "u"), ("b", "")]);
     let p = c.plan();
     assert_eq!(p.granted.rows()["a"], "");

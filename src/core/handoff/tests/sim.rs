@@ -205,6 +205,10 @@ enum Fate {
     /// little later, unless a confirmed write (which replicas acknowledged,
     /// with everything before it) comes first.
     AppliedThenLost,
+    /// The call times out before Redis runs the write, and Redis runs it a
+    /// little later: after the holder read Redis again, maybe after its
+    /// next write (which its version then refuses).
+    LandsLate,
 }
 
 /// The simulation's solver: units spread round-robin over the sorted
@@ -346,6 +350,17 @@ struct World {
     /// A failover due then takes Redis back to this state (the reports
     /// stay: members write theirs again).
     rollback: Option<(Instant, Redis)>,
+    /// A write on its way, that Redis runs then.
+    late: Option<Late>,
+}
+
+/// A table write Redis runs after its caller gave up on it.
+struct Late {
+    at: Instant,
+    expected_version: u64,
+    generation: u64,
+    granted: MatchingTable,
+    transit: Transits,
 }
 
 impl World {
@@ -370,6 +385,7 @@ impl World {
             unknown_writes: 0,
             lost_unwritten: false,
             rollback: None,
+            late: None,
         };
         for acks in [true, true, false] {
             w.join(acks);
@@ -388,6 +404,7 @@ impl World {
             1 => Fate::ReplyLost,
             2 => Fate::WriteLost,
             12 | 13 => Fate::AppliedThenLost,
+            14 => Fate::LandsLate,
             _ => Fate::Fine,
         }
     }
@@ -647,7 +664,10 @@ impl World {
                 })
                 .collect();
             h.ledger.resync(
-                Some(Arc::new(self.redis.granted.clone())),
+                Some(HeldTable::new(
+                    Arc::new(self.redis.granted.clone()),
+                    Some(self.redis.generation),
+                )),
                 stored,
                 self.redis.version,
                 &groups,
@@ -687,7 +707,7 @@ impl World {
                     Arc::new(self.redis.granted.clone()),
                 );
                 if from == StartingPoint::Stored {
-                    h.ledger.saw(&start);
+                    h.ledger.saw(&start, self.redis.generation);
                 }
                 (start, true)
             }
@@ -737,7 +757,7 @@ impl World {
             && !numbering
             && lost_numbering.is_none()
         {
-            h.ledger.unchanged(granted);
+            h.ledger.unchanged(granted, self.redis.generation);
             h.retire_vanished();
             return;
         }
@@ -747,7 +767,24 @@ impl World {
             return;
         }
         let g = h.floor + 1;
-        if fate != Fate::WriteLost {
+        let mut transit = p.transit.clone();
+        for tr in transit.values_mut().flat_map(|u| u.values_mut()) {
+            if tr.revoked_at == 0 {
+                tr.revoked_at = g;
+            }
+        }
+        if fate == Fate::LandsLate {
+            if self.late.is_none() {
+                let at = t + self.delays.next().map_or(ms(50), ms);
+                self.late = Some(Late {
+                    at,
+                    expected_version: self.redis.version,
+                    generation: g,
+                    granted: p.granted.clone(),
+                    transit,
+                });
+            }
+        } else if fate != Fate::WriteLost {
             // (Not back to a hand edit's state: that breaks what no holder
             // can prevent, and its repair is checked on its own.)
             if fate == Fate::AppliedThenLost
@@ -757,12 +794,6 @@ impl World {
                 let at = t + self.delays.next().map_or(ms(50), ms);
                 self.rollback = Some((at, self.redis.clone()));
             }
-            let mut transit = p.transit.clone();
-            for tr in transit.values_mut().flat_map(|u| u.values_mut()) {
-                if tr.revoked_at == 0 {
-                    tr.revoked_at = g;
-                }
-            }
             self.redis.generation = g;
             self.redis.version += 1;
             self.redis.granted = p.granted.clone();
@@ -771,18 +802,23 @@ impl World {
         if fate == Fate::Fine {
             let version = self.redis.version;
             h.ledger
-                .written(Arc::new(p.granted), p.transit, Some(g), version, t);
+                .written(Arc::new(p.granted), g, p.transit, Some(g), version, t);
             h.retire_vanished();
             self.rollback = None;
             self.lost_unwritten = false;
         } else {
-            h.ledger.unknown(Some(Arc::new(p.granted)));
+            // Too few replicas: the generation is known; else not.
+            let known = (fate == Fate::AppliedThenLost).then_some(g);
+            h.ledger
+                .unknown(Some(HeldTable::new(Arc::new(p.granted), known)));
             self.unknown_writes += 1;
         }
         h.floor = g;
     }
 
     fn failover(&mut self, gap: Duration) {
+        // (A late write of the old holding is fenced by its epoch.)
+        self.late = None;
         self.holder = Holder::new();
         self.write_due = None;
         self.holder_back = self.t + gap;
@@ -798,6 +834,16 @@ impl World {
 
     fn step(&mut self) {
         self.t += ms(10);
+        if self.late.as_ref().is_some_and(|l| self.t >= l.at) {
+            let l = self.late.take().expect("checked");
+            // Refused unless nothing wrote since its plan read Redis.
+            if self.redis.version == l.expected_version {
+                self.redis.generation = l.generation;
+                self.redis.version += 1;
+                self.redis.granted = l.granted;
+                self.redis.transit = l.transit;
+            }
+        }
         if let Some((at, _)) = &self.rollback
             && self.t >= *at
         {
@@ -867,7 +913,7 @@ proptest! {
     fn no_unit_ever_has_two_owners(
         ops in proptest::collection::vec(op(), 1..40),
         delays in proptest::collection::vec(0u64..400, 1..20),
-        fates in proptest::collection::vec(0u8..14, 1..30),
+        fates in proptest::collection::vec(0u8..15, 1..30),
         wrong_type in proptest::option::weighted(0.1, 100u64..1500),
     ) {
         run_case(ops, delays, fates, wrong_type)?;
