@@ -28,9 +28,8 @@
 //! - **a failing read** in half the steps, on the holder (70 %) or a standby
 //!   (30 %): `HGETALL` of `{T}:transit`, `{T}:liveness` or the table refused
 //!   (an error reply) for the next 1 to 3 such reads, or the next `HGETALL`
-//!   of `{T}:members` delayed past the call deadline (it times out; an error
-//!   reply there makes units revoked from the old-protocol worker meanwhile
-//!   wait the longest any member may ask for, 315 s, see `Kind::ReadMembers`);
+//!   of `{T}:members` delayed past the call deadline (it times out, see
+//!   `Kind::ReadMembers`);
 //! - **a standby's write fault** (a commit or `WAIT` kind above): on every
 //!   standby before a holder SIGKILL, so that the next holder's first writes
 //!   meet it, and on one standby in a quarter of the other steps.
@@ -221,11 +220,10 @@ impl Faults {
             Kind::RenewDropReply => {
                 Rule::new(Match::Script(self.renew.clone()), once, Action::DropReply)
             }
-            // The reports' read times out instead of failing with an error
-            // reply: the holder takes an error reply there for unreadable
-            // reports, and units it revokes meanwhile from a member that
-            // does not acknowledge (the old-protocol worker) wait the
-            // longest any member may ask for (315 s), past any bound here.
+            // The reports' read times out (the cycle fails, the reports
+            // known stay). An error reply does the same since fe6ba1a;
+            // before it, units revoked meanwhile from the old-protocol
+            // worker waited the longest any member may ask for (315 s).
             Kind::ReadMembers => {
                 let late = Duration::from_millis(rng.random_range(100..=400));
                 Rule::new(read(k.members), once, Action::Delay(CALL_DEADLINE + late))
@@ -430,9 +428,10 @@ async fn no_unit_has_two_owners_when_the_holders_redis_calls_have_unknown_outcom
     faults.record(&chaos);
     let fired = faults.fired();
     chaos.say(&format!(
-        "faults fired {fired:?} of armed {:?}; replicas logged {} failed table writes, {} lease acquisitions, {} step-downs",
+        "faults fired {fired:?} of armed {:?}; replicas logged {} failed table writes, {} refused as outdated, {} lease acquisitions, {} step-downs",
         faults.armed(),
         chaos.logs.replica_lines("table write failed"),
+        chaos.logs.replica_lines("table write refused by redis: its state changed"),
         chaos.logs.replica_lines("lease acquired"),
         chaos.logs.replica_lines("stepping down")
     ));
