@@ -32,6 +32,8 @@ struct Move {
 /// Samples the table every few milliseconds and records every move.
 struct Moves {
     moves: Arc<Mutex<Vec<Move>>>,
+    /// Samples taken so far.
+    samples: tokio::sync::watch::Receiver<u64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -40,10 +42,7 @@ impl Moves {
         let moves = Arc::new(Mutex::new(Vec::new()));
         let mut conn = fleet.redis.conn().await;
         let out = moves.clone();
-        // The first sample is taken before `watch` returns: a move right
-        // after it is never missed.
-        let (first_tx, first_rx) = tokio::sync::oneshot::channel();
-        let mut first_tx = Some(first_tx);
+        let (sampled, mut samples) = tokio::sync::watch::channel(0u64);
         let task = tokio::spawn(async move {
             // unit → (its owner, or the last one and when it left)
             let mut owner: HashMap<String, Result<String, (String, Instant)>> = HashMap::new();
@@ -94,24 +93,39 @@ impl Moves {
                         }
                         owner.insert(u.to_string(), Ok(m.to_string()));
                     }
-                    if let Some(tx) = first_tx.take() {
-                        let _ = tx.send(());
-                    }
+                    sampled.send_modify(|n| *n += 1);
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
-        first_rx.await.expect("the table is read");
-        Moves { moves, task }
+        // The first sample is taken before `watch` returns: a move right
+        // after it is never missed.
+        samples
+            .wait_for(|n| *n > 0)
+            .await
+            .expect("the table is read");
+        Moves {
+            moves,
+            samples,
+            task,
+        }
     }
 
-    fn all(&self) -> Vec<Move> {
+    /// Every move up to now: what a sample begun after this call shows.
+    async fn all(&self) -> Vec<Move> {
+        let mut samples = self.samples.clone();
+        let now = *samples.borrow_and_update();
+        samples
+            .wait_for(|n| *n >= now + 2)
+            .await
+            .expect("the table is read");
         self.moves.lock().unwrap().clone()
     }
 
-    /// Moves away from `from`.
-    fn from(&self, from: &str) -> Vec<Move> {
-        self.all().into_iter().filter(|m| m.from == from).collect()
+    /// Moves away from `from` up to now.
+    async fn from(&self, from: &str) -> Vec<Move> {
+        let all = self.all().await;
+        all.into_iter().filter(|m| m.from == from).collect()
     }
 }
 
@@ -213,7 +227,7 @@ async fn a_revocation_whose_wait_for_replicas_timed_out_is_waited_for_in_full() 
     let mut all = ids.clone();
     all.push(joiner.addr.clone());
     fleet.wait_for_table_with(&units, &all, DELAY * 4).await;
-    let seen = moves.all();
+    let seen = moves.all().await;
     assert!(
         seen.iter().any(|m| m.to == joiner.addr),
         "nothing moved to the joiner: {seen:?}"
@@ -275,6 +289,7 @@ async fn a_takeover_that_cannot_read_liveness_acts_only_once_it_can() {
     tokio::time::sleep(DELAY + Duration::from_millis(500)).await;
     let early: Vec<Move> = moves
         .all()
+        .await
         .into_iter()
         .filter(|m| m.to == joiner.addr)
         .collect();
@@ -302,7 +317,7 @@ async fn a_takeover_that_cannot_read_liveness_acts_only_once_it_can() {
     let mut all = ids.clone();
     all.push(joiner.addr.clone());
     fleet.wait_for_table_with(&units, &all, DELAY * 4).await;
-    let seen = moves.all();
+    let seen = moves.all().await;
     for m in seen.iter().filter(|m| m.to == joiner.addr) {
         assert!(
             m.granted.duration_since(killed) >= DELAY,
@@ -380,7 +395,7 @@ async fn a_frozen_members_wait_survives_forget_after() {
             break;
         }
         assert!(Instant::now() < deadline, "its units never moved");
-        if !moves.from(&frozen.addr).is_empty() {
+        if !moves.from(&frozen.addr).await.is_empty() {
             break;
         }
         assert!(
@@ -397,7 +412,7 @@ async fn a_frozen_members_wait_survives_forget_after() {
     fleet
         .wait_for_table_with(&units, std::slice::from_ref(&other.addr), wait * 3)
         .await;
-    assert_waited(&moves.all(), &frozen.addr, wait);
+    assert_waited(&moves.all().await, &frozen.addr, wait);
     // Once it owes nothing, -forget-after forgets it.
     wait_for(
         "the frozen member is forgotten",
@@ -499,14 +514,14 @@ async fn a_refused_member_whose_redis_connection_lives_is_not_taken_for_dead() {
     let refused = Instant::now();
     tokio::time::sleep(wait / 2).await;
     assert!(
-        moves.from(&alive.addr).is_empty(),
+        moves.from(&alive.addr).await.is_empty(),
         "granted {:?} after a refusal while the member's Redis connection lives: {:?}",
         refused.elapsed(),
-        moves.from(&alive.addr)
+        moves.from(&alive.addr).await
     );
     let rest = vec![dead.addr.clone(), staying.addr.clone()];
     fleet.wait_for_table_with(&units, &rest, wait * 3).await;
-    assert_waited(&moves.all(), &alive.addr, wait);
+    assert_waited(&moves.all().await, &alive.addr, wait);
     drop(alive_conn);
 
     // Refused, and its Redis connection is gone too (the process died): its
@@ -552,7 +567,7 @@ async fn a_report_from_a_lost_numbering_acknowledges_nothing() {
     let joiner = protocol_worker(&fleet, DEADLINE, None).await;
     let ids = vec![stale.addr.clone(), joiner.addr.clone()];
     fleet.wait_for_table_with(&units, &ids, wait * 3).await;
-    assert_waited(&moves.all(), &stale.addr, wait);
+    assert_waited(&moves.all().await, &stale.addr, wait);
     let g = fleet.generation().await;
     assert!(g > 500, "the next writes are numbered above 500, not {g}");
     fleet.shutdown().await;
@@ -649,6 +664,6 @@ async fn a_write_the_holder_gave_up_on_does_not_land_after_its_next_write() {
             .is_some_and(|r| decode_row(r).len() == units.len())
     })
     .await;
-    assert_waited(&moves.all(), &y.addr, wait);
+    assert_waited(&moves.all().await, &y.addr, wait);
     fleet.shutdown().await;
 }
