@@ -707,18 +707,23 @@ pub fn check_log_filter(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A userinfo's user, its hidden password and the `@` that ends it.
+type Span = (std::ops::Range<usize>, std::ops::Range<usize>, usize);
+
 /// Where the userinfo of every `user:pass@` in `s` lies: for each, the byte
 /// ranges of the user (kept), of what is hidden (the password, or the whole
 /// userinfo when it has no `:`), and the index of its `@`.
 ///
 /// Conservative on malformed input: a userinfo runs back from its `@` to the
-/// `scheme://` of the last entry since the previous `@` that has one, else to
-/// the first `,` since the previous `@`, else to the start; an `@` with no new
-/// entry since the previous one extends that userinfo. So a password holding
-/// `@`, `/`, `,` or `://` is hidden whole (with more, at worst); only one
-/// holding `,scheme://` cannot be told from a list of URLs.
-fn userinfo_spans(s: &str) -> Vec<(std::ops::Range<usize>, std::ops::Range<usize>, usize)> {
-    let mut spans = Vec::new();
+/// `redis://` or `rediss://` of the last entry since the previous `@` that has
+/// one (to the start of an entry with another scheme), else to the first `,`
+/// since the previous `@`, else to the start. An `@` with no new entry since
+/// the previous one extends that userinfo, and so does one after an empty
+/// password or right after a `,`. So a password holding `@`, `/`, `,` or
+/// `://` is never shown whole; only one holding `,redis://` cannot be told
+/// from a list of URLs.
+fn userinfo_spans(s: &str) -> Vec<Span> {
+    let mut spans: Vec<Span> = Vec::new();
     let mut start = 0;
     while let Some(at) = s[start..].find('@').map(|i| start + i) {
         let range = &s[start..at];
@@ -732,14 +737,33 @@ fn userinfo_spans(s: &str) -> Vec<(std::ops::Range<usize>, std::ops::Range<usize
             if let Some(i) = trimmed.find("://")
                 && is_scheme(&trimmed[..i])
             {
-                info_start = Some(offset + lead + i + 3);
+                // Past a scheme Redis does not take, a `user:` may be the
+                // start of a password (`u://pw@h` from `u:` + `//pw`).
+                let known = matches!(&trimmed[..i], "redis" | "rediss");
+                info_start = Some(offset + lead + if known { i + 3 } else { 0 });
             }
             offset += entry.len() + 1;
         }
-        if let (None, false, Some(last)) = (info_start, range.contains(','), spans.last_mut()) {
+        // A userinfo with an empty password is not ended by an '@' that
+        // another follows without a new scheme: the password starts with
+        // '@' (and may hold ',').
+        // Nor does a ',' right before this '@' start an entry: the password
+        // holds ",@".
+        let previous_empty = spans
+            .last()
+            .is_some_and(|(_, hidden, _): &Span| hidden.is_empty());
+        let no_entry = range
+            .rsplit(',')
+            .next()
+            .is_some_and(|e| e.trim().is_empty());
+        if let (None, false, Some(last)) = (
+            info_start,
+            range.contains(',') && !previous_empty && !no_entry,
+            spans.last_mut(),
+        ) {
             // No new entry since the previous '@': the password holds an '@'
             // (as the URL standard reads it, the userinfo ends at the last one).
-            let (_, hidden, last_at): &mut (_, std::ops::Range<usize>, usize) = last;
+            let (_, hidden, last_at) = last;
             hidden.end = at;
             *last_at = at;
             start = at + 1;
@@ -774,7 +798,7 @@ fn is_scheme(s: &str) -> bool {
 /// list of URLs or a scheme-less `user:pass@host:port` with `***` (a userinfo
 /// without `:` is replaced whole). An entry of the list that is neither a
 /// Redis URL nor a `host:port` (after that) shows nothing past its first `:`
-/// (after its `scheme://`): it may be a password typed where a URL belongs
+/// (after its `redis://`): it may be a password typed where a URL belongs
 /// (`redis://h:1,garbage:Sup3rSecret`).
 pub fn redact_url(url: &str) -> String {
     let mut out = String::new();
@@ -799,9 +823,10 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// Where the part of a URL-list entry that may hold a secret starts and ends,
-/// when the entry is malformed: everything after its first `:` (after a
-/// `scheme://`), or all of a bare word. `None` for a well-formed entry, one
-/// with a scheme and no `:` after it, and one with a userinfo (`@`: its
+/// when the entry is malformed: everything after its first `:` after a
+/// `redis://` or `rediss://` (all after that when there is none), after its
+/// first `:` otherwise (a password may start with `//`), or all of a bare
+/// word. `None` for a well-formed entry and one with a userinfo (`@`: its
 /// password is what [`userinfo_spans`] finds).
 fn malformed_tail(entry: &str) -> Option<std::ops::Range<usize>> {
     let trimmed = entry.trim();
@@ -814,13 +839,15 @@ fn malformed_tail(entry: &str) -> Option<std::ops::Range<usize>> {
     }
     let scheme = entry
         .find("://")
-        .filter(|&i| is_scheme(entry[..i].trim_start()));
+        .filter(|&i| matches!(entry[..i].trim_start(), "redis" | "rediss"));
     let after_scheme = scheme.map_or(0, |i| i + 3);
     match entry[after_scheme..].find(':') {
         Some(colon) => Some(after_scheme + colon + 1..entry.len()),
         // A bare word may be a password pasted after a ','.
         None if scheme.is_none() => Some(entry.len() - entry.trim_start().len()..entry.len()),
-        None => None,
+        // A password may itself begin with `//` (`garbage://pw`): all after
+        // the scheme of a malformed entry may be secret.
+        None => Some(after_scheme..entry.len()).filter(|r| !r.is_empty()),
     }
 }
 
@@ -1624,8 +1651,9 @@ mod tests {
             ("redis://u:a://b@h:1", "redis://u:***@h:1"),
             (
                 "redis://a:1,http://u:secret@b:2",
-                "redis://a:1,http://u:***@b:2",
+                "redis://a:1,http:***@b:2",
             ),
+            ("u://a=!:@h:1", "u:***@h:1"),
             (
                 " redis://a:1, redis://:secret@b:2",
                 " redis://a:1, redis://:***@b:2",
@@ -1639,6 +1667,12 @@ mod tests {
             ("redis://h:1, garbage:a:b", "redis://h:1, garbage:***"),
             ("redis://h:x,y", "redis://h:***,***"),
             ("redis://h:1, Sup3rSecret", "redis://h:1, ***"),
+            ("redis://a:1,garbage://a#0_", "redis://a:1,garbage:***"),
+            ("redis://a:1,redis://a b", "redis://a:1,redis://***"),
+            ("redis://u:@#~~0,@h:1", "redis://u:***@h:1"),
+            ("redis://u:@,!#a:@h:1", "redis://u:***@h:1"),
+            ("u:@,a:@h:1", "u:***@h:1"),
+            ("redis://u:*@aAA,@h:1", "redis://u:***@h:1"),
             ("u:a,b:c@h:1", "u:***@h:1"),
             (
                 "redis://:a@h:1,redis://:b@h:2,c:d@h:3",
