@@ -471,7 +471,7 @@ fn secrets_never_reach_the_output() {
         (
             vec![url("-redis-url=redis://a:1,http://u:PW@b:2")],
             vec![],
-            "value \"http://u:***@b:2\"",
+            "value \"http:***@b:2\"",
         ),
         (
             vec![url("-redis-url=redis://127.0.0.1:6379,garbage:PW")],
