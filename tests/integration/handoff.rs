@@ -547,9 +547,20 @@ async fn unreadable_reports_never_shorten_a_wait() {
         !snapshot(&fleet, &units).await.1.is_empty(),
         "released after the handoff delay, before the member's deadline"
     );
-    let rest = vec![workers[0].addr.clone(), unknown.addr.clone()];
-    fleet.wait_for_table_with(&units, &rest, wait * 4).await;
+    // Only worker 1's units: the ring may also move one of the unknown
+    // worker's units to worker 0, and that one waits the longest.
+    let gone = workers[1].addr.clone();
+    wait_for("worker 1's units granted", wait * 4, || async {
+        let (rows, moving, _) = snapshot(&fleet, &units).await;
+        !rows.contains_key(&gone) && moving.values().all(|t| !t.from.contains_key(&gone))
+    })
+    .await;
     assert!(failed.elapsed() >= wait, "released before its wait");
+    let (_, moving, _) = snapshot(&fleet, &units).await;
+    assert!(
+        moving.values().all(|t| t.from.contains_key(&unknown.addr)),
+        "only the unknown worker's units may still wait: {moving:?}"
+    );
     // The unknown worker stops answering: its units wait the longest.
     unknown.set_healthy(false);
     wait_for("the revocation", Duration::from_secs(5), || async {
