@@ -876,6 +876,16 @@ impl World {
         while self.redis.generation == g && self.t < give_up {
             self.step();
         }
+        // No repair is written while Redis loses every write: once the
+        // faults had their turn, Redis works until one is.
+        if self.redis.generation == g {
+            let faults = std::mem::replace(&mut self.fates, vec![u8::MAX].into_iter().cycle());
+            let give_up = self.t + ms(2000);
+            while self.redis.generation == g && self.t < give_up {
+                self.step();
+            }
+            self.fates = faults;
+        }
         // The repair revoked the unit from both; neither has it once they
         // stopped (acknowledged, or their hold ended).
         let repair = self.redis.generation;
