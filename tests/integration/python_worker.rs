@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +34,7 @@ use distributor::core::handoff::MemberReport;
 use tokio::time::Instant;
 
 use crate::support::ownership::{self, Bounds};
+use crate::support::procs::EventsChild;
 use crate::support::*;
 
 /// The Python workers' fencing deadline.
@@ -142,8 +143,7 @@ impl Drop for DumpOnPanic {
 struct PyWorker {
     id: String,
     port: u16,
-    child: Child,
-    stdout: Option<std::thread::JoinHandle<()>>,
+    process: EventsChild,
 }
 
 impl PyWorker {
@@ -176,13 +176,6 @@ impl PyWorker {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{python:?} {script}: {e}"));
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let events = journal.clone();
-        let stdout = std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                events.push(line);
-            }
-        });
         let err = BufReader::new(child.stderr.take().unwrap());
         let logs = journal.logs.clone();
         let who = id.clone();
@@ -191,67 +184,29 @@ impl PyWorker {
                 logs.lock().unwrap().push(format!("[{who}] {line}"));
             }
         });
+        let events = journal.clone();
         PyWorker {
             id,
             port,
-            child,
-            stdout: Some(stdout),
+            process: EventsChild::new(child, move |line| events.push(line)),
         }
     }
 
     fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} {}", self.id);
+        self.process.signal(sig);
     }
 
-    /// Its state letter in /proc (`T` when stopped).
     fn state(&self) -> char {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        let after = stat.rsplit_once(") ").expect("a stat line").1;
-        after.chars().next().unwrap()
+        self.process.state()
     }
 
-    /// Waits (bounded) for the process to exit and its last line to be read.
     async fn exited(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not exit within {limit:?}",
-                self.id
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        let reader = self.stdout.take().unwrap();
-        wait_for("its stdout to close", Duration::from_secs(5), || async {
-            reader.is_finished()
-        })
-        .await;
-        status
+        self.process.exited(&self.id, limit).await
     }
 
-    /// SIGKILL; the `exited` marker closes what it held, at the instant the
-    /// signal was sent (the holder moves its units within milliseconds of its
-    /// connections closing, before the process is reaped here).
+    /// SIGKILL; see [`EventsChild::kill`].
     async fn kill(&mut self, journal: &Journal) {
-        self.child.kill().unwrap();
-        let died = ownership::unix_us_now();
-        self.exited(Duration::from_secs(5)).await;
-        journal.push(ownership::exited_line(&self.id, died));
-    }
-}
-
-impl Drop for PyWorker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        journal.push(self.process.kill(&self.id).await);
     }
 }
 

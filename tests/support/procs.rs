@@ -504,53 +504,25 @@ impl Drop for Replica {
     }
 }
 
-/// One example worker process with `--events`, its Redis traffic through its
-/// own proxy; SIGKILLed on drop (a stopped one too).
-pub struct Worker {
-    pub id: String,
-    pub port: u16,
-    pub child: Child,
-    pub proxy: FreezableProxy,
+/// A worker process whose stdout lines (its `--events`) go to a sink, each
+/// as it is printed; it counts as exited only once its last line is read.
+/// SIGKILLed on drop (a stopped one too).
+pub struct EventsChild {
+    child: Child,
     stdout: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Worker {
-    pub async fn spawn(
-        redis: &RedisServer,
-        port: u16,
-        work_ms: u64,
-        journal: &Journal,
-        logs: &Logs,
-        n: usize,
-    ) -> Worker {
-        let proxy = FreezableProxy::start(redis.port()).await;
-        let id = format!("127.0.0.1:{port}");
-        let log = logs.file(&format!("worker-{n}-{port}"), Some(&id));
-        let mut child = Command::new(example_worker())
-            .args(["--events", "--listen", &id])
-            .args(["--redis-url", &format!("redis://127.0.0.1:{}", proxy.port)])
-            .args(["--services-key", SERVICES, "--table", TABLE])
-            .args(["--deadline", &format!("{}ms", DEADLINE.as_millis())])
-            .args(["--poll-interval", "200ms", "--drain-timeout", "15s"])
-            .args(["--work-ms", &work_ms.to_string()])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let events = journal.clone();
+impl EventsChild {
+    /// Takes `child`'s piped stdout.
+    pub fn new(mut child: Child, sink: impl Fn(String) + Send + 'static) -> EventsChild {
+        let out = BufReader::new(child.stdout.take().expect("a piped stdout"));
         let stdout = std::thread::spawn(move || {
             for line in out.lines().map_while(Result::ok) {
-                events.push(line);
+                sink(line);
             }
         });
-        Worker {
-            id,
-            port,
+        EventsChild {
             child,
-            proxy,
             stdout: Some(stdout),
         }
     }
@@ -574,8 +546,8 @@ impl Worker {
     }
 
     /// Waits (bounded) for the process to exit and its last line to be read.
-    pub async fn exited(&mut self, limit: Duration) -> ExitStatus {
-        let status = reaped(&mut self.child, &self.id, limit).await;
+    pub async fn exited(&mut self, what: &str, limit: Duration) -> ExitStatus {
+        let status = reaped(&mut self.child, what, limit).await;
         let reader = self.stdout.take().unwrap();
         wait_for("its stdout to close", Duration::from_secs(5), || async {
             reader.is_finished()
@@ -584,23 +556,89 @@ impl Worker {
         status
     }
 
-    /// SIGKILL; the `exited` marker closes what it held, at the instant the
-    /// signal was sent. Not later: its connections close as it dies, and the
-    /// holder moves its units within milliseconds of that (it pings a member
-    /// at once when its connection ends), well before the process is reaped
-    /// and its output read here.
-    pub async fn kill(&mut self, journal: &Journal) {
+    /// SIGKILL, then waits for its exit; the `exited` marker of member `id`
+    /// closes what it held at the instant the signal was sent. Not later:
+    /// its connections close as it dies, and the holder moves its units
+    /// within milliseconds of that (it pings a member at once when its
+    /// connection ends), well before the process is reaped and its output
+    /// read here.
+    pub async fn kill(&mut self, id: &str) -> String {
         self.child.kill().unwrap();
         let died = ownership::unix_us_now();
-        self.exited(Duration::from_secs(5)).await;
-        journal.push(ownership::exited_line(&self.id, died));
+        self.exited(id, Duration::from_secs(5)).await;
+        ownership::exited_line(id, died)
     }
 }
 
-impl Drop for Worker {
+impl Drop for EventsChild {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// One example worker process with `--events`, its Redis traffic through its
+/// own proxy.
+pub struct Worker {
+    pub id: String,
+    pub port: u16,
+    pub proxy: FreezableProxy,
+    process: EventsChild,
+}
+
+impl Worker {
+    pub async fn spawn(
+        redis: &RedisServer,
+        port: u16,
+        work_ms: u64,
+        journal: &Journal,
+        logs: &Logs,
+        n: usize,
+    ) -> Worker {
+        let proxy = FreezableProxy::start(redis.port()).await;
+        let id = format!("127.0.0.1:{port}");
+        let log = logs.file(&format!("worker-{n}-{port}"), Some(&id));
+        let child = Command::new(example_worker())
+            .args(["--events", "--listen", &id])
+            .args(["--redis-url", &format!("redis://127.0.0.1:{}", proxy.port)])
+            .args(["--services-key", SERVICES, "--table", TABLE])
+            .args(["--deadline", &format!("{}ms", DEADLINE.as_millis())])
+            .args(["--poll-interval", "200ms", "--drain-timeout", "15s"])
+            .args(["--work-ms", &work_ms.to_string()])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let events = journal.clone();
+        Worker {
+            id,
+            port,
+            proxy,
+            process: EventsChild::new(child, move |line| events.push(line)),
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        self.process.signal(sig);
+    }
+
+    pub fn state(&self) -> char {
+        self.process.state()
+    }
+
+    pub async fn stopped(&self) {
+        self.process.stopped().await;
+    }
+
+    pub async fn exited(&mut self, limit: Duration) -> ExitStatus {
+        self.process.exited(&self.id, limit).await
+    }
+
+    /// SIGKILL; see [`EventsChild::kill`].
+    pub async fn kill(&mut self, journal: &Journal) {
+        journal.push(self.process.kill(&self.id).await);
     }
 }
 
