@@ -493,21 +493,7 @@ fn claims_are_only_for_units_taken_without_a_revocation() {
     let mut c = Call::new(t0, &["a", "b"], &["u", "v", "w"]);
     c.granted = table(&[("a", "w"), ("b", "")]);
     c.verify = true;
-    c.transit = BTreeMap::from([(
-        "g".to_string(),
-        BTreeMap::from([("u".to_string(), {
-            let mut t = c_fresh(t0);
-            t.from.insert(
-                "a".into(),
-                Origin {
-                    proof: Proof::Never,
-                    wait: Some(ms(3000)),
-                },
-            );
-            t.revoked_at = 4;
-            t
-        })]),
-    )]);
+    c.transit = c_revoked_from_a(t0, Proof::Never, 4);
     c.held = vec![
         HeldTable::new(Arc::new(table(&[("a", "u,w"), ("b", "")])), Some(3)),
         HeldTable::new(Arc::new(c.granted.clone()), Some(4)),
@@ -529,21 +515,7 @@ fn claims_are_only_for_units_taken_without_a_revocation() {
 #[test]
 fn a_revocation_older_than_the_tenure_is_made_anew() {
     let t0 = Instant::now();
-    let old = BTreeMap::from([(
-        "g".to_string(),
-        BTreeMap::from([("u".to_string(), {
-            let mut t = c_fresh(t0);
-            t.from.insert(
-                "a".into(),
-                Origin {
-                    proof: Proof::Refusal,
-                    wait: Some(ms(3000)),
-                },
-            );
-            t.revoked_at = 101;
-            t
-        })]),
-    )]);
+    let old = c_revoked_from_a(t0, Proof::Refusal, 101);
     // In a's stored row (the late write landed), or only in a table a may
     // work from (it was lost again).
     for in_row in [true, false] {
@@ -627,14 +599,20 @@ fn c_transit<'a>(p: &'a Plan, unit: &str) -> &'a Transit {
     &p.transit["g"][unit]
 }
 
-fn c_fresh(t0: Instant) -> Transit {
-    Transit {
-        from: BTreeMap::new(),
+/// Group `g`'s transit: `u`, revoked from `a` at `revoked_at` (a 3 s wait).
+fn c_revoked_from_a(t0: Instant, proof: Proof, revoked_at: u64) -> Transits {
+    let origin = Origin {
+        proof,
+        wait: Some(ms(3000)),
+    };
+    let t = Transit {
+        from: BTreeMap::from([("a".to_string(), origin)]),
         to: None,
-        revoked_at: 0,
+        revoked_at,
         since_ms: 1,
         waiting_since: t0,
-    }
+    };
+    Transits::from([("g".to_string(), BTreeMap::from([("u".to_string(), t)]))])
 }
 
 /// Review finding 7 of issue 20: what was fixed at the revocation holds,
