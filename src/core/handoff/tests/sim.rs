@@ -872,18 +872,18 @@ impl World {
     fn run_unchecked_until_repaired(&mut self) {
         let g = self.redis.generation;
         // (An edit that changed nothing for the planner gets no write.)
-        let give_up = self.t + ms(2000);
-        while self.redis.generation == g && self.t < give_up {
-            self.step();
-        }
+        let until_written = |w: &mut World| {
+            let give_up = w.t + ms(2000);
+            while w.redis.generation == g && w.t < give_up {
+                w.step();
+            }
+        };
+        until_written(self);
         // No repair is written while Redis loses every write: once the
         // faults had their turn, Redis works until one is.
         if self.redis.generation == g {
             let faults = std::mem::replace(&mut self.fates, vec![u8::MAX].into_iter().cycle());
-            let give_up = self.t + ms(2000);
-            while self.redis.generation == g && self.t < give_up {
-                self.step();
-            }
+            until_written(self);
             self.fates = faults;
         }
         // The repair revoked the unit from both; neither has it once they
