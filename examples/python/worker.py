@@ -8,13 +8,15 @@ It follows the README's "Protocol, for workers in any language" step by step:
 2. Register with the README's EVAL (LPOS, else LPUSH); again every
    --reregister-ms, with its report, in case Redis lost its data.
 3. Follow its row: `MULTI; HGET <table> <id>; HGET {<table>}:meta generation;
-   CLIENT ID; EXEC` (without CLIENT ID where Redis refuses it), on one
-   dedicated connection, on every `{<table>}:changed` message (a hint only)
-   and every --poll-ms.
+   CLIENT ID; INFO server; EXEC` (without INFO, or without both, where Redis
+   refuses them), on one dedicated connection, on every `{<table>}:changed`
+   message (a hint only) and every --poll-ms. The client id and the server's
+   run id name the connection: ids are numbered per server, so the run id
+   tells the holder, after a Redis failover, that an id is not this one.
 4. Apply each generation g in increasing order: stop every unit not in the
    row, completely; then, if that took units away (or at start, when the
    draining flag changed, or on a new connection), report `HSET
-   {<table>}:members <id> "<g> <draining> <deadline_ms> 1 <client id>"` and
+   {<table>}:members <id> "<g> <draining> <deadline_ms> 1 <client id> <run id>"` and
    `PUBLISH {<table>}:acked <id>`; only then start the new units, with
    fencing token g. A generation that only adds units needs no report (each
    report costs the holder a cycle). A read on another connection than the
@@ -62,6 +64,13 @@ log = logging.getLogger("worker")
 REGISTER = ("if redis.call('LPOS',KEYS[1],ARGV[1]) then return 0 end "
             "redis.call('LPUSH',KEYS[1],ARGV[1]) return 1")
 SERVING, NOT_SERVING = b"\x08\x01", b"\x08\x02"  # HealthCheckResponse.status
+
+
+def run_id(info):
+    """The run id in redis-py's parsed INFO reply (it turns one of only digits into an int)."""
+    v = info.get("run_id") if isinstance(info, dict) else None
+    v = "%040d" % v if isinstance(v, int) else v
+    return v if isinstance(v, str) and len(v) == 40 else None
 
 
 def coordination_prefix(table):
@@ -116,7 +125,8 @@ class Worker:
         self.last_read = None  # monotonic send instant of the last successful read
         self.fenced_at = time.monotonic()  # pings get UNAVAILABLE until a read sent after this
         self.applied, self.row = 0, None  # the last generation processed, and its row
-        self.client, self.ask_client = None, True  # the rows connection's CLIENT ID, if Redis tells
+        # The rows connection: (CLIENT ID, run id or None), if Redis tells.
+        self.client, self.ask_client, self.ask_server = None, True, True
         self.reported = self.reported_draining = self.reported_client = None
         self.draining = self.leaving = False
         self.wake, self.done = asyncio.Event(), asyncio.Event()
@@ -203,15 +213,29 @@ class Worker:
         try:
             async with self.rows.pipeline(transaction=True) as p:
                 p.hget(self.args.table, self.id).hget(self.meta, "generation")
-                got = await (p.client_id() if self.ask_client else p).execute()
+                if self.ask_client:
+                    p.client_id()
+                    if self.ask_server:
+                        p.info("server")
+                got = await p.execute()
         except (NoPermissionError, ExecAbortError) as e:
-            if not self.ask_client:
+            if self.ask_client and self.ask_server and "(INFO" in str(e):
+                # (redis-py names the refused command: "Command # 4 (INFO server) ...".)
+                log.warning("INFO is not permitted (%s): reports name the connection by client id "
+                            "alone, so after a Redis failover a refusal of this address may wait "
+                            "for its deadline", e)
+                self.ask_server = False
+            elif self.ask_client:
+                log.warning("CLIENT ID is not permitted (%s): reports name no connection, so a "
+                            "refusal of this address will not move its units before its deadline", e)
+                self.ask_client = False
+            else:
                 raise
-            log.warning("CLIENT ID is not permitted (%s): reports name no connection, so a refusal "
-                        "of this address will not move its units before its deadline", e)
-            self.ask_client = False
             return await self.read()
-        return sent, got[0], int(got[1] or 0), got[2] if self.ask_client else None
+        client = None
+        if self.ask_client:
+            client = (got[2], run_id(got[3]) if self.ask_server else None)
+        return sent, got[0], int(got[1] or 0), client
 
     async def apply(self, sent, row, g, client):
         self.check()
@@ -259,7 +283,9 @@ class Worker:
                 self.emit("acquired", u, g, time.monotonic())
 
     def report_value(self):
-        client = "" if self.client is None else " %d" % self.client
+        client = ""
+        if self.client is not None:
+            client = " %d" % self.client[0] + ("" if self.client[1] is None else " " + self.client[1])
         return "%d %d %d 1%s" % (self.applied, self.draining, self.args.deadline_ms, client)
 
     async def report(self, again=False):

@@ -22,7 +22,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::cycle::{LOG_FIRST, LastChange};
-use crate::core::handoff::{self, Ledger, MemberFacts, MemberReport, Proof, UNKNOWN_ORIGIN};
+use crate::core::handoff::{
+    self, Ledger, MemberFacts, MemberReport, Proof, RedisConnection, UNKNOWN_ORIGIN,
+};
 use crate::core::inputs::{self, Inputs};
 use crate::core::table::MatchingTable;
 use crate::edge::grpc::{PingFailure, PingReport};
@@ -49,9 +51,9 @@ struct Gone {
 /// [`HandoffState::to_confirm`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Confirm {
-    /// The client ids recorded with its revocations, for Redis to be asked
+    /// The connections recorded with its revocations, for Redis to be asked
     /// about when its report names none any more.
-    pub(super) clients: Vec<u64>,
+    pub(super) clients: Vec<RedisConnection>,
     /// Whether a refusal alone releases something (an origin that did not
     /// speak the protocol).
     pub(super) refusal_helps: bool,
@@ -241,7 +243,7 @@ impl HandoffState {
                 c.since = c.since.max(t.waiting_since);
                 match origin.proof {
                     Proof::Refusal => c.refusal_helps = true,
-                    Proof::Disconnected(id) if !c.clients.contains(&id) => c.clients.push(id),
+                    Proof::Disconnected(conn) if !c.clients.contains(&conn) => c.clients.push(conn),
                     _ => {}
                 }
             }
@@ -574,7 +576,10 @@ mod tests {
             settings.wait(&f),
             handoff::deadline_wait(Duration::from_secs(30))
         );
-        assert_eq!(settings.proof(&f), Proof::Disconnected(17));
+        assert_eq!(
+            settings.proof(&f),
+            Proof::Disconnected(RedisConnection::id(17))
+        );
         // No row and nothing owed (the ledger knows no table yet counts as
         // unknown: kept); with a table that has no row for it: forgotten.
         h.retire_vanished();

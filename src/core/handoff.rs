@@ -60,9 +60,11 @@
 //! ```
 //!
 //! and, for a member that names the Redis connection it reads its row on
-//! (its report's client id), only once Redis, asked after that refusal, has
-//! no such connection either: a second observer, on the member's other path,
-//! that sees its process gone. A member that reads only on the connection
+//! (its report's client id and the server's run id), only once Redis, asked
+//! after that refusal, has no such connection either: a second observer, on
+//! the member's other path, that sees its process gone. A connection named
+//! on another server (another run id: a failover or a restart since) is gone
+//! from the one asked, whatever ids that one has (see [`RedisConnection`]). A member that reads only on the connection
 //! its last report names (README, protocol) and whose connection Redis still
 //! has is alive, and acknowledges. A member that names none is released by
 //! its acknowledgement or its wait alone; one that does not speak the
@@ -97,9 +99,11 @@ use tokio::time::Instant;
 use crate::core::inputs::GroupMembers;
 use crate::core::table::{MatchingTable, SEPARATOR};
 
+mod connection;
 mod ledger;
 mod plan;
 
+pub use connection::{RedisConnection, RunId};
 pub use ledger::{HeldTable, Ledger, Resync};
 pub use plan::plan;
 
@@ -112,20 +116,21 @@ pub enum Proof {
     /// A refusal on a connection opened after the revoking write: a member
     /// that did not speak the protocol (no report).
     Refusal,
-    /// Such a refusal, after which Redis had no connection with the member's
-    /// client id (the one its report names now, else this one).
-    Disconnected(u64),
+    /// Such a refusal, after which Redis had no such connection as the
+    /// member's report names now (else this one, the one it named when the
+    /// unit was revoked).
+    Disconnected(RedisConnection),
     /// Nothing: a member of the protocol that names no connection, or one
     /// whose report could not be read.
     Never,
 }
 
 impl Proof {
-    /// The stored form: `r`, `c<client id>` or `-`.
+    /// The stored form: `r`, `c<client id>[@<run id>]` or `-`.
     fn encode(&self) -> String {
         match self {
             Proof::Refusal => "r".into(),
-            Proof::Disconnected(c) => format!("c{c}"),
+            Proof::Disconnected(c) => format!("c{}", c.encode()),
             Proof::Never => "-".into(),
         }
     }
@@ -136,7 +141,7 @@ impl Proof {
             "-" => Some(Proof::Never),
             _ => s
                 .strip_prefix('c')
-                .and_then(parse_u53)
+                .and_then(RedisConnection::decode)
                 .map(Proof::Disconnected),
         }
     }
@@ -358,7 +363,7 @@ impl Default for MemberFacts {
 }
 
 /// A member's own entry in `{T}:members`:
-/// `<applied generation> <draining 0|1> <deadline ms> <weight> [<redis client id>]`.
+/// `<applied generation> <draining 0|1> <deadline ms> <weight> [<redis client id> [<redis run id>]]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemberReport {
     /// The highest table generation it applied: every unit that generation
@@ -371,10 +376,10 @@ pub struct MemberReport {
     pub deadline: Duration,
     /// Its capacity weight (1 by default).
     pub weight: u32,
-    /// The Redis client id (`CLIENT ID`) of the connection it reads its row
-    /// on, if it tells: a refusal of its address then releases its units
-    /// only once Redis has no such connection either.
-    pub client: Option<u64>,
+    /// The Redis connection it reads its row on (`CLIENT ID`, and the
+    /// server's run id), if it tells: a refusal of its address then releases
+    /// its units only once Redis has no such connection either.
+    pub client: Option<RedisConnection>,
 }
 
 /// The longest deadline a member may declare: a larger one is capped, so a
@@ -394,15 +399,20 @@ impl MemberReport {
             self.weight
         );
         if let Some(c) = self.client {
-            out.push_str(&format!(" {c}"));
+            out.push_str(&format!(" {}", c.client));
+            if let Some(s) = c.server {
+                out.push_str(&format!(" {s}"));
+            }
         }
         out
     }
 
     /// Parses an entry; `None` for anything malformed (the holder then waits
     /// for such a member as long as any member may make it wait, and reports
-    /// it). A fifth field that is not a client id counts as none; fields
-    /// after the fifth are ignored, for later versions.
+    /// it). A fifth field that is not a client id counts as none, and a
+    /// sixth that is not a run id as no run id (the client id is then looked
+    /// for on whichever server the holder asks, as for a member of an older
+    /// version); fields after the sixth are ignored, for later versions.
     pub fn decode(s: &str) -> Option<MemberReport> {
         let mut it = s.split(' ');
         let applied = parse_u53(it.next()?)?;
@@ -419,7 +429,10 @@ impl MemberReport {
         if weight == 0 || deadline_ms == 0 {
             return None;
         }
-        let client = it.next().and_then(parse_u53);
+        let client = it.next().and_then(parse_u53).map(|id| RedisConnection {
+            client: id,
+            server: it.next().and_then(RunId::parse),
+        });
         Some(MemberReport {
             applied,
             draining,

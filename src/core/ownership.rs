@@ -62,7 +62,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::core::handoff::MemberReport;
+use crate::core::handoff::{MemberReport, RedisConnection};
 use crate::core::table::decode_row;
 
 /// The generation of the table at which a member acquired a unit. It grows
@@ -140,7 +140,7 @@ pub enum ReadOutcome {
     /// Made on another Redis connection than the last written report names
     /// (`named`), while units are owned or stopping: not processed. A report
     /// naming the new connection is due; read again once it is written.
-    OtherConnection { named: Option<u64> },
+    OtherConnection { named: Option<RedisConnection> },
 }
 
 #[derive(Debug, Clone)]
@@ -154,9 +154,9 @@ struct Processed {
     /// Send instant of the last read that showed this row: every owned unit
     /// is in it, so this is when their holds were last refreshed.
     shown: Instant,
-    /// The Redis client id of the connection the last read that showed this
+    /// The Redis connection the last read that showed this
     /// row went over (`None`: Redis did not tell).
-    client: Option<u64>,
+    client: Option<RedisConnection>,
 }
 
 #[derive(Debug, Clone)]
@@ -198,7 +198,7 @@ pub struct Ownership {
     /// written report acknowledges yet (each above `written.applied`).
     owed: BTreeSet<u64>,
     /// The Redis client of the last read: every report names it.
-    client: Option<u64>,
+    client: Option<RedisConnection>,
     draining: bool,
     stopped: bool,
     fenced: bool,
@@ -246,7 +246,7 @@ impl Ownership {
         sent: Instant,
         generation: Option<u64>,
         row: Option<&str>,
-        client: Option<u64>,
+        client: Option<RedisConnection>,
     ) -> ReadOutcome {
         self.expire(now);
         self.client = client;

@@ -34,7 +34,7 @@ use tonic_health::server::HealthReporter;
 
 use super::handoff::{Handoff, Shared};
 use super::{Assignment, MemberOptions};
-use crate::core::handoff::MemberReport;
+use crate::core::handoff::{MemberReport, RedisConnection};
 use crate::core::ownership::{Ownership, ReadOutcome, Revocation, Step};
 use crate::edge::grpc::PingResponder;
 use crate::edge::redis::{Notification, RowRead, Store};
@@ -143,7 +143,7 @@ struct Loop {
     stale: bool,
     /// The connection whose unprocessed read was logged last: one line per
     /// new connection, not per read.
-    other_connection: Option<Option<u64>>,
+    other_connection: Option<Option<RedisConnection>>,
     failures: ReadFailures,
 }
 

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use distributor::core::handoff::{MemberReport, Transit, parse_transit_field};
+use distributor::core::handoff::{
+    MemberReport, RedisConnection, RunId, Transit, parse_transit_field,
+};
 use distributor::core::table::decode_row;
 use tokio::time::Instant;
 
@@ -37,7 +39,7 @@ pub(crate) async fn report_naming(
     applied: u64,
     draining: bool,
     deadline: Duration,
-    client: Option<u64>,
+    client: Option<RedisConnection>,
 ) {
     let r = MemberReport {
         applied,
@@ -57,16 +59,24 @@ pub(crate) async fn report_naming(
         .await;
 }
 
-/// A Redis connection of the test's own and its client id, to stand for the
-/// connection a hand-played member reads its row on.
-async fn reading_connection(fleet: &Fleet) -> (redis::aio::MultiplexedConnection, u64) {
+/// A Redis connection of the test's own, named as `Member` names the one it
+/// reads its row on (client id and run id, asked on it in one transaction),
+/// to stand for the connection of a hand-played member.
+pub(crate) async fn reading_connection(
+    fleet: &Fleet,
+) -> (redis::aio::MultiplexedConnection, RedisConnection) {
     let mut c = fleet.redis.conn().await;
-    let id: u64 = redis::cmd("CLIENT")
+    let (id, info): (u64, String) = redis::pipe()
+        .atomic()
+        .cmd("CLIENT")
         .arg("ID")
+        .cmd("INFO")
+        .arg("server")
         .query_async(&mut c)
         .await
         .unwrap();
-    (c, id)
+    let server = RunId::from_info(&info).expect("a run id");
+    (c, RedisConnection::on(id, server))
 }
 
 /// `{T}:transit` as (unit → entry).

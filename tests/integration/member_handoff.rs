@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distributor::core::handoff::MemberReport;
+use distributor::core::handoff::{MemberReport, RedisConnection};
 use distributor::proto::grpc_pinger_client::GrpcPingerClient;
 use distributor::{Drained, FencingToken, Handoff, Member, MemberOptions, Owned, Revocation};
 use tokio::time::Instant;
@@ -50,10 +50,16 @@ async fn report(redis: &RedisServer, member: &str) -> Option<MemberReport> {
     raw.map(|r| MemberReport::decode(&r).unwrap_or_else(|| panic!("bad report {r:?}")))
 }
 
-/// Whether Redis has a connection with this client id.
-async fn connected(redis: &RedisServer, client: u64) -> bool {
+/// Whether Redis has this connection: one with its client id, on this
+/// server (a report names the server by its run id).
+async fn connected(redis: &RedisServer, c: RedisConnection) -> bool {
+    assert_eq!(
+        c.server,
+        Some(redis.run_id().await),
+        "a report names the server it reads on"
+    );
     let list: String = redis
-        .cmd(&["CLIENT", "LIST", "ID", &client.to_string()])
+        .cmd(&["CLIENT", "LIST", "ID", &c.client.to_string()])
         .await;
     !list.trim().is_empty()
 }
@@ -600,7 +606,9 @@ async fn a_member_names_its_new_connection_before_its_reads_extend_a_hold() {
     let hold = member.hold("a").unwrap();
 
     let killed_at = Instant::now();
-    let killed: i64 = redis.cmd(&["CLIENT", "KILL", "ID", &c1.to_string()]).await;
+    let killed: i64 = redis
+        .cmd(&["CLIENT", "KILL", "ID", &c1.client.to_string()])
+        .await;
     assert_eq!(killed, 1);
     let named = || async { report(&redis, &id).await.and_then(|r| r.client) };
     wait_for(
@@ -610,7 +618,10 @@ async fn a_member_names_its_new_connection_before_its_reads_extend_a_hold() {
     )
     .await;
     let c2 = named().await.unwrap();
-    assert!(connected(&redis, c2).await, "{c2} is not a live connection");
+    assert!(
+        connected(&redis, c2).await,
+        "{c2:?} is not a live connection"
+    );
     assert!(!connected(&redis, c1).await);
     // Reads on the new connection extend the hold again: past what the
     // reads before the kill could give.
@@ -668,6 +679,12 @@ async fn a_member_whose_user_may_not_run_client_follows_its_row_and_reports_no_c
     assert_eq!(report(&redis, &id).await.unwrap().client, None);
     wait_for("listed", Duration::from_secs(5), || listed(&redis, &id)).await;
     // Many reads since; `CLIENT ID` was asked once.
+    assert_eq!(acl_refusals(&redis, "client|id").await, [1]);
+    member.shutdown().await;
+}
+
+/// How many times Redis refused `object` to a user, by `ACL LOG` entry.
+async fn acl_refusals(redis: &RedisServer, object: &str) -> Vec<i64> {
     let log: Vec<Vec<redis::Value>> = redis.cmd(&["ACL", "LOG"]).await;
     let field = |entry: &[redis::Value], name: &str| {
         entry.chunks(2).find_map(|kv| match kv {
@@ -675,12 +692,88 @@ async fn a_member_whose_user_may_not_run_client_follows_its_row_and_reports_no_c
             _ => None,
         })
     };
-    let refusals: Vec<redis::Value> = log
-        .iter()
-        .filter(|e| field(e, "object") == Some(redis::Value::BulkString(b"client|id".to_vec())))
-        .filter_map(|e| field(e, "count"))
-        .collect();
-    assert_eq!(refusals, [redis::Value::Int(1)], "{log:?}");
+    log.iter()
+        .filter(|e| {
+            field(e, "object") == Some(redis::Value::BulkString(object.as_bytes().to_vec()))
+        })
+        .filter_map(|e| match field(e, "count") {
+            Some(redis::Value::Int(n)) => Some(n),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A Redis user that may run `CLIENT` but not `INFO` (an ACL written for an
+/// older version): the member's first row read is refused for `INFO`, and
+/// from then on its reports name its connection by client id alone, as
+/// older members did. The holder, refused `INFO` too, looks for a named
+/// connection by its id alone, whatever server the report names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_info_a_member_names_its_connection_by_client_id_alone() {
+    use crate::security::{ADMIN_PASSWORD, PASSWORD, create_acl_user_with};
+    let redis = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]);
+    create_acl_user_with(
+        &redis,
+        "+llen +memory|usage +watch +unwatch +client|id +client|list",
+    )
+    .await;
+    let url = format!("redis://distributor:{PASSWORD}@127.0.0.1:{}", redis.port());
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    let mut opts = options(&redis, port);
+    opts.redis_url = url.clone();
+    write_table(&redis, 5, &[(&id, "a")]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(opts, app.clone()).await.unwrap();
+    let _pinger = Pinger::start(&id);
+    app.wait("a acquired", |e| e.call == Call::Acquired).await;
+    write_table(&redis, 6, &[(&id, "b")]).await;
+    app.wait("b acquired", |e| e.unit == "b").await;
+    wait_report(&redis, &id, 6, false).await;
+    let named = report(&redis, &id)
+        .await
+        .unwrap()
+        .client
+        .expect("a client id");
+    assert_eq!(named.server, None, "no run id without INFO");
+    let list: String = redis
+        .cmd(&["CLIENT", "LIST", "ID", &named.client.to_string()])
+        .await;
+    assert!(!list.trim().is_empty(), "the named connection lives");
+    assert_eq!(acl_refusals(&redis, "info").await, [1], "INFO asked once");
+
+    let holder =
+        distributor::edge::redis::Store::open(&url, TABLE, Duration::from_secs(2)).unwrap();
+    let elsewhere = RedisConnection::on(
+        named.client,
+        distributor::core::handoff::RunId::parse(&"f".repeat(40)).unwrap(),
+    );
+    assert_eq!(
+        holder
+            .member_disconnected("gone", &[elsewhere])
+            .await
+            .unwrap(),
+        Some(false),
+        "without the server's run id, a live id is taken as the connection"
+    );
+    assert_eq!(
+        holder
+            .member_disconnected("gone", &[RedisConnection::id(u64::from(u32::MAX))])
+            .await
+            .unwrap(),
+        Some(true)
+    );
+    assert_eq!(
+        acl_refusals(&redis, "info").await,
+        [2],
+        "the holder asked once"
+    );
+    assert_eq!(
+        holder.member_disconnected(&id, &[]).await.unwrap(),
+        Some(false),
+        "the member's own report"
+    );
+    assert_eq!(acl_refusals(&redis, "info").await, [2]);
     member.shutdown().await;
 }
 

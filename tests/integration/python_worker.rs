@@ -346,11 +346,16 @@ async fn python_workers_never_share_a_unit() {
     let c1 = named()
         .await
         .expect("the report names the worker's connection");
+    assert_eq!(
+        c1.server,
+        Some(fleet.redis.run_id().await),
+        "and the server it is on"
+    );
     let printed = journal.of(&p2.id).len();
     let killed = Instant::now();
     let n: i64 = fleet
         .redis
-        .cmd(&["CLIENT", "KILL", "ID", &c1.to_string()])
+        .cmd(&["CLIENT", "KILL", "ID", &c1.client.to_string()])
         .await;
     assert_eq!(n, 1);
     wait_for("a report naming a new connection", SETTLE, || async {

@@ -18,9 +18,10 @@ pub(crate) async fn create_acl_user(redis: &RedisServer) {
 
 /// Commands the README's ACL grants that the distributor can do without
 /// (an ACL written for an older version): list sizes before reading, the
-/// table guard's WATCH, and the client ids of connections (fast takeover,
-/// and the check that a refused member's Redis connection is gone too).
-const OPTIONAL: &str = "+llen +memory|usage +watch +unwatch +client|id +client|list";
+/// table guard's WATCH, the client ids of connections (fast takeover, and
+/// the check that a refused member's Redis connection is gone too), and the
+/// server's run id that tells a member's connection from another server's.
+const OPTIONAL: &str = "+llen +memory|usage +watch +unwatch +client|id +client|list +info";
 
 pub(crate) async fn create_acl_user_with(redis: &RedisServer, optional: &str) {
     let coordination = coordination_glob();

@@ -11,10 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distributor::MatchingTable;
+use distributor::core::handoff::{MemberReport, RedisConnection};
 use distributor::core::table::decode_row;
+use distributor::edge::redis::Store;
 use distributor::edge::redis::scripts::COMMIT;
 use tokio::time::Instant;
 
+use crate::handoff::reading_connection;
 use crate::support::fault_proxy::{Action, FaultProxy, Match, Occurrence, Rule};
 use crate::support::*;
 
@@ -342,7 +345,11 @@ async fn a_takeover_that_cannot_read_liveness_acts_only_once_it_can() {
 
 /// A member that speaks the protocol, played by hand: it answers pings (or
 /// not) and has written a report with `deadline` (and `client`).
-async fn protocol_worker(fleet: &Fleet, deadline: Duration, client: Option<u64>) -> FlakyWorker {
+async fn protocol_worker(
+    fleet: &Fleet,
+    deadline: Duration,
+    client: Option<RedisConnection>,
+) -> FlakyWorker {
     let w = FlakyWorker::start(fleet).await;
     crate::handoff::report_naming(fleet, &w.addr, 0, false, deadline, client).await;
     w
@@ -471,18 +478,6 @@ async fn a_worker_that_deregistered_then_exited_hands_off_at_once() {
     fleet.shutdown().await;
 }
 
-/// A Redis connection of the test's own and its client id: what a member
-/// reports as the connection it reads its row on.
-async fn connection(fleet: &Fleet) -> (redis::aio::MultiplexedConnection, u64) {
-    let mut c = fleet.redis.conn().await;
-    let id: u64 = redis::cmd("CLIENT")
-        .arg("ID")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    (c, id)
-}
-
 /// Issue 20, finding 7: a refusal is not always a death. A firewall that
 /// REJECTs the holder's pings (a TCP reset or an ICMP port-unreachable both
 /// read as "connection refused") leaves the member running and reading
@@ -496,8 +491,8 @@ async fn a_refused_member_whose_redis_connection_lives_is_not_taken_for_dead() {
     let units = units(20);
     let mut fleet = Fleet::new(RedisServer::start());
     fleet.set_units(&units).await;
-    let (alive_conn, alive_id) = connection(&fleet).await;
-    let (dead_conn, dead_id) = connection(&fleet).await;
+    let (alive_conn, alive_id) = reading_connection(&fleet).await;
+    let (dead_conn, dead_id) = reading_connection(&fleet).await;
     let mut alive = protocol_worker(&fleet, DEADLINE, Some(alive_id)).await;
     let mut dead = protocol_worker(&fleet, DEADLINE, Some(dead_id)).await;
     let staying = protocol_worker(&fleet, DEADLINE, None).await;
@@ -538,6 +533,107 @@ async fn a_refused_member_whose_redis_connection_lives_is_not_taken_for_dead() {
         "a dead member's units moved {took:?} after it died"
     );
     fleet.shutdown().await;
+}
+
+/// Found by chaos 10 (a Redis master killed, its replica promoted): client
+/// ids are numbered per server, from 1 at every start, so the id a dead
+/// member's report named on the old master can be the id of another, live
+/// connection of the promoted one. Asked by id alone, the new master vouched
+/// for the dead member: its units waited for its deadline instead of moving
+/// on its refusal. A report names the server too (its run id); a connection
+/// named on another server is gone from this one, whatever ids it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_members_client_id_reused_by_a_promoted_replica_does_not_keep_it_alive() {
+    const MEMBER: &str = "127.0.0.1:1";
+    let master = RedisServer::start();
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    // Connections of others first, so that the member's client id on the
+    // master is above every id the replica has given yet.
+    let mut others = Vec::new();
+    for _ in 0..100 {
+        others.push(master.conn().await);
+    }
+    // The member, on the master, as `Member` reads and reports.
+    let member = Store::open(&master.url(), TABLE, Duration::from_secs(2)).unwrap();
+    let read = member.read_row(MEMBER).await.unwrap();
+    let named = read.client.expect("the member's connection");
+    assert_eq!(named.server, Some(master.run_id().await));
+    let report = MemberReport {
+        applied: 0,
+        draining: false,
+        deadline: Duration::from_secs(30),
+        weight: 1,
+        client: Some(named),
+    };
+    member.write_report(MEMBER, &report, false).await.unwrap();
+    wait_for("the report replicated", Duration::from_secs(10), || async {
+        let r: Option<String> = replica.cmd(&["HGET", &keys().members, MEMBER]).await;
+        r.as_deref() == Some(report.encode().as_str())
+    })
+    .await;
+    // The master dies with the member; the replica is promoted, and a live
+    // connection of its own gets the id the member's report names.
+    drop(member);
+    drop(others);
+    drop(master);
+    let _: String = replica.cmd(&["REPLICAOF", "NO", "ONE"]).await;
+    let mut reusing = None;
+    for _ in 0..=named.client {
+        let mut c = replica.conn().await;
+        let id: u64 = redis::cmd("CLIENT")
+            .arg("ID")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(
+            id <= named.client,
+            "the replica's ids passed {}",
+            named.client
+        );
+        if id == named.client {
+            reusing = Some(c);
+            break;
+        }
+    }
+    let _reusing = reusing.expect("a connection of the replica with the member's id");
+
+    let holder = Store::open(&replica.url(), TABLE, Duration::from_secs(2)).unwrap();
+    assert_eq!(
+        holder.member_disconnected(MEMBER, &[]).await.unwrap(),
+        Some(true),
+        "the member's connection was on the old master"
+    );
+    // The same when its report is gone and only the connection recorded
+    // with its revocations is known.
+    let _: i64 = replica.cmd(&["HDEL", &keys().members, MEMBER]).await;
+    assert_eq!(
+        holder.member_disconnected(MEMBER, &[named]).await.unwrap(),
+        Some(true)
+    );
+    // A connection named without a run id (a member of an older version) is
+    // looked for by its id: the live one with that id keeps it.
+    assert_eq!(
+        holder
+            .member_disconnected(MEMBER, &[RedisConnection::id(named.client)])
+            .await
+            .unwrap(),
+        Some(false)
+    );
+    // A member that reads on the promoted replica now names it, and lives.
+    let live = Store::open(&replica.url(), TABLE, Duration::from_secs(2)).unwrap();
+    let on_replica = live.read_row(MEMBER).await.unwrap().client.unwrap();
+    assert_eq!(on_replica.server, Some(replica.run_id().await));
+    let report = MemberReport {
+        client: Some(on_replica),
+        ..report
+    };
+    live.write_report(MEMBER, &report, false).await.unwrap();
+    assert_eq!(
+        holder.member_disconnected(MEMBER, &[named]).await.unwrap(),
+        Some(false),
+        "its report names a live connection of this server"
+    );
 }
 
 /// Issue 20, finding 6 (the holder's side): a member remembers applied = 500

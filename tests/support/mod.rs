@@ -22,6 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use distributor::config::Config;
+use distributor::core::handoff::RunId;
 use distributor::core::keys::Keys;
 use distributor::{Distributor, MatchingTable, Member, MemberOptions, Role, Status};
 use tokio::time::Instant;
@@ -194,6 +195,14 @@ pub trait Backend: Sync {
             pipe.query_async(&mut c)
                 .await
                 .unwrap_or_else(|e| panic!("{cmds:?}: {e}"))
+        }
+    }
+
+    /// The run id of the server that answers (`INFO server`).
+    fn run_id(&self) -> impl Future<Output = RunId> + Send {
+        async move {
+            let info: String = self.cmd(&["INFO", "server"]).await;
+            RunId::from_info(&info).unwrap_or_else(|| panic!("no run id in {info:?}"))
         }
     }
 }

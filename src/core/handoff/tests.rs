@@ -21,6 +21,9 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// A Redis run id, as `INFO server` gives it.
+const RUN_ID: &str = "8c1f1a7c0e4f4b5c9f2d3e4a5b6c7d8e9f0a1b2c";
+
 const SETTINGS: Settings = Settings {
     handoff_delay: Duration::from_millis(3000),
 };
@@ -628,10 +631,10 @@ fn later_facts_lengthen_a_wait_never_shorten_it() {
     let mut later = acking(1);
     if let Some(r) = &mut later.report {
         r.deadline = ms(9000);
-        r.client = Some(7);
+        r.client = Some(RedisConnection::id(7));
     }
     let e = SETTINGS.effective(&stored, &later);
-    assert_eq!(e.proof, Proof::Disconnected(7));
+    assert_eq!(e.proof, Proof::Disconnected(RedisConnection::id(7)));
     assert!(e.wait.unwrap() > ms(9000), "{e:?}");
     // A shorter one: the stored wait stays.
     let mut shorter = acking(1);
@@ -680,13 +683,25 @@ fn stored_forms_parse_strictly() {
         "a fifth field that is not a client id counts as none"
     );
     let with_client = MemberReport {
-        client: Some(17),
+        client: Some(RedisConnection::id(17)),
         ..r
     };
     assert_eq!(with_client.encode(), "42 1 10000 3 17");
     assert_eq!(
         MemberReport::decode("42 1 10000 3 17 later"),
-        Some(with_client)
+        Some(with_client),
+        "a sixth field that is not a run id counts as none"
+    );
+    let server = RunId::parse(RUN_ID).unwrap();
+    let on_server = MemberReport {
+        client: Some(RedisConnection::on(17, server)),
+        ..r
+    };
+    assert_eq!(on_server.encode(), format!("42 1 10000 3 17 {RUN_ID}"));
+    assert_eq!(
+        MemberReport::decode(&format!("42 1 10000 3 17 {RUN_ID} later")),
+        Some(on_server),
+        "fields after the sixth are ignored"
     );
     for bad in [
         "",
@@ -715,8 +730,15 @@ fn stored_forms_parse_strictly() {
     let t = Transit {
         from: BTreeMap::from([
             ("a:1".to_string(), origin(Proof::Refusal, 10_600)),
-            ("b:2".to_string(), origin(Proof::Disconnected(42), 3_250)),
+            (
+                "b:2".to_string(),
+                origin(Proof::Disconnected(RedisConnection::id(42)), 3_250),
+            ),
             ("c:3".to_string(), origin(Proof::Never, 0)),
+            (
+                "d:4".to_string(),
+                origin(Proof::Disconnected(on_server.client.unwrap()), 1),
+            ),
         ]),
         to: None,
         revoked_at: 7,
@@ -725,7 +747,7 @@ fn stored_forms_parse_strictly() {
     };
     assert_eq!(
         t.encode(),
-        "7 1700000000000 - a:1,b:2,c:3 10600,3250,0 r,c42,-"
+        format!("7 1700000000000 - a:1,b:2,c:3,d:4 10600,3250,0,1 r,c42,-,c17@{RUN_ID}")
     );
     assert_eq!(Transit::decode(&t.encode(), t0), Some(t));
     // The four fields of older versions: no stored wait, refusals as proof.
@@ -748,6 +770,8 @@ fn stored_forms_parse_strictly() {
         "7 1 b:1 a 10 x",
         "7 1 b:1 a 10 r more",
         "7 1 b:1 a x r",
+        "7 1 b:1 a 10 c17@",
+        "7 1 b:1 a 10 c17@nothex",
     ] {
         assert_eq!(Transit::decode(bad, t0), None, "{bad:?}");
     }

@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use tokio::time::Instant;
 
 use super::*;
+use crate::core::handoff::RunId;
 
 const DEADLINE: Duration = Duration::from_millis(1000);
 
@@ -44,8 +45,28 @@ fn owning(t: Instant, g: u64, row: &str) -> Ownership {
     owning_on(t, g, row, None)
 }
 
+/// Connection `n` of the model: client ids 0 and 1 on two servers, and by
+/// client id alone; the same id on another server is another connection.
+fn connection(n: u8) -> RedisConnection {
+    let id = u64::from(n % 2);
+    match n / 2 {
+        0 => RedisConnection::on(id, server(0)),
+        1 => RedisConnection::on(id, server(1)),
+        _ => RedisConnection::id(id),
+    }
+}
+
+fn server(n: u8) -> RunId {
+    RunId::parse(&format!("{n:040x}")).unwrap()
+}
+
+/// Connection `id`, named by its client id alone.
+fn c(id: u64) -> Option<RedisConnection> {
+    Some(RedisConnection::id(id))
+}
+
 /// The same, its reads on the Redis connection `client`.
-fn owning_on(t: Instant, g: u64, row: &str, client: Option<u64>) -> Ownership {
+fn owning_on(t: Instant, g: u64, row: &str, client: Option<RedisConnection>) -> Ownership {
     let mut o = Ownership::new(DEADLINE, 1, t);
     o.ping(t);
     o.read(t, t, Some(g), Some(row), client);
@@ -317,15 +338,15 @@ fn a_stop_revokes_everything_and_settles_when_stops_end_or_overrun() {
 #[test]
 fn a_read_on_another_connection_than_reported_is_not_processed_while_units_are_held() {
     let t = Instant::now();
-    let mut o = owning_on(t, 3, "a,b", Some(1));
+    let mut o = owning_on(t, 3, "a,b", c(1));
     assert_eq!(o.written_report().unwrap().encode(), "3 0 1000 1 1");
     let t1 = t + ms(300);
     o.ping(t1);
     // Reconnected: the read on client 2 takes `a` away, but counts for
     // nothing, not even contact.
     assert_eq!(
-        o.read(t1, t1, Some(4), Some("b"), Some(2)),
-        ReadOutcome::OtherConnection { named: Some(1) }
+        o.read(t1, t1, Some(4), Some("b"), c(2)),
+        ReadOutcome::OtherConnection { named: c(1) }
     );
     assert!(o.take_steps().is_empty(), "no revocation");
     assert_eq!(o.generation(), 3);
@@ -335,17 +356,17 @@ fn a_read_on_another_connection_than_reported_is_not_processed_while_units_are_h
     let r = o.report_due().unwrap();
     assert_eq!(r.encode(), "3 0 1000 1 2");
     // A read on the old connection still counts until it is written.
-    o.read(t1, t1, Some(3), Some("a,b"), Some(1));
+    o.read(t1, t1, Some(3), Some("a,b"), c(1));
     assert_eq!(o.hold_end("a"), Some(t1 + DEADLINE));
     o.reported(t1, r);
     // Now only reads on client 2 count.
     let t2 = t1 + ms(100);
-    assert!(matches!(
-        o.read(t2, t2, Some(3), Some("a,b"), Some(1)),
-        ReadOutcome::OtherConnection { named: Some(2) }
-    ));
     assert_eq!(
-        o.read(t2, t2, Some(4), Some("b"), Some(2)),
+        o.read(t2, t2, Some(3), Some("a,b"), c(1)),
+        ReadOutcome::OtherConnection { named: c(2) }
+    );
+    assert_eq!(
+        o.read(t2, t2, Some(4), Some("b"), c(2)),
         ReadOutcome::Processed
     );
     assert_eq!(
@@ -360,9 +381,9 @@ fn a_read_on_another_connection_than_reported_is_not_processed_while_units_are_h
 #[test]
 fn a_read_on_another_connection_is_processed_while_nothing_is_held_and_acquires_after_its_report() {
     let t = Instant::now();
-    let mut o = owning_on(t, 3, "", Some(1));
+    let mut o = owning_on(t, 3, "", c(1));
     assert_eq!(
-        o.read(t, t, Some(4), Some("a"), Some(2)),
+        o.read(t, t, Some(4), Some("a"), c(2)),
         ReadOutcome::Processed
     );
     assert_eq!(o.generation(), 4);
@@ -371,11 +392,7 @@ fn a_read_on_another_connection_is_processed_while_nothing_is_held_and_acquires_
         "not before a report names client 2"
     );
     let r = o.report_due().unwrap();
-    assert_eq!(
-        (r.applied, r.client),
-        (3, Some(2)),
-        "the applied last written"
-    );
+    assert_eq!((r.applied, r.client), (3, c(2)), "the applied last written");
     o.reported(t, r);
     assert_eq!(
         o.take_steps(),
@@ -386,6 +403,35 @@ fn a_read_on_another_connection_is_processed_while_nothing_is_held_and_acquires_
     // No client (Redis does not tell) is a connection of its own.
     o.read(t, t, Some(4), Some("a"), None);
     assert_eq!(o.report_due().unwrap().client, None);
+}
+
+/// After a Redis failover the member's new connection may get the client id
+/// its old one had on the old server: it is another connection all the
+/// same, and only a report naming it (with the new server's run id) lets
+/// its reads count.
+#[test]
+fn the_same_client_id_on_another_server_is_another_connection() {
+    let t = Instant::now();
+    let (old, new) = (
+        RedisConnection::on(5, server(1)),
+        RedisConnection::on(5, server(2)),
+    );
+    let mut o = owning_on(t, 3, "a", Some(old));
+    assert_eq!(
+        o.written_report().unwrap().encode(),
+        format!("3 0 1000 1 5 {}", server(1))
+    );
+    assert_eq!(
+        o.read(t, t, Some(3), Some("a"), Some(new)),
+        ReadOutcome::OtherConnection { named: Some(old) }
+    );
+    let r = o.report_due().unwrap();
+    assert_eq!(r.client, Some(new));
+    o.reported(t, r);
+    assert_eq!(
+        o.read(t, t, Some(3), Some("a"), Some(new)),
+        ReadOutcome::Processed
+    );
 }
 
 #[test]
@@ -564,7 +610,7 @@ impl Op {
 
 fn op() -> impl Strategy<Value = Op> {
     let dg = prop_oneof![9 => -2i8..4, 1 => -100i8..-2];
-    let client = prop::option::weighted(0.15, prop::option::weighted(0.8, 0u8..4));
+    let client = prop::option::weighted(0.15, prop::option::weighted(0.8, 0u8..6));
     prop_oneof![
         6 => (0u64..700).prop_map(Op::Wait),
         1 => (700u64..4000).prop_map(Op::Wait),
@@ -604,11 +650,11 @@ struct Seen {
     generation: u64,
     row: Option<BTreeSet<String>>,
     sent: Instant,
-    client: Option<u64>,
+    client: Option<RedisConnection>,
 }
 
 /// A written report: `applied`, `draining`, `client`.
-type Written = (u64, bool, Option<u64>);
+type Written = (u64, bool, Option<RedisConnection>);
 
 struct Model {
     t: Instant,
@@ -625,8 +671,8 @@ struct Model {
     /// written `applied`.
     owed: BTreeSet<u64>,
     /// The connection reads go over now, and the one of the last read.
-    conn: Option<u64>,
-    client: Option<u64>,
+    conn: Option<RedisConnection>,
+    client: Option<RedisConnection>,
     draining: bool,
     stopped: bool,
     started: Instant,
@@ -778,7 +824,7 @@ impl Model {
             .unwrap_or(now)
             .max(self.last_read_done);
         if let Some(c) = client {
-            self.conn = c.map(u64::from);
+            self.conn = c.map(connection);
         }
         let client = self.conn;
         let base = self.processed.as_ref().map_or(0, |p| p.generation) as i64;
@@ -994,7 +1040,7 @@ impl Model {
     }
 
     /// The report due by the rules, if any.
-    fn due(&self) -> Option<(u64, bool, Option<u64>)> {
+    fn due(&self) -> Option<Written> {
         self.processed.as_ref()?;
         let most = self.claimable();
         let Some(w) = self.written else {

@@ -1,5 +1,6 @@
 //! A member's own keys in the handoff protocol: the read of its row (with
-//! the generation and the Redis client id of the connection it went over),
+//! the generation and the Redis connection it went over: client id and the
+//! server's run id),
 //! its report in `{T}:members` (with the `{T}:acked` hint), its removal, and
 //! the look at `{T}:transit` that tells a draining member whether the holder
 //! still waits on it.
@@ -7,12 +8,13 @@
 //! Guarantees:
 //! - every call is bounded by the store's call deadline (the transit read by
 //!   the bulk one) and returns a classified [`StoreError`];
-//! - the row, the generation and the client id come from one transaction on
-//!   one connection, so the client id names the connection the row was read
-//!   on; where Redis refuses `CLIENT ID` (an ACL, a renamed command) that is
-//!   remembered, logged once, and rows are read without it from then on; on
-//!   Redis Cluster it is never asked (a command without a key may go to
-//!   another node than the row's);
+//! - the row, the generation, the client id and the run id come from one
+//!   transaction on one connection, so they name the connection the row was
+//!   read on and the server it is on; where Redis refuses `CLIENT ID` or
+//!   `INFO` (an ACL, a renamed command) that is remembered, logged once, and
+//!   rows are read without it from then on (without a client id, no run id
+//!   is asked either); on Redis Cluster neither is asked (a command without
+//!   a key may go to another node than the row's);
 //! - the report is encoded by [`MemberReport::encode`], the one stored form
 //!   the holder decodes.
 
@@ -21,8 +23,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use tokio::time::Instant;
 
 use super::conn::Conn;
-use super::{BULK_TIMEOUT, Store, stored_count};
-use crate::core::handoff::{MemberReport, Transit};
+use super::{BULK_TIMEOUT, Store, refused_commands, stored_count};
+use crate::core::handoff::{MemberReport, RedisConnection, RunId, Transit};
 use crate::error::StoreError;
 
 /// A member's row as [`Store::read_row`] read it.
@@ -33,77 +35,99 @@ pub struct RowRead {
     /// The table generation; one that is not a valid counter is its own
     /// error, so that a reader can still follow its row.
     pub generation: Result<u64, StoreError>,
-    /// The Redis client id of the connection the read went over (`None`: on
-    /// a cluster, or where Redis does not let us ask).
-    pub client: Option<u64>,
+    /// The Redis connection the read went over (`None`: on a cluster, or
+    /// where Redis does not let us ask its client id).
+    pub client: Option<RedisConnection>,
 }
 
-/// Whether a transaction failed only because Redis refused its `CLIENT ID`
-/// (at position `at`): not permitted (`NOPERM`), or unknown (renamed or
-/// disabled). Redis then discards the whole transaction (`EXECABORT`).
-fn client_id_refused(e: &redis::RedisError, at: usize) -> bool {
-    let Some(errors) = e.clone().into_server_errors() else {
-        return false;
-    };
-    !errors.is_empty()
-        && errors.iter().all(|(i, e)| {
-            *i == at
-                && (e.code() == "NOPERM"
-                    || e.details().is_some_and(|d| {
-                        d.contains("unknown command") || d.contains("unknown subcommand")
-                    }))
-        })
+/// What a row read asks besides the row and the generation.
+#[derive(Clone, Copy)]
+struct Asked {
+    /// `CLIENT ID` (position 2).
+    client: bool,
+    /// `INFO server`, for the run id (position 3; only with the client id).
+    server: bool,
 }
 
 impl Store {
-    /// `member`'s row, the table generation and the client id of the
-    /// connection they were read on: `MULTI; HGET <table> <member>; HGET
-    /// {T}:meta generation; CLIENT ID; EXEC` (without `CLIENT ID` on a
-    /// cluster, or once Redis refused it).
+    /// `member`'s row, the table generation and the connection they were
+    /// read on: `MULTI; HGET <table> <member>; HGET {T}:meta generation;
+    /// CLIENT ID; INFO server; EXEC` (without `CLIENT ID` and `INFO` on a
+    /// cluster or once Redis refused it; without `INFO` once Redis refused
+    /// that).
     pub async fn read_row(&self, member: &str) -> Result<RowRead, StoreError> {
         let k = &self.keys;
         let mut conn = self.conn();
-        let ask = matches!(conn, Conn::Single(_)) && self.row_client.load(Relaxed);
-        let transaction = |client_id: bool| {
+        let single = matches!(conn, Conn::Single(_));
+        let transaction = |asked: Asked| {
             let mut pipe = redis::pipe();
             pipe.atomic();
             pipe.cmd("HGET").arg(&k.table).arg(member);
             pipe.cmd("HGET").arg(&k.meta).arg("generation");
-            if client_id {
+            if asked.client {
                 pipe.cmd("CLIENT").arg("ID");
+                if asked.server {
+                    pipe.cmd("INFO").arg("server");
+                }
             }
             pipe
         };
+        type Read = (Option<String>, Option<Vec<u8>>, Option<u64>, Option<String>);
         let run = async {
-            if ask {
-                type WithId = (Option<String>, Option<Vec<u8>>, u64);
-                match transaction(true).query_async::<WithId>(&mut conn).await {
-                    Ok((row, g, id)) => return Ok((row, g, Some(id))),
-                    Err(e) if client_id_refused(&e, 2) => {
-                        self.row_client.store(false, Relaxed);
-                        tracing::warn!(
-                            member,
-                            error = %e,
-                            "CLIENT ID is not permitted: this member's reports name no Redis connection, so a refusal of this member's address will not move its units before its deadline"
-                        );
-                    }
+            loop {
+                let asked = Asked {
+                    client: single && self.row_client.load(Relaxed),
+                    server: self.server_info.load(Relaxed),
+                };
+                let pipe = transaction(asked);
+                let result: redis::RedisResult<Read> = match asked {
+                    Asked { client: false, .. } => pipe
+                        .query_async::<(Option<String>, Option<Vec<u8>>)>(&mut conn)
+                        .await
+                        .map(|(r, g)| (r, g, None, None)),
+                    Asked { server: false, .. } => pipe
+                        .query_async::<(Option<String>, Option<Vec<u8>>, u64)>(&mut conn)
+                        .await
+                        .map(|(r, g, c)| (r, g, Some(c), None)),
+                    _ => pipe
+                        .query_async::<(Option<String>, Option<Vec<u8>>, u64, String)>(&mut conn)
+                        .await
+                        .map(|(r, g, c, i)| (r, g, Some(c), Some(i))),
+                };
+                let refused = match result {
+                    Ok(read) => return Ok(read),
+                    Err(e) if asked.client => match refused_commands(&e) {
+                        Some(at) if at.iter().all(|i| *i == 2 || *i == 3) => at,
+                        _ => return Err(e),
+                    },
                     Err(e) => return Err(e),
+                };
+                if refused.contains(&2) {
+                    self.row_client.store(false, Relaxed);
+                    tracing::warn!(
+                        member,
+                        "CLIENT ID is not permitted: this member's reports name no Redis connection, so a refusal of this member's address will not move its units before its deadline"
+                    );
+                } else {
+                    self.server_info.store(false, Relaxed);
+                    tracing::warn!(
+                        member,
+                        "INFO is not permitted: this member's reports name its Redis connection by client id alone, so after a Redis failover or restart a refusal of its address may wait for its deadline before its units move"
+                    );
                 }
             }
-            type WithoutId = (Option<String>, Option<Vec<u8>>);
-            let (row, g) = transaction(false)
-                .query_async::<WithoutId>(&mut conn)
-                .await?;
-            Ok((row, g, None))
         };
         match self.bounded("read row", self.op_timeout, run).await {
-            Ok((row, g, client)) => Ok(RowRead {
+            Ok((row, g, client, info)) => Ok(RowRead {
                 row,
                 generation: match g {
                     None => Ok(0),
                     Some(raw) => stored_count(&k.meta, "generation", &raw),
                 },
-                client,
+                client: client.map(|id| RedisConnection {
+                    client: id,
+                    server: info.as_deref().and_then(RunId::from_info),
+                }),
             }),
             Err(e) => {
                 let keys = [k.table.as_str(), k.meta.as_str()];

@@ -56,7 +56,7 @@ mod weights;
 
 use conn::{Conn, Dialer, Links};
 pub use member::RowRead;
-use reply::{bytes_list, int, redis_err, reply_err, text, text_pairs};
+use reply::{bytes_list, int, redis_err, refused_commands, reply_err, text, text_pairs};
 pub use scripts::MAX_COUNT;
 use scripts::{Scripts, checked, stored_count};
 
@@ -142,6 +142,9 @@ pub struct Store {
     /// Whether Redis lets a member ask `CLIENT ID` with its row reads (off
     /// after a refusal).
     row_client: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether Redis lets us ask `INFO server` for its run id, which names
+    /// the server of a member's connection (off after a refusal).
+    server_info: Arc<std::sync::atomic::AtomicBool>,
     /// The Redis client id of the lease connection, as last learned on it.
     lease_client: Arc<std::sync::Mutex<LeaseClient>>,
 }
@@ -386,6 +389,7 @@ impl Store {
             list_sizing: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             memory_usage: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             row_client: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            server_info: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             lease_client: Arc::new(std::sync::Mutex::new(LeaseClient::Unknown)),
             scripts: Arc::new(Scripts::new()),
             op_timeout,

@@ -11,6 +11,20 @@ pub(super) fn redis_err(op: &'static str) -> impl FnOnce(redis::RedisError) -> S
     move |source| StoreError::Redis { op, source }
 }
 
+/// The commands of a transaction Redis discarded (`EXECABORT`) only because
+/// it refused some of them: not permitted (`NOPERM`), or unknown (renamed or
+/// disabled); their positions. `None` when any error is something else.
+pub(super) fn refused_commands(e: &redis::RedisError) -> Option<Vec<usize>> {
+    let errors = e.clone().into_server_errors()?;
+    let refused = |e: &redis::ServerError| {
+        e.code() == "NOPERM"
+            || e.details()
+                .is_some_and(|d| d.contains("unknown command") || d.contains("unknown subcommand"))
+    };
+    (!errors.is_empty() && errors.iter().all(|(_, e)| refused(e)))
+        .then(|| errors.iter().map(|(i, _)| *i).collect())
+}
+
 /// A reply of an unexpected shape to the call named `op`.
 pub(super) fn reply_err(op: &'static str, v: &Value) -> StoreError {
     StoreError::Reply {

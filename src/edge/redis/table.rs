@@ -19,7 +19,8 @@
 //! - a stored counter that is not an integer below 2^53 is an error naming
 //!   its key and value, never a floor.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use redis::Value;
@@ -27,9 +28,10 @@ use redis::Value;
 use super::conn::Conn;
 use super::{
     BULK_TIMEOUT, Commit, Committed, Inheritance, LeaseGrant, ListLimits, ListRead, Reports,
-    ReportsRead, Snapshot, Store, bytes_list, checked, int, reply_err, stored_count, text,
-    text_pairs,
+    ReportsRead, Snapshot, Store, bytes_list, checked, int, refused_commands, reply_err,
+    stored_count, text, text_pairs,
 };
+use crate::core::handoff::{MemberReport, RedisConnection, RunId};
 use crate::core::status::Overview;
 use crate::core::suspicion::Suspect;
 use crate::core::table::MatchingTable;
@@ -750,14 +752,18 @@ impl Store {
 
     /// Whether Redis has none of `member`'s connections left: the one its
     /// report names now, else (no report any more) every one of `recorded`
-    /// (the client ids recorded when its units were revoked). `None` when
-    /// that cannot be told: no client id is known, Redis does not let this
-    /// replica ask (`CLIENT` not permitted), or a cluster (a client id
-    /// names a connection of one node, and the report does not say which).
+    /// (those named when its units were revoked). A connection named with
+    /// another server's run id than the one asked is gone from it, whatever
+    /// ids that server has: client ids are numbered per server process, so
+    /// after a failover or a restart a dead member's id may name another
+    /// member's connection. `None` when that cannot be told: no connection
+    /// is known, Redis does not let this replica ask (`CLIENT` not
+    /// permitted), or a cluster (a client id names a connection of one node,
+    /// and the report does not say which).
     pub async fn member_disconnected(
         &self,
         member: &str,
-        recorded: &[u64],
+        recorded: &[RedisConnection],
     ) -> Result<Option<bool>, StoreError> {
         let Conn::Single(mut conn) = self.conn() else {
             return Ok(None);
@@ -778,37 +784,81 @@ impl Store {
         };
         let named = report
             .as_deref()
-            .and_then(crate::core::handoff::MemberReport::decode)
+            .and_then(MemberReport::decode)
             .and_then(|r| r.client);
-        let ids: Vec<u64> = match (named, &report) {
+        let named: Vec<RedisConnection> = match (named, &report) {
             (Some(c), _) => vec![c],
             // A report without a client id: the member reads on connections
             // it does not name, which Redis cannot vouch for.
             (None, Some(_)) => return Ok(None),
             (None, None) => recorded.to_vec(),
         };
-        if ids.is_empty() {
+        if named.is_empty() {
             return Ok(None);
         }
-        let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("LIST").arg("ID");
-        for id in &ids {
-            cmd.arg(*id);
-        }
-        match self
-            .bounded::<Value>(
-                "look for a member's connection",
-                self.op_timeout,
-                cmd.query_async(&mut conn),
-            )
-            .await
-        {
-            Ok(v) => match text(&v) {
-                Some(list) => Ok(Some(list.trim().is_empty())),
-                None => Err(reply_err("look for a member's connection", &v)),
-            },
-            Err(e) if super::lease::refusal(&e).is_some() => Ok(None),
-            Err(e) => Err(e),
+        let Some((server, open)) = self.open_connections(&named).await? else {
+            return Ok(None);
+        };
+        Ok(Some(named.iter().all(|c| {
+            c.elsewhere_than(server) || !open.contains(&c.client)
+        })))
+    }
+
+    /// Which of `named`'s client ids the server has a connection of, with
+    /// its run id (`None` where Redis refuses `INFO`): `MULTI; INFO server;
+    /// CLIENT LIST ID …; EXEC`, so both answers come from one server. `None`
+    /// where Redis refuses `CLIENT`.
+    async fn open_connections(
+        &self,
+        named: &[RedisConnection],
+    ) -> Result<Option<(Option<RunId>, HashSet<u64>)>, StoreError> {
+        const OP: &str = "look for a member's connection";
+        let mut conn = self.conn();
+        loop {
+            let info = self.server_info.load(Relaxed);
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            if info {
+                pipe.cmd("INFO").arg("server");
+            }
+            let list = pipe.cmd("CLIENT").arg("LIST").arg("ID");
+            for c in named {
+                list.arg(c.client);
+            }
+            let replies: Vec<Value> = match self
+                .bounded(OP, self.op_timeout, pipe.query_async(&mut conn))
+                .await
+            {
+                Ok(v) => v,
+                Err(StoreError::Redis { source, .. })
+                    if info && refused_commands(&source).is_some_and(|at| at == [0]) =>
+                {
+                    self.server_info.store(false, Relaxed);
+                    tracing::warn!(
+                        "INFO is not permitted: a member's Redis connection is looked for by its client id alone, so after a Redis failover or restart a refused member's units may wait for its deadline"
+                    );
+                    continue;
+                }
+                Err(e) if super::lease::refusal(&e).is_some() => return Ok(None),
+                Err(StoreError::Redis { source, .. }) if refused_commands(&source).is_some() => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            };
+            let whole = || reply_err(OP, &Value::Array(replies.clone()));
+            let (server, list) = match (info, replies.as_slice()) {
+                (true, [i, l]) => (Some(text(i).ok_or_else(whole)?), l),
+                (false, [l]) => (None, l),
+                _ => return Err(whole()),
+            };
+            let open = text(list)
+                .ok_or_else(whole)?
+                .lines()
+                .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+                .filter_map(|id| id.trim().parse().ok())
+                .collect();
+            // An INFO reply without a run id: nothing is certain of servers.
+            return Ok(Some((server.as_deref().and_then(RunId::from_info), open)));
         }
     }
 

@@ -33,7 +33,7 @@ struct Sim {
     acks: bool,
     /// The Redis client id it reads on and names in its report (a new one
     /// per process), if it names one.
-    client: Option<u64>,
+    client: Option<RedisConnection>,
     alive: bool,
     /// Paused until then: no reads, no pings answered, no progress.
     paused_until: Option<Instant>,
@@ -71,7 +71,7 @@ const DEADLINE: Duration = Duration::from_millis(800);
 
 impl Sim {
     /// A new process on this member's address, started at `t`.
-    fn restart(&mut self, t: Instant, client: Option<u64>) {
+    fn restart(&mut self, t: Instant, client: Option<RedisConnection>) {
         self.alive = true;
         self.client = client;
         self.paused_until = None;
@@ -410,9 +410,11 @@ impl World {
     }
 
     /// A client id for a new process of the protocol: one in two names it.
-    fn client(&mut self) -> Option<u64> {
+    fn client(&mut self) -> Option<RedisConnection> {
         self.clients += 1;
-        self.clients.is_multiple_of(2).then_some(self.clients)
+        self.clients
+            .is_multiple_of(2)
+            .then_some(RedisConnection::id(self.clients))
     }
 
     fn join(&mut self, acks: bool) {
