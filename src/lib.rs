@@ -17,15 +17,17 @@
 //!    grpc/        the holder's pinger and the members' responder
 //!    tls          TLS files for both
 //!  ops/           http (/metrics, /healthz, ...), metrics, telemetry
-//!  cli/           flags, operator commands and their reports
+//!  report/        what operators are shown: one model, its text rendering
+//!  cli/           flags and operator commands
 //!  member/        the worker-side library
 //!  config         the settings table: flags, environment, validation
 //! ```
 //!
-//! Dependencies point one way: `core` imports nothing of the others (and no
-//! IO type); the edges import `core`; `ops` imports `core` and the trace
-//! propagation of `edge::grpc`; the coordinator imports `core`, the edges and
-//! `ops::metrics`; `config`, `cli` and `member` sit on top.
+//! Dependencies point one way, with no cycle: `core` imports nothing of the
+//! others (and no IO type); the edges import `core`; `report` imports `core`;
+//! `config` imports `core` and the edges; `ops` imports `core`, the edges and
+//! `report`; the coordinator imports `core`, the edges, `config` and `ops`;
+//! `cli` and `member` sit on top.
 //!
 //! Cargo features: `daemon` (the default) is everything; a worker that only
 //! needs [`Member`] depends on `default-features = false, features =
@@ -47,6 +49,8 @@ pub mod error;
 pub mod member;
 #[cfg(feature = "daemon")]
 pub mod ops;
+#[cfg(feature = "daemon")]
+pub mod report;
 
 /// Generated from `proto/pinger.proto`: package `proto`, service `GRPCPinger`.
 #[cfg(feature = "member")]

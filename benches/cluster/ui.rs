@@ -47,9 +47,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use distributor::MatchingTable;
-use distributor::cli::report;
 use distributor::core::liveness::{Health, HealthChanges};
 use distributor::edge::redis::{Committed, Store};
+use distributor::report;
 
 use crate::common::*;
 use crate::support::browser::{Driver, browser_installed};

@@ -5,11 +5,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Subcommand;
 
-use crate::cli::report;
 use crate::config::Config;
 use crate::core::handoff::{MAX_WEIGHT, MemberReport, decode_weight_override};
 use crate::core::inputs::{check_member_addr, check_unit};
 use crate::edge::redis::Store;
+use crate::report;
 
 /// Operator commands; without one, `distributor` runs the daemon.
 #[derive(Subcommand, Debug)]

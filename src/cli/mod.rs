@@ -9,7 +9,6 @@
 
 pub mod commands;
 pub mod daemon;
-pub mod report;
 
 pub use commands::{Command, ServicesOp, UnitsOp, WeightsOp};
 

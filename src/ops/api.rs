@@ -22,9 +22,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::cli::report::{self, ChangeReport, MemberRow, StatusReport, StatusSummary};
 use crate::core::status::{Role, Status};
 use crate::edge::redis::Store;
+use crate::report::{self, ChangeReport, MemberRow, StatusReport, StatusSummary};
 
 /// The most members one `/api/members` page holds.
 pub const MAX_PER_PAGE: usize = 500;
@@ -380,7 +380,7 @@ pub fn page_of(members: Option<&Members>, page: usize, per_page: usize) -> Membe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::report::{GroupReport, LeaseReport, MemberReport};
+    use crate::report::{GroupReport, LeaseReport, MemberReport};
 
     fn member(id: &str, units: usize) -> MemberReport {
         MemberReport {

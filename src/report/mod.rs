@@ -1,0 +1,17 @@
+//! Operator reports: one model, below both the CLI (`distributor status`,
+//! `distributor table`) and the operations server (`/api/status`,
+//! `/api/members`), and its text rendering.
+//!
+//! Pure: an [`Overview`](crate::core::status::Overview) read from Redis in,
+//! serializable reports and text out. Nothing here prints a secret: reports
+//! hold key names, member addresses, counts and replica ids, never the
+//! Redis URL.
+
+mod model;
+mod text;
+
+pub use model::*;
+pub use text::{render_status, render_table};
+
+#[cfg(test)]
+mod tests;

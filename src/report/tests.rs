@@ -1,0 +1,235 @@
+//! The reports, from an [`Overview`] to their JSON and text.
+
+use super::*;
+use crate::core::status::Overview;
+use std::time::Duration;
+
+fn overview() -> Overview {
+    let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+    Overview {
+        meta: [
+            s("generation", "7"),
+            s("holder", "r1"),
+            s("written_at_ms", "1000"),
+            s("epoch", "3"),
+            s("writer", "r1"),
+            s("failure_threshold", "2"),
+            s("assignment", "sticky"),
+            s("last_change", "moved=3 minimum=3 placed=1"),
+            s("holder_conn", "tok 42"),
+        ]
+        .into(),
+        lease_pttl: Some(Duration::from_millis(1500)),
+        lease_token: Some("tok".into()),
+        epoch: 3,
+        replicas: [s("r1", "0 2 9000"), s("r2", "- - 9500")].into(),
+        liveness: [
+            s("h:1", "1 0 0"),
+            s("h:2", "1 1 8000"),
+            s("h:3", "1 2 5000"),
+            s("h:4", "0 1 9000 unavailable: connection refused"),
+        ]
+        .into(),
+        table: [s("h:1", "a,b"), s("h:2", "c")].into(),
+        units: ["a", "b", "c", "", "x,y"]
+            .iter()
+            .map(|u| u.as_bytes().to_vec())
+            .collect(),
+        groups: vec![(
+            "g".into(),
+            ["h:1", "h:2", "h:3", "h:4", "h:5", "bad", "h:1"]
+                .iter()
+                .map(|m| m.as_bytes().to_vec())
+                .collect(),
+        )],
+        reports: Default::default(),
+        transit: Default::default(),
+        weights: Default::default(),
+    }
+}
+
+#[test]
+fn status_json_is_the_api_summary_plus_every_member_row() {
+    let r = status(&overview(), "t", 10_000);
+    let json = serde_json::to_value(r.json()).unwrap();
+    let summary = serde_json::to_value(r.summary()).unwrap();
+    let (json, summary) = (json.as_object().unwrap(), summary.as_object().unwrap());
+    // The summary's fields and the members: nothing else.
+    let mut keys: Vec<&str> = summary.keys().map(String::as_str).collect();
+    keys.push("members");
+    keys.sort();
+    assert_eq!(json.keys().map(String::as_str).collect::<Vec<_>>(), keys);
+    for (k, v) in summary {
+        assert_eq!(&json[k], v, "{k}");
+    }
+    // Groups counted, as /api/status counts them.
+    for (g, counts) in r.groups.iter().zip(r.summary().groups) {
+        assert_eq!((g.live.len(), g.failed.len()), (counts.live, counts.failed));
+    }
+    assert_eq!(json["groups"][0]["live"], 2);
+    // Every member once, as /api/members shows it, with its group.
+    let rows = r.member_rows();
+    assert_eq!(json["members"], serde_json::to_value(&rows).unwrap());
+    let n: usize = r.groups.iter().map(|g| g.live.len() + g.failed.len()).sum();
+    assert_eq!(rows.len(), n);
+    let row = serde_json::to_value(&rows[0]).unwrap();
+    let listed = r.groups.iter().flat_map(|g| g.live.iter().chain(&g.failed));
+    let m = listed
+        .into_iter()
+        .find(|m| m.id == rows[0].member.id)
+        .unwrap();
+    for (k, v) in serde_json::to_value(m).unwrap().as_object().unwrap() {
+        assert_eq!(&row[k], v, "{k}");
+    }
+    let live = r.groups[0].live.iter().any(|l| l.id == m.id);
+    assert_eq!((&row["group"], &row["live"]), (&"g".into(), &live.into()));
+}
+
+#[test]
+fn status_sorts_members_into_live_and_failed_with_reasons() {
+    let r = status(&overview(), "t", 10_000);
+    assert_eq!(r.generation, 7);
+    assert_eq!(r.lease.holder.as_deref(), Some("r1"));
+    assert_eq!(r.lease.expires_in_ms, Some(1500));
+    assert_eq!(r.work_units, 3);
+    assert_eq!(r.invalid_work_units, 2);
+    let g = &r.groups[0];
+    let ids = |v: &[MemberReport]| v.iter().map(|m| m.id.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&g.live),
+        ["h:1", "h:2"],
+        "one failure of two is still live"
+    );
+    assert_eq!(ids(&g.failed), ["h:3", "h:4", "h:5", "bad"]);
+    assert_eq!(
+        g.failed[0].reason.as_deref(),
+        Some("2 failed pings in a row")
+    );
+    assert_eq!(g.failed[0].failing_for_ms, Some(5000));
+    assert_eq!(
+        g.failed[1].reason.as_deref(),
+        Some("has never answered a ping: unavailable: connection refused")
+    );
+    assert_eq!(g.failed[2].reason.as_deref(), Some("not pinged yet"));
+    assert!(
+        g.failed[3]
+            .reason
+            .as_deref()
+            .unwrap()
+            .starts_with("malformed address")
+    );
+    assert_eq!(
+        r.replicas[0],
+        ReplicaReport {
+            id: "r1".into(),
+            index: Some(0),
+            replicas: Some(2),
+            seen_ms_ago: 1000,
+            blocked: None,
+        }
+    );
+    assert_eq!(r.replicas[1].index, None);
+    let text = render_status(&r);
+    assert!(text.contains("lease held by r1, epoch 3"), "{text}");
+    assert!(text.contains("takeover: fast\n"), "{text}");
+    assert!(text.contains("group g: 2 live, 4 failed"), "{text}");
+    assert!(
+        text.contains("assignment sticky; last change: 3 moved (minimum 3), 1 placed"),
+        "{text}"
+    );
+    assert_eq!(g.live[0].weight, 1, "no report: weight 1");
+}
+
+#[test]
+fn status_reads_the_lists_as_the_daemon_does() {
+    // The daemon keeps a member listed in two groups in the first by name
+    // (not by configuration order), treats malformed entries as failing
+    // even when listed twice, and counts distinct invalid units.
+    let mut o = overview();
+    let list = |v: &[&str]| v.iter().map(|m| m.as_bytes().to_vec()).collect();
+    o.groups = vec![
+        ("zeta".into(), list(&["h:1", "h:2", "bad"])),
+        ("alpha".into(), list(&["h:1", "bad"])),
+    ];
+    o.units = list(&["a", "", "", "x,y"]);
+    let r = status(&o, "t", 10_000);
+    let zeta = &r.groups[0];
+    assert_eq!(zeta.name, "zeta", "configuration order is kept for display");
+    let ids = |v: &[MemberReport]| v.iter().map(|m| m.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&zeta.live), ["h:2"]);
+    assert_eq!(ids(&zeta.failed), ["bad", "h:1"]);
+    assert!(
+        zeta.failed[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .starts_with("malformed address")
+    );
+    assert!(
+        zeta.failed[1]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("works for \"alpha\""),
+        "{:?}",
+        zeta.failed[1]
+    );
+    assert_eq!(ids(&r.groups[1].live), ["h:1"]);
+    assert_eq!((r.work_units, r.invalid_work_units), (1, 2));
+}
+
+#[test]
+fn a_holder_without_a_connection_record_is_replaced_after_its_ttl() {
+    // A record of an earlier holding (another token), or none at all.
+    for conn in [Some("old 42"), Some("tok "), None] {
+        let mut o = overview();
+        match conn {
+            Some(c) => o.meta.insert("holder_conn".into(), c.into()),
+            None => o.meta.remove("holder_conn"),
+        };
+        let r = status(&o, "t", 10_000);
+        let t = r.lease.takeover.as_deref().unwrap();
+        assert!(
+            t.starts_with("ttl (the holder recorded no lease connection"),
+            "{t}"
+        );
+        assert!(render_status(&r).contains("takeover: ttl ("));
+    }
+}
+
+#[test]
+fn a_free_lease_has_no_holder() {
+    let mut o = overview();
+    o.lease_pttl = None;
+    let r = status(&o, "t", 10_000);
+    assert_eq!(r.lease.holder, None);
+    assert_eq!(r.lease.takeover, None, "nobody to take over from");
+    assert!(render_status(&r).contains("lease free"));
+}
+
+#[test]
+fn table_report_counts_shares_and_balance() {
+    let r = table(&overview(), "t");
+    assert_eq!(r.total, 2);
+    assert_eq!(r.assignments, 3);
+    assert_eq!((r.min, r.max, r.balance), (1, 2, 1));
+    assert!((r.rows[0].share - 66.666).abs() < 0.01);
+    let text = render_table(&r);
+    assert!(
+        text.contains("2 members, 3 assignments, min 1 max 2 (balance 1), generation 7"),
+        "{text}"
+    );
+    assert!(text.contains("assignment sticky; last change"), "{text}");
+    let mut o = overview();
+    o.reports.insert("h:1".into(), "4 0 3000 5".to_string());
+    assert_eq!(table(&o, "t").rows[0].weight, 5);
+    // An operator's override beats the report; an unreadable one does not.
+    o.weights.insert("h:1".into(), "9".to_string());
+    assert_eq!(table(&o, "t").rows[0].weight, 9);
+    let text = render_status(&status(&o, "t", 10_000));
+    assert!(text.contains("weight 9 (override; reported 5)"), "{text}");
+    o.weights.insert("h:1".into(), "0".to_string());
+    assert_eq!(table(&o, "t").rows[0].weight, 5);
+    o.weights.insert("h:2".into(), "3".to_string());
+    assert_eq!(table(&o, "t").rows[1].weight, 3, "no report");
+}

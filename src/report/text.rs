@@ -1,0 +1,180 @@
+//! The reports' text rendering: what `distributor status` and
+//! `distributor table` print on a terminal. Pure: a report in, text out.
+
+use super::model::{ChangeReport, MemberReport, StatusReport, TableReport};
+
+/// `assignment sticky, last change: 95 moved (minimum 95), 0 placed`.
+fn assignment_text(assignment: &Option<String>, change: &Option<ChangeReport>) -> String {
+    let mode = assignment.as_deref().unwrap_or("ring");
+    match change {
+        Some(c) => format!(
+            "assignment {mode}; last change: {} moved (minimum {}), {} placed\n",
+            c.moved, c.minimum, c.placed
+        ),
+        None => format!("assignment {mode}\n"),
+    }
+}
+
+/// What a member's handoff report says, for the text rendering.
+fn protocol_text(m: &MemberReport, generation: u64) -> String {
+    match (&m.protocol, &m.unreadable_report) {
+        (Some(p), _) => {
+            let lag = if p.behind == 0 {
+                String::new()
+            } else {
+                format!(" ({} behind generation {generation})", p.behind)
+            };
+            let draining = if p.draining { ", draining" } else { "" };
+            let reported = if m.weight == p.weight {
+                String::new()
+            } else {
+                format!(" (override; reported {})", p.weight)
+            };
+            format!(
+                "  weight {}{reported}  applied {}{lag}{draining}",
+                m.weight, p.applied
+            )
+        }
+        (None, Some(raw)) => format!("  unreadable report {raw}"),
+        (None, None) => "  (no acknowledgements: -handoff-delay)".into(),
+    }
+}
+
+fn ago(ms: u64) -> String {
+    if ms < 10_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        format!("{}s", ms / 1000)
+    }
+}
+
+/// Renders the status report for a terminal.
+pub fn render_status(r: &StatusReport) -> String {
+    let mut out = String::new();
+    let write = match &r.last_write {
+        Some(w) => format!(
+            "written by {} at epoch {}",
+            if w.by.is_empty() { "?" } else { &w.by },
+            w.epoch
+        ),
+        None => "never written".into(),
+    };
+    out += &format!(
+        "table {}  generation {}  {}\n",
+        r.table, r.generation, write
+    );
+    out += &assignment_text(&r.assignment, &r.last_change);
+    out += &match (&r.lease.holder, r.lease.expires_in_ms) {
+        (Some(h), Some(ms)) => format!(
+            "lease held by {h}, epoch {}, expires in {}\n",
+            r.lease.epoch,
+            ago(ms)
+        ),
+        (None, Some(ms)) => format!(
+            "lease held, epoch {}, expires in {}\n",
+            r.lease.epoch,
+            ago(ms)
+        ),
+        _ => format!(
+            "lease free (last epoch {}): no replica is acting\n",
+            r.lease.epoch
+        ),
+    };
+    if let Some(t) = &r.lease.takeover {
+        out += &format!("takeover: {t}\n");
+    }
+    out += &format!("replicas ({}):\n", r.replicas.len());
+    for rep in &r.replicas {
+        let place = match (rep.index, rep.replicas) {
+            (Some(i), Some(n)) => format!("index {i} of {n}"),
+            _ => "census pending".into(),
+        };
+        let role = if r.lease.holder.as_deref() == Some(rep.id.as_str()) {
+            "  holder"
+        } else {
+            ""
+        };
+        out += &format!(
+            "  {:<24} {:<16} seen {} ago{}\n",
+            rep.id,
+            place,
+            ago(rep.seen_ms_ago),
+            role
+        );
+        if let Some(why) = &rep.blocked {
+            out += &format!("    not acting: {why}\n");
+        }
+    }
+    for g in &r.groups {
+        out += &format!(
+            "group {}: {} live, {} failed\n",
+            g.name,
+            g.live.len(),
+            g.failed.len()
+        );
+        for m in &g.live {
+            out += &format!(
+                "  live    {:<28} {} units{}\n",
+                m.id,
+                m.units,
+                protocol_text(m, r.generation)
+            );
+        }
+        for m in &g.failed {
+            let since = m
+                .failing_for_ms
+                .map(|ms| format!(", for {}", ago(ms)))
+                .unwrap_or_default();
+            out += &format!(
+                "  failed  {:<28} {}{}\n",
+                m.id,
+                m.reason.as_deref().unwrap_or(""),
+                since
+            );
+        }
+    }
+    out += &format!(
+        "work units: {} valid, {} invalid\n",
+        r.work_units, r.invalid_work_units
+    );
+    if r.in_transit > 0 {
+        out += &format!(
+            "in transit: {} units (revoked, not yet granted to their next owner)\n",
+            r.in_transit
+        );
+        for t in &r.transit {
+            out += &format!(
+                "  {:<24} group {} from {} to {}, revoked at generation {}, {} ago\n",
+                t.unit,
+                t.group,
+                t.from.join(","),
+                t.to.as_deref().unwrap_or("(none yet)"),
+                t.revoked_at,
+                ago(t.for_ms)
+            );
+        }
+        if r.in_transit > r.transit.len() {
+            out += &format!("  ... and {} more\n", r.in_transit - r.transit.len());
+        }
+    }
+    out
+}
+
+pub fn render_table(r: &TableReport) -> String {
+    let mut out = format!(
+        "{:<32} {:>8} {:>8} {:>7}\n",
+        "member", "units", "share", "weight"
+    );
+    for row in &r.rows {
+        out += &format!(
+            "{:<32} {:>8} {:>7.2}% {:>7}\n",
+            row.id, row.units, row.share, row.weight
+        );
+    }
+    out += &format!(
+        "{} members, {} assignments, min {} max {} (balance {}), generation {}\n",
+        r.total, r.assignments, r.min, r.max, r.balance, r.generation
+    );
+    out += &assignment_text(&r.assignment, &r.last_change);
+    out
+}
