@@ -96,6 +96,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::core::count::parse_count;
 use crate::core::inputs::GroupMembers;
 use crate::core::table::{MatchingTable, SEPARATOR};
 
@@ -216,8 +217,8 @@ impl Transit {
     /// as those versions waited.
     pub fn decode(value: &str, now: Instant) -> Option<Transit> {
         let mut it = value.split(' ');
-        let revoked_at = parse_u53(it.next()?)?;
-        let since_ms = parse_u53(it.next()?)?;
+        let revoked_at = parse_count(it.next()?)?;
+        let since_ms = parse_count(it.next()?)?;
         let to = match it.next()? {
             "" => return None,
             "-" => None,
@@ -236,7 +237,7 @@ impl Transit {
                 members.len()
             ],
             (Some(w), Some(p)) => {
-                let waits: Option<Vec<u64>> = w.split(SEPARATOR).map(parse_u53).collect();
+                let waits: Option<Vec<u64>> = w.split(SEPARATOR).map(parse_count).collect();
                 let proofs: Option<Vec<Proof>> = p.split(SEPARATOR).map(Proof::decode).collect();
                 let (waits, proofs) = (waits?, proofs?);
                 if waits.len() != members.len() || proofs.len() != members.len() {
@@ -311,13 +312,6 @@ pub fn transit_field(group: &str, unit: &str) -> String {
 pub fn parse_transit_field(field: &str) -> Option<(&str, &str)> {
     let (unit, group) = field.split_once(SEPARATOR)?;
     (!unit.is_empty() && !group.is_empty()).then_some((group, unit))
-}
-
-fn parse_u53(s: &str) -> Option<u64> {
-    if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok().filter(|n| *n < 1 << 53)
 }
 
 /// Units in transit, by group, then by unit.
@@ -415,21 +409,21 @@ impl MemberReport {
     /// version); fields after the sixth are ignored, for later versions.
     pub fn decode(s: &str) -> Option<MemberReport> {
         let mut it = s.split(' ');
-        let applied = parse_u53(it.next()?)?;
+        let applied = parse_count(it.next()?)?;
         let draining = match it.next()? {
             "0" => false,
             "1" => true,
             _ => return None,
         };
-        let deadline_ms = parse_u53(it.next()?)?;
+        let deadline_ms = parse_count(it.next()?)?;
         let weight = match it.next() {
             None => 1,
-            Some(w) => parse_u53(w)?,
+            Some(w) => parse_count(w)?,
         };
         if weight == 0 || deadline_ms == 0 {
             return None;
         }
-        let client = it.next().and_then(parse_u53).map(|id| RedisConnection {
+        let client = it.next().and_then(parse_count).map(|id| RedisConnection {
             client: id,
             server: it.next().and_then(RunId::parse),
         });

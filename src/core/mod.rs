@@ -4,6 +4,7 @@
 //! tests.
 
 pub mod census;
+pub mod count;
 pub mod handoff;
 pub mod inputs;
 pub mod keys;

@@ -107,7 +107,7 @@ impl RedisConnection {
             None => (s, None),
         };
         Some(RedisConnection {
-            client: super::parse_u53(client)?,
+            client: super::parse_count(client)?,
             server,
         })
     }

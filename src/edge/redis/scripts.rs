@@ -96,17 +96,14 @@ pub(super) fn checked(v: Value) -> Result<Value, StoreError> {
     Ok(v)
 }
 
-/// The largest integer the scripts store (2^53 - 1; see `scripts/prelude.lua`).
-pub const MAX_COUNT: u64 = (1 << 53) - 1;
+pub use crate::core::count::MAX_COUNT;
 
 /// A counter as the scripts store it: canonical decimal text of an integer
 /// in 0..2^53, else an error naming the key, the field and the value.
 pub(super) fn stored_count(key: &str, field: &str, raw: &[u8]) -> Result<u64, StoreError> {
     std::str::from_utf8(raw)
         .ok()
-        .filter(|t| !t.is_empty() && t.len() <= 16 && t.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|t| t.parse::<u64>().ok())
-        .filter(|n| *n <= MAX_COUNT)
+        .and_then(crate::core::count::parse_count)
         .ok_or_else(|| StoreError::InvalidState {
             key: key.to_string(),
             field: field.to_string(),
