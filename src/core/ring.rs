@@ -235,7 +235,7 @@ fn assign_tuned<'a>(
     partition_len: usize,
     min_width: u32,
 ) -> BTreeMap<&'a str, Vec<&'a str>> {
-    let members = sorted_distinct(members);
+    let members = sorted_distinct(members).into_owned();
     let weights = vec![1; members.len()];
     solve(
         members,
@@ -302,13 +302,7 @@ fn solve<'a>(
     partition_len: usize,
     min_width: u32,
 ) -> BTreeMap<&'a str, Vec<&'a str>> {
-    // The daemon passes units already sorted and distinct: then they need no
-    // copy (16 bytes a unit).
-    let units: Cow<'_, [&'a str]> = if units.is_sorted_by(|a, b| a < b) {
-        Cow::Borrowed(units)
-    } else {
-        Cow::Owned(sorted_distinct(units))
-    };
+    let units = sorted_distinct(units);
     if members.is_empty() {
         return BTreeMap::new();
     }
@@ -375,12 +369,17 @@ fn solve<'a>(
         .collect()
 }
 
-/// Bytewise-sorted, duplicate-free copy.
-fn sorted_distinct<'a>(items: &[&'a str]) -> Vec<&'a str> {
-    let mut items = items.to_vec();
-    items.sort_unstable();
-    items.dedup();
-    items
+/// Bytewise-sorted and distinct, without a copy when they already are (as
+/// the daemon passes units: a copy costs 16 bytes a unit).
+pub(super) fn sorted_distinct<'s, 'a>(items: &'s [&'a str]) -> Cow<'s, [&'a str]> {
+    if items.is_sorted_by(|a, b| a < b) {
+        Cow::Borrowed(items)
+    } else {
+        let mut items = items.to_vec();
+        items.sort_unstable();
+        items.dedup();
+        Cow::Owned(items)
+    }
 }
 
 /// Every point of every unit, in ring order, reduced to what the selection
@@ -895,8 +894,8 @@ mod tests {
         member_pos: impl Fn(&str) -> u64,
         point: impl Fn(&str, u32) -> u64,
     ) -> Table<'a> {
-        let members = sorted_distinct(members);
-        let units = sorted_distinct(units);
+        let members = sorted_distinct(members).into_owned();
+        let units = sorted_distinct(units).into_owned();
         let mut table: Table<'a> = members.iter().map(|m| (*m, Vec::new())).collect();
         if members.is_empty() {
             return table;
@@ -957,7 +956,7 @@ mod tests {
                 .and_modify(|x| *x = (*x).max(w))
                 .or_insert(w);
         }
-        let units = sorted_distinct(units);
+        let units = sorted_distinct(units).into_owned();
         let mut table: Table<'a> = by_name.keys().map(|m| (*m, Vec::new())).collect();
         if by_name.is_empty() {
             return table;
@@ -1025,7 +1024,7 @@ mod tests {
             got.keys().collect::<Vec<_>>(),
             by_name.keys().collect::<Vec<_>>()
         );
-        let units = sorted_distinct(units);
+        let units = sorted_distinct(units).into_owned();
         if by_name.is_empty() {
             return;
         }
@@ -1111,8 +1110,8 @@ mod tests {
     }
 
     fn check_invariants(members: &[&str], units: &[&str], got: &Table<'_>) {
-        let members = sorted_distinct(members);
-        let units = sorted_distinct(units);
+        let members = sorted_distinct(members).into_owned();
+        let units = sorted_distinct(units).into_owned();
         if members.is_empty() {
             assert!(got.is_empty());
             return;

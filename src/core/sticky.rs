@@ -98,14 +98,13 @@
 //! which leaves the lookups open to names chosen to collide; whoever
 //! lists units can overload the distributor in simpler ways.
 
-use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::core::ring::{self, Share, member_position};
+use crate::core::ring::{self, Share, member_position, sorted_distinct};
 
 /// A table: member -> sorted units, as [`ring::assign`] returns it.
 pub type Table<'a> = BTreeMap<&'a str, Vec<&'a str>>;
@@ -411,19 +410,6 @@ fn rows<'a>(names: &[&'a str], units: &[&'a str], owner: &[u32]) -> Table<'a> {
         row.sort_unstable();
     }
     names.iter().copied().zip(rows).collect()
-}
-
-/// Bytewise-sorted and distinct, without a copy when they already are (as
-/// the daemon passes units).
-fn sorted_distinct<'s, 'a>(items: &'s [&'a str]) -> Cow<'s, [&'a str]> {
-    if items.is_sorted_by(|a, b| a < b) {
-        Cow::Borrowed(items)
-    } else {
-        let mut items = items.to_vec();
-        items.sort_unstable();
-        items.dedup();
-        Cow::Owned(items)
-    }
 }
 
 /// Who holds each listed unit in the current table.
