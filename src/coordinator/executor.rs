@@ -26,11 +26,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 
-use super::cycle::{
-    CycleContext, CycleError, CycleReport, HolderView, InFlight, LOG_FIRST, Preparer,
-    SolveSettings, WarmView, Write, count_by, log_review, mark_error,
+use super::holder::{
+    Confirm, CycleContext, CycleError, CycleReport, HolderView, InFlight, LOG_FIRST, Preparer,
+    Refusal, SolveSettings, WarmView, Write, count_by, log_review, mark_error,
 };
-use super::handoff_state::{Confirm, Refusal};
 use super::machine::{Action, CycleOutcome, CycleSummary, Event, Machine, Settings, Transition};
 use crate::config::Config;
 use crate::core::census::{self, Census, CensusView};

@@ -4,10 +4,10 @@
 //!   actions`, with its guarantees checked by property tests;
 //! - `executor` performs the actions (Redis calls, cycles) as tasks, feeds
 //!   their results back as events, and keeps status, metrics and logs;
-//! - `cycle` is one holder cycle: read, ping, solve, write if changed;
-//! - `handoff_state` is what the holder keeps of the handoff between
-//!   cycles: what Redis holds (`core::handoff::Ledger`), the members'
-//!   reports and which of them are proven gone.
+//! - `holder` is what a holder does, one cycle at a time (read, ping,
+//!   solve, write if changed), and what it keeps between cycles: what Redis
+//!   holds (`core::handoff::Ledger`), the members' reports and which of
+//!   them are proven gone.
 //!
 //! [`Distributor`] is the handle embedders and the daemon hold.
 
@@ -25,9 +25,8 @@ use crate::edge::redis::Store;
 use crate::error::StartError;
 use crate::ops::metrics::Metrics;
 
-mod cycle;
 mod executor;
-mod handoff_state;
+mod holder;
 pub mod machine;
 
 /// A running replica. Dropping it shuts it down gracefully in the background.

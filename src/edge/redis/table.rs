@@ -110,7 +110,7 @@ impl Store {
 
     /// The lists alone, as [`read_snapshot`](Self::read_snapshot) reads
     /// them (through the same guards and versions): a standby's warm view
-    /// (`coordinator::cycle::WarmView`), which its first cycle as a holder
+    /// (`coordinator::holder::WarmView`), which its first cycle as a holder
     /// then finds read. Each services list in order, then the units list.
     pub async fn read_lists_since(
         &self,

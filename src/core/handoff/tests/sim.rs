@@ -11,7 +11,7 @@
 //! worked on by two members.
 //!
 //! The holder's glue between the planner and the ledger mirrors the cycle's
-//! (`coordinator::cycle::settle`): read what the ledger says must be read,
+//! (`coordinator::holder::settle`): read what the ledger says must be read,
 //! raise the floor above a lost numbering, plan from the known table or the
 //! stored one (verified), write, and tell the ledger the outcome.
 
@@ -275,7 +275,7 @@ struct Holder {
     disconnected: BTreeMap<String, Instant>,
     reports: BTreeMap<String, MemberReport>,
     /// Last reports of members whose entry vanished while they hold
-    /// anything (as `coordinator::handoff_state` keeps them).
+    /// anything (as `coordinator::holder::handoff` keeps them).
     vanished: BTreeMap<String, MemberReport>,
     reports_read: bool,
     floor: u64,

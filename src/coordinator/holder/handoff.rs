@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::cycle::{LOG_FIRST, LastChange};
+use super::{LOG_FIRST, LastChange};
 use crate::core::handoff::{
     self, Ledger, MemberFacts, MemberReport, Proof, RedisConnection, UNKNOWN_ORIGIN,
 };
@@ -50,33 +50,33 @@ struct Gone {
 /// What a confirmation probe of a member can prove (see
 /// [`HandoffState::to_confirm`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Confirm {
+pub(in crate::coordinator) struct Confirm {
     /// The connections recorded with its revocations, for Redis to be asked
     /// about when its report names none any more.
-    pub(super) clients: Vec<RedisConnection>,
+    pub(in crate::coordinator) clients: Vec<RedisConnection>,
     /// Whether a refusal alone releases something (an origin that did not
     /// speak the protocol).
-    pub(super) refusal_helps: bool,
+    pub(in crate::coordinator) refusal_helps: bool,
     /// The latest revoking write it must be proven gone after.
-    pub(super) since: Instant,
+    pub(in crate::coordinator) since: Instant,
 }
 
 /// A refused probe of a member, with what Redis said of its connection.
 #[derive(Clone, Debug)]
-pub(super) struct Refusal {
-    pub(super) report: PingReport,
+pub(in crate::coordinator) struct Refusal {
+    pub(in crate::coordinator) report: PingReport,
     /// Redis, asked after the refusal, had no connection the member names.
-    pub(super) disconnected: bool,
+    pub(in crate::coordinator) disconnected: bool,
 }
 
 /// See the module documentation.
 #[derive(Clone, Default)]
-pub(super) struct HandoffState {
-    pub(super) ledger: Ledger,
+pub(in crate::coordinator) struct HandoffState {
+    pub(in crate::coordinator) ledger: Ledger,
     /// Members refused since they last answered.
     gone: HashMap<String, Gone>,
     /// The members' reports, as last read and decoded.
-    pub(super) reports: HashMap<String, MemberReport>,
+    pub(in crate::coordinator) reports: HashMap<String, MemberReport>,
     /// Whether the last read of the reports worked.
     reports_read: bool,
     /// Members whose report could not be decoded when last read.
@@ -89,7 +89,7 @@ pub(super) struct HandoffState {
     vanished: HashMap<String, MemberReport>,
     /// The version of the reports and overrides hashes these were decoded
     /// from (`ReportsRead::version`): unchanged, they are not read again.
-    pub(super) reports_version: Option<u64>,
+    pub(in crate::coordinator) reports_version: Option<u64>,
     /// Members that reported draining and then removed their report: they
     /// finished their drain and deregistered (README, protocol step 6). The
     /// lists a handoff cycle plans with are the last full cycle's, where such
@@ -99,27 +99,27 @@ pub(super) struct HandoffState {
     /// process on the same address).
     departed: HashSet<String>,
     /// Unreadable report entries, as last logged (logged again on change).
-    pub(super) bad_reports: BTreeSet<String>,
+    pub(in crate::coordinator) bad_reports: BTreeSet<String>,
     /// The operator's weight overrides (`{T}:weights`), as last read and
     /// decoded: they beat the members' reported weights.
-    pub(super) overrides: HashMap<String, u32>,
+    pub(in crate::coordinator) overrides: HashMap<String, u32>,
     /// Unreadable override entries (or the key's error), as last logged.
     bad_overrides: BTreeSet<String>,
     /// The group each member was last listed in.
-    pub(super) former_group: HashMap<String, String>,
+    pub(in crate::coordinator) former_group: HashMap<String, String>,
     /// The last full cycle's inputs, for handoff cycles (which do not read
     /// the lists again).
-    pub(super) inputs: Option<Arc<Inputs>>,
+    pub(in crate::coordinator) inputs: Option<Arc<Inputs>>,
     /// What the last plan did, for status and metrics.
-    pub(super) last: HandoffOutcome,
+    pub(in crate::coordinator) last: HandoffOutcome,
     /// The last solve that moved or placed units (status: `last_change`).
-    pub(super) last_change: Option<LastChange>,
+    pub(in crate::coordinator) last_change: Option<LastChange>,
     /// The last plan, when it changed nothing (see [`Steady`]).
-    pub(super) steady: Option<Steady>,
+    pub(in crate::coordinator) steady: Option<Steady>,
     /// The trace span of each write that revoked units still in transit, by
     /// generation: the write that grants them links to it, so that a move
     /// reads as revoke → grant in the trace view.
-    pub(super) revocations: BTreeMap<u64, opentelemetry::trace::SpanContext>,
+    pub(in crate::coordinator) revocations: BTreeMap<u64, opentelemetry::trace::SpanContext>,
 }
 
 /// A plan that changed nothing: nothing in transit, no unit revoked, placed
@@ -129,16 +129,16 @@ pub(super) struct HandoffState {
 /// milliseconds at 100,000 units). The tables and inputs are held (not only
 /// their addresses), so a match is never a reused allocation.
 #[derive(Clone)]
-pub(super) struct Steady {
-    pub(super) desired: Arc<MatchingTable>,
-    pub(super) granted: Arc<MatchingTable>,
-    pub(super) inputs: Arc<Inputs>,
+pub(in crate::coordinator) struct Steady {
+    pub(in crate::coordinator) desired: Arc<MatchingTable>,
+    pub(in crate::coordinator) granted: Arc<MatchingTable>,
+    pub(in crate::coordinator) inputs: Arc<Inputs>,
     /// Which listed members get rows (`HolderView::keeps_units`), hashed.
-    pub(super) rows_for: u64,
+    pub(in crate::coordinator) rows_for: u64,
 }
 
 impl Steady {
-    pub(super) fn matches(&self, other: &Steady) -> bool {
+    pub(in crate::coordinator) fn matches(&self, other: &Steady) -> bool {
         Arc::ptr_eq(&self.desired, &other.desired)
             && Arc::ptr_eq(&self.granted, &other.granted)
             && Arc::ptr_eq(&self.inputs, &other.inputs)
@@ -148,22 +148,22 @@ impl Steady {
 
 /// What one cycle's handoff did.
 #[derive(Clone, Debug, Default)]
-pub(super) struct HandoffOutcome {
-    pub(super) revoked: usize,
-    pub(super) placed: usize,
+pub(in crate::coordinator) struct HandoffOutcome {
+    pub(in crate::coordinator) revoked: usize,
+    pub(in crate::coordinator) placed: usize,
     /// Units granted after a move.
-    pub(super) moved: Vec<handoff::Moved>,
-    pub(super) in_transit: usize,
-    pub(super) owing: usize,
-    pub(super) draining: usize,
-    pub(super) acknowledging: usize,
-    pub(super) invalid_reports: usize,
+    pub(in crate::coordinator) moved: Vec<handoff::Moved>,
+    pub(in crate::coordinator) in_transit: usize,
+    pub(in crate::coordinator) owing: usize,
+    pub(in crate::coordinator) draining: usize,
+    pub(in crate::coordinator) acknowledging: usize,
+    pub(in crate::coordinator) invalid_reports: usize,
     /// Plan again then: a unit can be released by time.
-    pub(super) next_release: Option<Instant>,
+    pub(in crate::coordinator) next_release: Option<Instant>,
 }
 
 impl HandoffState {
-    pub(super) fn facts(&self, member: &str) -> MemberFacts {
+    pub(in crate::coordinator) fn facts(&self, member: &str) -> MemberFacts {
         let gone = self.gone.get(member).copied().unwrap_or_default();
         let report = self.reports.get(member);
         let vanished = report
@@ -179,13 +179,13 @@ impl HandoffState {
         }
     }
 
-    pub(super) fn draining(&self, member: &str) -> bool {
+    pub(in crate::coordinator) fn draining(&self, member: &str) -> bool {
         self.reports.get(member).is_some_and(|r| r.draining) || self.departed.contains(member)
     }
 
     /// Members that units in transit were revoked from and that have not
     /// released them yet.
-    pub(super) fn owing(&self) -> HashSet<&str> {
+    pub(in crate::coordinator) fn owing(&self) -> HashSet<&str> {
         self.ledger
             .transit()
             .values()
@@ -198,7 +198,7 @@ impl HandoffState {
     /// A full cycle read the lists: departed members no longer listed are
     /// forgotten (listed again later, they are new registrations), and so
     /// are refusals of members neither listed nor owing anything.
-    pub(super) fn forget_departed(&mut self, inputs: &Inputs) {
+    pub(in crate::coordinator) fn forget_departed(&mut self, inputs: &Inputs) {
         let listed: HashSet<&str> = inputs.members().collect();
         self.departed.retain(|m| listed.contains(m.as_str()));
         if self.gone.keys().any(|m| !listed.contains(m.as_str())) {
@@ -213,7 +213,10 @@ impl HandoffState {
     /// Redis) could release, that no probe proved gone since that write,
     /// and that are refused, or no longer listed (no cycle pings them: a
     /// member that deregistered).
-    pub(super) fn to_confirm(&self, listed: &HashSet<&str>) -> BTreeMap<String, Confirm> {
+    pub(in crate::coordinator) fn to_confirm(
+        &self,
+        listed: &HashSet<&str>,
+    ) -> BTreeMap<String, Confirm> {
         let mut out: BTreeMap<String, Confirm> = BTreeMap::new();
         for t in self.ledger.transit().values().flat_map(|u| u.values()) {
             // (0: its revoking write is not done yet.)
@@ -256,7 +259,7 @@ impl HandoffState {
     /// down, does not bring the process back; a new process on the address
     /// answers). A refusal counts for a handoff only on a connection opened
     /// for it (`opened`).
-    pub(super) fn observe_pings(&mut self, reports: &[PingReport]) {
+    pub(in crate::coordinator) fn observe_pings(&mut self, reports: &[PingReport]) {
         for r in reports {
             match &r.result {
                 Err(PingFailure::Refused(_)) => {
@@ -275,7 +278,7 @@ impl HandoffState {
 
     /// Takes refused probes, listed members or not, with what Redis said of
     /// their connections.
-    pub(super) fn observe_refusals(&mut self, refusals: &[Refusal]) {
+    pub(in crate::coordinator) fn observe_refusals(&mut self, refusals: &[Refusal]) {
         for r in refusals {
             self.observe_pings(std::slice::from_ref(&r.report));
             if let (true, Some(opened)) = (r.disconnected, r.report.opened) {
@@ -293,7 +296,7 @@ impl HandoffState {
     /// returned: the cycle fails and the next one reads again, rather than
     /// plan without knowing the members' deadlines (which would make every
     /// revocation of that cycle wait the longest any member may ask for).
-    pub(super) fn observe(
+    pub(in crate::coordinator) fn observe(
         &mut self,
         read: ReportsRead,
         keys: &crate::core::keys::Keys,
@@ -313,7 +316,7 @@ impl HandoffState {
     }
 
     /// Takes the members' reports; logs unreadable ones when they change.
-    pub(super) fn observe_reports(&mut self, reports: Reports, key: &str) {
+    pub(in crate::coordinator) fn observe_reports(&mut self, reports: Reports, key: &str) {
         let raw = match reports {
             Ok(raw) => raw,
             Err(e) => {
@@ -372,7 +375,11 @@ impl HandoffState {
     /// key of the wrong type) when they change. `None`, or any error but a
     /// key of another type (a timeout, a server error), keeps the overrides
     /// known: a read that failed does not move units.
-    pub(super) fn observe_overrides(&mut self, overrides: Option<Reports>, key: &str) {
+    pub(in crate::coordinator) fn observe_overrides(
+        &mut self,
+        overrides: Option<Reports>,
+        key: &str,
+    ) {
         let raw = match overrides {
             None => return,
             Some(Err(e)) if !matches!(e, StoreError::WrongType { .. }) => return,
@@ -411,7 +418,7 @@ impl HandoffState {
     /// a numbering Redis lost (its data, or a promoted replica that lagged).
     /// The holder then numbers its writes above it, and revokes again what
     /// it would acknowledge (`Ledger::renumber_up_to`).
-    pub(super) fn lost_numbering(&self, known: u64) -> Option<u64> {
+    pub(in crate::coordinator) fn lost_numbering(&self, known: u64) -> Option<u64> {
         self.reports
             .values()
             .map(|r| r.applied)
@@ -421,7 +428,7 @@ impl HandoffState {
 
     /// Forgets the vanished reports of members that have no row in the table
     /// Redis holds (as the ledger knows it) and owe nothing.
-    pub(super) fn retire_vanished(&mut self) {
+    pub(in crate::coordinator) fn retire_vanished(&mut self) {
         if self.vanished.is_empty() {
             return;
         }
@@ -433,7 +440,7 @@ impl HandoffState {
 
     /// A member's capacity weight: the operator's override, else its report's,
     /// else 1.
-    pub(super) fn weight(&self, member: &str) -> u32 {
+    pub(in crate::coordinator) fn weight(&self, member: &str) -> u32 {
         self.overrides
             .get(member)
             .copied()

@@ -1,0 +1,687 @@
+//! One holder cycle, run as its own task so that renewals never wait on it:
+//! read the lists and the stored table's state, ping every member, update
+//! liveness and the mass-failure guard, solve the table, and write it (fenced)
+//! if it or the liveness history changed. It performs IO through the edges and
+//! decides nothing about the lease: the machine (`machine.rs`) started it and
+//! takes its [`CycleReport`] back.
+//!
+//! Pings settle in two phases, so that one hung member (which answers only
+//! when its ping times out) never delays what the others already told us:
+//!
+//! ```text
+//!   0 ── answers, refusals (~1 ms) ──▶ grace (50 ms): apply, solve, write if changed
+//!                                      still running: carried to the next cycle,
+//!                                      whose state stays as it was meanwhile
+//! ```
+//!
+//! One exception: when a live member failed and few others answered by the
+//! grace, the cycle waits for this round's pings (up to their timeout), so
+//! that a cut of the holder's own network that lands in the middle of a round
+//! is seen as one mass failure, not as one failure now and the rest later.
+//!
+//! Another: when more members are still unheard of (never answered any
+//! holder) than heard from, as in a fresh fleet's first cycle, the cycle
+//! waits for their first answers (up to a first contact's allowance), so
+//! that units are placed once over all of them rather than on the fastest
+//! few and then moved.
+//!
+//! Guarantees: a failed read never produces a write (the last table stays);
+//! the table is written only when its digest differs from the stored one; the
+//! cycle checks the lease is locally valid (`acts_until`) right before it
+//! writes, and Redis re-checks token and epoch in the write itself.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument as _, Span, info_span};
+
+use super::handoff::Refusal;
+use super::lists::assemble;
+use super::pings::{InFlight, Round};
+use super::solve::SolveSettings;
+use super::warm::WarmView;
+use super::{
+    CycleError, CycleReport, HolderView, LOG_FIRST, Write, group_counts, listed_entries,
+    mark_error, record_counts,
+};
+use crate::core::handoff::{self, Transit, Transits};
+use crate::core::inputs::{self, Inputs};
+use crate::core::liveness::Liveness;
+use crate::core::suspicion::{self, Guard, Review, SuspectChanges};
+use crate::core::table::MatchingTable;
+use crate::edge::grpc::{FIRST_CONTACT, PingReport, Pinger};
+use crate::edge::redis::{LeaseGrant, ListLimits, Snapshot, Store};
+use crate::ops::metrics::Metrics;
+use crate::unix_ms;
+
+/// Everything a cycle task needs, owned, so it runs beside the state machine.
+pub(in crate::coordinator) struct CycleContext {
+    pub(in crate::coordinator) store: Store,
+    pub(in crate::coordinator) pinger: Pinger,
+    pub(in crate::coordinator) metrics: Arc<Metrics>,
+    pub(in crate::coordinator) services: Vec<String>,
+    pub(in crate::coordinator) units_key: String,
+    pub(in crate::coordinator) limits: ListLimits,
+    pub(in crate::coordinator) replica_id: String,
+    pub(in crate::coordinator) forget_after: Option<Duration>,
+    pub(in crate::coordinator) grant: LeaseGrant,
+    pub(in crate::coordinator) acts_until: watch::Receiver<Instant>,
+    pub(in crate::coordinator) generation_floor: u64,
+    /// Pings of earlier cycles still running, and their members.
+    pub(in crate::coordinator) carried: InFlight,
+    pub(in crate::coordinator) carried_members: HashSet<String>,
+    pub(in crate::coordinator) guard: Guard,
+    pub(in crate::coordinator) failure_threshold: u32,
+    pub(in crate::coordinator) ping_timeout: Duration,
+    pub(in crate::coordinator) handoff: handoff::Settings,
+    /// The assignment mode and `-max-moves-per-cycle`.
+    pub(in crate::coordinator) solve: SolveSettings,
+    /// What this replica prepared as a standby, for a new holding's first
+    /// cycle (see [`WarmView`]).
+    pub(in crate::coordinator) warm: Option<WarmView>,
+}
+
+impl CycleContext {
+    pub(super) fn may_act(&self) -> bool {
+        Instant::now() < *self.acts_until.borrow()
+    }
+
+    /// Reads what a holder must know before it plans (see
+    /// `core::handoff::Ledger`): on a new holding (`view` is `None`), what
+    /// the last holder left (liveness history, so that this holder writes
+    /// the same table, not a reshuffle; mass-failure suspects; units in
+    /// transit, whose handoffs continue); after a write of unknown outcome
+    /// (the ledger is stale), Redis' state again, which the view is
+    /// reconciled with. What it cannot read fails the cycle
+    /// ([`CycleError::Unreadable`]): the holding does not act and retries
+    /// next cycle; it never starts from an empty view. Returns the view and
+    /// the stored table it read, for the plan.
+    async fn fresh_view(
+        &mut self,
+        view: Option<HolderView>,
+    ) -> Result<(HolderView, Option<Arc<MatchingTable>>), CycleError> {
+        if view.as_ref().is_some_and(|v| !v.handoff.ledger.stale()) {
+            return Ok((view.expect("checked"), None));
+        }
+        let keys = self.store.keys().clone();
+        // A new holding has nothing to reconcile the table with (its first
+        // plan reads and verifies it anyway); a resync does.
+        let inherited = self
+            .store
+            .read_holding(view.is_some())
+            .await
+            .map_err(CycleError::Unreadable)?;
+        self.generation_floor = self.generation_floor.max(inherited.generation);
+        for (member, value) in &inherited.unreadable_suspects {
+            tracing::warn!(key = %keys.suspects, member, value, "ignoring unreadable suspect entry");
+        }
+        let now = Instant::now();
+        let (transit, unreadable) =
+            decode_transits(inherited.transit, &self.handoff, now, unix_ms());
+        if !unreadable.is_empty() {
+            // Written only by holders: an unreadable entry is an operator's
+            // edit. Its unit waits the longest any member may ask for (its
+            // origins are unknown); one whose field names no unit is
+            // dropped, and the table read below is verified instead.
+            tracing::warn!(
+                key = %keys.transit,
+                count = unreadable.len(),
+                first = %unreadable.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                "unreadable transit entries: their units wait the longest any member may ask for"
+            );
+        }
+        let mut view = match view {
+            Some(mut v) => {
+                // After a write of unknown outcome: this holder's own
+                // observations are the truth; Redis is brought back to them.
+                v.unsaved = v.liveness.changes_from(&inherited.liveness);
+                v.unsaved_suspects = SuspectChanges::between(&inherited.suspects, &v.suspects);
+                v.unsaved_suspects.removed.extend(
+                    inherited
+                        .unreadable_suspects
+                        .iter()
+                        .filter(|(m, _)| !v.suspects.contains_key(m))
+                        .map(|(m, _)| m.clone()),
+                );
+                // Reports are read in full again, past their guard.
+                v.handoff.reports_version = None;
+                self.metrics.resyncs.inc();
+                v
+            }
+            None => {
+                let (liveness, bad) = Liveness::restore(self.failure_threshold, inherited.liveness);
+                for (member, value) in bad {
+                    tracing::warn!(key = %keys.liveness, member, value, "ignoring unreadable liveness entry");
+                }
+                if !inherited.suspects.is_empty() {
+                    tracing::warn!(
+                        suspects = inherited.suspects.len(),
+                        "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
+                    );
+                }
+                let mut v = HolderView {
+                    liveness,
+                    suspects: inherited.suspects,
+                    ..HolderView::empty(self.failure_threshold)
+                };
+                if let Some(warm) = self.warm.take() {
+                    v.warm_from(warm);
+                }
+                v
+            }
+        };
+        let groups = view
+            .handoff
+            .inputs
+            .as_ref()
+            .map(|i| i.group_members())
+            .unwrap_or_default();
+        // Units in transit: the handoffs continue. Their waits start again
+        // now, unless this holder already knew them written (a new holder
+        // cannot trust the last one's clock), so a handoff waiting on time
+        // is never cut short.
+        let table = inherited.table.map(Arc::new);
+        let resync = view.handoff.ledger.resync(
+            table
+                .clone()
+                .map(|t| handoff::HeldTable::new(t, Some(inherited.generation))),
+            transit,
+            inherited.version,
+            &groups,
+        );
+        drop(groups);
+        tracing::info!(
+            known_members = view.liveness.iter().count(),
+            in_transit = view.handoff.ledger.in_transit(),
+            restored = resync.restored,
+            version = inherited.version,
+            applied = ?resync.applied,
+            held_tables = view.handoff.ledger.held().len(),
+            "read what the holder must know before it plans"
+        );
+        Ok((view, table))
+    }
+
+    /// One cycle: (on a new holding, load what the last holder left), read,
+    /// ping, review mass failures, solve, and write if anything changed.
+    pub(in crate::coordinator) async fn run(
+        mut self,
+        view: Option<HolderView>,
+        refused: Vec<Refusal>,
+    ) -> Result<CycleReport, CycleError> {
+        let (mut view, held_table) = self.fresh_view(view).await?;
+        // Refusals the executor's probes found: what they prove counts
+        // (liveness comes from this cycle's own pings).
+        view.handoff.observe_refusals(&refused);
+        let read = info_span!(
+            "read_inputs",
+            lists = self.services.len() + 1,
+            otel.status_code = Empty,
+            otel.status_message = Empty
+        );
+        let held = view
+            .lists
+            .as_ref()
+            .map(|c| c.held(&self.units_key))
+            .unwrap_or_default();
+        let snapshot = match self
+            .store
+            .read_snapshot(
+                &self.services,
+                &self.units_key,
+                self.limits,
+                &held,
+                view.handoff.reports_version,
+            )
+            .instrument(read.clone())
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                mark_error(&read, &e.to_string());
+                mark_error(&Span::current(), &e.to_string());
+                return Err(CycleError::Read(e));
+            }
+        };
+        drop(read);
+        let Snapshot {
+            groups,
+            units,
+            stored_digest,
+            stored_generation,
+            stored_table,
+            reports,
+        } = snapshot;
+        // The members' reports first: without them (a read that may work
+        // next time) nothing is planned.
+        if let Err(e) = view.handoff.observe(reports, self.store.keys()) {
+            mark_error(&Span::current(), &e.to_string());
+            return Err(CycleError::Read(e));
+        }
+        let read_lists = groups
+            .iter()
+            .chain([&units])
+            .filter(|l| l.entries.is_some());
+        let read_count = read_lists.count() as u64;
+        self.metrics.list_reads("read", read_count);
+        self.metrics
+            .list_reads("cached", groups.len() as u64 + 1 - read_count);
+        let cache = match assemble(view.lists.take(), groups, units).await {
+            Ok(c) => c,
+            Err(e) => {
+                mark_error(&Span::current(), &e.to_string());
+                return Err(e);
+            }
+        };
+        let inputs = Arc::clone(&cache.inputs);
+        view.lists = Some(cache);
+        let members: Vec<String> = inputs.members().map(str::to_string).collect();
+        let was_live: HashSet<String> = members
+            .iter()
+            .filter(|m| view.liveness.is_live(m))
+            .cloned()
+            .collect();
+        let listed = listed_entries(&inputs);
+        let mut stored_digest = stored_digest;
+        let mut generation_floor = self.generation_floor.max(stored_generation);
+
+        let ping = info_span!(
+            "ping",
+            members = members.len(),
+            ok = Empty,
+            failed = Empty,
+            otel.status_code = Empty,
+            otel.status_message = Empty
+        );
+        // Members whose ping from an earlier cycle still runs (hung ones) are
+        // not pinged again: that ping's result is collected when it comes.
+        let carried = std::mem::take(&mut self.carried);
+        let mut pending_members = std::mem::take(&mut self.carried_members);
+        let fresh: HashSet<String> = members
+            .iter()
+            .filter(|m| !pending_members.contains(*m))
+            .cloned()
+            .collect();
+        let fresh_list: Vec<String> = fresh.iter().cloned().collect();
+        let mut pending = ping.in_scope(|| self.pinger.ping_tasks(&fresh_list));
+        pending_members.extend(fresh.iter().cloned());
+        for task in carried {
+            pending.push(task);
+        }
+        let mut all_reports: Vec<PingReport> = Vec::with_capacity(members.len());
+        let round = Round {
+            liveness: &view.liveness,
+            was_live: &was_live,
+            guard_percent: self.guard.percent,
+            patience: self.ping_timeout.max(FIRST_CONTACT),
+        };
+        let waited = round
+            .gather(&mut pending, &mut pending_members, &fresh, &mut all_reports)
+            .await;
+        if let Some((unheard, heard, still_unheard)) = waited.first_contacts {
+            tracing::info!(
+                unheard,
+                heard,
+                still_unheard,
+                "waited for first contacts before placing units"
+            );
+        }
+        for r in &all_reports {
+            match &r.result {
+                Ok(rtt) => self.metrics.ping_ok(*rtt),
+                Err(f) => self.metrics.ping_failed(f.reason()),
+            }
+        }
+        let review = self.observe_round(&mut view, &inputs, &listed, &all_reports, &was_live, true);
+        view.handoff.forget_departed(&inputs);
+        view.handoff.inputs = Some(Arc::clone(&inputs));
+        let write = self
+            .settle(
+                &inputs,
+                &mut view,
+                &mut stored_digest,
+                &mut generation_floor,
+                stored_generation,
+                stored_table.map(Arc::new).or(held_table),
+            )
+            .await;
+        let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
+        for r in &all_reports {
+            if let Err(f) = &r.result {
+                *reasons.entry(f.reason()).or_default() += 1;
+            }
+        }
+        let failed: usize = reasons.values().sum();
+        ping.record("ok", all_reports.len() - failed);
+        ping.record("failed", failed);
+        if failed > 0 {
+            // Every cycle while a member stays down: debug only. Its failure is
+            // logged once, when it changes state.
+            ping.in_scope(|| {
+                for (reason, count) in &reasons {
+                    tracing::debug!(reason, count, "pings failed");
+                }
+            });
+            mark_error(
+                &ping,
+                &format!("{failed} of {} pings failed", all_reports.len()),
+            );
+        }
+        drop(ping);
+        let listed_now: HashSet<&str> = inputs.members().collect();
+        self.pinger.retain(&listed_now);
+
+        let transitions = members
+            .iter()
+            .filter(|m| view.liveness.is_live(m) != was_live.contains(*m))
+            .map(|m| (m.clone(), view.liveness.is_live(m)))
+            .collect();
+        let failures = all_reports
+            .into_iter()
+            .filter_map(|r| r.result.err().map(|e| (r.member, e)))
+            .collect();
+        let groups = group_counts(&inputs, &view);
+        record_counts(&inputs, &mut view, &groups, &write);
+
+        let mut forgotten = Vec::new();
+        if let Some(after) = self.forget_after
+            && matches!(write, Write::Unchanged | Write::Written { .. })
+            && self.may_act()
+        {
+            let now = unix_ms();
+            let after_ms = after.as_millis() as u64;
+            let view = &view;
+            // A member that owes the release of a unit revoked from it stays:
+            // forgetting removes its report, and its wait is the stored one
+            // anyway; it is forgotten once it owes nothing.
+            let owing = view.handoff.owing();
+            let failing_long = |m: &str| {
+                !owing.contains(m)
+                    && view.liveness.health(m).is_some_and(|h| {
+                        h.failing_since_ms
+                            .is_some_and(|s| now.saturating_sub(s) >= after_ms)
+                    })
+            };
+            // Never in a group that is mostly failing (the holder's own network,
+            // or a mass outage), and never a suspect of a mass failure.
+            let pairs: Vec<(String, Vec<u8>)> = inputs
+                .groups
+                .iter()
+                .filter(|g| {
+                    !suspicion::mostly_failing(
+                        &g.members,
+                        |m| view.keeps_units(m),
+                        self.guard.percent,
+                    )
+                })
+                .flat_map(|g| {
+                    let members = g
+                        .members
+                        .iter()
+                        .filter(|m| failing_long(m) && !view.keeps_units(m))
+                        .map(|m| (g.name.clone(), m.as_bytes().to_vec()));
+                    let malformed = g
+                        .malformed
+                        .iter()
+                        .filter(|m| failing_long(&m.name))
+                        .map(|m| (g.name.clone(), m.raw.clone()));
+                    members.chain(malformed)
+                })
+                .collect();
+            if !pairs.is_empty() {
+                match self.store.forget_many(&self.grant, &pairs).await {
+                    Ok(removed) => {
+                        forgotten = removed
+                            .into_iter()
+                            .map(|(list, m)| (crate::core::inputs::excerpt(&m), list))
+                            .collect()
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not forget long-failing members"),
+                }
+            }
+        }
+
+        Ok(CycleReport {
+            epoch: self.grant.epoch,
+            inputs,
+            failures,
+            view,
+            transitions,
+            review,
+            groups,
+            write,
+            generation_floor,
+            forgotten,
+            in_flight: pending,
+            in_flight_members: pending_members,
+        })
+    }
+    /// Takes one round of ping results into the view: refusals (`gone`),
+    /// liveness, and the mass-failure guard, whose review it returns.
+    /// Members `listed` without a result this round keep their state;
+    /// members no longer listed are forgotten. `malformed`: the lists'
+    /// malformed entries fail this round too (full cycles: they never answer,
+    /// so they show their reason and can be forgotten like any failing member).
+    fn observe_round(
+        &self,
+        view: &mut HolderView,
+        inputs: &Inputs,
+        listed: &[String],
+        reports: &[PingReport],
+        was_live: &HashSet<String>,
+        malformed: bool,
+    ) -> Review {
+        let why_failed: Vec<String> = reports
+            .iter()
+            .map(|r| {
+                r.result
+                    .as_ref()
+                    .err()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let malformed = inputs
+            .groups
+            .iter()
+            .filter(|_| malformed)
+            .flat_map(|g| g.malformed.iter().map(|m| (m.name.as_str(), Err(m.reason))));
+        let results = reports
+            .iter()
+            .zip(&why_failed)
+            .map(|(r, why)| {
+                let result = match r.result {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(why.as_str()),
+                };
+                (r.member.as_str(), result)
+            })
+            .chain(malformed);
+        let now_ms = unix_ms();
+        view.handoff.observe_pings(reports);
+        for g in &inputs.groups {
+            for m in &g.members {
+                view.handoff.former_group.insert(m.clone(), g.name.clone());
+            }
+        }
+        let changes = view
+            .liveness
+            .observe(results, listed.iter().map(String::as_str), now_ms);
+        view.unsaved.merge(changes);
+        // Most of a group failing at once: keep their units until confirmed.
+        let answered: HashMap<&str, bool> = reports
+            .iter()
+            .map(|r| (r.member.as_str(), r.result.is_ok()))
+            .collect();
+        let groups = inputs.group_members();
+        let liveness = &view.liveness;
+        let review = suspicion::review(
+            self.guard,
+            &mut view.suspects,
+            &groups,
+            was_live,
+            |m| liveness.is_live(m),
+            &answered,
+            &self.replica_id,
+            now_ms,
+        );
+        view.unsaved_suspects.record(&review, &view.suspects);
+        review
+    }
+
+    /// A handoff cycle: reads the members' reports and the table's state,
+    /// pings nobody, and plans on the last full cycle's inputs. `refused`:
+    /// members whose connection just ended and whose ping sent at once was
+    /// refused (their process is gone): they fail now, exactly as a full
+    /// cycle's refused ping would make them, without pinging everyone else.
+    pub(in crate::coordinator) async fn run_handoff(
+        mut self,
+        view: Option<HolderView>,
+        refused: Vec<Refusal>,
+    ) -> Result<CycleReport, CycleError> {
+        let Some(view) = view else {
+            // A new holding: its first full cycle comes at once anyway.
+            return Err(CycleError::NotReady);
+        };
+        let Some(inputs) = view.handoff.inputs.clone() else {
+            return Err(CycleError::NotReady);
+        };
+        let (mut view, held_table) = self.fresh_view(Some(view)).await?;
+        let (state, reports) = tokio::join!(
+            self.store.read_table_state(),
+            self.store.read_reports_since(view.handoff.reports_version)
+        );
+        let (mut stored_digest, stored_generation, stored_table) =
+            state.map_err(CycleError::Read)?;
+        view.handoff
+            .observe(reports, self.store.keys())
+            .map_err(CycleError::Read)?;
+        let mut generation_floor = self.generation_floor.max(stored_generation);
+        let (mut failures, mut transitions, mut review) =
+            (Vec::new(), Vec::new(), Review::default());
+        let listed = listed_entries(&inputs);
+        // Every refusal counts for the handoff (a member that deregistered
+        // and exited still owes its units); liveness and the mass-failure
+        // guard count listed members only.
+        view.handoff.observe_refusals(&refused);
+        let refused: Vec<PingReport> = refused
+            .into_iter()
+            .map(|r| r.report)
+            .filter(|r| listed.contains(&r.member))
+            .collect();
+        if !refused.is_empty() {
+            let was_live: HashSet<String> = inputs
+                .members()
+                .filter(|m| view.liveness.is_live(m))
+                .map(str::to_string)
+                .collect();
+            for r in &refused {
+                if let Err(f) = &r.result {
+                    self.metrics.ping_failed(f.reason());
+                }
+            }
+            // The pings were sent when the connections closed (the
+            // executor's probes); this span shows their verdicts in the cycle.
+            let probes = info_span!(
+                "refused",
+                members = refused.len(),
+                otel.status_code = Empty,
+                otel.status_message = Empty
+            );
+            mark_error(
+                &probes,
+                &format!(
+                    "{} members refused after their connection ended",
+                    refused.len()
+                ),
+            );
+            review = probes.in_scope(|| {
+                self.observe_round(&mut view, &inputs, &listed, &refused, &was_live, false)
+            });
+            transitions = refused
+                .iter()
+                .filter(|r| view.liveness.is_live(&r.member) != was_live.contains(&r.member))
+                .map(|r| (r.member.clone(), view.liveness.is_live(&r.member)))
+                .collect();
+            failures = refused
+                .into_iter()
+                .filter_map(|r| r.result.err().map(|e| (r.member, e)))
+                .collect();
+        }
+        let write = self
+            .settle(
+                &inputs,
+                &mut view,
+                &mut stored_digest,
+                &mut generation_floor,
+                stored_generation,
+                stored_table.map(Arc::new).or(held_table),
+            )
+            .await;
+        let groups = if failures.is_empty() {
+            view.groups.clone()
+        } else {
+            let groups = group_counts(&inputs, &view);
+            record_counts(&inputs, &mut view, &groups, &write);
+            groups
+        };
+        Ok(CycleReport {
+            epoch: self.grant.epoch,
+            inputs,
+            failures,
+            view,
+            transitions,
+            review,
+            groups,
+            write,
+            generation_floor,
+            forgotten: Vec::new(),
+            in_flight: std::mem::take(&mut self.carried),
+            in_flight_members: std::mem::take(&mut self.carried_members),
+        })
+    }
+}
+
+/// Decodes `{T}:transit`: an entry whose field names a unit is in transit as
+/// stored, or, when its value does not decode, from members nobody knows,
+/// waiting the longest any member may ask for (it only counts from `now`).
+/// The unreadable ones are returned, excerpted, for the log; those whose
+/// field names no unit are dropped.
+fn decode_transits(
+    raw: Vec<(String, String)>,
+    settings: &handoff::Settings,
+    now: Instant,
+    now_ms: u64,
+) -> (Transits, Vec<String>) {
+    let mut transit = Transits::new();
+    let mut unreadable = Vec::new();
+    for (field, value) in raw {
+        let Some((group, unit)) = handoff::parse_transit_field(&field) else {
+            unreadable.push(inputs::excerpt(field.as_bytes()));
+            continue;
+        };
+        let t = match Transit::decode(&value, now) {
+            Some(mut t) => {
+                t.cap_waits(settings.longest_wait());
+                t
+            }
+            None => {
+                unreadable.push(format!(
+                    "{}={}",
+                    inputs::excerpt(field.as_bytes()),
+                    inputs::excerpt(value.as_bytes())
+                ));
+                Transit::unknown(settings, now, now_ms)
+            }
+        };
+        transit
+            .entry(group.to_string())
+            .or_default()
+            .insert(unit.to_string(), t);
+    }
+    (transit, unreadable)
+}

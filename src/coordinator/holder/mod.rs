@@ -1,0 +1,294 @@
+//! The holder: what a replica does while it holds the lease, one cycle at
+//! a time, and what it keeps between cycles. It decides nothing about the
+//! lease (the machine does); a cycle ends in a [`CycleReport`] that the
+//! executor feeds back to the machine.
+//!
+//! - `cycle`: one cycle: read, ping, review, then `settle`; and the handoff
+//!   cycle, which only plans and writes;
+//! - `settle`: solve, plan the handoff from what Redis holds, write fenced;
+//! - `pings`: collecting a round of pings in phases;
+//! - `solve`: the desired table, memoised by the key of what it depends on;
+//! - `lists`: the inputs made of the lists, reused while no list changed;
+//! - `warm`: a standby's view prepared ahead of a holding;
+//! - `handoff`: what the holder keeps of the handoff between cycles.
+//!
+//! Guarantee: a cycle that cannot read what it must know writes nothing
+//! (the last table stays), and every write is fenced by the lease in Redis.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use tracing::Span;
+
+use crate::core::inputs::Inputs;
+use crate::core::liveness::{HealthChanges, Liveness};
+use crate::core::suspicion::{Review, Suspect, SuspectChanges};
+use crate::core::table::Moves;
+use crate::edge::grpc::PingFailure;
+use crate::error::StoreError;
+
+mod cycle;
+mod handoff;
+mod lists;
+mod pings;
+mod settle;
+mod solve;
+mod warm;
+
+pub(super) use cycle::CycleContext;
+pub(super) use handoff::{Confirm, HandoffState, Refusal};
+pub(super) use lists::ListCache;
+pub(super) use pings::InFlight;
+pub(super) use solve::{Memo, SolveSettings};
+pub(super) use warm::{Preparer, WarmView};
+
+/// The holder's view of the members, handed to each cycle and back.
+#[derive(Clone)]
+pub(in crate::coordinator) struct HolderView {
+    pub(in crate::coordinator) liveness: Liveness,
+    /// Liveness changes not yet persisted (a failed write is retried with the next).
+    pub(in crate::coordinator) unsaved: HealthChanges,
+    /// Members of a mass failure not yet confirmed: their units stay.
+    pub(in crate::coordinator) suspects: BTreeMap<String, Suspect>,
+    pub(in crate::coordinator) unsaved_suspects: SuspectChanges,
+    /// The table the solver wants (desired), memoised.
+    pub(in crate::coordinator) memo: Option<Memo>,
+    /// Per group (name, live, failed) as the last cycle counted it.
+    pub(in crate::coordinator) groups: Vec<(String, usize, usize)>,
+    pub(in crate::coordinator) handoff: HandoffState,
+    /// The lists as last read, and the inputs made of them.
+    pub(in crate::coordinator) lists: Option<ListCache>,
+}
+
+impl HolderView {
+    /// A view that knows nothing yet.
+    fn empty(failure_threshold: u32) -> HolderView {
+        HolderView {
+            liveness: Liveness::new(failure_threshold),
+            unsaved: HealthChanges::default(),
+            suspects: BTreeMap::new(),
+            unsaved_suspects: SuspectChanges::default(),
+            memo: None,
+            lists: None,
+            groups: Vec::new(),
+            handoff: HandoffState::default(),
+        }
+    }
+
+    /// Takes what a standby prepared ([`WarmView`]): the lists as read (by
+    /// their versions) and the memoised solve (by its key). Both are checked
+    /// before use, as between a holder's own cycles, so a stale warm view
+    /// costs a read and a solve, never a wrong table.
+    fn warm_from(&mut self, warm: WarmView) {
+        self.lists = warm.view.lists;
+        self.memo = warm.view.memo;
+    }
+
+    /// Whether `member` gets units: live, or suspected of a mass failure that
+    /// nobody confirmed yet.
+    pub(in crate::coordinator) fn keeps_units(&self, member: &str) -> bool {
+        self.liveness.is_live(member) || self.suspects.contains_key(member)
+    }
+}
+
+/// The last solve that changed the table: its moves against the minimum.
+#[derive(Clone, Debug, Default)]
+pub(in crate::coordinator) struct LastChange {
+    pub(in crate::coordinator) moves: Moves,
+    /// Not written to `{T}:meta` yet.
+    pub(in crate::coordinator) unsaved: bool,
+}
+
+pub(in crate::coordinator) struct CycleReport {
+    pub(in crate::coordinator) epoch: u64,
+    pub(in crate::coordinator) inputs: Arc<Inputs>,
+    pub(in crate::coordinator) failures: Vec<(String, PingFailure)>,
+    /// The view after this cycle (unsaved changes are empty after a write).
+    pub(in crate::coordinator) view: HolderView,
+    pub(in crate::coordinator) transitions: Vec<(String, bool)>,
+    /// What the mass-failure guard did this cycle.
+    pub(in crate::coordinator) review: Review,
+    /// Per group: (name, live, failed).
+    pub(in crate::coordinator) groups: Vec<(String, usize, usize)>,
+    pub(in crate::coordinator) write: Write,
+    pub(in crate::coordinator) generation_floor: u64,
+    /// (member, list) pairs removed by `-forget-after`.
+    pub(in crate::coordinator) forgotten: Vec<(String, String)>,
+    /// Pings still running (hung members): collected by the next cycle.
+    pub(in crate::coordinator) in_flight: InFlight,
+    pub(in crate::coordinator) in_flight_members: HashSet<String>,
+}
+
+/// Why a cycle did not produce a table; either way the last one stays.
+#[derive(Debug, thiserror::Error)]
+pub(in crate::coordinator) enum CycleError {
+    #[error(transparent)]
+    Read(StoreError),
+    #[error(
+        "every one of the {entries} entries of list {key:?} is invalid, {}; keeping the last table",
+        first.as_deref().unwrap_or("")
+    )]
+    Inputs {
+        key: String,
+        entries: usize,
+        first: Option<String>,
+    },
+    /// A handoff cycle before the holding's first full cycle: nothing to do.
+    #[error("no full cycle yet")]
+    NotReady,
+    /// What the holder must know before it plans could not be read (what
+    /// the last holder left, or Redis' state after a write of unknown
+    /// outcome): the holding does not act until it can.
+    #[error("cannot read what the holder must know before it acts ({0}); not acting until it can")]
+    Unreadable(StoreError),
+}
+
+impl CycleError {
+    pub(in crate::coordinator) fn kind(&self) -> &'static str {
+        match self {
+            CycleError::Read(e) | CycleError::Unreadable(e) => e.kind(),
+            CycleError::Inputs { .. } => "invalid_input",
+            CycleError::NotReady => "not_ready",
+        }
+    }
+}
+
+/// What became of a cycle's write.
+pub(in crate::coordinator) enum Write {
+    /// Nothing changed: nothing written.
+    Unchanged,
+    /// The lease is past its renew deadline locally: nothing written.
+    NotActing,
+    Written {
+        generation: Option<u64>,
+    },
+    /// Redis rejected it: the lease moved on.
+    Fenced(String),
+    /// Redis refused it before writing anything: something wrote since the
+    /// plan's state was read (`version` is `{T}:meta`'s now). The next
+    /// cycle reads Redis again before it plans.
+    Outdated {
+        version: u64,
+    },
+    /// Nothing written: a read it needed failed, or Redis refused a stored
+    /// value before writing anything.
+    Failed(StoreError),
+    /// It may or may not have been applied (an error or a timeout after it
+    /// was sent, or too few replicas acknowledged it): the next cycle reads
+    /// Redis again before it plans.
+    Unknown(StoreError),
+}
+
+/// Records a cycle's counts on its span, and logs (on the span) each group
+/// whose counts changed since the last cycle, not every cycle.
+fn record_counts(
+    inputs: &Inputs,
+    view: &mut HolderView,
+    groups: &[(String, usize, usize)],
+    write: &Write,
+) {
+    let cycle = Span::current();
+    cycle.record("members", groups.iter().map(|g| g.1 + g.2).sum::<usize>());
+    cycle.record("live", groups.iter().map(|g| g.1).sum::<usize>());
+    cycle.record("failed", groups.iter().map(|g| g.2).sum::<usize>());
+    cycle.record("units", inputs.units.len());
+    cycle.record(
+        "changed",
+        matches!(
+            write,
+            Write::Written {
+                generation: Some(_)
+            }
+        ),
+    );
+    for (group, live, failed) in groups {
+        if !view
+            .groups
+            .iter()
+            .any(|g| g.0 == *group && (g.1, g.2) == (*live, *failed))
+        {
+            tracing::info!(group, live, failed, "group");
+        }
+    }
+    view.groups = groups.to_vec();
+}
+
+/// Every entry of the lists, members and malformed ones: what liveness keeps.
+fn listed_entries(inputs: &Inputs) -> Vec<String> {
+    inputs
+        .members()
+        .chain(
+            inputs
+                .groups
+                .iter()
+                .flat_map(|g| g.malformed.iter().map(|m| m.name.as_str())),
+        )
+        .map(str::to_string)
+        .collect()
+}
+
+/// Per group: (name, members that keep units, the other entries).
+fn group_counts(inputs: &Inputs, view: &HolderView) -> Vec<(String, usize, usize)> {
+    inputs
+        .groups
+        .iter()
+        .map(|g| {
+            let live = g.members.iter().filter(|m| view.keeps_units(m)).count();
+            (
+                g.name.clone(),
+                live,
+                g.members.len() + g.malformed.len() - live,
+            )
+        })
+        .collect()
+}
+
+/// Logs what the mass-failure guard did in one cycle.
+pub(in crate::coordinator) fn log_review(review: &Review, view: &HolderView) {
+    for (group, failed, live_before) in &review.episodes {
+        tracing::warn!(
+            group,
+            failed = failed.len(),
+            live_before,
+            first = %failed.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(","),
+            "mass failure: most of a group failed at once; keeping their units until another replica confirms it or -mass-failure-confirm passes"
+        );
+    }
+    if !review.confirmed.is_empty() {
+        tracing::warn!(
+            confirmed = review.confirmed.len(),
+            first = %review.confirmed.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(","),
+            "mass failure confirmed: their units move"
+        );
+    }
+    if !review.cleared.is_empty() {
+        tracing::info!(
+            cleared = review.cleared.len(),
+            still_suspected = view.suspects.len(),
+            "suspects answer again (the failure was not theirs): their units stay"
+        );
+    }
+}
+
+/// How many lines a burst of similar events gets before one summary line.
+pub(in crate::coordinator) const LOG_FIRST: usize = 5;
+
+/// `kind=count` pairs, sorted, for a summary line.
+pub(in crate::coordinator) fn count_by<'a>(kinds: impl Iterator<Item = &'a str>) -> String {
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for k in kinds {
+        *counts.entry(k).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Marks a span failed, for the trace view (`otel.status_code` is read by
+/// tracing-opentelemetry).
+pub(in crate::coordinator) fn mark_error(span: &Span, message: &str) {
+    span.record("otel.status_code", "ERROR");
+    span.record("otel.status_message", message);
+}

@@ -1,0 +1,376 @@
+//! The write half of a holder cycle: solve the desired table, plan the next
+//! granted table from what Redis holds with the handoff (break before make),
+//! and write it, fenced, when anything changed. After any outcome but a
+//! confirmed write, the ledger is stale and the next cycle reads Redis
+//! before it plans.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use opentelemetry::trace::TraceContextExt as _;
+use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument as _, Span, info_span};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use xxhash_rust::xxh3::Xxh3;
+
+use super::handoff::{HandoffOutcome, Steady};
+use super::solve::desired;
+use super::{CycleContext, HolderView, Write, mark_error};
+use crate::core::handoff::{self, PlanInput};
+use crate::core::inputs::Inputs;
+use crate::core::liveness::HealthChanges;
+use crate::core::suspicion::SuspectChanges;
+use crate::core::table::MatchingTable;
+use crate::edge::redis::{Commit, Committed};
+use crate::error::StoreError;
+use crate::unix_ms;
+
+impl CycleContext {
+    /// Solves the table the members should have (desired), plans the next
+    /// granted table from it with the handoff (break before make), and writes
+    /// it (fenced) if it, the units in transit or the liveness history
+    /// changed. The plan starts from what the ledger knows Redis holds;
+    /// after any outcome but a confirmed write, the ledger is stale and the
+    /// next cycle reads Redis first (`fresh_view`).
+    pub(super) async fn settle(
+        &self,
+        inputs: &Arc<Inputs>,
+        view: &mut HolderView,
+        stored_digest: &mut Option<String>,
+        generation_floor: &mut u64,
+        stored_generation: u64,
+        stored_table: Option<Arc<MatchingTable>>,
+    ) -> Write {
+        // Reports of a generation above the table Redis holds come from a
+        // numbering Redis lost (a write applied, read and lost again): the
+        // next writes are numbered above it, and what those reports would
+        // acknowledge is revoked again, every plan until a write above it
+        // is done (a renumbering whose write failed is never forgotten).
+        let lost_numbering = view.handoff.lost_numbering(stored_generation);
+        if let Some(applied) = lost_numbering {
+            let renumbered = view.handoff.ledger.renumber_up_to(applied);
+            if applied > *generation_floor || renumbered > 0 {
+                tracing::warn!(
+                    applied,
+                    stored = stored_generation,
+                    renumbered,
+                    "a member reports a generation above the table Redis holds (Redis lost a write, its data, or a lagging replica was promoted): numbering writes above it"
+                );
+            }
+            *generation_floor = (*generation_floor).max(applied);
+        }
+        // Granted: what this holder knows Redis holds (its last confirmed
+        // write), if Redis still has exactly that; else what Redis has (a
+        // new holding, a write whose outcome was unknown, an edit),
+        // verified by the plan.
+        let known = view.handoff.ledger.granted();
+        let (granted, verify) = match known.filter(|g| stored_digest.as_deref() == Some(g.digest()))
+        {
+            Some(g) => (Arc::clone(g), false),
+            None => {
+                let stored = match stored_table {
+                    Some(t) => t,
+                    None => match self.store.read_table().await {
+                        Ok(t) => Arc::new(t),
+                        Err(e) => return Write::Failed(e),
+                    },
+                };
+                let last = view.handoff.ledger.last_written();
+                let (from, start) = handoff::starting_point(last, stored);
+                if from == handoff::StartingPoint::LastWritten {
+                    tracing::warn!(
+                        key = %self.store.keys().table,
+                        "the matching table is gone; handing off from the table this holder wrote last"
+                    );
+                } else {
+                    // Members may have read it: held until a confirmed
+                    // write supersedes it.
+                    view.handoff.ledger.saw(&start, stored_generation);
+                }
+                (start, true)
+            }
+        };
+
+        let (desired, solved) = desired(self.solve, inputs, view, &granted).await;
+        self.metrics
+            .solve(if solved { "solved" } else { "memoised" });
+
+        let now = Instant::now();
+        let now_ms = unix_ms();
+        let groups = inputs.group_members();
+        let hs = &view.handoff;
+        let facts = |m: &str| hs.facts(m);
+        let rows_for = |m: &str| view.keeps_units(m);
+        let former = |m: &str| hs.former_group.get(m).cloned();
+        let here = Steady {
+            desired: Arc::clone(&desired),
+            granted: Arc::clone(&granted),
+            inputs: Arc::clone(inputs),
+            rows_for: {
+                let mut h = Xxh3::new();
+                for m in inputs.members().filter(|m| rows_for(m)) {
+                    h.update(&(m.len() as u64).to_le_bytes());
+                    h.update(m.as_bytes());
+                }
+                h.digest()
+            },
+        };
+        let known_transit = hs.ledger.transit();
+        let steady = !verify
+            && known_transit.is_empty()
+            && hs.steady.as_ref().is_some_and(|s| s.matches(&here));
+        let plan = if steady {
+            handoff::Plan::default()
+        } else {
+            info_span!("handoff", verify).in_scope(|| {
+                handoff::plan(&PlanInput {
+                    granted: &granted,
+                    verify,
+                    held_before: if verify { hs.ledger.held() } else { &[] },
+                    desired: &desired,
+                    transit: known_transit,
+                    groups: &groups,
+                    former_group: &former,
+                    units: &inputs.units,
+                    facts: &facts,
+                    rows_for: &rows_for,
+                    settings: self.handoff,
+                    now,
+                    now_ms,
+                })
+            })
+        };
+        if plan.claimed > 0 {
+            self.metrics.claimed_units.inc_by(plan.claimed as u64);
+            tracing::warn!(
+                key = %self.store.keys().table,
+                claimed = plan.claimed,
+                "the stored table took units from members that may still work on them, without a revocation (redis lost a write, a lagging replica was promoted, or an edit): they wait for those members first"
+            );
+        }
+        let owing = plan
+            .transit
+            .values()
+            .flat_map(|t| t.values())
+            .flat_map(|t| t.origins())
+            .filter(|m| *m != handoff::UNKNOWN_ORIGIN)
+            .collect::<HashSet<&str>>()
+            .len();
+        let outcome = HandoffOutcome {
+            revoked: plan.revoked,
+            placed: plan.placed,
+            moved: plan.moved.clone(),
+            in_transit: plan.transit_len(),
+            owing,
+            draining: inputs
+                .members()
+                .filter(|m| view.liveness.is_live(m) && hs.draining(m))
+                .count(),
+            acknowledging: inputs
+                .members()
+                .filter(|m| hs.reports.contains_key(*m))
+                .count(),
+            invalid_reports: hs.bad_reports.len(),
+            next_release: plan.next_release,
+        };
+        // Nothing to hand off (an idle cycle): the granted table stays, and
+        // with it its digest, computed once; a new table's digest (O(table))
+        // is computed on a blocking thread.
+        let unchanged = steady || plan.granted == *granted;
+        view.handoff.steady = (unchanged
+            && !verify
+            && plan.transit.is_empty()
+            && plan.revoked == 0
+            && plan.placed == 0
+            && plan.moved.is_empty()
+            && plan.next_release.is_none())
+        .then_some(here);
+        let next = if unchanged {
+            Arc::clone(&granted)
+        } else {
+            let table = plan.granted;
+            tokio::task::spawn_blocking(move || {
+                let table = Arc::new(table);
+                table.digest();
+                table
+            })
+            .await
+            .expect("hashing a table does not panic")
+        };
+        // A revocation is numbered by a table write (commit.lua): one not
+        // numbered yet (this plan's, or one renumbered or restored above)
+        // rewrites the table, changed or not; and so does a lost numbering,
+        // so that members that applied it (and ignore a lower generation)
+        // move on to one above it.
+        let numbering = lost_numbering.is_some()
+            || plan
+                .transit
+                .values()
+                .flat_map(|u| u.values())
+                .any(|t| t.revoked_at == 0);
+        let table_changed = stored_digest.as_deref() != Some(next.digest()) || numbering;
+        let transit_changed = plan.transit != *view.handoff.ledger.transit() || verify;
+        view.handoff.last = outcome;
+        if !table_changed
+            && !transit_changed
+            && view.unsaved.is_empty()
+            && view.unsaved_suspects.is_empty()
+        {
+            view.handoff.ledger.unchanged(next, stored_generation);
+            view.handoff.retire_vanished();
+            return Write::Unchanged;
+        }
+        if !self.may_act() {
+            return Write::NotActing;
+        }
+        let encoded: Vec<(String, String)> = plan
+            .transit
+            .iter()
+            .flat_map(|(g, units)| {
+                units
+                    .iter()
+                    .map(move |(u, t)| (handoff::transit_field(g, u), t.encode()))
+            })
+            .collect();
+        let last_change = view
+            .handoff
+            .last_change
+            .as_ref()
+            .filter(|c| c.unsaved)
+            .map(|c| c.moves.encode());
+        let commit = Commit {
+            table: table_changed.then_some(&*next),
+            health: &view.unsaved,
+            suspects: &view.unsaved_suspects,
+            transit: transit_changed.then_some(encoded.as_slice()),
+            generation_floor: *generation_floor,
+            holder_id: &self.replica_id,
+            now_ms,
+            assignment: self.solve.assignment.name(),
+            last_change: last_change.as_deref(),
+            expected_version: view.handoff.ledger.version(),
+        };
+        let span = info_span!(
+            "write_table",
+            epoch = self.grant.epoch,
+            table = table_changed,
+            rows = next.len(),
+            health_changes = view.unsaved.set.len() + view.unsaved.removed.len(),
+            revoked = view.handoff.last.revoked,
+            moved = view.handoff.last.moved.len(),
+            in_transit = view.handoff.last.in_transit,
+            generation = Empty,
+            otel.status_code = Empty,
+            otel.status_message = Empty,
+        );
+        // A grant links to the writes that revoked what it grants.
+        let linked: BTreeSet<u64> = view
+            .handoff
+            .last
+            .moved
+            .iter()
+            .map(|m| m.revoked_at)
+            .collect();
+        for g in linked {
+            if let Some(cx) = view.handoff.revocations.get(&g) {
+                span.add_link(cx.clone());
+            }
+        }
+        let committed = self
+            .store
+            .commit(&self.grant, &commit)
+            .instrument(span.clone())
+            .await;
+        match committed {
+            Ok(Committed::Written {
+                generation,
+                version,
+            }) => {
+                if let Some(g) = generation {
+                    span.record("generation", g);
+                    Span::current().record("generation", g);
+                    *generation_floor = (*generation_floor).max(g);
+                    *stored_digest = Some(next.digest().to_string());
+                }
+                let revoked_here = view.handoff.ledger.written(
+                    next,
+                    stored_generation,
+                    plan.transit,
+                    generation,
+                    version,
+                    Instant::now(),
+                );
+                if let (true, Some(g)) = (revoked_here, generation) {
+                    let cx = span.context().span().span_context().clone();
+                    view.handoff.revocations.insert(g, cx);
+                }
+                let open: BTreeSet<u64> = view
+                    .handoff
+                    .ledger
+                    .transit()
+                    .values()
+                    .flat_map(|u| u.values().map(|t| t.revoked_at))
+                    .collect();
+                view.handoff.revocations.retain(|g, _| open.contains(g));
+                if generation.is_some()
+                    && let Some(c) = &mut view.handoff.last_change
+                {
+                    c.unsaved = false;
+                }
+                view.unsaved = HealthChanges::default();
+                view.unsaved_suspects = SuspectChanges::default();
+                view.handoff.retire_vanished();
+                Write::Written { generation }
+            }
+            Ok(Committed::Fenced { reason }) => {
+                mark_error(&span, &format!("fenced by redis: {reason}"));
+                view.handoff.ledger.refused();
+                Write::Fenced(reason)
+            }
+            // Something wrote since this plan's state was read (a write of
+            // this holder that timed out and landed late, an edit of the
+            // metadata): nothing was written; read Redis again and plan
+            // from what it holds.
+            Ok(Committed::Outdated { version }) => {
+                let expected = view.handoff.ledger.version();
+                mark_error(
+                    &span,
+                    &format!("outdated: version {version}, planned on {expected:?}"),
+                );
+                view.handoff.ledger.refused();
+                Write::Outdated { version }
+            }
+            // A stored value the script refused before its first write:
+            // nothing was written, and Redis holds what the ledger knows.
+            Err(e @ StoreError::InvalidState { .. }) => {
+                mark_error(&span, &e.to_string());
+                Write::Failed(e)
+            }
+            // Applied or not, nobody knows: what it revoked may be in no
+            // row; the next cycle reads Redis again before it plans. Its
+            // generation (known, or at most one above the last) is never
+            // reused.
+            Ok(Committed::Unconfirmed { generation, error }) => {
+                mark_error(&span, &error.to_string());
+                view.handoff.ledger.unknown(
+                    table_changed.then(|| handoff::HeldTable::new(Arc::clone(&next), generation)),
+                );
+                if let Some(g) = generation {
+                    *generation_floor = (*generation_floor).max(g);
+                }
+                Write::Unknown(error)
+            }
+            Err(e) => {
+                mark_error(&span, &e.to_string());
+                view.handoff.ledger.unknown(
+                    table_changed.then(|| handoff::HeldTable::new(Arc::clone(&next), None)),
+                );
+                if table_changed {
+                    *generation_floor += 1;
+                }
+                Write::Unknown(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The table the solver wants (desired): memoised by a key of everything
+//! the solve depends on, so an unchanged key never solves again, and solved
+//! off the runtime's workers when it changed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tracing::info_span;
+use xxhash_rust::xxh3::Xxh3;
+
+use super::{HolderView, LastChange};
+use crate::core::inputs::Inputs;
+use crate::core::table::{Assignment, MatchingTable, Solve};
+
+/// The last solved table and the key of its inputs, to skip re-solving.
+#[derive(Clone)]
+pub(in crate::coordinator) struct Memo {
+    key: u128,
+    pub(in crate::coordinator) table: Arc<MatchingTable>,
+}
+
+/// What the solve depends on besides the inputs and the view.
+#[derive(Clone, Copy)]
+pub(in crate::coordinator) struct SolveSettings {
+    pub(in crate::coordinator) assignment: Assignment,
+    pub(in crate::coordinator) max_moves: usize,
+}
+
+impl SolveSettings {
+    /// Whether the solve reads the current (granted) table: sticky mode, or
+    /// a move limit. Then a standby's warm view cannot solve ahead (it has
+    /// no granted table of its own).
+    pub(super) fn uses_current(&self) -> bool {
+        self.assignment == Assignment::Sticky || self.max_moves > 0
+    }
+}
+
+/// The table the solver wants (desired) for these inputs and this view:
+/// `view.memo` when its key (everything the solve depends on) is unchanged,
+/// else solved again on a blocking thread and memoised. `granted` is the
+/// table members hold now, which only sticky mode and a move limit read.
+/// Says whether it solved (`false`: the memo).
+pub(super) async fn desired(
+    how: SolveSettings,
+    inputs: &Arc<Inputs>,
+    view: &mut HolderView,
+    granted: &Arc<MatchingTable>,
+) -> (Arc<MatchingTable>, bool) {
+    // Desired: live (or suspected) members that are not draining.
+    let eligible = |m: &str| view.keeps_units(m) && !view.handoff.draining(m);
+    // The current table, in sticky mode: the granted table the plan
+    // starts from (what members hold: this holder's last write, or the
+    // stored table on a new holding, whoever wrote it, Go included), plus
+    // every unit in transit counted as held by its destination. The
+    // destination is where the last solve put it, and no member works on
+    // it meanwhile, so keeping it there loses nothing; counting it free
+    // instead would let each solve during a handoff re-place the revoked
+    // units by hash, changing their destination for nothing. With the
+    // destination counted, a solve during a handoff finds the desired
+    // table it started from (a fixed point). A unit in transit to nobody
+    // is free. The move limit counts moves from the same current table,
+    // in both modes. In ring mode without a limit the table does not
+    // depend on it (so neither does the memo's key), and it is not read.
+    let uses_current = how.uses_current();
+    let also_held: Vec<(&str, &str)> = view
+        .handoff
+        .ledger
+        .transit()
+        .values()
+        .flat_map(|units| units.iter())
+        .filter_map(|(u, t)| Some((t.to.as_deref()?, u.as_str())))
+        .collect();
+    // Moves already in flight (units in transit from a member that still
+    // gets units, to another) use up the move limit: it bounds how many
+    // held units move at once, not per write. Otherwise every write of a
+    // handoff (each acknowledgement triggers one) would let another
+    // `-max-moves-per-cycle` go, and with members that do not
+    // acknowledge, units would pile up in transit. Units of failed,
+    // draining or departed members are never limited, so they use none.
+    let in_flight = view
+        .handoff
+        .ledger
+        .transit()
+        .values()
+        .flat_map(|units| units.values())
+        .filter(|t| t.to.is_some() && t.origins().any(&eligible))
+        .count();
+    // Capacity weights, in both modes: the operator's override, else
+    // each member's report (1 without one, or without the field). A
+    // changed weight re-solves.
+    let weights: HashMap<String, u32> = inputs
+        .members()
+        .filter(|m| eligible(m))
+        .map(|m| (m.to_string(), view.handoff.weight(m)))
+        .collect();
+    let key = {
+        let mut h = Xxh3::new();
+        // The units' part is computed once per units list read (see
+        // `ListCache`): an idle cycle hashes members, never units.
+        let units = match &view.lists {
+            Some(c) if Arc::ptr_eq(&c.inputs, inputs) => c.units_key,
+            _ => units_key(&inputs.units),
+        };
+        h.update(&inputs_key(inputs, units, eligible).to_le_bytes());
+        h.update(how.assignment.name().as_bytes());
+        let mut weighted: Vec<(&String, &u32)> = weights.iter().filter(|&(_, &w)| w != 1).collect();
+        weighted.sort_unstable();
+        for (m, w) in weighted {
+            h.update(&(m.len() as u64).to_le_bytes());
+            h.update(m.as_bytes());
+            h.update(&w.to_le_bytes());
+        }
+        if uses_current {
+            h.update(&how.max_moves.to_le_bytes());
+            h.update(granted.digest().as_bytes());
+            for (m, u) in &also_held {
+                h.update(&(m.len() as u64).to_le_bytes());
+                h.update(m.as_bytes());
+                h.update(&(u.len() as u64).to_le_bytes());
+                h.update(u.as_bytes());
+            }
+        }
+        h.digest128()
+    };
+    let mut solved = false;
+    let memo = match view.memo.take() {
+        Some(m) if m.key == key => m,
+        _ => {
+            solved = true;
+            let inp = Arc::clone(inputs);
+            let assign = info_span!(
+                "assign",
+                units = inputs.units.len(),
+                groups = inputs.groups.len(),
+                assignment = how.assignment.name(),
+            );
+            let assignment = how.assignment;
+            let max_moves = how.max_moves;
+            // Ring mode without a limit does not read the current table:
+            // counting its moves for status costs whole-table passes on
+            // every new solve (tens of MB at a million units), in the
+            // default mode whose memory is budgeted (BENCHMARKS §7).
+            let current = uses_current.then(|| Arc::clone(granted));
+            let in_flight = if max_moves > 0 { in_flight } else { 0 };
+            let also_held: Vec<(String, String)> = also_held
+                .iter()
+                .map(|(m, u)| (m.to_string(), u.to_string()))
+                .collect();
+            let table = tokio::task::spawn_blocking(move || {
+                let also_held: Vec<(&str, &str)> = also_held
+                    .iter()
+                    .map(|(m, u)| (m.as_str(), u.as_str()))
+                    .collect();
+                let weight = |m: &str| weights.get(m).copied().unwrap_or(1);
+                let how = Solve {
+                    assignment,
+                    weight: &weight,
+                    current: current.as_deref(),
+                    also_held: &also_held,
+                    max_moves,
+                    in_flight,
+                };
+                let live = |m: &str| weights.contains_key(m);
+                assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how))
+            })
+            .await
+            .expect("solving the table does not panic");
+            let (table, moves) = table;
+            if let Some(moves) = moves.filter(|m| m.moved + m.placed > 0) {
+                view.handoff.last_change = Some(LastChange {
+                    moves,
+                    unsaved: true,
+                });
+            }
+            Memo {
+                key,
+                table: Arc::new(table),
+            }
+        }
+    };
+    let desired = Arc::clone(&memo.table);
+    view.memo = Some(memo);
+    (desired, solved)
+}
+
+/// Identifies what the table depends on: the live members of each group and the
+/// units (their part, [`units_key`], computed once per units list read).
+/// Equal keys mean an equal table, so solving can be skipped.
+fn inputs_key(inputs: &Inputs, units: u128, keeps_units: impl Fn(&str) -> bool) -> u128 {
+    let mut h = Xxh3::new();
+    let mut put = |tag: u8, s: &str| {
+        h.update(&[tag]);
+        h.update(&(s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    for g in &inputs.groups {
+        put(1, &g.name);
+        for m in g.members.iter().filter(|m| keeps_units(m)) {
+            put(2, m);
+        }
+    }
+    h.update(&[3]);
+    h.update(&units.to_le_bytes());
+    h.digest128()
+}
+
+/// The units' part of [`inputs_key`]: O(units), so computed when the units
+/// list is read, on a blocking thread, never on an idle cycle.
+pub(super) fn units_key(units: &[String]) -> u128 {
+    let mut h = Xxh3::new();
+    for u in units {
+        h.update(&(u.len() as u64).to_le_bytes());
+        h.update(u.as_bytes());
+    }
+    h.digest128()
+}
