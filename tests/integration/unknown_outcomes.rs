@@ -567,17 +567,26 @@ async fn a_dead_members_client_id_reused_by_a_promoted_replica_does_not_keep_it_
         client: Some(named),
     };
     member.write_report(MEMBER, &report, false).await.unwrap();
-    wait_for("the report replicated", Duration::from_secs(10), || async {
-        let r: Option<String> = replica.cmd(&["HGET", &keys().members, MEMBER]).await;
-        r.as_deref() == Some(report.encode().as_str())
-    })
-    .await;
+    // One connection to the replica for every command of the test's own, so
+    // that the replica's client ids stay below the member's.
+    let mut admin = replica.conn().await;
+    let mut on_replica = async |args: &[&str]| -> redis::Value {
+        let mut cmd = redis::cmd(args[0]);
+        cmd.arg(&args[1..]);
+        cmd.query_async(&mut admin).await.unwrap()
+    };
+    let encoded = redis::Value::BulkString(report.encode().into_bytes());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while on_replica(&["HGET", &keys().members, MEMBER]).await != encoded {
+        assert!(Instant::now() < deadline, "the report did not replicate");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // The master dies with the member; the replica is promoted, and a live
     // connection of its own gets the id the member's report names.
     drop(member);
     drop(others);
     drop(master);
-    let _: String = replica.cmd(&["REPLICAOF", "NO", "ONE"]).await;
+    on_replica(&["REPLICAOF", "NO", "ONE"]).await;
     let mut reusing = None;
     for _ in 0..=named.client {
         let mut c = replica.conn().await;
@@ -606,7 +615,7 @@ async fn a_dead_members_client_id_reused_by_a_promoted_replica_does_not_keep_it_
     );
     // The same when its report is gone and only the connection recorded
     // with its revocations is known.
-    let _: i64 = replica.cmd(&["HDEL", &keys().members, MEMBER]).await;
+    on_replica(&["HDEL", &keys().members, MEMBER]).await;
     assert_eq!(
         holder.member_disconnected(MEMBER, &[named]).await.unwrap(),
         Some(true)

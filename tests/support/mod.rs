@@ -27,11 +27,14 @@ use distributor::core::keys::Keys;
 use distributor::{Distributor, MatchingTable, Member, MemberOptions, Role, Status};
 use tokio::time::Instant;
 
-/// A `redis-server` on a free loopback port, without persistence.
+/// A `redis-server` on a free loopback port, without persistence, in a
+/// working directory of its own: a replica writes the RDB it receives there
+/// (`dump.rdb`), and a server started in the same directory would load it.
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
     extra: Vec<String>,
+    dir: std::path::PathBuf,
 }
 
 impl RedisServer {
@@ -43,17 +46,26 @@ impl RedisServer {
     pub fn start_with(extra: &[&str]) -> RedisServer {
         let port = free_port();
         let extra = extra.iter().map(|s| s.to_string()).collect();
+        let dir = std::env::temp_dir().join(format!(
+            "distributor-test-redis-{}-{port}",
+            std::process::id()
+        ));
         let mut server = RedisServer {
             port,
             child: None,
             extra,
+            dir,
         };
         server.spawn();
         server
     }
 
+    /// Starts the server in an empty working directory.
     fn spawn(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        std::fs::create_dir_all(&self.dir).expect("a directory for redis-server");
         let child = Command::new("redis-server")
+            .current_dir(&self.dir)
             .args([
                 "--port",
                 &self.port.to_string(),
@@ -149,6 +161,7 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -1044,6 +1057,7 @@ impl RedisCluster {
                 port,
                 child: None,
                 extra,
+                dir: dir.clone(),
             };
             server.spawn();
             nodes.push(server);
