@@ -11,8 +11,13 @@
 //!   cycles ──┤                                   └──▶ StartCycle (task) ───────────────┤
 //!   notices ─┘◀──────────────────────────────────── results, as events ◀───────────────┘
 //! ```
+//!
+//! `probes` decides which members are pinged on a connection of their own
+//! and what each result asks for.
 
-use std::collections::{HashMap, HashSet};
+mod probes;
+
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,9 +31,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 
+use self::probes::{Probe, ProbeBook, ProbeCause, REFUSAL_SETTLE, Verdict, probe, verdict};
 use super::holder::{
-    Confirm, CycleContext, CycleError, CycleReport, HolderView, InFlight, LOG_FIRST, Preparer,
-    Refusal, SolveSettings, WarmView, Write, count_by, log_review, mark_error,
+    CycleContext, CycleError, CycleReport, HolderView, InFlight, LOG_FIRST, Preparer, Refusal,
+    SolveSettings, WarmView, Write, count_by, log_review, mark_error,
 };
 use super::machine::{Action, CycleOutcome, CycleSummary, Event, Machine, Settings, Transition};
 use crate::config::Config;
@@ -42,81 +48,6 @@ use crate::edge::redis::{LeaseClient, ListLimits, Notification, Store};
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
 use crate::unix_ms;
-
-/// How long, from the first close, closes are gathered before a handoff cycle
-/// fails the refused ones (once every probe of the window answered): members
-/// dying together (a node, a rollout's batch) close their connections within
-/// a millisecond or two, and are then seen as one round, so that the
-/// mass-failure guard (`core::suspicion`) judges them together, as a full
-/// cycle would, instead of one by one.
-const REFUSAL_SETTLE: Duration = Duration::from_millis(5);
-
-/// A ping on a connection of its own (to a member whose connection ended,
-/// or to confirm that a member that owes units is gone, after the write that
-/// revoked them).
-struct Probe {
-    member: String,
-    cause: ProbeCause,
-    /// The instant before the connection was opened.
-    opened: Instant,
-    result: Result<Duration, PingFailure>,
-    /// For a refused confirmation: Redis, asked after the refusal, had no
-    /// connection the member names (see `core::handoff::Proof`).
-    disconnected: bool,
-}
-
-/// Why a member is probed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum ProbeCause {
-    /// Its watched connection ended.
-    Closed,
-    /// It owes units whose revoking write is done, and a refusal (with
-    /// Redis, for the client ids recorded with them) could release them.
-    Confirm(Confirm),
-}
-
-/// The least time between two confirmation probes of one member, unless a
-/// newer revocation needs one opened after its write: a member whose
-/// refusal proves nothing yet (Redis still has its connection) is looked at
-/// again at this pace, not in a loop of probes and handoff cycles.
-const CONFIRM_SPACING: Duration = Duration::from_millis(250);
-
-/// Pings `member` on a connection of its own, unless a probe of it runs. A
-/// refused confirmation then asks Redis whether the member's connection is
-/// gone too.
-fn probe(
-    pinger: &Pinger,
-    store: &Store,
-    member: String,
-    cause: ProbeCause,
-    probes: &mut FuturesUnordered<BoxFuture<'static, Probe>>,
-    probing: &mut HashSet<String>,
-) {
-    if !probing.insert(member.clone()) {
-        return;
-    }
-    let (pinger, store) = (pinger.clone(), store.clone());
-    probes.push(Box::pin(async move {
-        let opened = Instant::now();
-        let result = pinger.probe(&member).await;
-        let mut disconnected = false;
-        if let (ProbeCause::Confirm(c), Err(PingFailure::Refused(_))) = (&cause, &result) {
-            match store.member_disconnected(&member, &c.clients).await {
-                Ok(gone) => disconnected = gone == Some(true),
-                Err(e) => {
-                    tracing::debug!(member, error = %e, "could not ask redis for a refused member's connection")
-                }
-            }
-        }
-        Probe {
-            member,
-            cause,
-            opened,
-            result,
-            disconnected,
-        }
-    }));
-}
 
 /// A Redis call started for the machine, finished.
 enum Done {
@@ -328,11 +259,9 @@ impl Executor {
         let mut cycle: Option<JoinHandle<Result<CycleReport, CycleError>>> = None;
         let mut shutting_down = false;
         let mut closes = self.closes.take().expect("run once");
-        // Pings sent at once to members whose connection ended, by member.
+        // Pings on connections of their own (see `probes`).
         let mut probes: FuturesUnordered<BoxFuture<'static, Probe>> = FuturesUnordered::new();
-        let mut probing: HashSet<String> = HashSet::new();
-        // When each member was last probed to confirm it gone.
-        let mut confirmed: HashMap<String, Instant> = HashMap::new();
+        let mut book = ProbeBook::default();
         tracing::info!(replica = %self.config.replica_id, table = %keys.table, "replica started as standby");
 
         loop {
@@ -376,16 +305,11 @@ impl Executor {
                             .as_ref()
                             .map(|i| i.members().collect())
                             .unwrap_or_default();
-                        let now = Instant::now();
-                        for (member, c) in view.handoff.to_confirm(&listed) {
-                            let last = confirmed.get(&member).copied();
-                            let due = last.is_none_or(|l| l < c.since || now >= l + CONFIRM_SPACING);
-                            if due && !probing.contains(&member) {
-                                confirmed.insert(member.clone(), now);
-                                probe(&self.pinger, &self.store, member, ProbeCause::Confirm(c), &mut probes, &mut probing);
-                            }
+                        let due = book.confirmations(view.handoff.to_confirm(&listed), Instant::now());
+                        for (member, c) in due {
+                            book.start(&member);
+                            probe(&self.pinger, &self.store, member, ProbeCause::Confirm(c), &mut probes);
                         }
-                        confirmed.retain(|_, l| now < *l + CONFIRM_SPACING * 4);
                     }
                     match summary {
                         Some(summary) => Event::CycleDone(summary),
@@ -432,42 +356,27 @@ impl Executor {
                         continue;
                     }
                     let member = closed.member;
-                    if self.holding.is_some() && !probing.contains(&member) {
+                    if self.holding.is_some() && book.start(&member) {
                         // The gathering window opens with the first close.
                         self.refusals_due.get_or_insert(Instant::now() + REFUSAL_SETTLE);
-                        probe(&self.pinger, &self.store, member, ProbeCause::Closed, &mut probes, &mut probing);
+                        probe(&self.pinger, &self.store, member, ProbeCause::Closed, &mut probes);
                     }
                     continue;
                 }
                 Some(Probe { member, cause, opened, result, disconnected }) = probes.next() => {
-                    probing.remove(&member);
-                    if let ProbeCause::Confirm(c) = cause {
-                        match result {
-                            // Still nothing listens, now after the revoking
-                            // write: a handoff cycle releases what that
-                            // proves (with Redis, for a member that names
-                            // its connection). A refusal that proves nothing
-                            // (Redis still has the member's connection)
-                            // starts no cycle.
-                            Err(failure @ PingFailure::Refused(_)) if disconnected || c.refusal_helps => {
-                                tracing::debug!(member, disconnected, "a member that owes units is refused after the write that revoked them");
-                                self.queue_refusal(member, failure, opened, disconnected);
-                            }
-                            Err(PingFailure::Refused(_)) => tracing::debug!(member, "a member that owes units is refused, but redis still has its connection: waiting for its acknowledgement or its deadline"),
-                            // A new process answers on the address (or it
-                            // cannot be reached): its units wait for its
-                            // acknowledgement or its deadline, and the next
-                            // full cycle pings it as usual.
-                            Ok(_) => tracing::debug!(member, "a gone member answers again: a new process on its address"),
-                            Err(failure) => tracing::debug!(member, %failure, "a gone member's confirmation probe failed"),
-                        }
-                        continue;
+                    book.finished(&member);
+                    let closed = cause == ProbeCause::Closed;
+                    if closed {
+                        let reason = result.as_ref().err().map_or("answered", PingFailure::reason);
+                        self.metrics.connection_closed(reason);
                     }
-                    match result {
-                        // Closed by something other than death (a proxy, a
-                        // restarted server): it answers on a new connection.
-                        Ok(_) => {
-                            self.metrics.connection_closed("answered");
+                    match (verdict(&cause, &result, disconnected), result) {
+                        (Verdict::Refused { disconnected }, Err(failure)) => {
+                            tracing::debug!(member, disconnected, closed, %failure, "a member is refused on a connection of its own: a handoff cycle takes it");
+                            self.queue_refusal(member, failure, opened, disconnected);
+                            continue;
+                        }
+                        (Verdict::Reopen, _) => {
                             tracing::debug!(member, "a member's connection ended; it answers on a new one");
                             // Reopen the watched connection now, so that the
                             // member's next close is seen too (its result
@@ -478,20 +387,13 @@ impl Executor {
                             });
                             continue;
                         }
-                        // Refused: the process is gone. A handoff cycle
-                        // fails it alone, pinging nobody else (O(1), not
-                        // O(members)).
-                        Err(failure @ PingFailure::Refused(_)) => {
-                            self.metrics.connection_closed(failure.reason());
-                            tracing::debug!(member, %failure, "a member's connection ended and it is refused; failing it now");
-                            self.queue_refusal(member, failure, opened, false);
-                            continue;
-                        }
-                        // Silent or unavailable: a full cycle looks at everyone.
-                        Err(failure) => {
-                            self.metrics.connection_closed(failure.reason());
-                            tracing::debug!(member, %failure, "a member's connection ended and it does not answer; cycling now");
+                        (Verdict::Cycle, result) => {
+                            tracing::debug!(member, ?result, "a member's connection ended and it does not answer; cycling now");
                             Event::MemberDown
+                        }
+                        (verdict, result) => {
+                            tracing::debug!(member, ?result, ?verdict, "probe");
+                            continue;
                         }
                     }
                 }
@@ -513,7 +415,7 @@ impl Executor {
                 }
                 // The window closed and every probe of it answered: a handoff
                 // cycle fails the refused ones together.
-                _ = sleep_until(self.refusals_due.unwrap_or_else(Instant::now)), if self.refusals_due.is_some() && probing.is_empty() => {
+                _ = sleep_until(self.refusals_due.unwrap_or_else(Instant::now)), if self.refusals_due.is_some() && book.idle() => {
                     self.refusals_due = None;
                     if self.refused.is_empty() {
                         continue;
