@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::super::holder::Confirm;
+use crate::coordinator::holder::Confirm;
 use crate::edge::grpc::{PingFailure, Pinger};
 use crate::edge::redis::Store;
 
