@@ -6,6 +6,8 @@
 //! - `cycle`: one cycle: read, ping, review, then `settle`; and the handoff
 //!   cycle, which only plans and writes;
 //! - `settle`: solve, plan the handoff from what Redis holds, write fenced;
+//! - `core`: what a write's outcome makes of the holder's view (pure,
+//!   tested);
 //! - `pings`: collecting a round of pings in phases;
 //! - `solve`: the desired table, memoised by the key of what it depends on;
 //! - `lists`: the inputs made of the lists, reused while no list changed;
@@ -27,6 +29,7 @@ use crate::core::table::Moves;
 use crate::edge::grpc::PingFailure;
 use crate::error::StoreError;
 
+mod core;
 mod cycle;
 mod handoff;
 mod lists;

@@ -14,16 +14,14 @@ use tracing::{Instrument as _, Span, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use xxhash_rust::xxh3::Xxh3;
 
+use super::core::Sent;
 use super::handoff::{HandoffOutcome, Steady};
 use super::solve::desired;
 use super::{CycleContext, HolderView, Write, mark_error};
 use crate::core::handoff::{self, PlanInput};
 use crate::core::inputs::Inputs;
-use crate::core::liveness::HealthChanges;
-use crate::core::suspicion::SuspectChanges;
 use crate::core::table::MatchingTable;
-use crate::edge::redis::{Commit, Committed};
-use crate::error::StoreError;
+use crate::edge::redis::Commit;
 use crate::unix_ms;
 
 impl CycleContext {
@@ -282,95 +280,33 @@ impl CycleContext {
             .commit(&self.grant, &commit)
             .instrument(span.clone())
             .await;
-        match committed {
-            Ok(Committed::Written {
-                generation,
-                version,
-            }) => {
-                if let Some(g) = generation {
-                    span.record("generation", g);
-                    Span::current().record("generation", g);
-                    *generation_floor = (*generation_floor).max(g);
-                    *stored_digest = Some(next.digest().to_string());
-                }
-                let revoked_here = view.handoff.ledger.written(
-                    next,
-                    stored_generation,
-                    plan.transit,
-                    generation,
-                    version,
-                    Instant::now(),
-                );
-                if let (true, Some(g)) = (revoked_here, generation) {
-                    let cx = span.context().span().span_context().clone();
-                    view.handoff.revocations.insert(g, cx);
-                }
-                let open: BTreeSet<u64> = view
-                    .handoff
-                    .ledger
-                    .transit()
-                    .values()
-                    .flat_map(|u| u.values().map(|t| t.revoked_at))
-                    .collect();
-                view.handoff.revocations.retain(|g, _| open.contains(g));
-                if generation.is_some()
-                    && let Some(c) = &mut view.handoff.last_change
-                {
-                    c.unsaved = false;
-                }
-                view.unsaved = HealthChanges::default();
-                view.unsaved_suspects = SuspectChanges::default();
-                view.handoff.retire_vanished();
-                Write::Written { generation }
-            }
-            Ok(Committed::Fenced { reason }) => {
-                mark_error(&span, &format!("fenced by redis: {reason}"));
-                view.handoff.ledger.refused();
-                Write::Fenced(reason)
-            }
-            // Something wrote since this plan's state was read (a write of
-            // this holder that timed out and landed late, an edit of the
-            // metadata): nothing was written; read Redis again and plan
-            // from what it holds.
-            Ok(Committed::Outdated { version }) => {
-                let expected = view.handoff.ledger.version();
-                mark_error(
-                    &span,
-                    &format!("outdated: version {version}, planned on {expected:?}"),
-                );
-                view.handoff.ledger.refused();
-                Write::Outdated { version }
-            }
-            // A stored value the script refused before its first write:
-            // nothing was written, and Redis holds what the ledger knows.
-            Err(e @ StoreError::InvalidState { .. }) => {
-                mark_error(&span, &e.to_string());
-                Write::Failed(e)
-            }
-            // Applied or not, nobody knows: what it revoked may be in no
-            // row; the next cycle reads Redis again before it plans. Its
-            // generation (known, or at most one above the last) is never
-            // reused.
-            Ok(Committed::Unconfirmed { generation, error }) => {
-                mark_error(&span, &error.to_string());
-                view.handoff.ledger.unknown(
-                    table_changed.then(|| handoff::HeldTable::new(Arc::clone(&next), generation)),
-                );
-                if let Some(g) = generation {
-                    *generation_floor = (*generation_floor).max(g);
-                }
-                Write::Unknown(error)
-            }
-            Err(e) => {
-                mark_error(&span, &e.to_string());
-                view.handoff.ledger.unknown(
-                    table_changed.then(|| handoff::HeldTable::new(Arc::clone(&next), None)),
-                );
-                if table_changed {
-                    *generation_floor += 1;
-                }
-                Write::Unknown(e)
-            }
+        let sent = Sent {
+            next,
+            transit: plan.transit,
+            table_changed,
+            stored_generation,
+        };
+        let advanced = view.advance(
+            sent,
+            committed,
+            generation_floor,
+            stored_digest,
+            Instant::now(),
+        );
+        if let Write::Written {
+            generation: Some(g),
+        } = advanced.write
+        {
+            span.record("generation", g);
+            Span::current().record("generation", g);
         }
+        if let Some(g) = advanced.revoked_at {
+            let cx = span.context().span().span_context().clone();
+            view.handoff.revocations.insert(g, cx);
+        }
+        if let Some(e) = &advanced.error {
+            mark_error(&span, e);
+        }
+        advanced.write
     }
 }

@@ -1,0 +1,333 @@
+//! The holder's pure decisions around a table write: what a write's outcome
+//! (as the store reported it) makes of the holder's view. No IO: `settle`
+//! sends the write and feeds the outcome in; this module decides what the
+//! holder then knows and what the next cycle must read.
+//!
+//! Guarantees, tested below:
+//! - only a confirmed write (`Committed::Written`) lets the next plan start
+//!   from what the holder wrote; every other outcome leaves the ledger
+//!   stale, so the next cycle reads Redis before it plans, except a write
+//!   the script refused before its first write (`InvalidState`: Redis holds
+//!   what the ledger knows);
+//! - a write of unknown outcome keeps the table it tried among those
+//!   members may work from, and its generation (known, or at most one above
+//!   the last) is never reused: the floor rises past it;
+//! - liveness and suspect changes count as saved only once confirmed.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::{HolderView, Write};
+use crate::core::handoff::{HeldTable, Transits};
+use crate::core::liveness::HealthChanges;
+use crate::core::suspicion::SuspectChanges;
+use crate::core::table::MatchingTable;
+use crate::edge::redis::Committed;
+use crate::error::StoreError;
+
+/// What a cycle sent in its write.
+pub(super) struct Sent {
+    /// The granted table after the write.
+    pub(super) next: Arc<MatchingTable>,
+    /// The units in transit after the write (revocations it numbers have
+    /// `revoked_at` 0).
+    pub(super) transit: Transits,
+    /// Whether the write carried the table (else only transit, liveness or
+    /// suspects).
+    pub(super) table_changed: bool,
+    /// The generation of the table Redis held when the plan read it.
+    pub(super) stored_generation: u64,
+}
+
+/// What [`HolderView::advance`] decided, for the caller's span and books.
+pub(super) struct Advanced {
+    pub(super) write: Write,
+    /// The generation of a confirmed write that revoked units (grants that
+    /// follow link to its span).
+    pub(super) revoked_at: Option<u64>,
+    /// Why the write did not count, for the span.
+    pub(super) error: Option<String>,
+}
+
+impl HolderView {
+    /// Takes a write's `outcome` into the view. `floor` is the highest
+    /// generation this holder knows of; `stored_digest` the digest of the
+    /// table Redis holds, as far as this holder knows. `now`: when the
+    /// outcome came back (a confirmed write's revocations wait from then).
+    pub(super) fn advance(
+        &mut self,
+        sent: Sent,
+        outcome: Result<Committed, StoreError>,
+        floor: &mut u64,
+        stored_digest: &mut Option<String>,
+        now: Instant,
+    ) -> Advanced {
+        let ledger = &mut self.handoff.ledger;
+        let (write, revoked_at, error) = match outcome {
+            Ok(Committed::Written {
+                generation,
+                version,
+            }) => {
+                if let Some(g) = generation {
+                    *floor = (*floor).max(g);
+                    *stored_digest = Some(sent.next.digest().to_string());
+                }
+                let revoked = ledger.written(
+                    sent.next,
+                    sent.stored_generation,
+                    sent.transit,
+                    generation,
+                    version,
+                    now,
+                );
+                let open: BTreeSet<u64> = ledger
+                    .transit()
+                    .values()
+                    .flat_map(|u| u.values().map(|t| t.revoked_at))
+                    .collect();
+                self.handoff.revocations.retain(|g, _| open.contains(g));
+                if generation.is_some()
+                    && let Some(c) = &mut self.handoff.last_change
+                {
+                    c.unsaved = false;
+                }
+                self.unsaved = HealthChanges::default();
+                self.unsaved_suspects = SuspectChanges::default();
+                self.handoff.retire_vanished();
+                let revoked_at = generation.filter(|_| revoked);
+                (Write::Written { generation }, revoked_at, None)
+            }
+            Ok(Committed::Fenced { reason }) => {
+                ledger.refused();
+                let error = format!("fenced by redis: {reason}");
+                (Write::Fenced(reason), None, Some(error))
+            }
+            // Something wrote since this plan's state was read (a write of
+            // this holder that timed out and landed late, an edit of the
+            // metadata): nothing was written; read Redis again and plan
+            // from what it holds.
+            Ok(Committed::Outdated { version }) => {
+                let expected = ledger.version();
+                ledger.refused();
+                let error = format!("outdated: version {version}, planned on {expected:?}");
+                (Write::Outdated { version }, None, Some(error))
+            }
+            // A stored value the script refused before its first write:
+            // nothing was written, and Redis holds what the ledger knows.
+            Err(e @ StoreError::InvalidState { .. }) => {
+                let error = e.to_string();
+                (Write::Failed(e), None, Some(error))
+            }
+            // Applied or not, nobody knows: what it revoked may be in no
+            // row; the next cycle reads Redis again before it plans. Its
+            // generation (known, or at most one above the last) is never
+            // reused.
+            Ok(Committed::Unconfirmed { generation, error }) => {
+                let tried = sent
+                    .table_changed
+                    .then(|| HeldTable::new(sent.next, generation));
+                ledger.unknown(tried);
+                if let Some(g) = generation {
+                    *floor = (*floor).max(g);
+                }
+                let message = error.to_string();
+                (Write::Unknown(error), None, Some(message))
+            }
+            Err(e) => {
+                let tried = sent.table_changed.then(|| HeldTable::new(sent.next, None));
+                ledger.unknown(tried);
+                if sent.table_changed {
+                    *floor += 1;
+                }
+                let message = e.to_string();
+                (Write::Unknown(e), None, Some(message))
+            }
+        };
+        Advanced {
+            write,
+            revoked_at,
+            error,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::core::handoff::{Origin, Proof, Transit};
+    use crate::core::liveness::Health;
+
+    fn table(rows: &[(&str, &str)]) -> Arc<MatchingTable> {
+        Arc::new(MatchingTable::from_rows(
+            rows.iter().map(|(m, r)| (m.to_string(), r.to_string())),
+        ))
+    }
+
+    /// A view that last planned from a fresh read of Redis (the ledger is
+    /// not stale), with one unsaved liveness change.
+    fn fresh_view() -> HolderView {
+        let mut v = HolderView::empty(3);
+        let t = table(&[("a:1", "u1,u2")]);
+        v.handoff
+            .ledger
+            .resync(Some(HeldTable::new(t, Some(7))), Transits::new(), 3, &[]);
+        let health = Health {
+            answered: true,
+            failures: 0,
+            failing_since_ms: None,
+            reason: None,
+        };
+        v.unsaved.set.insert("b:2".into(), health);
+        v
+    }
+
+    /// A write that revokes `u2` from `a:1` (not numbered yet).
+    fn sent(table_changed: bool) -> Sent {
+        let origin = Origin {
+            proof: Proof::Never,
+            wait: Some(Duration::from_secs(1)),
+        };
+        let transit = Transit {
+            from: BTreeMap::from([("a:1".to_string(), origin)]),
+            to: Some("b:2".into()),
+            revoked_at: 0,
+            since_ms: 1,
+            waiting_since: Instant::now(),
+        };
+        Sent {
+            next: table(&[("a:1", "u1")]),
+            transit: BTreeMap::from([(
+                "g".to_string(),
+                BTreeMap::from([("u2".to_string(), transit)]),
+            )]),
+            table_changed,
+            stored_generation: 7,
+        }
+    }
+
+    fn timeout() -> StoreError {
+        StoreError::Timeout {
+            op: "commit",
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_confirmed_write_numbers_its_revocations_and_saves_the_changes() {
+        let mut v = fresh_view();
+        let (mut floor, mut digest) = (7, None);
+        let now = Instant::now();
+        let outcome = Ok(Committed::Written {
+            generation: Some(8),
+            version: 4,
+        });
+        let a = v.advance(sent(true), outcome, &mut floor, &mut digest, now);
+        assert!(matches!(
+            a.write,
+            Write::Written {
+                generation: Some(8)
+            }
+        ));
+        assert_eq!((a.revoked_at, a.error), (Some(8), None));
+        assert_eq!(floor, 8);
+        assert_eq!(digest.as_deref(), Some(table(&[("a:1", "u1")]).digest()));
+        assert!(!v.handoff.ledger.stale());
+        assert_eq!(v.handoff.ledger.version(), Some(4));
+        let t = &v.handoff.ledger.transit()["g"]["u2"];
+        assert_eq!((t.revoked_at, t.waiting_since), (8, now));
+        assert!(v.unsaved.is_empty(), "liveness changes saved");
+    }
+
+    #[test]
+    fn a_write_redis_refused_makes_the_next_cycle_read_redis_first() {
+        for outcome in [
+            Committed::Fenced {
+                reason: "epoch".into(),
+            },
+            Committed::Outdated { version: 9 },
+        ] {
+            let mut v = fresh_view();
+            let (mut floor, mut digest) = (7, None);
+            let a = v.advance(
+                sent(true),
+                Ok(outcome),
+                &mut floor,
+                &mut digest,
+                Instant::now(),
+            );
+            assert!(matches!(a.write, Write::Fenced(_) | Write::Outdated { .. }));
+            assert!(a.error.is_some());
+            assert!(v.handoff.ledger.stale(), "read Redis again");
+            assert_eq!((floor, digest), (7, None), "nothing was written");
+            assert!(!v.unsaved.is_empty(), "changes not saved");
+        }
+    }
+
+    #[test]
+    fn a_stored_value_refused_before_any_write_needs_no_new_read() {
+        let mut v = fresh_view();
+        let (mut floor, mut digest) = (7, None);
+        let refused = StoreError::InvalidState {
+            key: "t:meta".into(),
+            field: "generation".into(),
+            value: "x".into(),
+            expected: "an integer".into(),
+        };
+        let a = v.advance(
+            sent(true),
+            Err(refused),
+            &mut floor,
+            &mut digest,
+            Instant::now(),
+        );
+        assert!(matches!(a.write, Write::Failed(_)));
+        assert!(!v.handoff.ledger.stale());
+        assert!(!v.unsaved.is_empty());
+    }
+
+    #[test]
+    fn a_write_of_unknown_outcome_is_held_and_its_generation_never_reused() {
+        // An error after it was sent: the generation is not known, at most
+        // one above the last.
+        let mut v = fresh_view();
+        let (mut floor, mut digest) = (7, None);
+        let a = v.advance(
+            sent(true),
+            Err(timeout()),
+            &mut floor,
+            &mut digest,
+            Instant::now(),
+        );
+        assert!(matches!(a.write, Write::Unknown(_)));
+        assert!(v.handoff.ledger.stale());
+        assert_eq!(floor, 8);
+        assert!(!v.unsaved.is_empty(), "changes are sent again");
+        // Without a table in it, no generation was used.
+        let mut v = fresh_view();
+        let mut floor = 7;
+        v.advance(
+            sent(false),
+            Err(timeout()),
+            &mut floor,
+            &mut digest,
+            Instant::now(),
+        );
+        assert_eq!(floor, 7);
+        // Too few replicas: applied with a known generation.
+        let mut v = fresh_view();
+        let mut floor = 7;
+        let outcome = Ok(Committed::Unconfirmed {
+            generation: Some(12),
+            error: timeout(),
+        });
+        v.advance(sent(true), outcome, &mut floor, &mut digest, Instant::now());
+        assert!(v.handoff.ledger.stale());
+        assert_eq!(floor, 12);
+        assert_eq!(digest, None, "not known written");
+    }
+}
