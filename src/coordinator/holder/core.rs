@@ -1,9 +1,17 @@
-//! The holder's pure decisions around a table write: what a write's outcome
-//! (as the store reported it) makes of the holder's view. No IO: `settle`
-//! sends the write and feeds the outcome in; this module decides what the
-//! holder then knows and what the next cycle must read.
+//! The holder's pure decisions around a table write: the plan (break
+//! before make, skipped while nothing changed), whether anything must be
+//! written, and what a write's outcome (as the store reported it) makes of
+//! the holder's view. No IO: `settle` reads, solves, sends the write and
+//! feeds the outcome in; this module decides what the holder then knows and
+//! what the next cycle must read.
 //!
 //! Guarantees, tested below:
+//! - a plan is skipped (steady) only when nothing it depends on changed
+//!   since a plan that moved, revoked and placed nothing, with nothing in
+//!   transit and the granted table known to be Redis';
+//! - nothing is written only when the table Redis holds is the next one,
+//!   no revocation waits for its numbering, the units in transit are those
+//!   the ledger knows, and no liveness or suspect change is unsaved;
 //! - only a confirmed write (`Committed::Written`) lets the next plan start
 //!   from what the holder wrote; every other outcome leaves the ledger
 //!   stale, so the next cycle reads Redis before it plans, except a write
@@ -19,13 +27,166 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use xxhash_rust::xxh3::Xxh3;
+
+use super::handoff::{HandoffOutcome, Steady};
 use super::{HolderView, Write};
-use crate::core::handoff::{HeldTable, Transits};
+use crate::core::handoff::{self, HeldTable, PlanInput, Transits};
+use crate::core::inputs::Inputs;
 use crate::core::liveness::HealthChanges;
 use crate::core::suspicion::SuspectChanges;
 use crate::core::table::MatchingTable;
 use crate::edge::redis::Committed;
 use crate::error::StoreError;
+
+/// The plan of one cycle (see [`HolderView::plan`]).
+pub(super) struct Planned {
+    pub(super) plan: handoff::Plan,
+    /// The granted table stays as it is: no new table (nor its digest) to
+    /// make.
+    pub(super) unchanged: bool,
+}
+
+/// What a write must carry (see [`HolderView::changes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Changes {
+    pub(super) table: bool,
+    pub(super) transit: bool,
+}
+
+impl HolderView {
+    /// Plans the next granted table from `granted` (what Redis holds;
+    /// `verify`: read from Redis rather than known written by this holder)
+    /// towards `desired`, with the handoff. A plan whose inputs are those
+    /// of the last one (the same tables and inputs by identity, the same
+    /// members with rows), when that one changed nothing and nothing is in
+    /// transit, is skipped: an idle cycle costs no pass over the table.
+    /// Records what the handoff did (`handoff.last`) and whether the next
+    /// plan may be skipped.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn plan(
+        &mut self,
+        inputs: &Arc<Inputs>,
+        granted: &Arc<MatchingTable>,
+        verify: bool,
+        desired: &Arc<MatchingTable>,
+        settings: handoff::Settings,
+        now: Instant,
+        now_ms: u64,
+    ) -> Planned {
+        let groups = inputs.group_members();
+        let hs = &self.handoff;
+        let facts = |m: &str| hs.facts(m);
+        let rows_for = |m: &str| self.keeps_units(m);
+        let former = |m: &str| hs.former_group.get(m).cloned();
+        let here = Steady {
+            desired: Arc::clone(desired),
+            granted: Arc::clone(granted),
+            inputs: Arc::clone(inputs),
+            rows_for: {
+                let mut h = Xxh3::new();
+                for m in inputs.members().filter(|m| rows_for(m)) {
+                    h.update(&(m.len() as u64).to_le_bytes());
+                    h.update(m.as_bytes());
+                }
+                h.digest()
+            },
+        };
+        let known_transit = hs.ledger.transit();
+        let steady = !verify
+            && known_transit.is_empty()
+            && hs.steady.as_ref().is_some_and(|s| s.matches(&here));
+        let plan = if steady {
+            handoff::Plan::default()
+        } else {
+            handoff::plan(&PlanInput {
+                granted,
+                verify,
+                held_before: if verify { hs.ledger.held() } else { &[] },
+                desired,
+                transit: known_transit,
+                groups: &groups,
+                former_group: &former,
+                units: &inputs.units,
+                facts: &facts,
+                rows_for: &rows_for,
+                settings,
+                now,
+                now_ms,
+            })
+        };
+        let owing = plan
+            .transit
+            .values()
+            .flat_map(|t| t.values())
+            .flat_map(|t| t.origins())
+            .filter(|m| *m != handoff::UNKNOWN_ORIGIN)
+            .collect::<std::collections::HashSet<&str>>()
+            .len();
+        let outcome = HandoffOutcome {
+            revoked: plan.revoked,
+            placed: plan.placed,
+            moved: plan.moved.clone(),
+            in_transit: plan.transit_len(),
+            owing,
+            draining: inputs
+                .members()
+                .filter(|m| self.liveness.is_live(m) && hs.draining(m))
+                .count(),
+            acknowledging: inputs
+                .members()
+                .filter(|m| hs.reports.contains_key(*m))
+                .count(),
+            invalid_reports: hs.bad_reports.len(),
+            next_release: plan.next_release,
+        };
+        let unchanged = steady || plan.granted == **granted;
+        self.handoff.steady = (unchanged
+            && !verify
+            && plan.transit.is_empty()
+            && plan.revoked == 0
+            && plan.placed == 0
+            && plan.moved.is_empty()
+            && plan.next_release.is_none())
+        .then_some(here);
+        self.handoff.last = outcome;
+        Planned { plan, unchanged }
+    }
+
+    /// What a write must carry for `next` and the planned `transit`, or
+    /// `None` when nothing need be written (then the ledger records `next`
+    /// as what Redis holds). A revocation is numbered by a table write
+    /// (`commit.lua`): one not numbered yet (this plan's, or one renumbered
+    /// or restored) rewrites the table, changed or not; and so does a lost
+    /// numbering (`renumber`), so that members that applied it (and ignore
+    /// a lower generation) move on to one above it. A verified plan always
+    /// writes the units in transit (Redis' may differ from the ledger's).
+    pub(super) fn changes(
+        &mut self,
+        next: &Arc<MatchingTable>,
+        transit: &Transits,
+        renumber: bool,
+        verify: bool,
+        stored_digest: Option<&str>,
+        stored_generation: u64,
+    ) -> Option<Changes> {
+        let numbering = renumber
+            || transit
+                .values()
+                .flat_map(|u| u.values())
+                .any(|t| t.revoked_at == 0);
+        let table = stored_digest != Some(next.digest()) || numbering;
+        let transit = *transit != *self.handoff.ledger.transit() || verify;
+        if !table && !transit && self.unsaved.is_empty() && self.unsaved_suspects.is_empty() {
+            self.handoff
+                .ledger
+                .unchanged(Arc::clone(next), stored_generation);
+            self.handoff.retire_vanished();
+            return None;
+        }
+        Some(Changes { table, transit })
+    }
+}
 
 /// What a cycle sent in its write.
 pub(super) struct Sent {
@@ -215,6 +376,131 @@ mod tests {
             op: "commit",
             timeout: Duration::from_secs(1),
         }
+    }
+
+    fn inputs(members: &[&str], units: &[&str]) -> Arc<Inputs> {
+        let entries =
+            |xs: &[&str]| -> Vec<Vec<u8>> { xs.iter().map(|x| x.as_bytes().to_vec()).collect() };
+        let (members, units) = (entries(members), entries(units));
+        let (groups, _) = crate::core::inputs::normalize_groups(&[("g", members.as_slice())]);
+        let (units, _) = crate::core::inputs::normalize_units("units", &units);
+        Arc::new(Inputs {
+            groups,
+            units,
+            rejections: Vec::new(),
+        })
+    }
+
+    /// A view that knows `live` live and Redis' table to be `granted`.
+    fn live_view(live: &[&str], granted: &Arc<MatchingTable>) -> HolderView {
+        let mut v = HolderView::empty(1);
+        let results = live.iter().map(|m| (*m, Ok(())));
+        v.liveness.observe(results, live.iter().copied(), 0);
+        v.handoff.ledger.resync(
+            Some(HeldTable::new(Arc::clone(granted), Some(1))),
+            Transits::new(),
+            1,
+            &[],
+        );
+        v
+    }
+
+    const SETTINGS: handoff::Settings = handoff::Settings {
+        handoff_delay: Duration::from_secs(10),
+    };
+
+    #[test]
+    fn an_idle_plan_is_skipped_only_while_its_inputs_are_the_same() {
+        let inputs = inputs(&["a:1", "b:2"], &["u1", "u2"]);
+        let t = table(&[("a:1", "u1"), ("b:2", "u2")]);
+        let mut v = live_view(&["a:1", "b:2"], &t);
+        let now = Instant::now();
+        let p = v.plan(&inputs, &t, false, &t, SETTINGS, now, 1);
+        assert!(p.unchanged);
+        assert!(v.handoff.steady.is_some(), "the next plan may be skipped");
+        let p = v.plan(&inputs, &t, false, &t, SETTINGS, now, 1);
+        assert!(p.unchanged && p.plan.transit.is_empty());
+        // Another desired table (by identity): planned, and it moves a unit
+        // only by revoking it first.
+        let wanted = table(&[("a:1", "u1,u2"), ("b:2", "")]);
+        let p = v.plan(&inputs, &t, false, &wanted, SETTINGS, now, 1);
+        assert!(!p.unchanged, "u2 is revoked from b:2");
+        assert_eq!(p.plan.revoked, 1);
+        assert!(
+            v.handoff.steady.is_none(),
+            "a plan that moved is never skipped"
+        );
+        assert_eq!(v.handoff.last.revoked, 1);
+        // A verified plan (the table read from Redis) is never skipped.
+        let mut v = live_view(&["a:1", "b:2"], &t);
+        v.plan(&inputs, &t, false, &t, SETTINGS, now, 1);
+        v.plan(&inputs, &t, true, &t, SETTINGS, now, 1);
+        assert!(v.handoff.steady.is_none());
+    }
+
+    #[test]
+    fn nothing_is_written_only_when_redis_holds_it_all_already() {
+        let t = table(&[("a:1", "u1")]);
+        let mut v = live_view(&["a:1"], &t);
+        let digest = Some(t.digest());
+        assert_eq!(
+            v.changes(&t, &Transits::new(), false, false, digest, 1),
+            None
+        );
+        // The stored table differs, or is not known.
+        let other = table(&[("a:1", "")]);
+        let c = v.changes(&other, &Transits::new(), false, false, digest, 1);
+        assert_eq!(
+            c,
+            Some(Changes {
+                table: true,
+                transit: false
+            })
+        );
+        assert!(
+            v.changes(&t, &Transits::new(), false, false, None, 1)
+                .is_some()
+        );
+        // A revocation not numbered yet, or a lost numbering: the table is
+        // written again, unchanged.
+        let revoking = sent(true).transit;
+        let c = v.changes(&t, &revoking, false, false, digest, 1);
+        assert_eq!(
+            c,
+            Some(Changes {
+                table: true,
+                transit: true
+            })
+        );
+        let c = v.changes(&t, &Transits::new(), true, false, digest, 1);
+        assert_eq!(
+            c,
+            Some(Changes {
+                table: true,
+                transit: false
+            })
+        );
+        // A verified plan writes the units in transit.
+        let c = v.changes(&t, &Transits::new(), false, true, digest, 1);
+        assert_eq!(
+            c,
+            Some(Changes {
+                table: false,
+                transit: true
+            })
+        );
+        // Unsaved liveness changes.
+        let mut v = fresh_view();
+        let t = table(&[("a:1", "u1,u2")]);
+        let digest = Some(t.digest());
+        let c = v.changes(&t, &Transits::new(), false, false, digest, 7);
+        assert_eq!(
+            c,
+            Some(Changes {
+                table: false,
+                transit: false
+            })
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! confirmed write, the ledger is stale and the next cycle reads Redis
 //! before it plans.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use opentelemetry::trace::TraceContextExt as _;
@@ -12,13 +12,11 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-use xxhash_rust::xxh3::Xxh3;
 
-use super::core::Sent;
-use super::handoff::{HandoffOutcome, Steady};
+use super::core::{Changes, Planned, Sent};
 use super::solve::desired;
 use super::{CycleContext, HolderView, Write, mark_error};
-use crate::core::handoff::{self, PlanInput};
+use crate::core::handoff;
 use crate::core::inputs::Inputs;
 use crate::core::table::MatchingTable;
 use crate::edge::redis::Commit;
@@ -94,51 +92,18 @@ impl CycleContext {
         self.metrics
             .solve(if solved { "solved" } else { "memoised" });
 
-        let now = Instant::now();
         let now_ms = unix_ms();
-        let groups = inputs.group_members();
-        let hs = &view.handoff;
-        let facts = |m: &str| hs.facts(m);
-        let rows_for = |m: &str| view.keeps_units(m);
-        let former = |m: &str| hs.former_group.get(m).cloned();
-        let here = Steady {
-            desired: Arc::clone(&desired),
-            granted: Arc::clone(&granted),
-            inputs: Arc::clone(inputs),
-            rows_for: {
-                let mut h = Xxh3::new();
-                for m in inputs.members().filter(|m| rows_for(m)) {
-                    h.update(&(m.len() as u64).to_le_bytes());
-                    h.update(m.as_bytes());
-                }
-                h.digest()
-            },
-        };
-        let known_transit = hs.ledger.transit();
-        let steady = !verify
-            && known_transit.is_empty()
-            && hs.steady.as_ref().is_some_and(|s| s.matches(&here));
-        let plan = if steady {
-            handoff::Plan::default()
-        } else {
-            info_span!("handoff", verify).in_scope(|| {
-                handoff::plan(&PlanInput {
-                    granted: &granted,
-                    verify,
-                    held_before: if verify { hs.ledger.held() } else { &[] },
-                    desired: &desired,
-                    transit: known_transit,
-                    groups: &groups,
-                    former_group: &former,
-                    units: &inputs.units,
-                    facts: &facts,
-                    rows_for: &rows_for,
-                    settings: self.handoff,
-                    now,
-                    now_ms,
-                })
-            })
-        };
+        let Planned { plan, unchanged } = info_span!("handoff", verify).in_scope(|| {
+            view.plan(
+                inputs,
+                &granted,
+                verify,
+                &desired,
+                self.handoff,
+                Instant::now(),
+                now_ms,
+            )
+        });
         if plan.claimed > 0 {
             self.metrics.claimed_units.inc_by(plan.claimed as u64);
             tracing::warn!(
@@ -147,43 +112,9 @@ impl CycleContext {
                 "the stored table took units from members that may still work on them, without a revocation (redis lost a write, a lagging replica was promoted, or an edit): they wait for those members first"
             );
         }
-        let owing = plan
-            .transit
-            .values()
-            .flat_map(|t| t.values())
-            .flat_map(|t| t.origins())
-            .filter(|m| *m != handoff::UNKNOWN_ORIGIN)
-            .collect::<HashSet<&str>>()
-            .len();
-        let outcome = HandoffOutcome {
-            revoked: plan.revoked,
-            placed: plan.placed,
-            moved: plan.moved.clone(),
-            in_transit: plan.transit_len(),
-            owing,
-            draining: inputs
-                .members()
-                .filter(|m| view.liveness.is_live(m) && hs.draining(m))
-                .count(),
-            acknowledging: inputs
-                .members()
-                .filter(|m| hs.reports.contains_key(*m))
-                .count(),
-            invalid_reports: hs.bad_reports.len(),
-            next_release: plan.next_release,
-        };
         // Nothing to hand off (an idle cycle): the granted table stays, and
         // with it its digest, computed once; a new table's digest (O(table))
         // is computed on a blocking thread.
-        let unchanged = steady || plan.granted == *granted;
-        view.handoff.steady = (unchanged
-            && !verify
-            && plan.transit.is_empty()
-            && plan.revoked == 0
-            && plan.placed == 0
-            && plan.moved.is_empty()
-            && plan.next_release.is_none())
-        .then_some(here);
         let next = if unchanged {
             Arc::clone(&granted)
         } else {
@@ -196,29 +127,20 @@ impl CycleContext {
             .await
             .expect("hashing a table does not panic")
         };
-        // A revocation is numbered by a table write (commit.lua): one not
-        // numbered yet (this plan's, or one renumbered or restored above)
-        // rewrites the table, changed or not; and so does a lost numbering,
-        // so that members that applied it (and ignore a lower generation)
-        // move on to one above it.
-        let numbering = lost_numbering.is_some()
-            || plan
-                .transit
-                .values()
-                .flat_map(|u| u.values())
-                .any(|t| t.revoked_at == 0);
-        let table_changed = stored_digest.as_deref() != Some(next.digest()) || numbering;
-        let transit_changed = plan.transit != *view.handoff.ledger.transit() || verify;
-        view.handoff.last = outcome;
-        if !table_changed
-            && !transit_changed
-            && view.unsaved.is_empty()
-            && view.unsaved_suspects.is_empty()
-        {
-            view.handoff.ledger.unchanged(next, stored_generation);
-            view.handoff.retire_vanished();
+        let Some(Changes {
+            table: table_changed,
+            transit: transit_changed,
+        }) = view.changes(
+            &next,
+            &plan.transit,
+            lost_numbering.is_some(),
+            verify,
+            stored_digest.as_deref(),
+            stored_generation,
+        )
+        else {
             return Write::Unchanged;
-        }
+        };
         if !self.may_act() {
             return Write::NotActing;
         }
