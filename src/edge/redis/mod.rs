@@ -7,11 +7,14 @@
 //!  reply.rs    decoding replies
 //!  scripts.rs  the Lua scripts (scripts/*.lua) and their refusals
 //!  lease.rs    acquire, renew, release
-//!  table.rs    snapshot read and list sizing, table state, commit, table reads
+//!  snapshot.rs the holder's cycle reads: lists (sized, guarded), table state,
+//!              reports
+//!  table.rs    commit, table reads, what a holder inherits
 //!  guard.rs    key guards: was the table, or a list, touched since it was read?
 //!  lists.rs    registration, operator list edits and reads, fenced forgets
 //!  member.rs   a member's row read, its report, its removal, the transit
 //!              it is owed
+//!  lookups.rs  the operator overview; whether a member's connection is gone
 //!  census.rs   the census step
 //!  pubsub.rs   notifications, on their own connection
 //! ```
@@ -47,10 +50,12 @@ mod conn;
 mod guard;
 mod lease;
 mod lists;
+mod lookups;
 mod member;
 mod pubsub;
 mod reply;
 pub mod scripts;
+mod snapshot;
 mod table;
 mod weights;
 
