@@ -13,8 +13,10 @@
 //!
 //! Rules, each checked by the tests below against an independent model:
 //! - **a read counts only on the reported connection**: a read whose Redis
-//!   client differs from the one the last written report names (no client
-//!   equals no client) while the member owns or stops any unit is not
+//!   client (its [`RedisConnection`]: client id and server run id, so the
+//!   same id on another server is another client) differs from the one the
+//!   last written report names (no client equals no client) while the
+//!   member owns or stops any unit is not
 //!   processed at all (no revocation, no acquisition, no hold or contact
 //!   refreshed); it makes a report naming the new client due, and the caller
 //!   reads again once that is written. So a hold is only ever extended by a

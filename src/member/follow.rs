@@ -11,7 +11,7 @@
 //!   revocation starts, and the report follows only once it returned;
 //! - for one unit, `revoked` never starts before `acquired` returned; a
 //!   handler that panics counts as returned (and is logged);
-//! - each read carries the Redis client id of its connection to the state;
+//! - each read carries its Redis connection (client id and server run id) to the state;
 //!   once a report naming a new connection is written, the row is read
 //!   again at once (reads on it count from then on);
 //! - the periodic refresh (with each re-registration) re-writes the report
