@@ -48,6 +48,7 @@ use crate::core::census::CensusView;
 use crate::core::lease::{
     self, Acquisition, HeldLease, HolderConnection, HolderRecord, LeaseGrant, LeaseTiming, Renewal,
 };
+use crate::core::timing::Timing;
 
 /// What the machine needs to know of the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,16 +56,13 @@ pub struct Settings {
     pub lease: LeaseTiming,
     pub poll_interval: Duration,
     /// How often a standby checks the holder's lease connection (`None`:
-    /// never; standbys wait out the TTL).
+    /// never; standbys wait out the TTL). The daemon's is
+    /// `Timing::takeover_check`.
     pub takeover_check: Option<Duration>,
+    /// The built-in pacing: the handoff and early-cycle spacing, and the
+    /// back-off after Redis refused `CLIENT`.
+    pub timing: Timing,
 }
-
-/// The least time between two handoff cycles started by hints.
-pub const HANDOFF_SPACING: Duration = Duration::from_millis(2);
-
-/// The least time between the start of a full cycle and an early one brought
-/// forward by [`Event::MemberDown`].
-pub const EARLY_CYCLE_SPACING: Duration = Duration::from_millis(2);
 
 /// Why a holder stops holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,7 +164,7 @@ pub enum Event {
     /// A member's connection closed and a ping sent at once failed without
     /// a refusal (it timed out, or was unavailable): look at everyone now.
     /// Run a full cycle now rather than at the next poll (spaced by
-    /// [`EARLY_CYCLE_SPACING`]; after the one running, if one is).
+    /// `Timing::early_cycle_spacing`; after the one running, if one is).
     MemberDown,
     /// A release started by the machine finished (successfully or not).
     ReleaseDone,
@@ -526,7 +524,7 @@ impl Machine {
             // ACL LOG entry); a changed ACL is seen at the next try.
             Ok(HolderConnection::Refused) => {
                 self.watch = None;
-                self.checks_refused_until = Some(now + lease::CLIENT_REFUSED_BACKOFF);
+                self.checks_refused_until = Some(now + self.settings.timing.client_refused_backoff);
             }
             Ok(HolderConnection::Open) | Err(()) => {
                 w.next_check = now
@@ -639,13 +637,13 @@ impl Machine {
             Event::HandoffHint => {
                 // Spaced: a flood of hints (anyone allowed to publish can
                 // send them) costs at most one small cycle per spacing.
-                let at = (h.last_handoff + HANDOFF_SPACING).max(now);
+                let at = (h.last_handoff + self.settings.timing.handoff_spacing).max(now);
                 h.next_handoff = Some(h.next_handoff.map_or(at, |n| n.min(at)));
             }
             Event::MemberDown => {
                 // Brought forward, never pushed back; spaced so that many
                 // members dying together cost a few cycles, not one each.
-                let at = (h.last_cycle + EARLY_CYCLE_SPACING).max(now);
+                let at = (h.last_cycle + self.settings.timing.early_cycle_spacing).max(now);
                 h.next_cycle = h.next_cycle.min(at);
             }
             Event::CycleDone(summary) => {

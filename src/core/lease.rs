@@ -22,7 +22,7 @@
 //! Fast takeover: a holder that crashes does not release, but Redis closes its
 //! connections at once. The holder records the Redis client id of the
 //! connection it renews on beside the lease ([`HolderRecord`]); a standby asks
-//! Redis every [`TAKEOVER_CHECK`] whether that connection still exists, and
+//! Redis every `Timing::takeover_check` whether that connection still exists, and
 //! when it is gone takes the lease over with a compare-and-set on exactly the
 //! record it saw, opening a new epoch like any acquisition. A holder that is
 //! alive but lost that connection (and did not renew over a new one yet) may
@@ -50,18 +50,6 @@ pub struct LeaseGrant {
     pub token: String,
     pub epoch: u64,
 }
-
-/// How often a standby asks whether the holder's lease connection still
-/// exists. `CLIENT LIST ID <id>` is one lookup by id in Redis (a radix tree,
-/// no scan of the client list) and a reply of one line: at 20 checks a second
-/// per standby the cost to Redis is negligible, and a crashed holder is
-/// noticed 25 ms after its connection closed on average.
-pub const TAKEOVER_CHECK: Duration = Duration::from_millis(50);
-
-/// After Redis refused `CLIENT` (an ACL without it), how long before asking
-/// again: each refusal is an entry in Redis' `ACL LOG`, and an ACL is rarely
-/// changed, so a replica asks about once a minute rather than every check.
-pub const CLIENT_REFUSED_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The current holding as a standby saw it: its token, its epoch and the
 /// Redis client id of the connection its holder renews on (`meta.holder_conn`,

@@ -16,3 +16,4 @@ pub mod status;
 pub mod sticky;
 pub mod suspicion;
 pub mod table;
+pub mod timing;

@@ -24,7 +24,7 @@ pub enum Takeover {
     #[default]
     Unknown,
     /// As soon as the holder's lease connection closes (checked every
-    /// `core::lease::TAKEOVER_CHECK`).
+    /// `Timing::takeover_check`).
     Fast,
     /// Only when the lease expires, for this reason (`CLIENT` not permitted,
     /// the holder records no connection, ...).

@@ -36,6 +36,7 @@ use super::handoff::{Handoff, Shared};
 use super::{Assignment, MemberOptions};
 use crate::core::handoff::{MemberReport, RedisConnection};
 use crate::core::ownership::{Ownership, ReadOutcome, Revocation, Step};
+use crate::core::timing::Timing;
 use crate::edge::grpc::PingResponder;
 use crate::edge::redis::{Notification, RowRead, Store};
 use crate::error::StoreError;
@@ -106,9 +107,9 @@ enum Io {
 type IoCall = Pin<Box<dyn Future<Output = Io> + Send>>;
 
 /// How long a failed report waits before it is written again.
-const REPORT_RETRY: Duration = Duration::from_millis(250);
+const REPORT_RETRY: Duration = Timing::DEFAULT.report_retry;
 /// How often a read failure that goes on is summarised in the log.
-const FAILURE_SUMMARY: Duration = Duration::from_secs(30);
+const FAILURE_SUMMARY: Duration = Timing::DEFAULT.failure_summary;
 
 pub(super) struct Follower<H> {
     pub(super) store: Store,

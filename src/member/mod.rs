@@ -209,7 +209,7 @@ pub enum Drained {
 
 /// How long a `Member` dropped without a runtime to run its task waits for
 /// its deregistration (`LREM`, then `HDEL`) on a thread of its own.
-pub const LEAVE_BOUND: Duration = Duration::from_secs(3);
+pub const LEAVE_BOUND: Duration = crate::core::timing::Timing::DEFAULT.leave_bound;
 
 /// A running member. Dropping it stops every unit, deregisters and stops
 /// serving: in the background, or, when no runtime runs its task any more,
@@ -479,7 +479,7 @@ impl Drop for Member {
 }
 
 /// The bound of each Redis call of a member.
-const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+const CALL_TIMEOUT: Duration = crate::core::timing::Timing::DEFAULT.member_call;
 
 /// Deregisters on a fresh current-thread runtime and fresh connections (the
 /// task's died with its runtime), within [`LEAVE_BOUND`].

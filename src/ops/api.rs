@@ -35,10 +35,10 @@ pub const CHANGES_KEPT: usize = 100;
 /// Members listed in one change; the count says how many there were.
 pub const MEMBERS_PER_CHANGE: usize = 20;
 /// Redis is read at most this often.
-pub const MIN_READ_GAP: Duration = Duration::from_secs(1);
+pub const MIN_READ_GAP: Duration = crate::core::timing::Timing::DEFAULT.min_read_gap;
 /// ... and at least this often, for what moves without a new generation
 /// (liveness, reports, the census), unless reads are slow (below).
-pub const MAX_READ_GAP: Duration = Duration::from_secs(5);
+pub const MAX_READ_GAP: Duration = crate::core::timing::Timing::DEFAULT.max_read_gap;
 /// After a read that took `d` (Redis, decoding, the report), the next one
 /// starts `READ_GAP_FACTOR × d` later at the earliest.
 pub const READ_GAP_FACTOR: u32 = 10;

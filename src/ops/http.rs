@@ -69,7 +69,7 @@ pub fn not_ready(status: &Status, now: Instant, redis_fresh: Duration) -> Option
 /// How long the coordinator's loop may go without turning before the replica
 /// counts as wedged. The loop wakes at least every lease timer (well under a
 /// second by default) and each of its awaits is bounded by seconds.
-pub const STALL: Duration = Duration::from_secs(30);
+pub const STALL: Duration = crate::core::timing::Timing::DEFAULT.stall;
 
 /// Why a replica is not healthy (its coordinator stopped or stalled), or
 /// `None` when it is.

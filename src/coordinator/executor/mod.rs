@@ -24,9 +24,7 @@ mod probes;
 mod tasks;
 
 use self::calls::Done;
-use self::tasks::{
-    AbortOnDrop, WARM_EVERY_POLLS, census_task, generation_task, join, prepare_task, warm_task,
-};
+use self::tasks::{AbortOnDrop, census_task, generation_task, join, prepare_task, warm_task};
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -41,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 
-use self::probes::{Probe, ProbeBook, ProbeCause, REFUSAL_SETTLE, Verdict, probe, verdict};
+use self::probes::{Probe, ProbeBook, ProbeCause, Verdict, probe, verdict};
 use super::holder::{
     CycleContext, CycleError, CycleReport, HolderView, InFlight, Preparer, Refusal, SolveSettings,
     WarmView,
@@ -51,6 +49,7 @@ use crate::config::Config;
 use crate::core::lease::LeaseGrant;
 use crate::core::status::Status;
 use crate::core::suspicion::Guard;
+use crate::core::timing::Timing;
 use crate::edge::grpc::{Closes, PingFailure, PingReport, PingTask, Pinger};
 use crate::edge::redis::{ListLimits, Notification, Store};
 use crate::error::StoreError;
@@ -86,7 +85,7 @@ pub(super) struct Executor {
     /// releases what the refusals prove.
     refused: Vec<Refusal>,
     /// When the refusals gathered so far have settled (see
-    /// [`REFUSAL_SETTLE`]).
+    /// `Timing::refusal_settle`).
     refusals_due: Option<Instant>,
     status: watch::Sender<Status>,
     metrics: Arc<Metrics>,
@@ -108,6 +107,8 @@ pub(super) struct Executor {
     /// What this replica prepared as a standby (see [`WarmView`]), for the
     /// first cycle of its next holding.
     warm: Arc<std::sync::Mutex<Option<WarmView>>>,
+    /// The built-in pacing.
+    timing: Timing,
 }
 
 impl Executor {
@@ -137,6 +138,7 @@ impl Executor {
             write_failing: false,
             acquire_failing: false,
             warm: Arc::default(),
+            timing: Timing::DEFAULT,
         }
     }
 
@@ -201,7 +203,7 @@ impl Executor {
             self.store.clone(),
             self.pinger.clone(),
             self.config.services_namespaces.clone(),
-            self.config.poll_interval * WARM_EVERY_POLLS,
+            self.config.poll_interval * self.timing.warm_every_polls,
             self.status.subscribe(),
         )));
         let _prepare = AbortOnDrop(tokio::spawn(prepare_task(
@@ -215,6 +217,7 @@ impl Executor {
                 solve: solve_settings(&self.config),
             },
             self.config.poll_interval,
+            self.timing.warm_every_polls,
             self.status.subscribe(),
             Arc::clone(&self.warm),
         )));
@@ -241,7 +244,8 @@ impl Executor {
         let settings = Settings {
             lease: self.config.lease,
             poll_interval: self.config.poll_interval,
-            takeover_check: Some(crate::core::lease::TAKEOVER_CHECK),
+            takeover_check: Some(self.timing.takeover_check),
+            timing: self.timing,
         };
         let mut machine = Machine::new(settings, Instant::now());
         let mut calls: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
@@ -250,7 +254,7 @@ impl Executor {
         let mut closes = self.closes.take().expect("run once");
         // Pings on connections of their own (see `probes`).
         let mut probes: FuturesUnordered<BoxFuture<'static, Probe>> = FuturesUnordered::new();
-        let mut book = ProbeBook::default();
+        let mut book = ProbeBook::new(self.timing.confirm_spacing);
         tracing::info!(replica = %self.config.replica_id, table = %keys.table, "replica started as standby");
 
         loop {
@@ -347,7 +351,7 @@ impl Executor {
                     let member = closed.member;
                     if self.holding.is_some() && book.start(&member) {
                         // The gathering window opens with the first close.
-                        self.refusals_due.get_or_insert(Instant::now() + REFUSAL_SETTLE);
+                        self.refusals_due.get_or_insert(Instant::now() + self.timing.refusal_settle);
                         probe(&self.pinger, &self.store, member, ProbeCause::Closed, &mut probes);
                     }
                     continue;
@@ -511,6 +515,7 @@ impl Executor {
             },
             failure_threshold: self.config.failure_threshold,
             ping_timeout: self.config.ping_timeout,
+            timing: self.timing,
             handoff: crate::core::handoff::Settings {
                 handoff_delay: self.config.handoff_delay,
             },

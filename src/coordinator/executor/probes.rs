@@ -6,8 +6,9 @@
 //! and [`verdict`], tested below.
 //!
 //! Guarantees: one probe per member at a time; a member whose refusal
-//! proves nothing yet is probed again at most every [`CONFIRM_SPACING`]
-//! (unless a newer revocation needs a connection opened after its write);
+//! proves nothing yet is probed again at most every
+//! `Timing::confirm_spacing` (unless a newer revocation needs a connection
+//! opened after its write);
 //! a refusal releases units only as `core::handoff::Proof` allows.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -20,20 +21,6 @@ use tokio::time::Instant;
 use crate::coordinator::holder::Confirm;
 use crate::edge::grpc::{PingFailure, Pinger};
 use crate::edge::redis::Store;
-
-/// How long, from the first close, closes are gathered before a handoff cycle
-/// fails the refused ones (once every probe of the window answered): members
-/// dying together (a node, a rollout's batch) close their connections within
-/// a millisecond or two, and are then seen as one round, so that the
-/// mass-failure guard (`core::suspicion`) judges them together, as a full
-/// cycle would, instead of one by one.
-pub(super) const REFUSAL_SETTLE: Duration = Duration::from_millis(5);
-
-/// The least time between two confirmation probes of one member, unless a
-/// newer revocation needs one opened after its write: a member whose
-/// refusal proves nothing yet (Redis still has its connection) is looked at
-/// again at this pace, not in a loop of probes and handoff cycles.
-const CONFIRM_SPACING: Duration = Duration::from_millis(250);
 
 /// A finished probe.
 pub(super) struct Probe {
@@ -59,13 +46,22 @@ pub(super) enum ProbeCause {
 
 /// Which members are being probed, and when each was last probed to
 /// confirm it gone.
-#[derive(Default)]
 pub(super) struct ProbeBook {
     probing: HashSet<String>,
     confirmed: HashMap<String, Instant>,
+    /// `Timing::confirm_spacing`.
+    spacing: Duration,
 }
 
 impl ProbeBook {
+    pub(super) fn new(spacing: Duration) -> ProbeBook {
+        ProbeBook {
+            probing: HashSet::new(),
+            confirmed: HashMap::new(),
+            spacing,
+        }
+    }
+
     /// Starts a probe of `member`: `false` when one already runs.
     pub(super) fn start(&mut self, member: &str) -> bool {
         self.probing.insert(member.to_string())
@@ -82,7 +78,7 @@ impl ProbeBook {
 
     /// Of the members a cycle says to confirm (`HandoffState::to_confirm`),
     /// those to probe now: none probed yet, none since the latest revoking
-    /// write it owes (`since`), or none for [`CONFIRM_SPACING`]; never one
+    /// write it owes (`since`), or none for the spacing; never one
     /// whose probe runs. Records them as confirmed now, and forgets members
     /// not probed for a while.
     pub(super) fn confirmations(
@@ -93,13 +89,14 @@ impl ProbeBook {
         let mut due = Vec::new();
         for (member, c) in to_confirm {
             let last = self.confirmed.get(&member).copied();
-            let spaced = last.is_none_or(|l| l < c.since || now >= l + CONFIRM_SPACING);
+            let spaced = last.is_none_or(|l| l < c.since || now >= l + self.spacing);
             if spaced && !self.probing.contains(&member) {
                 self.confirmed.insert(member.clone(), now);
                 due.push((member, c));
             }
         }
-        self.confirmed.retain(|_, l| now < *l + CONFIRM_SPACING * 4);
+        let keep = self.spacing * 4;
+        self.confirmed.retain(|_, l| now < *l + keep);
         due
     }
 }
@@ -193,6 +190,7 @@ pub(super) fn probe(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::timing::Timing;
 
     fn confirm(since: Instant, refusal_helps: bool) -> Confirm {
         Confirm {
@@ -209,7 +207,8 @@ mod tests {
     #[test]
     fn a_member_is_probed_to_confirm_at_most_every_spacing_unless_a_newer_write_needs_it() {
         let t = Instant::now();
-        let mut book = ProbeBook::default();
+        const CONFIRM_SPACING: Duration = Timing::DEFAULT.confirm_spacing;
+        let mut book = ProbeBook::new(CONFIRM_SPACING);
         let a = || BTreeMap::from([("a".to_string(), confirm(t, false))]);
         assert_eq!(book.confirmations(a(), t).len(), 1);
         let soon = t + CONFIRM_SPACING / 2;

@@ -26,9 +26,6 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// How often, in poll intervals, a standby refreshes its warm channels.
-pub(super) const WARM_EVERY_POLLS: u32 = 5;
-
 /// Warm standby: while this replica is not the holder, it keeps a connection
 /// open to every listed member (see [`Pinger::warm`]), judging nothing, so
 /// that its first cycle as a holder pings over open connections. The members
@@ -71,7 +68,7 @@ pub(super) async fn warm_task(
 /// cycle as a holder would read and solve (see [`WarmView`]), brought up to
 /// date every `interval`: with nothing changed, a guard probe per list and
 /// one for the reports. After a preparation that read a list in full, the
-/// next waits [`WARM_EVERY_POLLS`] intervals, so that where Redis does not
+/// next waits `Timing::warm_every_polls` intervals, so that where Redis does not
 /// permit `WATCH` (every list read every time) a standby reads a fifth as
 /// often as the holder. While this
 /// replica holds, the slot is emptied (the holding's own view is newer, and
@@ -79,6 +76,7 @@ pub(super) async fn warm_task(
 pub(super) async fn prepare_task(
     preparer: Preparer,
     interval: Duration,
+    warm_every_polls: u32,
     status: watch::Receiver<Status>,
     slot: Arc<std::sync::Mutex<Option<WarmView>>>,
 ) {
@@ -101,7 +99,7 @@ pub(super) async fn prepare_task(
             Ok(w) => {
                 failing = false;
                 if w.read_lists {
-                    pause = interval * WARM_EVERY_POLLS;
+                    pause = interval * warm_every_polls;
                 }
                 *slot.lock().expect("warm view lock") = Some(w);
             }

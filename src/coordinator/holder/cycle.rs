@@ -53,7 +53,8 @@ use crate::core::inputs::{self, Inputs};
 use crate::core::liveness::Liveness;
 use crate::core::suspicion::{self, Guard, Review, SuspectChanges};
 use crate::core::table::MatchingTable;
-use crate::edge::grpc::{FIRST_CONTACT, PingReport, Pinger};
+use crate::core::timing::Timing;
+use crate::edge::grpc::{PingReport, Pinger};
 use crate::edge::redis::{LeaseGrant, ListLimits, Snapshot, Store};
 use crate::ops::metrics::Metrics;
 use crate::unix_ms;
@@ -77,6 +78,9 @@ pub(in crate::coordinator) struct CycleContext {
     pub(in crate::coordinator) guard: Guard,
     pub(in crate::coordinator) failure_threshold: u32,
     pub(in crate::coordinator) ping_timeout: Duration,
+    /// The built-in pacing (the ping round's grace, a first contact's
+    /// allowance).
+    pub(in crate::coordinator) timing: Timing,
     pub(in crate::coordinator) handoff: handoff::Settings,
     /// The assignment mode and `-max-moves-per-cycle`.
     pub(in crate::coordinator) solve: SolveSettings,
@@ -317,7 +321,8 @@ impl CycleContext {
             liveness: &view.liveness,
             was_live: &was_live,
             guard_percent: self.guard.percent,
-            patience: self.ping_timeout.max(FIRST_CONTACT),
+            grace: self.timing.ping_grace,
+            patience: self.ping_timeout.max(self.timing.first_contact),
         };
         let waited = round
             .gather(&mut pending, &mut pending_members, &fresh, &mut all_reports)

@@ -26,11 +26,6 @@ use crate::edge::grpc::PingReport;
 /// instead of pinging those members again.
 pub(in crate::coordinator) type InFlight = crate::edge::grpc::PingSet;
 
-/// How long a cycle waits for fast ping results before acting on them. A
-/// refused connection answers in about a millisecond; a hung member only when
-/// the ping timeout expires, which must not delay everyone else.
-const FIRST_PHASE: Duration = Duration::from_millis(50);
-
 /// What one round's waits depend on.
 pub(super) struct Round<'a> {
     /// The liveness before the round.
@@ -39,6 +34,9 @@ pub(super) struct Round<'a> {
     pub(super) was_live: &'a HashSet<String>,
     /// The mass-failure guard's percentage (100: off).
     pub(super) guard_percent: u32,
+    /// How long the first phase waits for fast results
+    /// (`Timing::ping_grace`).
+    pub(super) grace: Duration,
     /// The longest a later phase waits: a ping timeout, at least a first
     /// contact's allowance.
     pub(super) patience: Duration,
@@ -129,7 +127,7 @@ impl Round<'_> {
         let settled = |awaited: &HashSet<String>, pending: &HashSet<String>| {
             !awaited.iter().any(|m| pending.contains(m))
         };
-        let grace = Instant::now() + FIRST_PHASE;
+        let grace = Instant::now() + self.grace;
         collect_until(pending, pending_members, reports, grace, |_, p| {
             !settled(&awaited, p)
         })
@@ -244,6 +242,7 @@ mod tests {
             liveness: &l,
             was_live: &was_live,
             guard_percent: 50,
+            grace: Duration::from_millis(50),
             patience: Duration::from_secs(1),
         };
         assert_eq!(
@@ -260,6 +259,7 @@ mod tests {
             liveness: &l,
             was_live: &was_live,
             guard_percent: 50,
+            grace: Duration::from_millis(50),
             patience: Duration::from_secs(1),
         };
         let new = set(&["n1", "n2", "n3"]);
@@ -284,6 +284,7 @@ mod tests {
             liveness: &l,
             was_live: &was_live,
             guard_percent,
+            grace: Duration::from_millis(50),
             patience: Duration::from_secs(1),
         };
         let r = round(50);

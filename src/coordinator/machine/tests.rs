@@ -24,6 +24,7 @@ fn settings() -> Settings {
         },
         poll_interval: Duration::from_millis(1000),
         takeover_check: Some(Duration::from_millis(50)),
+        timing: Timing::DEFAULT,
     }
 }
 
@@ -230,8 +231,14 @@ fn a_member_down_brings_the_next_full_cycle_forward() {
     // Another one right after a cycle started: spaced.
     let a = m.step(Event::MemberDown, t0 + ms(21));
     assert!(!starts_cycle(&a), "{a:?}");
-    assert_eq!(m.next_wake(), Some(t0 + ms(20) + EARLY_CYCLE_SPACING));
-    let a = m.step(Event::Tick, t0 + ms(20) + EARLY_CYCLE_SPACING);
+    assert_eq!(
+        m.next_wake(),
+        Some(t0 + ms(20) + Timing::DEFAULT.early_cycle_spacing)
+    );
+    let a = m.step(
+        Event::Tick,
+        t0 + ms(20) + Timing::DEFAULT.early_cycle_spacing,
+    );
     assert!(full(&a), "{a:?}");
     // A standby ignores it.
     let mut s = Machine::new(settings(), t0);

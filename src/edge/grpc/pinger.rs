@@ -20,6 +20,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::closes::{CloseHints, Closed, Closes, WatchingConnector};
 use crate::core::inputs::check_member_addr;
+use crate::core::timing::Timing;
 use crate::proto::grpc_pinger_client::GrpcPingerClient;
 
 /// Why a ping failed.
@@ -77,8 +78,8 @@ pub struct Keepalive {
 }
 
 /// The longest a first contact with a member (connection, TLS, ping) may take,
-/// when that is more than the ping timeout.
-pub const FIRST_CONTACT: Duration = Duration::from_secs(2);
+/// when that is more than the ping timeout (see [`Timing::first_contact`]).
+pub const FIRST_CONTACT: Duration = Timing::DEFAULT.first_contact;
 
 /// How many connections a standby opens at once to warm its channels.
 const WARM_CONCURRENCY: usize = 16;

@@ -33,7 +33,7 @@ use super::{
     Acquisition, Claim, HolderConnection, HolderRecord, LeaseClient, LeaseGrant, LostLease,
     Renewal, Store, checked, int, redis_err, reply_err, text,
 };
-use crate::core::lease::CLIENT_REFUSED_BACKOFF;
+use crate::core::timing::Timing;
 use crate::error::StoreError;
 
 impl Store {
@@ -246,7 +246,7 @@ impl Store {
     ) -> Result<(Value, String), StoreError> {
         let refused_lately = matches!(
             self.lease_client(),
-            LeaseClient::Refused { at, .. } if at.elapsed() < CLIENT_REFUSED_BACKOFF
+            LeaseClient::Refused { at, .. } if at.elapsed() < Timing::DEFAULT.client_refused_backoff
         );
         let mut conn = match self.conn() {
             Conn::Single(c) if !refused_lately => c,

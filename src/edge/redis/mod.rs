@@ -65,10 +65,9 @@ use reply::{bytes_list, int, redis_err, refused_commands, reply_err, text, text_
 pub use scripts::MAX_COUNT;
 use scripts::{Scripts, checked, stored_count};
 
-/// Bound of a read that may carry whole lists (a million units is ~10 MB).
-/// Such reads never hold up the lease: they run on their own connection and,
-/// in the holder, in the cycle task.
-pub const BULK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound of a read that may carry whole lists (see
+/// [`Timing::bulk_timeout`](crate::core::timing::Timing::bulk_timeout)).
+pub const BULK_TIMEOUT: Duration = crate::core::timing::Timing::DEFAULT.bulk_timeout;
 
 /// A name for this replica in Redis (lease holder, census report) when none
 /// is configured: `<hostname>-<pid>-<8 hex digits>`. The random part, from a
@@ -164,7 +163,7 @@ pub enum LeaseClient {
     /// The id `CLIENT ID` last returned on the lease connection.
     Id(u64),
     /// Redis refused `CLIENT ID` (why, and when): no fast takeover. Asked
-    /// again only after `core::lease::CLIENT_REFUSED_BACKOFF`.
+    /// again only after `Timing::client_refused_backoff`.
     Refused {
         why: String,
         at: tokio::time::Instant,
