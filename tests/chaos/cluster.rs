@@ -398,15 +398,11 @@ impl Cluster {
         let w = &mut self.workers[i];
         self.checker.worker(&w.id, false);
         let mut p = w.process.take().expect("a running worker");
-        assert!(
-            p.kill(),
-            "worker {} had died by itself:\n{}",
-            w.id,
-            p.tail(20)
-        );
-        // Reaped: it does nothing from here on.
-        self.owners
-            .ended(&w.id, Ending::Killed, ownership::unix_us_now());
+        let killed = p
+            .kill()
+            .unwrap_or_else(|| panic!("worker {} had died by itself:\n{}", w.id, p.tail(20)));
+        // It does nothing after the signal.
+        self.owners.ended(&w.id, Ending::Killed, killed);
     }
 
     /// SIGTERM: the worker drains (the holder moves its units away, it
@@ -916,9 +912,9 @@ impl Cluster {
         let summary = self.checker.summary();
         for w in &mut self.workers {
             if let Some(mut p) = w.process.take() {
-                p.kill();
-                self.owners
-                    .ended(&w.id, Ending::Killed, ownership::unix_us_now());
+                // (One that had exited by itself: ended by now.)
+                let killed = p.kill().unwrap_or_else(ownership::unix_us_now);
+                self.owners.ended(&w.id, Ending::Killed, killed);
             }
         }
         let report = self.owners.check(&Bounds { reown: self.reown });

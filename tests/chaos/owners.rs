@@ -27,7 +27,7 @@ use crate::support::ownership::{self, Bounds, Report};
 /// How a worker process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ending {
-    /// SIGKILL (by the test): holds end when it was reaped.
+    /// SIGKILL (by the test): holds end when the signal was sent.
     Killed,
     /// It exited by itself (SIGTERM: a drain), having released everything.
     Exited,
@@ -74,7 +74,8 @@ impl Journal {
         });
     }
 
-    /// `member`'s running process ended (reaped) at `unix_us`.
+    /// `member`'s running process ended at `unix_us` (killed: when the signal
+    /// was sent; exited by itself: when it was reaped).
     pub fn ended(&self, member: &str, how: Ending, unix_us: u64) {
         let mut s = self.state();
         let life = s

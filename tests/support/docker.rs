@@ -538,17 +538,20 @@ impl Process {
         }
     }
 
-    /// SIGKILL and reap; true if it was running.
-    pub fn kill(&mut self) -> bool {
-        match self.child.take() {
-            Some(mut c) => {
-                let running = c.try_wait().ok().flatten().is_none();
-                let _ = c.kill();
-                let _ = c.wait();
-                running
-            }
-            None => false,
-        }
+    /// SIGKILL and reap. If it was running: the Unix µs just after the
+    /// signal was sent, when it stopped doing anything. Not the reaping: its
+    /// sockets close as it dies, and a holder moves its units within
+    /// milliseconds of that, while this thread may be scheduled later.
+    pub fn kill(&mut self) -> Option<u64> {
+        let mut c = self.child.take()?;
+        let running = c.try_wait().ok().flatten().is_none();
+        let _ = c.kill();
+        let sent = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_micros() as u64;
+        let _ = c.wait();
+        running.then_some(sent)
     }
 
     /// Whether it still runs (it did not exit or crash by itself).
