@@ -218,8 +218,15 @@ class Worker:
                     if self.ask_server:
                         p.info("server")
                 got = await p.execute()
-        except (NoPermissionError, ExecAbortError) as e:
-            if self.ask_client and self.ask_server and "(INFO" in str(e):
+        except RedisError as e:
+            # Refused: not permitted (NOPERM), or renamed or disabled (redis-py
+            # raises the queued "unknown command" error itself). Anything else
+            # is a failed read.
+            refused = isinstance(e, (NoPermissionError, ExecAbortError)) or any(
+                w in str(e) for w in ("unknown command", "unknown subcommand"))
+            if not refused:
+                raise
+            if self.ask_client and self.ask_server and ("(INFO" in str(e) or "'info'" in str(e)):
                 # (redis-py names the refused command: "Command # 4 (INFO server) ...".)
                 log.warning("INFO is not permitted (%s): reports name the connection by client id "
                             "alone, so after a Redis failover a refusal of this address may wait "

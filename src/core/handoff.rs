@@ -118,8 +118,10 @@ pub enum Proof {
     /// that did not speak the protocol (no report).
     Refusal,
     /// Such a refusal, after which Redis had no such connection as the
-    /// member's report names now (else this one, the one it named when the
-    /// unit was revoked).
+    /// member's report names now (else this one, the client id it named
+    /// when the unit was revoked). Recorded by client id alone (`c<id>`),
+    /// the form every holder version reads; a `c<id>@<run id>` is read too,
+    /// for a later version that records the server as well.
     Disconnected(RedisConnection),
     /// Nothing: a member of the protocol that names no connection, or one
     /// whose report could not be read.
@@ -326,8 +328,8 @@ pub struct MemberFacts {
     /// before that instant, where a refusal is proof ([`Proof::Refusal`]).
     pub refused_since: Option<Instant>,
     /// Such a refusal after which Redis had no connection the member names
-    /// (its report's client id, or the one recorded with the revocation):
-    /// proof for [`Proof::Disconnected`].
+    /// (its report's connection, or the client id recorded with the
+    /// revocation): proof for [`Proof::Disconnected`].
     pub disconnected_since: Option<Instant>,
     /// From `{T}:members`, if it speaks the protocol: as read by the last
     /// read that worked.
@@ -494,7 +496,12 @@ impl Settings {
     /// member revoked now no longer works on the unit (see [`Proof`]).
     pub fn proof(&self, m: &MemberFacts) -> Proof {
         match &m.report {
-            Some(r) => r.client.map_or(Proof::Never, Proof::Disconnected),
+            // Recorded by client id alone, the form every holder reads: the
+            // run id is looked at in the report (which names the member's
+            // connection now), not in the transit entry.
+            Some(r) => r.client.map_or(Proof::Never, |c| {
+                Proof::Disconnected(RedisConnection::id(c.client))
+            }),
             None if m.reports_read => Proof::Refusal,
             None => Proof::Never,
         }

@@ -613,8 +613,9 @@ async fn a_dead_members_client_id_reused_by_a_promoted_replica_does_not_keep_it_
         Some(true),
         "the member's connection was on the old master"
     );
-    // The same when its report is gone and only the connection recorded
-    // with its revocations is known.
+    // The same when its report is gone and a connection named with its
+    // server is all that is known (the store's side: revocations record the
+    // client id alone, checked below).
     on_replica(&["HDEL", &keys().members, MEMBER]).await;
     assert_eq!(
         holder.member_disconnected(MEMBER, &[named]).await.unwrap(),

@@ -597,6 +597,24 @@ mod tests {
         assert_eq!(settings.proof(&h.facts("a:1")), Proof::Refusal);
     }
 
+    /// A transit entry records the client id alone (`c17`), the form every
+    /// holder version reads; the run id is looked at in the report.
+    #[test]
+    fn a_revocation_records_the_client_id_alone() {
+        let settings = handoff::Settings {
+            handoff_delay: Duration::from_secs(1),
+        };
+        let mut h = HandoffState::default();
+        let report = format!("4 0 30000 1 17 {}", "a".repeat(40));
+        h.observe_reports(pairs(&[("a:1", &report)]), "m");
+        let f = h.facts("a:1");
+        assert!(f.report.unwrap().client.unwrap().server.is_some());
+        assert_eq!(
+            settings.proof(&f),
+            Proof::Disconnected(RedisConnection::id(17))
+        );
+    }
+
     #[test]
     fn reports_above_every_known_generation_are_a_lost_numbering() {
         let mut h = HandoffState::default();

@@ -89,10 +89,18 @@ impl Store {
                         .query_async::<(Option<String>, Option<Vec<u8>>, u64)>(&mut conn)
                         .await
                         .map(|(r, g, c)| (r, g, Some(c), None)),
+                    // INFO as bytes: a path in it need not be UTF-8.
                     _ => pipe
-                        .query_async::<(Option<String>, Option<Vec<u8>>, u64, String)>(&mut conn)
+                        .query_async::<(Option<String>, Option<Vec<u8>>, u64, Vec<u8>)>(&mut conn)
                         .await
-                        .map(|(r, g, c, i)| (r, g, Some(c), Some(i))),
+                        .map(|(r, g, c, i)| {
+                            (
+                                r,
+                                g,
+                                Some(c),
+                                Some(String::from_utf8_lossy(&i).into_owned()),
+                            )
+                        }),
                 };
                 let refused = match result {
                     Ok(read) => return Ok(read),

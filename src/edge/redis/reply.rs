@@ -47,6 +47,8 @@ pub(super) fn text(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
+        // RESP3's form of INFO and CLIENT LIST.
+        Value::VerbatimString { text, .. } => Some(text.clone()),
         Value::Int(i) => Some(i.to_string()),
         _ => None,
     }
