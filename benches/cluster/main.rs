@@ -24,6 +24,7 @@ mod common;
 mod detection;
 mod failover;
 mod handoff;
+mod member_reads;
 mod memory;
 mod pings;
 mod redis_cost;
@@ -38,6 +39,7 @@ const SECTIONS: &[&str] = &[
     "table_write",
     "memory",
     "handoff",
+    "member_reads",
     "ui",
 ];
 
@@ -81,6 +83,7 @@ fn main() {
                 "redis_cost" => redis_cost::run().await,
                 "table_write" => table_write::run().await,
                 "memory" => memory::run().await,
+                "member_reads" => member_reads::run().await,
                 "handoff" => handoff::run().await,
                 "ui" => ui::run().await,
                 _ => unreachable!(),
