@@ -127,6 +127,7 @@ class Worker:
         self.applied, self.row = 0, None  # the last generation processed, and its row
         # The rows connection: (CLIENT ID, run id or None), if Redis tells.
         self.client, self.ask_client, self.ask_server = None, True, True
+        self.ask_again_at = 0.0  # a refused CLIENT ID or INFO is asked again after a minute
         self.reported = self.reported_draining = self.reported_client = None
         self.draining = self.leaving = False
         self.wake, self.done = asyncio.Event(), asyncio.Event()
@@ -210,6 +211,8 @@ class Worker:
     # Steps 3 and 4: follow the row.
     async def read(self):
         sent = time.monotonic()
+        if sent >= self.ask_again_at:  # (an ACL fixed meanwhile takes effect)
+            self.ask_client = self.ask_server = True
         try:
             async with self.rows.pipeline(transaction=True) as p:
                 p.hget(self.args.table, self.id).hget(self.meta, "generation")
@@ -232,10 +235,12 @@ class Worker:
                             "alone, so after a Redis failover a refusal of this address may wait "
                             "for its deadline", e)
                 self.ask_server = False
+                self.ask_again_at = time.monotonic() + 60
             elif self.ask_client:
                 log.warning("CLIENT ID is not permitted (%s): reports name no connection, so a "
                             "refusal of this address will not move its units before its deadline", e)
                 self.ask_client = False
+                self.ask_again_at = time.monotonic() + 60
             else:
                 raise
             return await self.read()

@@ -5,7 +5,6 @@
 //! tell.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use redis::Value;
@@ -82,7 +81,7 @@ impl Store {
         const OP: &str = "look for a member's connection";
         let mut conn = self.conn();
         loop {
-            let info = self.server_info.load(Relaxed);
+            let info = self.server_info.allowed();
             let mut pipe = redis::pipe();
             pipe.atomic();
             if info {
@@ -100,9 +99,9 @@ impl Store {
                 Err(StoreError::Redis { source, .. })
                     if info && refused_commands(&source).is_some_and(|at| at == [0]) =>
                 {
-                    self.server_info.store(false, Relaxed);
+                    self.server_info.refused();
                     tracing::warn!(
-                        "INFO is not permitted: a member's Redis connection is looked for by its client id alone, so after a Redis failover or restart a refused member's units may wait for its deadline"
+                        "INFO is not permitted: a member's Redis connection is looked for by its client id alone, so after a Redis failover or restart a refused member's units may wait for its deadline (asked again in a minute)"
                     );
                     continue;
                 }

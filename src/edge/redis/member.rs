@@ -11,14 +11,13 @@
 //! - the row, the generation, the client id and the run id come from one
 //!   transaction on one connection, so they name the connection the row was
 //!   read on and the server it is on; where Redis refuses `CLIENT ID` or
-//!   `INFO` (an ACL, a renamed command) that is remembered, logged once, and
-//!   rows are read without it from then on (without a client id, no run id
-//!   is asked either); on Redis Cluster neither is asked (a command without
+//!   `INFO` (an ACL, a renamed command) that is remembered and logged, and
+//!   rows are read without it for a minute before it is asked again (an ACL
+//!   fixed meanwhile takes effect without a restart; without a client id, no
+//!   run id is asked either); on Redis Cluster neither is asked (a command without
 //!   a key may go to another node than the row's);
 //! - the report is encoded by [`MemberReport::encode`], the one stored form
 //!   the holder decodes.
-
-use std::sync::atomic::Ordering::Relaxed;
 
 use tokio::time::Instant;
 
@@ -76,8 +75,8 @@ impl Store {
         let run = async {
             loop {
                 let asked = Asked {
-                    client: single && self.row_client.load(Relaxed),
-                    server: self.server_info.load(Relaxed),
+                    client: single && self.row_client.allowed(),
+                    server: self.server_info.allowed(),
                 };
                 let pipe = transaction(asked);
                 let result: redis::RedisResult<Read> = match asked {
@@ -111,16 +110,16 @@ impl Store {
                     Err(e) => return Err(e),
                 };
                 if refused.contains(&2) {
-                    self.row_client.store(false, Relaxed);
+                    self.row_client.refused();
                     tracing::warn!(
                         member,
-                        "CLIENT ID is not permitted: this member's reports name no Redis connection, so a refusal of this member's address will not move its units before its deadline"
+                        "CLIENT ID is not permitted: this member's reports name no Redis connection, so a refusal of this member's address will not move its units before its deadline (asked again in a minute)"
                     );
                 } else {
-                    self.server_info.store(false, Relaxed);
+                    self.server_info.refused();
                     tracing::warn!(
                         member,
-                        "INFO is not permitted: this member's reports name its Redis connection by client id alone, so after a Redis failover or restart a refusal of its address may wait for its deadline before its units move"
+                        "INFO is not permitted: this member's reports name its Redis connection by client id alone, so after a Redis failover or restart a refusal of its address may wait for its deadline before its units move (asked again in a minute)"
                     );
                 }
             }

@@ -124,6 +124,36 @@ impl RedisOptions {
     }
 }
 
+/// Whether Redis lets this store run an optional command, as last learned.
+/// After a refusal it is not asked again for
+/// [`Timing::client_refused_backoff`](crate::core::timing::Timing): each
+/// refusal is an entry in Redis' `ACL LOG` (and a log line here), while an
+/// ACL changed since is seen within that time, without a restart.
+#[derive(Debug, Default)]
+pub(super) struct Optional(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl Optional {
+    pub(super) fn allowed(&self) -> bool {
+        self.allowed_at(std::time::Instant::now())
+    }
+
+    pub(super) fn refused(&self) {
+        self.refused_at(std::time::Instant::now());
+    }
+
+    fn allowed_at(&self, now: std::time::Instant) -> bool {
+        let backoff = crate::core::timing::Timing::DEFAULT.client_refused_backoff;
+        self.0
+            .lock()
+            .expect("optional command lock")
+            .is_none_or(|at| now.saturating_duration_since(at) >= backoff)
+    }
+
+    fn refused_at(&self, now: std::time::Instant) {
+        *self.0.lock().expect("optional command lock") = Some(now);
+    }
+}
+
 /// A handle to one distribution's keys in Redis. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -143,12 +173,11 @@ pub struct Store {
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
     list_sizing: Arc<std::sync::atomic::AtomicBool>,
     memory_usage: Arc<std::sync::atomic::AtomicBool>,
-    /// Whether Redis lets a member ask `CLIENT ID` with its row reads (off
-    /// after a refusal).
-    row_client: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether Redis lets a member ask `CLIENT ID` with its row reads.
+    row_client: Arc<Optional>,
     /// Whether Redis lets us ask `INFO server` for its run id, which names
-    /// the server of a member's connection (off after a refusal).
-    server_info: Arc<std::sync::atomic::AtomicBool>,
+    /// the server of a member's connection.
+    server_info: Arc<Optional>,
     /// The Redis client id of the lease connection, as last learned on it.
     lease_client: Arc<std::sync::Mutex<LeaseClient>>,
 }
@@ -392,8 +421,8 @@ impl Store {
             wait: opts.wait,
             list_sizing: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             memory_usage: Arc::new(std::sync::atomic::AtomicBool::new(true)),
-            row_client: Arc::new(std::sync::atomic::AtomicBool::new(true)),
-            server_info: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            row_client: Arc::default(),
+            server_info: Arc::default(),
             lease_client: Arc::new(std::sync::Mutex::new(LeaseClient::Unknown)),
             scripts: Arc::new(Scripts::new()),
             op_timeout,
@@ -418,5 +447,23 @@ mod tests {
         let random = a.rsplit('-').next().unwrap();
         assert_eq!(random.len(), 8);
         assert!(random.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+    }
+}
+
+#[cfg(test)]
+mod optional_tests {
+    use super::Optional;
+    use crate::core::timing::Timing;
+
+    #[test]
+    fn a_refused_command_is_asked_again_after_the_back_off() {
+        let t = std::time::Instant::now();
+        let backoff = Timing::DEFAULT.client_refused_backoff;
+        let o = Optional::default();
+        assert!(o.allowed_at(t), "asked until refused");
+        o.refused_at(t);
+        assert!(!o.allowed_at(t));
+        assert!(!o.allowed_at(t + backoff - std::time::Duration::from_millis(1)));
+        assert!(o.allowed_at(t + backoff), "an ACL fixed meanwhile is seen");
     }
 }
