@@ -234,17 +234,22 @@ mod tests {
         l
     }
 
+    /// A round over `l` and `was_live`, with the guard at `guard_percent`.
+    fn round<'a>(l: &'a Liveness, was_live: &'a HashSet<String>, guard_percent: u32) -> Round<'a> {
+        Round {
+            liveness: l,
+            was_live,
+            guard_percent,
+            grace: Duration::from_millis(50),
+            patience: Duration::from_secs(1),
+        }
+    }
+
     #[test]
     fn the_grace_waits_for_fresh_members_that_are_not_failing() {
         let l = liveness(&["a"], &["f"]);
         let was_live = set(&["a"]);
-        let round = Round {
-            liveness: &l,
-            was_live: &was_live,
-            guard_percent: 50,
-            grace: Duration::from_millis(50),
-            patience: Duration::from_secs(1),
-        };
+        let round = round(&l, &was_live, 50);
         assert_eq!(
             round.first_awaited(&set(&["a", "f", "new"])),
             set(&["a", "new"])
@@ -255,13 +260,7 @@ mod tests {
     fn first_contacts_are_awaited_only_when_they_outnumber_the_members_heard_from() {
         let l = liveness(&["a", "b"], &[]);
         let was_live = set(&["a", "b"]);
-        let round = Round {
-            liveness: &l,
-            was_live: &was_live,
-            guard_percent: 50,
-            grace: Duration::from_millis(50),
-            patience: Duration::from_secs(1),
-        };
+        let round = round(&l, &was_live, 50);
         let new = set(&["n1", "n2", "n3"]);
         // Two heard (known live), three unheard of and still pending.
         let (unheard, heard, awaited) = round
@@ -280,14 +279,8 @@ mod tests {
     fn the_rest_of_a_round_is_awaited_only_when_a_live_member_failed_and_few_answered() {
         let l = liveness(&["a", "b", "c", "d"], &[]);
         let was_live = set(&["a", "b", "c", "d"]);
-        let round = |guard_percent| Round {
-            liveness: &l,
-            was_live: &was_live,
-            guard_percent,
-            grace: Duration::from_millis(50),
-            patience: Duration::from_secs(1),
-        };
-        let r = round(50);
+        let with_guard = |guard_percent| round(&l, &was_live, guard_percent);
+        let r = with_guard(50);
         assert!(r.hold_for_the_rest(&[refused("a")], 3));
         assert!(r.hold_for_the_rest(&[refused("a"), ok("b"), ok("c")], 1));
         assert!(
@@ -301,7 +294,7 @@ mod tests {
         );
         assert!(!r.hold_for_the_rest(&[refused("a")], 0), "nothing pending");
         assert!(
-            !round(100).hold_for_the_rest(&[refused("a")], 3),
+            !with_guard(100).hold_for_the_rest(&[refused("a")], 3),
             "guard off"
         );
     }
