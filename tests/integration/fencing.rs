@@ -386,3 +386,44 @@ async fn a_write_that_lands_late_is_refused_by_its_version() {
     );
     assert_eq!(direct.read_table().await.unwrap(), *first);
 }
+
+/// A revocation is numbered with its write's generation in decimal, also
+/// from 10^14 on, where Lua's `tostring` switches to exponent form
+/// ("1.2345678901234e+14", which no reader parses back: the unit would wait
+/// the longest wait).
+#[tokio::test]
+async fn a_revocation_above_1e14_is_numbered_in_decimal() {
+    let redis = RedisServer::start();
+    let store = Store::open(&redis.url(), TABLE, Duration::from_secs(2)).unwrap();
+    let Acquisition::Acquired(g) = store
+        .acquire(&claim(Duration::from_secs(30), 0, "a", 1))
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    let t = table(&[("w2", "x")]);
+    let transit = [("x,g".to_string(), "0 1700000000000 w2 w1".to_string())];
+    let none = HealthChanges::default();
+    let c = Commit {
+        table: Some(&t),
+        health: &none,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
+        transit: Some(&transit),
+        generation_floor: 123_456_789_012_345,
+        holder_id: "a",
+        now_ms: 1,
+        assignment: "ring",
+        last_change: None,
+        expected_version: None,
+    };
+    assert_eq!(
+        store.commit(&g, &c).await.unwrap(),
+        Committed::Written {
+            generation: Some(123_456_789_012_346),
+            version: 1,
+        }
+    );
+    let v: String = redis.cmd(&["HGET", &keys().transit, "x,g"]).await;
+    assert_eq!(v, "123456789012346 1700000000000 w2 w1");
+}

@@ -64,7 +64,7 @@ if meta_type == 'hash' then
   end
 end
 if version + 1 >= MAX_SAFE then
-  return invalid(KEYS[2], 'version', tostring(version), COUNT .. ', below its largest')
+  return invalid(KEYS[2], 'version', decimal(version), COUNT .. ', below its largest')
 end
 if expected_version and expected_version ~= version then
   return {-4, version}
@@ -85,7 +85,7 @@ if write_table then
   end
   generation = math.max(current, stored_floor, argv_floor) + 1
   if generation >= MAX_SAFE then
-    return invalid(KEYS[2], 'generation', tostring(generation - 1), COUNT .. ', below its largest')
+    return invalid(KEYS[2], 'generation', decimal(generation - 1), COUNT .. ', below its largest')
   end
 end
 local liveness_type = type_of(KEYS[5])
@@ -149,7 +149,7 @@ apply('HDEL', KEYS[5], del_at, sus_at - 1)
 apply('HSET', KEYS[6], sus_at, unsus_at - 1)
 apply('HDEL', KEYS[6], unsus_at, unsus_at + n_unsus - 1)
 if write_transit then
-  local gen = tostring(generation)
+  local gen = decimal(generation)
   for i = transit_at, transit_at + 2 * n_transit - 1, 2 do
     local v = ARGV[i + 1]
     if string.sub(v, 1, 2) == '0 ' then

@@ -34,6 +34,12 @@ end
 
 local COUNT = 'an integer in 0..2^53-1'
 
+-- A count as decimal text. Lua's tostring() writes 1e14 and above in
+-- exponent form ("1.2345678901234e+14"), which no reader parses back.
+local function decimal(n)
+  return string.format('%d', n)
+end
+
 -- Redis' TYPE of a key, as a string.
 local function type_of(key)
   return redis.call('TYPE', key).ok
