@@ -1,7 +1,10 @@
 //! IO at the edges: Redis (connections, bounded calls, Lua scripts, pub/sub)
 //! and gRPC (the holder's pinger, the members' responder), with the TLS
-//! material both use. Nothing here decides anything: the coordinator does.
+//! material both use, and an in-memory Redis for the simulation. Nothing
+//! here decides anything: the coordinator does.
 
 pub mod grpc;
+#[cfg(feature = "daemon")]
+pub mod memory;
 pub mod redis;
 pub mod tls;

@@ -19,6 +19,7 @@ mod handoff_repro;
 mod hardening;
 mod idle;
 mod member_handoff;
+mod memory_store;
 mod ownership_stress;
 mod process;
 mod python_worker;

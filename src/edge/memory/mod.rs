@@ -1,0 +1,15 @@
+//! An in-memory Redis for the deterministic simulation: a [`Keyspace`] with
+//! Redis' semantics for the commands the distributor uses, and its Lua
+//! scripts step for step in Rust ([`scripts`]).
+//!
+//! Guarantee: for every script, the same call on the same keyspace gives
+//! the same reply and leaves the same keyspace as a real `redis-server`;
+//! the differential test (`tests/integration/memory_store.rs`) checks it
+//! on random calls, including stored values that do not parse and keys of
+//! the wrong type.
+
+pub mod keyspace;
+pub mod scripts;
+
+pub use keyspace::{Data, Keyspace, WrongType};
+pub use scripts::{Effects, Script, run};

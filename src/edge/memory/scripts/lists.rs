@@ -1,0 +1,85 @@
+//! `register.lua`, `replace_list.lua` and `forget.lua`: the services and
+//! units lists, and forgetting members.
+
+use redis::Value;
+
+use super::{Call, bulk, count, int, invalid, wrong_type};
+use crate::edge::memory::keyspace::WrongType;
+
+impl Call<'_> {
+    /// `register.lua`.
+    pub(super) fn register(&mut self) -> Result<Value, WrongType> {
+        let t = self.type_of(1);
+        if t != "list" && t != "none" {
+            return Ok(wrong_type(self.key(1), t, "list"));
+        }
+        let (key, now) = (self.key(1).to_string(), self.now);
+        let value = self.arg(1).unwrap_or_default().to_vec();
+        if self.ks.lpos(&key, &value, now)?.is_some() {
+            return Ok(int(0));
+        }
+        let front = self.arg(2) == Some(b"LPUSH");
+        self.ks.push(&key, &[value], front, now)?;
+        Ok(int(1))
+    }
+
+    /// `replace_list.lua`.
+    pub(super) fn replace_list(&mut self) -> Result<Value, WrongType> {
+        let t = self.type_of(1);
+        if t != "list" && t != "none" {
+            return Ok(wrong_type(self.key(1), t, "list"));
+        }
+        let (key, now) = (self.key(1).to_string(), self.now);
+        self.ks.del(&key, now);
+        self.ks.push(&key, self.argv, false, now)?;
+        Ok(int(self.argv.len() as i64))
+    }
+
+    /// `forget.lua`.
+    pub(super) fn forget(&mut self) -> Result<Value, WrongType> {
+        if !self.holds(1, 1)? {
+            return Ok(Value::Array(vec![int(0), bulk("lease")]));
+        }
+        if !self.holds(2, 2)? {
+            return Ok(Value::Array(vec![int(0), bulk("epoch")]));
+        }
+        let lists = self.keys.len() - 3;
+        for i in 4..=self.keys.len() {
+            let t = self.type_of(i);
+            if t != "list" && t != "none" {
+                return Ok(wrong_type(self.key(i), t, "list"));
+            }
+        }
+        for i in (3..=self.argv.len()).step_by(2) {
+            match count(self.arg(i)) {
+                Some(n) if n <= lists as u64 => {}
+                _ => {
+                    return Ok(invalid(
+                        b"ARGV",
+                        b"list number",
+                        self.arg(i),
+                        &format!("a list number in 0..{lists}"),
+                    ));
+                }
+            }
+        }
+        let reports = self.type_of(3) == "hash";
+        let now = self.now;
+        let mut out = vec![int(1)];
+        for i in (3..=self.argv.len()).step_by(2) {
+            let n = count(self.arg(i)).expect("checked above") as usize;
+            let member = self.arg(i + 1).unwrap_or_default().to_vec();
+            if n > 0 {
+                let list = self.key(3 + n).to_string();
+                out.push(int(self.ks.lrem_all(&list, &member, now)? as i64));
+            } else {
+                out.push(int(0));
+            }
+            if reports {
+                let k = self.key(3).to_string();
+                self.ks.hdel(&k, &[member], now)?;
+            }
+        }
+        Ok(Value::Array(out))
+    }
+}

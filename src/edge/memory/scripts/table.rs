@@ -1,0 +1,254 @@
+//! `commit.lua` and `table_state.lua`: the fenced table write and the
+//! reading of the stored table's state.
+
+use redis::Value;
+
+use super::{COUNT, Call, MAX_SAFE, bulk, count, int, invalid, num, table_digest};
+use crate::edge::memory::keyspace::WrongType;
+
+impl Call<'_> {
+    /// `table_state.lua`.
+    pub(super) fn table_state(&mut self) -> Result<Value, WrongType> {
+        if self.type_of(2) != "hash" {
+            return Ok(Value::Array(vec![Value::Nil, Value::Nil]));
+        }
+        let digest = self.hget(2, "digest")?;
+        let generation = self.hget(2, "generation")?;
+        let members = self.hget(2, "members")?;
+        if let Some(g) = &generation
+            && count(Some(g)).is_none()
+        {
+            return Ok(invalid(
+                self.key(2).as_bytes(),
+                b"generation",
+                Some(g),
+                COUNT,
+            ));
+        }
+        let rows = count(Some(members.as_deref().unwrap_or_default()));
+        let (table, now) = (self.key(1).to_string(), self.now);
+        let intact = match self.type_of(1) {
+            "none" => rows == Some(0),
+            "hash" if Some(self.ks.hlen(&table, now)? as u64) == rows => {
+                self.arg(1) != Some(b"1")
+                    || Some(table_digest(&self.ks.hgetall(&table, now)?).into_bytes()) == digest
+            }
+            _ => false,
+        };
+        let or_nil = |v: Option<Vec<u8>>| v.map_or(Value::Nil, bulk);
+        Ok(Value::Array(vec![
+            if intact { or_nil(digest) } else { Value::Nil },
+            or_nil(generation),
+        ]))
+    }
+
+    /// `commit.lua`.
+    pub(super) fn commit(&mut self) -> Result<Value, WrongType> {
+        if !self.holds(4, 1)? {
+            return Ok(Value::Array(vec![int(0), bulk("lease")]));
+        }
+        if !self.holds(3, 2)? {
+            return Ok(Value::Array(vec![int(0), bulk("epoch")]));
+        }
+        let argv = self.argv;
+        let a = |i: usize| argv.get(i - 1).map(Vec::as_slice);
+        let Some(argv_floor) = count(a(3)) else {
+            return Ok(invalid(b"ARGV", b"generation_floor", a(3), COUNT));
+        };
+        if count(a(5)).is_none() {
+            return Ok(invalid(b"ARGV", b"now_ms", a(5), COUNT));
+        }
+        let counts = [9, 10, 11, 12, 13, 15].map(|i| count(a(i)));
+        let shaped = match counts {
+            [Some(r), Some(s), Some(d), Some(su), Some(un), Some(t)] => {
+                let n = |x: u64| u128::from(x);
+                (self.argv.len() as u128
+                    == 18 + 2 * n(r) + 2 * n(s) + n(d) + 2 * n(su) + n(un) + 2 * n(t))
+                .then_some([r, s, d, su, un, t].map(|x| x as usize))
+            }
+            _ => None,
+        };
+        let Some([n_rows, n_set, n_del, n_sus, n_unsus, n_transit]) = shaped else {
+            let mut listed = Vec::new();
+            for (k, i) in [9, 10, 11, 12, 13, 15].into_iter().enumerate() {
+                if k > 0 {
+                    listed.push(b' ');
+                }
+                listed.extend_from_slice(a(i).unwrap_or_default());
+            }
+            listed.extend_from_slice(format!(" for {} arguments", self.argv.len()).as_bytes());
+            return Ok(invalid(
+                b"ARGV",
+                b"counts",
+                Some(&listed),
+                "counts that match the arguments",
+            ));
+        };
+        let write_table = a(8) == Some(b"1");
+        let write_transit = a(14) == Some(b"1");
+        let mut expected_version = None;
+        if a(18) != Some(b"") {
+            match count(a(18)) {
+                Some(v) => expected_version = Some(v),
+                None => return Ok(invalid(b"ARGV", b"expected_version", a(18), COUNT)),
+            }
+        }
+
+        let meta_type = self.type_of(2);
+        let meta = self.key(2).as_bytes().to_vec();
+        let mut version = 0;
+        if meta_type == "hash"
+            && let Some(v) = self.hget(2, "version")?
+        {
+            match count(Some(&v)) {
+                Some(n) => version = n,
+                None => return Ok(invalid(&meta, b"version", Some(&v), COUNT)),
+            }
+        }
+        if version + 1 >= MAX_SAFE {
+            return Ok(invalid(
+                &meta,
+                b"version",
+                Some(&num(version)),
+                &format!("{COUNT}, below its largest"),
+            ));
+        }
+        if expected_version.is_some_and(|e| e != version) {
+            return Ok(Value::Array(vec![int(-4), int(version as i64)]));
+        }
+        let mut generation: i64 = -1;
+        if write_table {
+            let (mut current, mut stored_floor) = (0, 0);
+            if meta_type == "hash" {
+                for (field, slot) in [
+                    ("generation", &mut current),
+                    ("generation_floor", &mut stored_floor),
+                ] {
+                    if let Some(v) = self.hget(2, field)? {
+                        match count(Some(&v)) {
+                            Some(n) => *slot = n,
+                            None => {
+                                return Ok(invalid(&meta, field.as_bytes(), Some(&v), COUNT));
+                            }
+                        }
+                    }
+                }
+            }
+            let g = current.max(stored_floor).max(argv_floor) + 1;
+            if g >= MAX_SAFE {
+                return Ok(invalid(
+                    &meta,
+                    b"generation",
+                    Some(&num(g - 1)),
+                    &format!("{COUNT}, below its largest"),
+                ));
+            }
+            generation = g as i64;
+        }
+        let liveness_type = self.type_of(5);
+        let suspects_type = self.type_of(6);
+        let transit_type = self.type_of(7);
+
+        let rows_at = 19;
+        let set_at = rows_at + 2 * n_rows;
+        let del_at = set_at + 2 * n_set;
+        let sus_at = del_at + n_del;
+        let unsus_at = sus_at + 2 * n_sus;
+        let transit_at = unsus_at + n_unsus;
+        let pairs = |from: usize, n: usize| -> Vec<(Vec<u8>, Vec<u8>)> {
+            (0..n)
+                .map(|k| {
+                    let i = from + 2 * k;
+                    (
+                        self.arg(i).unwrap_or_default().to_vec(),
+                        self.arg(i + 1).unwrap_or_default().to_vec(),
+                    )
+                })
+                .collect()
+        };
+        let names = |from: usize, n: usize| -> Vec<Vec<u8>> {
+            (from..from + n)
+                .map(|i| self.arg(i).unwrap_or_default().to_vec())
+                .collect()
+        };
+        let rows = pairs(rows_at, n_rows);
+        let health_set = pairs(set_at, n_set);
+        let health_del = names(del_at, n_del);
+        let suspects_set = pairs(sus_at, n_sus);
+        let suspects_del = names(unsus_at, n_unsus);
+        let transit = pairs(transit_at, n_transit);
+
+        if write_transit
+            && !write_table
+            && let Some((f, v)) = transit.iter().find(|(_, v)| v.starts_with(b"0 "))
+        {
+            return Ok(invalid(
+                b"ARGV",
+                f,
+                Some(v),
+                "a revocation written with the table",
+            ));
+        }
+
+        // Writes from here on; none of them can fail.
+        if meta_type != "hash" && meta_type != "none" {
+            self.del(2);
+        }
+        if liveness_type != "hash" && liveness_type != "none" {
+            self.del(5);
+        }
+        if suspects_type != "hash" && suspects_type != "none" {
+            self.del(6);
+        }
+        if write_transit && transit_type != "none" {
+            self.del(7);
+        }
+        let now = self.now;
+        if write_table {
+            self.del(1);
+            self.hset(1, rows)?;
+            let mut fields = vec![
+                Self::pair("generation", num(generation as u64)),
+                Self::pair("digest", self.arg(4).unwrap_or_default()),
+                Self::pair("epoch", self.arg(2).unwrap_or_default()),
+                Self::pair("writer", self.arg(6).unwrap_or_default()),
+                Self::pair("written_at_ms", self.arg(5).unwrap_or_default()),
+                Self::pair("members", num(n_rows as u64)),
+                Self::pair("assignment", self.arg(16).unwrap_or_default()),
+            ];
+            if self.arg(17) != Some(b"") {
+                fields.push(Self::pair("last_change", self.arg(17).unwrap_or_default()));
+            }
+            self.hset(2, fields)?;
+        }
+        self.hset(5, health_set)?;
+        let k = self.key(5).to_string();
+        self.ks.hdel(&k, &health_del, now)?;
+        self.hset(6, suspects_set)?;
+        let k = self.key(6).to_string();
+        self.ks.hdel(&k, &suspects_del, now)?;
+        if write_transit {
+            let numbered = generation.to_string().into_bytes();
+            for (f, v) in transit {
+                let v = if v.starts_with(b"0 ") {
+                    let mut n = numbered.clone();
+                    n.extend_from_slice(&v[1..]);
+                    n
+                } else {
+                    v
+                };
+                self.hset(7, vec![(f, v)])?;
+            }
+        }
+        self.hset(2, vec![Self::pair("version", num(version + 1))])?;
+        if write_table {
+            let channel = self.arg(7).unwrap_or_default().to_vec();
+            self.publish(&channel, generation.to_string().into_bytes());
+        }
+        Ok(Value::Array(vec![
+            int(1),
+            int(generation),
+            int(version as i64 + 1),
+        ]))
+    }
+}
