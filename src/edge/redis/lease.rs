@@ -28,10 +28,11 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::calls;
 use super::conn::Conn;
 use super::{
-    Acquisition, Claim, HolderConnection, HolderRecord, LeaseClient, LeaseGrant, LostLease,
-    Renewal, Store, checked, int, redis_err, reply_err, text,
+    Acquisition, Claim, HolderConnection, LeaseClient, LeaseGrant, Renewal, Store, checked,
+    redis_err, reply_err, text,
 };
 use crate::core::timing::Timing;
 use crate::error::StoreError;
@@ -42,38 +43,13 @@ impl Store {
     pub async fn acquire(&self, claim: &Claim<'_>) -> Result<Acquisition, StoreError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let client = self.lease_client_arg();
-        let none = HolderRecord {
-            token: String::new(),
-            epoch: 0,
-            client: 0,
-        };
-        let dead = claim.takeover.unwrap_or(&none);
         let mut inv = self.scripts.acquire.prepare_invoke();
-        inv.key(&self.keys.lease)
-            .key(&self.keys.epoch)
-            .key(&self.keys.meta)
-            .arg(&token)
-            .arg(claim.ttl.as_millis() as u64)
-            .arg(claim.epoch_floor)
-            .arg(claim.holder_id)
-            .arg(claim.now_ms)
-            .arg(claim.failure_threshold)
-            .arg(claim.generation_floor)
-            .arg(&client)
-            .arg(&dead.token)
-            .arg(dead.epoch)
-            .arg(dead.client);
+        calls::acquire(&self.keys, claim, &token, &client).load(&mut inv);
         let (v, learned) = self
             .with_client_id("acquire lease", self.op_timeout, &inv)
             .await?;
-        let v = checked(v)?;
-        let Value::Array(items) = &v else {
-            return Err(reply_err("acquire lease", &v));
-        };
-        let count = |v: &Value| int(v).filter(|n| *n >= 0).map(|n| n as u64);
-        match items.as_slice() {
-            [ok, epoch] if int(ok) == Some(1) => {
-                let epoch = count(epoch).ok_or_else(|| reply_err("acquire lease", &v))?;
+        match calls::acquired(v)? {
+            Ok(epoch) => {
                 let grant = LeaseGrant { token, epoch };
                 if let Err(e) = self.replicated("acquire lease").await {
                     // Not on enough replicas: a failed-over master may not have
@@ -91,28 +67,11 @@ impl Store {
                 }
                 Ok(Acquisition::Acquired(grant))
             }
-            [ok, pttl, holder, epoch, generation, foreign, token, client] if int(ok) == Some(0) => {
+            Err(held) => {
                 // Not holding: no record of ours to keep true.
                 self.retire_done();
-                let epoch = count(epoch).ok_or_else(|| reply_err("acquire lease", &v))?;
-                let record = match (text(token), count(client)) {
-                    (Some(token), Some(client)) if !token.is_empty() => Some(HolderRecord {
-                        token,
-                        epoch,
-                        client,
-                    }),
-                    _ => None,
-                };
-                Ok(Acquisition::Held {
-                    pttl: count(pttl).map(Duration::from_millis),
-                    holder: text(holder).unwrap_or_default(),
-                    epoch,
-                    generation: count(generation).ok_or_else(|| reply_err("acquire lease", &v))?,
-                    foreign: text(foreign).filter(|f| !f.is_empty()),
-                    record,
-                })
+                Ok(held)
             }
-            _ => Err(reply_err("acquire lease", &v)),
         }
     }
 
@@ -129,13 +88,7 @@ impl Store {
             attempts += 1;
             let client = self.lease_client_arg();
             let mut inv = self.scripts.renew.prepare_invoke();
-            inv.key(&self.keys.lease)
-                .key(&self.keys.epoch)
-                .key(&self.keys.meta)
-                .arg(&grant.token)
-                .arg(grant.epoch)
-                .arg(ttl.as_millis() as u64)
-                .arg(&client);
+            calls::renew(&self.keys, grant, ttl, &client).load(&mut inv);
             let left = deadline
                 .saturating_duration_since(tokio::time::Instant::now())
                 .max(Duration::from_millis(1));
@@ -152,40 +105,28 @@ impl Store {
                 break v;
             }
         };
-        match &v {
-            Value::Array(items) => match items.as_slice() {
-                [ok] if int(ok) == Some(1) => {
-                    // A renewal that a promoted replica may not have does not
-                    // extend what this holder may rely on.
-                    self.replicated("renew lease").await?;
-                    Ok(Renewal::Renewed)
-                }
-                [ok, why] if int(ok) == Some(0) => Ok(Renewal::Lost(LostLease::from_reason(
-                    &text(why).unwrap_or_default(),
-                ))),
-                _ => Err(reply_err("renew lease", &v)),
-            },
-            _ => Err(reply_err("renew lease", &v)),
+        let renewal = calls::renewed(&v)?;
+        if renewal == Renewal::Renewed {
+            // A renewal that a promoted replica may not have does not
+            // extend what this holder may rely on.
+            self.replicated("renew lease").await?;
         }
+        Ok(renewal)
     }
 
     /// Gives the lease up and notifies standbys; `Ok(false)` if it was not ours.
     pub async fn release(&self, grant: &LeaseGrant) -> Result<bool, StoreError> {
         let mut conn = self.conn();
         let mut inv = self.scripts.release.prepare_invoke();
-        inv.key(&self.keys.lease)
-            .key(&self.keys.meta)
-            .arg(&grant.token)
-            .arg(grant.epoch)
-            .arg(&self.keys.lease_channel);
-        let n: i64 = self
+        calls::release(&self.keys, grant).load(&mut inv);
+        let v: Value = self
             .bounded(
                 "release lease",
                 self.op_timeout,
                 inv.invoke_async(&mut conn),
             )
             .await?;
-        Ok(n == 1)
+        calls::released(&v)
     }
 
     /// Whether the connection with Redis client id `client` still exists

@@ -12,7 +12,8 @@
 
 use redis::Value;
 
-use super::{BULK_TIMEOUT, Conn, LeaseGrant, Store, bytes_list, checked, int, reply_err, text};
+use super::calls;
+use super::{BULK_TIMEOUT, Conn, LeaseGrant, Store, bytes_list, checked, reply_err};
 use crate::error::StoreError;
 
 impl Store {
@@ -153,17 +154,7 @@ impl Store {
         lists.sort();
         lists.dedup();
         let mut inv = self.scripts.forget.prepare_invoke();
-        inv.key(&self.keys.lease)
-            .key(&self.keys.epoch)
-            .key(&self.keys.members);
-        for l in &lists {
-            inv.key(*l);
-        }
-        inv.arg(&grant.token).arg(grant.epoch);
-        for (list, entry) in pairs {
-            let n = lists.binary_search(&list.as_str()).map_or(0, |i| i + 1);
-            inv.arg(n).arg(entry.as_slice());
-        }
+        calls::forget(&self.keys, grant, pairs, &lists).load(&mut inv);
         let mut conn = self.conn();
         let v: Value = self
             .bounded(
@@ -172,18 +163,6 @@ impl Store {
                 inv.invoke_async(&mut conn),
             )
             .await?;
-        match checked(v)? {
-            Value::Array(items) if int(&items[0]) == Some(1) => Ok(pairs
-                .iter()
-                .zip(&items[1..])
-                .filter(|(_, n)| int(n).unwrap_or(0) > 0)
-                .map(|(p, _)| (*p).clone())
-                .collect()),
-            Value::Array(items) if int(&items[0]) == Some(0) => Err(StoreError::Fenced {
-                op: "forget members",
-                reason: items.get(1).and_then(text).unwrap_or_default(),
-            }),
-            other => Err(reply_err("forget members", &other)),
-        }
+        calls::forgotten(v, pairs)
     }
 }

@@ -45,6 +45,7 @@ use crate::core::suspicion::{Suspect, SuspectChanges};
 use crate::core::table::MatchingTable;
 use crate::error::StoreError;
 
+pub mod calls;
 mod census;
 mod conn;
 mod guard;

@@ -100,7 +100,7 @@ pub use crate::core::count::MAX_COUNT;
 
 /// A counter as the scripts store it: canonical decimal text of an integer
 /// in 0..2^53, else an error naming the key, the field and the value.
-pub(super) fn stored_count(key: &str, field: &str, raw: &[u8]) -> Result<u64, StoreError> {
+pub(crate) fn stored_count(key: &str, field: &str, raw: &[u8]) -> Result<u64, StoreError> {
     std::str::from_utf8(raw)
         .ok()
         .and_then(crate::core::count::parse_count)

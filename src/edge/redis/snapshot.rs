@@ -16,9 +16,10 @@ use std::collections::HashMap;
 
 use redis::Value;
 
+use super::calls;
 use super::{
-    BULK_TIMEOUT, ListLimits, ListRead, Reports, ReportsRead, Snapshot, Store, bytes_list, checked,
-    int, reply_err, text, text_pairs,
+    BULK_TIMEOUT, ListLimits, ListRead, Reports, ReportsRead, Snapshot, Store, bytes_list, int,
+    reply_err, text_pairs,
 };
 use crate::core::table::MatchingTable;
 use crate::error::StoreError;
@@ -417,9 +418,7 @@ impl Store {
         // lists it runs beside.
         let mut conn = self.conn();
         let mut inv = self.scripts.table_state.prepare_invoke();
-        inv.key(&self.keys.table)
-            .key(&self.keys.meta)
-            .arg(if content_check { "1" } else { "0" });
+        calls::table_state(&self.keys, content_check).load(&mut inv);
         let v: Value = self
             .bounded(
                 "read table state",
@@ -427,19 +426,7 @@ impl Store {
                 inv.invoke_async(&mut conn),
             )
             .await?;
-        match checked(v)? {
-            Value::Array(v) if v.len() == 2 => {
-                let generation = match &v[1] {
-                    Value::Nil => 0,
-                    g => int(g)
-                        .filter(|g| *g >= 0)
-                        .ok_or_else(|| reply_err("read table state", g))?
-                        as u64,
-                };
-                Ok((text(&v[0]), generation))
-            }
-            other => Err(reply_err("read table state", &other)),
-        }
+        calls::table_stated(v)
     }
 }
 
