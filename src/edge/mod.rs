@@ -7,4 +7,6 @@ pub mod grpc;
 #[cfg(feature = "daemon")]
 pub mod memory;
 pub mod redis;
+#[cfg(feature = "daemon")]
+pub mod store;
 pub mod tls;

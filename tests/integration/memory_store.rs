@@ -1,17 +1,25 @@
 //! The in-memory Redis of the simulation (`edge::memory`) against a real
-//! `redis-server`: random calls of every Lua script, with operators' edits
-//! between them (values that do not parse, keys of the wrong type, keys
-//! deleted, counters near 2^53), must give the same reply and leave the
-//! same keyspace, after every call. A failing run prints its seed and the
-//! calls up to the first difference; `MEMORY_STORE_SEED=<n>` replays one.
+//! `redis-server`, at two levels:
+//! - random calls of every Lua script, with operators' edits between them
+//!   (values that do not parse, keys of the wrong type, keys deleted,
+//!   counters near 2^53), give the same reply and leave the same keyspace,
+//!   after every call; `MEMORY_STORE_SEED=<n>` replays one seed;
+//! - random operations of `HoldingStore` (the lease, the fenced write and
+//!   the holder's reads) on the Redis store and on `MemoryStore` give the
+//!   same results and leave the same keyspace.
+//!
+//! A failing run prints its seed and the steps up to the first difference.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use distributor::edge::memory::{self, Data, Keyspace, Script};
+use distributor::core::lease::{Acquisition, Claim, LeaseGrant};
+use distributor::edge::memory::{self, Data, Keyspace, MemoryStore, Script};
+use distributor::edge::redis::Store;
+use distributor::edge::store::HoldingStore;
 use redis::Value;
 
-use crate::support::{RedisServer, keys};
+use crate::support::{RedisServer, TABLE, keys};
 
 /// A small deterministic generator (xorshift64*), so a seed replays.
 struct Rng(u64);
@@ -564,5 +572,390 @@ async fn the_in_memory_redis_runs_every_script_as_redis_does() {
             yes >= 10 && no >= 5,
             "{script:?}: {yes} accepted, {no} refused"
         );
+    }
+}
+
+/// One operation of the store-level comparison.
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire {
+        ttl_s: u64,
+        epoch_floor: u64,
+        generation_floor: u64,
+    },
+    Renew {
+        grant: usize,
+    },
+    Release {
+        grant: usize,
+    },
+    Commit {
+        grant: usize,
+        rows: Vec<(String, String)>,
+        table: bool,
+        health: Vec<String>,
+        removed: Vec<String>,
+        transit: Option<Vec<(String, String)>>,
+        floor: u64,
+        expected: Option<u64>,
+    },
+    ReadHolding {
+        with_table: bool,
+    },
+    ReadSnapshot,
+    ReadTable,
+    ReadTableState,
+    ReadGeneration,
+    Forget {
+        grant: usize,
+        pairs: Vec<(String, String)>,
+    },
+    Edit(Vec<String>),
+}
+
+fn draw_op(rng: &mut Rng, grants: usize, version: Option<u64>, world: &mut World) -> Op {
+    let s = |x: &str| x.to_string();
+    let grant = if grants == 0 {
+        0
+    } else {
+        rng.below(grants + 1)
+    };
+    match rng.below(14) {
+        0 | 1 => Op::Acquire {
+            ttl_s: 60,
+            epoch_floor: rng.below(3) as u64,
+            generation_floor: rng.below(4) as u64,
+        },
+        2 => Op::Renew { grant },
+        3 if rng.chance(40) => Op::Release { grant },
+        3..=6 => {
+            let mut rows = Vec::new();
+            for m in MEMBERS {
+                if rng.chance(60) {
+                    rows.push((s(m), s(rng.pick(&["u1", "u2,u3", "u4"]))));
+                }
+            }
+            let pick = |rng: &mut Rng| -> Vec<String> {
+                (0..rng.below(3)).map(|_| s(rng.pick(&MEMBERS))).collect()
+            };
+            Op::Commit {
+                grant,
+                rows,
+                table: rng.chance(70),
+                health: pick(rng),
+                removed: pick(rng),
+                transit: rng.chance(50).then(|| {
+                    (0..rng.below(3))
+                        .map(|_| {
+                            (
+                                s(rng.pick(&["u1,g", "u2,g"])),
+                                s(rng.pick(&["0 1700000000000 m2:2 m1:1", "3 5 m1:1 m3:3"])),
+                            )
+                        })
+                        .collect()
+                }),
+                floor: rng.below(3) as u64,
+                expected: match version {
+                    Some(v) if rng.chance(70) => Some(v),
+                    _ if rng.chance(50) => None,
+                    _ => Some(rng.below(5) as u64),
+                },
+            }
+        }
+        7 => Op::ReadHolding {
+            with_table: rng.chance(50),
+        },
+        8 => Op::ReadSnapshot,
+        9 => Op::ReadTable,
+        10 => Op::ReadTableState,
+        11 => Op::ReadGeneration,
+        12 => Op::Forget {
+            grant,
+            pairs: (0..rng.below(3))
+                .map(|_| (s(rng.pick(&LISTS)), s(rng.pick(&MEMBERS))))
+                .collect(),
+        },
+        _ => match world.edit() {
+            Step::Edit(cmd) => Op::Edit(cmd),
+            Step::Script { .. } => unreachable!("edit() makes edits"),
+        },
+    }
+}
+
+/// Runs `op` on one store; the grants are that store's own (tokens differ
+/// between the two), index `grants.len()` is a grant nobody holds.
+async fn apply<S: HoldingStore>(store: &S, grants: &mut Vec<LeaseGrant>, op: &Op) -> String {
+    let grant = |i: usize, grants: &[LeaseGrant]| {
+        grants.get(i).cloned().unwrap_or(LeaseGrant {
+            token: "nobody".into(),
+            epoch: 99,
+        })
+    };
+    match op {
+        Op::Acquire {
+            ttl_s,
+            epoch_floor,
+            generation_floor,
+        } => {
+            let claim = Claim {
+                ttl: std::time::Duration::from_secs(*ttl_s),
+                epoch_floor: *epoch_floor,
+                generation_floor: *generation_floor,
+                holder_id: "r1",
+                now_ms: 1_700_000_000_000,
+                failure_threshold: 3,
+                takeover: None,
+            };
+            match store.acquire(&claim).await {
+                Ok(Acquisition::Acquired(g)) => {
+                    let out = format!("acquired epoch {}", g.epoch);
+                    grants.push(g);
+                    out
+                }
+                Ok(Acquisition::Held {
+                    holder,
+                    epoch,
+                    generation,
+                    foreign,
+                    record,
+                    pttl,
+                }) => format!(
+                    "held by {holder} epoch {epoch} generation {generation} foreign {foreign:?} record {} pttl {}",
+                    record.is_some(),
+                    pttl.is_some()
+                ),
+                Err(e) => format!("error {e}"),
+            }
+        }
+        Op::Renew { grant: i } => format!(
+            "{:?}",
+            store
+                .renew(
+                    &grant(*i, grants),
+                    std::time::Duration::from_secs(60),
+                    std::time::Duration::from_secs(2)
+                )
+                .await
+                .map_err(|e| e.to_string())
+        ),
+        Op::Release { grant: i } => format!(
+            "{:?}",
+            store
+                .release(&grant(*i, grants))
+                .await
+                .map_err(|e| e.to_string())
+        ),
+        Op::Commit {
+            grant: i,
+            rows,
+            table,
+            health,
+            removed,
+            transit,
+            floor,
+            expected,
+        } => {
+            let t = distributor::MatchingTable::from_rows(rows.clone());
+            let h = distributor::core::liveness::HealthChanges {
+                set: health
+                    .iter()
+                    .map(|m| {
+                        (
+                            m.clone(),
+                            distributor::core::liveness::Health {
+                                answered: true,
+                                failures: 0,
+                                failing_since_ms: None,
+                                reason: None,
+                            },
+                        )
+                    })
+                    .collect(),
+                removed: removed.clone(),
+            };
+            let c = distributor::edge::redis::Commit {
+                table: table.then_some(&t),
+                health: &h,
+                suspects: &distributor::core::suspicion::NO_SUSPECTS,
+                transit: transit.as_deref(),
+                generation_floor: *floor,
+                holder_id: "r1",
+                now_ms: 1_700_000_000_001,
+                assignment: "ring",
+                last_change: None,
+                expected_version: *expected,
+            };
+            format!(
+                "{:?}",
+                store
+                    .commit(&grant(*i, grants), &c)
+                    .await
+                    .map_err(|e| e.to_string())
+            )
+        }
+        Op::ReadHolding { with_table } => match store.read_holding(*with_table).await {
+            Ok(mut i) => {
+                i.transit.sort();
+                let liveness: BTreeMap<_, _> = i.liveness.iter().collect();
+                format!(
+                    "table {:?} version {} generation {} liveness {liveness:?} suspects {:?} bad {:?} transit {:?}",
+                    i.table, i.version, i.generation, i.suspects, i.unreadable_suspects, i.transit
+                )
+            }
+            Err(e) => format!("error {e}"),
+        },
+        Op::ReadSnapshot => {
+            let services = vec![LISTS[0].to_string(), LISTS[1].to_string()];
+            let limits = distributor::edge::redis::ListLimits {
+                entries: 100,
+                bytes: 1 << 20,
+            };
+            match store
+                .read_snapshot(&services, LISTS[2], limits, &Default::default(), None)
+                .await
+            {
+                // List and report versions name content in each store's own
+                // numbering: compared by what they hold.
+                Ok(s) => {
+                    let reports = s.reports.content.map(|(r, w)| {
+                        let sorted = |r: distributor::edge::redis::Reports| {
+                            r.map(|mut p| {
+                                p.sort();
+                                p
+                            })
+                            .map_err(|e| e.to_string())
+                        };
+                        (sorted(r), w.map(sorted))
+                    });
+                    format!(
+                        "lists {:?} units {:?} digest {:?} generation {} reports {reports:?}",
+                        s.groups.iter().map(|g| &g.entries).collect::<Vec<_>>(),
+                        s.units.entries,
+                        s.stored_digest,
+                        s.stored_generation,
+                    )
+                }
+                Err(e) => format!("error {e}"),
+            }
+        }
+        Op::ReadTable => format!("{:?}", store.read_table().await.map_err(|e| e.to_string())),
+        Op::ReadTableState => match store.read_table_state().await {
+            // The Redis store may return the table it verified; the memory
+            // store checks the digest in place: compare what both know.
+            Ok((digest, generation, _)) => format!("digest {digest:?} generation {generation}"),
+            Err(e) => format!("error {e}"),
+        },
+        Op::ReadGeneration => format!(
+            "{:?}",
+            store.read_generation().await.map_err(|e| e.to_string())
+        ),
+        Op::Forget { grant: i, pairs } => {
+            let pairs: Vec<(String, Vec<u8>)> = pairs
+                .iter()
+                .map(|(l, m)| (l.clone(), m.as_bytes().to_vec()))
+                .collect();
+            format!(
+                "{:?}",
+                store
+                    .forget_many(&grant(*i, grants), &pairs)
+                    .await
+                    .map_err(|e| e.to_string())
+            )
+        }
+        Op::Edit(_) => String::new(),
+    }
+}
+
+/// A keyspace dump with each store's lease tokens and client ids replaced
+/// by their order of issue, which is all the two can agree on.
+fn normalized(
+    mut dump: BTreeMap<String, (Data, bool)>,
+    grants: &[LeaseGrant],
+    client: &str,
+) -> String {
+    let mut text = String::new();
+    for (k, (d, ttl)) in std::mem::take(&mut dump) {
+        text.push_str(&format!("{k} ttl={ttl} {d:?}\n"));
+    }
+    let show = |bytes: &[u8]| format!("{bytes:?}");
+    for (i, g) in grants.iter().enumerate() {
+        text = text.replace(&show(g.token.as_bytes()), &format!("<token {i}>"));
+        let with_client = format!("{} {client}", g.token);
+        text = text.replace(
+            &show(with_client.as_bytes()),
+            &format!("<token {i} client>"),
+        );
+    }
+    text
+}
+
+#[tokio::test]
+async fn the_in_memory_store_reads_and_writes_as_the_redis_store_does() {
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut results: Vec<String> = Vec::new();
+    for seed in 1..=60u64 {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+        let store = Store::open(&redis.url(), TABLE, std::time::Duration::from_secs(2)).unwrap();
+        let server = memory::Server::new(1_700_000_000_000);
+        let mem = MemoryStore::connect(&server, TABLE);
+        let mut world = World {
+            rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
+            k: keys(),
+        };
+        let (mut real_grants, mut mem_grants) = (Vec::new(), Vec::new());
+        let mut done = Vec::new();
+        for _ in 0..30 {
+            let version = {
+                let s = &mut *server.lock().unwrap();
+                let now = s.now_ms;
+                hfield(&mut s.keyspace, &keys().meta, "version", now).and_then(|v| v.parse().ok())
+            };
+            let mut rng = Rng(world.rng.next() | 1);
+            let op = draw_op(&mut rng, mem_grants.len(), version, &mut world);
+            done.push(op.clone());
+            if let Op::Edit(cmd) = &op {
+                let real: redis::RedisResult<Value> =
+                    redis::cmd(&cmd[0]).arg(&cmd[1..]).query_async(&mut c).await;
+                let s = &mut *server.lock().unwrap();
+                let now = s.now_ms;
+                let m = edit_memory(&mut s.keyspace, cmd, now);
+                assert_eq!(real.is_ok(), m.is_ok(), "seed {seed}: {done:#?}");
+                continue;
+            }
+            let a = apply(&store, &mut real_grants, &op).await;
+            let b = apply(&mem, &mut mem_grants, &op).await;
+            assert_eq!(a, b, "seed {seed}: results differ after {done:#?}");
+            results.push(a);
+            let real_client = match store.lease_client() {
+                distributor::edge::redis::LeaseClient::Id(id) => id.to_string(),
+                _ => String::new(),
+            };
+            let r = normalized(dump_redis(&mut c).await, &real_grants, &real_client);
+            let m = {
+                let s = &mut *server.lock().unwrap();
+                let now = s.now_ms;
+                normalized(s.keyspace.dump(now), &mem_grants, &mem.client().to_string())
+            };
+            assert_eq!(r, m, "seed {seed}: keyspaces differ after {done:#?}");
+        }
+    }
+    // The operations reached both their success and their refusals.
+    for expected in [
+        "acquired",
+        "held by",
+        "Ok(Renewed)",
+        "Ok(Lost",
+        "Ok(Written",
+        "Ok(Fenced",
+        "Ok(Outdated",
+        "table Some",
+        "lists [Some",
+        "digest Some",
+        "error",
+    ] {
+        let n = results.iter().filter(|r| r.starts_with(expected)).count();
+        assert!(n >= 3, "{expected}: {n} results");
     }
 }

@@ -56,9 +56,26 @@ pub struct WrongType {
 }
 
 /// Keys and their values; every call takes the current time in ms.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Each key also has a version ([`Keyspace::version`]) that every change
+/// of it raises (a write, a delete, an expiry, a flush), as Redis' `WATCH`
+/// sees changes: a holder's reads use it to tell a list unchanged.
+#[derive(Debug, Clone, Default)]
 pub struct Keyspace {
     entries: BTreeMap<String, Entry>,
+    /// The change count at each key's last change.
+    touched: BTreeMap<String, u64>,
+    /// Changes so far, and the count at the last flush.
+    changes: u64,
+    flushed_at: u64,
+}
+
+/// Two keyspaces are equal when their keys and values are: versions are
+/// how each got there.
+impl PartialEq for Keyspace {
+    fn eq(&self, other: &Keyspace) -> bool {
+        self.entries == other.entries
+    }
 }
 
 impl Keyspace {
@@ -74,8 +91,24 @@ impl Keyspace {
             .is_some_and(|e| e.expires_at.is_some_and(|t| t <= now))
         {
             self.entries.remove(key);
+            self.touch(key);
         }
         self.entries.get_mut(key)
+    }
+
+    fn touch(&mut self, key: &str) {
+        self.changes += 1;
+        self.touched.insert(key.to_string(), self.changes);
+    }
+
+    /// The version of `key` at `now`: equal versions, equal content.
+    pub fn version(&mut self, key: &str, now: u64) -> u64 {
+        self.live(key, now);
+        self.touched
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+            .max(self.flushed_at)
     }
 
     /// `TYPE`: "none" for a missing key.
@@ -104,12 +137,17 @@ impl Keyspace {
                 expires_at: px.map(|ttl| now + ttl),
             },
         );
+        self.touch(key);
     }
 
     /// `DEL`: whether the key existed.
     pub fn del(&mut self, key: &str, now: u64) -> bool {
         self.live(key, now);
-        self.entries.remove(key).is_some()
+        let existed = self.entries.remove(key).is_some();
+        if existed {
+            self.touch(key);
+        }
+        existed
     }
 
     /// `PTTL`: -2 for a missing key, -1 for one without expiry.
@@ -131,6 +169,7 @@ impl Keyspace {
         match self.live(key, now) {
             Some(e) => {
                 e.expires_at = Some(now + ttl);
+                self.touch(key);
                 true
             }
             None => false,
@@ -191,10 +230,12 @@ impl Keyspace {
             );
         }
         let h = self.hash(key, now)?.expect("made above");
-        Ok(pairs
+        let added = pairs
             .iter()
             .filter(|(f, v)| h.insert(f.clone(), v.clone()).is_none())
-            .count())
+            .count();
+        self.touch(key);
+        Ok(added)
     }
 
     /// `HDEL key field ...`: the number removed. An emptied hash is deleted.
@@ -205,6 +246,9 @@ impl Keyspace {
         let n = fields.iter().filter(|f| h.remove(*f).is_some()).count();
         if h.is_empty() {
             self.entries.remove(key);
+        }
+        if n > 0 {
+            self.touch(key);
         }
         Ok(n)
     }
@@ -257,7 +301,11 @@ impl Keyspace {
                 l.push_back(v.clone());
             }
         }
-        Ok(l.len())
+        let len = l.len();
+        if !values.is_empty() {
+            self.touch(key);
+        }
+        Ok(len)
     }
 
     /// `LREM key 0 value`: every occurrence; an emptied list is deleted.
@@ -270,6 +318,9 @@ impl Keyspace {
         let n = before - l.len();
         if l.is_empty() {
             self.entries.remove(key);
+        }
+        if n > 0 {
+            self.touch(key);
         }
         Ok(n)
     }
@@ -291,6 +342,7 @@ impl Keyspace {
                 expires_at: None,
             },
         );
+        self.touch(key);
     }
 
     /// Every live key at `now`, with its value and whether it expires.
@@ -306,6 +358,9 @@ impl Keyspace {
     /// `FLUSHALL`: Redis lost its data.
     pub fn flush(&mut self) {
         self.entries.clear();
+        self.touched.clear();
+        self.changes += 1;
+        self.flushed_at = self.changes;
     }
 }
 
@@ -370,6 +425,32 @@ mod tests {
         assert_eq!(k, before);
         k.hset("h", &[(b"f".to_vec(), b"v".to_vec())], 0).unwrap();
         assert!(k.get("h", 0).is_err());
+    }
+
+    #[test]
+    fn every_change_of_a_key_raises_its_version_and_reads_do_not() {
+        let mut k = Keyspace::new();
+        let mut versions = vec![k.version("l", 0)];
+        k.push("l", &[b"a".to_vec()], false, 0).unwrap();
+        versions.push(k.version("l", 0));
+        k.lrange("l", 0).unwrap();
+        k.lpos("l", b"a", 0).unwrap();
+        assert_eq!(k.version("l", 0), versions[1], "a read is no change");
+        k.lrem_all("l", b"a", 0).unwrap();
+        versions.push(k.version("l", 0));
+        k.set("l", b"x".to_vec(), Some(3), 0);
+        versions.push(k.version("l", 0));
+        // Expired at 3: a change too, as WATCH sees it.
+        versions.push(k.version("l", 5));
+        k.flush();
+        versions.push(k.version("l", 5));
+        k.hset("l", &[(b"f".to_vec(), b"v".to_vec())], 6).unwrap();
+        versions.push(k.version("l", 6));
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+        let v = k.version("l", 6);
+        k.lrem_all("other", b"x", 6).unwrap();
+        k.hdel("l", &[b"missing".to_vec()], 6).unwrap();
+        assert_eq!(k.version("l", 6), v, "no change, no new version");
     }
 
     #[test]

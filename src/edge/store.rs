@@ -1,0 +1,191 @@
+//! What a replica reads and writes of the coordination state, as a trait:
+//! the lease, the fenced table write and the holder's reads. Two stores
+//! implement it: [`crate::edge::redis::Store`] (Redis) and
+//! [`crate::edge::memory::MemoryStore`] (in memory, for the deterministic
+//! simulation), which runs the same scripts' semantics and reads their
+//! replies with the same code (`edge::redis::calls`).
+//!
+//! Guarantee (of both): every write is fenced by the lease inside the
+//! store; an `Err` from a write means its outcome is unknown.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::core::keys::Keys;
+use crate::core::lease::{Acquisition, Claim, HolderConnection, LeaseGrant, Renewal};
+use crate::core::table::MatchingTable;
+use crate::edge::redis::{Commit, Committed, Inheritance, ListLimits, ReportsRead, Snapshot};
+use crate::error::StoreError;
+
+/// The coordination state as a replica uses it. Futures are `Send`, so a
+/// cycle runs as a task of its own.
+pub trait HoldingStore: Clone + Send + Sync + 'static {
+    /// The key names of this table.
+    fn keys(&self) -> &Keys;
+
+    /// Tries to take the lease (see `acquire.lua`).
+    fn acquire(
+        &self,
+        claim: &Claim<'_>,
+    ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send;
+
+    /// Extends the lease; `timeout` bounds the whole call.
+    fn renew(
+        &self,
+        grant: &LeaseGrant,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Renewal, StoreError>> + Send;
+
+    /// Gives the lease up; `Ok(false)` if it was not ours.
+    fn release(&self, grant: &LeaseGrant) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Whether the connection with client id `client` still exists.
+    fn holder_connection(
+        &self,
+        client: u64,
+    ) -> impl Future<Output = Result<HolderConnection, StoreError>> + Send;
+
+    /// The fenced, atomic write of the table, liveness, suspects and units
+    /// in transit.
+    fn commit(
+        &self,
+        grant: &LeaseGrant,
+        c: &Commit<'_>,
+    ) -> impl Future<Output = Result<Committed, StoreError>> + Send;
+
+    /// The lists (those not held at their version), the table's state and
+    /// the members' reports.
+    fn read_snapshot(
+        &self,
+        services: &[String],
+        units_key: &str,
+        limits: ListLimits,
+        held: &HashMap<String, u64>,
+        held_reports: Option<u64>,
+    ) -> impl Future<Output = Result<Snapshot, StoreError>> + Send;
+
+    /// The whole stored table.
+    fn read_table(&self) -> impl Future<Output = Result<MatchingTable, StoreError>> + Send;
+
+    /// The stored table's digest (when intact), its generation, and the
+    /// table when it had to be read to tell.
+    fn read_table_state(
+        &self,
+    ) -> impl Future<Output = Result<(Option<String>, u64, Option<MatchingTable>), StoreError>> + Send;
+
+    /// The members' reports and the weight overrides, unless unchanged
+    /// since `held`.
+    fn read_reports_since(&self, held: Option<u64>) -> impl Future<Output = ReportsRead> + Send;
+
+    /// What a holder reads before it plans (`with_table`: the table too).
+    fn read_holding(
+        &self,
+        with_table: bool,
+    ) -> impl Future<Output = Result<Inheritance, StoreError>> + Send;
+
+    /// The highest generation stored (`generation`, `generation_floor`).
+    fn read_generation(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Fenced: removes each (list, entry) pair's list entry and report;
+    /// returns the pairs that were listed.
+    fn forget_many(
+        &self,
+        grant: &LeaseGrant,
+        pairs: &[(String, Vec<u8>)],
+    ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, StoreError>> + Send;
+}
+
+impl HoldingStore for crate::edge::redis::Store {
+    fn keys(&self) -> &Keys {
+        crate::edge::redis::Store::keys(self)
+    }
+
+    fn acquire(
+        &self,
+        claim: &Claim<'_>,
+    ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
+        crate::edge::redis::Store::acquire(self, claim)
+    }
+
+    fn renew(
+        &self,
+        grant: &LeaseGrant,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Renewal, StoreError>> + Send {
+        crate::edge::redis::Store::renew(self, grant, ttl, timeout)
+    }
+
+    fn release(&self, grant: &LeaseGrant) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        crate::edge::redis::Store::release(self, grant)
+    }
+
+    fn holder_connection(
+        &self,
+        client: u64,
+    ) -> impl Future<Output = Result<HolderConnection, StoreError>> + Send {
+        crate::edge::redis::Store::holder_connection(self, client)
+    }
+
+    fn commit(
+        &self,
+        grant: &LeaseGrant,
+        c: &Commit<'_>,
+    ) -> impl Future<Output = Result<Committed, StoreError>> + Send {
+        crate::edge::redis::Store::commit(self, grant, c)
+    }
+
+    fn read_snapshot(
+        &self,
+        services: &[String],
+        units_key: &str,
+        limits: ListLimits,
+        held: &HashMap<String, u64>,
+        held_reports: Option<u64>,
+    ) -> impl Future<Output = Result<Snapshot, StoreError>> + Send {
+        crate::edge::redis::Store::read_snapshot(
+            self,
+            services,
+            units_key,
+            limits,
+            held,
+            held_reports,
+        )
+    }
+
+    fn read_table(&self) -> impl Future<Output = Result<MatchingTable, StoreError>> + Send {
+        crate::edge::redis::Store::read_table(self)
+    }
+
+    fn read_table_state(
+        &self,
+    ) -> impl Future<Output = Result<(Option<String>, u64, Option<MatchingTable>), StoreError>> + Send
+    {
+        crate::edge::redis::Store::read_table_state(self)
+    }
+
+    fn read_reports_since(&self, held: Option<u64>) -> impl Future<Output = ReportsRead> + Send {
+        crate::edge::redis::Store::read_reports_since(self, held)
+    }
+
+    fn read_holding(
+        &self,
+        with_table: bool,
+    ) -> impl Future<Output = Result<Inheritance, StoreError>> + Send {
+        crate::edge::redis::Store::read_holding(self, with_table)
+    }
+
+    fn read_generation(&self) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        crate::edge::redis::Store::read_generation(self)
+    }
+
+    fn forget_many(
+        &self,
+        grant: &LeaseGrant,
+        pairs: &[(String, Vec<u8>)],
+    ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, StoreError>> + Send {
+        crate::edge::redis::Store::forget_many(self, grant, pairs)
+    }
+}
