@@ -3,9 +3,12 @@
 //! material both use, and an in-memory Redis for the simulation. Nothing
 //! here decides anything: the coordinator does.
 
+pub mod clock;
 pub mod grpc;
 #[cfg(feature = "daemon")]
 pub mod memory;
+#[cfg(feature = "daemon")]
+pub mod pings;
 pub mod redis;
 #[cfg(feature = "daemon")]
 pub mod store;

@@ -6,7 +6,9 @@ use std::collections::HashSet;
 
 use tracing::Span;
 
-use crate::coordinator::holder::{CycleError, CycleReport, LOG_FIRST, Write, count_by, log_review};
+use crate::coordinator::holder::{
+    CycleError, CycleReport, LOG_FIRST, Write, count_by, log_review, summarize,
+};
 use crate::coordinator::machine::{CycleOutcome, CycleSummary};
 use crate::core::inputs::Rejection;
 use crate::core::status::HandoffStatus;
@@ -28,17 +30,12 @@ impl Executor {
         let h = self.holding.as_mut()?;
         let took = h.cycle_started.elapsed();
         let epoch = h.epoch;
+        let summary = summarize(&report, epoch, &self.config.replica_id);
         // Closed (and exported) when this function returns.
         let span = std::mem::replace(&mut h.cycle_span, Span::none());
         let handoff_only = h.handoff_only;
         if matches!(report, Err(CycleError::NotReady)) {
-            return Some(CycleSummary {
-                epoch,
-                outcome: CycleOutcome::Skipped,
-                generation_floor: 0,
-                own_suspicions: false,
-                next_release: None,
-            });
+            return summary;
         }
         // A cycle whose reads worked but whose write failed did not reach
         // Redis as it should: it refreshes nothing and counts as a failure.
@@ -88,25 +85,17 @@ impl Executor {
                         s.holding_blocked = blocked;
                     }
                 });
-                return Some(CycleSummary {
-                    epoch,
-                    outcome: CycleOutcome::Skipped,
-                    generation_floor: 0,
-                    own_suspicions: false,
-                    next_release: None,
-                });
+                return summary;
             }
         };
         if report.epoch != epoch {
-            return None;
+            return summary;
         }
         span.in_scope(|| self.log_inputs(&report));
         span.in_scope(|| log_review(&report.review, &report.view));
         // While this replica holds suspicions of its own, another replica
         // should look (checked every cycle: the census may only count the
         // others after the episode began).
-        let me = self.config.replica_id.as_str();
-        let own_suspicions = report.view.suspects.values().any(|s| s.replica == me);
         let h = self.holding.as_mut().expect("checked above");
         h.in_flight = report.in_flight;
         h.in_flight_members = report.in_flight_members;
@@ -197,13 +186,7 @@ impl Executor {
                     s.failed_cycles += 1;
                     s.last_error = Some(error);
                 });
-                return Some(CycleSummary {
-                    epoch,
-                    outcome: CycleOutcome::Failed,
-                    generation_floor: report.generation_floor,
-                    own_suspicions,
-                    next_release: None,
-                });
+                return summary;
             }
         };
         if outcome != CycleOutcome::Fenced {
@@ -241,13 +224,8 @@ impl Executor {
                 };
             });
         }
-        Some(CycleSummary {
-            epoch,
-            outcome,
-            generation_floor: report.generation_floor,
-            own_suspicions,
-            next_release: handoff.next_release,
-        })
+        debug_assert_eq!(summary.as_ref().map(|s| s.outcome), Some(outcome));
+        summary
     }
 
     /// Logs the rejections of `report`'s inputs not logged before.

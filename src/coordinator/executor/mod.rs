@@ -494,6 +494,7 @@ impl Executor {
         let ctx = CycleContext {
             store: self.store.clone(),
             pinger: self.pinger.clone(),
+            wall: crate::edge::clock::WallClock::System,
             metrics: self.metrics.clone(),
             services: self.config.services_namespaces.clone(),
             units_key: self.config.workunits_namespace.clone(),

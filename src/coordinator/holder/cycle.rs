@@ -54,15 +54,21 @@ use crate::core::liveness::Liveness;
 use crate::core::suspicion::{self, Guard, Review, SuspectChanges};
 use crate::core::table::MatchingTable;
 use crate::core::timing::Timing;
+use crate::edge::clock::WallClock;
 use crate::edge::grpc::{PingReport, Pinger};
+use crate::edge::pings::MemberPings;
 use crate::edge::redis::{LeaseGrant, ListLimits, Snapshot, Store};
+use crate::edge::store::HoldingStore;
 use crate::ops::metrics::Metrics;
-use crate::unix_ms;
 
 /// Everything a cycle task needs, owned, so it runs beside the state machine.
-pub(in crate::coordinator) struct CycleContext {
-    pub(in crate::coordinator) store: Store,
-    pub(in crate::coordinator) pinger: Pinger,
+/// Generic over its IO (the store, the pings), so that the simulation runs
+/// the same cycle against its in-memory store and simulated members.
+pub(in crate::coordinator) struct CycleContext<S = Store, P = Pinger> {
+    pub(in crate::coordinator) store: S,
+    pub(in crate::coordinator) pinger: P,
+    /// Unix ms, for values shared with members.
+    pub(in crate::coordinator) wall: WallClock,
     pub(in crate::coordinator) metrics: Arc<Metrics>,
     pub(in crate::coordinator) services: Vec<String>,
     pub(in crate::coordinator) units_key: String,
@@ -89,7 +95,7 @@ pub(in crate::coordinator) struct CycleContext {
     pub(in crate::coordinator) warm: Option<WarmView>,
 }
 
-impl CycleContext {
+impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
     pub(super) fn may_act(&self) -> bool {
         Instant::now() < *self.acts_until.borrow()
     }
@@ -125,7 +131,7 @@ impl CycleContext {
         }
         let now = Instant::now();
         let (transit, unreadable) =
-            decode_transits(inherited.transit, &self.handoff, now, unix_ms());
+            decode_transits(inherited.transit, &self.handoff, now, self.wall.unix_ms());
         if !unreadable.is_empty() {
             // Written only by holders: an unreadable entry is an operator's
             // edit. Its unit waits the longest any member may ask for (its
@@ -397,7 +403,7 @@ impl CycleContext {
             && matches!(write, Write::Unchanged | Write::Written { .. })
             && self.may_act()
         {
-            let now = unix_ms();
+            let now = self.wall.unix_ms();
             let after_ms = after.as_millis() as u64;
             let view = &view;
             // A member that owes the release of a unit revoked from it stays:
@@ -506,7 +512,7 @@ impl CycleContext {
                 (r.member.as_str(), result)
             })
             .chain(malformed);
-        let now_ms = unix_ms();
+        let now_ms = self.wall.unix_ms();
         view.handoff.observe_pings(reports);
         for g in &inputs.groups {
             for m in &g.members {

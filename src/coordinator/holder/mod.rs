@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use tracing::Span;
 
+use super::machine::{CycleOutcome, CycleSummary};
 use crate::core::inputs::Inputs;
 use crate::core::liveness::{HealthChanges, Liveness};
 use crate::core::suspicion::{Review, Suspect, SuspectChanges};
@@ -120,6 +121,53 @@ pub(in crate::coordinator) struct CycleReport {
     /// Pings still running (hung members): collected by the next cycle.
     pub(in crate::coordinator) in_flight: InFlight,
     pub(in crate::coordinator) in_flight_members: HashSet<String>,
+}
+
+/// What a finished cycle tells the machine: `None` for a cycle of another
+/// holding (`epoch` is the current one's); `me` is this replica's id (its
+/// own suspicions ask another replica to look).
+pub(in crate::coordinator) fn summarize(
+    report: &Result<CycleReport, CycleError>,
+    epoch: u64,
+    me: &str,
+) -> Option<CycleSummary> {
+    let r = match report {
+        Ok(r) => r,
+        Err(_) => {
+            return Some(CycleSummary {
+                epoch,
+                outcome: CycleOutcome::Skipped,
+                generation_floor: 0,
+                own_suspicions: false,
+                next_release: None,
+            });
+        }
+    };
+    if r.epoch != epoch {
+        return None;
+    }
+    let release = r.view.handoff.last.next_release;
+    let (outcome, next_release) = match &r.write {
+        Write::Unchanged => (CycleOutcome::Unchanged, release),
+        Write::NotActing => (CycleOutcome::NotActing, release),
+        Write::Written { generation } => (
+            CycleOutcome::Written {
+                table: generation.is_some(),
+            },
+            release,
+        ),
+        Write::Fenced(_) => (CycleOutcome::Fenced, release),
+        Write::Failed(_) | Write::Unknown(_) | Write::Outdated { .. } => {
+            (CycleOutcome::Failed, None)
+        }
+    };
+    Some(CycleSummary {
+        epoch,
+        outcome,
+        generation_floor: r.generation_floor,
+        own_suspicions: r.view.suspects.values().any(|s| s.replica == me),
+        next_release,
+    })
 }
 
 /// Why a cycle did not produce a table; either way the last one stays.

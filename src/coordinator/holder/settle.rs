@@ -19,10 +19,11 @@ use super::{CycleContext, HolderView, Write, mark_error};
 use crate::core::handoff;
 use crate::core::inputs::Inputs;
 use crate::core::table::MatchingTable;
+use crate::edge::pings::MemberPings;
 use crate::edge::redis::Commit;
-use crate::unix_ms;
+use crate::edge::store::HoldingStore;
 
-impl CycleContext {
+impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
     /// Solves the table the members should have (desired), plans the next
     /// granted table from it with the handoff (break before make), and writes
     /// it (fenced) if it, the units in transit or the liveness history
@@ -92,7 +93,7 @@ impl CycleContext {
         self.metrics
             .solve(if solved { "solved" } else { "memoised" });
 
-        let now_ms = unix_ms();
+        let now_ms = self.wall.unix_ms();
         let Planned { plan, unchanged } = info_span!("handoff", verify).in_scope(|| {
             view.plan(
                 inputs,

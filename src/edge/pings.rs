@@ -1,0 +1,27 @@
+//! What a holder cycle asks of the members' pings, as a trait: a task per
+//! member that reports its answer, and forgetting members no longer
+//! listed. [`crate::edge::grpc::Pinger`] pings over gRPC; the simulation
+//! answers from its simulated members.
+
+use std::collections::HashSet;
+
+use crate::edge::grpc::{PingSet, Pinger};
+
+/// Pings members for a holder cycle.
+pub trait MemberPings: Clone + Send + Sync + 'static {
+    /// One ping per member, each its own task; a report per member.
+    fn ping_tasks(&self, members: &[String]) -> PingSet;
+
+    /// Forgets (closes) what is kept for members not in `listed`.
+    fn retain(&self, listed: &HashSet<&str>);
+}
+
+impl MemberPings for Pinger {
+    fn ping_tasks(&self, members: &[String]) -> PingSet {
+        Pinger::ping_tasks(self, members)
+    }
+
+    fn retain(&self, listed: &HashSet<&str>) {
+        Pinger::retain(self, listed)
+    }
+}
