@@ -28,6 +28,8 @@ use crate::ops::metrics::Metrics;
 mod executor;
 mod holder;
 pub mod machine;
+#[cfg(any(test, feature = "simulation"))]
+pub mod sim;
 
 /// A running replica. Dropping it shuts it down gracefully in the background.
 pub struct Distributor {

@@ -54,8 +54,9 @@ pub type Faults = Box<dyn FnMut(&'static str, u64) -> Fault + Send>;
 /// The in-memory Redis that every replica's [`MemoryStore`] talks to.
 pub struct Server {
     pub keyspace: Keyspace,
-    /// The server's clock, in unix ms; the simulation moves it.
+    /// The server's clock, in unix ms: `clock`'s at each call, else as set.
     pub now_ms: u64,
+    pub clock: Option<crate::edge::clock::WallClock>,
     /// Connections open now, by client id.
     pub open: std::collections::BTreeSet<u64>,
     next_client: u64,
@@ -64,6 +65,12 @@ pub struct Server {
     pub faults: Option<Faults>,
     /// Every `PUBLISH`, in order: (channel, payload).
     pub published: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Told how many messages were published, after each `PUBLISH`: the
+    /// subscribers' wake-up.
+    pub publishes: tokio::sync::watch::Sender<usize>,
+    /// Which start of the server this is: a restart closes every
+    /// connection and numbers client ids from 1 again, as Redis does.
+    pub run: u64,
 }
 
 impl Server {
@@ -76,7 +83,41 @@ impl Server {
             tokens: 0,
             faults: None,
             published: Vec::new(),
+            publishes: tokio::sync::watch::channel(0).0,
+            run: 1,
+            clock: None,
         }))
+    }
+
+    /// Sets `now_ms` from the clock, if there is one; returns it.
+    pub fn tick(&mut self) -> u64 {
+        if let Some(c) = self.clock {
+            self.now_ms = c.unix_ms();
+        }
+        self.now_ms
+    }
+
+    /// Restarts the server: every connection closes, client ids start
+    /// from 1 again, and (`lose_data`) the keyspace is gone.
+    pub fn restart(&mut self, lose_data: bool) {
+        self.run += 1;
+        self.open.clear();
+        self.next_client = 0;
+        if lose_data {
+            self.keyspace.flush();
+        }
+    }
+
+    /// The server's run id (`INFO server`), new at every restart.
+    pub fn run_id(&self) -> crate::core::handoff::RunId {
+        crate::core::handoff::RunId::parse(&format!("{:040x}", self.run)).expect("40 hex digits")
+    }
+
+    /// Opens a connection: its client id.
+    pub fn open_connection(&mut self) -> u64 {
+        self.next_client += 1;
+        self.open.insert(self.next_client);
+        self.next_client
     }
 
     fn fault(&mut self, op: &'static str, client: u64) -> Fault {
@@ -92,7 +133,10 @@ impl Server {
         let now = self.now_ms;
         match run(script, &mut self.keyspace, &call.keys, &call.args, now) {
             Ok((v, effects)) => {
-                self.published.extend(effects.published);
+                if !effects.published.is_empty() {
+                    self.published.extend(effects.published);
+                    self.publishes.send_replace(self.published.len());
+                }
                 Ok(v)
             }
             Err(WrongType { key }) => Err(StoreError::Reply {
@@ -103,41 +147,56 @@ impl Server {
     }
 }
 
-/// One replica's connection to a [`Server`].
+/// One replica's connection to a [`Server`]. Like a reconnecting Redis
+/// client, it opens a new connection (a new client id) when it finds the
+/// server restarted.
 #[derive(Clone)]
 pub struct MemoryStore {
     keys: Arc<Keys>,
     server: Arc<Mutex<Server>>,
-    /// This connection's client id (named in the lease's connection record).
-    client: u64,
+    /// (server run, client id) of this store's connection, named in the
+    /// lease's connection record.
+    conn: Arc<Mutex<(u64, u64)>>,
 }
 
 impl MemoryStore {
     /// Opens a connection (a new client id) for table `table_key`.
     pub fn connect(server: &Arc<Mutex<Server>>, table_key: &str) -> MemoryStore {
         let mut s = server.lock().expect("server lock");
-        s.next_client += 1;
-        let client = s.next_client;
-        s.open.insert(client);
+        let conn = (s.run, s.open_connection());
         MemoryStore {
             keys: Arc::new(Keys::new(table_key)),
             server: Arc::clone(server),
-            client,
+            conn: Arc::new(Mutex::new(conn)),
         }
     }
 
     /// This connection's client id.
     pub fn client(&self) -> u64 {
-        self.client
+        self.conn.lock().expect("conn lock").1
     }
 
     /// Closes the connection (the process died): its id is no longer open.
     pub fn close(&self) {
-        self.lock().open.remove(&self.client);
+        let (run, client) = *self.conn.lock().expect("conn lock");
+        let mut s = self.lock();
+        if s.run == run {
+            s.open.remove(&client);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Server> {
         self.server.lock().expect("server lock")
+    }
+
+    /// This store's client id on the server as it runs now (a new
+    /// connection after a restart).
+    fn current(&self, s: &mut Server) -> u64 {
+        let mut conn = self.conn.lock().expect("conn lock");
+        if conn.0 != s.run {
+            *conn = (s.run, s.open_connection());
+        }
+        conn.1
     }
 
     /// Runs `f` on the server under this call's fault: `Lost` fails before
@@ -145,10 +204,12 @@ impl MemoryStore {
     fn call<T>(
         &self,
         op: &'static str,
-        f: impl FnOnce(&mut Server) -> Result<T, StoreError>,
+        f: impl FnOnce(&mut Server, u64) -> Result<T, StoreError>,
     ) -> Result<(T, Fault), StoreError> {
         let mut s = self.lock();
-        let fault = s.fault(op, self.client);
+        s.tick();
+        let client = self.current(&mut s);
+        let fault = s.fault(op, client);
         let timeout = || StoreError::Timeout {
             op,
             timeout: Duration::from_secs(1),
@@ -156,7 +217,7 @@ impl MemoryStore {
         if fault == Fault::Lost {
             return Err(timeout());
         }
-        let out = f(&mut s)?;
+        let out = f(&mut s, client)?;
         if fault == Fault::ReplyLost {
             return Err(timeout());
         }
@@ -264,10 +325,10 @@ impl HoldingStore for MemoryStore {
         &self,
         claim: &Claim<'_>,
     ) -> impl Future<Output = Result<Acquisition, StoreError>> + Send {
-        let out = self.call("acquire lease", |s| {
+        let out = self.call("acquire lease", |s, client| {
             s.tokens += 1;
             let token = format!("{:032x}", s.tokens);
-            let call = calls::acquire(&self.keys, claim, &token, &self.client.to_string());
+            let call = calls::acquire(&self.keys, claim, &token, &client.to_string());
             let v = s.script(Script::Acquire, &call)?;
             Ok((token, calls::acquired(v)?))
         });
@@ -291,8 +352,8 @@ impl HoldingStore for MemoryStore {
         ttl: Duration,
         _timeout: Duration,
     ) -> impl Future<Output = Result<Renewal, StoreError>> + Send {
-        let out = self.call("renew lease", |s| {
-            let call = calls::renew(&self.keys, grant, ttl, &self.client.to_string());
+        let out = self.call("renew lease", |s, client| {
+            let call = calls::renew(&self.keys, grant, ttl, &client.to_string());
             calls::renewed(&s.script(Script::Renew, &call)?)
         });
         async move {
@@ -304,7 +365,7 @@ impl HoldingStore for MemoryStore {
     }
 
     fn release(&self, grant: &LeaseGrant) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        let out = self.call("release lease", |s| {
+        let out = self.call("release lease", |s, _| {
             calls::released(&s.script(Script::Release, &calls::release(&self.keys, grant))?)
         });
         async move { out.map(|(r, _)| r) }
@@ -314,7 +375,7 @@ impl HoldingStore for MemoryStore {
         &self,
         client: u64,
     ) -> impl Future<Output = Result<HolderConnection, StoreError>> + Send {
-        let out = self.call("check the holder's connection", |s| {
+        let out = self.call("check the holder's connection", |s, _| {
             Ok(if s.open.contains(&client) {
                 HolderConnection::Open
             } else {
@@ -329,7 +390,7 @@ impl HoldingStore for MemoryStore {
         grant: &LeaseGrant,
         c: &Commit<'_>,
     ) -> impl Future<Output = Result<Committed, StoreError>> + Send {
-        let out = self.call("write table", |s| {
+        let out = self.call("write table", |s, _| {
             let v = s.script(Script::Commit, &calls::commit(&self.keys, grant, c))?;
             calls::committed(v)
         });
@@ -368,7 +429,7 @@ impl HoldingStore for MemoryStore {
         held: &HashMap<String, u64>,
         held_reports: Option<u64>,
     ) -> impl Future<Output = Result<Snapshot, StoreError>> + Send {
-        let out = self.call("read lists", |s| {
+        let out = self.call("read lists", |s, _| {
             let now = s.now_ms;
             let mut reads = Vec::new();
             for key in services.iter().map(String::as_str).chain([units_key]) {
@@ -410,7 +471,7 @@ impl HoldingStore for MemoryStore {
     }
 
     fn read_table(&self) -> impl Future<Output = Result<MatchingTable, StoreError>> + Send {
-        let out = self.call("read table", |s| {
+        let out = self.call("read table", |s, _| {
             Ok(MatchingTable::from_rows(Self::hash(s, &self.keys.table)?))
         });
         async move { out.map(|(r, _)| r) }
@@ -420,7 +481,7 @@ impl HoldingStore for MemoryStore {
         &self,
     ) -> impl Future<Output = Result<(Option<String>, u64, Option<MatchingTable>), StoreError>> + Send
     {
-        let out = self.call("read table state", |s| {
+        let out = self.call("read table state", |s, _| {
             let (digest, generation) = self.table_state(s)?;
             Ok((digest, generation, None))
         });
@@ -428,7 +489,7 @@ impl HoldingStore for MemoryStore {
     }
 
     fn read_reports_since(&self, held: Option<u64>) -> impl Future<Output = ReportsRead> + Send {
-        let out = self.call("read member reports", |s| Ok(self.reports(s, held)));
+        let out = self.call("read member reports", |s, _| Ok(self.reports(s, held)));
         async move {
             out.map(|(r, _)| r).unwrap_or_else(|e| ReportsRead {
                 version: None,
@@ -441,7 +502,7 @@ impl HoldingStore for MemoryStore {
         &self,
         with_table: bool,
     ) -> impl Future<Output = Result<Inheritance, StoreError>> + Send {
-        let out = self.call("read holding", |s| {
+        let out = self.call("read holding", |s, _| {
             let k = &self.keys;
             let transit = Self::hash(s, &k.transit)?;
             let liveness = Self::hash(s, &k.liveness)?.into_iter().collect();
@@ -476,7 +537,7 @@ impl HoldingStore for MemoryStore {
     }
 
     fn read_generation(&self) -> impl Future<Output = Result<u64, StoreError>> + Send {
-        let out = self.call("read generation", |s| Ok(self.meta_counts(s, false)?.0));
+        let out = self.call("read generation", |s, _| Ok(self.meta_counts(s, false)?.0));
         async move { out.map(|(r, _)| r) }
     }
 
@@ -486,7 +547,7 @@ impl HoldingStore for MemoryStore {
         pairs: &[(String, Vec<u8>)],
     ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, StoreError>> + Send {
         // As the Redis store: no pairs, no call.
-        let out = self.call("forget members", |s| {
+        let out = self.call("forget members", |s, _| {
             if pairs.is_empty() {
                 return Ok(Vec::new());
             }

@@ -1,0 +1,75 @@
+//! `simulate [SEEDS | FIRST..LAST] [--trace SEED]`: runs the deterministic
+//! simulation of a fleet (`coordinator::sim`) over seeds 1..=SEEDS (2,000
+//! by default), on every core, and ends with one line:
+//! `simulated N seeds, V violations, R seeds/s`. A failing seed's schedule
+//! and what followed are printed; `--trace SEED` prints one seed's.
+
+use std::time::{Duration, Instant};
+
+use distributor::coordinator::sim::{Run, run_seed, run_seeds};
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let run = Run::default();
+    if let [flag, seed] = args.as_slice()
+        && flag == "--trace"
+    {
+        let Ok(seed) = seed.parse() else {
+            eprintln!("simulate: --trace takes a seed, not {seed:?}");
+            return std::process::ExitCode::from(2);
+        };
+        let o = run_seed(seed, run);
+        println!("{}", o.trace.join("\n"));
+        println!("seed {seed}: {} violations", o.violations.len());
+        return if o.violations.is_empty() {
+            std::process::ExitCode::SUCCESS
+        } else {
+            std::process::ExitCode::FAILURE
+        };
+    }
+    let (first, last) = match args.first().map(String::as_str) {
+        None => (1, 2_000),
+        Some(a) => match a.split_once("..") {
+            Some((f, l)) => match (f.parse(), l.parse()) {
+                (Ok(f), Ok(l)) => (f, l),
+                _ => {
+                    eprintln!("simulate: a range is FIRST..LAST, not {a:?}");
+                    return std::process::ExitCode::from(2);
+                }
+            },
+            None => match a.parse() {
+                Ok(n) => (1, n),
+                Err(_) => {
+                    eprintln!("simulate: SEEDS is a number of seeds, not {a:?}");
+                    return std::process::ExitCode::from(2);
+                }
+            },
+        },
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let started = Instant::now();
+    let failed = run_seeds(first..=last, run, threads);
+    let took = started.elapsed().max(Duration::from_millis(1));
+    let n = last.saturating_sub(first) + 1;
+    for o in &failed {
+        println!("--- seed {} ---", o.seed);
+        println!("{}", o.trace.join("\n"));
+    }
+    let violations: usize = failed.iter().map(|o| o.violations.len()).sum();
+    if !failed.is_empty() {
+        let seeds: Vec<String> = failed.iter().map(|o| o.seed.to_string()).collect();
+        println!(
+            "failing seeds: {} (replay one: simulate --trace SEED)",
+            seeds.join(" ")
+        );
+    }
+    println!(
+        "simulated {n} seeds, {violations} violations, {:.1} seeds/s",
+        n as f64 / took.as_secs_f64()
+    );
+    if failed.is_empty() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    }
+}
