@@ -35,7 +35,9 @@
 //!   comes back: every call first ends the holds that ended by `now`, before
 //!   it records a read or a ping;
 //! - a unit is acquired only from the row of the last processed generation,
-//!   after a ping, while the hold a read and a ping give runs, never while
+//!   read with that generation (a row read while the generation cannot be
+//!   read is followed for revocations, but its new units wait for a read
+//!   that shows it: the token must be above the last owner's), after a ping, while the hold a read and a ping give runs, never while
 //!   it is still being stopped, never while draining or stopped, only once a
 //!   report is written that names the client of that read and no
 //!   acknowledgement is owed (below); its [`FencingToken`] is that
@@ -159,6 +161,9 @@ struct Processed {
     /// The Redis connection the last read that showed this
     /// row went over (`None`: Redis did not tell).
     client: Option<RedisConnection>,
+    /// A read showed this row with its generation: units are acquired only
+    /// then, since the generation is their fencing token.
+    numbered: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -262,6 +267,7 @@ impl Ownership {
         }
         self.last_read = Some(self.last_read.map_or(sent, |r| r.max(sent)));
         let prev = self.processed.as_ref().map(|p| p.generation);
+        let numbered = generation.is_some();
         let generation = generation.or(prev).unwrap_or(0);
         let outcome = ReadOutcome::Processed;
         if let Some(p) = prev
@@ -278,6 +284,7 @@ impl Ownership {
         {
             p.shown = p.shown.max(sent);
             p.client = client;
+            p.numbered |= numbered;
             for s in self.stopping.values_mut().filter(|s| s.in_row) {
                 s.shown = s.shown.max(sent);
             }
@@ -334,6 +341,7 @@ impl Ownership {
             row: units,
             shown: sent,
             client,
+            numbered,
         });
         self.revision += 1;
         self.update_contact(now);
@@ -669,6 +677,7 @@ impl Ownership {
         };
         // Owned units are in the row: all of it is owned already.
         if self.owned.len() == p.row.len()
+            || !p.numbered
             || self.written.is_none_or(|w| w.client != p.client)
             || !self.owed.is_empty()
             || self.last_ping.is_none()
