@@ -311,14 +311,16 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         // not pinged again: that ping's result is collected when it comes.
         let carried = std::mem::take(&mut self.carried);
         let mut pending_members = std::mem::take(&mut self.carried_members);
-        let fresh: HashSet<String> = members
+        // In list order: the same lists ping in the same order (the
+        // simulation replays a seed exactly).
+        let fresh_list: Vec<String> = members
             .iter()
             .filter(|m| !pending_members.contains(*m))
             .cloned()
             .collect();
-        let fresh_list: Vec<String> = fresh.iter().cloned().collect();
         let mut pending = ping.in_scope(|| self.pinger.ping_tasks(&fresh_list));
-        pending_members.extend(fresh.iter().cloned());
+        pending_members.extend(fresh_list.iter().cloned());
+        let fresh: HashSet<String> = fresh_list.into_iter().collect();
         for task in carried {
             pending.push(task);
         }

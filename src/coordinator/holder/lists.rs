@@ -59,9 +59,7 @@ pub(super) async fn assemble(
     {
         return Ok(cache.expect("checked above"));
     }
-    tokio::task::spawn_blocking(move || rebuild(cache, groups, units))
-        .await
-        .expect("normalising the inputs does not panic")
+    super::blocking(move || rebuild(cache, groups, units)).await
 }
 
 /// Whether `groups` and `units` are exactly the lists `cache` was made of,

@@ -123,6 +123,32 @@ pub(in crate::coordinator) struct CycleReport {
     pub(in crate::coordinator) in_flight_members: HashSet<String>,
 }
 
+thread_local! {
+    /// Set by the simulation on its one thread: CPU-bound steps run inline
+    /// there, so that no other thread's timing decides what runs next.
+    static INLINE_BLOCKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs CPU-bound `f` (a solve, a digest, the inputs' normalisation) on
+/// tokio's blocking pool, off the runtime's threads; inline on a thread
+/// that asked for it ([`run_inline`]).
+pub(in crate::coordinator) async fn blocking<R: Send + 'static>(
+    f: impl FnOnce() -> R + Send + 'static,
+) -> R {
+    if INLINE_BLOCKING.with(std::cell::Cell::get) {
+        return f();
+    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("the holder's CPU-bound steps do not panic")
+}
+
+/// Makes [`blocking`] run inline on this thread (the simulation's).
+#[cfg(any(test, feature = "simulation"))]
+pub(in crate::coordinator) fn run_inline() {
+    INLINE_BLOCKING.with(|c| c.set(true));
+}
+
 /// What a finished cycle tells the machine: `None` for a cycle of another
 /// holding (`epoch` is the current one's); `me` is this replica's id (its
 /// own suspicions ask another replica to look).

@@ -120,13 +120,12 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             Arc::clone(&granted)
         } else {
             let table = plan.granted;
-            tokio::task::spawn_blocking(move || {
+            super::blocking(move || {
                 let table = Arc::new(table);
                 table.digest();
                 table
             })
             .await
-            .expect("hashing a table does not panic")
         };
         let Some(Changes {
             table: table_changed,

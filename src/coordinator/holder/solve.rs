@@ -146,7 +146,7 @@ pub(super) async fn desired(
                 .iter()
                 .map(|(m, u)| (m.to_string(), u.to_string()))
                 .collect();
-            let table = tokio::task::spawn_blocking(move || {
+            let table = super::blocking(move || {
                 let also_held: Vec<(&str, &str)> = also_held
                     .iter()
                     .map(|(m, u)| (m.as_str(), u.as_str()))
@@ -163,8 +163,7 @@ pub(super) async fn desired(
                 let live = |m: &str| weights.contains_key(m);
                 assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how))
             })
-            .await
-            .expect("solving the table does not panic");
+            .await;
             let (table, moves) = table;
             if let Some(moves) = moves.filter(|m| m.moved + m.placed > 0) {
                 view.handoff.last_change = Some(LastChange {
