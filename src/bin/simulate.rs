@@ -27,6 +27,35 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         };
     }
+    if let [flag, seed, times] = args.as_slice()
+        && flag == "--replay"
+    {
+        // Runs one seed `times` times in this process: every trace must be
+        // the first one (determinism, past hash-map seeds and threads).
+        let (Ok(seed), Ok(times)) = (seed.parse(), times.parse::<usize>()) else {
+            eprintln!("simulate: --replay SEED TIMES");
+            return std::process::ExitCode::from(2);
+        };
+        let first = run_seed(seed, run).trace;
+        for i in 1..times {
+            let again = run_seed(seed, run).trace;
+            if again != first {
+                let at = first
+                    .iter()
+                    .zip(&again)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
+                println!(
+                    "seed {seed}: run {i} differs at line {at}:\n  {:?}\n  {:?}",
+                    first.get(at),
+                    again.get(at)
+                );
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+        println!("seed {seed}: {times} runs, the same trace");
+        return std::process::ExitCode::SUCCESS;
+    }
     let (first, last) = match args.first().map(String::as_str) {
         None => (1, 2_000),
         Some(a) => match a.split_once("..") {

@@ -76,10 +76,15 @@ pub fn run_seed(seed: u64, run: Run) -> SeedOutcome {
         .start_paused(true)
         .build()
         .expect("a runtime");
+    crate::coordinator::holder::run_inline();
     rt.block_on(simulate(seed, run))
 }
 
 async fn simulate(seed: u64, run: Run) -> SeedOutcome {
+    // Timers fire on the time driver's millisecond grid, which starts a
+    // random fraction of a millisecond away from the paused clock: start on
+    // the grid, so that every instant of the run is the same from run to run.
+    tokio::time::sleep(Duration::from_millis(1)).await;
     let start = Instant::now();
     let wall = WallClock::Simulated {
         base_ms: UNIX_BASE_MS,
@@ -106,7 +111,7 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
     let (services, units_key) = ("svc".to_string(), "units".to_string());
     let n_members = 3 + rng.below(4) as usize;
     let n_units = 4 + rng.below(12) as usize;
-    let long_deadline = rng.chance(300);
+    let long_deadline = rng.chance(400);
     let forget_after = rng.chance(300).then(|| Duration::from_millis(1_500));
     let settings = ReplicaSettings {
         lease: LeaseTiming {
@@ -118,7 +123,13 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
         poll_interval: Duration::from_millis(200),
         ping_timeout: Duration::from_millis(100),
         failure_threshold: 1 + rng.below(2) as u32,
-        handoff_delay: rng.millis(300, 1_500),
+        // Short waits make many handoffs; long ones keep units in transit
+        // across failovers and edits.
+        handoff_delay: if rng.chance(500) {
+            rng.millis(300, 1_500)
+        } else {
+            rng.millis(2_000, 8_000)
+        },
         forget_after,
         assignment: if rng.chance(500) {
             Assignment::Sticky
@@ -147,10 +158,12 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
             stopping: Default::default(),
             ends: Default::default(),
             since: Default::default(),
+            reported_at: None,
             deadline,
             read_every: rng.millis(50, 250),
             stop_takes: rng.millis(0, 200),
             next_read: start + rng.millis(0, 200),
+            next_refresh: start + rng.millis(0, 5_000),
             draining: false,
         });
     }
@@ -244,6 +257,7 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
             }
             60..=64 => {
                 let lose = rng.chance(500);
+                let generation = w.stored_generation();
                 let lists = {
                     let mut s = server.lock().expect("server lock");
                     let at = s.tick();
@@ -258,7 +272,7 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
                 };
                 w.log(now, format!("redis restarted (data lost: {lose})"));
                 if lose {
-                    w.data_losses.push(now);
+                    w.state_lost(now, generation);
                     // The operator's configuration puts the lists back a
                     // little later (members and units as they were).
                     drop(w);
@@ -279,6 +293,7 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
             }
             65..=71 => {
                 let k = w.keys.clone();
+                let generation = w.stored_generation();
                 let key = [&k.liveness, &k.transit, &k.suspects, &k.members, &k.meta]
                     [rng.below(5) as usize]
                     .clone();
@@ -286,15 +301,25 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
                 s.keyspace.put(&key, Data::Str(b"oops".to_vec()));
                 drop(s);
                 w.log(now, format!("{key} set to a string"));
+                if key == k.members || key == k.transit {
+                    // Handoff state an edit destroyed (the reports, until
+                    // each member writes its own again; the units in
+                    // transit): a holder that takes over cannot know it.
+                    w.state_lost(now, generation);
+                }
                 drop(w);
                 // An operator notices and deletes it a little later.
                 let server = Arc::clone(&server);
                 let fix = rng.millis(300, 3_000);
                 tokio::spawn(async move {
                     tokio::time::sleep(fix).await;
+                    // Only if it is still the stray string: a holder may
+                    // have written the key again meanwhile.
                     let mut s = server.lock().expect("server lock");
                     let at = s.tick();
-                    s.keyspace.del(&key, at);
+                    if s.keyspace.get(&key, at) == Ok(Some(b"oops".to_vec())) {
+                        s.keyspace.del(&key, at);
+                    }
                 });
                 continue;
             }
@@ -417,14 +442,18 @@ async fn drive_members(world: Arc<Mutex<World>>) {
     loop {
         let wake = {
             let w = world.lock().expect("world lock");
+            let now = Instant::now();
             (0..w.members.len())
-                .map(|i| w.member_wake(i))
+                .map(|i| w.member_wake(i, now))
                 .min()
                 .unwrap_or_else(|| Instant::now() + Duration::from_millis(100))
         };
         tokio::time::sleep_until(wake.max(Instant::now() + Duration::from_millis(1))).await;
         let now = Instant::now();
         let mut w = world.lock().expect("world lock");
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            eprintln!("{} members wake", w.ms(now));
+        }
         for i in 0..w.members.len() {
             if !w.members[i].active(now) {
                 // A paused or dead process does nothing; its reads resume
@@ -440,6 +469,7 @@ async fn drive_members(world: Arc<Mutex<World>>) {
                 w.members[i].next_read = now + every;
                 w.member_read(i, now);
             }
+            w.member_refresh(i, now);
             w.member_tick(i, now);
         }
     }

@@ -135,10 +135,10 @@ pub async fn run(
     // The notification channels, as the executor subscribes to them: a
     // table write is a hint to re-read the generation, a release wakes the
     // standbys. Subscribed from now: what was published before is missed.
-    let (mut publishes, mut seen, keys) = {
+    let (mut messages, keys) = {
         let w = world.lock().expect("world lock");
-        let s = w.server.lock().expect("server lock");
-        (s.publishes.subscribe(), s.published.len(), w.keys.clone())
+        let mut s = w.server.lock().expect("server lock");
+        (s.subscribe(), w.keys.clone())
     };
     loop {
         let wake = machine.next_wake();
@@ -170,16 +170,9 @@ pub async fn run(
                 }
             }
             _ = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => Event::Tick,
-            Ok(()) = publishes.changed() => {
-                let messages: Vec<(Vec<u8>, Vec<u8>)> = {
-                    let w = world.lock().expect("world lock");
-                    let s = w.server.lock().expect("server lock");
-                    let new = s.published.get(seen..).unwrap_or_default().to_vec();
-                    seen = s.published.len();
-                    new
-                };
+            Some((channel, payload)) = messages.recv() => {
                 let mut release = None;
-                for (channel, payload) in messages {
+                {
                     if channel == keys.table_channel.as_bytes() {
                         // A hint only: the generation is read from Redis.
                         let (store, tx) = (store.clone(), tx.clone());
@@ -205,7 +198,18 @@ pub async fn run(
             events.push(Event::HandoffHint);
         }
         for event in events {
-            for action in machine.step(event, Instant::now()) {
+            let dbg = std::env::var_os("SIM_DEBUG").is_some();
+            let ev = if dbg {
+                format!("{event:?}")
+            } else {
+                String::new()
+            };
+            let actions = machine.step(event, Instant::now());
+            if dbg {
+                let t = world.lock().expect("world lock").ms_precise(Instant::now());
+                eprintln!("{t} {id} {ev} -> {actions:?}");
+            }
+            for action in actions {
                 match action {
                     Action::Acquire {
                         epoch_floor,
@@ -231,6 +235,9 @@ pub async fn run(
                                 takeover: takeover.as_ref(),
                             };
                             let r = store.acquire(&claim).await.map_err(drop);
+                            if std::env::var_os("SIM_DEBUG").is_some() {
+                                eprintln!("{:?} {id} acquire -> {r:?}", Instant::now());
+                            }
                             let _ = tx.send(Event::Acquired(r));
                         });
                     }

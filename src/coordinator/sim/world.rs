@@ -62,12 +62,17 @@ pub struct SimMember {
     /// Each owned unit's hold end (the simulation's time) before the last
     /// call into its ownership: a revocation keeps the hold it had.
     pub ends: BTreeMap<String, Instant>,
-    /// When it acquired each unit it works on.
-    pub since: BTreeMap<String, Instant>,
+    /// When its last report was written.
+    pub reported_at: Option<Instant>,
+    /// When it acquired each unit it works on, and the token.
+    pub since: BTreeMap<String, (Instant, u64)>,
     pub deadline: Duration,
     pub read_every: Duration,
     pub stop_takes: Duration,
     pub next_read: Instant,
+    /// When it next re-registers and re-writes its last report (as
+    /// `Member` does every `reregister_interval`, 5 s).
+    pub next_refresh: Instant,
     pub draining: bool,
 }
 
@@ -151,8 +156,13 @@ pub struct World {
     /// Set when a member wrote a report: the holder's hint (the `acked`
     /// channel).
     pub acked: bool,
-    /// When Redis lost its data.
-    pub data_losses: Vec<Instant>,
+    /// When Redis lost its data, or an edit overwrote the members' reports
+    /// or the units in transit: handoff state a holder that takes over
+    /// cannot know (the README's limit "Redis losing writes can lose the
+    /// handoff state across a holder change").
+    /// With the table generation stored then: a unit acquired at or below
+    /// it was acquired from a table the loss may have taken with it.
+    pub data_losses: Vec<(Instant, u64)>,
     /// Overlaps already recorded: (unit, members).
     pub seen_overlaps: BTreeSet<(String, Vec<String>)>,
     /// Overlaps the README documents as a limit (a holder that takes over
@@ -164,6 +174,10 @@ pub struct World {
 impl World {
     pub fn ms(&self, now: Instant) -> u64 {
         (now - self.start).as_millis() as u64
+    }
+
+    pub fn ms_precise(&self, now: Instant) -> String {
+        format!("{:?}", now - self.start)
     }
 
     pub fn log(&mut self, now: Instant, what: String) {
@@ -182,11 +196,14 @@ impl World {
     /// overlap with one that acquired the unit after the loss, until its
     /// hold ends.
     pub fn check_overlap(&mut self, now: Instant) {
-        let mut by_unit: BTreeMap<String, Vec<(String, Instant)>> = BTreeMap::new();
+        let mut by_unit: BTreeMap<String, Vec<(String, Instant, u64)>> = BTreeMap::new();
         for m in &self.members {
             for u in m.working(now) {
-                let since = m.since.get(&u).copied().unwrap_or(self.start);
-                by_unit.entry(u).or_default().push((m.name.clone(), since));
+                let (since, token) = m.since.get(&u).copied().unwrap_or((self.start, 0));
+                by_unit
+                    .entry(u)
+                    .or_default()
+                    .push((m.name.clone(), since, token));
             }
         }
         for (unit, workers) in by_unit {
@@ -197,20 +214,68 @@ impl World {
             if !self.seen_overlaps.insert((unit.clone(), names.clone())) {
                 continue;
             }
-            let oldest = workers.iter().map(|w| w.1).min().expect("two");
-            let newest = workers.iter().map(|w| w.1).max().expect("two");
-            if self.data_losses.iter().any(|l| oldest < *l && *l <= newest) {
+            // One acquired from a table the loss may have taken, the other
+            // after the loss.
+            let across = |(at, g): &(Instant, u64)| {
+                workers.iter().any(|a| a.2 <= *g) && workers.iter().any(|b| b.1 >= *at)
+            };
+            let first = workers
+                .iter()
+                .min_by_key(|w| w.1)
+                .map(|w| w.0.clone())
+                .expect("two");
+            if self.data_losses.iter().any(across) || self.report_lost(&first) {
                 self.documented += 1;
                 self.log(
                     now,
                     format!(
-                        "documented limit: unit {unit} worked on by {names:?} across a data loss"
+                        "documented limit: unit {unit} worked on by {names:?} across lost handoff state"
                     ),
                 );
             } else {
                 self.violation(now, format!("unit {unit} worked on by {names:?}"));
             }
         }
+    }
+
+    /// Records that handoff state was lost at `now`, with the table
+    /// generation stored just before.
+    pub fn state_lost(&mut self, now: Instant, generation: u64) {
+        self.data_losses.push((now, generation));
+    }
+
+    /// The table generation Redis stores now (0 for none).
+    pub fn stored_generation(&self) -> u64 {
+        let mut s = self.server.lock().expect("server lock");
+        let at = s.tick();
+        s.keyspace
+            .hget(&self.keys.meta, b"generation", at)
+            .ok()
+            .flatten()
+            .and_then(|g| String::from_utf8(g).ok()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Whether `member` wrote a report that Redis no longer holds because
+    /// Redis lost its data or an edit overwrote the reports since (not
+    /// `-forget-after`): the holder cannot know its deadline, and waits
+    /// `-handoff-delay` for it.
+    fn report_lost(&self, member: &str) -> bool {
+        let Some(m) = self.members.iter().find(|m| m.name == member) else {
+            return false;
+        };
+        let Some(written) = m.reported_at else {
+            return false;
+        };
+        if !self.data_losses.iter().any(|(l, _)| *l >= written) {
+            return false;
+        }
+        let mut s = self.server.lock().expect("server lock");
+        let at = s.now_ms;
+        !matches!(
+            s.keyspace.hget(&self.keys.members, member.as_bytes(), at),
+            Ok(Some(_))
+        )
     }
 
     /// A member's read of its row, as `Member` reads it: the row, the
@@ -243,13 +308,32 @@ impl World {
             }
         };
         let Some((row, generation, client)) = read else {
+            if std::env::var_os("SIM_DEBUG").is_some() {
+                let mut s = self.server.lock().expect("server lock");
+                let at = s.now_ms;
+                let (t, m) = (
+                    s.keyspace.type_of(&self.keys.table, at),
+                    s.keyspace.type_of(&self.keys.meta, at),
+                );
+                eprintln!(
+                    "{} {name} read failed (fault {fail}; table {t}, meta {m})",
+                    self.ms(now)
+                );
+            }
             return;
         };
         let m = &mut self.members[i];
         let local = m.local(now);
         m.remember_ends();
-        m.ownership
+        let outcome = m
+            .ownership
             .read(local, local, generation, row.as_deref(), Some(client));
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            eprintln!(
+                "{} {name} read g={generation:?} row={row:?} client={client:?}: {outcome:?}",
+                self.ms(now)
+            );
+        }
         self.after_steps(i, now);
         self.write_report(i, now);
     }
@@ -262,7 +346,11 @@ impl World {
         if self.rng.chance(self.member_faults) {
             return;
         }
-        self.put_report(i, &report);
+        if !self.put_report(i, &report) {
+            // Refused (a key of the wrong type): written again next time.
+            return;
+        }
+        self.members[i].reported_at = Some(now);
         let name = self.members[i].name.clone();
         self.log(now, format!("{name} reports {}", report.encode()));
         let m = &mut self.members[i];
@@ -273,17 +361,19 @@ impl World {
         self.after_steps(i, now);
     }
 
-    fn put_report(&mut self, i: usize, report: &MemberReport) {
+    fn put_report(&mut self, i: usize, report: &MemberReport) -> bool {
         let name = self.members[i].name.clone();
         let mut s = self.server.lock().expect("server lock");
         let at = s.tick();
-        // A report of the wrong type is an operator's mistake the holder
+        // Reports of the wrong type are an operator's mistake the holder
         // reads as an error; the member's write fails the same way.
-        let _ = s.keyspace.hset(
-            &self.keys.members,
-            &[(name.into_bytes(), report.encode().into_bytes())],
-            at,
-        );
+        s.keyspace
+            .hset(
+                &self.keys.members,
+                &[(name.into_bytes(), report.encode().into_bytes())],
+                at,
+            )
+            .is_ok()
     }
 
     /// Runs the member's steps: acquisitions are checked against the
@@ -295,19 +385,39 @@ impl World {
                 Step::Acquire { units } => {
                     for t in units {
                         let name = self.members[i].name.clone();
+                        // A token from a table Redis then lost, below one
+                        // numbered after the loss: the documented limit.
+                        let stale = |last: u64| {
+                            self.data_losses
+                                .iter()
+                                .any(|(_, g)| t.token.0 <= *g && last > *g)
+                        };
                         if let Some((last, by)) = self.tokens.get(&t.unit).cloned()
                             && by != name
                             && t.token.0 <= last
                         {
-                            self.violation(
+                            if stale(last) {
+                                self.documented += 1;
+                                self.log(
+                                    now,
+                                    format!(
+                                        "documented limit: unit {} acquired by {name} with token {} from a table Redis lost, after {by} held it with {last}",
+                                        t.unit, t.token.0
+                                    ),
+                                );
+                            } else {
+                                self.violation(
                                 now,
                                 format!(
                                     "unit {} acquired by {name} with token {} after {by} held it with {last}",
                                     t.unit, t.token.0
                                 ),
                             );
+                            }
                         }
-                        self.members[i].since.insert(t.unit.clone(), now);
+                        self.members[i]
+                            .since
+                            .insert(t.unit.clone(), (now, t.token.0));
                         let prev = self.tokens.get(&t.unit).map_or(0, |x| x.0);
                         self.tokens
                             .insert(t.unit.clone(), (prev.max(t.token.0), name.clone()));
@@ -329,6 +439,33 @@ impl World {
             }
         }
         self.check_overlap(now);
+    }
+
+    /// Re-registers member `i` and re-writes the report it wrote last, if
+    /// the refresh is due.
+    pub fn member_refresh(&mut self, i: usize, now: Instant) {
+        if self.members[i].next_refresh > now {
+            return;
+        }
+        self.members[i].next_refresh = now + Duration::from_secs(5);
+        let name = self.members[i].name.clone();
+        {
+            let mut s = self.server.lock().expect("server lock");
+            let at = s.tick();
+            if s.keyspace
+                .lpos(&self.services, name.as_bytes(), at)
+                .is_ok_and(|p| p.is_none())
+            {
+                let _ = s
+                    .keyspace
+                    .push(&self.services, &[name.clone().into_bytes()], true, at);
+            }
+        }
+        if let Some(report) = self.members[i].ownership.written_report()
+            && self.put_report(i, &report)
+        {
+            self.members[i].reported_at = Some(now);
+        }
     }
 
     /// Finishes the stops due by `now`, and ends the holds that ended.
@@ -355,11 +492,18 @@ impl World {
 
     /// The next instant member `i` must act (a read, a stop done, a hold
     /// ending).
-    pub fn member_wake(&self, i: usize) -> Instant {
+    pub fn member_wake(&self, i: usize, now: Instant) -> Instant {
         let m = &self.members[i];
+        // A dead process does nothing; a paused one nothing until it runs.
+        if !m.alive {
+            return now + Duration::from_secs(1);
+        }
+        if let Some(p) = m.paused_until.filter(|p| *p > now) {
+            return p;
+        }
         let stop = m.stopping.values().map(|(d, _)| *d).min();
         let hold = m.ownership.next_wake().map(|l| m.real(l));
-        [Some(m.next_read), stop, hold]
+        [Some(m.next_read), Some(m.next_refresh), stop, hold]
             .into_iter()
             .flatten()
             .min()
@@ -413,8 +557,10 @@ impl World {
         m.stopping.clear();
         m.ends.clear();
         m.since.clear();
+        m.reported_at = None;
         m.conn = None;
         m.next_read = now;
+        m.next_refresh = now;
         m.draining = false;
         let name = m.name.clone();
         self.log(now, format!("{name} restarted"));

@@ -65,9 +65,9 @@ pub struct Server {
     pub faults: Option<Faults>,
     /// Every `PUBLISH`, in order: (channel, payload).
     pub published: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Told how many messages were published, after each `PUBLISH`: the
-    /// subscribers' wake-up.
-    pub publishes: tokio::sync::watch::Sender<usize>,
+    /// Subscribers, each told every message published after it subscribed,
+    /// in order (one queue each: no wake-up order is left to chance).
+    subscribers: Vec<tokio::sync::mpsc::UnboundedSender<(Vec<u8>, Vec<u8>)>>,
     /// Which start of the server this is: a restart closes every
     /// connection and numbers client ids from 1 again, as Redis does.
     pub run: u64,
@@ -83,10 +83,17 @@ impl Server {
             tokens: 0,
             faults: None,
             published: Vec::new(),
-            publishes: tokio::sync::watch::channel(0).0,
+            subscribers: Vec::new(),
             run: 1,
             clock: None,
         }))
+    }
+
+    /// Every message published from now on, as `SUBSCRIBE` gives them.
+    pub fn subscribe(&mut self) -> tokio::sync::mpsc::UnboundedReceiver<(Vec<u8>, Vec<u8>)> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.subscribers.push(tx);
+        rx
     }
 
     /// Sets `now_ms` from the clock, if there is one; returns it.
@@ -133,9 +140,9 @@ impl Server {
         let now = self.now_ms;
         match run(script, &mut self.keyspace, &call.keys, &call.args, now) {
             Ok((v, effects)) => {
-                if !effects.published.is_empty() {
-                    self.published.extend(effects.published);
-                    self.publishes.send_replace(self.published.len());
+                for message in effects.published {
+                    self.subscribers.retain(|s| s.send(message.clone()).is_ok());
+                    self.published.push(message);
                 }
                 Ok(v)
             }
