@@ -77,10 +77,11 @@ fn main() -> std::process::ExitCode {
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = Instant::now();
-    let failed = run_seeds(first..=last, run, threads);
+    let batch = run_seeds(first..=last, run, threads);
+    let failed = &batch.failed;
     let took = started.elapsed().max(Duration::from_millis(1));
     let n = last.saturating_sub(first) + 1;
-    for o in &failed {
+    for o in failed {
         println!("--- seed {} ---", o.seed);
         println!("{}", o.trace.join("\n"));
     }
@@ -92,6 +93,11 @@ fn main() -> std::process::ExitCode {
             seeds.join(" ")
         );
     }
+    println!(
+        "documented limit (handoff state lost with Redis' data or an edit, then a holder change): \
+         {} overlaps or lower tokens in {} seeds",
+        batch.documented, batch.documented_seeds
+    );
     println!(
         "simulated {n} seeds, {violations} violations, {:.1} seeds/s",
         n as f64 / took.as_secs_f64()

@@ -63,6 +63,10 @@ impl Default for Run {
 pub struct SeedOutcome {
     pub seed: u64,
     pub violations: Vec<Violation>,
+    /// Overlaps (and lower tokens) the README documents as a limit: across
+    /// handoff state that Redis lost, or that an edit overwrote, followed by
+    /// a holder change.
+    pub documented: usize,
     /// The schedule and what followed, one line per event.
     pub trace: Vec<String>,
 }
@@ -417,6 +421,7 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
     SeedOutcome {
         seed,
         violations: w.violations.clone(),
+        documented: w.documented,
         trace: std::mem::take(&mut w.trace),
     }
 }
@@ -475,14 +480,20 @@ async fn drive_members(world: Arc<Mutex<World>>) {
     }
 }
 
-/// Runs `seeds`, `threads` at a time; the outcomes of those that failed.
-pub fn run_seeds(
-    seeds: impl Iterator<Item = u64> + Send,
-    run: Run,
-    threads: usize,
-) -> Vec<SeedOutcome> {
+/// What a batch of seeds did.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The outcomes of the seeds with a violation, by seed.
+    pub failed: Vec<SeedOutcome>,
+    /// Seeds with overlaps of the documented limit, and how many.
+    pub documented_seeds: usize,
+    pub documented: usize,
+}
+
+/// Runs `seeds`, `threads` at a time.
+pub fn run_seeds(seeds: impl Iterator<Item = u64> + Send, run: Run, threads: usize) -> Batch {
     let seeds = Mutex::new(seeds);
-    let failed = Mutex::new(Vec::new());
+    let batch = Mutex::new(Batch::default());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
             s.spawn(|| {
@@ -491,16 +502,21 @@ pub fn run_seeds(
                         return;
                     };
                     let outcome = run_seed(seed, run);
+                    let mut b = batch.lock().expect("batch lock");
+                    if outcome.documented > 0 {
+                        b.documented_seeds += 1;
+                        b.documented += outcome.documented;
+                    }
                     if !outcome.violations.is_empty() {
-                        failed.lock().expect("failed lock").push(outcome);
+                        b.failed.push(outcome);
                     }
                 }
             });
         }
     });
-    let mut failed = failed.into_inner().expect("failed lock");
-    failed.sort_by_key(|o| o.seed);
-    failed
+    let mut batch = batch.into_inner().expect("batch lock");
+    batch.failed.sort_by_key(|o| o.seed);
+    batch
 }
 
 #[cfg(test)]
@@ -522,7 +538,7 @@ mod tests {
     #[test]
     fn seeds_run_without_violations() {
         let run = Run::default();
-        let failed = run_seeds(1..=20, run, 2);
+        let failed = run_seeds(1..=20, run, 2).failed;
         let report: Vec<String> = failed
             .iter()
             .map(|o| {
