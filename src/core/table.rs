@@ -276,20 +276,8 @@ impl MatchingTable {
     /// `<field length>:<field><value>`, XOR-combined (so row order does not
     /// matter, and Redis can compute the same in Lua over `HGETALL`).
     pub fn digest(&self) -> &str {
-        self.digest.get_or_init(|| {
-            let mut acc = [0u8; 20];
-            for (member, value) in &self.rows {
-                let mut h = sha1_smol::Sha1::new();
-                h.update(member.len().to_string().as_bytes());
-                h.update(b":");
-                h.update(member.as_bytes());
-                h.update(value.as_bytes());
-                for (a, b) in acc.iter_mut().zip(h.digest().bytes()) {
-                    *a ^= b;
-                }
-            }
-            acc.iter().map(|b| format!("{b:02x}")).collect()
-        })
+        self.digest
+            .get_or_init(|| digest_of(self.rows.iter().map(|(m, v)| (m.as_bytes(), v.as_bytes()))))
     }
 
     /// How many units change owner (or appear, or disappear) from `self` to `next`.
@@ -304,6 +292,23 @@ impl MatchingTable {
         let (a, b) = (owners(self), owners(next));
         a.symmetric_difference(&b).count()
     }
+}
+
+/// The digest of a table's `(field, value)` pairs, in any order (see
+/// [`MatchingTable::digest`]; `scripts/prelude.lua`'s `table_digest`).
+pub fn digest_of<'a>(rows: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> String {
+    let mut acc = [0u8; 20];
+    for (field, value) in rows {
+        let mut h = sha1_smol::Sha1::new();
+        h.update(field.len().to_string().as_bytes());
+        h.update(b":");
+        h.update(field);
+        h.update(value);
+        for (a, b) in acc.iter_mut().zip(h.digest().bytes()) {
+            *a ^= b;
+        }
+    }
+    acc.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Splits a stored row. An empty or missing row means "no units".

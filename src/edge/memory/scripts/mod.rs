@@ -95,18 +95,13 @@ pub fn run(
 }
 
 /// 2^53: every number a script stores is below it.
-const MAX_SAFE: u64 = 1 << 53;
+const MAX_SAFE: u64 = crate::core::count::MAX_COUNT + 1;
 const COUNT: &str = "an integer in 0..2^53-1";
 
-/// The prelude's `count`: canonical decimal text in 0..2^53-1 (leading
-/// zeros allowed, at most 16 digits).
+/// The prelude's `count`, which follows the same rule as the daemon's
+/// reading of a stored counter.
 fn count(s: Option<&[u8]>) -> Option<u64> {
-    let s = s?;
-    if s.is_empty() || s.len() > 16 || !s.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n: u64 = std::str::from_utf8(s).ok()?.parse().ok()?;
-    (n < MAX_SAFE).then_some(n)
+    crate::core::count::parse_count(std::str::from_utf8(s?).ok()?)
 }
 
 fn bulk(s: impl AsRef<[u8]>) -> Value {
@@ -139,18 +134,7 @@ fn wrong_type(key: &str, actual: &str, expected: &str) -> Value {
 
 /// The prelude's `table_digest` over `HGETALL`'s pairs.
 fn table_digest(pairs: &[(Vec<u8>, Vec<u8>)]) -> String {
-    let mut acc = [0u8; 20];
-    for (f, v) in pairs {
-        let mut h = sha1_smol::Sha1::new();
-        h.update(f.len().to_string().as_bytes());
-        h.update(b":");
-        h.update(f);
-        h.update(v);
-        for (a, b) in acc.iter_mut().zip(h.digest().bytes()) {
-            *a ^= b;
-        }
-    }
-    acc.iter().map(|b| format!("{b:02x}")).collect()
+    crate::core::table::digest_of(pairs.iter().map(|(f, v)| (f.as_slice(), v.as_slice())))
 }
 
 struct Call<'a> {
