@@ -110,10 +110,9 @@ impl Executor {
                 tracing::info!(member, list, "forgot a long-failing member (-forget-after)")
             });
         }
-        let outcome = match report.write {
-            Write::Unchanged => Ok(CycleOutcome::Unchanged),
-            Write::NotActing => Ok(CycleOutcome::NotActing),
-            Write::Written { generation: None } => Ok(CycleOutcome::Written { table: false }),
+        // The books of the write; what it makes of the cycle is `summary`'s.
+        let written = match report.write {
+            Write::Unchanged | Write::NotActing | Write::Written { generation: None } => Ok(()),
             Write::Written {
                 generation: Some(g),
             } => {
@@ -146,7 +145,7 @@ impl Executor {
                     s.last_write_ms = Some(unix_ms());
                     s.table_writes += 1;
                 });
-                Ok(CycleOutcome::Written { table: true })
+                Ok(())
             }
             Write::Fenced(reason) => {
                 self.metrics.fenced_writes.inc();
@@ -158,7 +157,7 @@ impl Executor {
                         "table write rejected by redis: this replica is no longer the holder"
                     )
                 });
-                Ok(CycleOutcome::Fenced)
+                Ok(())
             }
             Write::Failed(e) | Write::Unknown(e) => {
                 if !self.write_failing || !e.is_retryable() {
@@ -176,20 +175,20 @@ impl Executor {
                 ))
             }
         };
-        let outcome = match outcome {
-            Ok(outcome) => outcome,
-            Err((label, error)) => {
-                self.write_failing = true;
-                self.metrics.cycle(label, took);
-                self.update(|s| {
-                    s.cycles += 1;
-                    s.failed_cycles += 1;
-                    s.last_error = Some(error);
-                });
-                return summary;
-            }
-        };
-        if outcome != CycleOutcome::Fenced {
+        if let Err((label, error)) = written {
+            self.write_failing = true;
+            self.metrics.cycle(label, took);
+            self.update(|s| {
+                s.cycles += 1;
+                s.failed_cycles += 1;
+                s.last_error = Some(error);
+            });
+            return summary;
+        }
+        if summary
+            .as_ref()
+            .is_some_and(|s| s.outcome != CycleOutcome::Fenced)
+        {
             if std::mem::take(&mut self.write_failing) {
                 tracing::info!("table writes recovered");
             }
@@ -224,7 +223,6 @@ impl Executor {
                 };
             });
         }
-        debug_assert_eq!(summary.as_ref().map(|s| s.outcome), Some(outcome));
         summary
     }
 
