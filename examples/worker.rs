@@ -32,8 +32,8 @@ use std::time::Duration;
 use clap::Parser;
 use distributor::config::parse_duration;
 use distributor::{Drained, Handoff, Member, MemberOptions, Owned, Revocation};
+use std::time::Instant;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 #[derive(Parser)]
 struct Args {
@@ -155,7 +155,10 @@ fn unix_us() -> u128 {
         .map_or(0, |d| d.as_micros())
 }
 
-/// The wall clock (µs) of a past monotonic instant.
+/// The wall clock (µs) of a past monotonic instant. A worker runs on real
+/// time, so std's clock is the right one (the crate's own code reads tokio's,
+/// which its tests pause).
+#[allow(clippy::disallowed_methods)]
 fn wall_clock_of(at: Instant) -> u128 {
     unix_us().saturating_sub(Instant::now().saturating_duration_since(at).as_micros())
 }

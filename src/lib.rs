@@ -23,8 +23,10 @@
 //!  config         the settings table: flags, environment, validation
 //! ```
 //!
-//! Dependencies point one way, with no cycle: `core` imports nothing of the
-//! others (and no IO type); the edges import `core`; `report` imports `core`;
+//! Dependencies point one way, with no cycle (checked by `layering.rs`):
+//! `core` imports nothing of the others, no IO type and no clock (time comes
+//! in as values, from `edge::clock`); the edges import `core`; `report`
+//! imports `core`;
 //! `config` imports `core` and the edges; `ops` imports `core`, the edges and
 //! `report`; the coordinator imports `core`, the edges, `config` and `ops`;
 //! `cli` and `member` sit on top.
@@ -45,6 +47,8 @@ pub mod core;
 pub mod edge;
 #[cfg(feature = "member")]
 pub mod error;
+#[cfg(all(test, feature = "daemon"))]
+mod layering;
 #[cfg(feature = "member")]
 pub mod member;
 #[cfg(feature = "daemon")]

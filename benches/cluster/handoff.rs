@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use distributor::core::handoff::{MemberReport, Transit, parse_transit_field};
 use futures::StreamExt as _;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::common::*;
 
@@ -104,7 +104,7 @@ async fn one(n: usize) {
         let (mut revoked, mut acked): (Option<Instant>, Option<Instant>) = (None, None);
         let mut in_transit = 0;
         loop {
-            let msg = tokio::time::timeout_at(deadline, messages.next())
+            let msg = tokio::time::timeout_at(deadline.into(), messages.next())
                 .await
                 .unwrap_or_else(|_| panic!("trial {trial}: no grant within 30 s"));
             let seen = Instant::now();

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use distributor::edge::redis::Store;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::common::*;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use distributor::edge::grpc::{PingReport, Pinger};
 use futures::StreamExt as _;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::common::*;
 
@@ -101,7 +101,7 @@ pub async fn run() {
     let mut failed = 0;
     let mut next = Instant::now();
     for _ in 0..CYCLES {
-        tokio::time::sleep_until(next).await;
+        tokio::time::sleep_until((next).into()).await;
         next += Duration::from_secs(1);
         let c0 = self_cpu();
         let s0: Duration = servers.iter().map(Proc::cpu).sum();

@@ -39,7 +39,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::common::*;
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use distributor::MatchingTable;
 use distributor::core::liveness::{Health, HealthChanges};
 use distributor::edge::redis::{Committed, Store};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::common::*;
 

@@ -44,7 +44,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use distributor::MatchingTable;
 use distributor::core::liveness::{Health, HealthChanges};

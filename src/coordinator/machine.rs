@@ -42,7 +42,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::core::census::CensusView;
 use crate::core::lease::{

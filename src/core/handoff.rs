@@ -94,7 +94,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::core::count::parse_count;
 use crate::core::inputs::GroupMembers;

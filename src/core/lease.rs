@@ -33,7 +33,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// Lease timing; see the timeline above.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,53 +245,50 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn holder_stops_acting_before_the_ttl_can_expire() {
-        let t0 = Instant::now();
-        let mut lease = HeldLease::new(grant(), timing(), t0);
-        assert_eq!(lease.next_renewal(), t0 + Duration::from_millis(500));
-        tokio::time::advance(Duration::from_millis(1499)).await;
-        assert!(lease.may_act(Instant::now()));
-        tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(!lease.may_act(Instant::now()), "renew deadline reached");
-        assert!(lease.acts_until() < t0 + timing().ttl);
-
-        lease.renewed(Instant::now());
-        assert!(lease.may_act(Instant::now()));
-        assert_eq!(lease.acts_until(), t0 + Duration::from_millis(3000));
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn failed_renewals_are_retried_before_the_deadline() {
-        let t0 = Instant::now();
+    #[test]
+    fn holder_stops_acting_before_the_ttl_can_expire() {
+        let t0 = crate::core::timing::test_t0();
         let mut lease = HeldLease::new(grant(), timing(), t0);
-        tokio::time::advance(Duration::from_millis(500)).await;
-        lease.renewal_failed(Instant::now());
-        assert_eq!(lease.next_renewal(), t0 + Duration::from_millis(625));
-        tokio::time::advance(Duration::from_millis(990)).await;
-        lease.renewal_failed(Instant::now());
+        assert_eq!(lease.next_renewal(), t0 + ms(500));
+        assert!(lease.may_act(t0 + ms(1499)));
+        assert!(!lease.may_act(t0 + ms(1500)), "renew deadline reached");
+        assert!(lease.acts_until() < t0 + timing().ttl);
+
+        lease.renewed(t0 + ms(1500));
+        assert!(lease.may_act(t0 + ms(1500)));
+        assert_eq!(lease.acts_until(), t0 + ms(3000));
+    }
+
+    #[test]
+    fn failed_renewals_are_retried_before_the_deadline() {
+        let t0 = crate::core::timing::test_t0();
+        let mut lease = HeldLease::new(grant(), timing(), t0);
+        lease.renewal_failed(t0 + ms(500));
+        assert_eq!(lease.next_renewal(), t0 + ms(625));
+        lease.renewal_failed(t0 + ms(1490));
         assert_eq!(
             lease.next_renewal(),
             lease.acts_until(),
             "never scheduled past the deadline"
         );
-        assert_eq!(
-            lease.renewal_budget(Instant::now()),
-            Duration::from_millis(10)
-        );
+        assert_eq!(lease.renewal_budget(t0 + ms(1490)), ms(10));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn late_answers_never_move_the_lease_backwards() {
-        let t0 = Instant::now();
-        let mut lease = HeldLease::new(grant(), timing(), t0 + Duration::from_millis(100));
+    #[test]
+    fn late_answers_never_move_the_lease_backwards() {
+        let t0 = crate::core::timing::test_t0();
+        let mut lease = HeldLease::new(grant(), timing(), t0 + ms(100));
         lease.renewed(t0);
-        assert_eq!(lease.acts_until(), t0 + Duration::from_millis(1600));
+        assert_eq!(lease.acts_until(), t0 + ms(1600));
     }
 
     #[test]
     fn standby_tries_when_the_lease_expires() {
-        let now = Instant::now();
+        let now = crate::core::timing::test_t0();
         let retry = Duration::from_millis(500);
         assert_eq!(
             next_attempt(now, Some(Duration::from_millis(120)), retry),

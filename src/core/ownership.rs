@@ -64,7 +64,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::core::handoff::{MemberReport, RedisConnection};
 use crate::core::table::decode_row;

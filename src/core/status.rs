@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::core::census::CensusView;
 

@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use std::time::Instant;
 use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -37,6 +37,7 @@ use super::{Assignment, MemberOptions};
 use crate::core::handoff::{MemberReport, RedisConnection};
 use crate::core::ownership::{Ownership, ReadOutcome, Revocation, Step};
 use crate::core::timing::Timing;
+use crate::edge::clock;
 use crate::edge::grpc::PingResponder;
 use crate::edge::redis::{Notification, RowRead, Store};
 use crate::error::StoreError;
@@ -183,7 +184,7 @@ impl<H: Handoff> Follower<H> {
         };
         loop {
             self.run_steps(&mut l, &done_tx).await;
-            let now = Instant::now();
+            let now = clock::now();
             match l.phase {
                 Phase::Draining { until } if now >= until => {
                     tracing::warn!(
@@ -240,8 +241,8 @@ impl<H: Handoff> Follower<H> {
                     self.switch(&mut l, next);
                 }
                 _ = sleep_until(wake) => {
-                    self.shared.lock().tick(Instant::now());
-                    if l.report_wait.is_some_and(|t| t <= Instant::now()) {
+                    self.shared.lock().tick(clock::now());
+                    if l.report_wait.is_some_and(|t| t <= clock::now()) {
                         l.report_wait = None;
                     }
                 }
@@ -267,7 +268,7 @@ impl<H: Handoff> Follower<H> {
     }
 
     fn switch(&self, l: &mut Loop, mode: Mode) {
-        let now = Instant::now();
+        let now = clock::now();
         match (mode, l.phase) {
             (Mode::Drain, Phase::Following) => {
                 tracing::info!(member = %self.id, drain_timeout = ?self.opts.drain_timeout, "draining: reporting it and waiting for the holder to move every unit away");
@@ -309,7 +310,7 @@ impl<H: Handoff> Follower<H> {
         for step in steps {
             match step {
                 Step::Revoke { units, why } => {
-                    let now = Instant::now();
+                    let now = clock::now();
                     let names: Vec<String> = units.iter().map(|t| t.unit.clone()).collect();
                     match why {
                         Revocation::Fenced { ended } => tracing::warn!(
@@ -368,7 +369,7 @@ impl<H: Handoff> Follower<H> {
                     tracing::error!(
                         member = %self.id,
                         units = ?names,
-                        ended_ago = ?Instant::now().saturating_duration_since(ended),
+                        ended_ago = ?clock::now().saturating_duration_since(ended),
                         deadline = ?self.opts.deadline,
                         "a revocation is still running after the hold ended: the next owner may already work on these units (make revocations finish within the deadline)"
                     );
@@ -409,7 +410,7 @@ impl<H: Handoff> Follower<H> {
     fn finished(&self, l: &mut Loop, done: Done) {
         match done {
             Done::Revoked(units) => {
-                let late = self.shared.lock().revoked(Instant::now(), &units);
+                let late = self.shared.lock().revoked(clock::now(), &units);
                 for (t, by) in late {
                     tracing::error!(member = %self.id, unit = %t.unit, token = %t.token, late = ?by, "a revocation finished after the unit's hold had ended: it may have overlapped with the next owner");
                 }
@@ -464,7 +465,7 @@ impl<H: Handoff> Follower<H> {
         if l.want_read {
             l.want_read = false;
             return Some(Box::pin(async move {
-                let sent = Instant::now();
+                let sent = clock::now();
                 let result = store.read_row(&id).await;
                 Io::Read { sent, result }
             }));
@@ -490,7 +491,7 @@ impl<H: Handoff> Follower<H> {
 
     /// Takes a finished Redis call; `Some` when the task is done.
     fn handle_io(&self, l: &mut Loop, io: Io) -> Option<Ending> {
-        let now = Instant::now();
+        let now = clock::now();
         match io {
             Io::Read { sent, result } => match result {
                 Ok(RowRead {
@@ -624,7 +625,7 @@ fn assignment_of(c: &Ownership) -> Assignment {
 
 async fn sleep_until(wake: Option<Instant>) {
     match wake {
-        Some(w) => tokio::time::sleep_until(w).await,
+        Some(w) => tokio::time::sleep_until(w.into()).await,
         None => std::future::pending().await,
     }
 }
@@ -646,7 +647,7 @@ struct ReadFailures {
 
 impl ReadFailures {
     fn failed(&mut self, member: &str, e: &StoreError) {
-        let now = Instant::now();
+        let now = clock::now();
         self.count += 1;
         let since = *self.since.get_or_insert(now);
         match self.said {

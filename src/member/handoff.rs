@@ -5,10 +5,11 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use std::time::Instant;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use crate::core::ownership::{FencingToken, Ownership, Revocation, Tenure};
+use crate::edge::clock;
 use crate::edge::grpc::PingGate;
 
 /// What the application does when this member gains or loses units.
@@ -93,7 +94,7 @@ impl Hold {
 
     /// [`Hold::is_held`], as a `Result` for `?` before a side effect.
     pub fn check(&self) -> Result<FencingToken, HoldLost> {
-        let held = self.shared.lock().holds(&self.unit, Instant::now());
+        let held = self.shared.lock().holds(&self.unit, clock::now());
         match held {
             Some(t) if t == self.token => Ok(t),
             _ => Err(HoldLost {
@@ -108,7 +109,7 @@ impl Hold {
     /// itself by this instant.
     pub fn ends(&self) -> Option<Instant> {
         let core = self.shared.lock();
-        let now = Instant::now();
+        let now = clock::now();
         (core.holds(&self.unit, now) == Some(self.token))
             .then(|| core.hold_end(&self.unit))
             .flatten()
@@ -154,7 +155,7 @@ impl Shared {
     }
 
     pub(crate) fn hold(self: &Arc<Shared>, unit: &str) -> Option<Hold> {
-        let token = self.lock().holds(unit, Instant::now())?;
+        let token = self.lock().holds(unit, clock::now())?;
         Some(Hold {
             unit: unit.into(),
             token,

@@ -56,7 +56,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::follow::{Ending, Follower, Mode};
@@ -66,6 +65,7 @@ use crate::core::handoff::{MAX_DEADLINE, MAX_WEIGHT};
 use crate::core::inputs::check_member_addr;
 use crate::core::ownership::Ownership;
 pub use crate::core::ownership::{FencingToken, Revocation};
+use crate::edge::clock;
 use crate::edge::grpc::{PingResponder, TwoServices};
 use crate::edge::redis::{RedisOptions, Store};
 use crate::edge::tls::TlsFiles;
@@ -287,7 +287,7 @@ impl Member {
             })?;
         }
 
-        let shared = Shared::new(Ownership::new(opts.deadline, opts.weight, Instant::now()));
+        let shared = Shared::new(Ownership::new(opts.deadline, opts.weight, clock::now()));
         let serving = CancellationToken::new();
         let (health, health_service) = tonic_health::server::health_reporter();
         health
@@ -321,7 +321,7 @@ impl Member {
                     ?error,
                     "member gRPC server ended: every unit is stopped and the member stops"
                 );
-                shared.lock().stop(Instant::now());
+                shared.lock().stop(clock::now());
                 shared.wake.notify_one();
                 mode.send_replace(Mode::Stop);
             })
@@ -382,7 +382,7 @@ impl Member {
     /// revoked, and its hold not ended (by the monotonic clock, now). Check
     /// it before each side effect on the unit.
     pub fn holds(&self, unit: &str) -> Option<FencingToken> {
-        self.shared.lock().holds(unit, Instant::now())
+        self.shared.lock().holds(unit, clock::now())
     }
 
     /// A handle on the current hold of `unit`, to check before each side
@@ -420,7 +420,7 @@ impl Member {
     /// [`Hold::check`] fail from this call on): once its connection is
     /// refused, the holder may grant the units at once.
     pub fn abort(mut self) {
-        self.shared.lock().stop(Instant::now());
+        self.shared.lock().stop(clock::now());
         if let Some(t) = self.server.take() {
             t.abort();
         }
@@ -456,7 +456,7 @@ impl Drop for Member {
         // No runtime may run the task any more (its runtime ended, which
         // cancels it, or none is current here): its holds would otherwise
         // run on until their deadline, and it would stay registered.
-        self.shared.lock().stop(Instant::now());
+        self.shared.lock().stop(clock::now());
         if self.left.load(Ordering::SeqCst) {
             return;
         }

@@ -23,6 +23,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::core::status::{Role, Status};
+use crate::edge::clock;
 use crate::edge::redis::Store;
 use crate::report::{self, ChangeReport, MemberRow, StatusReport, StatusSummary};
 
@@ -264,7 +265,7 @@ impl Api {
         let table = store.keys().table.clone();
         loop {
             let seen = status.borrow_and_update().generation;
-            let started = tokio::time::Instant::now();
+            let started = clock::now();
             match store.read_overview(&services, &units_key).await {
                 Ok(o) => {
                     let before = self.view.lock().expect("api view lock").report.clone();

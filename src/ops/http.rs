@@ -28,9 +28,10 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::core::status::{Role, Status};
+use crate::edge::clock;
 use crate::ops::api::Api;
 use crate::ops::metrics::Metrics;
 
@@ -196,7 +197,7 @@ async fn metrics_page(State(ops): State<Ops>) -> impl IntoResponse {
 }
 
 async fn healthz(State(ops): State<Ops>) -> impl IntoResponse {
-    match not_healthy(&ops.status, Instant::now(), STALL) {
+    match not_healthy(&ops.status, clock::now(), STALL) {
         None => (StatusCode::OK, "ok\n".to_string()),
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -207,7 +208,7 @@ async fn healthz(State(ops): State<Ops>) -> impl IntoResponse {
 
 async fn readyz(State(ops): State<Ops>) -> impl IntoResponse {
     let status = ops.status.borrow().clone();
-    match not_ready(&status, Instant::now(), ops.redis_fresh) {
+    match not_ready(&status, clock::now(), ops.redis_fresh) {
         None => (StatusCode::OK, "ready\n".to_string()),
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -300,7 +301,7 @@ mod tests {
     #[test]
     fn readiness_needs_fresh_redis_a_census_and_a_usable_lease() {
         let fresh = Duration::from_secs(3);
-        let t0 = Instant::now();
+        let t0 = clock::now();
         let mut s = Status::default();
         assert!(
             not_ready(&s, t0, fresh)
@@ -336,7 +337,7 @@ mod tests {
 
     #[test]
     fn health_follows_the_coordinator() {
-        let t0 = Instant::now();
+        let t0 = clock::now();
         let (tx, rx) = watch::channel(Status::default());
         assert_eq!(not_healthy(&rx, t0, STALL), None, "starting");
         tx.send_if_modified(|s| {

@@ -63,8 +63,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use distributor::MatchingTable;
+use std::time::Instant;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{Fleet, SERVICES, TABLE, UNITS, http_get, metric, parse_metrics};

@@ -25,8 +25,8 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, SystemTime};
 
 use distributor::MatchingTable;
+use std::time::Instant;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
-use tokio::time::Instant;
 
 use crate::checker::{Checker, Sample};
 use crate::forward::Forwarder;

@@ -11,6 +11,10 @@
 //! Timings (failover, detection, recovery: min/median/max) are printed as
 //! `chaos timing | ...` lines, past the output capture.
 
+// Real processes on real time: the std clock is the right one here
+// (`clippy.toml` disallows it in the crate, whose clock tests pause).
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

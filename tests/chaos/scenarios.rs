@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use distributor::core::keys::Keys;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::checker::{GRACE, TTL};
 use crate::cluster::{Cluster, Cut, FAILOVER_SLACK, Options, ms, say};
@@ -566,7 +566,7 @@ pub async fn holder_cut_from_workers(docker: bollard::Docker) {
         let pid = c.replica_pid(h).await;
         let all: Vec<usize> = (0..c.workers.len()).collect();
         let round_over = c.after_holder_cycle(h).await;
-        tokio::time::sleep_until(round_over + Duration::from_millis(80)).await;
+        tokio::time::sleep_until((round_over + Duration::from_millis(80)).into()).await;
         let cut_at = SystemTime::now();
         let t0 = Instant::now();
         c.cut_from_workers(h, pid, how, &all);
@@ -801,7 +801,7 @@ pub async fn cut_during_a_ping_round(docker: bollard::Docker) {
     let (h, e) = c.holder_of(&s);
     let pid = c.replica_pid(h).await;
     let round_over = c.after_holder_cycle(h).await;
-    tokio::time::sleep_until(round_over + Duration::from_millis(20)).await;
+    tokio::time::sleep_until((round_over + Duration::from_millis(20)).into()).await;
     let t0 = Instant::now();
     c.cut_from_workers(h, pid, Cut::Drop, &[0]);
     // The round during which worker 0 is cut off and the others are not.

@@ -110,13 +110,13 @@ fn checked_exprs(d: &Value) -> Vec<(String, String)> {
 
 /// `/metrics` on `port` once `done` holds for it, or the last one after 15 s.
 async fn scrape_until(port: u16, done: impl Fn(&str) -> bool) -> String {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
         let text = match http_get(port, "/metrics").await {
             Ok((200, text)) => text,
             other => panic!("/metrics: {other:?}"),
         };
-        if done(&text) || tokio::time::Instant::now() >= deadline {
+        if done(&text) || std::time::Instant::now() >= deadline {
             return text;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

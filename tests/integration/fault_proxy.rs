@@ -16,9 +16,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, RedisResult};
+use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::time::{Instant, timeout};
+
+use tokio::time::timeout;
 
 use crate::support::fault_proxy::{Action, FaultProxy, Match, Occurrence, Rule};
 use crate::support::{Backend, RedisServer, wait_for};

@@ -11,7 +11,7 @@ use distributor::core::handoff::{
     MemberReport, RedisConnection, RunId, Transit, parse_transit_field,
 };
 use distributor::core::table::decode_row;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::support::*;
 
@@ -87,7 +87,7 @@ async fn transit(fleet: &Fleet) -> BTreeMap<String, Transit> {
             let (_, unit) = parse_transit_field(f).expect("a transit field");
             (
                 unit.to_string(),
-                Transit::decode(v, std::time::Instant::now().into()).expect("a transit value"),
+                Transit::decode(v, std::time::Instant::now()).expect("a transit value"),
             )
         })
         .collect()

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distributor::core::table::decode_row;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::support::*;
 

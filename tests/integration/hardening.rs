@@ -574,7 +574,7 @@ async fn a_lone_holder_holds_a_mass_failure_until_it_is_confirmed() {
     let confirm = Duration::from_millis(1500);
     let (mut fleet, before) =
         Fleet::converged(|c| c.mass_failure_confirm = confirm, 4, 1, &units).await;
-    let t0 = tokio::time::Instant::now();
+    let t0 = std::time::Instant::now();
     for i in 0..3 {
         fleet.members[i].take().unwrap().abort();
     }
@@ -669,7 +669,7 @@ async fn another_replica_clears_or_confirms_a_mass_failure() {
         .wait_for_table_with(&units, &all, Duration::from_secs(10))
         .await;
     let first = fleet.wait_for_holder().await;
-    let t0 = tokio::time::Instant::now();
+    let t0 = std::time::Instant::now();
     flaky[0].set_healthy(false);
     fleet
         .wait_for_table_with(&units, &all[3..], Duration::from_secs(10))
@@ -940,8 +940,8 @@ async fn a_slow_census_never_delays_a_renewal() {
     let epoch = fleet.statuses()[h].epoch;
     // Census steps every 400 ms, each answered 1.5 s late (so they time out):
     // for five seconds the holder must keep renewing.
-    let until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while tokio::time::Instant::now() < until {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < until {
         let s = fleet.statuses()[h].clone();
         assert_eq!(
             (s.role, s.epoch),
@@ -1058,7 +1058,7 @@ async fn a_cut_in_the_middle_of_a_ping_round_moves_no_unit() {
     while arrived.try_recv().is_ok() {}
     arrived.recv().await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let since = tokio::time::Instant::now();
+    let since = std::time::Instant::now();
     cut.store(true, std::sync::atomic::Ordering::SeqCst);
     wait_for("all five suspected", Duration::from_secs(10), || async {
         replica.status().borrow().suspects == 5

@@ -1,6 +1,10 @@
 //! Integration tests: real `redis-server`, real gRPC over loopback, replicas and
 //! members in-process. One binary keeps link time down.
 
+// Real processes on real time: the std clock is the right one here
+// (`clippy.toml` disallows it in the crate, whose clock tests pause).
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

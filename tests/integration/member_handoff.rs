@@ -14,7 +14,7 @@ use std::time::Duration;
 use distributor::core::handoff::{MemberReport, RedisConnection};
 use distributor::proto::grpc_pinger_client::GrpcPingerClient;
 use distributor::{Drained, FencingToken, Handoff, Member, MemberOptions, Owned, Revocation};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::support::*;
 

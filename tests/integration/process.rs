@@ -108,7 +108,7 @@ async fn sigterm_hands_over_and_sigkill_fails_over_between_processes() {
     let e1 = epoch(&fleet.redis).await;
     let idx = children.iter().position(|(n, _)| *n == first).unwrap();
     let (_, mut child) = children.remove(idx);
-    let started = tokio::time::Instant::now();
+    let started = std::time::Instant::now();
     signal(&child, "-TERM");
     let status = child.wait().unwrap();
     assert!(status.success(), "clean exit on SIGTERM: {status:?}");
@@ -140,7 +140,7 @@ async fn sigterm_hands_over_and_sigkill_fails_over_between_processes() {
     let e2 = epoch(&fleet.redis).await;
     let idx = children.iter().position(|(n, _)| *n == second).unwrap();
     let (_, mut child) = children.remove(idx);
-    let started = tokio::time::Instant::now();
+    let started = std::time::Instant::now();
     signal(&child, "-KILL");
     child.wait().unwrap();
     wait_for(

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use distributor::Member;
 use distributor::core::handoff::MemberReport;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::support::ownership::{self, Bounds};
 use crate::support::procs::EventsChild;

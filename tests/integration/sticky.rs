@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use distributor::core::sticky;
 use distributor::core::table::{Assignment, MatchingTable, Moves, decode_row};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::support::*;
 

@@ -56,7 +56,7 @@ async fn a_crashed_holder_is_replaced_long_before_its_lease_expires() {
     .await;
 
     // A crash: the task stops, nothing is released, its connections close.
-    let started = tokio::time::Instant::now();
+    let started = std::time::Instant::now();
     fleet.replicas[old].take().unwrap().abort();
     wait_for("a new holder", Duration::from_secs(15), || async {
         fleet.replicas.iter().flatten().any(|r| {
@@ -174,7 +174,7 @@ async fn without_client_permission_standbys_wait_out_the_ttl_and_say_so() {
     // A crash is noticed only when the lease expires: at the earliest one TTL
     // after the last renewal (at most a renew interval before the crash).
     let renew = fleet.config.lease.renew_interval;
-    let started = tokio::time::Instant::now();
+    let started = std::time::Instant::now();
     fleet.replicas[old].take().unwrap().abort();
     wait_for(
         "a new holder after the ttl",

@@ -62,14 +62,14 @@ async fn poll_json(
     limit: Duration,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = tokio::time::Instant::now() + limit;
+    let deadline = std::time::Instant::now() + limit;
     loop {
         let v = get_json(port, path, bodies).await;
         if done(&v) {
             return v;
         }
         assert!(
-            tokio::time::Instant::now() < deadline,
+            std::time::Instant::now() < deadline,
             "timed out after {limit:?} waiting for {what}; last {path}: {v}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -15,7 +15,7 @@ use distributor::core::handoff::{MemberReport, RedisConnection};
 use distributor::core::table::decode_row;
 use distributor::edge::redis::Store;
 use distributor::edge::redis::scripts::COMMIT;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::handoff::reading_connection;
 use crate::support::fault_proxy::{Action, FaultProxy, Match, Occurrence, Rule};

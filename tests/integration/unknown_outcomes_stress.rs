@@ -55,7 +55,7 @@ use distributor::edge::redis::scripts::{COMMIT, RENEW};
 use rand::Rng;
 use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::support::fault_proxy::{Action, FaultProxy, Match, Occurrence, Rule, RuleHandle};
 use crate::support::procs::{self, Chaos, Hooks, Replica, Shape, Step};

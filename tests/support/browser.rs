@@ -166,7 +166,7 @@ impl Driver {
 
     /// Polls `script` until it returns something other than `null`/`false`.
     pub async fn wait_for(&self, what: &str, limit: Duration, script: &str) -> Value {
-        let deadline = tokio::time::Instant::now() + limit;
+        let deadline = std::time::Instant::now() + limit;
         loop {
             let v = self.run(script).await;
             if !(v.is_null() || v == false) {
@@ -176,7 +176,7 @@ impl Driver {
                 .run("return document.body ? document.body.innerText : ''")
                 .await;
             assert!(
-                tokio::time::Instant::now() < deadline,
+                std::time::Instant::now() < deadline,
                 "timed out after {limit:?} waiting for {what}; the page shows:\n{}",
                 page.as_str().unwrap_or_default()
             );

@@ -25,7 +25,7 @@ use distributor::config::Config;
 use distributor::core::handoff::RunId;
 use distributor::core::keys::Keys;
 use distributor::{Distributor, MatchingTable, Member, MemberOptions, Role, Status};
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// A `redis-server` on a free loopback port, without persistence, in a
 /// working directory of its own: a replica writes the RDB it receives there

@@ -31,7 +31,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::fault_proxy::FaultProxy;
 use super::ownership::{self, Bounds};
@@ -1274,7 +1274,7 @@ impl Chaos {
                 self.add_replica().await;
                 if let Some((i, since)) = frozen {
                     let pause = DEADLINE + Duration::from_millis(self.rng.random_range(200..1500));
-                    tokio::time::sleep_until(since + pause).await;
+                    tokio::time::sleep_until((since + pause).into()).await;
                     self.thaw(i);
                 }
                 format!(
@@ -1305,7 +1305,7 @@ impl Chaos {
                 } else {
                     String::new()
                 };
-                tokio::time::sleep_until(since + pause).await;
+                tokio::time::sleep_until((since + pause).into()).await;
                 self.thaw(i);
                 format!("{} frozen for {pause:?}{meanwhile}", self.workers[i].id)
             }
@@ -1332,7 +1332,7 @@ impl Chaos {
                 } else {
                     String::new()
                 };
-                tokio::time::sleep_until(since + pause).await;
+                tokio::time::sleep_until((since + pause).into()).await;
                 w.proxy.heal();
                 format!(
                     "{} cut off from Redis (still pinged) for {pause:?}{fenced}",

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use tokio::time::Instant;
+use std::time::Instant;
 use tracing::Span;
 
 use crate::coordinator::holder::{InFlight, mark_error};
@@ -19,6 +19,7 @@ use crate::unix_ms;
 
 use super::tasks::bump;
 use super::{Executor, Holding, lease_span};
+use crate::edge::clock;
 
 /// A Redis call started for the machine, finished.
 pub(super) enum Done {
@@ -120,7 +121,7 @@ impl Executor {
                     in_flight: InFlight::new(),
                     in_flight_members: HashSet::new(),
                     settled: InFlight::new(),
-                    cycle_started: Instant::now(),
+                    cycle_started: clock::now(),
                     cycle_span: Span::none(),
                     handoff_only: false,
                 });

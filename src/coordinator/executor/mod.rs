@@ -32,9 +32,11 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
+use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep_until};
+
+use tokio::time::sleep_until;
 use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
@@ -50,6 +52,7 @@ use crate::core::lease::LeaseGrant;
 use crate::core::status::Status;
 use crate::core::suspicion::Guard;
 use crate::core::timing::Timing;
+use crate::edge::clock;
 use crate::edge::grpc::{Closes, PingFailure, PingReport, PingTask, Pinger};
 use crate::edge::redis::{ListLimits, Notification, Store};
 use crate::error::StoreError;
@@ -129,7 +132,7 @@ impl Executor {
             refusals_due: None,
             status,
             metrics,
-            acts_until: watch::channel(Instant::now()).0,
+            acts_until: watch::channel(clock::now()).0,
             holding: None,
             known_rejections: HashSet::new(),
             logged_inputs: None,
@@ -151,7 +154,7 @@ impl Executor {
         opened: Instant,
         disconnected: bool,
     ) {
-        let now = Instant::now();
+        let now = clock::now();
         self.refused.push(Refusal {
             report: PingReport {
                 member,
@@ -176,7 +179,7 @@ impl Executor {
     /// Counts a Redis error; a successful call marks Redis as reachable.
     fn redis_result<T>(&self, r: &Result<T, StoreError>) {
         match r {
-            Ok(_) => self.update(|s| s.redis_ok_at = Some(Instant::now())),
+            Ok(_) => self.update(|s| s.redis_ok_at = Some(clock::now())),
             Err(e) => self.metrics.redis_error(e.kind()),
         }
     }
@@ -247,7 +250,7 @@ impl Executor {
             takeover_check: Some(self.timing.takeover_check),
             timing: self.timing,
         };
-        let mut machine = Machine::new(settings, Instant::now());
+        let mut machine = Machine::new(settings, clock::now());
         let mut calls: FuturesUnordered<BoxFuture<'static, Done>> = FuturesUnordered::new();
         let mut cycle: Option<JoinHandle<Result<CycleReport, CycleError>>> = None;
         let mut shutting_down = false;
@@ -261,7 +264,7 @@ impl Executor {
             // Liveness for /healthz: this loop still turns. Written without
             // waking the status receivers.
             self.status.send_if_modified(|s| {
-                s.heartbeat = Some(Instant::now());
+                s.heartbeat = Some(clock::now());
                 false
             });
             let wake = machine.next_wake();
@@ -298,7 +301,7 @@ impl Executor {
                             .as_ref()
                             .map(|i| i.members().collect())
                             .unwrap_or_default();
-                        let due = book.confirmations(view.handoff.to_confirm(&listed), Instant::now());
+                        let due = book.confirmations(view.handoff.to_confirm(&listed), clock::now());
                         for (member, c) in due {
                             book.start(&member);
                             probe(&self.pinger, &self.store, member, ProbeCause::Confirm(c), &mut probes);
@@ -309,7 +312,7 @@ impl Executor {
                         None => continue,
                     }
                 }
-                _ = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => Event::Tick,
+                _ = sleep_until(wake.unwrap_or_else(clock::now).into()), if wake.is_some() => Event::Tick,
                 n = notifications.recv(), if listening => match n {
                     Some(Notification::Message(ch, payload)) if ch == keys.lease_channel => {
                         Event::ReleaseNotice { epoch: payload.parse().ok() }
@@ -351,7 +354,7 @@ impl Executor {
                     let member = closed.member;
                     if self.holding.is_some() && book.start(&member) {
                         // The gathering window opens with the first close.
-                        self.refusals_due.get_or_insert(Instant::now() + self.timing.refusal_settle);
+                        self.refusals_due.get_or_insert(clock::now() + self.timing.refusal_settle);
                         probe(&self.pinger, &self.store, member, ProbeCause::Closed, &mut probes);
                     }
                     continue;
@@ -408,7 +411,7 @@ impl Executor {
                 }
                 // The window closed and every probe of it answered: a handoff
                 // cycle fails the refused ones together.
-                _ = sleep_until(self.refusals_due.unwrap_or_else(Instant::now)), if self.refusals_due.is_some() && book.idle() => {
+                _ = sleep_until(self.refusals_due.unwrap_or_else(clock::now).into()), if self.refusals_due.is_some() && book.idle() => {
                     self.refusals_due = None;
                     if self.refused.is_empty() {
                         continue;
@@ -436,7 +439,7 @@ impl Executor {
                     }
                 }
             };
-            let actions = machine.step(event, Instant::now());
+            let actions = machine.step(event, clock::now());
             for action in actions {
                 match action {
                     Action::Stop => {
@@ -475,7 +478,7 @@ impl Executor {
         handoff_only: bool,
     ) -> JoinHandle<Result<CycleReport, CycleError>> {
         let h = self.holding.as_mut().expect("a cycle starts while holding");
-        h.cycle_started = Instant::now();
+        h.cycle_started = clock::now();
         h.handoff_only = handoff_only;
         h.cycle_span = info_span!(
             "cycle",

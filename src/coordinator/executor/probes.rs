@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::coordinator::holder::Confirm;
+use crate::edge::clock;
 use crate::edge::grpc::{PingFailure, Pinger};
 use crate::edge::redis::Store;
 
@@ -166,7 +167,7 @@ pub(super) fn probe(
 ) {
     let (pinger, store) = (pinger.clone(), store.clone());
     probes.push(Box::pin(async move {
-        let opened = Instant::now();
+        let opened = clock::now();
         let result = pinger.probe(&member).await;
         let mut disconnected = false;
         if let (ProbeCause::Confirm(c), Err(PingFailure::Refused(_))) = (&cause, &result) {
@@ -206,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_member_is_probed_to_confirm_at_most_every_spacing_unless_a_newer_write_needs_it() {
-        let t = Instant::now();
+        let t = clock::now();
         const CONFIRM_SPACING: Duration = Timing::DEFAULT.confirm_spacing;
         let mut book = ProbeBook::new(CONFIRM_SPACING);
         let a = || BTreeMap::from([("a".to_string(), confirm(t, false))]);
@@ -231,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_refusal_counts_only_where_it_proves_something() {
-        let t = Instant::now();
+        let t = clock::now();
         let plain = ProbeCause::Confirm(confirm(t, false));
         let old_protocol = ProbeCause::Confirm(confirm(t, true));
         assert_eq!(

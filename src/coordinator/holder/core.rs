@@ -25,7 +25,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use xxhash_rust::xxh3::Xxh3;
 
@@ -316,6 +316,7 @@ impl HolderView {
 
 #[cfg(test)]
 mod tests {
+    use crate::edge::clock;
     use std::collections::BTreeMap;
     use std::time::Duration;
 
@@ -358,7 +359,7 @@ mod tests {
             to: Some("b:2".into()),
             revoked_at: 0,
             since_ms: 1,
-            waiting_since: Instant::now(),
+            waiting_since: clock::now(),
         };
         Sent {
             next: table(&[("a:1", "u1")]),
@@ -414,7 +415,7 @@ mod tests {
         let inputs = inputs(&["a:1", "b:2"], &["u1", "u2"]);
         let t = table(&[("a:1", "u1"), ("b:2", "u2")]);
         let mut v = live_view(&["a:1", "b:2"], &t);
-        let now = Instant::now();
+        let now = clock::now();
         let p = v.plan(&inputs, &t, false, &t, SETTINGS, now, 1);
         assert!(p.unchanged);
         assert!(v.handoff.steady.is_some(), "the next plan may be skipped");
@@ -507,7 +508,7 @@ mod tests {
     fn a_confirmed_write_numbers_its_revocations_and_saves_the_changes() {
         let mut v = fresh_view();
         let (mut floor, mut digest) = (7, None);
-        let now = Instant::now();
+        let now = clock::now();
         let outcome = Ok(Committed::Written {
             generation: Some(8),
             version: 4,
@@ -544,7 +545,7 @@ mod tests {
                 Ok(outcome),
                 &mut floor,
                 &mut digest,
-                Instant::now(),
+                clock::now(),
             );
             assert!(matches!(a.write, Write::Fenced(_) | Write::Outdated { .. }));
             assert!(a.error.is_some());
@@ -569,7 +570,7 @@ mod tests {
             Err(refused),
             &mut floor,
             &mut digest,
-            Instant::now(),
+            clock::now(),
         );
         assert!(matches!(a.write, Write::Failed(_)));
         assert!(!v.handoff.ledger.stale());
@@ -587,7 +588,7 @@ mod tests {
             Err(timeout()),
             &mut floor,
             &mut digest,
-            Instant::now(),
+            clock::now(),
         );
         assert!(matches!(a.write, Write::Unknown(_)));
         assert!(v.handoff.ledger.stale());
@@ -601,7 +602,7 @@ mod tests {
             Err(timeout()),
             &mut floor,
             &mut digest,
-            Instant::now(),
+            clock::now(),
         );
         assert_eq!(floor, 7);
         // Too few replicas: applied with a known generation.
@@ -611,7 +612,7 @@ mod tests {
             generation: Some(12),
             error: timeout(),
         });
-        v.advance(sent(true), outcome, &mut floor, &mut digest, Instant::now());
+        v.advance(sent(true), outcome, &mut floor, &mut digest, clock::now());
         assert!(v.handoff.ledger.stale());
         assert_eq!(floor, 12);
         assert_eq!(digest, None, "not known written");

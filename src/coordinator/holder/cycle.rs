@@ -34,8 +34,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::time::Instant;
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 
@@ -54,6 +54,7 @@ use crate::core::liveness::Liveness;
 use crate::core::suspicion::{self, Guard, Review, SuspectChanges};
 use crate::core::table::MatchingTable;
 use crate::core::timing::Timing;
+use crate::edge::clock;
 use crate::edge::clock::WallClock;
 use crate::edge::grpc::{PingReport, Pinger};
 use crate::edge::pings::MemberPings;
@@ -97,7 +98,7 @@ pub(in crate::coordinator) struct CycleContext<S = Store, P = Pinger> {
 
 impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
     pub(super) fn may_act(&self) -> bool {
-        Instant::now() < *self.acts_until.borrow()
+        clock::now() < *self.acts_until.borrow()
     }
 
     /// Reads what a holder must know before it plans (see
@@ -129,7 +130,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         for (member, value) in &inherited.unreadable_suspects {
             tracing::warn!(key = %keys.suspects, member, value, "ignoring unreadable suspect entry");
         }
-        let now = Instant::now();
+        let now = clock::now();
         let (transit, unreadable) =
             decode_transits(inherited.transit, &self.handoff, now, self.wall.unix_ms());
         if !unreadable.is_empty() {

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::{LOG_FIRST, LastChange};
 use crate::core::handoff::{

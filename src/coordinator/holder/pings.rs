@@ -17,9 +17,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::core::liveness::Liveness;
+use crate::edge::clock;
 use crate::edge::grpc::PingReport;
 
 /// Pings still in flight when a cycle ended; the next cycle collects them
@@ -127,20 +128,17 @@ impl Round<'_> {
         let settled = |awaited: &HashSet<String>, pending: &HashSet<String>| {
             !awaited.iter().any(|m| pending.contains(m))
         };
-        let grace = Instant::now() + self.grace;
+        let grace = clock::now() + self.grace;
         collect_until(pending, pending_members, reports, grace, |_, p| {
             !settled(&awaited, p)
         })
         .await;
         // Whatever else has already settled is taken too.
-        collect_until(pending, pending_members, reports, Instant::now(), |_, _| {
-            true
-        })
-        .await;
+        collect_until(pending, pending_members, reports, clock::now(), |_, _| true).await;
         if let Some((unheard, heard, awaited)) =
             self.first_contacts(&awaited, pending_members, reports)
         {
-            let until = Instant::now() + self.patience;
+            let until = clock::now() + self.patience;
             collect_until(pending, pending_members, reports, until, |_, p| {
                 !settled(&awaited, p)
             })
@@ -148,7 +146,7 @@ impl Round<'_> {
             let still = awaited.iter().filter(|m| pending_members.contains(*m));
             waited.first_contacts = Some((unheard, heard, still.count()));
         }
-        let until = Instant::now() + self.patience;
+        let until = clock::now() + self.patience;
         collect_until(pending, pending_members, reports, until, |r, p| {
             self.hold_for_the_rest(r, p.len())
         })
@@ -167,7 +165,7 @@ async fn collect_until(
     until: Instant,
     mut more: impl FnMut(&[PingReport], &HashSet<String>) -> bool,
 ) {
-    let deadline = tokio::time::sleep_until(until);
+    let deadline = tokio::time::sleep_until(until.into());
     tokio::pin!(deadline);
     while more(reports, pending_members) {
         tokio::select! {
@@ -208,7 +206,7 @@ mod tests {
         PingReport {
             member: m.into(),
             result,
-            at: Instant::now(),
+            at: clock::now(),
             opened: None,
         }
     }

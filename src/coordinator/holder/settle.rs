@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use opentelemetry::trace::TraceContextExt as _;
-use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -19,6 +18,7 @@ use super::{CycleContext, HolderView, Write, mark_error};
 use crate::core::handoff;
 use crate::core::inputs::Inputs;
 use crate::core::table::MatchingTable;
+use crate::edge::clock;
 use crate::edge::pings::MemberPings;
 use crate::edge::redis::Commit;
 use crate::edge::store::HoldingStore;
@@ -101,7 +101,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 verify,
                 &desired,
                 self.handoff,
-                Instant::now(),
+                clock::now(),
                 now_ms,
             )
         });
@@ -213,7 +213,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             committed,
             generation_floor,
             stored_digest,
-            Instant::now(),
+            clock::now(),
         );
         if let Write::Written {
             generation: Some(g),

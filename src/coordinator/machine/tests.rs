@@ -9,10 +9,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::*;
 use crate::core::lease::LostLease;
+use crate::edge::clock;
 
 fn settings() -> Settings {
     Settings {
@@ -110,7 +111,7 @@ fn releases(a: &[Action]) -> bool {
 
 #[test]
 fn a_standby_attempts_at_once_then_waits_for_the_lease() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = Machine::new(settings(), t0);
     assert_eq!(m.next_wake(), Some(t0));
     let a = m.step(Event::Tick, t0);
@@ -156,7 +157,7 @@ fn a_standby_attempts_at_once_then_waits_for_the_lease() {
 
 #[test]
 fn an_acquisition_makes_a_holder_that_cycles_and_renews() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = Machine::new(settings(), t0);
     m.step(Event::Tick, t0);
     let a = m.step(
@@ -200,7 +201,7 @@ fn an_acquisition_makes_a_holder_that_cycles_and_renews() {
 
 #[test]
 fn a_member_down_brings_the_next_full_cycle_forward() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = holder(t0);
     // The first cycle runs; a member goes down meanwhile: the next cycle
     // starts as soon as this one ends, not a poll interval later.
@@ -249,7 +250,7 @@ fn a_member_down_brings_the_next_full_cycle_forward() {
 
 #[test]
 fn a_holder_that_cannot_renew_steps_down_at_its_deadline_and_releases() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = holder(t0);
     m.step(Event::Tick, t0 + ms(500));
     let a = m.step(
@@ -280,7 +281,7 @@ fn a_holder_that_cannot_renew_steps_down_at_its_deadline_and_releases() {
 
 #[test]
 fn any_event_after_the_deadline_steps_down_first() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = holder(t0);
     let a = m.step(Event::Generation(5), t0 + ms(1600));
     assert_eq!(stepped_down(&a), Some(Transition::Lapsed));
@@ -289,7 +290,7 @@ fn any_event_after_the_deadline_steps_down_first() {
 
 #[test]
 fn a_late_renewal_that_arrives_in_time_keeps_the_lease() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = holder(t0);
     m.step(Event::Tick, t0 + ms(500));
     let a = m.step(
@@ -305,7 +306,7 @@ fn a_late_renewal_that_arrives_in_time_keeps_the_lease() {
 
 #[test]
 fn a_lost_lease_or_a_fenced_write_steps_down_without_a_release() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = holder(t0);
     m.step(Event::Tick, t0 + ms(500));
     let a = m.step(
@@ -334,7 +335,7 @@ fn a_lost_lease_or_a_fenced_write_steps_down_without_a_release() {
 
 #[test]
 fn own_suspicions_hand_the_lease_over_once_the_census_counts_others() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let census = |replicas| {
         Event::Census(CensusView {
             index: 0,
@@ -396,7 +397,7 @@ fn own_suspicions_hand_the_lease_over_once_the_census_counts_others() {
 
 #[test]
 fn a_stale_cycle_result_changes_nothing() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = holder(t0);
     let a = m.step(
         Event::CycleDone(summary(6, CycleOutcome::Fenced)),
@@ -408,7 +409,7 @@ fn a_stale_cycle_result_changes_nothing() {
 
 #[test]
 fn someone_elses_release_wakes_a_standby_at_once() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = Machine::new(settings(), t0);
     m.step(Event::Tick, t0);
     m.step(Event::Acquired(Ok(held(4, 0))), t0);
@@ -430,7 +431,7 @@ fn someone_elses_release_wakes_a_standby_at_once() {
 
 #[test]
 fn a_standby_checks_the_holders_connection_and_takes_over_once_it_is_closed() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = Machine::new(settings(), t0);
     m.step(Event::Tick, t0);
     let a = m.step(Event::Acquired(Ok(held_by(4, 9))), t0);
@@ -521,7 +522,7 @@ fn a_standby_checks_the_holders_connection_and_takes_over_once_it_is_closed() {
 
 #[test]
 fn shutdown_releases_what_it_holds_then_stops() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = holder(t0);
     let a = m.step(Event::Shutdown, t0 + ms(10));
     assert!(a.contains(&Action::AbortCycle));
@@ -552,7 +553,7 @@ fn shutdown_releases_what_it_holds_then_stops() {
 
 #[test]
 fn floors_follow_every_source() {
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let mut m = holder(t0);
     m.step(Event::Generation(40), t0);
     let a = m.step(
@@ -726,7 +727,7 @@ fn check(m: &Machine, a: &[Action], now: Instant, f: &mut InFlight, before: (u64
 
 fn drive(ops: Vec<Op>) {
     let s = settings();
-    let mut now = Instant::now();
+    let mut now = clock::now();
     let mut m = Machine::new(s, now);
     let mut f = InFlight {
         next_epoch: 1,
@@ -1111,7 +1112,7 @@ fn simulate(
     faults: Vec<Fault>,
 ) -> RedisLease {
     let s = settings();
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let tick = ms(5);
     let mut machines: Vec<Machine> = (0..n).map(|_| Machine::new(s, t0)).collect();
     let mut redis = RedisLease::default();

@@ -27,8 +27,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use self::replica::ReplicaSettings;
 pub use self::world::Violation;
 use self::world::{Rng, SimMember, World};
@@ -36,6 +34,7 @@ use crate::core::keys::Keys;
 use crate::core::lease::LeaseTiming;
 use crate::core::ownership::Ownership;
 use crate::core::table::Assignment;
+use crate::edge::clock;
 use crate::edge::clock::WallClock;
 use crate::edge::memory::{Data, MemoryStore, Server};
 
@@ -89,7 +88,7 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
     // random fraction of a millisecond away from the paused clock: start on
     // the grid, so that every instant of the run is the same from run to run.
     tokio::time::sleep(Duration::from_millis(1)).await;
-    let start = Instant::now();
+    let start = clock::now();
     let wall = WallClock::Simulated {
         base_ms: UNIX_BASE_MS,
         base: start,
@@ -220,9 +219,9 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
 
     // The schedule of faults.
     let faults_end = start + run.faults;
-    while Instant::now() < faults_end {
+    while clock::now() < faults_end {
         tokio::time::sleep(rng.millis(200, 1_500)).await;
-        let now = Instant::now();
+        let now = clock::now();
         let mut w = world.lock().expect("world lock");
         let n = w.members.len();
         let i = rng.below(n as u64) as usize;
@@ -359,7 +358,7 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
     faulty.store(false, Ordering::Relaxed);
     {
         let mut w = world.lock().expect("world lock");
-        let now = Instant::now();
+        let now = clock::now();
         w.member_faults = 0;
         for i in 0..w.members.len() {
             if !w.members[i].alive {
@@ -370,7 +369,7 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
         }
         w.log(now, "faults end: every member runs".into());
     }
-    let quiet_end = Instant::now() + run.quiet;
+    let quiet_end = clock::now() + run.quiet;
     // The keys an edit broke were fixed by then; re-list every member (a
     // forgotten one re-registers, as `Member` does at start).
     {
@@ -390,9 +389,9 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
             }
         }
     }
-    tokio::time::sleep_until(quiet_end).await;
+    tokio::time::sleep_until(quiet_end.into()).await;
     let mut w = world.lock().expect("world lock");
-    let now = Instant::now();
+    let now = clock::now();
     w.check_overlap(now);
     let units = w.units();
     for unit in units {
@@ -447,14 +446,14 @@ async fn drive_members(world: Arc<Mutex<World>>) {
     loop {
         let wake = {
             let w = world.lock().expect("world lock");
-            let now = Instant::now();
+            let now = clock::now();
             (0..w.members.len())
                 .map(|i| w.member_wake(i, now))
                 .min()
-                .unwrap_or_else(|| Instant::now() + Duration::from_millis(100))
+                .unwrap_or_else(|| clock::now() + Duration::from_millis(100))
         };
-        tokio::time::sleep_until(wake.max(Instant::now() + Duration::from_millis(1))).await;
-        let now = Instant::now();
+        tokio::time::sleep_until(wake.max(clock::now() + Duration::from_millis(1)).into()).await;
+        let now = clock::now();
         let mut w = world.lock().expect("world lock");
         if std::env::var_os("SIM_DEBUG").is_some() {
             eprintln!("{} members wake", w.ms(now));

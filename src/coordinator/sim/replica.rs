@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep_until};
+
+use tokio::time::sleep_until;
 
 use super::world::World;
 use crate::coordinator::holder::{
@@ -22,6 +23,7 @@ use crate::core::lease::{Claim, LeaseTiming};
 use crate::core::suspicion::Guard;
 use crate::core::table::Assignment;
 use crate::core::timing::Timing;
+use crate::edge::clock;
 use crate::edge::clock::WallClock;
 use crate::edge::grpc::{PingFailure, PingReport, PingSet, PingTask};
 use crate::edge::memory::MemoryStore;
@@ -62,7 +64,7 @@ impl MemberPings for SimPings {
                     let answer = world
                         .lock()
                         .expect("world lock")
-                        .ping(&member, Instant::now());
+                        .ping(&member, clock::now());
                     let result = match answer {
                         Some(true) => {
                             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -80,7 +82,7 @@ impl MemberPings for SimPings {
                     PingReport {
                         member,
                         result,
-                        at: Instant::now(),
+                        at: clock::now(),
                         opened: None,
                     }
                 });
@@ -123,8 +125,8 @@ pub async fn run(
         takeover_check: Some(Timing::DEFAULT.takeover_check),
         timing: Timing::DEFAULT,
     };
-    let mut machine = Machine::new(machine_settings, Instant::now());
-    let (acts_tx, _) = watch::channel(Instant::now());
+    let mut machine = Machine::new(machine_settings, clock::now());
+    let (acts_tx, _) = watch::channel(clock::now());
     let mut holding: Option<Holding> = None;
     let mut cycle: Option<JoinHandle<Result<CycleReport, CycleError>>> = None;
     let metrics = Arc::new(Metrics::new());
@@ -155,7 +157,7 @@ pub async fn run(
                 {
                     let table = report.view.handoff.ledger.granted().map(|t| format!("{:?}", t.rows())).unwrap_or_default();
                     let transit = report.view.handoff.ledger.in_transit();
-                    world.lock().expect("world lock").log(Instant::now(), format!("{id} wrote generation {g}: {table} ({transit} in transit)"));
+                    world.lock().expect("world lock").log(clock::now(), format!("{id} wrote generation {g}: {table} ({transit} in transit)"));
                 }
                 if let Ok(report) = r
                     && report.epoch == h.epoch
@@ -169,7 +171,7 @@ pub async fn run(
                     None => continue,
                 }
             }
-            _ = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => Event::Tick,
+            _ = sleep_until(wake.unwrap_or_else(clock::now).into()), if wake.is_some() => Event::Tick,
             Some((channel, payload)) = messages.recv() => {
                 let mut release = None;
                 {
@@ -204,9 +206,9 @@ pub async fn run(
             } else {
                 String::new()
             };
-            let actions = machine.step(event, Instant::now());
+            let actions = machine.step(event, clock::now());
             if dbg {
-                let t = world.lock().expect("world lock").ms_precise(Instant::now());
+                let t = world.lock().expect("world lock").ms_precise(clock::now());
                 eprintln!("{t} {id} {ev} -> {actions:?}");
             }
             for action in actions {
@@ -236,7 +238,7 @@ pub async fn run(
                             };
                             let r = store.acquire(&claim).await.map_err(drop);
                             if std::env::var_os("SIM_DEBUG").is_some() {
-                                eprintln!("{:?} {id} acquire -> {r:?}", Instant::now());
+                                eprintln!("{:?} {id} acquire -> {r:?}", clock::now());
                             }
                             let _ = tx.send(Event::Acquired(r));
                         });
@@ -273,7 +275,7 @@ pub async fn run(
                         world
                             .lock()
                             .expect("world lock")
-                            .log(Instant::now(), format!("{id} holds epoch {epoch}"));
+                            .log(clock::now(), format!("{id} holds epoch {epoch}"));
                         holding = Some(Holding {
                             epoch,
                             view: None,
@@ -282,10 +284,10 @@ pub async fn run(
                         });
                     }
                     Action::SteppedDown { epoch, .. } => {
-                        world.lock().expect("world lock").log(
-                            Instant::now(),
-                            format!("{id} steps down from epoch {epoch}"),
-                        );
+                        world
+                            .lock()
+                            .expect("world lock")
+                            .log(clock::now(), format!("{id} steps down from epoch {epoch}"));
                         holding = None;
                     }
                     Action::AbortCycle => {

@@ -40,7 +40,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::Transits;
 use crate::core::inputs::GroupMembers;
@@ -491,7 +491,7 @@ mod tests {
 
     #[test]
     fn a_confirmed_write_numbers_its_revocations_and_starts_their_waits() {
-        let t0 = Instant::now();
+        let t0 = crate::core::timing::test_t0();
         let mut l = synced(&[("a", "u")], 4);
         let at = t0 + Duration::from_millis(5);
         let written = table(&[("a", ""), ("b", "")]);
@@ -519,7 +519,7 @@ mod tests {
     /// `u` for `a` (`plan::tests`). Either way `u` waits for `a`.
     #[test]
     fn an_applied_write_of_unknown_outcome_leaves_its_units_in_transit() {
-        let t0 = Instant::now();
+        let t0 = crate::core::timing::test_t0();
         let m = members();
         let before = table(&[("a", "u"), ("b", "")]);
         let stored_rows = table(&[("a", ""), ("b", "")]);
@@ -644,7 +644,7 @@ mod tests {
     /// as no row holds the unit.
     #[test]
     fn units_this_holder_knew_in_transit_stay_when_redis_lost_them() {
-        let t0 = Instant::now();
+        let t0 = crate::core::timing::test_t0();
         let m = members();
         let mut l = synced(&[("a", "u,v")], 1);
         let mut planned = one("g", "u", entry("a", 0, t0));
@@ -676,7 +676,7 @@ mod tests {
 
     #[test]
     fn a_resync_keeps_the_waits_this_holder_already_counted() {
-        let t0 = Instant::now();
+        let t0 = crate::core::timing::test_t0();
         let m = members();
         let mut l = synced(&[("a", "u")], 1);
         l.written(
@@ -710,7 +710,7 @@ mod tests {
 
     #[test]
     fn reports_of_a_lost_numbering_renumber_what_they_would_acknowledge() {
-        let t0 = Instant::now();
+        let t0 = crate::core::timing::test_t0();
         let m = members();
         let mut l = Ledger::new();
         let mut stored = one("g", "u", entry("a", 3, t0));

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::{Moved, Plan, PlanInput, Transit, Transits};
 use crate::core::inputs::GroupMembers;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::*;
 
@@ -125,7 +125,7 @@ impl Call {
 
 #[test]
 fn a_move_is_a_revocation_then_a_grant_after_the_acknowledgement() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["a", "b"], &["u", "v"]);
     c.facts.insert("a".into(), acking(4));
     c.facts.insert("b".into(), acking(4));
@@ -160,7 +160,7 @@ fn a_move_is_a_revocation_then_a_grant_after_the_acknowledgement() {
 
 #[test]
 fn without_an_acknowledgement_the_deadline_releases_the_unit() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["a", "b"], &["u"]);
     c.live.remove("a");
     c.facts.insert("a".into(), acking(4));
@@ -193,7 +193,7 @@ fn without_an_acknowledgement_the_deadline_releases_the_unit() {
 
 #[test]
 fn a_refusal_releases_only_when_its_connection_was_opened_after_the_revoking_write() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["a", "b"], &["u"]);
     c.granted = table(&[("a", "u"), ("b", "")]);
     c.desired = table(&[("b", "u")]);
@@ -256,7 +256,7 @@ fn a_refusal_releases_only_when_its_connection_was_opened_after_the_revoking_wri
 
 #[test]
 fn an_old_worker_that_answers_releases_after_the_handoff_delay() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["a", "b"], &["u"]);
     c.granted = table(&[("a", "u"), ("b", "")]);
     // An old worker (no report) that answers pings: the handoff delay after
@@ -273,7 +273,7 @@ fn an_old_worker_that_answers_releases_after_the_handoff_delay() {
 
 #[test]
 fn back_to_its_only_old_owner_at_once() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["a", "b"], &["u"]);
     c.granted = table(&[("a", "u"), ("b", "")]);
     c.desired = table(&[("a", ""), ("b", "u")]);
@@ -290,7 +290,7 @@ fn back_to_its_only_old_owner_at_once() {
 
 #[test]
 fn new_units_are_placed_at_once_and_removed_ones_are_revoked() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["a"], &["new"]);
     c.facts.insert("a".into(), acking(1));
     c.granted = table(&[("a", "old")]);
@@ -322,7 +322,7 @@ fn new_units_are_placed_at_once_and_removed_ones_are_revoked() {
 
 #[test]
 fn a_draining_member_keeps_an_empty_row_while_live() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["a", "b"], &["u", "v"]);
     c.granted = table(&[("a", "u"), ("b", "v")]);
     // a drains: the solver leaves it out; it stays live.
@@ -333,7 +333,7 @@ fn a_draining_member_keeps_an_empty_row_while_live() {
 
 #[test]
 fn a_hand_edited_table_is_repaired_by_revoking_from_every_holder() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["a", "b", "c"], &["u", "v"]);
     for m in ["a", "b", "c"] {
         c.facts.insert(m.into(), acking(1));
@@ -373,7 +373,7 @@ fn a_hand_edited_table_is_repaired_by_revoking_from_every_holder() {
 
 #[test]
 fn rows_of_unlisted_members_are_revoked_in_their_group() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["b"], &["u"]);
     c.granted = table(&[("a", "u"), ("b", "")]);
     c.desired = table(&[("b", "u")]);
@@ -385,7 +385,7 @@ fn rows_of_unlisted_members_are_revoked_in_their_group() {
 
 #[test]
 fn several_groups_hand_off_independently() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let (g1, g2) = (names(&["a", "b"]), names(&["x"]));
     let groups = [
         GroupMembers {
@@ -454,7 +454,7 @@ fn a_vanished_table_is_planned_from_the_one_written_last() {
 /// revoked from whoever the stored table gives it to.
 #[test]
 fn a_unit_a_member_may_still_work_on_is_claimed_before_it_is_given_away() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     for stored in [
         table(&[("a", ""), ("b", ""), ("c", "")]),
         table(&[("a", ""), ("b", ""), ("c", "u")]),
@@ -492,7 +492,7 @@ fn a_unit_a_member_may_still_work_on_is_claimed_before_it_is_given_away() {
 /// one.
 #[test]
 fn claims_are_only_for_units_taken_without_a_revocation() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["a", "b"], &["u", "v", "w"]);
     c.granted = table(&[("a", "w"), ("b", "")]);
     c.verify = true;
@@ -517,7 +517,7 @@ fn claims_are_only_for_units_taken_without_a_revocation() {
 /// after its revocation is revoked anew, in a row as in a held table.
 #[test]
 fn a_revocation_older_than_the_tenure_is_made_anew() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let old = c_revoked_from_a(t0, Proof::Refusal, 101);
     // In a's stored row (the late write landed), or only in a table a may
     // work from (it was lost again).
@@ -551,7 +551,7 @@ fn a_revocation_older_than_the_tenure_is_made_anew() {
 /// until `b` is done with it.
 #[test]
 fn a_grant_of_a_write_of_unknown_outcome_is_claimed_for_its_grantee() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let members = names(&["a", "b", "c"]);
     let groups = [GroupMembers {
         name: "g",
@@ -584,7 +584,7 @@ fn a_grant_of_a_write_of_unknown_outcome_is_claimed_for_its_grantee() {
 /// in the last written row of `b`, in no stored row, is not placed at once.
 #[test]
 fn an_older_stored_table_does_not_forget_the_last_written_owner() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let last = Arc::new(table(&[("a", ""), ("b", "u")]));
     let (from, start) = starting_point(Some(&last), Arc::new(table(&[("a", ""), ("b", "")])));
     assert_eq!(from, StartingPoint::Stored);
@@ -667,7 +667,7 @@ fn later_facts_lengthen_a_wait_never_shorten_it() {
 
 #[test]
 fn stored_forms_parse_strictly() {
-    let t0 = Instant::now();
+    let t0 = crate::core::timing::test_t0();
     let r = MemberReport {
         applied: 42,
         draining: true,

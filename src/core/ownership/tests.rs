@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::*;
 use crate::core::handoff::RunId;
@@ -77,7 +77,7 @@ fn owning_on(t: Instant, g: u64, row: &str, client: Option<RedisConnection>) -> 
 
 #[test]
 fn units_are_acquired_after_a_read_its_report_and_a_ping() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = Ownership::new(DEADLINE, 2, t);
     assert!(o.report_due().is_none(), "nothing to report before a read");
     assert_eq!(
@@ -105,7 +105,7 @@ fn units_are_acquired_after_a_read_its_report_and_a_ping() {
 
 #[test]
 fn a_revocation_completes_before_the_report_and_the_report_before_acquisitions() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a,b");
     let t1 = t + ms(100);
     o.ping(t1);
@@ -140,7 +140,7 @@ fn a_revocation_completes_before_the_report_and_the_report_before_acquisitions()
 
 #[test]
 fn a_report_never_covers_a_skipped_revocation_still_being_stopped() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a,b");
     // Generations 4..=8 are skipped; 9 no longer has `a`. The holder may
     // have revoked it at any of them, so nothing above 3 may be reported
@@ -154,7 +154,7 @@ fn a_report_never_covers_a_skipped_revocation_still_being_stopped() {
 
 #[test]
 fn lower_generations_are_ignored() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 7, "a");
     assert_eq!(
         o.read(t, t, Some(6), Some("x"), None),
@@ -201,7 +201,7 @@ fn lower_generations_are_ignored() {
 
 #[test]
 fn a_unit_still_being_stopped_comes_back_only_after_its_stop() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a");
     o.read(t, t, Some(4), Some(""), None);
     o.take_steps();
@@ -222,7 +222,7 @@ fn a_unit_still_being_stopped_comes_back_only_after_its_stop() {
 
 #[test]
 fn a_hold_ends_a_deadline_after_the_earlier_of_read_and_ping_and_stays_ended() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a");
     // Pings go on, reads stop: the hold ends a deadline after the read.
     o.ping(t + ms(900));
@@ -257,7 +257,7 @@ fn a_hold_ends_a_deadline_after_the_earlier_of_read_and_ping_and_stays_ended() {
 
 #[test]
 fn contact_is_lost_without_reads_or_without_pings_and_comes_back_with_both() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = Ownership::new(DEADLINE, 1, t);
     assert!(!o.fenced(), "not fenced at start");
     assert!(o.ping(t), "answers its first ping before any read");
@@ -291,7 +291,7 @@ fn contact_is_lost_without_reads_or_without_pings_and_comes_back_with_both() {
 
 #[test]
 fn a_drain_reports_takes_units_away_as_draining_and_completes_on_an_empty_row() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a,b");
     o.drain(t);
     assert_eq!(o.report_due().unwrap().encode(), "3 1 1000 1");
@@ -323,7 +323,7 @@ fn a_drain_reports_takes_units_away_as_draining_and_completes_on_an_empty_row() 
 
 #[test]
 fn a_stop_revokes_everything_and_settles_when_stops_end_or_overrun() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a,b");
     o.stop(t);
     assert!(o.fenced());
@@ -354,7 +354,7 @@ fn a_stop_revokes_everything_and_settles_when_stops_end_or_overrun() {
 
 #[test]
 fn a_read_on_another_connection_than_reported_is_not_processed_while_units_are_held() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning_on(t, 3, "a,b", c(1));
     assert_eq!(o.written_report().unwrap().encode(), "3 0 1000 1 1");
     let t1 = t + ms(300);
@@ -397,7 +397,7 @@ fn a_read_on_another_connection_than_reported_is_not_processed_while_units_are_h
 
 #[test]
 fn a_read_on_another_connection_is_processed_while_nothing_is_held_and_acquires_after_its_report() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning_on(t, 3, "", c(1));
     assert_eq!(
         o.read(t, t, Some(4), Some("a"), c(2)),
@@ -428,7 +428,7 @@ fn a_read_on_another_connection_is_processed_while_nothing_is_held_and_acquires_
 /// its reads count.
 #[test]
 fn the_same_client_id_on_another_server_is_another_connection() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let (old, new) = (
         RedisConnection::on(5, server(1)),
         RedisConnection::on(5, server(2)),
@@ -453,7 +453,7 @@ fn the_same_client_id_on_another_server_is_another_connection() {
 
 #[test]
 fn a_generation_that_only_adds_units_is_acquired_without_a_report() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a");
     o.read(t, t, Some(4), Some("a,b"), None);
     assert!(o.report_due().is_none());
@@ -476,7 +476,7 @@ fn a_generation_that_only_adds_units_is_acquired_without_a_report() {
 
 #[test]
 fn units_taken_from_the_row_are_acknowledged_even_if_never_started() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     // Never pinged: nothing was acquired, yet the holder waits for these.
     let mut o = Ownership::new(DEADLINE, 1, t);
     o.read(t, t, Some(3), Some("a,b"), None);
@@ -493,7 +493,7 @@ fn units_taken_from_the_row_are_acknowledged_even_if_never_started() {
 
 #[test]
 fn an_acknowledgement_owed_holds_up_acquisitions_until_written() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a");
     o.read(t, t, Some(4), Some("b"), None);
     o.take_steps();
@@ -514,7 +514,7 @@ fn an_acknowledgement_owed_holds_up_acquisitions_until_written() {
 #[test]
 fn a_report_for_draining_alone_keeps_the_applied_last_written_and_draining_reports_every_generation()
  {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a");
     // Generation 4 only added a unit: not acknowledged.
     o.read(t, t, Some(4), Some("a,b"), None);
@@ -529,7 +529,7 @@ fn a_report_for_draining_alone_keeps_the_applied_last_written_and_draining_repor
 
 #[test]
 fn a_lower_generation_is_ignored_until_the_holder_writes_above() {
-    let t = Instant::now();
+    let t = crate::core::timing::test_t0();
     let mut o = owning(t, 50, "a");
     // While `a` is held, the lower generation is ignored.
     let t1 = t + ms(400);
@@ -701,7 +701,7 @@ struct Model {
 
 impl Model {
     fn new() -> Model {
-        let t = Instant::now();
+        let t = crate::core::timing::test_t0();
         Model {
             t,
             o: Ownership::new(DEADLINE, 1, t),

@@ -7,7 +7,6 @@
 //! bound, so no balanced table moves fewer units.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -767,7 +766,7 @@ fn sticky_timing() {
     units.sort_unstable();
     // Times one solve; the moves are counted after the clock stops.
     fn time<T>(what: &str, f: impl FnOnce() -> T) -> T {
-        let t = Instant::now();
+        let t = crate::core::timing::test_t0();
         let got = f();
         let elapsed = t.elapsed().as_secs_f64();
         println!("{what:<24} {elapsed:>7.3} s");

@@ -15,12 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use super::closes::{CloseHints, Closed, Closes, WatchingConnector};
 use crate::core::inputs::check_member_addr;
 use crate::core::timing::Timing;
+use crate::edge::clock;
 use crate::proto::grpc_pinger_client::GrpcPingerClient;
 
 /// Why a ping failed.
@@ -367,7 +368,7 @@ impl Pinger {
                         PingReport {
                             member,
                             result,
-                            at: Instant::now(),
+                            at: clock::now(),
                             opened: None,
                         }
                     }
@@ -420,7 +421,7 @@ impl Pinger {
 
 /// One ping on `channel`, bounded by `timeout`; its round-trip time.
 async fn call(channel: Channel, timeout: Duration) -> Result<Duration, PingFailure> {
-    let started = Instant::now();
+    let started = clock::now();
     // Carries the current (ping) span as `traceparent`, so the member's
     // handling joins the distributor's trace.
     let mut request = tonic::Request::new(());
@@ -487,7 +488,7 @@ mod tests {
         let ok = PingReport {
             member: "b:1".into(),
             result: Ok(Duration::from_millis(1)),
-            at: Instant::now(),
+            at: clock::now(),
             opened: None,
         };
         set.push(PingTask::new("b:1".into(), tokio::spawn(async move { ok })));

@@ -12,8 +12,9 @@
 
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
+use crate::edge::clock;
 use crate::proto::grpc_pinger_server::{GrpcPinger, GrpcPingerServer};
 
 /// Decides the answer to each ping.
@@ -64,7 +65,7 @@ impl GrpcPinger for PingResponder {
         &self,
         request: tonic::Request<()>,
     ) -> Result<tonic::Response<()>, tonic::Status> {
-        let received = Instant::now();
+        let received = clock::now();
         let answer = match &self.gate {
             Some(gate) => gate.admit(received),
             None => Ok(()),

@@ -35,6 +35,7 @@ use super::{
     redis_err, reply_err, text,
 };
 use crate::core::timing::Timing;
+use crate::edge::clock;
 use crate::error::StoreError;
 
 impl Store {
@@ -82,7 +83,7 @@ impl Store {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Renewal, StoreError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = clock::now() + timeout;
         let mut attempts = 0;
         let v = loop {
             attempts += 1;
@@ -90,7 +91,7 @@ impl Store {
             let mut inv = self.scripts.renew.prepare_invoke();
             calls::renew(&self.keys, grant, ttl, &client).load(&mut inv);
             let left = deadline
-                .saturating_duration_since(tokio::time::Instant::now())
+                .saturating_duration_since(clock::now())
                 .max(Duration::from_millis(1));
             let (v, learned) = self.with_client_id("renew lease", left, &inv).await?;
             let v = checked(v)?;
@@ -234,7 +235,7 @@ impl Store {
                 };
                 LeaseClient::Refused {
                     why: refusal(&e).unwrap_or("CLIENT ID failed").to_string(),
-                    at: tokio::time::Instant::now(),
+                    at: clock::now(),
                 }
             }
             _ => LeaseClient::Unknown,

@@ -19,11 +19,10 @@
 //! - the report is encoded by [`MemberReport::encode`], the one stored form
 //!   the holder decodes.
 
-use tokio::time::Instant;
-
 use super::conn::Conn;
 use super::{BULK_TIMEOUT, Store, refused_commands, stored_count};
 use crate::core::handoff::{MemberReport, RedisConnection, RunId, Transit};
+use crate::edge::clock;
 use crate::error::StoreError;
 
 /// A member's row as [`Store::read_row`] read it.
@@ -214,7 +213,7 @@ impl Store {
             Ok(v) => v,
             Err(e) => return Err(self.classify(e, &[&self.keys.transit], "hash").await),
         };
-        let now = Instant::now();
+        let now = clock::now();
         Ok(entries.iter().any(|(_, raw)| {
             let value = String::from_utf8_lossy(raw);
             match Transit::decode(&value, now) {

@@ -135,11 +135,11 @@ pub(super) struct Optional(std::sync::Mutex<Option<std::time::Instant>>);
 
 impl Optional {
     pub(super) fn allowed(&self) -> bool {
-        self.allowed_at(std::time::Instant::now())
+        self.allowed_at(crate::edge::clock::now())
     }
 
     pub(super) fn refused(&self) {
-        self.refused_at(std::time::Instant::now());
+        self.refused_at(crate::edge::clock::now());
     }
 
     fn allowed_at(&self, now: std::time::Instant) -> bool {
@@ -194,10 +194,7 @@ pub enum LeaseClient {
     Id(u64),
     /// Redis refused `CLIENT ID` (why, and when): no fast takeover. Asked
     /// again only after `Timing::client_refused_backoff`.
-    Refused {
-        why: String,
-        at: tokio::time::Instant,
-    },
+    Refused { why: String, at: std::time::Instant },
 }
 
 /// Bounds on every list a cycle reads.
@@ -458,7 +455,7 @@ mod optional_tests {
 
     #[test]
     fn a_refused_command_is_asked_again_after_the_back_off() {
-        let t = std::time::Instant::now();
+        let t = crate::edge::clock::now();
         let backoff = Timing::DEFAULT.client_refused_backoff;
         let o = Optional::default();
         assert!(o.allowed_at(t), "asked until refused");

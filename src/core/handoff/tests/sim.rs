@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::super::*;
 use super::{SETTINGS, decode, ms};
@@ -365,7 +365,7 @@ struct Late {
 
 impl World {
     fn new(delays: Vec<u64>, fates: Vec<u8>) -> World {
-        let t = Instant::now();
+        let t = crate::core::timing::test_t0();
         let mut w = World {
             t,
             members: Vec::new(),
