@@ -30,7 +30,7 @@
 //! cycle checks the lease is locally valid (`acts_until`) right before it
 //! writes, and Redis re-checks token and epoch in the write itself.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +39,7 @@ use tokio::sync::watch;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 
+use super::core::Judge;
 use super::handoff::Refusal;
 use super::lists::assemble;
 use super::pings::{InFlight, Round};
@@ -48,10 +49,9 @@ use super::{
     CycleError, CycleReport, HolderView, LOG_FIRST, Write, group_counts, listed_entries,
     mark_error, record_counts,
 };
-use crate::core::handoff::{self, Transit, Transits};
-use crate::core::inputs::{self, Inputs};
-use crate::core::liveness::Liveness;
-use crate::core::suspicion::{self, Guard, Review, SuspectChanges};
+use crate::core::handoff;
+use crate::core::inputs::Inputs;
+use crate::core::suspicion::{Guard, Review};
 use crate::core::table::MatchingTable;
 use crate::core::timing::Timing;
 use crate::edge::clock;
@@ -126,90 +126,49 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             .read_holding(view.is_some())
             .await
             .map_err(CycleError::Unreadable)?;
-        self.generation_floor = self.generation_floor.max(inherited.generation);
-        for (member, value) in &inherited.unreadable_suspects {
+        let resyncing = view.is_some();
+        let (mut view, r) = HolderView::reconcile(
+            view,
+            inherited,
+            self.failure_threshold,
+            &self.handoff,
+            clock::now(),
+            self.wall.unix_ms(),
+        );
+        self.generation_floor = self.generation_floor.max(r.generation);
+        for (member, value) in &r.unreadable_suspects {
             tracing::warn!(key = %keys.suspects, member, value, "ignoring unreadable suspect entry");
         }
-        let now = clock::now();
-        let (transit, unreadable) =
-            decode_transits(inherited.transit, &self.handoff, now, self.wall.unix_ms());
-        if !unreadable.is_empty() {
+        for (member, value) in &r.unreadable_liveness {
+            tracing::warn!(key = %keys.liveness, member, value, "ignoring unreadable liveness entry");
+        }
+        if !r.unreadable_transit.is_empty() {
             // Written only by holders: an unreadable entry is an operator's
-            // edit. Its unit waits the longest any member may ask for (its
-            // origins are unknown); one whose field names no unit is
-            // dropped, and the table read below is verified instead.
+            // edit.
             tracing::warn!(
                 key = %keys.transit,
-                count = unreadable.len(),
-                first = %unreadable.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                count = r.unreadable_transit.len(),
+                first = %r.unreadable_transit.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
                 "unreadable transit entries: their units wait the longest any member may ask for"
             );
         }
-        let mut view = match view {
-            Some(mut v) => {
-                // After a write of unknown outcome: this holder's own
-                // observations are the truth; Redis is brought back to them.
-                v.unsaved = v.liveness.changes_from(&inherited.liveness);
-                v.unsaved_suspects = SuspectChanges::between(&inherited.suspects, &v.suspects);
-                v.unsaved_suspects.removed.extend(
-                    inherited
-                        .unreadable_suspects
-                        .iter()
-                        .filter(|(m, _)| !v.suspects.contains_key(m))
-                        .map(|(m, _)| m.clone()),
-                );
-                // Reports are read in full again, past their guard.
-                v.handoff.reports_version = None;
-                self.metrics.resyncs.inc();
-                v
-            }
-            None => {
-                let (liveness, bad) = Liveness::restore(self.failure_threshold, inherited.liveness);
-                for (member, value) in bad {
-                    tracing::warn!(key = %keys.liveness, member, value, "ignoring unreadable liveness entry");
-                }
-                if !inherited.suspects.is_empty() {
-                    tracing::warn!(
-                        suspects = inherited.suspects.len(),
-                        "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
-                    );
-                }
-                let mut v = HolderView {
-                    liveness,
-                    suspects: inherited.suspects,
-                    ..HolderView::empty(self.failure_threshold)
-                };
-                if let Some(warm) = self.warm.take() {
-                    v.warm_from(warm);
-                }
-                v
-            }
-        };
-        let groups = view
-            .handoff
-            .inputs
-            .as_ref()
-            .map(|i| i.group_members())
-            .unwrap_or_default();
-        // Units in transit: the handoffs continue. Their waits start again
-        // now, unless this holder already knew them written (a new holder
-        // cannot trust the last one's clock), so a handoff waiting on time
-        // is never cut short.
-        let table = inherited.table.map(Arc::new);
-        let resync = view.handoff.ledger.resync(
-            table
-                .clone()
-                .map(|t| handoff::HeldTable::new(t, Some(inherited.generation))),
-            transit,
-            inherited.version,
-            &groups,
-        );
-        drop(groups);
+        if r.inherited_suspects > 0 {
+            tracing::warn!(
+                suspects = r.inherited_suspects,
+                "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
+            );
+        }
+        if resyncing {
+            self.metrics.resyncs.inc();
+        } else if let Some(warm) = self.warm.take() {
+            view.warm_from(warm);
+        }
+        let (table, resync) = (r.table, r.resync);
         tracing::info!(
             known_members = view.liveness.iter().count(),
             in_transit = view.handoff.ledger.in_transit(),
             restored = resync.restored,
-            version = inherited.version,
+            version = r.version,
             applied = ?resync.applied,
             held_tables = view.handoff.ledger.held().len(),
             "read what the holder must know before it plans"
@@ -406,46 +365,12 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             && matches!(write, Write::Unchanged | Write::Written { .. })
             && self.may_act()
         {
-            let now = self.wall.unix_ms();
-            let after_ms = after.as_millis() as u64;
-            let view = &view;
-            // A member that owes the release of a unit revoked from it stays:
-            // forgetting removes its report, and its wait is the stored one
-            // anyway; it is forgotten once it owes nothing.
-            let owing = view.handoff.owing();
-            let failing_long = |m: &str| {
-                !owing.contains(m)
-                    && view.liveness.health(m).is_some_and(|h| {
-                        h.failing_since_ms
-                            .is_some_and(|s| now.saturating_sub(s) >= after_ms)
-                    })
-            };
-            // Never in a group that is mostly failing (the holder's own network,
-            // or a mass outage), and never a suspect of a mass failure.
-            let pairs: Vec<(String, Vec<u8>)> = inputs
-                .groups
-                .iter()
-                .filter(|g| {
-                    !suspicion::mostly_failing(
-                        &g.members,
-                        |m| view.keeps_units(m),
-                        self.guard.percent,
-                    )
-                })
-                .flat_map(|g| {
-                    let members = g
-                        .members
-                        .iter()
-                        .filter(|m| failing_long(m) && !view.keeps_units(m))
-                        .map(|m| (g.name.clone(), m.as_bytes().to_vec()));
-                    let malformed = g
-                        .malformed
-                        .iter()
-                        .filter(|m| failing_long(&m.name))
-                        .map(|m| (g.name.clone(), m.raw.clone()));
-                    members.chain(malformed)
-                })
-                .collect();
+            let pairs = view.forgettable(
+                &inputs,
+                after.as_millis() as u64,
+                self.guard.percent,
+                self.wall.unix_ms(),
+            );
             if !pairs.is_empty() {
                 match self.store.forget_many(&self.grant, &pairs).await {
                     Ok(removed) => {
@@ -474,12 +399,9 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             in_flight_members: pending_members,
         })
     }
-    /// Takes one round of ping results into the view: refusals (`gone`),
-    /// liveness, and the mass-failure guard, whose review it returns.
-    /// Members `listed` without a result this round keep their state;
-    /// members no longer listed are forgotten. `malformed`: the lists'
-    /// malformed entries fail this round too (full cycles: they never answer,
-    /// so they show their reason and can be forgotten like any failing member).
+    /// Takes one round of ping reports into the view: refusals (`gone`) to
+    /// the handoff, then liveness and the mass-failure guard
+    /// ([`HolderView::observe_round`]), whose review it returns.
     fn observe_round(
         &self,
         view: &mut HolderView,
@@ -487,7 +409,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         listed: &[String],
         reports: &[PingReport],
         was_live: &HashSet<String>,
-        malformed: bool,
+        full: bool,
     ) -> Review {
         let why_failed: Vec<String> = reports
             .iter()
@@ -499,12 +421,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                     .unwrap_or_default()
             })
             .collect();
-        let malformed = inputs
-            .groups
-            .iter()
-            .filter(|_| malformed)
-            .flat_map(|g| g.malformed.iter().map(|m| (m.name.as_str(), Err(m.reason))));
-        let results = reports
+        let results: Vec<(&str, Result<(), &str>)> = reports
             .iter()
             .zip(&why_failed)
             .map(|(r, why)| {
@@ -514,37 +431,14 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 };
                 (r.member.as_str(), result)
             })
-            .chain(malformed);
-        let now_ms = self.wall.unix_ms();
-        view.handoff.observe_pings(reports);
-        for g in &inputs.groups {
-            for m in &g.members {
-                view.handoff.former_group.insert(m.clone(), g.name.clone());
-            }
-        }
-        let changes = view
-            .liveness
-            .observe(results, listed.iter().map(String::as_str), now_ms);
-        view.unsaved.merge(changes);
-        // Most of a group failing at once: keep their units until confirmed.
-        let answered: HashMap<&str, bool> = reports
-            .iter()
-            .map(|r| (r.member.as_str(), r.result.is_ok()))
             .collect();
-        let groups = inputs.group_members();
-        let liveness = &view.liveness;
-        let review = suspicion::review(
-            self.guard,
-            &mut view.suspects,
-            &groups,
-            was_live,
-            |m| liveness.is_live(m),
-            &answered,
-            &self.replica_id,
-            now_ms,
-        );
-        view.unsaved_suspects.record(&review, &view.suspects);
-        review
+        view.handoff.observe_pings(reports);
+        let judge = Judge {
+            guard: self.guard,
+            replica_id: &self.replica_id,
+            now_ms: self.wall.unix_ms(),
+        };
+        view.observe_round(inputs, listed, &results, was_live, full, judge)
     }
 
     /// A handoff cycle: reads the members' reports and the table's state,
@@ -658,44 +552,4 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             in_flight_members: std::mem::take(&mut self.carried_members),
         })
     }
-}
-
-/// Decodes `{T}:transit`: an entry whose field names a unit is in transit as
-/// stored, or, when its value does not decode, from members nobody knows,
-/// waiting the longest any member may ask for (it only counts from `now`).
-/// The unreadable ones are returned, excerpted, for the log; those whose
-/// field names no unit are dropped.
-fn decode_transits(
-    raw: Vec<(String, String)>,
-    settings: &handoff::Settings,
-    now: Instant,
-    now_ms: u64,
-) -> (Transits, Vec<String>) {
-    let mut transit = Transits::new();
-    let mut unreadable = Vec::new();
-    for (field, value) in raw {
-        let Some((group, unit)) = handoff::parse_transit_field(&field) else {
-            unreadable.push(inputs::excerpt(field.as_bytes()));
-            continue;
-        };
-        let t = match Transit::decode(&value, now) {
-            Some(mut t) => {
-                t.cap_waits(settings.longest_wait());
-                t
-            }
-            None => {
-                unreadable.push(format!(
-                    "{}={}",
-                    inputs::excerpt(field.as_bytes()),
-                    inputs::excerpt(value.as_bytes())
-                ));
-                Transit::unknown(settings, now, now_ms)
-            }
-        };
-        transit
-            .entry(group.to_string())
-            .or_default()
-            .insert(unit.to_string(), t);
-    }
-    (transit, unreadable)
 }

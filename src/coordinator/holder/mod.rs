@@ -6,8 +6,11 @@
 //! - `cycle`: one cycle: read, ping, review, then `settle`; and the handoff
 //!   cycle, which only plans and writes;
 //! - `settle`: solve, plan the handoff from what Redis holds, write fenced;
-//! - `core`: what a write's outcome makes of the holder's view (pure,
-//!   tested);
+//! - `core`: the holder's decisions, pure and tested: what it makes of
+//!   Redis' state when it cannot plan from its own ledger (`inherit`), of a
+//!   round of pings (`observe`), the plan and whether to write, what a
+//!   write's outcome makes of its view, and whom `-forget-after` removes
+//!   (`forget`);
 //! - `pings`: collecting a round of pings in phases;
 //! - `solve`: the desired table, memoised by the key of what it depends on;
 //! - `lists`: the inputs made of the lists, reused while no list changed;

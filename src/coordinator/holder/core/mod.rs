@@ -29,6 +29,12 @@ use std::time::Instant;
 
 use xxhash_rust::xxh3::Xxh3;
 
+mod forget;
+mod inherit;
+mod observe;
+
+pub(super) use observe::Judge;
+
 use super::handoff::{HandoffOutcome, Steady};
 use super::{HolderView, Write};
 use crate::core::handoff::{self, HeldTable, PlanInput, Transits};
@@ -315,7 +321,7 @@ impl HolderView {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::edge::clock;
     use std::collections::BTreeMap;
     use std::time::Duration;
@@ -324,7 +330,7 @@ mod tests {
     use crate::core::handoff::{Origin, Proof, Transit};
     use crate::core::liveness::Health;
 
-    fn table(rows: &[(&str, &str)]) -> Arc<MatchingTable> {
+    pub(super) fn table(rows: &[(&str, &str)]) -> Arc<MatchingTable> {
         Arc::new(MatchingTable::from_rows(
             rows.iter().map(|(m, r)| (m.to_string(), r.to_string())),
         ))
@@ -379,7 +385,7 @@ mod tests {
         }
     }
 
-    fn inputs(members: &[&str], units: &[&str]) -> Arc<Inputs> {
+    pub(super) fn inputs(members: &[&str], units: &[&str]) -> Arc<Inputs> {
         let entries =
             |xs: &[&str]| -> Vec<Vec<u8>> { xs.iter().map(|x| x.as_bytes().to_vec()).collect() };
         let (members, units) = (entries(members), entries(units));
@@ -393,7 +399,7 @@ mod tests {
     }
 
     /// A view that knows `live` live and Redis' table to be `granted`.
-    fn live_view(live: &[&str], granted: &Arc<MatchingTable>) -> HolderView {
+    pub(super) fn live_view(live: &[&str], granted: &Arc<MatchingTable>) -> HolderView {
         let mut v = HolderView::empty(1);
         let results = live.iter().map(|m| (*m, Ok(())));
         v.liveness.observe(results, live.iter().copied(), 0);

@@ -1,0 +1,207 @@
+//! One round of ping results taken into the holder's view: liveness (with
+//! the changes still to save), each member's group, and the mass-failure
+//! guard's review. Pure: the cycle collects the round and passes its
+//! results in.
+//!
+//! Guarantees, tested below: a member listed without a result this round
+//! keeps its state; a member no longer listed is forgotten; malformed list
+//! entries fail in a full round only (they never answer); most of a group
+//! failing at once makes its members suspects (their units stay) until a
+//! later round confirms or clears them, and what changed is kept to save.
+
+use std::collections::{HashMap, HashSet};
+
+use super::HolderView;
+use crate::core::inputs::Inputs;
+use crate::core::suspicion::{self, Guard, Review};
+
+/// What one round's results are judged with.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::coordinator::holder) struct Judge<'a> {
+    pub(in crate::coordinator::holder) guard: Guard,
+    /// This replica, named in the suspects it records.
+    pub(in crate::coordinator::holder) replica_id: &'a str,
+    pub(in crate::coordinator::holder) now_ms: u64,
+}
+
+impl HolderView {
+    /// Takes one round into the view and returns the guard's review.
+    /// `results`: each member with a result this round (`Err`: why it
+    /// failed); `listed`: every listed member; `was_live`: the members live
+    /// before the round; `full`: a full round, whose malformed entries fail
+    /// too (a handoff cycle's refusals are not one).
+    pub(in crate::coordinator::holder) fn observe_round(
+        &mut self,
+        inputs: &Inputs,
+        listed: &[String],
+        results: &[(&str, Result<(), &str>)],
+        was_live: &HashSet<String>,
+        full: bool,
+        judge: Judge<'_>,
+    ) -> Review {
+        let malformed = inputs
+            .groups
+            .iter()
+            .filter(|_| full)
+            .flat_map(|g| g.malformed.iter().map(|m| (m.name.as_str(), Err(m.reason))));
+        for g in &inputs.groups {
+            for m in &g.members {
+                self.handoff.former_group.insert(m.clone(), g.name.clone());
+            }
+        }
+        let changes = self.liveness.observe(
+            results.iter().copied().chain(malformed),
+            listed.iter().map(String::as_str),
+            judge.now_ms,
+        );
+        self.unsaved.merge(changes);
+        // Most of a group failing at once: keep their units until confirmed.
+        let answered: HashMap<&str, bool> = results.iter().map(|(m, r)| (*m, r.is_ok())).collect();
+        let groups = inputs.group_members();
+        let liveness = &self.liveness;
+        let review = suspicion::review(
+            judge.guard,
+            &mut self.suspects,
+            &groups,
+            was_live,
+            |m| liveness.is_live(m),
+            &answered,
+            judge.replica_id,
+            judge.now_ms,
+        );
+        self.unsaved_suspects.record(&review, &self.suspects);
+        review
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{inputs, live_view, table};
+    use super::*;
+
+    const JUDGE: Judge<'static> = Judge {
+        guard: Guard {
+            percent: 50,
+            confirm_ms: 10_000,
+        },
+        replica_id: "r1",
+        now_ms: 1_000,
+    };
+
+    fn listed(inputs: &Inputs) -> Vec<String> {
+        inputs.members().map(str::to_string).collect()
+    }
+
+    fn live(v: &HolderView, inputs: &Inputs) -> HashSet<String> {
+        inputs
+            .members()
+            .filter(|m| v.liveness.is_live(m))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_failure_is_unsaved_until_written_and_a_silent_member_keeps_its_state() {
+        let inputs = inputs(&["a:1", "b:2", "c:3", "d:4"], &["u1"]);
+        let mut v = live_view(&["a:1", "b:2", "c:3", "d:4"], &table(&[]));
+        v.unsaved = Default::default();
+        let was = live(&v, &inputs);
+        let review = v.observe_round(
+            &inputs,
+            &listed(&inputs),
+            &[("a:1", Ok(())), ("d:4", Err("refused"))],
+            &was,
+            true,
+            JUDGE,
+        );
+        assert!(!review.new_episode(), "one of four is no mass failure");
+        assert!(!v.liveness.is_live("d:4"), "threshold 1: failed at once");
+        assert!(v.liveness.is_live("b:2"), "no result: its state stays");
+        assert!(v.unsaved.set.contains_key("d:4"), "to be saved");
+        assert_eq!(
+            v.handoff.former_group.get("d:4").map(String::as_str),
+            Some("g")
+        );
+    }
+
+    #[test]
+    fn most_of_a_group_failing_at_once_makes_suspects_not_failures() {
+        let inputs = inputs(&["a:1", "b:2", "c:3", "d:4"], &["u1"]);
+        let mut v = live_view(&["a:1", "b:2", "c:3", "d:4"], &table(&[]));
+        let was = live(&v, &inputs);
+        let review = v.observe_round(
+            &inputs,
+            &listed(&inputs),
+            &[
+                ("a:1", Ok(())),
+                ("b:2", Err("timeout")),
+                ("c:3", Err("timeout")),
+                ("d:4", Err("timeout")),
+            ],
+            &was,
+            true,
+            JUDGE,
+        );
+        assert!(review.new_episode());
+        assert!(
+            ["b:2", "c:3", "d:4"].iter().all(|m| v.keeps_units(m)),
+            "units stay"
+        );
+        assert_eq!(v.suspects["b:2"].replica, "r1");
+        assert!(
+            !v.unsaved_suspects.is_empty(),
+            "the suspects are saved with the next write"
+        );
+    }
+
+    #[test]
+    fn malformed_entries_fail_in_full_rounds_only() {
+        let raw: Vec<Vec<u8>> = [&b"a:1"[..], b"no-port"]
+            .iter()
+            .map(|x| x.to_vec())
+            .collect();
+        let (groups, _) = crate::core::inputs::normalize_groups(&[("g", raw.as_slice())]);
+        let inputs = Inputs {
+            groups,
+            units: vec!["u1".into()],
+            rejections: Vec::new(),
+        };
+        let bad = inputs.groups[0].malformed[0].name.clone();
+        let mut listed = listed(&inputs);
+        listed.push(bad.clone());
+        let mut v = live_view(&["a:1"], &table(&[]));
+        let was = live(&v, &inputs);
+        let no_guard = Judge {
+            guard: Guard {
+                percent: 100,
+                confirm_ms: 0,
+            },
+            ..JUDGE
+        };
+        v.observe_round(&inputs, &listed, &[], &was, false, no_guard);
+        assert!(
+            v.liveness.health(&bad).is_none(),
+            "a handoff cycle leaves it"
+        );
+        v.observe_round(&inputs, &listed, &[], &was, true, no_guard);
+        let health = v.liveness.health(&bad).expect("a full round fails it");
+        assert!(health.failures > 0 && !health.answered);
+    }
+
+    #[test]
+    fn a_member_no_longer_listed_is_forgotten() {
+        let before = inputs(&["a:1", "b:2"], &["u1"]);
+        let mut v = live_view(&["a:1", "b:2"], &table(&[]));
+        let was = live(&v, &before);
+        let after = inputs(&["a:1"], &["u1"]);
+        v.observe_round(
+            &after,
+            &listed(&after),
+            &[("a:1", Ok(()))],
+            &was,
+            true,
+            JUDGE,
+        );
+        assert!(v.liveness.health("b:2").is_none());
+    }
+}
