@@ -39,32 +39,19 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         stored_generation: u64,
         stored_table: Option<Arc<MatchingTable>>,
     ) -> Write {
-        // Reports of a generation above the table Redis holds come from a
-        // numbering Redis lost (a write applied, read and lost again): the
-        // next writes are numbered above it, and what those reports would
-        // acknowledge is revoked again, every plan until a write above it
-        // is done (a renumbering whose write failed is never forgotten).
-        let lost_numbering = view.handoff.lost_numbering(stored_generation);
-        if let Some(applied) = lost_numbering {
-            let renumbered = view.handoff.ledger.renumber_up_to(applied);
-            if applied > *generation_floor || renumbered > 0 {
-                tracing::warn!(
-                    applied,
-                    stored = stored_generation,
-                    renumbered,
-                    "a member reports a generation above the table Redis holds (Redis lost a write, its data, or a lagging replica was promoted): numbering writes above it"
-                );
-            }
-            *generation_floor = (*generation_floor).max(applied);
-        }
-        // Granted: what this holder knows Redis holds (its last confirmed
-        // write), if Redis still has exactly that; else what Redis has (a
-        // new holding, a write whose outcome was unknown, an edit),
-        // verified by the plan.
-        let known = view.handoff.ledger.granted();
-        let (granted, verify) = match known.filter(|g| stored_digest.as_deref() == Some(g.digest()))
+        let lost_numbering = view.renumber_lost(stored_generation, generation_floor);
+        if let Some(lost) = lost_numbering
+            && (lost.raised || lost.renumbered > 0)
         {
-            Some(g) => (Arc::clone(g), false),
+            tracing::warn!(
+                applied = lost.applied,
+                stored = stored_generation,
+                renumbered = lost.renumbered,
+                "a member reports a generation above the table Redis holds (Redis lost a write, its data, or a lagging replica was promoted): numbering writes above it"
+            );
+        }
+        let (granted, verify) = match view.known_granted(stored_digest.as_deref()) {
+            Some(g) => (g, false),
             None => {
                 let stored = match stored_table {
                     Some(t) => t,
@@ -73,17 +60,12 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                         Err(e) => return Write::Failed(e),
                     },
                 };
-                let last = view.handoff.ledger.last_written();
-                let (from, start) = handoff::starting_point(last, stored);
+                let (from, start) = view.start_from_stored(stored, stored_generation);
                 if from == handoff::StartingPoint::LastWritten {
                     tracing::warn!(
                         key = %self.store.keys().table,
                         "the matching table is gone; handing off from the table this holder wrote last"
                     );
-                } else {
-                    // Members may have read it: held until a confirmed
-                    // write supersedes it.
-                    view.handoff.ledger.saw(&start, stored_generation);
                 }
                 (start, true)
             }
@@ -144,21 +126,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         if !self.may_act() {
             return Write::NotActing;
         }
-        let encoded: Vec<(String, String)> = plan
-            .transit
-            .iter()
-            .flat_map(|(g, units)| {
-                units
-                    .iter()
-                    .map(move |(u, t)| (handoff::transit_field(g, u), t.encode()))
-            })
-            .collect();
-        let last_change = view
-            .handoff
-            .last_change
-            .as_ref()
-            .filter(|c| c.unsaved)
-            .map(|c| c.moves.encode());
+        let (encoded, last_change) = view.encoded(&plan.transit);
         let commit = Commit {
             table: table_changed.then_some(&*next),
             health: &view.unsaved,

@@ -32,6 +32,7 @@ use xxhash_rust::xxh3::Xxh3;
 mod forget;
 mod inherit;
 mod observe;
+mod start;
 
 pub(super) use observe::Judge;
 
@@ -191,6 +192,29 @@ impl HolderView {
             return None;
         }
         Some(Changes { table, transit })
+    }
+}
+
+impl HolderView {
+    /// What a write stores besides the table: the units in `transit`
+    /// (`{T}:transit` fields and values) and the last change's moves, if
+    /// not saved yet.
+    pub(super) fn encoded(&self, transit: &Transits) -> (Vec<(String, String)>, Option<String>) {
+        let fields = transit
+            .iter()
+            .flat_map(|(g, units)| {
+                units
+                    .iter()
+                    .map(move |(u, t)| (handoff::transit_field(g, u), t.encode()))
+            })
+            .collect();
+        let last_change = self
+            .handoff
+            .last_change
+            .as_ref()
+            .filter(|c| c.unsaved)
+            .map(|c| c.moves.encode());
+        (fields, last_change)
     }
 }
 
