@@ -56,7 +56,7 @@ use crate::core::table::MatchingTable;
 use crate::core::timing::Timing;
 use crate::edge::clock;
 use crate::edge::clock::WallClock;
-use crate::edge::grpc::{PingReport, Pinger};
+use crate::edge::grpc::{PingFailure, PingReport, Pinger};
 use crate::edge::pings::MemberPings;
 use crate::edge::redis::{LeaseGrant, ListLimits, Snapshot, Store};
 use crate::edge::store::HoldingStore;
@@ -256,8 +256,11 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             .cloned()
             .collect();
         let listed = listed_entries(&inputs);
-        let mut stored_digest = stored_digest;
-        let mut generation_floor = self.generation_floor.max(stored_generation);
+        let stored = Stored {
+            digest: stored_digest,
+            generation: stored_generation,
+            table: stored_table.map(Arc::new).or(held_table),
+        };
 
         let ping = info_span!(
             "ping",
@@ -309,19 +312,6 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 Err(f) => self.metrics.ping_failed(f.reason()),
             }
         }
-        let review = self.observe_round(&mut view, &inputs, &listed, &all_reports, &was_live, true);
-        view.handoff.forget_departed(&inputs);
-        view.handoff.inputs = Some(Arc::clone(&inputs));
-        let write = self
-            .settle(
-                &inputs,
-                &mut view,
-                &mut stored_digest,
-                &mut generation_floor,
-                stored_generation,
-                stored_table.map(Arc::new).or(held_table),
-            )
-            .await;
         let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
         for r in &all_reports {
             if let Err(f) = &r.result {
@@ -344,19 +334,14 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 &format!("{failed} of {} pings failed", all_reports.len()),
             );
         }
+        let observed =
+            self.observe_round(&mut view, &inputs, &listed, all_reports, &was_live, true);
+        view.handoff.forget_departed(&inputs);
+        view.handoff.inputs = Some(Arc::clone(&inputs));
+        let (write, generation_floor) = self.settle_stored(&inputs, &mut view, stored).await;
         drop(ping);
         let listed_now: HashSet<&str> = inputs.members().collect();
         self.pinger.retain(&listed_now);
-
-        let transitions = members
-            .iter()
-            .filter(|m| view.liveness.is_live(m) != was_live.contains(*m))
-            .map(|m| (m.clone(), view.liveness.is_live(m)))
-            .collect();
-        let failures = all_reports
-            .into_iter()
-            .filter_map(|r| r.result.err().map(|e| (r.member, e)))
-            .collect();
         let groups = group_counts(&inputs, &view);
         record_counts(&inputs, &mut view, &groups, &write);
 
@@ -387,10 +372,10 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         Ok(CycleReport {
             epoch: self.grant.epoch,
             inputs,
-            failures,
+            failures: observed.failures,
             view,
-            transitions,
-            review,
+            transitions: observed.transitions,
+            review: observed.review,
             groups,
             write,
             generation_floor,
@@ -401,16 +386,17 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
     }
     /// Takes one round of ping reports into the view: refusals (`gone`) to
     /// the handoff, then liveness and the mass-failure guard
-    /// ([`HolderView::observe_round`]), whose review it returns.
+    /// ([`HolderView::observe_round`]). `was_live`: the listed members live
+    /// before the round.
     fn observe_round(
         &self,
         view: &mut HolderView,
         inputs: &Inputs,
         listed: &[String],
-        reports: &[PingReport],
+        reports: Vec<PingReport>,
         was_live: &HashSet<String>,
         full: bool,
-    ) -> Review {
+    ) -> Observed {
         let why_failed: Vec<String> = reports
             .iter()
             .map(|r| {
@@ -432,13 +418,52 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 (r.member.as_str(), result)
             })
             .collect();
-        view.handoff.observe_pings(reports);
+        view.handoff.observe_pings(&reports);
         let judge = Judge {
             guard: self.guard,
             replica_id: &self.replica_id,
             now_ms: self.wall.unix_ms(),
         };
-        view.observe_round(inputs, listed, &results, was_live, full, judge)
+        let review = view.observe_round(inputs, listed, &results, was_live, full, judge);
+        drop(results);
+        let transitions = inputs
+            .members()
+            .filter(|m| view.liveness.is_live(m) != was_live.contains(*m))
+            .map(|m| (m.to_string(), view.liveness.is_live(m)))
+            .collect();
+        let failures = reports
+            .into_iter()
+            .filter_map(|r| r.result.err().map(|e| (r.member, e)))
+            .collect();
+        Observed {
+            review,
+            transitions,
+            failures,
+        }
+    }
+
+    /// Writes what the view makes of `stored` (see `settle`), starting from
+    /// the floor this holding knows and the stored generation. Returns the
+    /// write and the generation floor after it.
+    async fn settle_stored(
+        &self,
+        inputs: &Arc<Inputs>,
+        view: &mut HolderView,
+        stored: Stored,
+    ) -> (Write, u64) {
+        let mut digest = stored.digest;
+        let mut floor = self.generation_floor.max(stored.generation);
+        let write = self
+            .settle(
+                inputs,
+                view,
+                &mut digest,
+                &mut floor,
+                stored.generation,
+                stored.table,
+            )
+            .await;
+        (write, floor)
     }
 
     /// A handoff cycle: reads the members' reports and the table's state,
@@ -463,14 +488,15 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             self.store.read_table_state(),
             self.store.read_reports_since(view.handoff.reports_version)
         );
-        let (mut stored_digest, stored_generation, stored_table) =
-            state.map_err(CycleError::Read)?;
+        let (digest, generation, table) = state.map_err(CycleError::Read)?;
+        let stored = Stored {
+            digest,
+            generation,
+            table: table.map(Arc::new).or(held_table),
+        };
         view.handoff
             .observe(reports, self.store.keys())
             .map_err(CycleError::Read)?;
-        let mut generation_floor = self.generation_floor.max(stored_generation);
-        let (mut failures, mut transitions, mut review) =
-            (Vec::new(), Vec::new(), Review::default());
         let listed = listed_entries(&inputs);
         // Every refusal counts for the handoff (a member that deregistered
         // and exited still owes its units); liveness and the mass-failure
@@ -481,6 +507,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             .map(|r| r.report)
             .filter(|r| listed.contains(&r.member))
             .collect();
+        let mut observed = Observed::default();
         if !refused.is_empty() {
             let was_live: HashSet<String> = inputs
                 .members()
@@ -507,30 +534,12 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                     refused.len()
                 ),
             );
-            review = probes.in_scope(|| {
-                self.observe_round(&mut view, &inputs, &listed, &refused, &was_live, false)
+            observed = probes.in_scope(|| {
+                self.observe_round(&mut view, &inputs, &listed, refused, &was_live, false)
             });
-            transitions = refused
-                .iter()
-                .filter(|r| view.liveness.is_live(&r.member) != was_live.contains(&r.member))
-                .map(|r| (r.member.clone(), view.liveness.is_live(&r.member)))
-                .collect();
-            failures = refused
-                .into_iter()
-                .filter_map(|r| r.result.err().map(|e| (r.member, e)))
-                .collect();
         }
-        let write = self
-            .settle(
-                &inputs,
-                &mut view,
-                &mut stored_digest,
-                &mut generation_floor,
-                stored_generation,
-                stored_table.map(Arc::new).or(held_table),
-            )
-            .await;
-        let groups = if failures.is_empty() {
+        let (write, generation_floor) = self.settle_stored(&inputs, &mut view, stored).await;
+        let groups = if observed.failures.is_empty() {
             view.groups.clone()
         } else {
             let groups = group_counts(&inputs, &view);
@@ -540,10 +549,10 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         Ok(CycleReport {
             epoch: self.grant.epoch,
             inputs,
-            failures,
+            failures: observed.failures,
             view,
-            transitions,
-            review,
+            transitions: observed.transitions,
+            review: observed.review,
             groups,
             write,
             generation_floor,
@@ -552,4 +561,21 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             in_flight_members: std::mem::take(&mut self.carried_members),
         })
     }
+}
+
+/// What a round of pings (or of refusals) did to the view.
+#[derive(Default)]
+struct Observed {
+    review: Review,
+    /// Members whose liveness changed: (member, live now).
+    transitions: Vec<(String, bool)>,
+    failures: Vec<(String, PingFailure)>,
+}
+
+/// The stored table's state as a cycle read it.
+struct Stored {
+    digest: Option<String>,
+    generation: u64,
+    /// The table itself, when it was read (by this cycle or its resync).
+    table: Option<Arc<MatchingTable>>,
 }
