@@ -199,6 +199,8 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
         trace: Vec::new(),
         acked: false,
         data_losses: Vec::new(),
+        holdings: Vec::new(),
+        flushes: Vec::new(),
         seen_overlaps: Default::default(),
         documented: 0,
     }));
@@ -276,6 +278,7 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
                 w.log(now, format!("redis restarted (data lost: {lose})"));
                 if lose {
                     w.state_lost(now, generation);
+                    w.flushes.push(now);
                     // The operator's configuration puts the lists back a
                     // little later (members and units as they were).
                     drop(w);

@@ -272,10 +272,10 @@ pub async fn run(
                         acts_tx.send_replace(at);
                     }
                     Action::BecameHolder { epoch } => {
-                        world
-                            .lock()
-                            .expect("world lock")
-                            .log(clock::now(), format!("{id} holds epoch {epoch}"));
+                        let mut w = world.lock().expect("world lock");
+                        w.log(clock::now(), format!("{id} holds epoch {epoch}"));
+                        w.began_holding(clock::now(), epoch, &id);
+                        drop(w);
                         holding = Some(Holding {
                             epoch,
                             view: None,

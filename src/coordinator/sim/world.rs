@@ -163,6 +163,10 @@ pub struct World {
     /// With the table generation stored then: a unit acquired at or below
     /// it was acquired from a table the loss may have taken with it.
     pub data_losses: Vec<(Instant, u64)>,
+    /// Every holding so far: when it began, its epoch, its replica.
+    pub holdings: Vec<(Instant, u64, String)>,
+    /// When Redis lost its data (the epoch counter with it).
+    pub flushes: Vec<Instant>,
     /// Overlaps already recorded: (unit, members).
     pub seen_overlaps: BTreeSet<(String, Vec<String>)>,
     /// Overlaps the README documents as a limit (a holder that takes over
@@ -236,6 +240,28 @@ impl World {
                 self.violation(now, format!("unit {unit} worked on by {names:?}"));
             }
         }
+    }
+
+    /// A replica began holding `epoch` at `now`. Between two losses of
+    /// Redis' data, epochs strictly increase: no holding repeats or goes
+    /// below an earlier one's epoch. Across a loss a fresh holder may start
+    /// lower (the README's "Monotonic epochs need a witness").
+    pub fn began_holding(&mut self, now: Instant, epoch: u64, replica: &str) {
+        let since = self.flushes.iter().copied().filter(|f| *f <= now).max();
+        let earlier = self
+            .holdings
+            .iter()
+            .filter(|(at, _, _)| since.is_none_or(|f| *at >= f))
+            .find(|(_, e, _)| *e >= epoch)
+            .cloned();
+        if let Some((at, e, by)) = earlier {
+            let at = self.ms(at);
+            self.violation(
+                now,
+                format!("{replica} holds epoch {epoch}, not above {by}'s epoch {e} (at {at} ms)"),
+            );
+        }
+        self.holdings.push((now, epoch, replica.to_string()));
     }
 
     /// Records that handoff state was lost at `now`, with the table
