@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::core::status::Status;
+use crate::core::timing::Timing;
 use crate::edge::grpc::Pinger;
 use crate::edge::redis::Store;
 use crate::error::StartError;
@@ -120,7 +121,10 @@ fn op_timeout(config: &Config) -> Duration {
         .lease
         .renew_deadline
         .saturating_sub(config.lease.renew_interval))
-    .clamp(Duration::from_millis(50), Duration::from_secs(2))
+    .clamp(
+        Timing::DEFAULT.lease_call_min,
+        Timing::DEFAULT.lease_call_max,
+    )
 }
 
 /// The timing rules the holder's safety rests on (the daemon's `config`

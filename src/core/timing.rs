@@ -64,6 +64,11 @@ pub struct Timing {
     /// ~10 MB). Such reads never hold up the lease: they run on their own
     /// connection and, in the holder, in the cycle task.
     pub bulk_timeout: Duration,
+    /// The bounds of a lease call's timeout (the renew deadline less the
+    /// renew interval, clamped): it must come back well before the renew
+    /// deadline, yet not time out on an ordinary round trip.
+    pub lease_call_min: Duration,
+    pub lease_call_max: Duration,
 
     // Members.
     /// The bound of each Redis call of a member.
@@ -76,6 +81,9 @@ pub struct Timing {
     /// How long a `Member` dropped without a runtime to run its task waits
     /// for its deregistration (`LREM`, then `HDEL`) on a thread of its own.
     pub leave_bound: Duration,
+    /// How long a stopping `Member` waits for its ping server to finish
+    /// the calls in progress.
+    pub server_shutdown: Duration,
 
     // Operations.
     /// How long the coordinator's loop may go without turning before the
@@ -102,10 +110,13 @@ impl Timing {
         client_refused_backoff: Duration::from_secs(60),
         warm_every_polls: 5,
         bulk_timeout: Duration::from_secs(10),
+        lease_call_min: Duration::from_millis(50),
+        lease_call_max: Duration::from_secs(2),
         member_call: Duration::from_secs(2),
         report_retry: Duration::from_millis(250),
         failure_summary: Duration::from_secs(30),
         leave_bound: Duration::from_secs(3),
+        server_shutdown: Duration::from_secs(5),
         stall: Duration::from_secs(30),
         min_read_gap: Duration::from_secs(1),
         max_read_gap: Duration::from_secs(5),

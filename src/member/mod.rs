@@ -435,7 +435,8 @@ impl Member {
             None => Ending::Stopped,
         };
         if let Some(s) = self.server.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
+            let _ =
+                tokio::time::timeout(crate::core::timing::Timing::DEFAULT.server_shutdown, s).await;
         }
         ending
     }
