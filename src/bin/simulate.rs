@@ -1,12 +1,41 @@
-//! `simulate [SEEDS | FIRST..LAST] [--trace SEED]`: runs the deterministic
-//! simulation of a fleet (`coordinator::sim`) over seeds 1..=SEEDS (2,000
-//! by default), on every core, and ends with one line:
+//! `simulate [SEEDS | FIRST..LAST]`: runs the deterministic simulation of a
+//! fleet (`coordinator::sim`) over seeds 1..=SEEDS (2,000 by default), on
+//! every core, and ends with one line:
 //! `simulated N seeds, V violations, R seeds/s`. A failing seed's schedule
-//! and what followed are printed; `--trace SEED` prints one seed's.
+//! and what followed are printed, then the first few failing seeds shrunk
+//! (the faults and events left out while a violation stays).
+//! `--trace SEED` prints one seed's; `--shrink SEED` shrinks one;
+//! `--replay SEED N` checks that N runs give the same trace.
 
 use std::time::{Duration, Instant};
 
-use distributor::coordinator::sim::{Run, run_seed, run_seeds};
+use distributor::coordinator::sim::{Run, SeedOutcome, run_seed, run_seeds, shrink};
+
+/// Runs a shrink may take per failing seed, and the failing seeds shrunk.
+const SHRINK_BUDGET: usize = 300;
+const SHRINK_SEEDS: usize = 3;
+
+/// Prints a failing seed shrunk: what it left out, then its trace.
+fn print_shrunk(seed: u64, run: Run) {
+    match shrink(seed, run, SHRINK_BUDGET) {
+        Some((omit, o)) => {
+            println!(
+                "--- seed {seed}, shrunk ({} of {} events left; replay: simulate --shrink {seed}) ---",
+                o.events - omit.events.count_ones() as usize,
+                o.events
+            );
+            println!("{}", o.trace.join("\n"));
+            print_violations(&o);
+        }
+        None => println!("--- seed {seed} does not fail when run again alone ---"),
+    }
+}
+
+fn print_violations(o: &SeedOutcome) {
+    for v in &o.violations {
+        println!("seed {}: violation at {} ms: {}", o.seed, v.at_ms, v.what);
+    }
+}
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,6 +55,16 @@ fn main() -> std::process::ExitCode {
         } else {
             std::process::ExitCode::FAILURE
         };
+    }
+    if let [flag, seed] = args.as_slice()
+        && flag == "--shrink"
+    {
+        let Ok(seed) = seed.parse() else {
+            eprintln!("simulate: --shrink takes a seed, not {seed:?}");
+            return std::process::ExitCode::from(2);
+        };
+        print_shrunk(seed, run);
+        return std::process::ExitCode::SUCCESS;
     }
     if let [flag, seed, times] = args.as_slice()
         && flag == "--replay"
@@ -85,6 +124,10 @@ fn main() -> std::process::ExitCode {
     for o in failed {
         println!("--- seed {} ---", o.seed);
         println!("{}", o.trace.join("\n"));
+        print_violations(o);
+    }
+    for o in failed.iter().take(SHRINK_SEEDS) {
+        print_shrunk(o.seed, run);
     }
     let violations: usize = failed.iter().map(|o| o.violations.len()).sum();
     if !failed.is_empty() {

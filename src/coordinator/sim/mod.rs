@@ -57,10 +57,45 @@ impl Default for Run {
     }
 }
 
+/// What a run leaves out of its seed's schedule, to shrink a failing seed
+/// ([`shrink`]). Every random draw is made as without it, so what stays
+/// happens as it did (until the fleet's own state diverges).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Omit {
+    /// Schedule events left out, by index (bit `i`: the `i`th event).
+    pub events: u128,
+    /// No Redis call lost, applied unanswered or short of replicas.
+    pub store_faults: bool,
+    /// No member read or report write fails.
+    pub member_faults: bool,
+}
+
+impl Omit {
+    fn event(&self, i: usize) -> bool {
+        i < 128 && self.events & (1 << i) != 0
+    }
+
+    /// What is left out, for the trace.
+    pub fn describe(&self) -> String {
+        let events: Vec<String> = (0..128)
+            .filter(|i| self.event(*i))
+            .map(|i| i.to_string())
+            .collect();
+        format!(
+            "omitted: events [{}], store faults {}, member faults {}",
+            events.join(" "),
+            if self.store_faults { "off" } else { "on" },
+            if self.member_faults { "off" } else { "on" },
+        )
+    }
+}
+
 /// What one seed did.
 #[derive(Debug, Clone)]
 pub struct SeedOutcome {
     pub seed: u64,
+    /// How many events the schedule drew (those omitted included).
+    pub events: usize,
     pub violations: Vec<Violation>,
     /// Overlaps (and lower tokens) the README documents as a limit: across
     /// handoff state that Redis lost, or that an edit overwrote, followed by
@@ -74,16 +109,81 @@ const UNIX_BASE_MS: u64 = 1_700_000_000_000;
 
 /// Runs one seed to its end.
 pub fn run_seed(seed: u64, run: Run) -> SeedOutcome {
+    run_seed_omitting(seed, run, Omit::default())
+}
+
+/// Shrinks a failing seed: leaves out the store faults, the member faults,
+/// then ever smaller runs of schedule events, keeping each omission after
+/// which a violation remains, within `budget` runs. Returns what it left
+/// out and the last failing outcome (`None`: the seed does not fail).
+pub fn shrink(seed: u64, run: Run, budget: usize) -> Option<(Omit, SeedOutcome)> {
+    let mut outcome = run_seed(seed, run);
+    if outcome.violations.is_empty() {
+        return None;
+    }
+    let mut omit = Omit::default();
+    let runs = std::cell::Cell::new(0);
+    let attempt = |candidate: Omit, omit: &mut Omit, outcome: &mut SeedOutcome| {
+        runs.set(runs.get() + 1);
+        let o = run_seed_omitting(seed, run, candidate);
+        if !o.violations.is_empty() {
+            *omit = candidate;
+            *outcome = o;
+        }
+    };
+    attempt(
+        Omit {
+            store_faults: true,
+            ..omit
+        },
+        &mut omit,
+        &mut outcome,
+    );
+    attempt(
+        Omit {
+            member_faults: true,
+            ..omit
+        },
+        &mut omit,
+        &mut outcome,
+    );
+    let n = outcome.events.min(128);
+    let mut chunk = n.div_ceil(2).max(1);
+    loop {
+        for start in (0..n).step_by(chunk) {
+            if runs.get() >= budget {
+                return Some((omit, outcome));
+            }
+            let end = (start + chunk).min(n);
+            let bits = (start..end).fold(0u128, |b, i| b | (1 << i));
+            if omit.events & bits == bits {
+                continue;
+            }
+            let candidate = Omit {
+                events: omit.events | bits,
+                ..omit
+            };
+            attempt(candidate, &mut omit, &mut outcome);
+        }
+        if chunk == 1 {
+            return Some((omit, outcome));
+        }
+        chunk = chunk.div_ceil(2);
+    }
+}
+
+/// Runs one seed, leaving out `omit`.
+pub fn run_seed_omitting(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a runtime");
     crate::coordinator::holder::run_inline();
-    rt.block_on(simulate(seed, run))
+    rt.block_on(simulate(seed, run, omit))
 }
 
-async fn simulate(seed: u64, run: Run) -> SeedOutcome {
+async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
     // Timers fire on the time driver's millisecond grid, which starts a
     // random fraction of a millisecond away from the paused clock: start on
     // the grid, so that every instant of the run is the same from run to run.
@@ -103,7 +203,7 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
         let mut frng = Rng::new(seed ^ 0x5eed);
         let on = Arc::clone(&faulty);
         s.faults = Some(Box::new(move |op, _client| {
-            if on.load(Ordering::Relaxed) {
+            if on.load(Ordering::Relaxed) && !omit.store_faults {
                 World::store_fault(&mut frng, op, store_faults)
             } else {
                 crate::edge::memory::Fault::None
@@ -195,7 +295,12 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
         members,
         tokens: Default::default(),
         violations: Vec::new(),
-        member_faults: 20 + rng.below(60),
+        member_faults: if omit.member_faults {
+            rng.below(60);
+            0
+        } else {
+            20 + rng.below(60)
+        },
         trace: Vec::new(),
         acked: false,
         data_losses: Vec::new(),
@@ -221,13 +326,36 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
 
     // The schedule of faults.
     let faults_end = start + run.faults;
+    let mut events = 0;
     while clock::now() < faults_end {
         tokio::time::sleep(rng.millis(200, 1_500)).await;
         let now = clock::now();
         let mut w = world.lock().expect("world lock");
         let n = w.members.len();
         let i = rng.below(n as u64) as usize;
-        match rng.below(100) {
+        let kind = rng.below(100);
+        let omitted = omit.event(events);
+        events += 1;
+        if omitted {
+            // The event's own draws, as if it happened.
+            match kind {
+                20..=59 | 72..=81 => {
+                    rng.next();
+                }
+                // A restart that loses the data draws when its lists come
+                // back.
+                60..=64 if rng.chance(500) => {
+                    rng.next();
+                }
+                65..=71 => {
+                    rng.next();
+                    rng.next();
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match kind {
             0..=19 => {
                 if w.members[i].alive {
                     w.kill_member(i, now);
@@ -420,8 +548,12 @@ async fn simulate(seed: u64, run: Run) -> SeedOutcome {
     for (_, task) in &replicas {
         task.abort();
     }
+    if omit != Omit::default() {
+        w.trace.insert(0, omit.describe());
+    }
     SeedOutcome {
         seed,
+        events,
         violations: w.violations.clone(),
         documented: w.documented,
         trace: std::mem::take(&mut w.trace),
@@ -535,6 +667,52 @@ mod tests {
         let b = run_seed(7, run);
         assert_eq!(a.trace, b.trace);
         assert!(a.trace.len() > 10, "{:?}", a.trace);
+    }
+
+    #[test]
+    fn an_omitted_event_leaves_every_other_draw_as_it_was() {
+        let run = Run {
+            faults: Duration::from_secs(8),
+            quiet: Duration::from_secs(10),
+        };
+        let whole = run_seed(7, run);
+        assert!(whole.events > 3);
+        for events in [1, 0b110, u128::MAX] {
+            let omit = Omit {
+                events,
+                store_faults: true,
+                member_faults: true,
+            };
+            let part = run_seed_omitting(7, run, omit);
+            assert_eq!(
+                part.events, whole.events,
+                "the schedule's times are drawn as before"
+            );
+            assert_eq!(part.trace[0], omit.describe());
+        }
+        let none = run_seed_omitting(
+            7,
+            run,
+            Omit {
+                events: u128::MAX,
+                ..Omit::default()
+            },
+        );
+        let scheduled = |t: &[String]| {
+            t.iter()
+                .filter(|l| {
+                    l.contains("paused for")
+                        || l.contains("cut off")
+                        || l.contains("set to a string")
+                })
+                .count()
+        };
+        assert_eq!(scheduled(&none.trace), 0, "{:?}", none.trace);
+        assert_eq!(
+            shrink(7, run, 10).map(|(o, _)| o),
+            None,
+            "seed 7 does not fail"
+        );
     }
 
     #[test]
