@@ -30,36 +30,33 @@
 //! cycle checks the lease is locally valid (`acts_until`) right before it
 //! writes, and Redis re-checks token and epoch in the write itself.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use std::time::Instant;
+use opentelemetry::trace::TraceContextExt as _;
 use tokio::sync::watch;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::core::Judge;
+use super::core::{CommitPlan, CoreConfig, CycleCore, Finished, Kind, Now, Outcome, Ready};
 use super::handoff::Refusal;
 use super::lists::assemble;
 use super::pings::{InFlight, Round};
-use super::solve::SolveSettings;
+use super::solve::{SolveSettings, desired};
 use super::warm::WarmView;
-use super::{
-    CycleError, CycleReport, HolderView, LOG_FIRST, Write, group_counts, listed_entries,
-    mark_error, record_counts,
-};
+use super::{CycleError, CycleReport, HolderView, mark_error};
 use crate::core::handoff;
-use crate::core::inputs::Inputs;
-use crate::core::suspicion::{Guard, Review};
-use crate::core::table::MatchingTable;
+use crate::core::suspicion::Guard;
 use crate::core::timing::Timing;
 use crate::edge::clock;
 use crate::edge::clock::WallClock;
-use crate::edge::grpc::{PingFailure, PingReport, Pinger};
+use crate::edge::grpc::{PingReport, Pinger};
 use crate::edge::pings::MemberPings;
-use crate::edge::redis::{LeaseGrant, ListLimits, Snapshot, Store};
+use crate::edge::redis::{Commit, LeaseGrant, ListLimits, Snapshot, Store};
 use crate::edge::store::HoldingStore;
+use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
 
 /// Everything a cycle task needs, owned, so it runs beside the state machine.
@@ -97,171 +94,200 @@ pub(in crate::coordinator) struct CycleContext<S = Store, P = Pinger> {
 }
 
 impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
-    pub(super) fn may_act(&self) -> bool {
-        clock::now() < *self.acts_until.borrow()
-    }
-
-    /// Reads what a holder must know before it plans (see
-    /// `core::handoff::Ledger`): on a new holding (`view` is `None`), what
-    /// the last holder left (liveness history, so that this holder writes
-    /// the same table, not a reshuffle; mass-failure suspects; units in
-    /// transit, whose handoffs continue); after a write of unknown outcome
-    /// (the ledger is stale), Redis' state again, which the view is
-    /// reconciled with. What it cannot read fails the cycle
-    /// ([`CycleError::Unreadable`]): the holding does not act and retries
-    /// next cycle; it never starts from an empty view. Returns the view and
-    /// the stored table it read, for the plan.
-    async fn fresh_view(
-        &mut self,
-        view: Option<HolderView>,
-    ) -> Result<(HolderView, Option<Arc<MatchingTable>>), CycleError> {
-        if view.as_ref().is_some_and(|v| !v.handoff.ledger.stale()) {
-            return Ok((view.expect("checked"), None));
-        }
-        let keys = self.store.keys().clone();
-        // A new holding has nothing to reconcile the table with (its first
-        // plan reads and verifies it anyway); a resync does.
-        let inherited = self
-            .store
-            .read_holding(view.is_some())
-            .await
-            .map_err(CycleError::Unreadable)?;
-        let resyncing = view.is_some();
-        let (mut view, r) = HolderView::reconcile(
-            view,
-            inherited,
-            self.failure_threshold,
-            &self.handoff,
-            clock::now(),
-            self.wall.unix_ms(),
-        );
-        self.generation_floor = self.generation_floor.max(r.generation);
-        for (member, value) in &r.unreadable_suspects {
-            tracing::warn!(key = %keys.suspects, member, value, "ignoring unreadable suspect entry");
-        }
-        for (member, value) in &r.unreadable_liveness {
-            tracing::warn!(key = %keys.liveness, member, value, "ignoring unreadable liveness entry");
-        }
-        if !r.unreadable_transit.is_empty() {
-            // Written only by holders: an unreadable entry is an operator's
-            // edit.
-            tracing::warn!(
-                key = %keys.transit,
-                count = r.unreadable_transit.len(),
-                first = %r.unreadable_transit.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
-                "unreadable transit entries: their units wait the longest any member may ask for"
-            );
-        }
-        if r.inherited_suspects > 0 {
-            tracing::warn!(
-                suspects = r.inherited_suspects,
-                "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
-            );
-        }
-        if resyncing {
-            self.metrics.resyncs.inc();
-        } else if let Some(warm) = self.warm.take() {
-            view.warm_from(warm);
-        }
-        let (table, resync) = (r.table, r.resync);
-        tracing::info!(
-            known_members = view.liveness.iter().count(),
-            in_transit = view.handoff.ledger.in_transit(),
-            restored = resync.restored,
-            version = r.version,
-            applied = ?resync.applied,
-            held_tables = view.handoff.ledger.held().len(),
-            "read what the holder must know before it plans"
-        );
-        Ok((view, table))
-    }
-
-    /// One cycle: (on a new holding, load what the last holder left), read,
-    /// ping, review mass failures, solve, and write if anything changed.
+    /// One full cycle: (on a new holding, or after a write of unknown
+    /// outcome, read Redis' state first), read, ping, review mass
+    /// failures, solve, write if anything changed, forget.
     pub(in crate::coordinator) async fn run(
-        mut self,
+        self,
         view: Option<HolderView>,
         refused: Vec<Refusal>,
     ) -> Result<CycleReport, CycleError> {
-        let (mut view, held_table) = self.fresh_view(view).await?;
-        // Refusals the executor's probes found: what they prove counts
-        // (liveness comes from this cycle's own pings).
-        view.handoff.observe_refusals(&refused);
+        self.drive(Kind::Full, view, refused).await
+    }
+
+    /// A handoff cycle: reads the members' reports and the table's state,
+    /// pings nobody, and plans on the last full cycle's inputs. `refused`:
+    /// members whose connection just ended and whose ping sent at once was
+    /// refused (their process is gone): they fail now, exactly as a full
+    /// cycle's refused ping would make them, without pinging everyone else.
+    pub(in crate::coordinator) async fn run_handoff(
+        self,
+        view: Option<HolderView>,
+        refused: Vec<Refusal>,
+    ) -> Result<CycleReport, CycleError> {
+        self.drive(Kind::Handoff, view, refused).await
+    }
+
+    /// The clocks and the lease's bound, for the core.
+    fn now(&self) -> Now {
+        Now {
+            at: clock::now(),
+            unix_ms: self.wall.unix_ms(),
+            acts_until: *self.acts_until.borrow(),
+        }
+    }
+
+    /// Does what the core asks, one request at a time, until it is done.
+    async fn drive(
+        mut self,
+        kind: Kind,
+        view: Option<HolderView>,
+        refused: Vec<Refusal>,
+    ) -> Result<CycleReport, CycleError> {
+        let config = CoreConfig {
+            failure_threshold: self.failure_threshold,
+            guard: self.guard,
+            replica_id: self.replica_id.clone(),
+            forget_after: self.forget_after,
+            handoff: self.handoff,
+            keys: self.store.keys().clone(),
+            units_key: self.units_key.clone(),
+            generation_floor: self.generation_floor,
+        };
+        let mut core = CycleCore::new(kind, config, view, refused, self.warm.take());
+        // Pings of earlier cycles still running (hung members): collected
+        // by this round, never sent again.
+        let mut pending = std::mem::take(&mut self.carried);
+        let mut pending_members = std::mem::take(&mut self.carried_members);
+        let mut write_span: Option<Span> = None;
+        let mut outcome = Outcome::Start;
+        loop {
+            let mut ready = core.step(outcome, self.now());
+            if let Some(span) = write_span.take() {
+                self.record_write(&mut core, &mut ready, &span);
+            }
+            outcome = match ready {
+                Ready::ReadHolding { with_table } => {
+                    let r = self.store.read_holding(with_table).await;
+                    if with_table && r.is_ok() {
+                        self.metrics.resyncs.inc();
+                    }
+                    Outcome::Holding(r)
+                }
+                Ready::ReadInputs {
+                    held,
+                    reports_since,
+                } => Outcome::Inputs(self.read_inputs(&held, reports_since).await),
+                Ready::AssembleLists {
+                    cache,
+                    groups,
+                    units,
+                } => Outcome::Lists(assemble(cache, groups, units).await),
+                Ready::ReadState { reports_since } => {
+                    let (state, reports) = tokio::join!(
+                        self.store.read_table_state(),
+                        self.store.read_reports_since(reports_since)
+                    );
+                    Outcome::State(state, reports)
+                }
+                Ready::Ping { members } => {
+                    let reports = self
+                        .ping_round(&core, &members, &mut pending, &mut pending_members)
+                        .await;
+                    Outcome::Pinged(reports)
+                }
+                Ready::ReadTable => Outcome::Table(self.store.read_table().await),
+                Ready::Solve { granted } => {
+                    let inputs = Arc::clone(core.inputs());
+                    let (desired, solved) =
+                        desired(self.solve, &inputs, core.view_mut(), &granted).await;
+                    self.metrics
+                        .solve(if solved { "solved" } else { "memoised" });
+                    Outcome::Solved(desired)
+                }
+                Ready::Digest { table } => {
+                    // A new table's digest (O(table)) is computed on a
+                    // blocking thread.
+                    let next = super::blocking(move || {
+                        let table = Arc::new(table);
+                        table.digest();
+                        table
+                    })
+                    .await;
+                    Outcome::Digested(next)
+                }
+                Ready::Commit(plan) => {
+                    let span = self.write_span(&core, &plan);
+                    let view = core.view();
+                    let commit = Commit {
+                        table: plan.table.as_deref(),
+                        health: &view.unsaved,
+                        suspects: &view.unsaved_suspects,
+                        transit: plan.transit.as_deref(),
+                        generation_floor: plan.generation_floor,
+                        holder_id: &self.replica_id,
+                        now_ms: plan.now_ms,
+                        assignment: self.solve.assignment.name(),
+                        last_change: plan.last_change.as_deref(),
+                        expected_version: plan.expected_version,
+                    };
+                    let r = self
+                        .store
+                        .commit(&self.grant, &commit)
+                        .instrument(span.clone())
+                        .await;
+                    write_span = Some(span);
+                    Outcome::Committed(r)
+                }
+                Ready::Forget { pairs } => {
+                    Outcome::Forgotten(self.store.forget_many(&self.grant, &pairs).await)
+                }
+                Ready::Done(r) => return self.report(kind, *r, pending, pending_members),
+            };
+        }
+    }
+
+    /// A full cycle's read: the lists, the table's state and the reports.
+    async fn read_inputs(
+        &self,
+        held: &HashMap<String, u64>,
+        reports_since: Option<u64>,
+    ) -> Result<Snapshot, StoreError> {
         let read = info_span!(
             "read_inputs",
             lists = self.services.len() + 1,
             otel.status_code = Empty,
             otel.status_message = Empty
         );
-        let held = view
-            .lists
-            .as_ref()
-            .map(|c| c.held(&self.units_key))
-            .unwrap_or_default();
-        let snapshot = match self
+        let r = self
             .store
             .read_snapshot(
                 &self.services,
                 &self.units_key,
                 self.limits,
-                &held,
-                view.handoff.reports_version,
+                held,
+                reports_since,
             )
             .instrument(read.clone())
-            .await
-        {
-            Ok(s) => s,
-            Err(e) => {
-                mark_error(&read, &e.to_string());
-                mark_error(&Span::current(), &e.to_string());
-                return Err(CycleError::Read(e));
+            .await;
+        match &r {
+            Ok(s) => {
+                let read_count = s
+                    .groups
+                    .iter()
+                    .chain([&s.units])
+                    .filter(|l| l.entries.is_some())
+                    .count() as u64;
+                self.metrics.list_reads("read", read_count);
+                self.metrics
+                    .list_reads("cached", s.groups.len() as u64 + 1 - read_count);
             }
-        };
-        drop(read);
-        let Snapshot {
-            groups,
-            units,
-            stored_digest,
-            stored_generation,
-            stored_table,
-            reports,
-        } = snapshot;
-        // The members' reports first: without them (a read that may work
-        // next time) nothing is planned.
-        if let Err(e) = view.handoff.observe(reports, self.store.keys()) {
-            mark_error(&Span::current(), &e.to_string());
-            return Err(CycleError::Read(e));
+            Err(e) => mark_error(&read, &e.to_string()),
         }
-        let read_lists = groups
-            .iter()
-            .chain([&units])
-            .filter(|l| l.entries.is_some());
-        let read_count = read_lists.count() as u64;
-        self.metrics.list_reads("read", read_count);
-        self.metrics
-            .list_reads("cached", groups.len() as u64 + 1 - read_count);
-        let cache = match assemble(view.lists.take(), groups, units).await {
-            Ok(c) => c,
-            Err(e) => {
-                mark_error(&Span::current(), &e.to_string());
-                return Err(e);
-            }
-        };
-        let inputs = Arc::clone(&cache.inputs);
-        view.lists = Some(cache);
-        let members: Vec<String> = inputs.members().map(str::to_string).collect();
-        let was_live: HashSet<String> = members
-            .iter()
-            .filter(|m| view.liveness.is_live(m))
-            .cloned()
-            .collect();
-        let listed = listed_entries(&inputs);
-        let stored = Stored {
-            digest: stored_digest,
-            generation: stored_generation,
-            table: stored_table.map(Arc::new).or(held_table),
-        };
+        r
+    }
 
+    /// One round of pings to `members` (those whose earlier ping still
+    /// runs are not pinged again: their result is collected as it comes),
+    /// in phases (`pings::Round`). Pings that have not settled stay in
+    /// `pending`, for the next cycle.
+    async fn ping_round(
+        &self,
+        core: &CycleCore,
+        members: &[String],
+        pending: &mut InFlight,
+        pending_members: &mut HashSet<String>,
+    ) -> Vec<PingReport> {
         let ping = info_span!(
             "ping",
             members = members.len(),
@@ -270,10 +296,6 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             otel.status_code = Empty,
             otel.status_message = Empty
         );
-        // Members whose ping from an earlier cycle still runs (hung ones) are
-        // not pinged again: that ping's result is collected when it comes.
-        let carried = std::mem::take(&mut self.carried);
-        let mut pending_members = std::mem::take(&mut self.carried_members);
         // In list order: the same lists ping in the same order (the
         // simulation replays a seed exactly).
         let fresh_list: Vec<String> = members
@@ -281,22 +303,23 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             .filter(|m| !pending_members.contains(*m))
             .cloned()
             .collect();
-        let mut pending = ping.in_scope(|| self.pinger.ping_tasks(&fresh_list));
+        let carried = std::mem::take(pending);
+        *pending = ping.in_scope(|| self.pinger.ping_tasks(&fresh_list));
         pending_members.extend(fresh_list.iter().cloned());
         let fresh: HashSet<String> = fresh_list.into_iter().collect();
         for task in carried {
             pending.push(task);
         }
-        let mut all_reports: Vec<PingReport> = Vec::with_capacity(members.len());
+        let mut reports: Vec<PingReport> = Vec::with_capacity(members.len());
         let round = Round {
-            liveness: &view.liveness,
-            was_live: &was_live,
+            liveness: &core.view().liveness,
+            was_live: core.was_live(),
             guard_percent: self.guard.percent,
             grace: self.timing.ping_grace,
             patience: self.ping_timeout.max(self.timing.first_contact),
         };
         let waited = round
-            .gather(&mut pending, &mut pending_members, &fresh, &mut all_reports)
+            .gather(pending, pending_members, &fresh, &mut reports)
             .await;
         if let Some((unheard, heard, still_unheard)) = waited.first_contacts {
             tracing::info!(
@@ -306,24 +329,22 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 "waited for first contacts before placing units"
             );
         }
-        for r in &all_reports {
+        let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
+        for r in &reports {
             match &r.result {
                 Ok(rtt) => self.metrics.ping_ok(*rtt),
-                Err(f) => self.metrics.ping_failed(f.reason()),
-            }
-        }
-        let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();
-        for r in &all_reports {
-            if let Err(f) = &r.result {
-                *reasons.entry(f.reason()).or_default() += 1;
+                Err(f) => {
+                    self.metrics.ping_failed(f.reason());
+                    *reasons.entry(f.reason()).or_default() += 1;
+                }
             }
         }
         let failed: usize = reasons.values().sum();
-        ping.record("ok", all_reports.len() - failed);
+        ping.record("ok", reports.len() - failed);
         ping.record("failed", failed);
         if failed > 0 {
-            // Every cycle while a member stays down: debug only. Its failure is
-            // logged once, when it changes state.
+            // Every cycle while a member stays down: debug only. Its failure
+            // is logged once, when it changes state.
             ping.in_scope(|| {
                 for (reason, count) in &reasons {
                     tracing::debug!(reason, count, "pings failed");
@@ -331,251 +352,106 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             });
             mark_error(
                 &ping,
-                &format!("{failed} of {} pings failed", all_reports.len()),
+                &format!("{failed} of {} pings failed", reports.len()),
             );
         }
-        let observed =
-            self.observe_round(&mut view, &inputs, &listed, all_reports, &was_live, true);
-        view.handoff.forget_departed(&inputs);
-        view.handoff.inputs = Some(Arc::clone(&inputs));
-        let (write, generation_floor) = self.settle_stored(&inputs, &mut view, stored).await;
-        drop(ping);
-        let listed_now: HashSet<&str> = inputs.members().collect();
-        self.pinger.retain(&listed_now);
-        let groups = group_counts(&inputs, &view);
-        record_counts(&inputs, &mut view, &groups, &write);
-
-        let mut forgotten = Vec::new();
-        if let Some(after) = self.forget_after
-            && matches!(write, Write::Unchanged | Write::Written { .. })
-            && self.may_act()
-        {
-            let pairs = view.forgettable(
-                &inputs,
-                after.as_millis() as u64,
-                self.guard.percent,
-                self.wall.unix_ms(),
-            );
-            if !pairs.is_empty() {
-                match self.store.forget_many(&self.grant, &pairs).await {
-                    Ok(removed) => {
-                        forgotten = removed
-                            .into_iter()
-                            .map(|(list, m)| (crate::core::inputs::excerpt(&m), list))
-                            .collect()
-                    }
-                    Err(e) => tracing::warn!(error = %e, "could not forget long-failing members"),
-                }
-            }
-        }
-
-        Ok(CycleReport {
-            epoch: self.grant.epoch,
-            inputs,
-            failures: observed.failures,
-            view,
-            transitions: observed.transitions,
-            review: observed.review,
-            groups,
-            write,
-            generation_floor,
-            forgotten,
-            in_flight: pending,
-            in_flight_members: pending_members,
-        })
-    }
-    /// Takes one round of ping reports into the view: refusals (`gone`) to
-    /// the handoff, then liveness and the mass-failure guard
-    /// ([`HolderView::observe_round`]). `was_live`: the listed members live
-    /// before the round.
-    fn observe_round(
-        &self,
-        view: &mut HolderView,
-        inputs: &Inputs,
-        listed: &[String],
-        reports: Vec<PingReport>,
-        was_live: &HashSet<String>,
-        full: bool,
-    ) -> Observed {
-        let why_failed: Vec<String> = reports
-            .iter()
-            .map(|r| {
-                r.result
-                    .as_ref()
-                    .err()
-                    .map(ToString::to_string)
-                    .unwrap_or_default()
-            })
-            .collect();
-        let results: Vec<(&str, Result<(), &str>)> = reports
-            .iter()
-            .zip(&why_failed)
-            .map(|(r, why)| {
-                let result = match r.result {
-                    Ok(_) => Ok(()),
-                    Err(_) => Err(why.as_str()),
-                };
-                (r.member.as_str(), result)
-            })
-            .collect();
-        view.handoff.observe_pings(&reports);
-        let judge = Judge {
-            guard: self.guard,
-            replica_id: &self.replica_id,
-            now_ms: self.wall.unix_ms(),
-        };
-        let review = view.observe_round(inputs, listed, &results, was_live, full, judge);
-        drop(results);
-        let transitions = inputs
-            .members()
-            .filter(|m| view.liveness.is_live(m) != was_live.contains(*m))
-            .map(|m| (m.to_string(), view.liveness.is_live(m)))
-            .collect();
-        let failures = reports
-            .into_iter()
-            .filter_map(|r| r.result.err().map(|e| (r.member, e)))
-            .collect();
-        Observed {
-            review,
-            transitions,
-            failures,
-        }
+        reports
     }
 
-    /// Writes what the view makes of `stored` (see `settle`), starting from
-    /// the floor this holding knows and the stored generation. Returns the
-    /// write and the generation floor after it.
-    async fn settle_stored(
-        &self,
-        inputs: &Arc<Inputs>,
-        view: &mut HolderView,
-        stored: Stored,
-    ) -> (Write, u64) {
-        let mut digest = stored.digest;
-        let mut floor = self.generation_floor.max(stored.generation);
-        let write = self
-            .settle(
-                inputs,
-                view,
-                &mut digest,
-                &mut floor,
-                stored.generation,
-                stored.table,
-            )
-            .await;
-        (write, floor)
-    }
-
-    /// A handoff cycle: reads the members' reports and the table's state,
-    /// pings nobody, and plans on the last full cycle's inputs. `refused`:
-    /// members whose connection just ended and whose ping sent at once was
-    /// refused (their process is gone): they fail now, exactly as a full
-    /// cycle's refused ping would make them, without pinging everyone else.
-    pub(in crate::coordinator) async fn run_handoff(
-        mut self,
-        view: Option<HolderView>,
-        refused: Vec<Refusal>,
-    ) -> Result<CycleReport, CycleError> {
-        let Some(view) = view else {
-            // A new holding: its first full cycle comes at once anyway.
-            return Err(CycleError::NotReady);
-        };
-        let Some(inputs) = view.handoff.inputs.clone() else {
-            return Err(CycleError::NotReady);
-        };
-        let (mut view, held_table) = self.fresh_view(Some(view)).await?;
-        let (state, reports) = tokio::join!(
-            self.store.read_table_state(),
-            self.store.read_reports_since(view.handoff.reports_version)
+    /// The write's span, linked to the writes that revoked what it grants.
+    fn write_span(&self, core: &CycleCore, plan: &CommitPlan) -> Span {
+        let view = core.view();
+        let span = info_span!(
+            "write_table",
+            epoch = self.grant.epoch,
+            table = plan.table.is_some(),
+            rows = plan.rows,
+            health_changes = view.unsaved.set.len() + view.unsaved.removed.len(),
+            revoked = view.handoff.last.revoked,
+            moved = view.handoff.last.moved.len(),
+            in_transit = view.handoff.last.in_transit,
+            generation = Empty,
+            otel.status_code = Empty,
+            otel.status_message = Empty,
         );
-        let (digest, generation, table) = state.map_err(CycleError::Read)?;
-        let stored = Stored {
-            digest,
-            generation,
-            table: table.map(Arc::new).or(held_table),
+        for g in &plan.links {
+            if let Some(cx) = view.handoff.revocations.get(g) {
+                span.add_link(cx.clone());
+            }
+        }
+        span
+    }
+
+    /// What the write's outcome was, on its span; a confirmed revocation's
+    /// span is kept, for the grants that follow to link to.
+    fn record_write(&self, core: &mut CycleCore, ready: &mut Ready, span: &Span) {
+        let Some(note) = core.take_note() else {
+            return;
         };
-        view.handoff
-            .observe(reports, self.store.keys())
-            .map_err(CycleError::Read)?;
-        let listed = listed_entries(&inputs);
-        // Every refusal counts for the handoff (a member that deregistered
-        // and exited still owes its units); liveness and the mass-failure
-        // guard count listed members only.
-        view.handoff.observe_refusals(&refused);
-        let refused: Vec<PingReport> = refused
-            .into_iter()
-            .map(|r| r.report)
-            .filter(|r| listed.contains(&r.member))
-            .collect();
-        let mut observed = Observed::default();
-        if !refused.is_empty() {
-            let was_live: HashSet<String> = inputs
-                .members()
-                .filter(|m| view.liveness.is_live(m))
-                .map(str::to_string)
-                .collect();
-            for r in &refused {
-                if let Err(f) = &r.result {
-                    self.metrics.ping_failed(f.reason());
+        if let Some(g) = note.generation {
+            span.record("generation", g);
+            Span::current().record("generation", g);
+        }
+        if let Some(g) = note.revoked_at {
+            let cx = span.context().span().span_context().clone();
+            // The view is the core's, or the finished cycle's.
+            let view = match ready {
+                Ready::Done(r) => r.as_mut().as_mut().ok().map(|f| &mut f.view),
+                _ => Some(core.view_mut()),
+            };
+            if let Some(view) = view {
+                view.handoff.revocations.insert(g, cx);
+            }
+        }
+        if let Some(e) = &note.error {
+            mark_error(span, e);
+        }
+    }
+
+    /// The cycle's report, with the pings still in flight.
+    fn report(
+        &self,
+        kind: Kind,
+        finished: Result<Finished, CycleError>,
+        in_flight: InFlight,
+        in_flight_members: HashSet<String>,
+    ) -> Result<CycleReport, CycleError> {
+        let f = match finished {
+            Ok(f) => f,
+            Err(e) => {
+                if matches!(e, CycleError::Read(_) | CycleError::Inputs { .. }) {
+                    mark_error(&Span::current(), &e.to_string());
+                }
+                return Err(e);
+            }
+        };
+        if f.claimed > 0 {
+            self.metrics.claimed_units.inc_by(f.claimed as u64);
+        }
+        match kind {
+            Kind::Full => {
+                let listed_now: HashSet<&str> = f.inputs.members().collect();
+                self.pinger.retain(&listed_now);
+            }
+            Kind::Handoff => {
+                for (_, failure) in &f.failures {
+                    self.metrics.ping_failed(failure.reason());
                 }
             }
-            // The pings were sent when the connections closed (the
-            // executor's probes); this span shows their verdicts in the cycle.
-            let probes = info_span!(
-                "refused",
-                members = refused.len(),
-                otel.status_code = Empty,
-                otel.status_message = Empty
-            );
-            mark_error(
-                &probes,
-                &format!(
-                    "{} members refused after their connection ended",
-                    refused.len()
-                ),
-            );
-            observed = probes.in_scope(|| {
-                self.observe_round(&mut view, &inputs, &listed, refused, &was_live, false)
-            });
         }
-        let (write, generation_floor) = self.settle_stored(&inputs, &mut view, stored).await;
-        let groups = if observed.failures.is_empty() {
-            view.groups.clone()
-        } else {
-            let groups = group_counts(&inputs, &view);
-            record_counts(&inputs, &mut view, &groups, &write);
-            groups
-        };
         Ok(CycleReport {
             epoch: self.grant.epoch,
-            inputs,
-            failures: observed.failures,
-            view,
-            transitions: observed.transitions,
-            review: observed.review,
-            groups,
-            write,
-            generation_floor,
-            forgotten: Vec::new(),
-            in_flight: std::mem::take(&mut self.carried),
-            in_flight_members: std::mem::take(&mut self.carried_members),
+            inputs: f.inputs,
+            failures: f.failures,
+            view: f.view,
+            transitions: f.transitions,
+            review: f.review,
+            groups: f.groups,
+            write: f.write,
+            generation_floor: f.generation_floor,
+            forgotten: f.forgotten,
+            in_flight,
+            in_flight_members,
         })
     }
-}
-
-/// What a round of pings (or of refusals) did to the view.
-#[derive(Default)]
-struct Observed {
-    review: Review,
-    /// Members whose liveness changed: (member, live now).
-    transitions: Vec<(String, bool)>,
-    failures: Vec<(String, PingFailure)>,
-}
-
-/// The stored table's state as a cycle read it.
-struct Stored {
-    digest: Option<String>,
-    generation: u64,
-    /// The table itself, when it was read (by this cycle or its resync).
-    table: Option<Arc<MatchingTable>>,
 }

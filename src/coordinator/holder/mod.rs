@@ -3,10 +3,11 @@
 //! lease (the machine does); a cycle ends in a [`CycleReport`] that the
 //! executor feeds back to the machine.
 //!
-//! - `cycle`: one cycle: read, ping, review, then `settle`; and the handoff
-//!   cycle, which only plans and writes;
-//! - `settle`: solve, plan the handoff from what Redis holds, write fenced;
-//! - `core`: the holder's decisions, pure and tested: what it makes of
+//! - `cycle`: the cycle task: it does what the core asks (reads, a round
+//!   of pings, the solve and the digest off the runtime, the fenced write),
+//!   with its spans and metrics, and decides nothing;
+//! - `core`: the holder's decisions, pure and tested: the cycle as a state
+//!   machine (`step`: `CycleCore::step(outcome) -> Ready`), what it makes of
 //!   Redis' state when it cannot plan from its own ledger (`inherit`), of a
 //!   round of pings (`observe`), the plan and whether to write, what a
 //!   write's outcome makes of its view, and whom `-forget-after` removes
@@ -38,7 +39,6 @@ mod cycle;
 mod handoff;
 mod lists;
 mod pings;
-mod settle;
 mod solve;
 mod warm;
 

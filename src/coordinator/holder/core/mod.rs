@@ -1,11 +1,18 @@
-//! The holder's pure decisions around a table write: the plan (break
-//! before make, skipped while nothing changed), whether anything must be
-//! written, and what a write's outcome (as the store reported it) makes of
-//! the holder's view. No IO: `settle` reads, solves, sends the write and
-//! feeds the outcome in; this module decides what the holder then knows and
-//! what the next cycle must read.
+//! The holder core: every decision the holder makes in a cycle, pure (no
+//! IO, no clock: time comes in as values), each with its tests:
+//! - `step`: the cycle as a state machine, `CycleCore::step(outcome) ->
+//!   Ready` (what to read, whom to ping, when to write, what follows);
+//! - `inherit`: what it makes of Redis' state on a new holding or after a
+//!   write of unknown outcome;
+//! - `observe`: what a round of pings makes of liveness and suspects;
+//! - `start`: the numbering and the table a plan starts from;
+//! - here: the plan (break before make, skipped while nothing changed),
+//!   whether anything must be written, and what a write's outcome (as the
+//!   store reported it) makes of the view;
+//! - `forget`: whom `-forget-after` removes.
 //!
-//! Guarantees, tested below:
+//! The cycle task (`holder::cycle`) does what `step` asks and feeds back
+//! what happened. Guarantees of this file, tested below:
 //! - a plan is skipped (steady) only when nothing it depends on changed
 //!   since a plan that moved, revoked and placed nothing, with nothing in
 //!   transit and the granted table known to be Redis';
@@ -33,8 +40,10 @@ mod forget;
 mod inherit;
 mod observe;
 mod start;
+mod step;
 
 pub(super) use observe::Judge;
+pub(super) use step::{CommitPlan, CoreConfig, CycleCore, Finished, Kind, Now, Outcome, Ready};
 
 use super::handoff::{HandoffOutcome, Steady};
 use super::{HolderView, Write};
