@@ -25,8 +25,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::HolderView;
+use crate::coordinator::holder::LOG_FIRST;
 use crate::core::handoff::{self, HeldTable, Resync, Transit, Transits};
 use crate::core::inputs;
+use crate::core::keys::Keys;
 use crate::core::liveness::Liveness;
 use crate::core::suspicion::SuspectChanges;
 use crate::core::table::MatchingTable;
@@ -48,6 +50,48 @@ pub(in crate::coordinator::holder) struct Reconciled {
     /// Inherited suspects of a mass failure (a new holding only).
     pub(in crate::coordinator::holder) inherited_suspects: usize,
     pub(in crate::coordinator::holder) resync: Resync,
+}
+
+impl Reconciled {
+    /// Logs what the read found that is wrong (unreadable entries) or worth
+    /// knowing (inherited suspects).
+    pub(in crate::coordinator::holder) fn log(&self, keys: &Keys) {
+        for (member, value) in &self.unreadable_suspects {
+            tracing::warn!(key = %keys.suspects, member, value, "ignoring unreadable suspect entry");
+        }
+        for (member, value) in &self.unreadable_liveness {
+            tracing::warn!(key = %keys.liveness, member, value, "ignoring unreadable liveness entry");
+        }
+        if !self.unreadable_transit.is_empty() {
+            // Written only by holders: an unreadable entry is an operator's
+            // edit.
+            tracing::warn!(
+                key = %keys.transit,
+                count = self.unreadable_transit.len(),
+                first = %self.unreadable_transit.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                "unreadable transit entries: their units wait the longest any member may ask for"
+            );
+        }
+        if self.inherited_suspects > 0 {
+            tracing::warn!(
+                suspects = self.inherited_suspects,
+                "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
+            );
+        }
+    }
+
+    /// Logs the view the holder plans from.
+    pub(in crate::coordinator::holder) fn log_view(&self, view: &HolderView) {
+        tracing::info!(
+            known_members = view.liveness.iter().count(),
+            in_transit = view.handoff.ledger.in_transit(),
+            restored = self.resync.restored,
+            version = self.version,
+            applied = ?self.resync.applied,
+            held_tables = view.handoff.ledger.held().len(),
+            "read what the holder must know before it plans"
+        );
+    }
 }
 
 impl HolderView {

@@ -39,11 +39,14 @@ use xxhash_rust::xxh3::Xxh3;
 mod forget;
 mod inherit;
 mod observe;
+mod ready;
 mod start;
 mod step;
 
 pub(super) use observe::Judge;
-pub(super) use step::{CommitPlan, CoreConfig, CycleCore, Finished, Kind, Now, Outcome, Ready};
+use observe::Observed;
+pub(super) use ready::{CommitPlan, CoreConfig, Finished, Kind, Now, Outcome, Ready};
+pub(super) use step::CycleCore;
 
 use super::handoff::{HandoffOutcome, Steady};
 use super::{HolderView, Write};

@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use super::HolderView;
 use crate::core::inputs::Inputs;
 use crate::core::suspicion::{self, Guard, Review};
+use crate::edge::grpc::{PingFailure, PingReport};
 
 /// What one round's results are judged with.
 #[derive(Debug, Clone, Copy)]
@@ -24,7 +25,67 @@ pub(in crate::coordinator::holder) struct Judge<'a> {
     pub(in crate::coordinator::holder) now_ms: u64,
 }
 
+/// What a round of pings (or of refusals) did to the view.
+#[derive(Default)]
+pub(in crate::coordinator::holder) struct Observed {
+    pub(in crate::coordinator::holder) review: Review,
+    /// Members whose liveness changed: (member, live now).
+    pub(in crate::coordinator::holder) transitions: Vec<(String, bool)>,
+    pub(in crate::coordinator::holder) failures: Vec<(String, PingFailure)>,
+}
+
 impl HolderView {
+    /// Takes one round of ping reports into the view: refusals (`gone`) to
+    /// the handoff, then liveness and the mass-failure guard
+    /// ([`HolderView::observe_round`]); returns what changed.
+    pub(in crate::coordinator::holder) fn take_round(
+        &mut self,
+        inputs: &Inputs,
+        listed: &[String],
+        reports: Vec<PingReport>,
+        was_live: &HashSet<String>,
+        full: bool,
+        judge: Judge<'_>,
+    ) -> Observed {
+        let why_failed: Vec<String> = reports
+            .iter()
+            .map(|r| {
+                r.result
+                    .as_ref()
+                    .err()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let results: Vec<(&str, Result<(), &str>)> = reports
+            .iter()
+            .zip(&why_failed)
+            .map(|(r, why)| {
+                (
+                    r.member.as_str(),
+                    r.result.as_ref().map(|_| ()).map_err(|_| why.as_str()),
+                )
+            })
+            .collect();
+        self.handoff.observe_pings(&reports);
+        let review = self.observe_round(inputs, listed, &results, was_live, full, judge);
+        drop(results);
+        let transitions = inputs
+            .members()
+            .filter(|m| self.liveness.is_live(m) != was_live.contains(*m))
+            .map(|m| (m.to_string(), self.liveness.is_live(m)))
+            .collect();
+        let failures = reports
+            .into_iter()
+            .filter_map(|r| r.result.err().map(|e| (r.member, e)))
+            .collect();
+        Observed {
+            review,
+            transitions,
+            failures,
+        }
+    }
+
     /// Takes one round into the view and returns the guard's review.
     /// `results`: each member with a result this round (`Err`: why it
     /// failed); `listed`: every listed member; `was_live`: the members live

@@ -26,173 +26,23 @@
 //! - `-forget-after` removes members only after a confirmed or unneeded
 //!   write, while the lease lets this holder act.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use tracing::info_span;
 
-use super::{Changes, HolderView, Judge, Planned, Sent};
+use super::ready::{CommitNote, CommitPlan, CoreConfig, Finished, Kind, Now, Outcome, Ready};
+use super::{Changes, HolderView, Judge, Observed, Planned, Sent};
 use crate::coordinator::holder::handoff::Refusal;
 use crate::coordinator::holder::lists::ListCache;
 use crate::coordinator::holder::warm::WarmView;
-use crate::coordinator::holder::{
-    CycleError, LOG_FIRST, Write, group_counts, listed_entries, record_counts,
-};
+use crate::coordinator::holder::{CycleError, Write, group_counts, listed_entries, record_counts};
 use crate::core::handoff::{self, StartingPoint};
 use crate::core::inputs::Inputs;
-use crate::core::keys::Keys;
-use crate::core::suspicion::{Guard, Review};
 use crate::core::table::MatchingTable;
-use crate::edge::grpc::{PingFailure, PingReport};
-use crate::edge::redis::{Committed, Inheritance, ListRead, ReportsRead, Snapshot};
+use crate::edge::grpc::PingReport;
+use crate::edge::redis::{Committed, Inheritance, ReportsRead, Snapshot};
 use crate::error::StoreError;
-
-/// Which cycle: a full one (lists, pings, forget), or a handoff cycle
-/// (the table state and reports only, planned on the last full cycle's
-/// inputs, with the refusals the executor's probes found).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::coordinator::holder) enum Kind {
-    Full,
-    Handoff,
-}
-
-/// What the decisions depend on besides the view.
-#[derive(Debug, Clone)]
-pub(in crate::coordinator::holder) struct CoreConfig {
-    pub(in crate::coordinator::holder) failure_threshold: u32,
-    pub(in crate::coordinator::holder) guard: Guard,
-    pub(in crate::coordinator::holder) replica_id: String,
-    pub(in crate::coordinator::holder) forget_after: Option<Duration>,
-    pub(in crate::coordinator::holder) handoff: handoff::Settings,
-    /// The key names, for the log.
-    pub(in crate::coordinator::holder) keys: Keys,
-    pub(in crate::coordinator::holder) units_key: String,
-    /// The highest generation this holding knows of.
-    pub(in crate::coordinator::holder) generation_floor: u64,
-}
-
-/// The clocks, passed in with every outcome.
-#[derive(Debug, Clone, Copy)]
-pub(in crate::coordinator::holder) struct Now {
-    pub(in crate::coordinator::holder) at: Instant,
-    pub(in crate::coordinator::holder) unix_ms: u64,
-    /// Until when the lease lets this holder act (see `core::lease`).
-    pub(in crate::coordinator::holder) acts_until: Instant,
-}
-
-impl Now {
-    fn may_act(&self) -> bool {
-        self.at < self.acts_until
-    }
-}
-
-/// What the cycle task must do next.
-pub(in crate::coordinator::holder) enum Ready {
-    /// Read what the last holder left (a new holding), or Redis' state
-    /// after a write of unknown outcome (`with_table`: a resync).
-    ReadHolding {
-        with_table: bool,
-    },
-    /// A full cycle's read: the lists (unless unchanged since `held`), the
-    /// table state and the reports (unless unchanged since
-    /// `reports_since`).
-    ReadInputs {
-        held: HashMap<String, u64>,
-        reports_since: Option<u64>,
-    },
-    /// Make the inputs of the lists read (CPU-bound for large lists).
-    AssembleLists {
-        cache: Option<ListCache>,
-        groups: Vec<ListRead>,
-        units: ListRead,
-    },
-    /// A handoff cycle's read: the table state and the reports.
-    ReadState {
-        reports_since: Option<u64>,
-    },
-    /// Ping a round of these members (in list order).
-    Ping {
-        members: Vec<String>,
-    },
-    /// Read the stored table: the plan must start from it.
-    ReadTable,
-    /// Solve the desired table (`holder::solve`, memoised in the view).
-    Solve {
-        granted: Arc<MatchingTable>,
-    },
-    /// Digest the next granted table (CPU-bound).
-    Digest {
-        table: MatchingTable,
-    },
-    /// Write, fenced.
-    Commit(CommitPlan),
-    /// Remove these (list, entry) pairs, fenced (`-forget-after`).
-    Forget {
-        pairs: Vec<(String, Vec<u8>)>,
-    },
-    Done(Box<Result<Finished, CycleError>>),
-}
-
-/// What the cycle task did, for [`CycleCore::step`].
-pub(in crate::coordinator::holder) enum Outcome {
-    /// Nothing yet: the cycle starts.
-    Start,
-    Holding(Result<Inheritance, StoreError>),
-    Inputs(Result<Snapshot, StoreError>),
-    Lists(Result<ListCache, CycleError>),
-    State(
-        Result<(Option<String>, u64, Option<MatchingTable>), StoreError>,
-        ReportsRead,
-    ),
-    Pinged(Vec<PingReport>),
-    Table(Result<MatchingTable, StoreError>),
-    Solved(Arc<MatchingTable>),
-    Digested(Arc<MatchingTable>),
-    Committed(Result<Committed, StoreError>),
-    Forgotten(Result<Vec<(String, Vec<u8>)>, StoreError>),
-}
-
-/// A write, owned: the cycle task builds the store's `Commit` from it and
-/// the view's unsaved changes.
-pub(in crate::coordinator::holder) struct CommitPlan {
-    /// The new table, when it changed.
-    pub(in crate::coordinator::holder) table: Option<Arc<MatchingTable>>,
-    /// `{T}:transit` whole, when it changed.
-    pub(in crate::coordinator::holder) transit: Option<Vec<(String, String)>>,
-    pub(in crate::coordinator::holder) last_change: Option<String>,
-    pub(in crate::coordinator::holder) generation_floor: u64,
-    pub(in crate::coordinator::holder) expected_version: Option<u64>,
-    pub(in crate::coordinator::holder) now_ms: u64,
-    /// For the write's span: its rows, and the revocations whose grants it
-    /// makes (linked).
-    pub(in crate::coordinator::holder) rows: usize,
-    pub(in crate::coordinator::holder) links: Vec<u64>,
-}
-
-/// What the last write's outcome was, for the write's span.
-#[derive(Debug, Clone, Default)]
-pub(in crate::coordinator::holder) struct CommitNote {
-    pub(in crate::coordinator::holder) generation: Option<u64>,
-    /// The generation of a confirmed write that revoked units.
-    pub(in crate::coordinator::holder) revoked_at: Option<u64>,
-    pub(in crate::coordinator::holder) error: Option<String>,
-}
-
-/// A finished cycle, but for the pings still in flight (the task's).
-pub(in crate::coordinator::holder) struct Finished {
-    pub(in crate::coordinator::holder) inputs: Arc<Inputs>,
-    pub(in crate::coordinator::holder) failures: Vec<(String, PingFailure)>,
-    pub(in crate::coordinator::holder) view: HolderView,
-    pub(in crate::coordinator::holder) transitions: Vec<(String, bool)>,
-    pub(in crate::coordinator::holder) review: Review,
-    pub(in crate::coordinator::holder) groups: Vec<(String, usize, usize)>,
-    pub(in crate::coordinator::holder) write: Write,
-    pub(in crate::coordinator::holder) generation_floor: u64,
-    pub(in crate::coordinator::holder) forgotten: Vec<(String, String)>,
-    /// Units the stored table took from members without a revocation.
-    pub(in crate::coordinator::holder) claimed: usize,
-}
 
 /// The stored table's state as the cycle read it.
 struct Stored {
@@ -200,14 +50,6 @@ struct Stored {
     generation: u64,
     /// The table itself, when it was read (by this cycle or its resync).
     table: Option<Arc<MatchingTable>>,
-}
-
-/// What a round of pings (or of refusals) did to the view.
-#[derive(Default)]
-struct Observed {
-    review: Review,
-    transitions: Vec<(String, bool)>,
-    failures: Vec<(String, PingFailure)>,
 }
 
 /// The write in progress: where it started and what it planned.
@@ -346,7 +188,9 @@ impl CycleCore {
                 let inputs = Arc::clone(self.inputs());
                 let listed = listed_entries(&inputs);
                 let was_live = std::mem::take(&mut self.was_live);
-                self.observed = self.observe(&inputs, &listed, reports, &was_live, true, now);
+                let view = self.view.as_mut().expect("the view is known");
+                let judge = judge(&self.config, now);
+                self.observed = view.take_round(&inputs, &listed, reports, &was_live, true, judge);
                 self.was_live = was_live;
                 let view = self.view.as_mut().expect("the view is known");
                 view.handoff.forget_departed(&inputs);
@@ -420,42 +264,13 @@ impl CycleCore {
             now.unix_ms,
         );
         self.floor = self.floor.max(r.generation);
-        for (member, value) in &r.unreadable_suspects {
-            tracing::warn!(key = %keys.suspects, member, value, "ignoring unreadable suspect entry");
-        }
-        for (member, value) in &r.unreadable_liveness {
-            tracing::warn!(key = %keys.liveness, member, value, "ignoring unreadable liveness entry");
-        }
-        if !r.unreadable_transit.is_empty() {
-            // Written only by holders: an unreadable entry is an operator's
-            // edit.
-            tracing::warn!(
-                key = %keys.transit,
-                count = r.unreadable_transit.len(),
-                first = %r.unreadable_transit.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
-                "unreadable transit entries: their units wait the longest any member may ask for"
-            );
-        }
-        if r.inherited_suspects > 0 {
-            tracing::warn!(
-                suspects = r.inherited_suspects,
-                "inherited members suspected of a mass failure: their units stay until this replica's pings confirm or clear it"
-            );
-        }
+        r.log(keys);
         if !self.resynced
             && let Some(warm) = self.warm.take()
         {
             view.warm_from(warm);
         }
-        tracing::info!(
-            known_members = view.liveness.iter().count(),
-            in_transit = view.handoff.ledger.in_transit(),
-            restored = r.resync.restored,
-            version = r.version,
-            applied = ?r.resync.applied,
-            held_tables = view.handoff.ledger.held().len(),
-            "read what the holder must know before it plans"
-        );
+        r.log_view(&view);
         self.held_table = r.table;
         self.view = Some(view);
     }
@@ -589,69 +404,12 @@ impl CycleCore {
                     refused.len()
                 ),
             );
-            self.observed =
-                probes.in_scope(|| self.observe(&inputs, &listed, refused, &was_live, false, now));
+            let judge = judge(&self.config, now);
+            self.observed = probes
+                .in_scope(|| view.take_round(&inputs, &listed, refused, &was_live, false, judge));
         }
         self.inputs = Some(inputs);
         self.settle()
-    }
-
-    /// Takes one round of ping reports into the view: refusals (`gone`) to
-    /// the handoff, then liveness and the mass-failure guard
-    /// ([`HolderView::observe_round`]). `full`: a full round (see there).
-    fn observe(
-        &mut self,
-        inputs: &Inputs,
-        listed: &[String],
-        reports: Vec<PingReport>,
-        was_live: &HashSet<String>,
-        full: bool,
-        now: Now,
-    ) -> Observed {
-        let why_failed: Vec<String> = reports
-            .iter()
-            .map(|r| {
-                r.result
-                    .as_ref()
-                    .err()
-                    .map(ToString::to_string)
-                    .unwrap_or_default()
-            })
-            .collect();
-        let results: Vec<(&str, Result<(), &str>)> = reports
-            .iter()
-            .zip(&why_failed)
-            .map(|(r, why)| {
-                let result = match r.result {
-                    Ok(_) => Ok(()),
-                    Err(_) => Err(why.as_str()),
-                };
-                (r.member.as_str(), result)
-            })
-            .collect();
-        let view = self.view.as_mut().expect("the view is known");
-        view.handoff.observe_pings(&reports);
-        let judge = Judge {
-            guard: self.config.guard,
-            replica_id: &self.config.replica_id,
-            now_ms: now.unix_ms,
-        };
-        let review = view.observe_round(inputs, listed, &results, was_live, full, judge);
-        drop(results);
-        let transitions = inputs
-            .members()
-            .filter(|m| view.liveness.is_live(m) != was_live.contains(*m))
-            .map(|m| (m.to_string(), view.liveness.is_live(m)))
-            .collect();
-        let failures = reports
-            .into_iter()
-            .filter_map(|r| r.result.err().map(|e| (r.member, e)))
-            .collect();
-        Observed {
-            review,
-            transitions,
-            failures,
-        }
     }
 
     /// The write's first decisions: the numbering (a numbering Redis lost
@@ -871,5 +629,399 @@ impl CycleCore {
             claimed: self.claimed,
         };
         self.done(Ok(finished))
+    }
+}
+
+/// What a round's results are judged with.
+fn judge(config: &CoreConfig, now: Now) -> Judge<'_> {
+    Judge {
+        guard: config.guard,
+        replica_id: &config.replica_id,
+        now_ms: now.unix_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::super::tests::{live_view, table};
+    use super::*;
+    use crate::core::keys::Keys;
+    use crate::core::suspicion::Guard;
+    use crate::core::timing::test_t0;
+    use crate::edge::grpc::PingFailure;
+    use crate::edge::redis::ListRead;
+
+    fn config(forget_after: Option<Duration>) -> CoreConfig {
+        CoreConfig {
+            failure_threshold: 1,
+            guard: Guard {
+                percent: 100,
+                confirm_ms: 0,
+            },
+            replica_id: "r1".into(),
+            forget_after,
+            handoff: handoff::Settings {
+                handoff_delay: Duration::from_secs(10),
+            },
+            keys: Keys::new("t"),
+            units_key: "units".into(),
+            generation_floor: 3,
+        }
+    }
+
+    /// The clocks at `ms` into the test, the lease valid for a second more.
+    fn at(t0: Instant, ms: u64) -> Now {
+        let at = t0 + Duration::from_millis(ms);
+        Now {
+            at,
+            unix_ms: 1_000_000 + ms,
+            acts_until: at + Duration::from_secs(1),
+        }
+    }
+
+    fn timeout() -> StoreError {
+        StoreError::Timeout {
+            op: "read",
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn list(key: &str, entries: &[&str]) -> ListRead {
+        ListRead {
+            key: key.into(),
+            version: 1,
+            entries: Some(entries.iter().map(|e| e.as_bytes().to_vec()).collect()),
+        }
+    }
+
+    fn no_reports() -> ReportsRead {
+        ReportsRead {
+            version: Some(1),
+            content: Some((Ok(Vec::new()), None)),
+        }
+    }
+
+    /// What Redis holds: `granted` at generation 7.
+    fn snapshot(members: &[&str], units: &[&str], granted: &Arc<MatchingTable>) -> Snapshot {
+        Snapshot {
+            groups: vec![list("svc", members)],
+            units: list("units", units),
+            stored_digest: Some(granted.digest().to_string()),
+            stored_generation: 7,
+            stored_table: None,
+            reports: no_reports(),
+        }
+    }
+
+    /// A view that knows `granted` to be Redis' (its last confirmed write),
+    /// with `live` live.
+    fn known_view(live: &[&str], granted: &Arc<MatchingTable>) -> HolderView {
+        let mut v = live_view(live, granted);
+        v.handoff.ledger.unchanged(Arc::clone(granted), 7);
+        v.unsaved = Default::default();
+        v
+    }
+
+    /// Drives a full cycle from its start to its round of pings.
+    async fn to_pings(core: &mut CycleCore, snapshot: Snapshot, t0: Instant) -> Vec<String> {
+        let Ready::ReadInputs { .. } = core.step(Outcome::Start, at(t0, 0)) else {
+            panic!("a known view reads the inputs first");
+        };
+        let Ready::AssembleLists {
+            cache,
+            groups,
+            units,
+        } = core.step(Outcome::Inputs(Ok(snapshot)), at(t0, 1))
+        else {
+            panic!("then assembles the lists");
+        };
+        let lists = crate::coordinator::holder::lists::assemble(cache, groups, units).await;
+        let Ready::Ping { members } = core.step(Outcome::Lists(lists), at(t0, 2)) else {
+            panic!("then pings");
+        };
+        members
+    }
+
+    fn answered(members: &[String], failed: &[&str]) -> Vec<PingReport> {
+        members
+            .iter()
+            .map(|m| PingReport {
+                member: m.clone(),
+                result: if failed.contains(&m.as_str()) {
+                    Err(PingFailure::Refused("refused".into()))
+                } else {
+                    Ok(Duration::from_millis(1))
+                },
+                at: test_t0(),
+                opened: None,
+            })
+            .collect()
+    }
+
+    /// Digests the next table if `ready` asks for it.
+    fn digested(core: &mut CycleCore, ready: Ready, now: Now) -> Ready {
+        match ready {
+            Ready::Digest { table } => {
+                let next = Arc::new(table);
+                next.digest();
+                core.step(Outcome::Digested(next), now)
+            }
+            other => other,
+        }
+    }
+
+    fn finished(ready: Ready) -> Finished {
+        match ready {
+            Ready::Done(r) => match *r {
+                Ok(f) => f,
+                Err(e) => panic!("the cycle failed: {e}"),
+            },
+            _ => panic!("the cycle goes on"),
+        }
+    }
+
+    #[test]
+    fn a_new_holding_that_cannot_read_what_it_inherits_does_not_act() {
+        let t0 = test_t0();
+        let mut core = CycleCore::new(Kind::Full, config(None), None, Vec::new(), None);
+        let Ready::ReadHolding { with_table: false } = core.step(Outcome::Start, at(t0, 0)) else {
+            panic!("a new holding reads what the last holder left first");
+        };
+        match core.step(Outcome::Holding(Err(timeout())), at(t0, 1)) {
+            Ready::Done(r) => assert!(matches!(*r, Err(CycleError::Unreadable(_)))),
+            _ => panic!("it never goes on from an empty view"),
+        }
+    }
+
+    #[test]
+    fn a_stale_view_reads_redis_again_with_the_table() {
+        let t0 = test_t0();
+        let granted = table(&[("a:1", "u1")]);
+        let mut view = known_view(&["a:1"], &granted);
+        view.handoff.ledger.unknown(None);
+        assert!(view.handoff.ledger.stale());
+        let mut core = CycleCore::new(Kind::Full, config(None), Some(view), Vec::new(), None);
+        assert!(matches!(
+            core.step(Outcome::Start, at(t0, 0)),
+            Ready::ReadHolding { with_table: true }
+        ));
+    }
+
+    #[test]
+    fn a_handoff_cycle_before_any_full_cycle_does_nothing() {
+        let t0 = test_t0();
+        let mut core = CycleCore::new(Kind::Handoff, config(None), None, Vec::new(), None);
+        match core.step(Outcome::Start, at(t0, 0)) {
+            Ready::Done(r) => assert!(matches!(*r, Err(CycleError::NotReady))),
+            _ => panic!("nothing to hand off yet"),
+        }
+    }
+
+    #[test]
+    fn a_failed_read_of_the_inputs_ends_the_cycle_without_a_write() {
+        let t0 = test_t0();
+        let granted = table(&[("a:1", "u1")]);
+        let view = known_view(&["a:1"], &granted);
+        let mut core = CycleCore::new(Kind::Full, config(None), Some(view), Vec::new(), None);
+        assert!(matches!(
+            core.step(Outcome::Start, at(t0, 0)),
+            Ready::ReadInputs { .. }
+        ));
+        match core.step(Outcome::Inputs(Err(timeout())), at(t0, 1)) {
+            Ready::Done(r) => assert!(matches!(*r, Err(CycleError::Read(_)))),
+            _ => panic!("no plan without the inputs"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_cycle_writes_nothing() {
+        let t0 = test_t0();
+        let granted = table(&[("a:1", "u1")]);
+        let view = known_view(&["a:1"], &granted);
+        let mut core = CycleCore::new(Kind::Full, config(None), Some(view), Vec::new(), None);
+        let members = to_pings(&mut core, snapshot(&["a:1"], &["u1"], &granted), t0).await;
+        assert_eq!(members, ["a:1"]);
+        let Ready::Solve { granted: from } =
+            core.step(Outcome::Pinged(answered(&members, &[])), at(t0, 3))
+        else {
+            panic!("then solves");
+        };
+        assert_eq!(from, granted, "from the table it knows Redis holds");
+        let f = finished(core.step(Outcome::Solved(Arc::clone(&granted)), at(t0, 4)));
+        assert!(matches!(f.write, Write::Unchanged));
+        assert_eq!(f.generation_floor, 7, "raised to the stored generation");
+    }
+
+    /// A joining member: the cycle plans, digests and asks for a write.
+    async fn to_commit(core: &mut CycleCore, t0: Instant, lease_ms: u64) -> Ready {
+        let granted = table(&[("a:1", "u1,u2")]);
+        let members = to_pings(core, snapshot(&["a:1", "b:2"], &["u1", "u2"], &granted), t0).await;
+        let Ready::Solve { .. } = core.step(Outcome::Pinged(answered(&members, &[])), at(t0, 3))
+        else {
+            panic!("then solves");
+        };
+        let desired = table(&[("a:1", "u1"), ("b:2", "u2")]);
+        let Ready::Digest { table: next } = core.step(Outcome::Solved(desired), at(t0, 4)) else {
+            panic!("a changed table is digested");
+        };
+        let next = Arc::new(next);
+        next.digest();
+        let mut now = at(t0, 5);
+        now.acts_until = t0 + Duration::from_millis(lease_ms);
+        core.step(Outcome::Digested(next), now)
+    }
+
+    fn joining_core(forget_after: Option<Duration>) -> CycleCore {
+        let granted = table(&[("a:1", "u1,u2")]);
+        let mut view = known_view(&["a:1", "b:2"], &granted);
+        view.handoff.reports.insert(
+            "a:1".into(),
+            handoff::MemberReport {
+                applied: 7,
+                draining: false,
+                deadline: Duration::from_secs(1),
+                weight: 1,
+                client: None,
+            },
+        );
+        CycleCore::new(
+            Kind::Full,
+            config(forget_after),
+            Some(view),
+            Vec::new(),
+            None,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_change_is_written_revoking_first_and_only_while_the_lease_lets_it() {
+        let t0 = test_t0();
+        let mut core = joining_core(None);
+        let Ready::Commit(plan) = to_commit(&mut core, t0, 1_000).await else {
+            panic!("a change is written");
+        };
+        let written = plan.table.expect("the table changed");
+        assert_eq!(
+            written.rows().get("b:2").map(String::as_str),
+            Some(""),
+            "u2 is revoked from a:1 before b:2 gets it"
+        );
+        assert!(plan.transit.is_some_and(|t| t.len() == 1));
+        assert_eq!(plan.generation_floor, 7);
+
+        let mut late = joining_core(None);
+        let f = finished(to_commit(&mut late, t0, 5).await);
+        assert!(
+            matches!(f.write, Write::NotActing),
+            "past the lease's bound nothing is written"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_write_of_unknown_outcome_makes_the_next_cycle_read_redis_first() {
+        let t0 = test_t0();
+        let mut core = joining_core(None);
+        let Ready::Commit(_) = to_commit(&mut core, t0, 1_000).await else {
+            panic!("a change is written");
+        };
+        let f = finished(core.step(Outcome::Committed(Err(timeout())), at(t0, 6)));
+        assert!(matches!(f.write, Write::Unknown(_)));
+        assert!(f.view.handoff.ledger.stale());
+        assert!(f.generation_floor > 7, "its generation is never reused");
+        let mut next = CycleCore::new(Kind::Full, config(None), Some(f.view), Vec::new(), None);
+        assert!(matches!(
+            next.step(Outcome::Start, at(t0, 7)),
+            Ready::ReadHolding { with_table: true }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_confirmed_write_is_what_the_next_plan_starts_from() {
+        let t0 = test_t0();
+        let mut core = joining_core(None);
+        let Ready::Commit(plan) = to_commit(&mut core, t0, 1_000).await else {
+            panic!("a change is written");
+        };
+        let written = plan.table.expect("the table changed");
+        let f = finished(core.step(
+            Outcome::Committed(Ok(Committed::Written {
+                generation: Some(8),
+                version: 2,
+            })),
+            at(t0, 6),
+        ));
+        assert!(matches!(
+            f.write,
+            Write::Written {
+                generation: Some(8)
+            }
+        ));
+        assert!(!f.view.handoff.ledger.stale());
+        assert_eq!(f.view.known_granted(Some(written.digest())), Some(written));
+        assert_eq!(core.take_note().and_then(|n| n.revoked_at), Some(8));
+    }
+
+    #[tokio::test]
+    async fn forget_after_waits_for_a_settled_write_and_the_lease() {
+        let t0 = test_t0();
+        let granted = table(&[("a:1", "u1,u2")]);
+        let after = Some(Duration::from_millis(500));
+        // b:2 failed long ago; c:3 and a:1 answer.
+        let mut view = known_view(&["a:1", "c:3"], &granted);
+        view.liveness
+            .observe([("b:2", Err("refused"))], ["a:1", "b:2", "c:3"], 0);
+        view.unsaved = Default::default();
+        let mut core = CycleCore::new(Kind::Full, config(after), Some(view), Vec::new(), None);
+        let members = to_pings(
+            &mut core,
+            snapshot(&["a:1", "b:2", "c:3"], &["u1", "u2"], &granted),
+            t0,
+        )
+        .await;
+        let Ready::Solve { .. } =
+            core.step(Outcome::Pinged(answered(&members, &["b:2"])), at(t0, 3))
+        else {
+            panic!("then solves");
+        };
+        let r = core.step(Outcome::Solved(Arc::clone(&granted)), at(t0, 4));
+        let Ready::Commit(_) = digested(&mut core, r, at(t0, 4)) else {
+            panic!("c:3's new row is written");
+        };
+        match core.step(
+            Outcome::Committed(Ok(Committed::Written {
+                generation: None,
+                version: 2,
+            })),
+            at(t0, 5),
+        ) {
+            Ready::Forget { pairs } => assert_eq!(pairs, [("svc".to_string(), b"b:2".to_vec())]),
+            _ => panic!("a member failing past -forget-after is forgotten"),
+        }
+        let f = finished(core.step(
+            Outcome::Forgotten(Ok(vec![("svc".into(), b"b:2".to_vec())])),
+            at(t0, 6),
+        ));
+        assert_eq!(f.forgotten, [("\"b:2\"".to_string(), "svc".to_string())]);
+
+        // The same cycle whose write's outcome is unknown forgets nobody.
+        let mut view = known_view(&["a:1", "c:3"], &granted);
+        view.liveness
+            .observe([("b:2", Err("refused"))], ["a:1", "b:2", "c:3"], 0);
+        let mut core = CycleCore::new(Kind::Full, config(after), Some(view), Vec::new(), None);
+        let members = to_pings(
+            &mut core,
+            snapshot(&["a:1", "b:2", "c:3"], &["u1", "u2"], &granted),
+            t0,
+        )
+        .await;
+        core.step(Outcome::Pinged(answered(&members, &["b:2"])), at(t0, 3));
+        let r = core.step(Outcome::Solved(Arc::clone(&granted)), at(t0, 4));
+        let Ready::Commit(_) = digested(&mut core, r, at(t0, 4)) else {
+            panic!("c:3's new row is written");
+        };
+        let f = finished(core.step(Outcome::Committed(Err(timeout())), at(t0, 5)));
+        assert!(f.forgotten.is_empty());
     }
 }

@@ -1,0 +1,166 @@
+//! The vocabulary between the holder core and the cycle task: what the
+//! core asks for ([`Ready`]), what the task found ([`Outcome`]), the
+//! clocks it passes in ([`Now`]), and what a cycle ends with
+//! ([`Finished`]). Data only.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::HolderView;
+use crate::coordinator::holder::lists::ListCache;
+use crate::coordinator::holder::{CycleError, Write};
+use crate::core::handoff;
+use crate::core::inputs::Inputs;
+use crate::core::keys::Keys;
+use crate::core::suspicion::{Guard, Review};
+use crate::core::table::MatchingTable;
+use crate::edge::grpc::{PingFailure, PingReport};
+use crate::edge::redis::{Committed, Inheritance, ListRead, ReportsRead, Snapshot};
+use crate::error::StoreError;
+
+/// Which cycle: a full one (lists, pings, forget), or a handoff cycle
+/// (the table state and reports only, planned on the last full cycle's
+/// inputs, with the refusals the executor's probes found).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::coordinator::holder) enum Kind {
+    Full,
+    Handoff,
+}
+
+/// What the decisions depend on besides the view.
+#[derive(Debug, Clone)]
+pub(in crate::coordinator::holder) struct CoreConfig {
+    pub(in crate::coordinator::holder) failure_threshold: u32,
+    pub(in crate::coordinator::holder) guard: Guard,
+    pub(in crate::coordinator::holder) replica_id: String,
+    pub(in crate::coordinator::holder) forget_after: Option<Duration>,
+    pub(in crate::coordinator::holder) handoff: handoff::Settings,
+    /// The key names, for the log.
+    pub(in crate::coordinator::holder) keys: Keys,
+    pub(in crate::coordinator::holder) units_key: String,
+    /// The highest generation this holding knows of.
+    pub(in crate::coordinator::holder) generation_floor: u64,
+}
+
+/// The clocks, passed in with every outcome.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::coordinator::holder) struct Now {
+    pub(in crate::coordinator::holder) at: Instant,
+    pub(in crate::coordinator::holder) unix_ms: u64,
+    /// Until when the lease lets this holder act (see `core::lease`).
+    pub(in crate::coordinator::holder) acts_until: Instant,
+}
+
+impl Now {
+    pub(in crate::coordinator::holder) fn may_act(&self) -> bool {
+        self.at < self.acts_until
+    }
+}
+
+/// What the cycle task must do next.
+pub(in crate::coordinator::holder) enum Ready {
+    /// Read what the last holder left (a new holding), or Redis' state
+    /// after a write of unknown outcome (`with_table`: a resync).
+    ReadHolding {
+        with_table: bool,
+    },
+    /// A full cycle's read: the lists (unless unchanged since `held`), the
+    /// table state and the reports (unless unchanged since
+    /// `reports_since`).
+    ReadInputs {
+        held: HashMap<String, u64>,
+        reports_since: Option<u64>,
+    },
+    /// Make the inputs of the lists read (CPU-bound for large lists).
+    AssembleLists {
+        cache: Option<ListCache>,
+        groups: Vec<ListRead>,
+        units: ListRead,
+    },
+    /// A handoff cycle's read: the table state and the reports.
+    ReadState {
+        reports_since: Option<u64>,
+    },
+    /// Ping a round of these members (in list order).
+    Ping {
+        members: Vec<String>,
+    },
+    /// Read the stored table: the plan must start from it.
+    ReadTable,
+    /// Solve the desired table (`holder::solve`, memoised in the view).
+    Solve {
+        granted: Arc<MatchingTable>,
+    },
+    /// Digest the next granted table (CPU-bound).
+    Digest {
+        table: MatchingTable,
+    },
+    /// Write, fenced.
+    Commit(CommitPlan),
+    /// Remove these (list, entry) pairs, fenced (`-forget-after`).
+    Forget {
+        pairs: Vec<(String, Vec<u8>)>,
+    },
+    Done(Box<Result<Finished, CycleError>>),
+}
+
+/// What the cycle task did, for [`CycleCore::step`].
+pub(in crate::coordinator::holder) enum Outcome {
+    /// Nothing yet: the cycle starts.
+    Start,
+    Holding(Result<Inheritance, StoreError>),
+    Inputs(Result<Snapshot, StoreError>),
+    Lists(Result<ListCache, CycleError>),
+    State(
+        Result<(Option<String>, u64, Option<MatchingTable>), StoreError>,
+        ReportsRead,
+    ),
+    Pinged(Vec<PingReport>),
+    Table(Result<MatchingTable, StoreError>),
+    Solved(Arc<MatchingTable>),
+    Digested(Arc<MatchingTable>),
+    Committed(Result<Committed, StoreError>),
+    Forgotten(Result<Vec<(String, Vec<u8>)>, StoreError>),
+}
+
+/// A write, owned: the cycle task builds the store's `Commit` from it and
+/// the view's unsaved changes.
+pub(in crate::coordinator::holder) struct CommitPlan {
+    /// The new table, when it changed.
+    pub(in crate::coordinator::holder) table: Option<Arc<MatchingTable>>,
+    /// `{T}:transit` whole, when it changed.
+    pub(in crate::coordinator::holder) transit: Option<Vec<(String, String)>>,
+    pub(in crate::coordinator::holder) last_change: Option<String>,
+    pub(in crate::coordinator::holder) generation_floor: u64,
+    pub(in crate::coordinator::holder) expected_version: Option<u64>,
+    pub(in crate::coordinator::holder) now_ms: u64,
+    /// For the write's span: its rows, and the revocations whose grants it
+    /// makes (linked).
+    pub(in crate::coordinator::holder) rows: usize,
+    pub(in crate::coordinator::holder) links: Vec<u64>,
+}
+
+/// What the last write's outcome was, for the write's span.
+#[derive(Debug, Clone, Default)]
+pub(in crate::coordinator::holder) struct CommitNote {
+    pub(in crate::coordinator::holder) generation: Option<u64>,
+    /// The generation of a confirmed write that revoked units.
+    pub(in crate::coordinator::holder) revoked_at: Option<u64>,
+    pub(in crate::coordinator::holder) error: Option<String>,
+}
+
+/// A finished cycle, but for the pings still in flight (the task's).
+pub(in crate::coordinator::holder) struct Finished {
+    pub(in crate::coordinator::holder) inputs: Arc<Inputs>,
+    pub(in crate::coordinator::holder) failures: Vec<(String, PingFailure)>,
+    pub(in crate::coordinator::holder) view: HolderView,
+    pub(in crate::coordinator::holder) transitions: Vec<(String, bool)>,
+    pub(in crate::coordinator::holder) review: Review,
+    pub(in crate::coordinator::holder) groups: Vec<(String, usize, usize)>,
+    pub(in crate::coordinator::holder) write: Write,
+    pub(in crate::coordinator::holder) generation_floor: u64,
+    pub(in crate::coordinator::holder) forgotten: Vec<(String, String)>,
+    /// Units the stored table took from members without a revocation.
+    pub(in crate::coordinator::holder) claimed: usize,
+}
