@@ -160,6 +160,13 @@ pub struct Origin {
     /// `None` for an entry written by an older version, which stored none:
     /// it is waited for as the facts of now say.
     pub wait: Option<Duration>,
+    /// The generation that revoked the unit from this member, when an
+    /// earlier write than the entry's numbered it (`0`: the entry's
+    /// `revoked_at`). Another member added to the entry later renumbers the
+    /// entry, not this member's revocation: its acknowledgement of this
+    /// generation still counts (it would not report again, having nothing
+    /// new to stop).
+    pub numbered: u64,
 }
 
 /// The origin that stands for members nobody knows: a transit entry that
@@ -189,9 +196,10 @@ pub struct Transit {
 
 impl Transit {
     /// The stored value: `revoked_at since_ms to from[,from…]
-    /// wait_ms[,wait_ms…] proof[,proof…]` (`to` is `-` for none; one wait
-    /// and one proof per origin, in the same order). An entry of an older
-    /// version keeps its four fields.
+    /// wait_ms[,wait_ms…] proof[,proof…] [numbered[,numbered…]]` (`to` is
+    /// `-` for none; one wait, one proof and, when any origin has its own
+    /// numbering, one generation per origin, in the same order). An entry
+    /// of an older version keeps its four fields.
     pub fn encode(&self) -> String {
         let from: Vec<&str> = self.from.keys().map(String::as_str).collect();
         let mut out = format!(
@@ -209,6 +217,11 @@ impl Transit {
         if let Some(waits) = waits {
             let proofs: Vec<String> = self.from.values().map(|o| o.proof.encode()).collect();
             out.push_str(&format!(" {} {}", waits.join(","), proofs.join(",")));
+            if self.from.values().any(|o| o.numbered != 0) {
+                let numbered: Vec<String> =
+                    self.from.values().map(|o| o.numbered.to_string()).collect();
+                out.push_str(&format!(" {}", numbered.join(",")));
+            }
         }
         out
     }
@@ -235,6 +248,7 @@ impl Transit {
                 Origin {
                     proof: Proof::Refusal,
                     wait: None,
+                    numbered: 0,
                 };
                 members.len()
             ],
@@ -242,15 +256,24 @@ impl Transit {
                 let waits: Option<Vec<u64>> = w.split(SEPARATOR).map(parse_count).collect();
                 let proofs: Option<Vec<Proof>> = p.split(SEPARATOR).map(Proof::decode).collect();
                 let (waits, proofs) = (waits?, proofs?);
-                if waits.len() != members.len() || proofs.len() != members.len() {
+                let numbered: Vec<u64> = match it.next() {
+                    Some(n) => n.split(SEPARATOR).map(parse_count).collect::<Option<_>>()?,
+                    None => vec![0; members.len()],
+                };
+                if waits.len() != members.len()
+                    || proofs.len() != members.len()
+                    || numbered.len() != members.len()
+                {
                     return None;
                 }
                 waits
                     .into_iter()
                     .zip(proofs)
-                    .map(|(w, proof)| Origin {
+                    .zip(numbered)
+                    .map(|((w, proof), numbered)| Origin {
                         proof,
                         wait: Some(Duration::from_millis(w)),
+                        numbered,
                     })
                     .collect()
             }
@@ -280,6 +303,7 @@ impl Transit {
         let origin = Origin {
             proof: Proof::Never,
             wait: Some(settings.longest_wait()),
+            numbered: 0,
         };
         Transit {
             from: BTreeMap::from([(UNKNOWN_ORIGIN.to_string(), origin)]),
@@ -287,6 +311,18 @@ impl Transit {
             revoked_at: 0,
             since_ms: now_ms,
             waiting_since: now,
+        }
+    }
+
+    /// Gives every origin the entry's `revoked_at` numbered its own, before
+    /// the entry is renumbered (another member added to it): their
+    /// acknowledgements of that generation still count.
+    pub fn pin_numbering(&mut self) {
+        if self.revoked_at == 0 {
+            return;
+        }
+        for o in self.from.values_mut().filter(|o| o.numbered == 0) {
+            o.numbered = self.revoked_at;
         }
     }
 
@@ -512,6 +548,7 @@ impl Settings {
         Origin {
             proof: self.proof(m),
             wait: Some(self.wait(m)),
+            numbered: 0,
         }
     }
 
@@ -525,6 +562,7 @@ impl Settings {
             return Origin {
                 proof: origin.proof,
                 wait: Some(origin.wait.unwrap_or_else(|| self.wait(f))),
+                numbered: origin.numbered,
             };
         }
         let now = self.origin(f);
@@ -536,6 +574,7 @@ impl Settings {
         Origin {
             proof,
             wait: now.wait.max(origin.wait),
+            numbered: origin.numbered,
         }
     }
 
@@ -561,9 +600,15 @@ impl Settings {
             if proven {
                 continue;
             }
+            // The write that revoked it from this member: its own, or the
+            // entry's.
+            let numbered = match stored.numbered {
+                0 => t.revoked_at,
+                own => own,
+            };
             if let Some(r) = &f.report
-                && t.revoked_at != 0
-                && r.applied >= t.revoked_at
+                && numbered != 0
+                && r.applied >= numbered
             {
                 continue;
             }

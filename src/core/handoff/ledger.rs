@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use std::time::Instant;
 
-use super::Transits;
+use super::{Origin, Transits};
 use crate::core::inputs::GroupMembers;
 use crate::core::table::{MatchingTable, SEPARATOR, decode_row};
 
@@ -288,7 +288,14 @@ impl Ledger {
     pub fn renumber_up_to(&mut self, generation: u64) -> usize {
         let mut n = 0;
         for t in self.transit.values_mut().flat_map(|u| u.values_mut()) {
-            if t.revoked_at != 0 && t.revoked_at <= generation {
+            let mut lost = t.revoked_at != 0 && t.revoked_at <= generation;
+            for o in t.from.values_mut() {
+                if o.numbered != 0 && o.numbered <= generation {
+                    o.numbered = 0;
+                    lost = true;
+                }
+            }
+            if lost {
                 t.revoked_at = 0;
                 n += 1;
             }
@@ -367,16 +374,21 @@ impl Ledger {
                     }
                     Some(_) if applied == Some(true) => {}
                     Some(s) => {
-                        let mut merged = false;
-                        for (m, o) in t.from {
-                            if let std::collections::btree_map::Entry::Vacant(e) = s.from.entry(m) {
-                                e.insert(o);
-                                merged = true;
+                        // Redis' entry's origins keep the generation Redis
+                        // numbered them by; the ones this holder adds may
+                        // have been numbered by a write Redis lost, so the
+                        // next write numbers them (and the entry: its waits
+                        // start again from that write).
+                        let added: Vec<(String, Origin)> = t
+                            .from
+                            .into_iter()
+                            .filter(|(m, _)| !s.from.contains_key(m))
+                            .collect();
+                        if !added.is_empty() {
+                            s.pin_numbering();
+                            for (m, o) in added {
+                                s.from.insert(m, Origin { numbered: 0, ..o });
                             }
-                        }
-                        if merged {
-                            // Its waits start again from the write that
-                            // numbers it.
                             s.revoked_at = 0;
                             out.restored += 1;
                         }
@@ -427,6 +439,7 @@ mod tests {
         let origin = Origin {
             proof: Proof::Refusal,
             wait: WAIT,
+            numbered: 0,
         };
         Transit {
             from: BTreeMap::from([(from.to_string(), origin)]),
@@ -722,5 +735,37 @@ mod tests {
         assert_eq!(l.renumber_up_to(5), 1);
         assert_eq!(l.transit()["g"]["u"].revoked_at, 0);
         assert_eq!(l.transit()["g"]["v"].revoked_at, 9);
+    }
+
+    /// Redis' entry names `a` (numbered 3 by Redis); this holder knew `c`
+    /// as an origin too (from a write of unknown outcome): the merged entry
+    /// is renumbered by the next write, but `a`'s acknowledgement of 3
+    /// still counts; `c`'s numbering is the next write's.
+    #[test]
+    fn a_merged_origin_renumbers_the_entry_not_the_stored_origins() {
+        let t0 = crate::core::timing::test_t0();
+        let m = members();
+        let mut l = synced(&[("a", "u")], 1);
+        l.written(
+            table(&[("a", ""), ("b", "")]),
+            0,
+            one("g", "u", entry("c", 0, t0)),
+            Some(5),
+            2,
+            t0,
+        );
+        l.refused();
+        l.resync(
+            Some(held_at(table(&[]))),
+            one("g", "u", entry("a", 3, t0)),
+            2,
+            &group(&m),
+        );
+        let u = &l.transit()["g"]["u"];
+        assert_eq!(u.revoked_at, 0, "renumbered by the next write");
+        assert_eq!((u.from["a"].numbered, u.from["c"].numbered), (3, 0));
+        // A numbering Redis lost up to 4 takes a's along.
+        assert_eq!(l.renumber_up_to(4), 1);
+        assert_eq!(l.transit()["g"]["u"].from["a"].numbered, 0);
     }
 }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use std::time::Instant;
 
-use super::{Moved, Plan, PlanInput, Transit, Transits};
+use super::{Moved, Origin, Plan, PlanInput, Transit, Transits};
 use crate::core::inputs::GroupMembers;
 use crate::core::table::{MatchingTable, SEPARATOR};
 
@@ -256,9 +256,16 @@ fn add_origin(t: &mut Transit, member: &str, input: &PlanInput<'_>) {
     }
     let facts = (input.facts)(member);
     let origin = match t.from.get(member) {
-        Some(known) => input.settings.effective(known, &facts),
+        Some(known) => Origin {
+            // Revoked anew: numbered by this write.
+            numbered: 0,
+            ..input.settings.effective(known, &facts)
+        },
         None => input.settings.origin(&facts),
     };
+    // The other origins' revocations keep the generation that numbered
+    // them: an acknowledgement of it still counts.
+    t.pin_numbering();
     t.from.insert(member.to_string(), origin);
     t.revoked_at = 0;
     t.waiting_since = input.now;

@@ -140,6 +140,7 @@ fn a_move_is_a_revocation_then_a_grant_after_the_acknowledgement() {
     let origin = Origin {
         proof: Proof::Never,
         wait: Some(ms(1000 + 50 + 100)),
+        numbered: 0,
     };
     assert_eq!(t.from, BTreeMap::from([("a".to_string(), origin)]));
     assert_eq!(t.to.as_deref(), Some("b"));
@@ -172,6 +173,7 @@ fn without_an_acknowledgement_the_deadline_releases_the_unit() {
                 Origin {
                     proof: Proof::Never,
                     wait: Some(ms(1000 + 50 + 100)),
+                    numbered: 0,
                 },
             )]),
             to: Some("b".into()),
@@ -335,9 +337,11 @@ fn a_draining_member_keeps_an_empty_row_while_live() {
 fn a_hand_edited_table_is_repaired_by_revoking_from_every_holder() {
     let t0 = crate::core::timing::test_t0();
     let mut c = Call::new(t0, &["a", "b", "c"], &["u", "v"]);
-    for m in ["a", "b", "c"] {
+    for m in ["b", "c"] {
         c.facts.insert(m.into(), acking(1));
     }
+    // a has not acknowledged v's revocation (generation 1) yet.
+    c.facts.insert("a".into(), acking(0));
     // u in two rows (a hand-edit); v in a row and in transit.
     c.granted = table(&[("a", "u"), ("b", "u"), ("c", "v")]);
     c.transit.entry("g".into()).or_default().insert(
@@ -348,6 +352,7 @@ fn a_hand_edited_table_is_repaired_by_revoking_from_every_holder() {
                 Origin {
                     proof: Proof::Never,
                     wait: Some(ms(1000 + 50 + 100)),
+                    numbered: 0,
                 },
             )]),
             to: Some("c".into()),
@@ -368,6 +373,57 @@ fn a_hand_edited_table_is_repaired_by_revoking_from_every_holder() {
     for m in ["a", "b", "c"] {
         c.facts.insert(m.into(), acking(2));
     }
+    assert_eq!(c.plan().granted, c.desired);
+}
+
+#[test]
+fn an_acknowledged_revocation_still_counts_when_the_unit_is_revoked_from_another_member() {
+    // v was revoked from a at generation 1, and a acknowledged it; then a
+    // table this holder may have written gave v to b (a write of unknown
+    // outcome): v is revoked from b too, by the next write (2). a, which
+    // has nothing new to stop, never reports again: its acknowledgement of
+    // 1 must still count, or v would wait a's longest wait.
+    let t0 = crate::core::timing::test_t0();
+    let mut c = Call::new(t0, &["a", "b", "c"], &["v"]);
+    c.facts.insert("a".into(), acking(1));
+    c.facts.insert("b".into(), acking(1));
+    c.granted = table(&[("a", ""), ("b", "v"), ("c", "")]);
+    c.transit.entry("g".into()).or_default().insert(
+        "v".into(),
+        Transit {
+            from: BTreeMap::from([(
+                "a".to_string(),
+                Origin {
+                    proof: Proof::Never,
+                    wait: Some(ms(300_000)),
+                    numbered: 0,
+                },
+            )]),
+            to: Some("c".into()),
+            revoked_at: 1,
+            since_ms: 0,
+            waiting_since: t0,
+        },
+    );
+    c.desired = table(&[("a", ""), ("b", ""), ("c", "v")]);
+    c.verify = true;
+    let p = c.plan();
+    assert_eq!(p.granted, table(&[("a", ""), ("b", ""), ("c", "")]));
+    c.apply(p, 2);
+    let t = c.transit_of("v").unwrap();
+    assert_eq!(
+        (t.revoked_at, t.from["a"].numbered),
+        (2, 1),
+        "a keeps its own numbering"
+    );
+    assert_eq!(
+        Transit::decode(&t.encode(), t0).as_ref(),
+        Some(t),
+        "and stores it"
+    );
+    // b acknowledges 2; a's acknowledgement of 1 stands: v goes to c.
+    c.verify = false;
+    c.facts.insert("b".into(), acking(2));
     assert_eq!(c.plan().granted, c.desired);
 }
 
@@ -607,6 +663,7 @@ fn c_revoked_from_a(t0: Instant, proof: Proof, revoked_at: u64) -> Transits {
     let origin = Origin {
         proof,
         wait: Some(ms(3000)),
+        numbered: 0,
     };
     let t = Transit {
         from: BTreeMap::from([("a".to_string(), origin)]),
@@ -625,6 +682,7 @@ fn later_facts_lengthen_a_wait_never_shorten_it() {
     let stored = Origin {
         proof: Proof::Refusal,
         wait: Some(ms(3000)),
+        numbered: 0,
     };
     // A longer deadline reported since, naming its connection: the longer
     // wait, and Redis must confirm a refusal.
@@ -658,6 +716,7 @@ fn later_facts_lengthen_a_wait_never_shorten_it() {
     let legacy = Origin {
         proof: Proof::Refusal,
         wait: None,
+        numbered: 0,
     };
     assert_eq!(
         SETTINGS.effective(&legacy, &unknown).wait,
@@ -726,6 +785,7 @@ fn stored_forms_parse_strictly() {
     let origin = |proof, ms_| Origin {
         proof,
         wait: Some(ms(ms_)),
+        numbered: 0,
     };
     let t = Transit {
         from: BTreeMap::from([
@@ -755,6 +815,7 @@ fn stored_forms_parse_strictly() {
     let legacy = Origin {
         proof: Proof::Refusal,
         wait: None,
+        numbered: 0,
     };
     assert_eq!(old.from, BTreeMap::from([("a:1".to_string(), legacy)]));
     assert_eq!(old.encode(), "7 1700000000000 b:2 a:1");

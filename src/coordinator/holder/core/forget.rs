@@ -107,6 +107,7 @@ mod tests {
                 Origin {
                     proof: Proof::Never,
                     wait: Some(Duration::from_secs(30)),
+                    numbered: 0,
                 },
             )]),
             to: Some("a:1".into()),

@@ -229,6 +229,7 @@ mod tests {
                 Origin {
                     proof: Proof::Never,
                     wait: Some(wait),
+                    numbered: 0,
                 },
             )]),
             to: Some("b:2".into()),

@@ -395,6 +395,7 @@ pub(super) mod tests {
         let origin = Origin {
             proof: Proof::Never,
             wait: Some(Duration::from_secs(1)),
+            numbered: 0,
         };
         let transit = Transit {
             from: BTreeMap::from([("a:1".to_string(), origin)]),

@@ -115,6 +115,7 @@ mod tests {
                 Origin {
                     proof: Proof::Never,
                     wait: Some(Duration::from_secs(10)),
+                    numbered: 0,
                 },
             )]),
             to: Some("b:2".into()),
