@@ -11,7 +11,7 @@
 //! worked on by two members.
 //!
 //! The holder's glue between the planner and the ledger mirrors the cycle's
-//! (`coordinator::holder::settle`): read what the ledger says must be read,
+//! (`coordinator::holder::core::step`): read what the ledger says must be read,
 //! raise the floor above a lost numbering, plan from the known table or the
 //! stored one (verified), write, and tell the ledger the outcome.
 
