@@ -218,17 +218,27 @@ impl World {
             if !self.seen_overlaps.insert((unit.clone(), names.clone())) {
                 continue;
             }
+            // The limit is a holder change after the loss: the holder that
+            // saw the state keeps it in its ledger; a new one cannot know it.
+            let latest = workers.iter().map(|w| w.1).max().expect("two");
+            let changed_since = |at: Instant| {
+                self.holdings
+                    .iter()
+                    .any(|(h, _, _)| *h >= at && *h <= latest)
+            };
             // One acquired from a table the loss may have taken, the other
-            // after the loss.
+            // after the loss and a holder change.
             let across = |(at, g): &(Instant, u64)| {
-                workers.iter().any(|a| a.2 <= *g) && workers.iter().any(|b| b.1 >= *at)
+                workers.iter().any(|a| a.2 <= *g)
+                    && workers.iter().any(|b| b.1 >= *at)
+                    && changed_since(*at)
             };
             let first = workers
                 .iter()
                 .min_by_key(|w| w.1)
                 .map(|w| w.0.clone())
                 .expect("two");
-            if self.data_losses.iter().any(across) || self.report_lost(&first) {
+            if self.data_losses.iter().any(across) || self.report_lost(&first, &changed_since) {
                 self.documented += 1;
                 self.log(
                     now,
@@ -286,14 +296,18 @@ impl World {
     /// Redis lost its data or an edit overwrote the reports since (not
     /// `-forget-after`): the holder cannot know its deadline, and waits
     /// `-handoff-delay` for it.
-    fn report_lost(&self, member: &str) -> bool {
+    fn report_lost(&self, member: &str, changed_since: &dyn Fn(Instant) -> bool) -> bool {
         let Some(m) = self.members.iter().find(|m| m.name == member) else {
             return false;
         };
         let Some(written) = m.reported_at else {
             return false;
         };
-        if !self.data_losses.iter().any(|(l, _)| *l >= written) {
+        if !self
+            .data_losses
+            .iter()
+            .any(|(l, _)| *l >= written && changed_since(*l))
+        {
             return false;
         }
         let mut s = self.server.lock().expect("server lock");
