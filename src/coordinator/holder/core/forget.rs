@@ -57,14 +57,9 @@ impl HolderView {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
-    use std::time::Duration;
 
-    use super::super::tests::{inputs, live_view, table};
+    use super::super::tests::{inputs, live_view, table, with_transit};
     use super::*;
-    use crate::core::handoff::{HeldTable, Origin, Proof, Transit};
-    use crate::core::timing::test_t0;
 
     const AFTER: u64 = 2_000;
 
@@ -101,32 +96,7 @@ mod tests {
     fn a_member_that_owes_a_release_is_never_forgotten() {
         let inputs = inputs(&["a:1", "b:2", "c:3", "d:4"], &["u1"]);
         let mut v = view(&["a:1", "b:2", "c:3"], &["d:4"], 0);
-        let transit = Transit {
-            from: BTreeMap::from([(
-                "d:4".to_string(),
-                Origin {
-                    proof: Proof::Never,
-                    wait: Some(Duration::from_secs(30)),
-                    numbered: 0,
-                },
-            )]),
-            to: Some("a:1".into()),
-            revoked_at: 5,
-            since_ms: 0,
-            waiting_since: test_t0(),
-        };
-        v.handoff.ledger.resync(
-            Some(HeldTable::new(
-                Arc::clone(&table(&[("a:1", "u1")])),
-                Some(5),
-            )),
-            BTreeMap::from([(
-                "g".to_string(),
-                BTreeMap::from([("u1".to_string(), transit)]),
-            )]),
-            2,
-            &[],
-        );
+        with_transit(&mut v, table(&[("a:1", "u1")]), "u1", ("d:4", "a:1"), 30, 5);
         assert!(
             v.forgettable(&inputs, AFTER, 50, 60_000).is_empty(),
             "its report proves its releases: it stays while it owes one"

@@ -449,6 +449,40 @@ pub(super) mod tests {
         v
     }
 
+    /// Makes the ledger know `unit` in transit from `from` (waiting
+    /// `wait_s` seconds) to `to`, revoked at `revoked_at`, with `granted`
+    /// as Redis' table.
+    pub(super) fn with_transit(
+        v: &mut HolderView,
+        granted: Arc<MatchingTable>,
+        unit: &str,
+        (from, to): (&str, &str),
+        wait_s: u64,
+        revoked_at: u64,
+    ) {
+        let origin = Origin {
+            proof: Proof::Never,
+            wait: Some(Duration::from_secs(wait_s)),
+            numbered: 0,
+        };
+        let transit = Transit {
+            from: BTreeMap::from([(from.to_string(), origin)]),
+            to: Some(to.into()),
+            revoked_at,
+            since_ms: 1,
+            waiting_since: crate::core::timing::test_t0(),
+        };
+        v.handoff.ledger.resync(
+            Some(HeldTable::new(granted, Some(revoked_at))),
+            BTreeMap::from([(
+                "g".to_string(),
+                BTreeMap::from([(unit.to_string(), transit)]),
+            )]),
+            revoked_at - 1,
+            &[],
+        );
+    }
+
     const SETTINGS: handoff::Settings = handoff::Settings {
         handoff_delay: Duration::from_secs(10),
     };

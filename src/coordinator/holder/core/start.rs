@@ -87,13 +87,11 @@ impl HolderView {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use super::super::tests::{live_view, table};
+    use super::super::tests::{live_view, table, with_transit};
     use super::*;
-    use crate::core::handoff::{HeldTable, MemberReport, Origin, Proof, Transit};
-    use crate::core::timing::test_t0;
+    use crate::core::handoff::MemberReport;
 
     fn report(applied: u64) -> MemberReport {
         MemberReport {
@@ -109,29 +107,7 @@ mod tests {
     fn view_with_transit() -> HolderView {
         let granted = table(&[("b:2", "u1")]);
         let mut v = live_view(&["a:1", "b:2"], &granted);
-        let transit = Transit {
-            from: BTreeMap::from([(
-                "a:1".to_string(),
-                Origin {
-                    proof: Proof::Never,
-                    wait: Some(Duration::from_secs(10)),
-                    numbered: 0,
-                },
-            )]),
-            to: Some("b:2".into()),
-            revoked_at: 5,
-            since_ms: 1,
-            waiting_since: test_t0(),
-        };
-        v.handoff.ledger.resync(
-            Some(HeldTable::new(granted, Some(5))),
-            BTreeMap::from([(
-                "g".to_string(),
-                BTreeMap::from([("u2".to_string(), transit)]),
-            )]),
-            4,
-            &[],
-        );
+        with_transit(&mut v, granted, "u2", ("a:1", "b:2"), 10, 5);
         v
     }
 

@@ -963,12 +963,11 @@ mod tests {
         assert_eq!(core.take_note().and_then(|n| n.revoked_at), Some(8));
     }
 
-    #[tokio::test]
-    async fn forget_after_waits_for_a_settled_write_and_the_lease() {
-        let t0 = test_t0();
+    /// A cycle under `-forget-after` in which b:2 failed long ago and c:3
+    /// joins, up to the write of c:3's new row.
+    async fn forgetting_core(t0: Instant) -> CycleCore {
         let granted = table(&[("a:1", "u1,u2")]);
         let after = Some(Duration::from_millis(500));
-        // b:2 failed long ago; c:3 and a:1 answer.
         let mut view = known_view(&["a:1", "c:3"], &granted);
         view.liveness
             .observe([("b:2", Err("refused"))], ["a:1", "b:2", "c:3"], 0);
@@ -985,17 +984,22 @@ mod tests {
         else {
             panic!("then solves");
         };
-        let r = core.step(Outcome::Solved(Arc::clone(&granted)), at(t0, 4));
+        let r = core.step(Outcome::Solved(granted), at(t0, 4));
         let Ready::Commit(_) = digested(&mut core, r, at(t0, 4)) else {
             panic!("c:3's new row is written");
         };
-        match core.step(
-            Outcome::Committed(Ok(Committed::Written {
-                generation: None,
-                version: 2,
-            })),
-            at(t0, 5),
-        ) {
+        core
+    }
+
+    #[tokio::test]
+    async fn forget_after_waits_for_a_settled_write() {
+        let t0 = test_t0();
+        let mut core = forgetting_core(t0).await;
+        let written = Outcome::Committed(Ok(Committed::Written {
+            generation: None,
+            version: 2,
+        }));
+        match core.step(written, at(t0, 5)) {
             Ready::Forget { pairs } => assert_eq!(pairs, [("svc".to_string(), b"b:2".to_vec())]),
             _ => panic!("a member failing past -forget-after is forgotten"),
         }
@@ -1006,21 +1010,7 @@ mod tests {
         assert_eq!(f.forgotten, [("\"b:2\"".to_string(), "svc".to_string())]);
 
         // The same cycle whose write's outcome is unknown forgets nobody.
-        let mut view = known_view(&["a:1", "c:3"], &granted);
-        view.liveness
-            .observe([("b:2", Err("refused"))], ["a:1", "b:2", "c:3"], 0);
-        let mut core = CycleCore::new(Kind::Full, config(after), Some(view), Vec::new(), None);
-        let members = to_pings(
-            &mut core,
-            snapshot(&["a:1", "b:2", "c:3"], &["u1", "u2"], &granted),
-            t0,
-        )
-        .await;
-        core.step(Outcome::Pinged(answered(&members, &["b:2"])), at(t0, 3));
-        let r = core.step(Outcome::Solved(Arc::clone(&granted)), at(t0, 4));
-        let Ready::Commit(_) = digested(&mut core, r, at(t0, 4)) else {
-            panic!("c:3's new row is written");
-        };
+        let mut core = forgetting_core(t0).await;
         let f = finished(core.step(Outcome::Committed(Err(timeout())), at(t0, 5)));
         assert!(f.forgotten.is_empty());
     }
