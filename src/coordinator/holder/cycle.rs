@@ -40,10 +40,10 @@ use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::core::{CommitPlan, CoreConfig, CycleCore, Finished, Kind, Now, Outcome, Ready};
+use super::core::{CommitPlan, CoreConfig, CycleCore, Finished, Kind, Now, Outcome, Ready, Round};
 use super::handoff::Refusal;
 use super::lists::assemble;
-use super::pings::{InFlight, Round};
+use super::pings::InFlight;
 use super::solve::{SolveSettings, desired};
 use super::warm::WarmView;
 use super::{CycleError, CycleReport, HolderView, mark_error};

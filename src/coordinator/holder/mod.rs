@@ -12,7 +12,8 @@
 //!   round of pings (`observe`), the plan and whether to write, what a
 //!   write's outcome makes of its view, and whom `-forget-after` removes
 //!   (`forget`);
-//! - `pings`: collecting a round of pings in phases;
+//! - `pings`: collecting a round of pings in phases (`core::round` decides
+//!   what each phase waits for);
 //! - `solve`: the desired table, memoised by the key of what it depends on;
 //! - `lists`: the inputs made of the lists, reused while no list changed;
 //! - `warm`: a standby's view prepared ahead of a holding;

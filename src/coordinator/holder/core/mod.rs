@@ -4,6 +4,8 @@
 //!   Ready` (what to read, whom to ping, when to write, what follows);
 //! - `inherit`: what it makes of Redis' state on a new holding or after a
 //!   write of unknown outcome;
+//! - `round`: how long a round of pings waits, and what counts as
+//!   suspicious;
 //! - `observe`: what a round of pings makes of liveness and suspects;
 //! - `start`: the numbering and the table a plan starts from;
 //! - here: the plan (break before make, skipped while nothing changed),
@@ -40,12 +42,14 @@ mod forget;
 mod inherit;
 mod observe;
 mod ready;
+mod round;
 mod start;
 mod step;
 
 pub(super) use observe::Judge;
 use observe::Observed;
 pub(super) use ready::{CommitPlan, CoreConfig, Finished, Kind, Now, Outcome, Ready};
+pub(super) use round::{Round, Waited};
 pub(super) use step::CycleCore;
 
 use super::handoff::{HandoffOutcome, Steady};
