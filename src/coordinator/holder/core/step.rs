@@ -99,7 +99,6 @@ pub(in crate::coordinator::holder) struct CycleCore {
     write: Option<Write>,
     forgotten: Vec<(String, String)>,
     claimed: usize,
-    resynced: bool,
     note: Option<CommitNote>,
 }
 
@@ -133,7 +132,6 @@ impl CycleCore {
             write: None,
             forgotten: Vec::new(),
             claimed: 0,
-            resynced: false,
             note: None,
         }
     }
@@ -187,12 +185,10 @@ impl CycleCore {
             (Phase::Pings, Outcome::Pinged(reports)) => {
                 let inputs = Arc::clone(self.inputs());
                 let listed = listed_entries(&inputs);
-                let was_live = std::mem::take(&mut self.was_live);
                 let view = self.view.as_mut().expect("the view is known");
                 let judge = judge(&self.config, now);
-                self.observed = view.take_round(&inputs, &listed, reports, &was_live, true, judge);
-                self.was_live = was_live;
-                let view = self.view.as_mut().expect("the view is known");
+                self.observed =
+                    view.take_round(&inputs, &listed, reports, &self.was_live, true, judge);
                 view.handoff.forget_departed(&inputs);
                 view.handoff.inputs = Some(inputs);
                 self.settle()
@@ -244,7 +240,6 @@ impl CycleCore {
                 // A new holding has nothing to reconcile the table with (its
                 // first plan reads and verifies it anyway); a resync does.
                 let with_table = view.is_some();
-                self.resynced = with_table;
                 self.phase = Phase::Holding;
                 Ready::ReadHolding { with_table }
             }
@@ -255,6 +250,8 @@ impl CycleCore {
     /// log of what it found.
     fn reconcile(&mut self, inherited: Inheritance, now: Now) {
         let keys = &self.config.keys;
+        // A view to reconcile: a resync after a write of unknown outcome.
+        let resync = self.view.is_some();
         let (mut view, r) = HolderView::reconcile(
             self.view.take(),
             inherited,
@@ -265,9 +262,7 @@ impl CycleCore {
         );
         self.floor = self.floor.max(r.generation);
         r.log(keys);
-        if !self.resynced
-            && let Some(warm) = self.warm.take()
-        {
+        if !resync && let Some(warm) = self.warm.take() {
             view.warm_from(warm);
         }
         r.log_view(&view);
