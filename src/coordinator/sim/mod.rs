@@ -657,12 +657,15 @@ pub fn run_seeds(seeds: impl Iterator<Item = u64> + Send, run: Run, threads: usi
 mod tests {
     use super::*;
 
+    /// A shorter run than the default, for tests that run a seed twice.
+    const SHORT: Run = Run {
+        faults: Duration::from_secs(8),
+        quiet: Duration::from_secs(10),
+    };
+
     #[test]
     fn a_seed_replays_exactly() {
-        let run = Run {
-            faults: Duration::from_secs(8),
-            quiet: Duration::from_secs(10),
-        };
+        let run = SHORT;
         let a = run_seed(7, run);
         let b = run_seed(7, run);
         assert_eq!(a.trace, b.trace);
@@ -671,10 +674,7 @@ mod tests {
 
     #[test]
     fn an_omitted_event_leaves_every_other_draw_as_it_was() {
-        let run = Run {
-            faults: Duration::from_secs(8),
-            quiet: Duration::from_secs(10),
-        };
+        let run = SHORT;
         let whole = run_seed(7, run);
         assert!(whole.events > 3);
         for events in [1, 0b110, u128::MAX] {

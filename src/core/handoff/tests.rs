@@ -333,6 +333,25 @@ fn a_draining_member_keeps_an_empty_row_while_live() {
     assert_eq!(p.granted, table(&[("a", ""), ("b", "v")]));
 }
 
+/// A unit revoked from `a` at `revoked_at`, owed `wait` with no other
+/// proof, on its way `to`.
+fn revoked_from_a(t0: Instant, wait: Duration, to: &str, revoked_at: u64) -> Transit {
+    Transit {
+        from: BTreeMap::from([(
+            "a".to_string(),
+            Origin {
+                proof: Proof::Never,
+                wait: Some(wait),
+                numbered: 0,
+            },
+        )]),
+        to: Some(to.into()),
+        revoked_at,
+        since_ms: 0,
+        waiting_since: t0,
+    }
+}
+
 #[test]
 fn a_hand_edited_table_is_repaired_by_revoking_from_every_holder() {
     let t0 = crate::core::timing::test_t0();
@@ -344,23 +363,10 @@ fn a_hand_edited_table_is_repaired_by_revoking_from_every_holder() {
     c.facts.insert("a".into(), acking(0));
     // u in two rows (a hand-edit); v in a row and in transit.
     c.granted = table(&[("a", "u"), ("b", "u"), ("c", "v")]);
-    c.transit.entry("g".into()).or_default().insert(
-        "v".into(),
-        Transit {
-            from: BTreeMap::from([(
-                "a".to_string(),
-                Origin {
-                    proof: Proof::Never,
-                    wait: Some(ms(1000 + 50 + 100)),
-                    numbered: 0,
-                },
-            )]),
-            to: Some("c".into()),
-            revoked_at: 1,
-            since_ms: 0,
-            waiting_since: t0,
-        },
-    );
+    c.transit
+        .entry("g".into())
+        .or_default()
+        .insert("v".into(), revoked_from_a(t0, ms(1000 + 50 + 100), "c", 1));
     c.desired = table(&[("a", "u"), ("b", ""), ("c", "v")]);
     c.verify = true;
     let p = c.plan();
@@ -388,23 +394,10 @@ fn an_acknowledged_revocation_still_counts_when_the_unit_is_revoked_from_another
     c.facts.insert("a".into(), acking(1));
     c.facts.insert("b".into(), acking(1));
     c.granted = table(&[("a", ""), ("b", "v"), ("c", "")]);
-    c.transit.entry("g".into()).or_default().insert(
-        "v".into(),
-        Transit {
-            from: BTreeMap::from([(
-                "a".to_string(),
-                Origin {
-                    proof: Proof::Never,
-                    wait: Some(ms(300_000)),
-                    numbered: 0,
-                },
-            )]),
-            to: Some("c".into()),
-            revoked_at: 1,
-            since_ms: 0,
-            waiting_since: t0,
-        },
-    );
+    c.transit
+        .entry("g".into())
+        .or_default()
+        .insert("v".into(), revoked_from_a(t0, ms(300_000), "c", 1));
     c.desired = table(&[("a", ""), ("b", ""), ("c", "v")]);
     c.verify = true;
     let p = c.plan();
