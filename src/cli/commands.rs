@@ -6,8 +6,9 @@ use anyhow::Context as _;
 use clap::Subcommand;
 
 use crate::config::Config;
+use crate::core::costs::{UnitCosts, decode_cost, display_cost};
 use crate::core::handoff::{MAX_WEIGHT, MemberReport, decode_weight_override};
-use crate::core::inputs::{check_member_addr, check_unit};
+use crate::core::inputs::{check_member_addr, check_unit, excerpt};
 use crate::edge::redis::Store;
 use crate::report;
 
@@ -39,6 +40,28 @@ pub enum Command {
         #[command(subcommand)]
         op: WeightsOp,
     },
+    /// Inspect or edit the units' costs (`-balance cost`).
+    Costs {
+        #[command(subcommand)]
+        op: CostsOp,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CostsOp {
+    /// Every unit with a declared cost, sorted, and what an undeclared unit
+    /// counts as; unreadable entries are marked.
+    List,
+    /// Declare a unit's cost: a number above 0 and at most 1e9.
+    Set {
+        unit: String,
+        /// A number such as 3 or 0.25 (a negative one reaches our check,
+        /// which names it).
+        #[arg(allow_hyphen_values = true)]
+        cost: String,
+    },
+    /// Remove a unit's cost: it counts as the mean of the declared ones.
+    Unset { unit: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -201,6 +224,7 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
             println!("set {} units", units.len());
         }
         Command::Weights { op } => weights(&store, op).await?,
+        Command::Costs { op } => costs(&store, op).await?,
     }
     Ok(())
 }
@@ -239,6 +263,63 @@ async fn weights(store: &Store, op: WeightsOp) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `distributor costs ...`.
+async fn costs(store: &Store, op: CostsOp) -> anyhow::Result<()> {
+    let key = &store.keys().costs;
+    match op {
+        CostsOp::List => {
+            let pairs = store
+                .read_costs()
+                .await
+                .with_context(|| format!("failed to read {key:?}"))?;
+            print!("{}", render_costs(pairs));
+        }
+        CostsOp::Set { unit, cost } => {
+            check_unit(unit.as_bytes())
+                .map_err(|why| anyhow::anyhow!("invalid work unit {unit:?}: {why}"))?;
+            let c = decode_cost(&cost).ok_or_else(|| {
+                anyhow::anyhow!("invalid cost {cost:?} for {unit:?}: expected a number above 0 and at most 1e9, such as 3 or 0.25")
+            })?;
+            let shown = display_cost(c);
+            store
+                .set_cost(&unit, &shown)
+                .await
+                .with_context(|| format!("failed to update {key:?}"))?;
+            println!("set {unit} to {shown}");
+        }
+        CostsOp::Unset { unit } => {
+            let had = store
+                .unset_cost(&unit)
+                .await
+                .with_context(|| format!("failed to update {key:?}"))?;
+            println!("{}", if had { "unset" } else { "no cost" });
+        }
+    }
+    Ok(())
+}
+
+/// One line per declared unit, sorted, then what an undeclared unit counts
+/// as (the mean of the readable ones).
+fn render_costs(mut pairs: Vec<(String, String)>) -> String {
+    pairs.sort();
+    let mut out = format!("{:<32} {:>12}\n", "unit", "cost");
+    for (unit, raw) in &pairs {
+        let shown = match decode_cost(raw) {
+            Some(c) => display_cost(c),
+            None => format!("unreadable: {}", excerpt(raw.as_bytes())),
+        };
+        out += &format!("{unit:<32} {shown:>12}\n");
+    }
+    let (costs, bad) = UnitCosts::decode(pairs);
+    out += &format!(
+        "{} declared, {} unreadable; an undeclared unit counts as {}\n",
+        costs.declared(),
+        bad.len(),
+        display_cost(costs.default_cost())
+    );
+    out
 }
 
 /// One line per member with an override or a report, sorted: the weight the
@@ -295,6 +376,21 @@ mod tests {
         v.iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn costs_list_marks_unreadable_entries_and_shows_the_default() {
+        let text = render_costs(pairs(&[("b", "2"), ("a", "1"), ("c", "NaN")]));
+        let rows: Vec<&str> = text.lines().collect();
+        assert_eq!(rows[1].split_whitespace().collect::<Vec<_>>(), ["a", "1"]);
+        assert_eq!(rows[2].split_whitespace().collect::<Vec<_>>(), ["b", "2"]);
+        assert!(
+            rows[3].starts_with('c') && rows[3].contains("unreadable: ") && rows[3].contains("NaN")
+        );
+        assert_eq!(
+            rows[4],
+            "2 declared, 1 unreadable; an undeclared unit counts as 1.5"
+        );
     }
 
     #[test]

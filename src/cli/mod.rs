@@ -10,7 +10,7 @@
 pub mod commands;
 pub mod daemon;
 
-pub use commands::{Command, ServicesOp, UnitsOp, WeightsOp};
+pub use commands::{Command, CostsOp, ServicesOp, UnitsOp, WeightsOp};
 
 use std::ffi::OsString;
 

@@ -24,6 +24,7 @@ mod values;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::core::balance::Balance;
 use crate::core::keys::Keys;
 use crate::core::table::Assignment;
 use crate::edge::tls::TlsFiles;
@@ -98,6 +99,8 @@ pub struct Config {
     pub handoff_delay: Duration,
     /// How the table is solved: ring or sticky.
     pub assignment: Assignment,
+    /// What the split balances: count, or cost within a tolerance.
+    pub balance: Balance,
     /// At most this many moves per solve (0: no limit).
     pub max_moves_per_cycle: usize,
     /// Redis replicas that must acknowledge (WAIT) lease and table writes.
@@ -139,6 +142,7 @@ impl std::fmt::Debug for Config {
             mass_failure_confirm,
             handoff_delay,
             assignment,
+            balance,
             max_moves_per_cycle,
             redis_wait_replicas,
             redis_wait_timeout,
@@ -171,6 +175,7 @@ impl std::fmt::Debug for Config {
             .field("mass_failure_confirm", mass_failure_confirm)
             .field("handoff_delay", handoff_delay)
             .field("assignment", assignment)
+            .field("balance", balance)
             .field("max_moves_per_cycle", max_moves_per_cycle)
             .field("redis_wait_replicas", redis_wait_replicas)
             .field("redis_wait_timeout", redis_wait_timeout)
@@ -403,6 +408,8 @@ pub fn resolve(
         mass_failure_confirm: l.get(&MASS_FAILURE_CONFIRM)?,
         handoff_delay: l.get(&HANDOFF_DELAY)?,
         assignment: l.get(&ASSIGNMENT)?,
+        balance: Balance::parse(l.get(&BALANCE)?, l.get(&BALANCE_TOLERANCE)?)
+            .expect("a name of Balance::NAMES"),
         max_moves_per_cycle: l.get(&MAX_MOVES_PER_CYCLE)?,
         redis_wait_replicas: l.get(&REDIS_WAIT_REPLICAS)?,
         redis_wait_timeout: l.get(&REDIS_WAIT_TIMEOUT)?,

@@ -40,6 +40,9 @@ pub struct Keys {
     /// The operator's weight overrides: member → integer 1..=1000, written by
     /// `distributor weights set`; an override beats the member's report.
     pub weights: String,
+    /// Unit costs for `-balance cost`: unit → a positive number, written by
+    /// whoever maintains the work list, or by `distributor costs set`.
+    pub costs: String,
     /// Units in transit between owners: `<unit>,<group>` → `revoked_at
     /// since_ms to from`, written by the holder with the table.
     pub transit: String,
@@ -70,6 +73,7 @@ impl Keys {
             suspects: k("suspects"),
             members: k("members"),
             weights: k("weights"),
+            costs: k("costs"),
             transit: k("transit"),
             table_channel: k("changed"),
             lease_channel: k("released"),

@@ -3,7 +3,9 @@
 //! time comes in as arguments. Each is tested in memory, most with property
 //! tests.
 
+pub mod balance;
 pub mod census;
+pub mod costs;
 pub mod count;
 pub mod handoff;
 pub mod inputs;

@@ -87,6 +87,20 @@ pub struct Status {
     /// holder left (or Redis' state after a write of unknown outcome) could
     /// not be read; it retries every poll interval.
     pub holding_blocked: Option<String>,
+    /// With `-balance cost`, as the holder's last cycle saw it.
+    pub balance: Option<BalanceStatus>,
+}
+
+/// The cost balance as the holder's last cycle saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BalanceStatus {
+    /// The loads of the table the holder solved (`None` before a solve).
+    pub loads: Option<std::sync::Arc<crate::core::balance::LoadSummary>>,
+    /// Unreadable `{T}:costs` entries, skipped.
+    pub invalid_costs: usize,
+    /// Why `{T}:costs` could not be read, while that lasts (the costs
+    /// known are used meanwhile).
+    pub costs_problem: Option<String>,
 }
 
 /// The handoff as the holder's last cycle saw it.
@@ -124,6 +138,8 @@ pub struct Overview {
     pub transit: std::collections::BTreeMap<String, String>,
     /// `{T}:weights`: the operator's weight overrides, undecoded.
     pub weights: std::collections::BTreeMap<String, String>,
+    /// `{T}:costs`: the unit costs, undecoded.
+    pub costs: std::collections::BTreeMap<String, String>,
 }
 
 impl Overview {

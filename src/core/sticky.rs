@@ -120,8 +120,8 @@ pub const SLOT_SEED: u64 = 0x5717_c4f0_510f_0000;
 pub const LIMIT_SEED: u64 = 0x5717_c4f0_11a1_0001;
 
 /// Marks in [`Holders::of`].
-const FREE: u32 = u32::MAX;
-const CONTESTED: u32 = u32::MAX - 1;
+pub(super) const FREE: u32 = u32::MAX;
+pub(super) const CONTESTED: u32 = u32::MAX - 1;
 
 /// The sticky assignment: `current` rows (member, units), in any order, a
 /// member's row possibly split over several entries; live `members` with
@@ -397,7 +397,7 @@ fn flatten<'a>(table: &Table<'a>) -> (Vec<&'a str>, Vec<&'a str>, Vec<u32>) {
 
 /// Rows from each unit's owner, each sorted (already, when the unit indices
 /// are in sorted order: then the sort only checks).
-fn rows<'a>(names: &[&'a str], units: &[&'a str], owner: &[u32]) -> Table<'a> {
+pub(super) fn rows<'a>(names: &[&'a str], units: &[&'a str], owner: &[u32]) -> Table<'a> {
     let mut sizes = vec![0usize; names.len()];
     for &m in owner {
         sizes[m as usize] += 1;
@@ -413,20 +413,20 @@ fn rows<'a>(names: &[&'a str], units: &[&'a str], owner: &[u32]) -> Table<'a> {
 }
 
 /// Who holds each listed unit in the current table.
-struct Holders {
+pub(super) struct Holders {
     /// Per unit index: its single holder's member index, [`FREE`] or
     /// [`CONTESTED`].
-    of: Vec<u32>,
+    pub(super) of: Vec<u32>,
     /// `(unit, member)` for every holder of every contested unit, sorted,
     /// distinct.
-    contested: Vec<(u32, u32)>,
+    pub(super) contested: Vec<(u32, u32)>,
 }
 
 impl Holders {
     /// `names` and `units` sorted and distinct. Rows of other names and
     /// units not in `units` are ignored; each (member, unit) pair counts
     /// once however often it appears.
-    fn read<'c, R>(
+    pub(super) fn read<'c, R>(
         current: impl IntoIterator<Item = (&'c str, R)>,
         names: &[&str],
         units: &[&str],
@@ -472,7 +472,7 @@ impl Holders {
 
 /// XXH3 for the unit index's keys: `str` hashes as its bytes then `0xff`.
 #[derive(Default)]
-struct StrHasher(u64);
+pub(crate) struct StrHasher(u64);
 
 impl Hasher for StrHasher {
     fn write(&mut self, bytes: &[u8]) {

@@ -22,6 +22,8 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+use crate::core::balance::{self, Balance};
+use crate::core::costs::SCALE;
 use crate::core::inputs::Inputs;
 use crate::core::{ring, sticky};
 
@@ -59,6 +61,13 @@ impl Assignment {
 /// What [`MatchingTable::solve_with`] takes besides the inputs.
 pub struct Solve<'a> {
     pub assignment: Assignment,
+    /// What the rows balance: with [`Balance::Cost`], the units' `costs`
+    /// ([`balance::assign`], which always starts from `current`), and
+    /// `assignment` is not used.
+    pub balance: Balance,
+    /// Every unit's cost, for [`Balance::Cost`] (`None`: every unit 1);
+    /// [`balance::Costs::Aligned`] with `inputs.units`.
+    pub costs: Option<balance::Costs<'a>>,
     /// A live member's capacity weight (1 by default; 0 counts as 1).
     pub weight: &'a dyn Fn(&str) -> u32,
     /// The table the members hold now, for sticky mode and the move limit,
@@ -126,6 +135,8 @@ impl Solve<'_> {
     pub fn ring() -> Solve<'static> {
         Solve {
             assignment: Assignment::Ring,
+            balance: Balance::Count,
+            costs: None,
             weight: &|_| 1,
             current: None,
             also_held: &[],
@@ -210,9 +221,16 @@ impl MatchingTable {
                 .filter(|m| is_live(m))
                 .map(|m| (m, (how.weight)(m)))
                 .collect();
-            let mut solved = match how.assignment {
-                Assignment::Ring => ring::assign_weighted(&live, &units),
-                Assignment::Sticky => sticky::assign(current(), &live, &units),
+            let mut cost_minimum = None;
+            let mut solved = match (how.balance, how.assignment) {
+                (Balance::Cost(tolerance), _) => {
+                    let costs = how.costs.unwrap_or(balance::Costs::Lookup(&|_| SCALE));
+                    let b = balance::assign(current(), &live, &units, costs, tolerance);
+                    cost_minimum = Some(b.minimum);
+                    b.table
+                }
+                (Balance::Count, Assignment::Ring) => ring::assign_weighted(&live, &units),
+                (Balance::Count, Assignment::Sticky) => sticky::assign(current(), &live, &units),
             };
             if how.max_moves > 0 && how.current.is_some() {
                 solved = sticky::limit_moves(current(), &solved, budget);
@@ -222,7 +240,8 @@ impl MatchingTable {
                 if how.max_moves > 0 {
                     budget -= moved.min(budget);
                 }
-                let minimum = sticky::min_moves(current(), &live, &units);
+                let minimum =
+                    cost_minimum.unwrap_or_else(|| sticky::min_moves(current(), &live, &units));
                 // The rest had no single live holder: placed, not moved.
                 let assigned: usize = solved.values().map(Vec::len).sum();
                 let placed = assigned - kept - moved;
@@ -236,6 +255,38 @@ impl MatchingTable {
         }
         let moves = how.current.is_some().then_some(moves);
         (MatchingTable::from_rows(rows), moves)
+    }
+
+    /// Each live member's load against its share in this table, with
+    /// these costs and weights, as the cost balance sees it (its hot units
+    /// and bands), summed over the groups of `inputs`.
+    pub fn loads(
+        &self,
+        inputs: &Inputs,
+        is_live: impl Fn(&str) -> bool,
+        weight: &dyn Fn(&str) -> u32,
+        costs: balance::Costs<'_>,
+        tolerance: balance::Tolerance,
+    ) -> balance::LoadSummary {
+        let units: Vec<&str> = inputs.units.iter().map(String::as_str).collect();
+        let rows: sticky::Table<'_> = self
+            .rows
+            .iter()
+            .map(|(m, v)| (m.as_str(), decode_row(v)))
+            .collect();
+        let mut summary = balance::LoadSummary::default();
+        for group in &inputs.groups {
+            let live: Vec<(&str, u32)> = group
+                .members
+                .iter()
+                .map(String::as_str)
+                .filter(|m| is_live(m))
+                .map(|m| (m, weight(m)))
+                .collect();
+            // Rows of members outside the group are ignored there.
+            summary.add(&balance::loads(&rows, &live, &units, costs, tolerance));
+        }
+        summary
     }
 
     /// Builds a table from stored rows (for tests, status and diffs). Empty

@@ -15,7 +15,9 @@ use std::time::Duration;
 use crate::core::keys::Keys;
 use crate::core::lease::{Acquisition, Claim, HolderConnection, LeaseGrant, Renewal};
 use crate::core::table::MatchingTable;
-use crate::edge::redis::{Commit, Committed, Inheritance, ListLimits, ReportsRead, Snapshot};
+use crate::edge::redis::{
+    Commit, Committed, CostsRead, Inheritance, ListLimits, ReportsRead, Snapshot,
+};
 use crate::error::StoreError;
 
 /// The coordination state as a replica uses it. Futures are `Send`, so a
@@ -78,6 +80,9 @@ pub trait HoldingStore: Clone + Send + Sync + 'static {
     /// The members' reports and the weight overrides, unless unchanged
     /// since `held`.
     fn read_reports_since(&self, held: Option<u64>) -> impl Future<Output = ReportsRead> + Send;
+
+    /// The unit costs (`-balance cost`), unless unchanged since `held`.
+    fn read_costs_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send;
 
     /// What a holder reads before it plans (`with_table`: the table too).
     fn read_holding(
@@ -168,6 +173,10 @@ impl HoldingStore for crate::edge::redis::Store {
 
     fn read_reports_since(&self, held: Option<u64>) -> impl Future<Output = ReportsRead> + Send {
         crate::edge::redis::Store::read_reports_since(self, held)
+    }
+
+    fn read_costs_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send {
+        crate::edge::redis::Store::read_costs_since(self, held)
     }
 
     fn read_holding(

@@ -392,6 +392,7 @@ mod tests {
             protocol: None,
             unreadable_report: None,
             weight: 1,
+            load: None,
         }
     }
 
@@ -422,6 +423,7 @@ mod tests {
                 minimum: 3,
                 placed: 0,
             }),
+            balance: None,
         }
     }
 

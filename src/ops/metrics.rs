@@ -84,6 +84,11 @@ pub struct Metrics {
     pub holding_blocked: Gauge,
     pub resyncs: Counter,
     pub claimed_units: Counter,
+    pub load_imbalance: Gauge<f64, AtomicU64>,
+    pub load_least: Gauge<f64, AtomicU64>,
+    pub members_out_of_band: Gauge,
+    pub hot_units: Gauge,
+    pub invalid_costs: Gauge,
     /// Groups that have `members` series now.
     member_groups: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -280,6 +285,36 @@ impl Metrics {
             "Units the stored table took from a member that may still work on them, without a revocation (Redis lost a write, a lagging replica was promoted, a hand edit): revoked from it (and from whoever the table gives them to) before anyone gets them",
             claimed_units.clone(),
         );
+        let load_imbalance = Gauge::<f64, AtomicU64>::default();
+        r.register(
+            "load_imbalance",
+            "With -balance cost: the busiest member's load divided by its share (1: exactly its share; a member isolating a hot unit counts that unit as its share), in the table the holder solved (holder only)",
+            load_imbalance.clone(),
+        );
+        let load_least = Gauge::<f64, AtomicU64>::default();
+        r.register(
+            "load_least",
+            "With -balance cost: the least busy member's load divided by its share (holder only)",
+            load_least.clone(),
+        );
+        let members_out_of_band = Gauge::default();
+        r.register(
+            "members_out_of_band",
+            "With -balance cost: members whose load is outside -balance-tolerance of their share (holder only)",
+            members_out_of_band.clone(),
+        );
+        let hot_units = Gauge::default();
+        r.register(
+            "hot_units",
+            "With -balance cost: units costlier than any member's share, each alone on a member where possible (holder only)",
+            hot_units.clone(),
+        );
+        let invalid_costs = Gauge::default();
+        r.register(
+            "invalid_costs",
+            "With -balance cost: unreadable entries of {T}:costs, skipped (holder only)",
+            invalid_costs.clone(),
+        );
         let build = Family::<Build, Gauge>::default();
         build
             .get_or_create(&Build {
@@ -319,6 +354,11 @@ impl Metrics {
             holding_blocked,
             resyncs,
             claimed_units,
+            load_imbalance,
+            load_least,
+            members_out_of_band,
+            hot_units,
+            invalid_costs,
             member_groups: Default::default(),
         }
     }
@@ -427,6 +467,7 @@ impl Metrics {
             self.units_in_transit.set(s.handoff.in_transit as i64);
             self.members_owing.set(s.handoff.owing as i64);
             self.members_draining.set(s.handoff.draining as i64);
+            self.sync_balance(s);
             for kind in crate::core::inputs::Rejection::KINDS {
                 let n: usize = s
                     .invalid_by_kind
@@ -445,7 +486,22 @@ impl Metrics {
             self.units_in_transit.set(0);
             self.members_owing.set(0);
             self.members_draining.set(0);
+            self.sync_balance(&Status::default());
         }
+    }
+
+    /// The cost balance's gauges (all 0 in count mode and on a standby).
+    fn sync_balance(&self, s: &Status) {
+        let b = s.balance.as_ref();
+        let loads = b.and_then(|b| b.loads.as_deref());
+        self.load_imbalance
+            .set(loads.map_or(0.0, |l| l.imbalance()));
+        self.load_least.set(loads.map_or(0.0, |l| l.least()));
+        self.members_out_of_band
+            .set(loads.map_or(0, |l| l.out_of_band()) as i64);
+        self.hot_units.set(loads.map_or(0, |l| l.hot.len()) as i64);
+        self.invalid_costs
+            .set(b.map_or(0, |b| b.invalid_costs) as i64);
     }
 }
 

@@ -41,6 +41,33 @@ pub struct StatusReport<G = GroupReport> {
     pub assignment: Option<String>,
     /// The last solve that moved or placed units.
     pub last_change: Option<ChangeReport>,
+    /// With `-balance cost`: the stored table's loads against the shares.
+    pub balance: Option<BalanceReport>,
+}
+
+/// How many hot units a status report lists.
+pub const HOT_SHOWN: usize = 20;
+
+/// The stored table's balance by cost, as the last write's mode records it
+/// (`cost tolerance=..` in `{T}:meta`), computed with the costs, weights
+/// and lists as they are now.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BalanceReport {
+    /// `-balance-tolerance`, as written: `10%`.
+    pub tolerance: String,
+    /// The busiest member's load divided by its share.
+    pub imbalance: f64,
+    /// The least busy member's load divided by its share.
+    pub least: f64,
+    /// Live members outside their band.
+    pub out_of_band: usize,
+    /// Units costlier than any share, each alone on a member where
+    /// possible: the first [`HOT_SHOWN`], sorted, and how many in all.
+    pub hot_units: Vec<String>,
+    pub hot_count: usize,
+    /// Units with a readable declared cost, and entries that are not.
+    pub declared_costs: usize,
+    pub invalid_costs: usize,
 }
 
 /// The last solve that changed the table, as the holder recorded it.
@@ -145,6 +172,19 @@ pub struct MemberReport {
     /// Its capacity weight: the operator's override, else its report's, 1
     /// without either.
     pub weight: u32,
+    /// With `-balance cost`, for a live member: its load (the sum of its
+    /// units' costs), its share, whether it is within its band, and the
+    /// hot units it isolates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadReport>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LoadReport {
+    pub load: f64,
+    pub share: f64,
+    pub in_band: bool,
+    pub hot: Vec<String>,
 }
 
 /// Builds the status report from what Redis holds.
@@ -186,6 +226,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         units: o.units.clone(),
     });
     let units_of = |id: &str| o.table.get(id).map_or(0, |v| decode_row(v).len());
+    let (balance, loads) = balance_of(o, assignment.as_deref(), &inputs);
     let generation = num("generation").unwrap_or(0);
     let member = |id: &str, reason: Option<String>| {
         let raw = o.reports.get(id);
@@ -203,6 +244,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
                 weight: r.weight,
             }),
             weight: o.weight(id),
+            load: None,
             unreadable_report: raw
                 .filter(|_| decoded.is_none())
                 .map(|v| excerpt(v.as_bytes())),
@@ -218,7 +260,9 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         for id in &g.members {
             match o.liveness.get(id).and_then(|v| Health::decode(v)) {
                 Some(h) if h.answered && h.failures < threshold => {
-                    report.live.push(member(id, None))
+                    let mut m = member(id, None);
+                    m.load = loads.get(id.as_str()).cloned();
+                    report.live.push(m)
                 }
                 Some(h) => {
                     let streak = if h.answered {
@@ -309,7 +353,56 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         transit,
         assignment,
         last_change,
+        balance,
     }
+}
+
+/// The stored table's balance by cost, when the last write balanced by
+/// cost: the summary and each live member's load (by id).
+fn balance_of(
+    o: &Overview,
+    assignment: Option<&str>,
+    inputs: &crate::core::inputs::Inputs,
+) -> (Option<BalanceReport>, BTreeMap<String, LoadReport>) {
+    use crate::core::balance::Balance;
+    use crate::core::costs::{SCALE, UnitCosts};
+    let Some(Balance::Cost(tolerance)) = assignment.map(Balance::decode) else {
+        return (None, BTreeMap::new());
+    };
+    let (costs, unreadable) = UnitCosts::decode(o.costs.iter().map(|(u, c)| (u.clone(), c)));
+    let table = MatchingTable::from_rows(o.table.clone());
+    let summary = table.loads(
+        inputs,
+        |m| o.table.contains_key(m),
+        &|m| o.weight(m),
+        crate::core::balance::Costs::Lookup(&|u| costs.of(u)),
+        tolerance,
+    );
+    let scale = |c: u64| c as f64 / SCALE as f64;
+    let loads = summary
+        .members
+        .iter()
+        .map(|m| {
+            let l = LoadReport {
+                load: scale(m.load),
+                share: scale(m.share),
+                in_band: m.in_band,
+                hot: m.hot.clone(),
+            };
+            (m.member.clone(), l)
+        })
+        .collect();
+    let report = BalanceReport {
+        tolerance: tolerance.to_string(),
+        imbalance: summary.imbalance(),
+        least: summary.least(),
+        out_of_band: summary.out_of_band(),
+        hot_units: summary.hot.iter().take(HOT_SHOWN).cloned().collect(),
+        hot_count: summary.hot.len(),
+        declared_costs: costs.declared(),
+        invalid_costs: unreadable.len(),
+    };
+    (Some(report), loads)
 }
 
 /// [`StatusReport`] without its member lists: what `/api/status` of the
@@ -384,6 +477,7 @@ impl StatusReport {
             transit: self.transit.clone(),
             assignment: self.assignment.clone(),
             last_change: self.last_change,
+            balance: self.balance.clone(),
         }
     }
 

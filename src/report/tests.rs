@@ -45,7 +45,62 @@ fn overview() -> Overview {
         reports: Default::default(),
         transit: Default::default(),
         weights: Default::default(),
+        costs: Default::default(),
     }
+}
+
+#[test]
+fn a_table_balanced_by_cost_reports_loads_shares_and_hot_units() {
+    let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let mut o = overview();
+    o.meta
+        .insert("assignment".into(), "cost tolerance=10%".into());
+    o.units = ["a", "b", "c", "big"]
+        .iter()
+        .map(|u| u.as_bytes().to_vec())
+        .collect();
+    o.groups = vec![(
+        "g".into(),
+        vec![b"h:1".to_vec(), b"h:2".to_vec(), b"h:3".to_vec()],
+    )];
+    o.liveness = [s("h:1", "1 0 0"), s("h:2", "1 0 0"), s("h:3", "1 0 0")].into();
+    o.table = [s("h:1", "a,b"), s("h:2", "c"), s("h:3", "big")].into();
+    o.costs = [
+        s("a", "1"),
+        s("b", "1"),
+        s("c", "2"),
+        s("big", "100"),
+        s("x", "junk"),
+    ]
+    .into();
+    let r = status(&o, "t", 10_000);
+    let b = r.balance.as_ref().expect("balanced by cost");
+    assert_eq!(b.tolerance, "10%");
+    assert_eq!(b.hot_units, ["big"]);
+    assert_eq!(
+        (b.declared_costs, b.invalid_costs, b.out_of_band),
+        (4, 1, 0)
+    );
+    let load = |id: &str| {
+        r.groups[0]
+            .live
+            .iter()
+            .find(|m| m.id == id)
+            .unwrap()
+            .load
+            .clone()
+            .unwrap()
+    };
+    assert_eq!((load("h:1").load, load("h:1").share), (2.0, 2.0));
+    assert_eq!(load("h:3").hot, ["big"]);
+    assert!(render_status(&r).contains("h:1                          2 units, load 2 of share 2"));
+    assert!(render_status(&r).contains(
+        "hot units (costlier than any share, each alone on a member where possible): big"
+    ));
+    // Count mode reports none of it.
+    let plain = status(&overview(), "t", 10_000);
+    assert!(plain.balance.is_none());
+    assert!(plain.groups[0].live.iter().all(|m| m.load.is_none()));
 }
 
 #[test]

@@ -114,9 +114,10 @@ pub fn render_status(r: &StatusReport) -> String {
         );
         for m in &g.live {
             out += &format!(
-                "  live    {:<28} {} units{}\n",
+                "  live    {:<28} {} units{}{}\n",
                 m.id,
                 m.units,
+                load_text(m),
                 protocol_text(m, r.generation)
             );
         }
@@ -137,6 +138,24 @@ pub fn render_status(r: &StatusReport) -> String {
         "work units: {} valid, {} invalid\n",
         r.work_units, r.invalid_work_units
     );
+    if let Some(b) = &r.balance {
+        out += &format!(
+            "balance by cost (tolerance {}): busiest {:.2}x its share, least busy {:.2}x, {} outside the tolerance; {} units with a cost, {} unreadable costs\n",
+            b.tolerance, b.imbalance, b.least, b.out_of_band, b.declared_costs, b.invalid_costs
+        );
+        if b.hot_count > 0 {
+            let more = b.hot_count - b.hot_units.len();
+            out += &format!(
+                "hot units (costlier than any share, each alone on a member where possible): {}{}\n",
+                b.hot_units.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
     if r.in_transit > 0 {
         out += &format!(
             "in transit: {} units (revoked, not yet granted to their next owner)\n",
@@ -177,4 +196,25 @@ pub fn render_table(r: &TableReport) -> String {
     );
     out += &assignment_text(&r.assignment, &r.last_change);
     out
+}
+
+/// A live member's load against its share (`-balance cost`), or nothing.
+fn load_text(m: &MemberReport) -> String {
+    let Some(l) = &m.load else {
+        return String::new();
+    };
+    let mut out = format!(", load {} of share {}", number(l.load), number(l.share));
+    if !l.in_band {
+        out += " (outside the tolerance)";
+    }
+    if !l.hot.is_empty() {
+        out += &format!(", hot: {}", l.hot.join(","));
+    }
+    out
+}
+
+/// A cost as an operator reads it: at most three decimals, no trailing zeros.
+fn number(x: f64) -> String {
+    let s = format!("{x:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }

@@ -9,6 +9,7 @@
 mod support;
 
 mod bad_input;
+mod balance;
 mod browser;
 mod cli;
 mod cluster;

@@ -7,11 +7,11 @@ use std::collections::HashSet;
 use tracing::Span;
 
 use crate::coordinator::holder::{
-    CycleError, CycleReport, LOG_FIRST, Write, count_by, log_review, summarize,
+    CycleError, CycleReport, HolderView, LOG_FIRST, Write, count_by, log_review, summarize,
 };
 use crate::coordinator::machine::{CycleOutcome, CycleSummary};
 use crate::core::inputs::Rejection;
-use crate::core::status::HandoffStatus;
+use crate::core::status::{BalanceStatus, HandoffStatus};
 use crate::edge::grpc::PingFailure;
 use crate::error::StoreError;
 use crate::unix_ms;
@@ -104,6 +104,8 @@ impl Executor {
         let table = report.view.handoff.ledger.granted().cloned();
         let suspects = report.view.suspects.len();
         let handoff = report.view.handoff.last.clone();
+        let balance = balance_status(&report.view);
+        span.in_scope(|| log_costs(&report.view));
         h.view = Some(report.view);
         for (member, list) in &report.forgotten {
             span.in_scope(|| {
@@ -209,6 +211,7 @@ impl Executor {
             self.update(|s| {
                 s.cycles += 1;
                 s.last_error = None;
+                s.balance = balance;
                 s.units = report.inputs.units.len();
                 s.invalid_inputs = report.inputs.rejections.len();
                 s.invalid_by_kind = by_kind;
@@ -300,4 +303,47 @@ impl Executor {
             );
         }
     }
+}
+
+/// The cost balance a cycle saw: `None` unless the holder reads costs.
+fn balance_status(view: &HolderView) -> Option<BalanceStatus> {
+    let costs = &view.costs;
+    let loads = view.memo.as_ref().and_then(|m| m.loads.clone());
+    if costs.decoded.is_none() && loads.is_none() {
+        return None;
+    }
+    Some(BalanceStatus {
+        loads,
+        invalid_costs: costs.decoded.as_ref().map_or(0, |d| d.unreadable.len()),
+        costs_problem: costs.problem.clone(),
+    })
+}
+
+/// Logs what a read of `{T}:costs` found wrong, once per read (or per new
+/// problem), summarised: the first few entries and a count.
+fn log_costs(view: &HolderView) {
+    let costs = &view.costs;
+    if !costs.news {
+        return;
+    }
+    if let Some(problem) = &costs.problem {
+        tracing::warn!(
+            error = %problem,
+            "unit costs unreadable; the holder balances with the costs it knew (none declared if it knew none)"
+        );
+    }
+    let Some(decoded) = costs.decoded.as_ref().filter(|d| !d.unreadable.is_empty()) else {
+        return;
+    };
+    let first: Vec<String> = decoded
+        .unreadable
+        .iter()
+        .take(LOG_FIRST)
+        .map(|u| format!("{:?}={:?}", u.unit, u.value))
+        .collect();
+    tracing::warn!(
+        count = decoded.unreadable.len(),
+        first = %first.join(" "),
+        "unreadable unit costs skipped (expected a number above 0 and at most 1e9); those units count as the mean of the declared costs"
+    );
 }

@@ -578,6 +578,7 @@ fn list_limits(config: &Config) -> ListLimits {
 fn solve_settings(config: &Config) -> SolveSettings {
     SolveSettings {
         assignment: config.assignment,
+        balance: config.balance,
         max_moves: config.max_moves_per_cycle,
     }
 }

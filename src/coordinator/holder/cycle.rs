@@ -143,6 +143,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             keys: self.store.keys().clone(),
             units_key: self.units_key.clone(),
             generation_floor: self.generation_floor,
+            reads_costs: self.solve.reads_costs(),
         };
         let mut core = CycleCore::new(kind, config, view, refused, self.warm.take());
         // Pings of earlier cycles still running (hung members): collected
@@ -167,7 +168,18 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 Ready::ReadInputs {
                     held,
                     reports_since,
-                } => Outcome::Inputs(self.read_inputs(&held, reports_since).await),
+                    costs_since,
+                } => {
+                    let costs = async {
+                        match costs_since {
+                            Some(held) => Some(self.store.read_costs_since(held).await),
+                            None => None,
+                        }
+                    };
+                    let (inputs, costs) =
+                        tokio::join!(self.read_inputs(&held, reports_since), costs);
+                    Outcome::Inputs(inputs, costs)
+                }
                 Ready::AssembleLists {
                     cache,
                     groups,
@@ -209,6 +221,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 Ready::Commit(plan) => {
                     let span = self.write_span(&core, &plan);
                     let view = core.view();
+                    let described = self.solve.describe();
                     let commit = Commit {
                         table: plan.table.as_deref(),
                         health: &view.unsaved,
@@ -217,7 +230,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                         generation_floor: plan.generation_floor,
                         holder_id: &self.replica_id,
                         now_ms: plan.now_ms,
-                        assignment: self.solve.assignment.name(),
+                        assignment: &described,
                         last_change: plan.last_change.as_deref(),
                         expected_version: plan.expected_version,
                     };

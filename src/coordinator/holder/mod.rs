@@ -43,11 +43,12 @@ mod pings;
 mod solve;
 mod warm;
 
+pub(super) use core::KnownCosts;
 pub(super) use cycle::CycleContext;
 pub(super) use handoff::{Confirm, HandoffState, Refusal};
 pub(super) use lists::ListCache;
 pub(super) use pings::InFlight;
-pub(super) use solve::{Memo, SolveSettings};
+pub(super) use solve::{AlignedCosts, Memo, SolveSettings};
 pub(super) use warm::{Preparer, WarmView};
 
 /// The holder's view of the members, handed to each cycle and back.
@@ -66,6 +67,10 @@ pub(in crate::coordinator) struct HolderView {
     pub(in crate::coordinator) handoff: HandoffState,
     /// The lists as last read, and the inputs made of them.
     pub(in crate::coordinator) lists: Option<ListCache>,
+    /// The unit costs as last read (`-balance cost`).
+    pub(in crate::coordinator) costs: KnownCosts,
+    /// Those costs in the order of the units list, as last solved with.
+    pub(in crate::coordinator) aligned_costs: Option<AlignedCosts>,
 }
 
 impl HolderView {
@@ -80,6 +85,8 @@ impl HolderView {
             lists: None,
             groups: Vec::new(),
             handoff: HandoffState::default(),
+            costs: KnownCosts::default(),
+            aligned_costs: None,
         }
     }
 

@@ -9,6 +9,7 @@ use tracing::info_span;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{HolderView, LastChange};
+use crate::core::balance::{Balance, Costs, LoadSummary};
 use crate::core::inputs::Inputs;
 use crate::core::table::{Assignment, MatchingTable, Solve};
 
@@ -17,21 +18,45 @@ use crate::core::table::{Assignment, MatchingTable, Solve};
 pub(in crate::coordinator) struct Memo {
     key: u128,
     pub(in crate::coordinator) table: Arc<MatchingTable>,
+    /// With `-balance cost`: the table's loads against the shares.
+    pub(in crate::coordinator) loads: Option<Arc<LoadSummary>>,
+}
+
+/// Each unit's cost in the order of the units list, for the units and
+/// costs of these digests (`units_key`, `UnitCosts::digest`).
+#[derive(Clone)]
+pub(in crate::coordinator) struct AlignedCosts {
+    units: u128,
+    costs: u128,
+    values: Arc<Vec<u64>>,
 }
 
 /// What the solve depends on besides the inputs and the view.
 #[derive(Clone, Copy)]
 pub(in crate::coordinator) struct SolveSettings {
     pub(in crate::coordinator) assignment: Assignment,
+    pub(in crate::coordinator) balance: Balance,
     pub(in crate::coordinator) max_moves: usize,
 }
 
 impl SolveSettings {
+    /// Whether the solve needs the unit costs.
+    pub(in crate::coordinator) fn reads_costs(&self) -> bool {
+        matches!(self.balance, Balance::Cost(_))
+    }
+
+    /// The mode as `{T}:meta` records it (`Balance::describe`).
+    pub(in crate::coordinator) fn describe(&self) -> String {
+        self.balance.describe(self.assignment.name())
+    }
+
     /// Whether the solve reads the current (granted) table: sticky mode, or
     /// a move limit. Then a standby's warm view cannot solve ahead (it has
     /// no granted table of its own).
     pub(super) fn uses_current(&self) -> bool {
-        self.assignment == Assignment::Sticky || self.max_moves > 0
+        self.assignment == Assignment::Sticky
+            || self.max_moves > 0
+            || self.balance != Balance::Count
     }
 }
 
@@ -62,6 +87,9 @@ pub(super) async fn desired(
     // in both modes. In ring mode without a limit the table does not
     // depend on it (so neither does the memo's key), and it is not read.
     let uses_current = how.uses_current();
+    // The costs as last read (`-balance cost` only; none declared else).
+    let costs = view.costs.costs();
+    let costs_digest = costs.costs.digest();
     let also_held: Vec<(&str, &str)> = view
         .handoff
         .ledger
@@ -93,16 +121,31 @@ pub(super) async fn desired(
         .filter(|m| eligible(m))
         .map(|m| (m.to_string(), view.handoff.weight(m)))
         .collect();
+    // The units' part is computed once per units list read (see
+    // `ListCache`): an idle cycle hashes members, never units.
+    let units_part = match &view.lists {
+        Some(c) if Arc::ptr_eq(&c.inputs, inputs) => c.units_key,
+        _ => units_key(&inputs.units),
+    };
+    // Each unit's cost in the units' order, looked up once per units list
+    // and costs read (a million lookups cost more than the solve).
+    let aligned = match (how.balance, &view.aligned_costs) {
+        (Balance::Cost(_), Some(a)) if a.units == units_part && a.costs == costs.costs.digest() => {
+            Some(Arc::clone(&a.values))
+        }
+        _ => None,
+    };
     let key = {
         let mut h = Xxh3::new();
         // The units' part is computed once per units list read (see
         // `ListCache`): an idle cycle hashes members, never units.
-        let units = match &view.lists {
-            Some(c) if Arc::ptr_eq(&c.inputs, inputs) => c.units_key,
-            _ => units_key(&inputs.units),
-        };
-        h.update(&inputs_key(inputs, units, eligible).to_le_bytes());
+        h.update(&inputs_key(inputs, units_part, eligible).to_le_bytes());
         h.update(how.assignment.name().as_bytes());
+        if let Balance::Cost(t) = how.balance {
+            h.update(b"cost");
+            h.update(&t.bp().to_le_bytes());
+            h.update(&costs.costs.digest().to_le_bytes());
+        }
         let mut weighted: Vec<(&String, &u32)> = weights.iter().filter(|&(_, &w)| w != 1).collect();
         weighted.sort_unstable();
         for (m, w) in weighted {
@@ -133,8 +176,10 @@ pub(super) async fn desired(
                 units = inputs.units.len(),
                 groups = inputs.groups.len(),
                 assignment = how.assignment.name(),
+                balance = how.balance.name(),
             );
             let assignment = how.assignment;
+            let balance = how.balance;
             let max_moves = how.max_moves;
             // Ring mode without a limit does not read the current table:
             // counting its moves for status costs whole-table passes on
@@ -152,8 +197,20 @@ pub(super) async fn desired(
                     .map(|(m, u)| (m.as_str(), u.as_str()))
                     .collect();
                 let weight = |m: &str| weights.get(m).copied().unwrap_or(1);
+                let aligned = match (balance, aligned) {
+                    (Balance::Count, _) => None,
+                    (_, Some(a)) => Some(a),
+                    (_, None) => Some(Arc::new(
+                        inp.units
+                            .iter()
+                            .map(|u| costs.costs.of(u))
+                            .collect::<Vec<u64>>(),
+                    )),
+                };
                 let how = Solve {
                     assignment,
+                    balance,
+                    costs: aligned.as_deref().map(|a| Costs::Aligned(a)),
                     weight: &weight,
                     current: current.as_deref(),
                     also_held: &also_held,
@@ -161,10 +218,24 @@ pub(super) async fn desired(
                     in_flight,
                 };
                 let live = |m: &str| weights.contains_key(m);
-                assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how))
+                let (table, moves) =
+                    assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how));
+                let loads = match balance {
+                    Balance::Cost(t) => {
+                        let c = Costs::Aligned(aligned.as_deref().expect("cost mode"));
+                        Some(Arc::new(table.loads(&inp, live, &weight, c, t)))
+                    }
+                    Balance::Count => None,
+                };
+                (table, moves, loads, aligned)
             })
             .await;
-            let (table, moves) = table;
+            let (table, moves, loads, aligned) = table;
+            view.aligned_costs = aligned.map(|values| AlignedCosts {
+                units: units_part,
+                costs: costs_digest,
+                values,
+            });
             if let Some(moves) = moves.filter(|m| m.moved + m.placed > 0) {
                 view.handoff.last_change = Some(LastChange {
                     moves,
@@ -174,6 +245,7 @@ pub(super) async fn desired(
             Memo {
                 key,
                 table: Arc::new(table),
+                loads,
             }
         }
     };

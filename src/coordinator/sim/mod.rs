@@ -30,6 +30,7 @@ use std::time::Duration;
 use self::replica::ReplicaSettings;
 pub use self::world::Violation;
 use self::world::{Rng, SimMember, World};
+use crate::core::balance::Balance;
 use crate::core::keys::Keys;
 use crate::core::lease::LeaseTiming;
 use crate::core::ownership::Ownership;
@@ -239,6 +240,7 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         } else {
             Assignment::Ring
         },
+        balance: Balance::Count,
         wall,
     };
     let mut members = Vec::new();

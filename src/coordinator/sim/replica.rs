@@ -18,6 +18,7 @@ use crate::coordinator::holder::{
     CycleContext, CycleError, CycleReport, HolderView, InFlight, SolveSettings, summarize,
 };
 use crate::coordinator::machine::{Action, Event, Machine, Settings};
+use crate::core::balance::Balance;
 use crate::core::handoff;
 use crate::core::lease::{Claim, LeaseTiming};
 use crate::core::suspicion::Guard;
@@ -42,6 +43,7 @@ pub struct ReplicaSettings {
     pub handoff_delay: Duration,
     pub forget_after: Option<Duration>,
     pub assignment: Assignment,
+    pub balance: Balance,
     pub wall: WallClock,
 }
 
@@ -337,6 +339,7 @@ pub async fn run(
                             },
                             solve: SolveSettings {
                                 assignment: settings.assignment,
+                                balance: settings.balance,
                                 max_moves: 0,
                             },
                             warm: None,

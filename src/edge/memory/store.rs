@@ -29,7 +29,8 @@ use crate::core::table::MatchingTable;
 use crate::edge::redis::calls::{self, CommitReply, ScriptCall};
 use crate::edge::redis::scripts::stored_count;
 use crate::edge::redis::{
-    Commit, Committed, Inheritance, ListLimits, ListRead, Reports, ReportsRead, Snapshot,
+    Commit, Committed, CostsRead, DecodedCosts, Inheritance, ListLimits, ListRead, Reports,
+    ReportsRead, Snapshot,
 };
 use crate::edge::store::HoldingStore;
 use crate::error::StoreError;
@@ -501,6 +502,29 @@ impl HoldingStore for MemoryStore {
             out.map(|(r, _)| r).unwrap_or_else(|e| ReportsRead {
                 version: None,
                 content: Some((Err(e), None)),
+            })
+        }
+    }
+
+    fn read_costs_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send {
+        let out = self.call("read costs", |s, _| {
+            let version = s.keyspace.version(&self.keys.costs, s.now_ms);
+            if held == Some(version) {
+                return Ok(CostsRead {
+                    version: Some(version),
+                    content: None,
+                });
+            }
+            let read = Self::hash(s, &self.keys.costs).map(|p| Arc::new(DecodedCosts::decode(p)));
+            Ok(CostsRead {
+                version: read.is_ok().then_some(version),
+                content: Some(read),
+            })
+        });
+        async move {
+            out.map(|(r, _)| r).unwrap_or_else(|e| CostsRead {
+                version: None,
+                content: Some(Err(e)),
             })
         }
     }

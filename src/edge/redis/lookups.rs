@@ -153,6 +153,7 @@ impl Store {
             on("HGETALL", &k.members),
             on("HGETALL", &k.transit),
             on("HGETALL", &k.weights),
+            on("HGETALL", &k.costs),
             range(units_key),
         ];
         cmds.extend(services.iter().map(|key| range(key)));
@@ -195,6 +196,7 @@ impl Store {
         let reports = lenient(next());
         let transit = lenient(next());
         let weights = lenient(next());
+        let costs = lenient(next());
         let units = bytes_list(next());
         let groups = services
             .iter()
@@ -213,6 +215,7 @@ impl Store {
             reports,
             transit,
             weights,
+            costs,
         })
     }
 }

@@ -16,6 +16,7 @@
 //!              it is owed
 //!  lookups.rs  the operator overview; whether a member's connection is gone
 //!  census.rs   the census step
+//!  costs.rs    the unit costs: the holder's guarded read, operator edits
 //!  pubsub.rs   notifications, on their own connection
 //! ```
 //!
@@ -44,10 +45,12 @@ use crate::core::liveness::HealthChanges;
 use crate::core::suspicion::{Suspect, SuspectChanges};
 use crate::core::table::MatchingTable;
 use crate::error::StoreError;
+pub use costs::{CostsRead, DecodedCosts};
 
 pub mod calls;
 mod census;
 mod conn;
+mod costs;
 mod guard;
 mod lease;
 mod lists;
@@ -171,6 +174,9 @@ pub struct Store {
     /// Whether the members' reports and the weight overrides are known
     /// untouched since read (holder cycles).
     reports: Arc<tokio::sync::Mutex<guard::Versioned>>,
+    /// Whether the unit costs are known untouched since read (holder
+    /// cycles in `-balance cost`).
+    costs: Arc<tokio::sync::Mutex<guard::Versioned>>,
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
     list_sizing: Arc<std::sync::atomic::AtomicBool>,
     memory_usage: Arc<std::sync::atomic::AtomicBool>,
@@ -409,8 +415,15 @@ impl Store {
             "member reports and weight overrides are read every cycle instead".into(),
             op_timeout,
         ));
+        let costs = guard::Versioned::new(guard::KeyGuard::new(
+            client.clone(),
+            vec![keys.costs.clone()],
+            "unit costs are read every cycle instead".into(),
+            op_timeout,
+        ));
         Ok(Store {
             reports: Arc::new(tokio::sync::Mutex::new(reports)),
+            costs: Arc::new(tokio::sync::Mutex::new(costs)),
             lists: Arc::new(tokio::sync::Mutex::new(lists)),
             client,
             links: Arc::new(links),

@@ -46,6 +46,9 @@
     set("member-counts", live + " live, " + failed + " failed" + (draining ? ", " + draining + " draining" : ""));
     const c = s.last_change;
     set("last-change", c ? "moved " + c.moved + " (minimum " + c.minimum + "), placed " + c.placed : "–");
+    const b = s.balance;
+    set("balance", b ? "cost ±" + b.tolerance + ": busiest " + b.imbalance.toFixed(2) + "× its share" +
+      (b.out_of_band ? ", " + b.out_of_band + " outside" : "") + (b.hot_count ? ", " + b.hot_count + " hot" : "") : "count");
     const reps = $("replicas");
     reps.replaceChildren(...s.replicas.map((r) => el("li", null,
       r.id + ": census index " + (r.index === null ? "?" : r.index) + " of " + (r.replicas === null ? "?" : r.replicas) +
@@ -66,7 +69,10 @@
     set("page-info", "page " + p.page + " of " + pages);
     $("prev").disabled = page <= 1;
     $("next").disabled = page >= pages;
-    const max = Math.max(1, ...p.members.map((m) => m.units));
+    // By load when the table balances by cost (the bar shows load against
+    // the largest, the mark where the share is), else by units.
+    const size = (m) => (m.load ? m.load.load : m.units);
+    const max = Math.max(1e-9, ...p.members.map((m) => Math.max(size(m), m.load ? m.load.share : 0)));
     $("members").replaceChildren(...p.members.map((m, i) => {
       const draining = m.protocol && m.protocol.draining;
       const row = el("div", "member" + (m.live ? "" : " failed") + (draining ? " draining" : ""));
@@ -78,10 +84,17 @@
       row.append(id);
       const track = el("div", "track");
       const bar = el("div", "bar");
-      bar.style.width = (100 * m.units / max) + "%";
+      bar.style.width = (100 * size(m) / max) + "%";
       track.append(bar);
+      if (m.load) {
+        const mark = el("div", "share");
+        mark.style.left = (100 * m.load.share / max) + "%";
+        track.append(mark);
+        if (!m.load.in_band) row.classList.add("out-of-band");
+      }
       row.append(track);
       let info = m.units + " units, weight " + m.weight;
+      if (m.load) info += ", load " + +m.load.load.toFixed(3) + " of share " + +m.load.share.toFixed(3) + (m.load.in_band ? "" : " (outside)") + (m.load.hot.length ? ", hot: " + m.load.hot.join(",") : "");
       if (m.protocol) info += ", applied " + m.protocol.applied + (m.protocol.behind ? " (" + m.protocol.behind + " behind)" : "");
       if (draining) info += ", draining";
       if (!m.live) info += ", failed: " + (m.reason || "?");

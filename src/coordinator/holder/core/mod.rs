@@ -38,6 +38,7 @@ use std::time::Instant;
 
 use xxhash_rust::xxh3::Xxh3;
 
+mod costs;
 mod forget;
 mod inherit;
 mod observe;
@@ -46,6 +47,7 @@ mod round;
 mod start;
 mod step;
 
+pub(in crate::coordinator) use costs::KnownCosts;
 pub(super) use observe::Judge;
 use observe::Observed;
 pub(super) use ready::{CommitPlan, CoreConfig, Finished, Kind, Now, Outcome, Ready};

@@ -16,7 +16,7 @@ use crate::core::keys::Keys;
 use crate::core::suspicion::{Guard, Review};
 use crate::core::table::MatchingTable;
 use crate::edge::grpc::{PingFailure, PingReport};
-use crate::edge::redis::{Committed, Inheritance, ListRead, ReportsRead, Snapshot};
+use crate::edge::redis::{Committed, CostsRead, Inheritance, ListRead, ReportsRead, Snapshot};
 use crate::error::StoreError;
 
 /// Which cycle: a full one (lists, pings, forget), or a handoff cycle
@@ -41,6 +41,8 @@ pub(in crate::coordinator::holder) struct CoreConfig {
     pub(in crate::coordinator::holder) units_key: String,
     /// The highest generation this holding knows of.
     pub(in crate::coordinator::holder) generation_floor: u64,
+    /// Whether the solve needs the unit costs (`-balance cost`).
+    pub(in crate::coordinator::holder) reads_costs: bool,
 }
 
 /// The clocks, passed in with every outcome.
@@ -71,6 +73,9 @@ pub(in crate::coordinator::holder) enum Ready {
     ReadInputs {
         held: HashMap<String, u64>,
         reports_since: Option<u64>,
+        /// Read the unit costs too, unless unchanged since the version
+        /// given; `None`: the solve does not need them.
+        costs_since: Option<Option<u64>>,
     },
     /// Make the inputs of the lists read (CPU-bound for large lists).
     AssembleLists {
@@ -110,7 +115,8 @@ pub(in crate::coordinator::holder) enum Outcome {
     /// Nothing yet: the cycle starts.
     Start,
     Holding(Result<Inheritance, StoreError>),
-    Inputs(Result<Snapshot, StoreError>),
+    /// The inputs, and the costs when asked for.
+    Inputs(Result<Snapshot, StoreError>, Option<CostsRead>),
     Lists(Result<ListCache, CycleError>),
     State(
         Result<(Option<String>, u64, Option<MatchingTable>), StoreError>,

@@ -41,7 +41,7 @@ use crate::core::handoff::{self, StartingPoint};
 use crate::core::inputs::Inputs;
 use crate::core::table::MatchingTable;
 use crate::edge::grpc::PingReport;
-use crate::edge::redis::{Committed, Inheritance, ReportsRead, Snapshot};
+use crate::edge::redis::{Committed, CostsRead, Inheritance, ReportsRead, Snapshot};
 use crate::error::StoreError;
 
 /// The stored table's state as the cycle read it.
@@ -176,7 +176,7 @@ impl CycleCore {
                 }
                 Err(e) => self.done(Err(CycleError::Unreadable(e))),
             },
-            (Phase::Inputs, Outcome::Inputs(r)) => self.inputs_read(r),
+            (Phase::Inputs, Outcome::Inputs(r, costs)) => self.inputs_read(r, costs),
             (Phase::Lists, Outcome::Lists(r)) => match r {
                 Ok(cache) => self.lists_made(cache),
                 Err(e) => self.done(Err(e)),
@@ -287,6 +287,7 @@ impl CycleCore {
                         .map(|c| c.held(&self.config.units_key))
                         .unwrap_or_default(),
                     reports_since: view.handoff.reports_version,
+                    costs_since: self.config.reads_costs.then_some(view.costs.version),
                 }
             }
             Kind::Handoff => {
@@ -299,7 +300,7 @@ impl CycleCore {
         }
     }
 
-    fn inputs_read(&mut self, r: Result<Snapshot, StoreError>) -> Ready {
+    fn inputs_read(&mut self, r: Result<Snapshot, StoreError>, costs: Option<CostsRead>) -> Ready {
         let snapshot = match r {
             Ok(s) => s,
             Err(e) => return self.done(Err(CycleError::Read(e))),
@@ -316,6 +317,11 @@ impl CycleCore {
         // The members' reports first: without them (a read that may work
         // next time) nothing is planned.
         if let Err(e) = view.handoff.observe(reports, &self.config.keys) {
+            return self.done(Err(CycleError::Read(e)));
+        }
+        if let Some(read) = costs
+            && let Err(e) = view.costs.observe(read)
+        {
             return self.done(Err(CycleError::Read(e)));
         }
         self.stored = Some(Stored {
@@ -662,6 +668,7 @@ mod tests {
             },
             keys: Keys::new("t"),
             units_key: "units".into(),
+            reads_costs: false,
             generation_floor: 3,
         }
     }
@@ -728,7 +735,7 @@ mod tests {
             cache,
             groups,
             units,
-        } = core.step(Outcome::Inputs(Ok(snapshot)), at(t0, 1))
+        } = core.step(Outcome::Inputs(Ok(snapshot), None), at(t0, 1))
         else {
             panic!("then assembles the lists");
         };
@@ -824,7 +831,7 @@ mod tests {
             core.step(Outcome::Start, at(t0, 0)),
             Ready::ReadInputs { .. }
         ));
-        match core.step(Outcome::Inputs(Err(timeout())), at(t0, 1)) {
+        match core.step(Outcome::Inputs(Err(timeout()), None), at(t0, 1)) {
             Ready::Done(r) => assert!(matches!(*r, Err(CycleError::Read(_)))),
             _ => panic!("no plan without the inputs"),
         }

@@ -1,0 +1,129 @@
+//! The unit costs (`{T}:costs`): read by a holder in `-balance cost` only
+//! when its guard cannot tell the hash unchanged since the last read, and
+//! listed, set and unset one at a time by `distributor costs`.
+//!
+//! Guarantee: a cost hash is reported unchanged only while its guard is
+//! clean since it was read in full, at a version the caller holds; a failed
+//! read leaves it unknown, so the next cycle reads it again.
+
+use std::sync::Arc;
+
+use redis::Value;
+
+use super::{BULK_TIMEOUT, Store, reply_err, text_pairs};
+use crate::core::costs::{UnitCosts, UnreadableCost};
+use crate::error::StoreError;
+
+/// The costs as a holder cycle read them ([`Store::read_costs_since`]).
+#[derive(Debug)]
+pub struct CostsRead {
+    /// Names the content while it is known (equal versions, equal
+    /// content); `None` when it is not (a failed read): read again next
+    /// cycle.
+    pub version: Option<u64>,
+    /// The costs decoded, or why the hash could not be read; `None`:
+    /// unchanged since `version`, which the caller said it holds.
+    pub content: Option<Result<Arc<DecodedCosts>, StoreError>>,
+}
+
+/// A costs hash decoded: the costs, and the entries that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DecodedCosts {
+    pub costs: UnitCosts,
+    pub unreadable: Vec<UnreadableCost>,
+}
+
+impl DecodedCosts {
+    pub fn decode(pairs: Vec<(String, String)>) -> DecodedCosts {
+        let (costs, unreadable) = UnitCosts::decode(pairs);
+        DecodedCosts { costs, unreadable }
+    }
+}
+
+impl Store {
+    /// The costs, unless the guard shows them unchanged since `held`:
+    /// probed (armed) before the read it must cover (see `guard.rs`), and
+    /// decoded off the runtime's workers (a million entries take a while).
+    pub async fn read_costs_since(&self, held: Option<u64>) -> CostsRead {
+        let mut g = self.costs.lock().await;
+        let known = g.guard.probe().await;
+        if let Some(v) = known
+            && held == Some(v)
+        {
+            return CostsRead {
+                version: Some(v),
+                content: None,
+            };
+        }
+        let read = match self.read_costs().await {
+            Ok(pairs) => tokio::task::spawn_blocking(move || DecodedCosts::decode(pairs))
+                .await
+                .map(Arc::new)
+                .map_err(|e| StoreError::Reply {
+                    op: "decode costs",
+                    detail: e.to_string(),
+                }),
+            Err(e) => Err(e),
+        };
+        let version = match &read {
+            Ok(_) => Some(g.read()),
+            Err(_) => {
+                g.guard.forget();
+                None
+            }
+        };
+        CostsRead {
+            version,
+            content: Some(read),
+        }
+    }
+
+    /// The whole costs hash, undecoded (lossy UTF-8); a key of another type
+    /// is an error naming it.
+    pub async fn read_costs(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let key = &self.keys.costs;
+        let mut conn = self.bulk();
+        let cmd = redis::cmd("HGETALL").arg(key).to_owned();
+        match self
+            .bounded(
+                "read costs",
+                BULK_TIMEOUT,
+                cmd.query_async::<Value>(&mut conn),
+            )
+            .await
+        {
+            Ok(v) => text_pairs(v.clone()).ok_or_else(|| reply_err("read costs", &v)),
+            Err(e) => Err(self.classify(e, &[key], "hash").await),
+        }
+    }
+
+    /// Sets `unit`'s cost to `value` (the caller validated it).
+    pub async fn set_cost(&self, unit: &str, value: &str) -> Result<(), StoreError> {
+        let cmd = redis::cmd("HSET")
+            .arg(&self.keys.costs)
+            .arg(unit)
+            .arg(value)
+            .to_owned();
+        self.costs_cmd("set cost", cmd).await.map(drop)
+    }
+
+    /// Removes `unit`'s cost; whether it had one.
+    pub async fn unset_cost(&self, unit: &str) -> Result<bool, StoreError> {
+        let cmd = redis::cmd("HDEL")
+            .arg(&self.keys.costs)
+            .arg(unit)
+            .to_owned();
+        Ok(self.costs_cmd("unset cost", cmd).await? > 0)
+    }
+
+    async fn costs_cmd(&self, op: &'static str, cmd: redis::Cmd) -> Result<i64, StoreError> {
+        let mut conn = self.conn();
+        match self
+            .bounded(op, self.op_timeout, cmd.query_async::<i64>(&mut conn))
+            .await
+        {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.classify(e, &[&self.keys.costs], "hash").await),
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! `-balance cost` against a real Redis, real members and a real replica:
+//! the table meets the tolerance for the declared costs, follows a change
+//! of costs, isolates a hot unit, and survives bad costs; `distributor
+//! costs` edits the hash with the daemon's own validation.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use distributor::core::balance::{self, Balance, Costs, Tolerance};
+use distributor::core::costs::UnitCosts;
+use distributor::core::table::{MatchingTable, decode_row};
+
+use crate::support::*;
+
+fn ok(out: std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(out: std::process::Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains(needle), "{stderr:?} lacks {needle:?}");
+}
+
+/// The stored table's loads with the costs in Redis, as the holder sees
+/// them (every member with a row is live here).
+async fn loads_now(fleet: &Fleet, units: &[String]) -> (MatchingTable, balance::LoadSummary) {
+    let t = fleet.table().await;
+    let pairs: BTreeMap<String, String> = fleet.redis.cmd(&["HGETALL", &keys().costs]).await;
+    let (costs, _) = UnitCosts::decode(pairs);
+    let mut sorted = units.to_vec();
+    sorted.sort();
+    let inputs = distributor::core::inputs::Inputs {
+        groups: vec![distributor::core::inputs::Group {
+            name: SERVICES.into(),
+            members: t.rows().keys().cloned().collect(),
+            malformed: vec![],
+        }],
+        units: sorted,
+        rejections: vec![],
+    };
+    let summary = t.loads(
+        &inputs,
+        |_| true,
+        &|_| 1,
+        Costs::Lookup(&|u| costs.of(u)),
+        Tolerance::DEFAULT,
+    );
+    (t, summary)
+}
+
+/// Waits until every unit has one owner among the live members, nothing is
+/// in transit and every member is within its band.
+async fn wait_balanced(fleet: &Fleet, units: &[String], limit: Duration) -> MatchingTable {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (t, summary) = loads_now(fleet, units).await;
+        let transit: usize = fleet.redis.cmd(&["HLEN", &keys().transit]).await;
+        let mut all: Vec<&str> = t.rows().values().flat_map(|v| decode_row(v)).collect();
+        all.sort();
+        let mut want: Vec<&str> = units.iter().map(String::as_str).collect();
+        want.sort();
+        let live = fleet.live_member_ids().len();
+        if transit == 0 && all == want && t.len() == live && summary.out_of_band() == 0 {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not balanced within {limit:?}: {} out of band, {transit} in transit, {summary:?}",
+            summary.out_of_band()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_meets_the_tolerance_follows_costs_and_survives_bad_ones() {
+    let units = units(120);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.balance = Balance::Cost(Tolerance::DEFAULT);
+    fleet.set_units(&units).await;
+    // Zipf-like costs: a few large units, many small ones.
+    let costs = keys().costs;
+    for (k, u) in units.iter().enumerate() {
+        let c = format!("{:.3}", 1000.0 / (k as f64 + 5.0));
+        let _: i64 = fleet.redis.cmd(&["HSET", &costs, u, &c]).await;
+    }
+    for _ in 0..4 {
+        fleet.add_member().await;
+    }
+    fleet.add_replica();
+    let first = wait_balanced(&fleet, &units, Duration::from_secs(20)).await;
+    let meta: BTreeMap<String, String> = fleet.redis.cmd(&["HGETALL", &keys().meta]).await;
+    assert_eq!(meta["assignment"], "cost tolerance=10%");
+    let status = ok(cli(&fleet.redis.url(), &["status"]));
+    assert!(
+        status.contains("balance by cost (tolerance 10%)"),
+        "{status}"
+    );
+    assert!(status.contains(", load "), "{status}");
+
+    // One unit becomes costlier than any share: alone on a member.
+    let hot = &units[60];
+    let _: i64 = fleet.redis.cmd(&["HSET", &costs, hot, "5000"]).await;
+    let t = wait_balanced(&fleet, &units, Duration::from_secs(20)).await;
+    let alone = t
+        .rows()
+        .values()
+        .filter(|v| v.as_str() == hot.as_str())
+        .count();
+    assert_eq!(alone, 1, "{t:?}");
+    assert!(t != first);
+    let status = ok(cli(&fleet.redis.url(), &["status"]));
+    assert!(
+        status.contains(&format!(
+            "hot units (costlier than any share, each alone on a member where possible): {hot}"
+        )),
+        "{status}"
+    );
+
+    // Unreadable entries are skipped and counted; a key of the wrong type
+    // does not stop the holder, which follows a new unit list with the
+    // costs it knew.
+    let _: i64 = fleet.redis.cmd(&["HSET", &costs, &units[1], "NaN"]).await;
+    let _: i64 = fleet.redis.cmd(&["HSET", &costs, &units[2], "-3"]).await;
+    wait_for(
+        "two invalid costs in the holder's status",
+        Duration::from_secs(10),
+        || async {
+            fleet
+                .statuses()
+                .iter()
+                .any(|s| s.balance.as_ref().is_some_and(|b| b.invalid_costs == 2))
+        },
+    )
+    .await;
+    let () = fleet.redis.cmd(&["SET", &costs, "not a hash"]).await;
+    wait_for(
+        "the wrong type reported",
+        Duration::from_secs(10),
+        || async {
+            fleet.statuses().iter().any(|s| {
+                s.balance
+                    .as_ref()
+                    .and_then(|b| b.costs_problem.as_deref())
+                    .is_some_and(|p| p.contains(&costs))
+            })
+        },
+    )
+    .await;
+    fleet.set_units(&units[..100]).await;
+    let mut want: Vec<&str> = units[..100].iter().map(String::as_str).collect();
+    want.sort();
+    wait_for(
+        "the table follows the new list",
+        Duration::from_secs(20),
+        || async {
+            let t = fleet.table().await;
+            let transit: usize = fleet.redis.cmd(&["HLEN", &keys().transit]).await;
+            let mut all: Vec<&str> = t.rows().values().flat_map(|v| decode_row(v)).collect();
+            all.sort();
+            transit == 0 && all == want
+        },
+    )
+    .await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test]
+async fn costs_set_list_and_unset_with_validation() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    assert_eq!(ok(cli(&url, &["costs", "set", "a", "3"])), "set a to 3\n");
+    assert_eq!(
+        ok(cli(&url, &["costs", "set", "b", "0.25"])),
+        "set b to 0.25\n"
+    );
+    let _: i64 = redis.cmd(&["HSET", &keys().costs, "c", "junk"]).await;
+    let list = ok(cli(&url, &["costs", "list"]));
+    let rows: Vec<Vec<&str>> = list
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["unit", "cost"]);
+    assert_eq!(rows[1], ["a", "3"]);
+    assert_eq!(rows[2], ["b", "0.25"]);
+    assert!(list.contains("unreadable"), "{list}");
+    assert!(
+        list.ends_with("2 declared, 1 unreadable; an undeclared unit counts as 1.625\n"),
+        "{list}"
+    );
+    for (args, needle) in [
+        (
+            &["costs", "set", "a", "0"][..],
+            "invalid cost \"0\" for \"a\"",
+        ),
+        (&["costs", "set", "a", "-1"], "invalid cost \"-1\""),
+        (&["costs", "set", "a", "NaN"], "invalid cost \"NaN\""),
+        (&["costs", "set", "a", "2e9"], "invalid cost \"2e9\""),
+        (&["costs", "set", "x,y", "1"], "invalid work unit \"x,y\""),
+    ] {
+        fails(cli(&url, args), needle);
+    }
+    let stored: BTreeMap<String, String> = redis.cmd(&["HGETALL", &keys().costs]).await;
+    assert_eq!(stored["a"], "3", "the rejected commands wrote nothing");
+    assert_eq!(ok(cli(&url, &["costs", "unset", "a"])), "unset\n");
+    assert_eq!(ok(cli(&url, &["costs", "unset", "a"])), "no cost\n");
+    let () = redis.cmd(&["SET", &keys().costs, "x"]).await;
+    fails(cli(&url, &["costs", "list"]), "costs");
+}
