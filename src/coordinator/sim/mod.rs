@@ -30,7 +30,7 @@ use std::time::Duration;
 use self::replica::ReplicaSettings;
 pub use self::world::Violation;
 use self::world::{Rng, SimMember, World};
-use crate::core::balance::Balance;
+use crate::core::balance::{Balance, Tolerance};
 use crate::core::keys::Keys;
 use crate::core::lease::LeaseTiming;
 use crate::core::ownership::Ownership;
@@ -213,6 +213,14 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
     }
     let keys = Keys::new("sim");
     let (services, units_key) = ("svc".to_string(), "units".to_string());
+    // Balance by cost in a quarter of the seeds, from a stream of its own:
+    // the other draws, and so every count-mode seed, stay as they were.
+    let mut crng = Rng::new(seed ^ 0xc057);
+    let balance = if crng.chance(250) {
+        Balance::Cost(Tolerance::from_bp(crng.below(3_000) as u32).expect("within 100 %"))
+    } else {
+        Balance::Count
+    };
     let n_members = 3 + rng.below(4) as usize;
     let n_units = 4 + rng.below(12) as usize;
     let long_deadline = rng.chance(400);
@@ -240,7 +248,7 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         } else {
             Assignment::Ring
         },
-        balance: Balance::Count,
+        balance,
         wall,
     };
     let mut members = Vec::new();
@@ -286,6 +294,19 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         s.keyspace
             .push(&units_key, &units, false, now)
             .expect("a list");
+        if balance != Balance::Count {
+            // Costs 1 to 50, a few hot; one unreadable, one never listed.
+            let mut costs: Vec<(Vec<u8>, Vec<u8>)> = (0..20)
+                .map(|u| {
+                    let most = if crng.chance(100) { 500 } else { 50 };
+                    let c = 1 + crng.below(most);
+                    (format!("u{u}").into_bytes(), c.to_string().into_bytes())
+                })
+                .collect();
+            costs.push((b"u3".to_vec(), b"junk".to_vec()));
+            costs.push((b"other".to_vec(), b"7".to_vec()));
+            s.keyspace.hset(&keys.costs, &costs, now).expect("a hash");
+        }
     }
     let world = Arc::new(Mutex::new(World {
         start,
@@ -315,8 +336,8 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         start,
         format!(
             "seed {seed}: {n_members} members, {n_units} units, store faults {store_faults}‰, \
-             handoff delay {:?}, forget after {forget_after:?}, {:?}",
-            settings.handoff_delay, settings.assignment
+             handoff delay {:?}, forget after {forget_after:?}, {:?}, {:?}",
+            settings.handoff_delay, settings.assignment, settings.balance
         ),
     );
 
@@ -482,6 +503,41 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                     now,
                     format!("unit {unit} {}", if listed { "removed" } else { "added" }),
                 );
+            }
+            _ if balance != Balance::Count && crng.chance(700) => {
+                // An edit of the costs (its own stream, as above): a unit's
+                // cost changes, or the key is overwritten with a string and
+                // fixed later.
+                let key = w.keys.costs.clone();
+                let mut s = server.lock().expect("server lock");
+                let at = s.tick();
+                if crng.chance(200) {
+                    s.keyspace.put(&key, Data::Str(b"oops".to_vec()));
+                    drop(s);
+                    w.log(now, format!("{key} set to a string"));
+                    drop(w);
+                    let server = Arc::clone(&server);
+                    let fix = crng.millis(300, 3_000);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(fix).await;
+                        let mut s = server.lock().expect("server lock");
+                        let at = s.tick();
+                        if s.keyspace.get(&key, at) == Ok(Some(b"oops".to_vec())) {
+                            s.keyspace.del(&key, at);
+                        }
+                    });
+                    continue;
+                }
+                let unit = format!("u{}", crng.below(20));
+                let most = if crng.chance(100) { 500 } else { 50 };
+                let cost = 1 + crng.below(most);
+                let _ = s.keyspace.hset(
+                    &key,
+                    &[(unit.clone().into_bytes(), cost.to_string().into_bytes())],
+                    at,
+                );
+                drop(s);
+                w.log(now, format!("cost of {unit} set to {cost}"));
             }
             _ => {
                 // A time without faults.
