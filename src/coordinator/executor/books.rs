@@ -105,7 +105,8 @@ impl Executor {
         let suspects = report.view.suspects.len();
         let handoff = report.view.handoff.last.clone();
         let balance = balance_status(&report.view);
-        span.in_scope(|| log_costs(&report.view));
+        let costs_key = self.store.keys().costs.clone();
+        span.in_scope(|| log_costs(&report.view, &costs_key));
         h.view = Some(report.view);
         for (member, list) in &report.forgotten {
             span.in_scope(|| {
@@ -321,13 +322,14 @@ fn balance_status(view: &HolderView) -> Option<BalanceStatus> {
 
 /// Logs what a read of `{T}:costs` found wrong, once per read (or per new
 /// problem), summarised: the first few entries and a count.
-fn log_costs(view: &HolderView) {
+fn log_costs(view: &HolderView, key: &str) {
     let costs = &view.costs;
     if !costs.news {
         return;
     }
     if let Some(problem) = &costs.problem {
         tracing::warn!(
+            key,
             error = %problem,
             "unit costs unreadable; the holder balances with the costs it knew (none declared if it knew none)"
         );
@@ -342,6 +344,7 @@ fn log_costs(view: &HolderView) {
         .map(|u| format!("{:?}={:?}", u.unit, u.value))
         .collect();
     tracing::warn!(
+        key,
         count = decoded.unreadable.len(),
         first = %first.join(" "),
         "unreadable unit costs skipped (expected a number above 0 and at most 1e9); those units count as the mean of the declared costs"
