@@ -489,4 +489,4 @@ impl Hasher for StrHasher {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

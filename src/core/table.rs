@@ -214,13 +214,7 @@ impl MatchingTable {
         let mut moves = Moves::default();
         let mut rows = BTreeMap::new();
         for group in &inputs.groups {
-            let live: Vec<(&str, u32)> = group
-                .members
-                .iter()
-                .map(String::as_str)
-                .filter(|m| is_live(m))
-                .map(|m| (m, (how.weight)(m)))
-                .collect();
+            let live = live_weighted(group, &is_live, how.weight);
             let mut cost_minimum = None;
             let mut solved = match (how.balance, how.assignment) {
                 (Balance::Cost(tolerance), _) => {
@@ -276,13 +270,7 @@ impl MatchingTable {
             .collect();
         let mut summary = balance::LoadSummary::default();
         for group in &inputs.groups {
-            let live: Vec<(&str, u32)> = group
-                .members
-                .iter()
-                .map(String::as_str)
-                .filter(|m| is_live(m))
-                .map(|m| (m, weight(m)))
-                .collect();
+            let live = live_weighted(group, &is_live, weight);
             // Rows of members outside the group are ignored there.
             summary.add(&balance::loads(&rows, &live, &units, costs, tolerance));
         }
@@ -360,6 +348,21 @@ pub fn digest_of<'a>(rows: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> String
         }
     }
     acc.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A group's live members with their weights, as the solvers take them.
+fn live_weighted<'g>(
+    group: &'g crate::core::inputs::Group,
+    is_live: &impl Fn(&str) -> bool,
+    weight: &dyn Fn(&str) -> u32,
+) -> Vec<(&'g str, u32)> {
+    group
+        .members
+        .iter()
+        .map(String::as_str)
+        .filter(|m| is_live(m))
+        .map(|m| (m, weight(m)))
+        .collect()
 }
 
 /// Splits a stored row. An empty or missing row means "no units".

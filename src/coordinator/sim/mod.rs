@@ -465,19 +465,7 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                     w.state_lost(now, generation);
                 }
                 drop(w);
-                // An operator notices and deletes it a little later.
-                let server = Arc::clone(&server);
-                let fix = rng.millis(300, 3_000);
-                tokio::spawn(async move {
-                    tokio::time::sleep(fix).await;
-                    // Only if it is still the stray string: a holder may
-                    // have written the key again meanwhile.
-                    let mut s = server.lock().expect("server lock");
-                    let at = s.tick();
-                    if s.keyspace.get(&key, at) == Ok(Some(b"oops".to_vec())) {
-                        s.keyspace.del(&key, at);
-                    }
-                });
+                fix_later(&server, key, rng.millis(300, 3_000));
                 continue;
             }
             72..=81 => {
@@ -516,16 +504,7 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                     drop(s);
                     w.log(now, format!("{key} set to a string"));
                     drop(w);
-                    let server = Arc::clone(&server);
-                    let fix = crng.millis(300, 3_000);
-                    tokio::spawn(async move {
-                        tokio::time::sleep(fix).await;
-                        let mut s = server.lock().expect("server lock");
-                        let at = s.tick();
-                        if s.keyspace.get(&key, at) == Ok(Some(b"oops".to_vec())) {
-                            s.keyspace.del(&key, at);
-                        }
-                    });
+                    fix_later(&server, key, crng.millis(300, 3_000));
                     continue;
                 }
                 let unit = format!("u{}", crng.below(20));
@@ -709,6 +688,21 @@ pub fn run_seeds(seeds: impl Iterator<Item = u64> + Send, run: Run, threads: usi
     let mut batch = batch.into_inner().expect("batch lock");
     batch.failed.sort_by_key(|o| o.seed);
     batch
+}
+
+/// An operator notices a key overwritten with a string and deletes it
+/// `after` a while: only if it is still the stray string (a holder may have
+/// written the key again meanwhile).
+fn fix_later(server: &Arc<Mutex<Server>>, key: String, after: Duration) {
+    let server = Arc::clone(server);
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        let mut s = server.lock().expect("server lock");
+        let at = s.tick();
+        if s.keyspace.get(&key, at) == Ok(Some(b"oops".to_vec())) {
+            s.keyspace.del(&key, at);
+        }
+    });
 }
 
 #[cfg(test)]

@@ -9,9 +9,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::core::sticky;
+use crate::core::sticky::tests::{Owned, owned_rows, rows_of, to_owned};
 use proptest::strategy::ValueTree;
-
-type Owned = BTreeMap<String, Vec<String>>;
 
 fn numbered(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}{i:04}")).collect()
@@ -19,25 +18,6 @@ fn numbered(prefix: &str, n: usize) -> Vec<String> {
 
 fn refs(strings: &[String]) -> Vec<&str> {
     strings.iter().map(String::as_str).collect()
-}
-
-fn rows_of<'t, 'a>(
-    table: &'t Table<'a>,
-) -> impl Iterator<Item = (&'a str, std::iter::Copied<std::slice::Iter<'t, &'a str>>)> + 't {
-    table.iter().map(|(m, row)| (*m, row.iter().copied()))
-}
-
-fn owned_rows(table: &Owned) -> impl Iterator<Item = (&str, impl Iterator<Item = &str>)> {
-    table
-        .iter()
-        .map(|(m, row)| (m.as_str(), row.iter().map(String::as_str)))
-}
-
-fn to_owned(table: &Table<'_>) -> Owned {
-    table
-        .iter()
-        .map(|(m, row)| (m.to_string(), row.iter().map(|u| u.to_string()).collect()))
-        .collect()
 }
 
 /// Zipf(s) costs over `n` units, in thousandths: unit k costs `10^6 / k^s`.
@@ -83,6 +63,16 @@ fn weighted<'a>(members: &[&'a str]) -> Vec<(&'a str, u32)> {
     members.iter().map(|&m| (m, 1)).collect()
 }
 
+/// The first table (no current one) at the default tolerance.
+fn first_table<'a>(
+    m: &[(&'a str, u32)],
+    us: &[&'a str],
+    cost: &dyn Fn(&str) -> u64,
+) -> Balanced<'a> {
+    let none = std::iter::empty::<(&str, Vec<&str>)>();
+    assign(none, m, us, Costs::Lookup(cost), Tolerance::DEFAULT)
+}
+
 #[test]
 fn zipf_costs_meet_the_tolerance_from_scratch_and_after_a_leave() {
     let members = numbered("w", 10);
@@ -91,13 +81,7 @@ fn zipf_costs_meet_the_tolerance_from_scratch_and_after_a_leave() {
     let cost = cost_fn(&units, &costs);
     let m = weighted(&refs(&members));
     let us = refs(&units);
-    let first = assign(
-        std::iter::empty::<(&str, Vec<&str>)>(),
-        &m,
-        &us,
-        Costs::Lookup(&cost),
-        Tolerance::DEFAULT,
-    );
+    let first = first_table(&m, &us, &cost);
     check_partition(&first.table, &refs(&members), &us);
     assert_eq!(
         first.hot,
@@ -151,14 +135,7 @@ fn equal_costs_give_the_count_rule() {
     let units = numbered("u", 100);
     let m = weighted(&refs(&members));
     let us = refs(&units);
-    let t = assign(
-        std::iter::empty::<(&str, Vec<&str>)>(),
-        &m,
-        &us,
-        Costs::Lookup(&|_| 1000),
-        Tolerance::DEFAULT,
-    )
-    .table;
+    let t = first_table(&m, &us, &|_| 1000).table;
     for row in t.values() {
         assert!(row.len() == 14 || row.len() == 15, "{}", row.len());
     }
@@ -213,13 +190,7 @@ fn hot_units_sit_alone_and_stay_with_their_holder() {
         .collect();
     let us = refs(&units);
     let m = [("a", 1), ("b", 1), ("c", 1)];
-    let first = assign(
-        std::iter::empty::<(&str, Vec<&str>)>(),
-        &m,
-        &us,
-        Costs::Lookup(&cost),
-        Tolerance::DEFAULT,
-    );
+    let first = first_table(&m, &us, &cost);
     assert_eq!(first.hot, ["big"]);
     let alone: Vec<_> = first
         .table

@@ -14,22 +14,24 @@ use proptest::sample::Index;
 use super::*;
 
 /// A table with owned strings, to carry across steps whose unit lists change.
-type Owned = BTreeMap<String, Vec<String>>;
+pub(crate) type Owned = BTreeMap<String, Vec<String>>;
 
 /// The rows of a table as [`assign`] takes them.
-fn rows_of<'t, 'a>(
+pub(crate) fn rows_of<'t, 'a>(
     table: &'t Table<'a>,
 ) -> impl Iterator<Item = (&'a str, std::iter::Copied<std::slice::Iter<'t, &'a str>>)> + 't {
     table.iter().map(|(m, row)| (*m, row.iter().copied()))
 }
 
-fn owned_rows(table: &Owned) -> impl Iterator<Item = (&str, impl Iterator<Item = &str>)> {
+pub(crate) fn owned_rows(
+    table: &Owned,
+) -> impl Iterator<Item = (&str, impl Iterator<Item = &str>)> {
     table
         .iter()
         .map(|(m, row)| (m.as_str(), row.iter().map(String::as_str)))
 }
 
-fn to_owned(table: &Table<'_>) -> Owned {
+pub(crate) fn to_owned(table: &Table<'_>) -> Owned {
     table
         .iter()
         .map(|(m, row)| (m.to_string(), row.iter().map(|u| u.to_string()).collect()))

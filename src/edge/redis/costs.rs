@@ -117,13 +117,6 @@ impl Store {
     }
 
     async fn costs_cmd(&self, op: &'static str, cmd: redis::Cmd) -> Result<i64, StoreError> {
-        let mut conn = self.conn();
-        match self
-            .bounded(op, self.op_timeout, cmd.query_async::<i64>(&mut conn))
-            .await
-        {
-            Ok(v) => Ok(v),
-            Err(e) => Err(self.classify(e, &[&self.keys.costs], "hash").await),
-        }
+        self.hash_edit(&self.keys.costs, op, cmd).await
     }
 }

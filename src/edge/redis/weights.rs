@@ -41,13 +41,24 @@ impl Store {
 
     /// `HSET` or `HDEL` on the overrides: the count it returns.
     async fn weights_cmd(&self, op: &'static str, cmd: redis::Cmd) -> Result<i64, StoreError> {
+        self.hash_edit(&self.keys.weights, op, cmd).await
+    }
+
+    /// An operator's `HSET` or `HDEL` on hash `key`: the count it returns;
+    /// a key of another type is an error naming it.
+    pub(super) async fn hash_edit(
+        &self,
+        key: &str,
+        op: &'static str,
+        cmd: redis::Cmd,
+    ) -> Result<i64, StoreError> {
         let mut conn = self.conn();
         match self
             .bounded(op, self.op_timeout, cmd.query_async::<i64>(&mut conn))
             .await
         {
             Ok(v) => Ok(v),
-            Err(e) => Err(self.classify(e, &[&self.keys.weights], "hash").await),
+            Err(e) => Err(self.classify(e, &[key], "hash").await),
         }
     }
 }
