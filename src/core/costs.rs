@@ -28,6 +28,7 @@ use std::hash::BuildHasherDefault;
 
 use xxhash_rust::xxh3::Xxh3;
 
+use crate::core::inputs::excerpt;
 use crate::core::sticky::StrHasher;
 
 /// Unit name → cost, hashed with XXH3 (a solve looks up every unit).
@@ -40,7 +41,8 @@ pub const SCALE: u64 = 1000;
 /// `10^12` thousandths: a million units of it still sum within a `u64`).
 pub const MAX_COST: f64 = 1e9;
 
-/// Why a declared cost cannot be read.
+/// A declared cost that cannot be read: the unit and the value, each
+/// shortened as invalid inputs are for the log (`inputs::excerpt`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnreadableCost {
     pub unit: String,
@@ -80,12 +82,12 @@ impl UnitCosts {
                     declared.insert(unit, c);
                 }
                 None => unreadable.push(UnreadableCost {
-                    unit,
-                    value: value.as_ref().to_string(),
+                    unit: excerpt(unit.as_bytes()),
+                    value: excerpt(value.as_ref().as_bytes()),
                 }),
             }
         }
-        unreadable.sort_by(|a, b| a.unit.cmp(&b.unit));
+        unreadable.sort_by(|a, b| (&a.unit, &a.value).cmp(&(&b.unit, &b.value)));
         let default = match declared.len() as u128 {
             0 => SCALE,
             n => {
@@ -198,8 +200,8 @@ mod tests {
         assert_eq!(
             bad,
             [UnreadableCost {
-                unit: "c".into(),
-                value: "junk".into()
+                unit: "\"c\"".into(),
+                value: "\"junk\"".into()
             }]
         );
         let none = UnitCosts::default();

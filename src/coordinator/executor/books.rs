@@ -341,7 +341,7 @@ fn log_costs(view: &HolderView, key: &str) {
         .unreadable
         .iter()
         .take(LOG_FIRST)
-        .map(|u| format!("{:?}={:?}", u.unit, u.value))
+        .map(|u| format!("{}={}", u.unit, u.value))
         .collect();
     tracing::warn!(
         key,

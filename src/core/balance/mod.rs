@@ -202,6 +202,11 @@ pub struct Balanced<'a> {
     pub minimum: usize,
 }
 
+/// The largest total cost a solve works with (see [`Costs`]): far below
+/// `u64::MAX`, so that a load plus any unit's cost, and loads times the
+/// tolerance's scale in `u128`, never overflow.
+pub const MAX_TOTAL: u64 = 1 << 62;
+
 /// Each unit's cost, in thousandths (0 counts as 1).
 #[derive(Clone, Copy)]
 pub enum Costs<'c> {
@@ -216,8 +221,13 @@ pub enum Costs<'c> {
 impl Costs<'_> {
     /// The costs of `units` (sorted and distinct; `given`: as the caller
     /// gave them, not sorted here), in their order.
+    ///
+    /// Loads are sums of costs in a `u64`: when the total would pass
+    /// [`MAX_TOTAL`] (tens of millions of units at the largest cost), every
+    /// cost is divided by the same factor (at least 1 each), which keeps
+    /// their ratios and every sum exact.
     fn of(self, units: &[&str], given: bool) -> Vec<u64> {
-        match self {
+        let mut costs: Vec<u64> = match self {
             Costs::Lookup(f) => units.iter().map(|u| f(u).max(1)).collect(),
             Costs::Aligned(c) => {
                 assert!(
@@ -226,7 +236,15 @@ impl Costs<'_> {
                 );
                 c.iter().map(|&c| c.max(1)).collect()
             }
+        };
+        let total: u128 = costs.iter().map(|&c| u128::from(c)).sum();
+        if total > u128::from(MAX_TOTAL) {
+            let factor = total.div_ceil(u128::from(MAX_TOTAL)) as u64;
+            for c in &mut costs {
+                *c = (*c / factor).max(1);
+            }
         }
+        costs
     }
 }
 

@@ -412,17 +412,21 @@ impl<'n, 'u> Solver<'n, 'u> {
                 continue;
             }
             let over = self.load[a] > self.bands.hi[a];
-            let partners: Vec<usize> = if over {
-                order.iter().map(|e| e.member as usize).collect()
+            // The first partners only: a list of every member for each
+            // member out of its band would be quadratic at 10,000 members.
+            let first = |it: &mut dyn Iterator<Item = &ByLoad>| -> Vec<usize> {
+                it.map(|e| e.member as usize)
+                    .filter(|&b| b != a)
+                    .take(MAX_DONORS_TRIED)
+                    .collect()
+            };
+            let partners = if over {
+                first(&mut order.iter())
             } else {
-                order.iter().rev().map(|e| e.member as usize).collect()
+                first(&mut order.iter().rev())
             };
             self.sort_list(a);
-            for b in partners
-                .into_iter()
-                .filter(|&b| b != a)
-                .take(MAX_DONORS_TRIED)
-            {
+            for b in partners.into_iter().take(MAX_DONORS_TRIED) {
                 self.sort_list(b);
                 if let Some((x, y)) = self.swap_pair(a, b) {
                     self.give(x, b);

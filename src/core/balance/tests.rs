@@ -130,6 +130,25 @@ fn loads_of<'a>(
 }
 
 #[test]
+fn costs_whose_sum_would_overflow_are_scaled_alike() {
+    // Four units at the largest u64 cost: a sum would wrap.
+    let units = numbered("u", 4);
+    let us = refs(&units);
+    let m = [("a", 1), ("b", 1)];
+    let t = first_table(&m, &us, &|_| u64::MAX).table;
+    check_partition(&t, &["a", "b"], &us);
+    assert!(t.values().all(|r| r.len() == 2), "{t:?}");
+    let l = loads(
+        &t,
+        &m,
+        &us,
+        Costs::Lookup(&|_| u64::MAX),
+        Tolerance::DEFAULT,
+    );
+    assert!(in_band(&l), "{l:?}");
+}
+
+#[test]
 fn equal_costs_give_the_count_rule() {
     let members = numbered("w", 7);
     let units = numbered("u", 100);

@@ -9,8 +9,9 @@
 //!   would move units for nothing, only to move them back;
 //! - a key of the wrong type is bad input, not a passing fault: with none
 //!   known the holder balances as if no cost were declared, and says so;
-//! - unreadable entries are skipped (`core::costs`), and reported once per
-//!   read of the hash, never every cycle.
+//! - unreadable entries are skipped (`core::costs`), and reported when
+//!   they change, never every cycle (where `WATCH` is not permitted the
+//!   hash is read every cycle).
 
 use std::sync::Arc;
 
@@ -24,8 +25,8 @@ pub(in crate::coordinator) struct KnownCosts {
     pub(in crate::coordinator) decoded: Option<Arc<DecodedCosts>>,
     /// The last read's problem (a failed read), while it lasts.
     pub(in crate::coordinator) problem: Option<String>,
-    /// Whether the driver has something new to say: a read of the hash
-    /// (its unreadable entries), or a new problem.
+    /// Whether the driver has something new to say: other unreadable
+    /// entries than the last read's, or a new problem.
     pub(in crate::coordinator) news: bool,
 }
 
@@ -45,7 +46,8 @@ impl KnownCosts {
                 })
             }
             Some(Ok(decoded)) => {
-                self.news = true;
+                let before = self.decoded.as_ref().map(|d| &d.unreadable);
+                self.news = before != Some(&decoded.unreadable) || self.problem.is_some();
                 self.version = read.version;
                 self.decoded = Some(decoded);
                 self.problem = None;
@@ -116,8 +118,15 @@ mod tests {
         let mut k = KnownCosts::default();
         k.observe(read(1, &[("a", "5"), ("b", "junk")])).unwrap();
         assert!(k.news);
+        // Read again (a guard that cannot vouch): the same entries are not
+        // news; another unreadable entry is.
+        k.observe(read(2, &[("a", "5"), ("b", "junk")])).unwrap();
+        assert!(!k.news);
+        k.observe(read(3, &[("a", "5"), ("b", "junk"), ("c", "-1")]))
+            .unwrap();
+        assert!(k.news);
         assert_eq!(k.costs().costs.of("a"), 5000);
-        assert_eq!(k.costs().unreadable.len(), 1);
+        assert_eq!(k.costs().unreadable.len(), 2);
         k.observe(CostsRead {
             version: Some(1),
             content: None,
