@@ -55,6 +55,8 @@
 //!    * a member below `lo` takes, from the member with the highest load
 //!      per weight, the largest unit that keeps the donor at or above `lo`
 //!      and itself at or below `hi`;
+//!    * a member above its band that no single unit fixes first looks for
+//!      a swap (below), two moves, before it gives several units;
 //!    * when neither moves anything, a member outside its band swaps one
 //!      unit with a partner (the least loaded per weight first when it is
 //!      above, the most loaded when below) so that both end within their

@@ -344,9 +344,21 @@ impl<'n, 'u> Solver<'n, 'u> {
             let i = giver.member as usize;
             self.sort_list(i);
             while self.load[i] > self.bands.hi[i] {
-                let Some((u, j)) = self.shed_one(i, &mut heap) else {
+                let Some((u, j, fixes)) = self.shed_one(i, &mut heap) else {
                     break;
                 };
+                // No single unit brings it within its band: giving would
+                // take two moves or more, and a swap that does it takes
+                // exactly two.
+                if !fixes && let Some((x, b, y)) = self.swap_for(i) {
+                    heap.push(Reverse(self.by_load(j)));
+                    self.give(x, b);
+                    self.give(y, i);
+                    heap.push(Reverse(self.by_load(b)));
+                    heap.push(Reverse(self.by_load(i)));
+                    moves += 2;
+                    continue;
+                }
                 self.give(u, j);
                 heap.push(Reverse(self.by_load(j)));
                 moves += 1;
@@ -357,10 +369,15 @@ impl<'n, 'u> Solver<'n, 'u> {
 
     /// The unit over-full member `i` gives and its receiver: the first
     /// receiver, by load per weight, that can take a unit of `i` without
-    /// leaving its band, and of `i`'s units the cheapest that brings `i`
-    /// within its band, or else the largest that fits. The receiver's heap
-    /// entry is popped; every other is left in `heap`.
-    fn shed_one(&self, i: usize, heap: &mut BinaryHeap<Reverse<ByLoad>>) -> Option<(u32, usize)> {
+    /// leaving its band, and of `i`'s units the one that brings `i` within
+    /// its band nearest its share (`true`: it fixes `i` alone), or else the
+    /// largest that fits. The receiver's heap entry is popped; every other
+    /// is left in `heap`.
+    fn shed_one(
+        &self,
+        i: usize,
+        heap: &mut BinaryHeap<Reverse<ByLoad>>,
+    ) -> Option<(u32, usize, bool)> {
         let mut tried = Vec::new();
         let mut found = None;
         while tried.len() < MAX_DONORS_TRIED {
@@ -375,9 +392,9 @@ impl<'n, 'u> Solver<'n, 'u> {
             let list = self.list(i);
             let fits = list.partition_point(|e| e.0 <= limit);
             if let Some(at) = nearest(list, excess, limit, toward) {
-                found = Some((list[at].2, j));
+                found = Some((list[at].2, j, true));
             } else if fits > 0 {
-                found = Some((list[fits - 1].2, j));
+                found = Some((list[fits - 1].2, j, false));
             } else {
                 tried.push(Reverse(self.by_load(j)));
                 continue;
@@ -386,6 +403,36 @@ impl<'n, 'u> Solver<'n, 'u> {
         }
         heap.extend(tried);
         found
+    }
+
+    /// A swap that brings member `a` (outside its band) and its partner
+    /// both within their bands: `(x, b, y)`, `x` going from `a` to `b` and
+    /// `y` back. Partners by load per weight, the least loaded first when
+    /// `a` is above its band, the most loaded when below; the first
+    /// [`MAX_DONORS_TRIED`] only.
+    fn swap_for(&mut self, a: usize) -> Option<(u32, usize, u32)> {
+        let mut order: Vec<ByLoad> = (0..self.names.len())
+            .filter(|&b| b != a && self.open(b))
+            .map(|b| self.by_load(b))
+            .collect();
+        let over = self.load[a] > self.bands.hi[a];
+        let by = |x: &ByLoad, y: &ByLoad| if over { x.cmp(y) } else { y.cmp(x) };
+        // The first partners only, selected in linear time: sorting every
+        // member for each member out of its band would not scale.
+        if order.len() > MAX_DONORS_TRIED {
+            order.select_nth_unstable_by(MAX_DONORS_TRIED, by);
+            order.truncate(MAX_DONORS_TRIED);
+        }
+        order.sort_unstable_by(by);
+        self.sort_list(a);
+        for b in order.into_iter().take(MAX_DONORS_TRIED) {
+            let b = b.member as usize;
+            self.sort_list(b);
+            if let Some((x, y)) = self.swap_pair(a, b) {
+                return Some((x, b, y));
+            }
+        }
+        None
     }
 
     /// Step 3's swaps: each member outside its band, heaviest first, swaps
@@ -401,39 +448,15 @@ impl<'n, 'u> Solver<'n, 'u> {
             return 0;
         }
         self.build_lists();
-        let mut order: Vec<ByLoad> = (0..self.names.len())
-            .filter(|&i| self.open(i))
-            .map(|i| self.by_load(i))
-            .collect();
-        order.sort_unstable();
         let mut moves = 0;
         for a in out {
             if (self.bands.lo[a]..=self.bands.hi[a]).contains(&self.load[a]) {
                 continue;
             }
-            let over = self.load[a] > self.bands.hi[a];
-            // The first partners only: a list of every member for each
-            // member out of its band would be quadratic at 10,000 members.
-            let first = |it: &mut dyn Iterator<Item = &ByLoad>| -> Vec<usize> {
-                it.map(|e| e.member as usize)
-                    .filter(|&b| b != a)
-                    .take(MAX_DONORS_TRIED)
-                    .collect()
-            };
-            let partners = if over {
-                first(&mut order.iter())
-            } else {
-                first(&mut order.iter().rev())
-            };
-            self.sort_list(a);
-            for b in partners.into_iter().take(MAX_DONORS_TRIED) {
-                self.sort_list(b);
-                if let Some((x, y)) = self.swap_pair(a, b) {
-                    self.give(x, b);
-                    self.give(y, a);
-                    moves += 2;
-                    break;
-                }
+            if let Some((x, b, y)) = self.swap_for(a) {
+                self.give(x, b);
+                self.give(y, a);
+                moves += 2;
             }
         }
         moves
