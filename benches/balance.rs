@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use distributor::core::balance::{self, Costs, Tolerance};
 use distributor::core::costs::{UnitCosts, display_cost};
+use distributor::core::load::LoadBook;
 use distributor::core::sticky::{self, Table};
 
 /// xorshift64*: deterministic, no extra dependency.
@@ -235,6 +236,57 @@ fn section_stability(tol: Tolerance) {
     }
 }
 
+/// The scenario: measured loads jitter ±20 % around a fixed truth,
+/// one sample a second per unit for ten minutes, smoothed as members do
+/// (`LoadBook`, half-life 60 s) and re-solved at every report (10 s), from
+/// the first report on. Simulated time: no sleeping.
+fn section_measured(tol: Tolerance) {
+    println!(
+        "== 3b. stability, measured load: samples ±20 % each second, half-life 60 s, a solve every 10 s for 10 minutes (Zipf(1.0))"
+    );
+    for (members, units) in [(10usize, 1_000usize), (100, 10_000)] {
+        let m = names("worker", members);
+        let u = names("unit", units);
+        let mw: Vec<(&str, u32)> = m.iter().map(|x| (x.as_str(), 1)).collect();
+        let us = refs(&u);
+        let mut rng = Rng(13);
+        let truth = Dist::Zipf(1.0).costs(units, &mut rng);
+        let mut book = LoadBook::new(std::time::Duration::from_secs(60));
+        let t0 = Instant::now();
+        let mut table: Option<Table<'_>> = None;
+        let (mut moved, mut solves_moving, mut solves) = (0, 0, 0);
+        for second in 0..600u64 {
+            let at = t0 + std::time::Duration::from_secs(second);
+            for (x, &c) in us.iter().zip(&truth) {
+                book.sample(x, c as f64 * (0.8 + 0.4 * rng.unit()), at);
+            }
+            if second % 10 != 9 {
+                continue;
+            }
+            let loads: Vec<u64> = us
+                .iter()
+                .map(|x| book.load(x).map_or(1, |l| (l.round() as u64).max(1)))
+                .collect();
+            let next = match &table {
+                None => balance::assign(none(), &mw, &us, Costs::Aligned(&loads), tol).table,
+                Some(t) => {
+                    let next =
+                        balance::assign(rows(t), &mw, &us, Costs::Aligned(&loads), tol).table;
+                    let n = sticky::moved(rows(t), &next);
+                    moved += n;
+                    solves_moving += usize::from(n > 0);
+                    solves += 1;
+                    next
+                }
+            };
+            table = Some(next);
+        }
+        println!(
+            "{members:>4} x {units:<7} {solves} re-solves after the first table: {moved} units moved in {solves_moving} of them"
+        );
+    }
+}
+
 fn timed(runs: usize, mut f: impl FnMut()) -> (f64, f64, f64) {
     let mut v: Vec<f64> = (0..runs)
         .map(|_| {
@@ -313,6 +365,7 @@ fn main() {
     }
     if run("stability") {
         section_stability(tol);
+        section_measured(tol);
     }
     if run("speed") {
         section_speed(tol);

@@ -40,6 +40,13 @@ It follows the README's "Protocol, for workers in any language" step by step:
    --drain-timeout seconds, or a second signal: stop everything, deregister,
    exit 0.
 
+7. Measured load (-balance load): with --unit-load UNIT=LOAD (repeatable)
+   and --default-load LOAD (every other unit), the worker's stand-in
+   application measures that load once a second for each unit it holds. Samples are smoothed (exponential average with
+   --load-half-life seconds; the first samples averaged plainly), and every
+   --load-report-ms the smoothed loads of the units it holds are written:
+   `HSET {<table>}:loads <id> "<unix_ms> <unit>=<load>,..."`; HDEL on leaving.
+
 With --events, stdout carries one JSON object per line per ownership change
 and nothing else (logs go to stderr); `generation` is the unit's token:
   {"event":"acquired","unit":"u","member":"host:port","generation":7,"unix_us":T}
@@ -111,11 +118,32 @@ class Held:
         self.token, self.seen, self.stopping = token, seen, None
 
 
+class LoadBook:
+    """Per-unit smoothed load: a time-weighted exponential average (README, "Measured load")."""
+
+    def __init__(self, half_life):
+        self.half_life, self.units = half_life, {}  # unit -> [decayed sum, decayed weight, at]
+
+    def sample(self, unit, load, at):
+        if not (0 <= load <= 1e9):  # also refuses NaN
+            return False
+        s = self.units.setdefault(unit, [0.0, 0.0, at])
+        decay = 0.0 if self.half_life <= 0 else 2 ** (-max(0.0, at - s[2]) / self.half_life)
+        s[0], s[1], s[2] = s[0] * decay + load, s[1] * decay + 1.0, max(s[2], at)
+        return True
+
+    def encode(self, owned, unix_ms):
+        body = ",".join("%s=%.3f" % (u, self.units[u][0] / self.units[u][1])
+                        for u in sorted(owned) if u in self.units)
+        return "%d %s" % (unix_ms, body) if body else "%d" % unix_ms
+
+
 class Worker:
     def __init__(self, args, r, rows, ident):
         self.args, self.r, self.rows, self.id = args, r, rows, ident
         prefix = coordination_prefix(args.table)
         self.meta, self.members = prefix + ":meta", prefix + ":members"
+        self.loads_key, self.book = prefix + ":loads", LoadBook(args.load_half_life)
         self.changed, self.acked = prefix + ":changed", prefix + ":acked"
         self.deadline = args.deadline_ms / 1000
         self.budget = args.work_ms / 1000 + 0.1  # fence this long before a hold ends
@@ -343,6 +371,32 @@ class Worker:
                 await ps.aclose()
             await asyncio.sleep(0.5)
 
+    # Step 7: measured load.
+    def report_load(self, unit, load):
+        """The application's measurement of `unit`'s load (any number from 0 to 1e9)."""
+        return self.book.sample(unit, load, time.monotonic())
+
+    async def loads(self):
+        """The stand-in application measures --unit-load's units it holds; the smoothed loads are written."""
+        measured = dict(args_pair(x) for x in self.args.unit_load)
+        next_write = time.monotonic() + self.args.load_report_ms / 1000
+        while not self.leaving:
+            for u in list(self.units):
+                load = measured.get(u, self.args.default_load)
+                if load is not None and self.holds(u):
+                    self.report_load(u, load)
+            if time.monotonic() >= next_write and self.book.units:
+                owned = [u for u in self.units if u in self.book.units]
+                for u in list(self.book.units):
+                    if u not in self.units:
+                        del self.book.units[u]
+                try:
+                    await self.r.hset(self.loads_key, self.id, self.book.encode(owned, int(time.time() * 1000)))
+                except (RedisError, OSError) as e:
+                    log.warning("could not write the measured loads: %s", e)
+                next_write = time.monotonic() + self.args.load_report_ms / 1000
+            await asyncio.sleep(min(1.0, self.args.load_report_ms / 1000))
+
     # Step 6: drain.
     def on_signal(self):
         if self.draining:
@@ -362,6 +416,7 @@ class Worker:
         try:
             await self.r.lrem(self.args.services_key, 0, self.id)
             await self.r.hdel(self.members, self.id)
+            await self.r.hdel(self.loads_key, self.id)
         except (RedisError, OSError) as e:
             log.warning("could not deregister: %s", e)
         self.done.set()
@@ -390,7 +445,7 @@ async def main(args):
     loop = asyncio.get_running_loop()
     for s in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(s, w.on_signal)
-    tasks = [asyncio.create_task(c) for c in (w.follow(), w.listen(), w.watchdog())]
+    tasks = [asyncio.create_task(c) for c in (w.follow(), w.listen(), w.watchdog(), w.loads())]
     await w.done.wait()
     for t in tasks:
         t.cancel()
@@ -398,6 +453,15 @@ async def main(args):
     await rows.aclose()
     await r.aclose()
     log.info("worker %s exited", ident)
+
+
+def args_pair(text):
+    """UNIT=LOAD (the last '=' separates them), LOAD from 0 to 1e9."""
+    unit, _, load = text.rpartition("=")
+    value = float(load)
+    if not unit or not (0 <= value <= 1e9):
+        raise ValueError(text)
+    return unit, value
 
 
 def parse():
@@ -413,7 +477,22 @@ def parse():
     p.add_argument("--poll-ms", type=int, default=1000, help="row polling, besides notifications")
     p.add_argument("--reregister-ms", type=int, default=5000)
     p.add_argument("--events", action="store_true", help="JSON ownership events on stdout")
+    p.add_argument("--unit-load", action="append", default=[], metavar="UNIT=LOAD",
+                   help="measure this load for UNIT while holding it (-balance load); repeatable")
+    p.add_argument("--default-load", type=float, metavar="LOAD",
+                   help="measure this load for every unit not in --unit-load (default: none)")
+    p.add_argument("--load-half-life", type=float, default=60.0, help="seconds; 0: the last sample alone")
+    p.add_argument("--load-report-ms", type=int, default=10000, help="how often the smoothed loads are written")
     args = p.parse_args()
+    try:
+        for x in args.unit_load:
+            args_pair(x)
+        if args.default_load is not None and not 0 <= args.default_load <= 1e9:
+            raise ValueError(args.default_load)
+    except ValueError:
+        p.error("--unit-load takes UNIT=LOAD, and --default-load LOAD, with LOAD a number from 0 to 1e9")
+    if args.load_report_ms <= 0:
+        p.error("--load-report-ms must be positive")
     if not 0 < args.deadline_ms <= 300000 or args.work_ms / 1000 + 0.1 >= args.deadline_ms / 2000:
         p.error("need 0 < --deadline-ms <= 300000 and --work-ms + 100 below half of it")
     return args

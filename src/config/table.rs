@@ -225,10 +225,10 @@ settings! {
         "How long a member that does not acknowledge (one that only reads its row, as Go workers do) gets to stop a unit after the write that took the unit from its row, before another member gets it; 0: such a member's unit goes to the next member in that same write (members of the protocol still get their own wait)";
     ASSIGNMENT: AssignmentMode = AssignmentMode, "assignment" ["ASSIGNMENT"] = Some("ring"), "ring|sticky",
         "How units are split: ring (a function of the members and units, as the Go implementation does) or sticky (from the current table, moving the fewest units balance needs)";
-    BALANCE: OneOf = OneOf(Balance::NAMES), "balance" ["BALANCE"] = Some("count"), "count|cost",
-        "What the split balances: count (the number of units, weighted, as -assignment solves it; Go-compatible) or cost (the units' costs in {T}:costs, each member within -balance-tolerance of its weighted share, moving the fewest units it can)";
+    BALANCE: OneOf = OneOf(Balance::NAMES), "balance" ["BALANCE"] = Some("count"), "count|cost|load",
+        "What the split balances: count (the number of units, weighted, as -assignment solves it; Go-compatible), cost (the units' costs in {T}:costs) or load (the loads members measure, in {T}:loads): with cost or load, each member within -balance-tolerance of its weighted share, moving the fewest units it can";
     BALANCE_TOLERANCE: TolerancePercent = TolerancePercent, "balance-tolerance" ["BALANCE_TOLERANCE"] = Some("10%"), "PERCENT",
-        "With -balance cost: how far from its share a member's load may be before units move (0 to 100, to two decimals)";
+        "With -balance cost or load: how far from its share a member's load may be before units move (0 to 100, to two decimals)";
     MAX_MOVES_PER_CYCLE: Whole<usize> = Whole { min: 0, max: None }, "max-moves-per-cycle" ["MAX_MOVES_PER_CYCLE"] = Some("0"), "N",
         "At most this many units are moving at once (revoked from a live owner, not yet granted to the next), in both modes; the rest follow as those moves complete. Units of failed or departed members are never held back. 0: no limit";
     REDIS_WAIT_REPLICAS: Whole<u32> = Whole { min: 0, max: Some(64) }, "redis-wait-replicas" ["REDIS_WAIT_REPLICAS"] = Some("0"), "N",

@@ -73,14 +73,12 @@ impl UnitCosts {
         K: Into<String>,
         V: AsRef<str>,
     {
-        let mut declared = CostMap::default();
+        let mut declared: Vec<(String, u64)> = Vec::new();
         let mut unreadable = Vec::new();
         for (unit, value) in pairs {
             let unit = unit.into();
             match decode_cost(value.as_ref()) {
-                Some(c) => {
-                    declared.insert(unit, c);
-                }
+                Some(c) => declared.push((unit, c)),
                 None => unreadable.push(UnreadableCost {
                     unit: excerpt(unit.as_bytes()),
                     value: excerpt(value.as_ref().as_bytes()),
@@ -88,6 +86,18 @@ impl UnitCosts {
             }
         }
         unreadable.sort_by(|a, b| (&a.unit, &a.value).cmp(&(&b.unit, &b.value)));
+        (UnitCosts::from_thousandths(declared), unreadable)
+    }
+
+    /// The costs of `(unit, thousandths)` pairs (a unit twice: the last);
+    /// an unlisted unit counts as their mean (see the module docs).
+    pub fn from_thousandths<K: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, u64)>,
+    ) -> UnitCosts {
+        let declared: CostMap = pairs
+            .into_iter()
+            .map(|(u, c)| (u.into(), c.max(1)))
+            .collect();
         let default = match declared.len() as u128 {
             0 => SCALE,
             n => {
@@ -105,14 +115,11 @@ impl UnitCosts {
             h.update(&c.to_le_bytes());
         }
         let digest = h.digest128();
-        (
-            UnitCosts {
-                declared,
-                default,
-                digest,
-            },
-            unreadable,
-        )
+        UnitCosts {
+            declared,
+            default,
+            digest,
+        }
     }
 
     /// `unit`'s cost in thousandths: declared, else the mean of the

@@ -43,6 +43,9 @@ pub struct Keys {
     /// Unit costs for `-balance cost`: unit → a positive number, written by
     /// whoever maintains the work list, or by `distributor costs set`.
     pub costs: String,
+    /// Measured loads for `-balance load`: member → `<unix_ms>
+    /// <unit>=<load>,...`, each member writing its own field (`core::load`).
+    pub loads: String,
     /// Units in transit between owners: `<unit>,<group>` → `revoked_at
     /// since_ms to from`, written by the holder with the table.
     pub transit: String,
@@ -74,6 +77,7 @@ impl Keys {
             members: k("members"),
             weights: k("weights"),
             costs: k("costs"),
+            loads: k("loads"),
             transit: k("transit"),
             table_channel: k("changed"),
             lease_channel: k("released"),

@@ -12,6 +12,7 @@ pub mod inputs;
 pub mod keys;
 pub mod lease;
 pub mod liveness;
+pub mod load;
 pub mod ownership;
 pub mod ring;
 pub mod status;

@@ -140,6 +140,8 @@ pub struct Overview {
     pub weights: std::collections::BTreeMap<String, String>,
     /// `{T}:costs`: the unit costs, undecoded.
     pub costs: std::collections::BTreeMap<String, String>,
+    /// `{T}:loads`: the members' measured loads, undecoded.
+    pub loads: std::collections::BTreeMap<String, String>,
 }
 
 impl Overview {

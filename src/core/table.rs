@@ -61,11 +61,12 @@ impl Assignment {
 /// What [`MatchingTable::solve_with`] takes besides the inputs.
 pub struct Solve<'a> {
     pub assignment: Assignment,
-    /// What the rows balance: with [`Balance::Cost`], the units' `costs`
+    /// What the rows balance: with [`Balance::Cost`] or [`Balance::Load`],
+    /// the units' `costs` (declared or measured)
     /// ([`balance::assign`], which always starts from `current`), and
     /// `assignment` is not used.
     pub balance: Balance,
-    /// Every unit's cost, for [`Balance::Cost`] (`None`: every unit 1);
+    /// Every unit's cost or load (`None`: every unit 1);
     /// [`balance::Costs::Aligned`] with `inputs.units`.
     pub costs: Option<balance::Costs<'a>>,
     /// A live member's capacity weight (1 by default; 0 counts as 1).
@@ -217,7 +218,7 @@ impl MatchingTable {
             let live = live_weighted(group, &is_live, how.weight);
             let mut cost_minimum = None;
             let mut solved = match (how.balance, how.assignment) {
-                (Balance::Cost(tolerance), _) => {
+                (Balance::Cost(tolerance) | Balance::Load(tolerance), _) => {
                     let costs = how.costs.unwrap_or(balance::Costs::Lookup(&|_| SCALE));
                     let b = balance::assign(current(), &live, &units, costs, tolerance);
                     cost_minimum = Some(b.minimum);

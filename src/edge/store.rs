@@ -84,6 +84,9 @@ pub trait HoldingStore: Clone + Send + Sync + 'static {
     /// The unit costs (`-balance cost`), unless unchanged since `held`.
     fn read_costs_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send;
 
+    /// The measured loads (`-balance load`), unless unchanged since `held`.
+    fn read_loads_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send;
+
     /// What a holder reads before it plans (`with_table`: the table too).
     fn read_holding(
         &self,
@@ -177,6 +180,10 @@ impl HoldingStore for crate::edge::redis::Store {
 
     fn read_costs_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send {
         crate::edge::redis::Store::read_costs_since(self, held)
+    }
+
+    fn read_loads_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send {
+        crate::edge::redis::Store::read_loads_since(self, held)
     }
 
     fn read_holding(

@@ -35,6 +35,7 @@ use tonic_health::server::HealthReporter;
 use super::handoff::{Handoff, Shared};
 use super::{Assignment, MemberOptions};
 use crate::core::handoff::{MemberReport, RedisConnection};
+use crate::core::load::LoadBook;
 use crate::core::ownership::{Ownership, ReadOutcome, Revocation, Step};
 use crate::core::timing::Timing;
 use crate::edge::clock;
@@ -609,6 +610,55 @@ pub(super) async fn leave(store: &Store, list: &str, id: &str) {
     }
     if let Err(e) = store.remove_report(id).await {
         tracing::warn!(error = %e, member = %id, "could not remove this member's report");
+    }
+    if let Err(e) = store.remove_loads(id).await {
+        tracing::warn!(error = %e, member = %id, "could not remove this member's measured loads");
+    }
+}
+
+/// Writes the smoothed loads of the units this member owns to `{T}:loads`
+/// every `every`, once the application reported one
+/// ([`super::Member::report_load`]), until the member stops serving or has
+/// left. A failed write is retried at the next turn.
+pub(super) async fn report_loads(
+    store: Store,
+    id: String,
+    shared: Arc<Shared>,
+    loads: Arc<std::sync::Mutex<LoadBook>>,
+    every: Duration,
+    serving: CancellationToken,
+    left: Arc<AtomicBool>,
+) {
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = serving.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        if left.load(Ordering::SeqCst) {
+            return;
+        }
+        let value = {
+            let owned: Vec<String> = shared.lock().owned().into_iter().map(|t| t.unit).collect();
+            let mut book = loads.lock().unwrap_or_else(|e| e.into_inner());
+            if !book.reported() {
+                continue;
+            }
+            book.retain(|u| owned.iter().any(|o| o == u));
+            book.encode(owned.iter().map(String::as_str), crate::unix_ms())
+        };
+        match store.write_loads(&id, &value).await {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!(member = %id, "measured loads written again");
+            }
+            Ok(()) => {}
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(member = %id, error = %e, "could not write the measured loads; retrying every report interval");
+            }
+            Err(_) => {}
+        }
     }
 }
 

@@ -63,6 +63,7 @@ use self::handoff::Shared;
 pub use self::handoff::{Handoff, Hold, HoldLost, Owned};
 use crate::core::handoff::{MAX_DEADLINE, MAX_WEIGHT};
 use crate::core::inputs::check_member_addr;
+use crate::core::load::LoadBook;
 use crate::core::ownership::Ownership;
 pub use crate::core::ownership::{FencingToken, Revocation};
 use crate::edge::clock;
@@ -128,6 +129,12 @@ pub struct MemberOptions {
     pub drain_timeout: Duration,
     /// Capacity weight reported to the holder (default 1, at most 1000).
     pub weight: u32,
+    /// Half-life of the smoothing of [`Member::report_load`]'s samples
+    /// (default 60 s; zero: the last sample alone).
+    pub load_half_life: Duration,
+    /// How often the smoothed loads are written to `{T}:loads` once the
+    /// application reported one (default 10 s).
+    pub load_report_interval: Duration,
     /// Custom CA / client certificate for a `rediss://` URL.
     pub redis_tls: TlsFiles,
     /// Redis Cluster mode with one seed URL (several comma-separated URLs in
@@ -156,6 +163,8 @@ impl MemberOptions {
             deadline: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(30),
             weight: 1,
+            load_half_life: Duration::from_secs(60),
+            load_report_interval: Duration::from_secs(10),
             redis_tls: TlsFiles::default(),
             redis_cluster: false,
             tls: None,
@@ -181,6 +190,9 @@ impl MemberOptions {
         }
         if self.reregister_interval.is_zero() {
             return bad("reregister_interval", "must be positive".into());
+        }
+        if self.load_report_interval.is_zero() {
+            return bad("load_report_interval", "must be positive".into());
         }
         if !(1..=MAX_WEIGHT).contains(&self.weight) {
             return bad(
@@ -224,6 +236,9 @@ pub struct Member {
     server: Option<JoinHandle<()>>,
     /// Set by the task once it deregistered.
     left: Arc<AtomicBool>,
+    /// The smoothed loads the application reported, and their writer.
+    loads: Arc<std::sync::Mutex<LoadBook>>,
+    loads_task: Option<JoinHandle<()>>,
     /// What a drop without a runtime needs to deregister.
     redis: RedisOptions,
     table_key: String,
@@ -329,6 +344,16 @@ impl Member {
 
         let (tx, rx) = watch::channel(Assignment::default());
         let left = Arc::new(AtomicBool::new(false));
+        let loads = Arc::new(std::sync::Mutex::new(LoadBook::new(opts.load_half_life)));
+        let loads_task = tokio::spawn(follow::report_loads(
+            store.clone(),
+            id.clone(),
+            shared.clone(),
+            loads.clone(),
+            opts.load_report_interval,
+            serving.clone(),
+            left.clone(),
+        ));
         let (table_key, services_key) = (opts.table_key.clone(), opts.services_key.clone());
         let follow = Follower {
             store,
@@ -357,10 +382,25 @@ impl Member {
             task: Some(task),
             server: Some(server),
             left,
+            loads,
+            loads_task: Some(loads_task),
             redis,
             table_key,
             services_key,
         })
+    }
+
+    /// Reports a measurement of `unit`'s load, for `-balance load`: any
+    /// number from 0 to 1e9 in the application's own measure (CPU seconds
+    /// a second, items a minute), as often as it likes. The member smooths
+    /// the samples (`load_half_life`) and writes the smoothed load of every
+    /// unit it owns to `{T}:loads` every `load_report_interval` (README,
+    /// "Measured load"). `false`: not such a number, ignored.
+    pub fn report_load(&self, unit: &str, load: f64) -> bool {
+        self.loads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sample(unit, load, clock::now())
     }
 
     /// The member id: the address written into the services list.
@@ -398,6 +438,7 @@ impl Member {
     /// a member that lost contact while draining (it holds nothing any more)
     /// deregisters at once.
     pub async fn drain(mut self) -> Drained {
+        self.stop_loads();
         self.mode.send_replace(Mode::Drain);
         match self.join().await {
             Ending::HandedOver => Drained::HandedOver,
@@ -411,6 +452,7 @@ impl Member {
     /// stay unworked until the holder sees it gone (prefer
     /// [`Member::drain`], which moves them first).
     pub async fn shutdown(mut self) {
+        self.stop_loads();
         self.mode.send_replace(Mode::Stop);
         self.join().await;
     }
@@ -421,10 +463,20 @@ impl Member {
     /// refused, the holder may grant the units at once.
     pub fn abort(mut self) {
         self.shared.lock().stop(clock::now());
+        self.stop_loads();
         if let Some(t) = self.server.take() {
             t.abort();
         }
         if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+
+    /// Stops writing measured loads, before the member leaves: a write
+    /// after its `HDEL` would leave its field behind. (A write already sent
+    /// goes first: both go on the same connection.)
+    fn stop_loads(&mut self) {
+        if let Some(t) = self.loads_task.take() {
             t.abort();
         }
     }
@@ -434,6 +486,7 @@ impl Member {
             Some(t) => t.await.unwrap_or(Ending::Stopped),
             None => Ending::Stopped,
         };
+        self.stop_loads();
         if let Some(s) = self.server.take() {
             let _ =
                 tokio::time::timeout(crate::core::timing::Timing::DEFAULT.server_shutdown, s).await;
@@ -444,6 +497,7 @@ impl Member {
 
 impl Drop for Member {
     fn drop(&mut self) {
+        self.stop_loads();
         self.mode.send_replace(Mode::Stop);
         // Joined (drain, shutdown) or aborted: nothing is left to do.
         let Some(task) = &self.task else {

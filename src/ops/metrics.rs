@@ -288,31 +288,31 @@ impl Metrics {
         let load_imbalance = Gauge::<f64, AtomicU64>::default();
         r.register(
             "load_imbalance",
-            "With -balance cost: the busiest member's load divided by its share (1: exactly its share; a member isolating a hot unit counts that unit as its share), in the table the holder solved (holder only)",
+            "With -balance cost or load: the busiest member's load divided by its share (1: exactly its share; a member isolating a hot unit counts that unit as its share), in the table the holder solved (holder only)",
             load_imbalance.clone(),
         );
         let load_least = Gauge::<f64, AtomicU64>::default();
         r.register(
             "load_least",
-            "With -balance cost: the least busy member's load divided by its share (holder only)",
+            "With -balance cost or load: the least busy member's load divided by its share (holder only)",
             load_least.clone(),
         );
         let members_out_of_band = Gauge::default();
         r.register(
             "members_out_of_band",
-            "With -balance cost: members whose load is outside -balance-tolerance of their share (holder only)",
+            "With -balance cost or load: members whose load is outside -balance-tolerance of their share (holder only)",
             members_out_of_band.clone(),
         );
         let hot_units = Gauge::default();
         r.register(
             "hot_units",
-            "With -balance cost: units costlier than any member's share, each alone on a member where possible (holder only)",
+            "With -balance cost or load: units costlier than any member's share, each alone on a member where possible (holder only)",
             hot_units.clone(),
         );
         let invalid_costs = Gauge::default();
         r.register(
             "invalid_costs",
-            "With -balance cost: unreadable entries of {T}:costs, skipped (holder only)",
+            "With -balance cost or load: unreadable entries of {T}:costs (or fields of {T}:loads), skipped (holder only)",
             invalid_costs.clone(),
         );
         let build = Family::<Build, Gauge>::default();

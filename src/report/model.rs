@@ -53,6 +53,8 @@ pub const HOT_SHOWN: usize = 20;
 /// and lists as they are now.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct BalanceReport {
+    /// What is balanced: `cost` (declared) or `load` (measured).
+    pub by: String,
     /// `-balance-tolerance`, as written: `10%`.
     pub tolerance: String,
     /// The busiest member's load divided by its share.
@@ -65,7 +67,8 @@ pub struct BalanceReport {
     /// possible: the first [`HOT_SHOWN`], sorted, and how many in all.
     pub hot_units: Vec<String>,
     pub hot_count: usize,
-    /// Units with a readable declared cost, and entries that are not.
+    /// Units with a readable cost (declared, or reported as a load), and
+    /// entries that are not readable (with loads: members' fields).
     pub declared_costs: usize,
     pub invalid_costs: usize,
 }
@@ -366,10 +369,13 @@ fn balance_of(
 ) -> (Option<BalanceReport>, BTreeMap<String, LoadReport>) {
     use crate::core::balance::Balance;
     use crate::core::costs::{SCALE, UnitCosts};
-    let Some(Balance::Cost(tolerance)) = assignment.map(Balance::decode) else {
-        return (None, BTreeMap::new());
+    let balance = assignment.map_or(Balance::Count, Balance::decode);
+    let (costs, unreadable) = match balance {
+        Balance::Count => return (None, BTreeMap::new()),
+        Balance::Cost(_) => UnitCosts::decode(o.costs.iter().map(|(u, c)| (u.clone(), c))),
+        Balance::Load(_) => crate::core::load::decode_loads(o.loads.iter()),
     };
-    let (costs, unreadable) = UnitCosts::decode(o.costs.iter().map(|(u, c)| (u.clone(), c)));
+    let tolerance = balance.tolerance().expect("cost or load");
     let table = MatchingTable::from_rows(o.table.clone());
     let summary = table.loads(
         inputs,
@@ -393,6 +399,7 @@ fn balance_of(
         })
         .collect();
     let report = BalanceReport {
+        by: balance.name().to_string(),
         tolerance: tolerance.to_string(),
         imbalance: summary.imbalance(),
         least: summary.least(),

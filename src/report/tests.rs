@@ -46,6 +46,7 @@ fn overview() -> Overview {
         transit: Default::default(),
         weights: Default::default(),
         costs: Default::default(),
+        loads: Default::default(),
     }
 }
 
@@ -97,6 +98,21 @@ fn a_table_balanced_by_cost_reports_loads_shares_and_hot_units() {
     assert!(render_status(&r).contains(
         "hot units (costlier than any share, each alone on a member where possible): big"
     ));
+    // Balanced by measured load: the newest report of each unit counts.
+    o.meta
+        .insert("assignment".into(), "load tolerance=5%".into());
+    o.loads = [
+        s("h:1", "10 a=1,b=1"),
+        s("h:2", "10 c=2"),
+        s("h:3", "10 big=100"),
+        s("h:9", "x"),
+    ]
+    .into();
+    let r = status(&o, "t", 10_000);
+    let b = r.balance.as_ref().expect("balanced by load");
+    assert_eq!((b.by.as_str(), b.tolerance.as_str()), ("load", "5%"));
+    assert_eq!((b.hot_units.len(), b.invalid_costs), (1, 1));
+    assert!(render_status(&r).contains("balance by load (tolerance 5%)"));
     // Count mode reports none of it.
     let plain = status(&overview(), "t", 10_000);
     assert!(plain.balance.is_none());

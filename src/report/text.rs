@@ -140,8 +140,15 @@ pub fn render_status(r: &StatusReport) -> String {
     );
     if let Some(b) = &r.balance {
         out += &format!(
-            "balance by cost (tolerance {}): busiest {:.2}x its share, least busy {:.2}x, {} outside the tolerance; {} units with a cost, {} unreadable costs\n",
-            b.tolerance, b.imbalance, b.least, b.out_of_band, b.declared_costs, b.invalid_costs
+            "balance by {} (tolerance {}): busiest {:.2}x its share, least busy {:.2}x, {} outside the tolerance; {} units with a {}, {} unreadable entries\n",
+            b.by,
+            b.tolerance,
+            b.imbalance,
+            b.least,
+            b.out_of_band,
+            b.declared_costs,
+            b.by,
+            b.invalid_costs
         );
         if b.hot_count > 0 {
             let more = b.hot_count - b.hot_units.len();

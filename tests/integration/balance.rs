@@ -210,3 +210,72 @@ async fn costs_set_list_and_unset_with_validation() {
     let () = redis.cmd(&["SET", &keys().costs, "x"]).await;
     fails(cli(&url, &["costs", "list"]), "costs");
 }
+
+/// `-balance load`: members measure their units through
+/// `Member::report_load`; the smoothed loads reach `{T}:loads` in the
+/// documented format, and a unit that turns out far heavier than any share
+/// ends alone on a member. A member that leaves removes its field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measured_loads_put_a_heavy_unit_alone_on_a_member() {
+    let units = units(40);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.balance = Balance::Load(Tolerance::DEFAULT);
+    fleet.set_units(&units).await;
+    for _ in 0..4 {
+        let mut o = fleet.member_options();
+        o.load_report_interval = Duration::from_millis(200);
+        o.load_half_life = Duration::from_secs(1);
+        let m = distributor::Member::start(o).await.unwrap();
+        fleet.members.push(Some(m));
+    }
+    fleet.add_replica();
+    let heavy = units[7].clone();
+    let measure = |fleet: &Fleet| {
+        for m in fleet.members.iter().flatten() {
+            let owned = m.assignment().borrow().units.clone();
+            for u in owned {
+                let load = if u == heavy { 100.0 } else { 1.0 };
+                assert!(m.report_load(&u, load));
+            }
+        }
+    };
+    wait_for(
+        "the heavy unit alone on a member",
+        Duration::from_secs(30),
+        || async {
+            measure(&fleet);
+            let t = fleet.table().await;
+            let transit: usize = fleet.redis.cmd(&["HLEN", &keys().transit]).await;
+            transit == 0 && t.rows().values().any(|v| *v == heavy)
+        },
+    )
+    .await;
+    let loads: BTreeMap<String, String> = fleet.redis.cmd(&["HGETALL", &keys().loads]).await;
+    assert!(
+        loads
+            .values()
+            .any(|v| v.contains(&format!("{heavy}=100.000"))),
+        "{loads:?}"
+    );
+    for (member, value) in &loads {
+        assert!(
+            distributor::core::load::decode_report(value).is_some(),
+            "{member}: {value:?}"
+        );
+    }
+    let meta: BTreeMap<String, String> = fleet.redis.cmd(&["HGETALL", &keys().meta]).await;
+    assert_eq!(meta["assignment"], "load tolerance=10%");
+    let status = ok(cli(&fleet.redis.url(), &["status"]));
+    assert!(
+        status.contains("balance by load (tolerance 10%)"),
+        "{status}"
+    );
+    assert!(!fleet.members[0].as_ref().unwrap().report_load("x", -1.0));
+
+    let leaving = fleet.members[0].take().unwrap();
+    let id = leaving.id().to_string();
+    leaving.shutdown().await;
+    let loads: BTreeMap<String, String> = fleet.redis.cmd(&["HGETALL", &keys().loads]).await;
+    assert!(!loads.contains_key(&id), "{loads:?}");
+    fleet.shutdown().await;
+}

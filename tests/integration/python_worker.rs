@@ -148,6 +148,17 @@ struct PyWorker {
 
 impl PyWorker {
     fn spawn(python: &Path, fleet: &Fleet, port: u16, journal: &Journal) -> PyWorker {
+        PyWorker::spawn_with(python, fleet, port, journal, &[])
+    }
+
+    /// [`PyWorker::spawn`] with more flags.
+    fn spawn_with(
+        python: &Path,
+        fleet: &Fleet,
+        port: u16,
+        journal: &Journal,
+        extra: &[&str],
+    ) -> PyWorker {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/worker.py");
         let id = format!("127.0.0.1:{port}");
         let mut child = Command::new(python)
@@ -171,6 +182,7 @@ impl PyWorker {
                 "1000",
             ])
             .args(["--drain-timeout", "15", "--events"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -550,5 +562,80 @@ async fn python_workers_never_share_a_unit() {
     old_reader.abort();
     rust_observer.abort();
     drop(old);
+    fleet.shutdown().await;
+}
+
+/// `-balance load` with Python workers measuring a unit far heavier than
+/// the rest (`--unit-load`): their smoothed loads reach `{T}:loads` in the
+/// documented format, the heavy unit ends alone on a worker, and a worker
+/// that drains removes its field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_workers_report_measured_loads() {
+    let Some(python) = python() else {
+        return;
+    };
+    let journal = Journal::default();
+    let _dump = DumpOnPanic(journal.clone());
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.balance =
+        distributor::core::balance::Balance::Load(distributor::core::balance::Tolerance::DEFAULT);
+    let units = units(30);
+    let heavy = format!("{}=100", units[4]);
+    fleet.set_units(&units).await;
+    let flags = [
+        "--unit-load",
+        &heavy,
+        "--default-load",
+        "1",
+        "--load-half-life",
+        "1",
+        "--load-report-ms",
+        "300",
+    ];
+    let mut workers: Vec<PyWorker> = (0..3)
+        .map(|_| PyWorker::spawn_with(&python, &fleet, free_port(), &journal, &flags))
+        .collect();
+    fleet.add_replica();
+    let ids: Vec<String> = workers.iter().map(|w| w.id.clone()).collect();
+    wait_for(
+        "the heavy unit alone on a Python worker",
+        Duration::from_secs(60),
+        || async {
+            let t = fleet.table().await;
+            let transit: usize = fleet.redis.cmd(&["HLEN", &keys().transit]).await;
+            transit == 0 && t.len() == 3 && t.rows().values().any(|v| *v == units[4])
+        },
+    )
+    .await;
+    let loads: BTreeMap<String, String> = fleet.redis.cmd(&["HGETALL", &keys().loads]).await;
+    let heavy_field = format!("{}=100.000", units[4]);
+    assert!(
+        loads.values().any(|v| v.contains(&heavy_field)),
+        "{loads:?}"
+    );
+    for (id, value) in &loads {
+        assert!(ids.contains(id), "{id}");
+        assert!(
+            distributor::core::load::decode_report(value).is_some(),
+            "{value:?}"
+        );
+    }
+    let leaving = workers.remove(0);
+    leaving.signal("TERM");
+    let mut leaving = leaving;
+    assert!(leaving.exited(Duration::from_secs(30)).await.success());
+    wait_for(
+        "the drained worker's loads removed",
+        Duration::from_secs(10),
+        || async {
+            let loads: BTreeMap<String, String> =
+                fleet.redis.cmd(&["HGETALL", &keys().loads]).await;
+            !loads.contains_key(&leaving.id)
+        },
+    )
+    .await;
+    for mut w in workers {
+        w.kill(&journal).await;
+    }
     fleet.shutdown().await;
 }

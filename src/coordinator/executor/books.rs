@@ -331,7 +331,7 @@ fn log_costs(view: &HolderView, key: &str) {
         tracing::warn!(
             key,
             error = %problem,
-            "unit costs unreadable; the holder balances with the costs it knew (none declared if it knew none)"
+            "unit costs or loads unreadable; the holder balances with those it knew (none if it knew none)"
         );
     }
     let Some(decoded) = costs.decoded.as_ref().filter(|d| !d.unreadable.is_empty()) else {
@@ -347,6 +347,6 @@ fn log_costs(view: &HolderView, key: &str) {
         key,
         count = decoded.unreadable.len(),
         first = %first.join(" "),
-        "unreadable unit costs skipped (expected a number above 0 and at most 1e9); those units count as the mean of the declared costs"
+        "unreadable entries skipped: a cost is a number above 0 and at most 1e9 (those units count as the mean of the others); a load report is `<unix_ms> <unit>=<load>,...`"
     );
 }

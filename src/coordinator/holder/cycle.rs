@@ -47,6 +47,7 @@ use super::pings::InFlight;
 use super::solve::{SolveSettings, desired};
 use super::warm::WarmView;
 use super::{CycleError, CycleReport, HolderView, mark_error};
+use crate::core::balance::Balance;
 use crate::core::handoff;
 use crate::core::suspicion::Guard;
 use crate::core::timing::Timing;
@@ -171,9 +172,12 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                     costs_since,
                 } => {
                     let costs = async {
-                        match costs_since {
-                            Some(held) => Some(self.store.read_costs_since(held).await),
-                            None => None,
+                        match (costs_since, self.solve.balance) {
+                            (Some(held), Balance::Load(_)) => {
+                                Some(self.store.read_loads_since(held).await)
+                            }
+                            (Some(held), _) => Some(self.store.read_costs_since(held).await),
+                            (None, _) => None,
                         }
                     };
                     let (inputs, costs) =

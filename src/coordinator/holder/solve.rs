@@ -42,7 +42,7 @@ pub(in crate::coordinator) struct SolveSettings {
 impl SolveSettings {
     /// Whether the solve needs the unit costs.
     pub(in crate::coordinator) fn reads_costs(&self) -> bool {
-        matches!(self.balance, Balance::Cost(_))
+        self.balance.tolerance().is_some()
     }
 
     /// The mode as `{T}:meta` records it (`Balance::describe`).
@@ -130,7 +130,9 @@ pub(super) async fn desired(
     // Each unit's cost in the units' order, looked up once per units list
     // and costs read (a million lookups cost more than the solve).
     let aligned = match (how.balance, &view.aligned_costs) {
-        (Balance::Cost(_), Some(a)) if a.units == units_part && a.costs == costs.costs.digest() => {
+        (Balance::Cost(_) | Balance::Load(_), Some(a))
+            if a.units == units_part && a.costs == costs.costs.digest() =>
+        {
             Some(Arc::clone(&a.values))
         }
         _ => None,
@@ -141,8 +143,8 @@ pub(super) async fn desired(
         // `ListCache`): an idle cycle hashes members, never units.
         h.update(&inputs_key(inputs, units_part, eligible).to_le_bytes());
         h.update(how.assignment.name().as_bytes());
-        if let Balance::Cost(t) = how.balance {
-            h.update(b"cost");
+        if let Some(t) = how.balance.tolerance() {
+            h.update(how.balance.name().as_bytes());
             h.update(&t.bp().to_le_bytes());
             h.update(&costs.costs.digest().to_le_bytes());
         }
@@ -221,7 +223,7 @@ pub(super) async fn desired(
                 let (table, moves) =
                     assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how));
                 let loads = match balance {
-                    Balance::Cost(t) => {
+                    Balance::Cost(t) | Balance::Load(t) => {
                         let c = Costs::Aligned(aligned.as_deref().expect("cost mode"));
                         Some(Arc::new(table.loads(&inp, live, &weight, c, t)))
                     }

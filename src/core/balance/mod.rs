@@ -150,16 +150,20 @@ pub enum Balance {
     Count,
     /// The units' declared costs ([`assign`]), within a tolerance.
     Cost(Tolerance),
+    /// The units' loads as members measure them (`core::load`), balanced
+    /// as costs are.
+    Load(Tolerance),
 }
 
 impl Balance {
     /// Every mode's name, as `-balance` takes it.
-    pub const NAMES: &'static [&'static str] = &["count", "cost"];
+    pub const NAMES: &'static [&'static str] = &["count", "cost", "load"];
 
     pub fn name(self) -> &'static str {
         match self {
             Balance::Count => "count",
             Balance::Cost(_) => "cost",
+            Balance::Load(_) => "load",
         }
     }
 
@@ -168,16 +172,26 @@ impl Balance {
         match s {
             "count" => Some(Balance::Count),
             "cost" => Some(Balance::Cost(tolerance)),
+            "load" => Some(Balance::Load(tolerance)),
             _ => None,
         }
     }
 
-    /// As `{T}:meta`'s `assignment` records the mode: `ring`, `sticky`, or
-    /// `cost tolerance=10%` (which [`Balance::decode`] reads back).
+    /// As `{T}:meta`'s `assignment` records the mode: `ring`, `sticky`,
+    /// `cost tolerance=10%` or `load tolerance=10%` (which
+    /// [`Balance::decode`] reads back).
     pub fn describe(self, assignment: &str) -> String {
         match self {
             Balance::Count => assignment.to_string(),
-            Balance::Cost(t) => format!("cost tolerance={t}"),
+            Balance::Cost(t) | Balance::Load(t) => format!("{} tolerance={t}", self.name()),
+        }
+    }
+
+    /// The tolerance, when balancing by cost or load.
+    pub fn tolerance(self) -> Option<Tolerance> {
+        match self {
+            Balance::Count => None,
+            Balance::Cost(t) | Balance::Load(t) => Some(t),
         }
     }
 
@@ -185,10 +199,11 @@ impl Balance {
     /// [`Balance::describe`]); `Count` for `ring`, `sticky` or anything
     /// unreadable.
     pub fn decode(described: &str) -> Balance {
-        described
-            .strip_prefix("cost tolerance=")
-            .and_then(Tolerance::parse)
-            .map_or(Balance::Count, Balance::Cost)
+        let (mode, tolerance) = described.split_once(" tolerance=").unwrap_or(("", ""));
+        match Tolerance::parse(tolerance) {
+            Some(t) => Balance::parse(mode, t).unwrap_or(Balance::Count),
+            None => Balance::Count,
+        }
     }
 }
 

@@ -288,6 +288,36 @@ impl MemoryStore {
         Ok((generation, version))
     }
 
+    /// Hash `key` decoded by `decode`, unless unchanged since `held` (by
+    /// the keyspace's version of it).
+    fn read_hash_since(
+        &self,
+        key: &str,
+        held: Option<u64>,
+        decode: fn(Vec<(String, String)>) -> DecodedCosts,
+    ) -> impl Future<Output = CostsRead> + Send + use<> {
+        let out = self.call("read costs", |s, _| {
+            let version = s.keyspace.version(key, s.now_ms);
+            if held == Some(version) {
+                return Ok(CostsRead {
+                    version: Some(version),
+                    content: None,
+                });
+            }
+            let read = Self::hash(s, key).map(|p| Arc::new(decode(p)));
+            Ok(CostsRead {
+                version: read.is_ok().then_some(version),
+                content: Some(read),
+            })
+        });
+        async move {
+            out.map(|(r, _)| r).unwrap_or_else(|e| CostsRead {
+                version: None,
+                content: Some(Err(e)),
+            })
+        }
+    }
+
     fn reports(&self, s: &mut Server, held: Option<u64>) -> ReportsRead {
         let now = s.now_ms;
         let version = s
@@ -507,26 +537,11 @@ impl HoldingStore for MemoryStore {
     }
 
     fn read_costs_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send {
-        let out = self.call("read costs", |s, _| {
-            let version = s.keyspace.version(&self.keys.costs, s.now_ms);
-            if held == Some(version) {
-                return Ok(CostsRead {
-                    version: Some(version),
-                    content: None,
-                });
-            }
-            let read = Self::hash(s, &self.keys.costs).map(|p| Arc::new(DecodedCosts::decode(p)));
-            Ok(CostsRead {
-                version: read.is_ok().then_some(version),
-                content: Some(read),
-            })
-        });
-        async move {
-            out.map(|(r, _)| r).unwrap_or_else(|e| CostsRead {
-                version: None,
-                content: Some(Err(e)),
-            })
-        }
+        self.read_hash_since(&self.keys.costs, held, DecodedCosts::decode)
+    }
+
+    fn read_loads_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send {
+        self.read_hash_since(&self.keys.loads, held, DecodedCosts::from_loads)
     }
 
     fn read_holding(

@@ -1,6 +1,7 @@
-//! The unit costs (`{T}:costs`): read by a holder in `-balance cost` only
-//! when its guard cannot tell the hash unchanged since the last read, and
-//! listed, set and unset one at a time by `distributor costs`.
+//! The unit costs (`{T}:costs`) and measured loads (`{T}:loads`): read by
+//! a holder in `-balance cost` or `load` only when its guard cannot tell
+//! the hash unchanged since the last read; costs listed, set and unset one
+//! at a time by `distributor costs`, loads written by members.
 //!
 //! Guarantee: a cost hash is reported unchanged only while its guard is
 //! clean since it was read in full, at a version the caller holds; a failed
@@ -12,6 +13,7 @@ use redis::Value;
 
 use super::{BULK_TIMEOUT, Store, reply_err, text_pairs};
 use crate::core::costs::{UnitCosts, UnreadableCost};
+use crate::core::load::decode_loads;
 use crate::error::StoreError;
 
 /// The costs as a holder cycle read them ([`Store::read_costs_since`]).
@@ -34,18 +36,47 @@ pub struct DecodedCosts {
 }
 
 impl DecodedCosts {
+    /// A `{T}:costs` hash (`core::costs`).
     pub fn decode(pairs: Vec<(String, String)>) -> DecodedCosts {
         let (costs, unreadable) = UnitCosts::decode(pairs);
+        DecodedCosts { costs, unreadable }
+    }
+
+    /// A `{T}:loads` hash: the loads members measured (`core::load`).
+    pub fn from_loads(pairs: Vec<(String, String)>) -> DecodedCosts {
+        let (costs, unreadable) = decode_loads(pairs);
         DecodedCosts { costs, unreadable }
     }
 }
 
 impl Store {
-    /// The costs, unless the guard shows them unchanged since `held`:
-    /// probed (armed) before the read it must cover (see `guard.rs`), and
-    /// decoded off the runtime's workers (a million entries take a while).
+    /// The costs, unless the guard shows them unchanged since `held`.
     pub async fn read_costs_since(&self, held: Option<u64>) -> CostsRead {
-        let mut g = self.costs.lock().await;
+        let key = self.keys.costs.clone();
+        self.read_guarded_hash(&self.costs, &key, held, DecodedCosts::decode)
+            .await
+    }
+
+    /// The measured loads (`-balance load`), unless the guard shows them
+    /// unchanged since `held`.
+    pub async fn read_loads_since(&self, held: Option<u64>) -> CostsRead {
+        let key = self.keys.loads.clone();
+        self.read_guarded_hash(&self.loads, &key, held, DecodedCosts::from_loads)
+            .await
+    }
+
+    /// Hash `key` decoded by `decode`, unless `guard` shows it unchanged
+    /// since `held`: probed (armed) before the read it must cover (see
+    /// `guard.rs`), and decoded off the runtime's workers (a million
+    /// entries take a while).
+    async fn read_guarded_hash(
+        &self,
+        guard: &tokio::sync::Mutex<super::guard::Versioned>,
+        key: &str,
+        held: Option<u64>,
+        decode: fn(Vec<(String, String)>) -> DecodedCosts,
+    ) -> CostsRead {
+        let mut g = guard.lock().await;
         let known = g.guard.probe().await;
         if let Some(v) = known
             && held == Some(v)
@@ -55,8 +86,8 @@ impl Store {
                 content: None,
             };
         }
-        let read = match self.read_costs().await {
-            Ok(pairs) => tokio::task::spawn_blocking(move || DecodedCosts::decode(pairs))
+        let read = match self.read_text_hash(key).await {
+            Ok(pairs) => tokio::task::spawn_blocking(move || decode(pairs))
                 .await
                 .map(Arc::new)
                 .map_err(|e| StoreError::Reply {
@@ -81,20 +112,47 @@ impl Store {
     /// The whole costs hash, undecoded (lossy UTF-8); a key of another type
     /// is an error naming it.
     pub async fn read_costs(&self) -> Result<Vec<(String, String)>, StoreError> {
-        let key = &self.keys.costs;
+        self.read_text_hash(&self.keys.costs).await
+    }
+
+    /// A whole hash, undecoded (lossy UTF-8), on the bulk connection.
+    async fn read_text_hash(&self, key: &str) -> Result<Vec<(String, String)>, StoreError> {
         let mut conn = self.bulk();
         let cmd = redis::cmd("HGETALL").arg(key).to_owned();
         match self
             .bounded(
-                "read costs",
+                "read hash",
                 BULK_TIMEOUT,
                 cmd.query_async::<Value>(&mut conn),
             )
             .await
         {
-            Ok(v) => text_pairs(v.clone()).ok_or_else(|| reply_err("read costs", &v)),
+            Ok(v) => text_pairs(v.clone()).ok_or_else(|| reply_err("read hash", &v)),
             Err(e) => Err(self.classify(e, &[key], "hash").await),
         }
+    }
+
+    /// Writes `member`'s measured loads (`{T}:loads`, `core::load`).
+    pub async fn write_loads(&self, member: &str, value: &str) -> Result<(), StoreError> {
+        let cmd = redis::cmd("HSET")
+            .arg(&self.keys.loads)
+            .arg(member)
+            .arg(value)
+            .to_owned();
+        self.hash_edit(&self.keys.loads, "write loads", cmd)
+            .await
+            .map(drop)
+    }
+
+    /// Removes `member`'s measured loads, when it leaves.
+    pub async fn remove_loads(&self, member: &str) -> Result<(), StoreError> {
+        let cmd = redis::cmd("HDEL")
+            .arg(&self.keys.loads)
+            .arg(member)
+            .to_owned();
+        self.hash_edit(&self.keys.loads, "remove loads", cmd)
+            .await
+            .map(drop)
     }
 
     /// Sets `unit`'s cost to `value` (the caller validated it).

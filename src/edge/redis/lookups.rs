@@ -154,6 +154,7 @@ impl Store {
             on("HGETALL", &k.transit),
             on("HGETALL", &k.weights),
             on("HGETALL", &k.costs),
+            on("HGETALL", &k.loads),
             range(units_key),
         ];
         cmds.extend(services.iter().map(|key| range(key)));
@@ -197,6 +198,7 @@ impl Store {
         let transit = lenient(next());
         let weights = lenient(next());
         let costs = lenient(next());
+        let loads = lenient(next());
         let units = bytes_list(next());
         let groups = services
             .iter()
@@ -216,6 +218,7 @@ impl Store {
             transit,
             weights,
             costs,
+            loads,
         })
     }
 }

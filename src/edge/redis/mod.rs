@@ -177,6 +177,8 @@ pub struct Store {
     /// Whether the unit costs are known untouched since read (holder
     /// cycles in `-balance cost`).
     costs: Arc<tokio::sync::Mutex<guard::Versioned>>,
+    /// The same for the measured loads (`-balance load`).
+    loads: Arc<tokio::sync::Mutex<guard::Versioned>>,
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
     list_sizing: Arc<std::sync::atomic::AtomicBool>,
     memory_usage: Arc<std::sync::atomic::AtomicBool>,
@@ -421,9 +423,16 @@ impl Store {
             "unit costs are read every cycle instead".into(),
             op_timeout,
         ));
+        let loads = guard::Versioned::new(guard::KeyGuard::new(
+            client.clone(),
+            vec![keys.loads.clone()],
+            "measured loads are read every cycle instead".into(),
+            op_timeout,
+        ));
         Ok(Store {
             reports: Arc::new(tokio::sync::Mutex::new(reports)),
             costs: Arc::new(tokio::sync::Mutex::new(costs)),
+            loads: Arc::new(tokio::sync::Mutex::new(loads)),
             lists: Arc::new(tokio::sync::Mutex::new(lists)),
             client,
             links: Arc::new(links),
