@@ -218,6 +218,8 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
     let mut crng = Rng::new(seed ^ 0xc057);
     let balance = if crng.chance(250) {
         Balance::Cost(Tolerance::from_bp(crng.below(3_000) as u32).expect("within 100 %"))
+    } else if crng.chance(150) {
+        Balance::Load(Tolerance::from_bp(crng.below(3_000) as u32).expect("within 100 %"))
     } else {
         Balance::Count
     };
@@ -294,7 +296,26 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         s.keyspace
             .push(&units_key, &units, false, now)
             .expect("a list");
-        if balance != Balance::Count {
+        if let Balance::Load(_) = balance {
+            // Loads as members report them (each its own field, units
+            // possibly reported twice: the newest wins), and one field that
+            // does not parse.
+            let mut loads: Vec<(Vec<u8>, Vec<u8>)> = (0..n_members)
+                .map(|i| {
+                    let mut pairs: Vec<String> = Vec::new();
+                    for u in 0..20 {
+                        if crng.chance(300) {
+                            pairs.push(format!("u{u}={}", crng.below(200)));
+                        }
+                    }
+                    let value = format!("{} {}", 1_000 + crng.below(100), pairs.join(","));
+                    (members[i].name.clone().into_bytes(), value.into_bytes())
+                })
+                .collect();
+            loads.push((b"other:1".to_vec(), b"junk".to_vec()));
+            s.keyspace.hset(&keys.loads, &loads, now).expect("a hash");
+        }
+        if let Balance::Cost(_) = balance {
             // Costs 1 to 50, a few hot; one unreadable, one never listed.
             let mut costs: Vec<(Vec<u8>, Vec<u8>)> = (0..20)
                 .map(|u| {
@@ -493,10 +514,13 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                 );
             }
             _ if balance != Balance::Count && crng.chance(700) => {
-                // An edit of the costs (its own stream, as above): a unit's
-                // cost changes, or the key is overwritten with a string and
-                // fixed later.
-                let key = w.keys.costs.clone();
+                // An edit of the costs or loads (their own stream, as
+                // above): a unit's cost, or a member's load report, changes,
+                // or the key is overwritten with a string and fixed later.
+                let key = match balance {
+                    Balance::Load(_) => w.keys.loads.clone(),
+                    _ => w.keys.costs.clone(),
+                };
                 let mut s = server.lock().expect("server lock");
                 let at = s.tick();
                 if crng.chance(200) {
@@ -510,13 +534,20 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                 let unit = format!("u{}", crng.below(20));
                 let most = if crng.chance(100) { 500 } else { 50 };
                 let cost = 1 + crng.below(most);
+                let (field, value) = match balance {
+                    Balance::Load(_) => {
+                        let member = w.members[i].name.clone();
+                        (member, format!("{} {unit}={cost}", 2_000 + at))
+                    }
+                    _ => (unit.clone(), cost.to_string()),
+                };
                 let _ = s.keyspace.hset(
                     &key,
-                    &[(unit.clone().into_bytes(), cost.to_string().into_bytes())],
+                    &[(field.clone().into_bytes(), value.clone().into_bytes())],
                     at,
                 );
                 drop(s);
-                w.log(now, format!("cost of {unit} set to {cost}"));
+                w.log(now, format!("{key} {field} set to {value:?}"));
             }
             _ => {
                 // A time without faults.
