@@ -112,6 +112,20 @@ impl StoreError {
             .find(|code| errors.iter().any(|(_, e)| e.code() == *code))
     }
 
+    /// Every [`StoreError::kind`], so that metrics can show each at 0.
+    pub const KINDS: [&'static str; 10] = [
+        "timeout",
+        "wrong_type",
+        "too_long",
+        "reply",
+        "invalid_state",
+        "fenced",
+        "not_durable",
+        "io",
+        "no_permission",
+        "server",
+    ];
+
     /// A short label for metrics and logs.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -184,4 +198,63 @@ pub enum TlsError {
     NoCa,
     #[error("TLS configuration rejected: {0}")]
     Rejected(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed_for_the_metrics() {
+        let s = String::new;
+        let redis = |e: redis::RedisError| StoreError::Redis { op: "x", source: e };
+        let io = redis::RedisError::from(std::io::Error::other("gone"));
+        let server = redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "x"));
+        let errors = [
+            StoreError::Timeout {
+                op: "x",
+                timeout: Duration::ZERO,
+            },
+            StoreError::WrongType {
+                key: s(),
+                expected: "hash",
+                actual: s(),
+            },
+            StoreError::TooLong {
+                key: s(),
+                what: "entries",
+                limit: 1,
+                setting: "-x",
+            },
+            StoreError::Reply {
+                op: "x",
+                detail: s(),
+            },
+            StoreError::InvalidState {
+                key: s(),
+                field: s(),
+                value: s(),
+                expected: s(),
+            },
+            StoreError::Fenced {
+                op: "x",
+                reason: s(),
+            },
+            StoreError::NotDurable {
+                op: "x",
+                acked: 0,
+                wanted: 1,
+                timeout: Duration::ZERO,
+            },
+            redis(io),
+            redis(server),
+        ];
+        let mut kinds: Vec<&str> = errors.iter().map(StoreError::kind).collect();
+        // NOPERM needs a server's reply to build; it is listed by hand.
+        kinds.push("no_permission");
+        kinds.sort_unstable();
+        let mut listed = StoreError::KINDS;
+        listed.sort_unstable();
+        assert_eq!(kinds, listed);
+    }
 }

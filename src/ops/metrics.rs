@@ -18,6 +18,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::core::status::{Role, Status};
+use crate::edge::grpc::PingFailure;
+use crate::error::StoreError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GroupState {
@@ -315,6 +317,18 @@ impl Metrics {
             "With -balance cost or load: unreadable entries of {T}:costs (or fields of {T}:loads), skipped (holder only)",
             invalid_costs.clone(),
         );
+        // Counters with known labels start at 0: a series that appears only
+        // with its first event leaves rate() panels and alerts empty (no
+        // data) instead of showing zero.
+        for reason in PingFailure::REASONS {
+            let _ = ping_failures.get_or_create(&Reason { reason });
+        }
+        for outcome in std::iter::once("answered").chain(PingFailure::REASONS) {
+            let _ = connection_closes.get_or_create(&Outcome { outcome });
+        }
+        for kind in StoreError::KINDS {
+            let _ = redis_errors.get_or_create(&Kind { kind });
+        }
         let build = Family::<Build, Gauge>::default();
         build
             .get_or_create(&Build {
@@ -508,6 +522,25 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_with_known_labels_are_served_at_zero_before_any_event() {
+        let text = Metrics::new().encode();
+        for reason in PingFailure::REASONS {
+            let line = format!("distributor_ping_failures_total{{reason=\"{reason}\"}} 0");
+            assert!(text.contains(&line), "{line}");
+            let line =
+                format!("distributor_member_connection_closes_total{{outcome=\"{reason}\"}} 0");
+            assert!(text.contains(&line), "{line}");
+        }
+        assert!(
+            text.contains("distributor_member_connection_closes_total{outcome=\"answered\"} 0")
+        );
+        for kind in StoreError::KINDS {
+            let line = format!("distributor_redis_errors_total{{kind=\"{kind}\"}} 0");
+            assert!(text.contains(&line), "{line}");
+        }
+    }
 
     #[test]
     fn a_scrape_never_misses_a_group_while_gauges_are_updated() {

@@ -43,6 +43,41 @@ pub enum PingFailure {
 }
 
 impl PingFailure {
+    /// Every [`PingFailure::reason`], so that metrics can show each at 0.
+    pub const REASONS: [&'static str; 6] = [
+        "malformed",
+        "timeout",
+        "refused",
+        "unavailable",
+        "tls",
+        "status",
+    ];
+
+    /// One of each variant: a new variant breaks this match, and its test
+    /// then checks that [`PingFailure::REASONS`] names it.
+    #[cfg(test)]
+    fn every() -> Vec<PingFailure> {
+        let every = vec![
+            PingFailure::Malformed(""),
+            PingFailure::Timeout,
+            PingFailure::Refused(String::new()),
+            PingFailure::Unavailable(String::new()),
+            PingFailure::Tls(String::new()),
+            PingFailure::Status(tonic::Code::Internal, String::new()),
+        ];
+        for f in &every {
+            match f {
+                PingFailure::Malformed(_)
+                | PingFailure::Timeout
+                | PingFailure::Refused(_)
+                | PingFailure::Unavailable(_)
+                | PingFailure::Tls(_)
+                | PingFailure::Status(..) => {}
+            }
+        }
+        every
+    }
+
     /// A short label for metrics and logs.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -476,6 +511,15 @@ fn is_transport(status: &tonic::Status) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_reason_is_listed_for_the_metrics() {
+        let reasons: Vec<&str> = PingFailure::every()
+            .iter()
+            .map(PingFailure::reason)
+            .collect();
+        assert_eq!(reasons, PingFailure::REASONS);
+    }
     use futures::StreamExt as _;
 
     #[tokio::test]
