@@ -108,6 +108,8 @@ pub struct BalanceStatus {
 pub struct HandoffStatus {
     /// Units revoked and not granted to their next owner yet.
     pub in_transit: usize,
+    /// When the oldest of them was revoked (wall clock, unix ms).
+    pub oldest_transit_ms: Option<u64>,
     /// Members that have not released units revoked from them.
     pub owing: usize,
     /// Live members that reported draining.

@@ -81,6 +81,7 @@ pub struct Metrics {
     pub warm_generation: Gauge<u64, AtomicU64>,
     pub handoff_duration: Histogram,
     pub units_in_transit: Gauge,
+    pub transit_oldest: Gauge<f64, AtomicU64>,
     pub members_owing: Gauge,
     pub members_draining: Gauge,
     pub holding_blocked: Gauge,
@@ -287,6 +288,12 @@ impl Metrics {
             "Units the stored table took from a member that may still work on them, without a revocation (Redis lost a write, a lagging replica was promoted, a hand edit): revoked from it (and from whoever the table gives them to) before anyone gets them",
             claimed_units.clone(),
         );
+        let transit_oldest = Gauge::<f64, AtomicU64>::default();
+        r.register(
+            "transit_oldest_seconds",
+            "Age of the oldest unit in transit (revoked from a member, not yet granted to the next), 0 with none (holder only)",
+            transit_oldest.clone(),
+        );
         let load_imbalance = Gauge::<f64, AtomicU64>::default();
         r.register(
             "load_imbalance",
@@ -363,6 +370,7 @@ impl Metrics {
             warm_generation,
             handoff_duration,
             units_in_transit,
+            transit_oldest,
             members_owing,
             members_draining,
             holding_blocked,
@@ -479,6 +487,11 @@ impl Metrics {
             self.suspects.set(s.suspects as i64);
             self.set_members(&s.groups);
             self.units_in_transit.set(s.handoff.in_transit as i64);
+            let age_ms = s
+                .handoff
+                .oldest_transit_ms
+                .map_or(0, |since| crate::unix_ms().saturating_sub(since));
+            self.transit_oldest.set(age_ms as f64 / 1000.0);
             self.members_owing.set(s.handoff.owing as i64);
             self.members_draining.set(s.handoff.draining as i64);
             self.sync_balance(s);
@@ -498,6 +511,7 @@ impl Metrics {
             self.set_members(&[]);
             self.suspects.set(0);
             self.units_in_transit.set(0);
+            self.transit_oldest.set(0.0);
             self.members_owing.set(0);
             self.members_draining.set(0);
             self.sync_balance(&Status::default());

@@ -220,6 +220,7 @@ impl Executor {
                 s.suspects = suspects;
                 s.handoff = HandoffStatus {
                     in_transit: handoff.in_transit,
+                    oldest_transit_ms: handoff.oldest_transit_ms,
                     owing: handoff.owing,
                     draining: handoff.draining,
                     acknowledging: handoff.acknowledging,

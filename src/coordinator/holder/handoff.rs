@@ -154,6 +154,8 @@ pub(in crate::coordinator) struct HandoffOutcome {
     /// Units granted after a move.
     pub(in crate::coordinator) moved: Vec<handoff::Moved>,
     pub(in crate::coordinator) in_transit: usize,
+    /// When the oldest unit in transit was revoked (wall clock, ms).
+    pub(in crate::coordinator) oldest_transit_ms: Option<u64>,
     pub(in crate::coordinator) owing: usize,
     pub(in crate::coordinator) draining: usize,
     pub(in crate::coordinator) acknowledging: usize,

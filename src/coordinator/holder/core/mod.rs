@@ -153,6 +153,12 @@ impl HolderView {
             placed: plan.placed,
             moved: plan.moved.clone(),
             in_transit: plan.transit_len(),
+            oldest_transit_ms: plan
+                .transit
+                .values()
+                .flat_map(|units| units.values())
+                .map(|t| t.since_ms)
+                .min(),
             owing,
             draining: inputs
                 .members()
