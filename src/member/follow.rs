@@ -20,7 +20,7 @@
 //! - a failing read logs once, then a summary every 30 s, then once when
 //!   reads work again: never a line per poll.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -639,12 +639,13 @@ pub(super) async fn report_loads(
             return;
         }
         let value = {
-            let owned: Vec<String> = shared.lock().owned().into_iter().map(|t| t.unit).collect();
             let mut book = loads.lock().unwrap_or_else(|e| e.into_inner());
             if !book.reported() {
                 continue;
             }
-            book.retain(|u| owned.iter().any(|o| o == u));
+            let owned: HashSet<String> =
+                shared.lock().owned().into_iter().map(|t| t.unit).collect();
+            book.retain(|u| owned.contains(u));
             book.encode(owned.iter().map(String::as_str), crate::unix_ms())
         };
         match store.write_loads(&id, &value).await {

@@ -18,7 +18,7 @@ use crate::core::table::{Assignment, MatchingTable, Solve};
 pub(in crate::coordinator) struct Memo {
     key: u128,
     pub(in crate::coordinator) table: Arc<MatchingTable>,
-    /// With `-balance cost`: the table's loads against the shares.
+    /// With `-balance cost` or `load`: the table's loads against the shares.
     pub(in crate::coordinator) loads: Option<Arc<LoadSummary>>,
 }
 
@@ -54,9 +54,7 @@ impl SolveSettings {
     /// a move limit. Then a standby's warm view cannot solve ahead (it has
     /// no granted table of its own).
     pub(super) fn uses_current(&self) -> bool {
-        self.assignment == Assignment::Sticky
-            || self.max_moves > 0
-            || self.balance != Balance::Count
+        self.assignment == Assignment::Sticky || self.max_moves > 0 || self.reads_costs()
     }
 }
 
@@ -87,7 +85,7 @@ pub(super) async fn desired(
     // in both modes. In ring mode without a limit the table does not
     // depend on it (so neither does the memo's key), and it is not read.
     let uses_current = how.uses_current();
-    // The costs as last read (`-balance cost` only; none declared else).
+    // The costs as last read (`-balance cost` or `load`; none declared else).
     let costs = view.costs.costs();
     let costs_digest = costs.costs.digest();
     let also_held: Vec<(&str, &str)> = view
@@ -131,7 +129,7 @@ pub(super) async fn desired(
     // and costs read (a million lookups cost more than the solve).
     let aligned = match (how.balance, &view.aligned_costs) {
         (Balance::Cost(_) | Balance::Load(_), Some(a))
-            if a.units == units_part && a.costs == costs.costs.digest() =>
+            if a.units == units_part && a.costs == costs_digest =>
         {
             Some(Arc::clone(&a.values))
         }
@@ -146,7 +144,7 @@ pub(super) async fn desired(
         if let Some(t) = how.balance.tolerance() {
             h.update(how.balance.name().as_bytes());
             h.update(&t.bp().to_le_bytes());
-            h.update(&costs.costs.digest().to_le_bytes());
+            h.update(&costs_digest.to_le_bytes());
         }
         let mut weighted: Vec<(&String, &u32)> = weights.iter().filter(|&(_, &w)| w != 1).collect();
         weighted.sort_unstable();
