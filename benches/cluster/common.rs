@@ -509,6 +509,7 @@ pub async fn commit_as(
                 assignment: "ring",
                 last_change: None,
                 expected_version: None,
+                history: None,
             },
         )
         .await

@@ -45,6 +45,15 @@ pub enum Command {
         #[command(subcommand)]
         op: CostsOp,
     },
+    /// The table's changes, newest first, as every holder recorded them
+    /// (`{T}:changes`): who came, went or failed, and what moved.
+    History {
+        #[arg(long)]
+        json: bool,
+        /// How many changes (the stream keeps about 1000).
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -225,6 +234,22 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
         }
         Command::Weights { op } => weights(&store, op).await?,
         Command::Costs { op } => costs(&store, op).await?,
+        Command::History { json, limit } => {
+            let key = &store.keys().changes;
+            let h = store
+                .read_history(limit)
+                .await
+                .with_context(|| format!("failed to read {key:?}"))?;
+            let report = report::HistoryReport {
+                entries: h.entries,
+                error: h.error,
+            };
+            if json {
+                print_json(&report)?;
+            } else {
+                print!("{}", report::render_history(&report, crate::unix_ms()));
+            }
+        }
     }
     Ok(())
 }

@@ -49,6 +49,9 @@ pub struct Keys {
     /// Units in transit between owners: `<unit>,<group>` → `revoked_at
     /// since_ms to from`, written by the holder with the table.
     pub transit: String,
+    /// The change history: a capped stream, one entry per table write,
+    /// added by the holder inside the fenced commit (`core::history`).
+    pub changes: String,
     /// Pub/sub channel: the new generation, published after every table write.
     pub table_channel: String,
     /// Pub/sub channel: the released epoch, published when a holder lets go.
@@ -79,6 +82,7 @@ impl Keys {
             costs: k("costs"),
             loads: k("loads"),
             transit: k("transit"),
+            changes: k("changes"),
             table_channel: k("changed"),
             lease_channel: k("released"),
             acked_channel: k("acked"),
@@ -173,6 +177,7 @@ mod tests {
             &k.members,
             &k.weights,
             &k.transit,
+            &k.changes,
             &k.census(7),
         ] {
             assert!(k.is_reserved(key), "{key}");
@@ -207,6 +212,7 @@ mod tests {
             &k.members,
             &k.weights,
             &k.transit,
+            &k.changes,
             &k.acked_channel,
         ] {
             assert_eq!(slot_input(key), "t7");

@@ -8,6 +8,7 @@ pub mod census;
 pub mod costs;
 pub mod count;
 pub mod handoff;
+pub mod history;
 pub mod inputs;
 pub mod keys;
 pub mod lease;

@@ -91,6 +91,7 @@ pub struct Solve<'a> {
 
 /// How a solve changed the current table, summed over the groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "daemon", derive(serde::Serialize))]
 pub struct Moves {
     /// Units held by one live member that now have another owner
     /// ([`sticky::moved`]).

@@ -15,17 +15,17 @@
 //! the reader pauses at least [`READ_GAP_FACTOR`] times as long as its last
 //! read took, so it is busy a tenth of the time at most.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::core::history::HistoryEntry;
 use crate::core::status::{Role, Status};
 use crate::edge::clock;
 use crate::edge::redis::Store;
-use crate::report::{self, ChangeReport, MemberRow, StatusReport, StatusSummary};
+use crate::report::{self, MemberRow, StatusReport, StatusSummary};
 
 /// The most members one `/api/members` page holds.
 pub const MAX_PER_PAGE: usize = 500;
@@ -103,121 +103,32 @@ pub struct MembersPage {
     pub members: Vec<MemberRow>,
 }
 
-/// Why a member appears in a change.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum Why {
-    /// Newly listed and live.
-    Join,
-    /// No longer listed.
-    Leave,
-    /// Was live, failed now.
-    Failure,
-    /// Was failed, live again.
-    Recovery,
-    /// Started draining.
-    Drain,
-    /// Its units changed for none of the above: another member's doing.
-    Rebalance,
-}
-
-/// One member's part in a change: its units before and after.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct MemberChange {
-    pub group: String,
-    pub id: String,
-    pub why: Why,
-    pub units_before: usize,
-    pub units_after: usize,
-}
-
-/// A change between two reads: a new generation, or members that came, went,
-/// failed or drained.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Change {
-    pub generation: u64,
-    pub previous_generation: u64,
-    /// Unix ms of the read that saw it.
-    pub seen_at_ms: u64,
-    /// Every reason among its members, in order.
-    pub why: Vec<Why>,
-    /// The holder's own account of its last solve (`moved` against `minimum`).
-    pub moves: Option<ChangeReport>,
-    /// Members whose units or state changed, the first
-    /// [`MEMBERS_PER_CHANGE`] by group and id.
-    pub members: Vec<MemberChange>,
-    pub members_changed: usize,
-}
-
-/// `/api/changes`, newest first.
+/// `/api/changes`: the newest entries of the change history
+/// (`{T}:changes`, `core::history`), the same on every replica and across
+/// restarts. Each lists at most [`MEMBERS_PER_CHANGE`] members and no unit
+/// names (their counts only; `distributor history` names them), so the
+/// answer stays small.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Changes {
+    /// The most this answer holds.
     pub kept: usize,
-    pub changes: Vec<Change>,
+    pub changes: Vec<HistoryEntry>,
+    /// The last table write could not add its entry (`<generation>
+    /// <error>`: an ACL without `xadd`).
+    pub error: Option<String>,
 }
 
-/// The change from `before` to `after`, or `None` if nothing an operator
-/// would call a change happened.
-pub fn change(before: &StatusReport, after: &StatusReport, now_ms: u64) -> Option<Change> {
-    type Key = (String, String);
-    let index = |r: &StatusReport| -> BTreeMap<Key, MemberRow> {
-        r.member_rows()
-            .into_iter()
-            .map(|m| ((m.group.clone(), m.member.id.clone()), m))
-            .collect()
-    };
-    let (old, new) = (index(before), index(after));
-    let draining = |m: &MemberRow| m.member.protocol.as_ref().is_some_and(|p| p.draining);
-    let mut members = vec![];
-    for (key, m) in &new {
-        let why = match old.get(key) {
-            None if m.live => Why::Join,
-            None => continue,
-            Some(o) if o.live && !m.live => Why::Failure,
-            Some(o) if !o.live && m.live => Why::Recovery,
-            Some(o) if !draining(o) && draining(m) => Why::Drain,
-            Some(o) if o.member.units != m.member.units => Why::Rebalance,
-            Some(_) => continue,
-        };
-        members.push(MemberChange {
-            group: key.0.clone(),
-            id: key.1.clone(),
-            why,
-            units_before: old.get(key).map_or(0, |o| o.member.units),
-            units_after: m.member.units,
-        });
+/// An entry as `/api/changes` shows it: members and unit names cut.
+pub fn shown(mut e: HistoryEntry) -> HistoryEntry {
+    e.record.members.truncate(MEMBERS_PER_CHANGE);
+    for l in [
+        &mut e.record.moved,
+        &mut e.record.placed,
+        &mut e.record.revoked,
+    ] {
+        l.units.clear();
     }
-    for (key, o) in &old {
-        if !new.contains_key(key) {
-            members.push(MemberChange {
-                group: key.0.clone(),
-                id: key.1.clone(),
-                why: Why::Leave,
-                units_before: o.member.units,
-                units_after: 0,
-            });
-        }
-    }
-    if members.is_empty() && before.generation == after.generation {
-        return None;
-    }
-    members.sort_by(|a, b| (&a.group, &a.id).cmp(&(&b.group, &b.id)));
-    let mut why: Vec<Why> = members.iter().map(|m| m.why).collect();
-    why.sort();
-    why.dedup();
-    let members_changed = members.len();
-    members.truncate(MEMBERS_PER_CHANGE);
-    Some(Change {
-        generation: after.generation,
-        previous_generation: before.generation,
-        seen_at_ms: now_ms,
-        why,
-        moves: (after.generation != before.generation)
-            .then_some(after.last_change)
-            .flatten(),
-        members,
-        members_changed,
-    })
+    e
 }
 
 #[derive(Default)]
@@ -227,7 +138,8 @@ struct View {
     members: Option<Arc<Members>>,
     read_at_ms: Option<u64>,
     read_error: Option<String>,
-    changes: VecDeque<Change>,
+    changes: Vec<HistoryEntry>,
+    history_error: Option<String>,
 }
 
 /// The API's state: the last view read from Redis and the changes seen.
@@ -268,29 +180,34 @@ impl Api {
             let started = clock::now();
             match store.read_overview(&services, &units_key).await {
                 Ok(o) => {
-                    let before = self.view.lock().expect("api view lock").report.clone();
                     let table = table.clone();
                     // At 1,000,000 units this is hundreds of ms of CPU (every
                     // unit validated as the daemon does): not on the runtime
                     // that the holder's lease renewals and pings run on.
-                    let (report, members, c, now) = tokio::task::spawn_blocking(move || {
+                    let (report, members, now) = tokio::task::spawn_blocking(move || {
                         let now = crate::unix_ms();
                         let report = Arc::new(report::status(&o, &table, now));
                         let members = Arc::new(Members::of(&report));
-                        let c = before.and_then(|b| change(&b, &report, now));
-                        (report, members, c, now)
+                        (report, members, now)
                     })
                     .await
                     .expect("the status page's report panicked");
+                    let history = store.read_history(CHANGES_KEPT).await;
                     let mut v = self.view.lock().expect("api view lock");
-                    if let Some(c) = c {
-                        v.changes.push_front(c);
-                        v.changes.truncate(CHANGES_KEPT);
-                    }
+                    // A failed history read keeps the entries last read,
+                    // and shows as the read's error.
+                    let history_failed = match history {
+                        Ok(h) => {
+                            v.changes = h.entries.into_iter().map(shown).collect();
+                            v.history_error = h.error;
+                            None
+                        }
+                        Err(e) => Some(format!("redis error ({})", e.kind())),
+                    };
                     v.report = Some(report);
                     v.members = Some(members);
                     v.read_at_ms = Some(now);
-                    v.read_error = None;
+                    v.read_error = history_failed;
                 }
                 Err(e) => {
                     self.view.lock().expect("api view lock").read_error =
@@ -333,6 +250,7 @@ impl Api {
         Changes {
             kept: CHANGES_KEPT,
             changes: v.changes.iter().take(limit).cloned().collect(),
+            error: v.history_error.clone(),
         }
     }
 }
@@ -381,7 +299,7 @@ pub fn page_of(members: Option<&Members>, page: usize, per_page: usize) -> Membe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{GroupReport, LeaseReport, MemberReport};
+    use crate::report::{ChangeReport, GroupReport, LeaseReport, MemberReport};
 
     fn member(id: &str, units: usize) -> MemberReport {
         MemberReport {
@@ -427,38 +345,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_change_says_who_came_went_failed_and_what_moved() {
-        let a = report(1, &[("a", 6), ("b", 6)], &[]);
-        assert_eq!(change(&a, &a, 0), None, "nothing happened");
-        let b = report(2, &[("a", 4), ("b", 4), ("c", 4)], &[]);
-        let c = change(&a, &b, 7).unwrap();
-        assert_eq!(c.why, [Why::Join, Why::Rebalance]);
-        assert_eq!(
-            (c.generation, c.previous_generation, c.seen_at_ms),
-            (2, 1, 7)
-        );
-        assert_eq!(c.moves.unwrap().moved, 3);
-        assert_eq!(c.members_changed, 3);
-        assert_eq!(
-            c.members[2],
-            MemberChange {
-                group: "g".into(),
-                id: "c".into(),
-                why: Why::Join,
-                units_before: 0,
-                units_after: 4
-            }
-        );
-        let d = report(3, &[("a", 6), ("c", 6)], &["b"]);
-        let c = change(&b, &d, 8).unwrap();
-        assert_eq!(c.why, [Why::Failure, Why::Rebalance]);
-        let e = report(4, &[("a", 12)], &[]);
-        let c = change(&d, &e, 9).unwrap();
-        assert_eq!(c.why, [Why::Leave, Why::Rebalance]);
-        assert!(c.members.iter().any(|m| m.id == "b" && m.why == Why::Leave));
-    }
-
     /// At 10,000 members the answers stay small: the status counts them and
     /// a page holds 100 (500 at most).
     #[test]
@@ -475,15 +361,34 @@ mod tests {
         let biggest = size(&page_of(Some(&members), 1, MAX_PER_PAGE));
         // The most /api/changes holds: CHANGES_KEPT changes that each moved
         // units of every member (a rebalance), MEMBERS_PER_CHANGE listed.
-        let moved: Vec<(&str, usize)> = live.iter().map(|(id, n)| (*id, n + 1)).collect();
-        let c = change(&r, &report(10, &moved, &[]), 1).unwrap();
+        let rows = |extra: usize| {
+            crate::core::table::MatchingTable::from_rows(live.iter().enumerate().map(
+                |(i, (id, n))| {
+                    let units: Vec<String> =
+                        (0..n + extra).map(|k| format!("unit-{i}-{k}")).collect();
+                    (id.to_string(), units.join(","))
+                },
+            ))
+        };
+        let record = crate::core::history::record(
+            &rows(0),
+            &rows(1),
+            &crate::core::history::MemberStates::default(),
+            None,
+        );
+        let c = shown(HistoryEntry {
+            record,
+            ..HistoryEntry::default()
+        });
         assert_eq!(
-            (c.members.len(), c.members_changed),
+            (c.record.members.len(), c.record.members_changed),
             (MEMBERS_PER_CHANGE, 10_000)
         );
+        assert_eq!(c.record.placed.count, 10_000);
         let changes = size(&Changes {
             kept: CHANGES_KEPT,
             changes: vec![c; CHANGES_KEPT],
+            error: None,
         });
         eprintln!(
             "10,000 members: /api/status {status} B, /api/members default page {page} B, largest page {biggest} B, /api/changes at most {changes} B"

@@ -1,5 +1,5 @@
 //! Operator reports: one model, below both the CLI (`distributor status`,
-//! `distributor table`) and the operations server (`/api/status`,
+//! `distributor table`, `distributor history`) and the operations server (`/api/status`,
 //! `/api/members`), and its text rendering.
 //!
 //! Pure: an [`Overview`](crate::core::status::Overview) read from Redis in,
@@ -7,9 +7,11 @@
 //! hold key names, member addresses, counts and replica ids, never the
 //! Redis URL.
 
+mod history;
 mod model;
 mod text;
 
+pub use history::{HistoryReport, render_history};
 pub use model::*;
 pub use text::{render_status, render_table};
 

@@ -132,6 +132,7 @@ async fn cluster_fences_a_stale_holder() {
         assignment: "ring",
         last_change: None,
         expected_version: None,
+        history: None,
     };
     assert_eq!(
         store.commit(&a, &commit("a")).await.unwrap(),

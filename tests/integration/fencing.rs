@@ -53,6 +53,7 @@ async fn a_stale_holder_cannot_write() {
         assignment: "ring",
         last_change: None,
         expected_version: None,
+        history: None,
     };
     assert_eq!(
         store.commit(&a, &c).await.unwrap(),
@@ -82,6 +83,7 @@ async fn a_stale_holder_cannot_write() {
         assignment: "ring",
         last_change: None,
         expected_version: None,
+        history: None,
     };
     assert_eq!(
         store.commit(&a, &stale).await.unwrap(),
@@ -124,6 +126,7 @@ async fn a_stale_holder_cannot_write() {
         assignment: "ring",
         last_change: None,
         expected_version: None,
+        history: None,
     };
     assert_eq!(
         store.commit(&b, &c).await.unwrap(),
@@ -166,6 +169,7 @@ async fn epochs_and_generations_survive_redis_data_loss() {
         assignment: "ring",
         last_change: None,
         expected_version: None,
+        history: None,
     };
     assert_eq!(
         store.commit(&got, &c).await.unwrap(),
@@ -204,6 +208,7 @@ async fn big_tables_are_written_in_one_script_call() {
         assignment: "ring",
         last_change: None,
         expected_version: None,
+        history: None,
     };
     assert_eq!(
         store.commit(&g, &c).await.unwrap(),
@@ -259,6 +264,7 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
         assignment: "ring",
         last_change: None,
         expected_version: None,
+        history: None,
     };
     assert_eq!(
         store.commit(&fresh, &c).await.unwrap(),
@@ -290,6 +296,7 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
         assignment: "ring",
         last_change: None,
         expected_version: None,
+        history: None,
     };
     assert_eq!(
         store.commit(&next, &c).await.unwrap(),
@@ -328,6 +335,7 @@ async fn a_write_that_lands_late_is_refused_by_its_version() {
         assignment: "ring",
         last_change: None,
         expected_version,
+        history: None,
     };
     let first: &'static MatchingTable = Box::leak(Box::new(table(&[("w1", "x,y")])));
     let lost: &'static MatchingTable = Box::leak(Box::new(table(&[("w2", "x,y")])));
@@ -416,6 +424,7 @@ async fn a_revocation_above_1e14_is_numbered_in_decimal() {
         assignment: "ring",
         last_change: None,
         expected_version: None,
+        history: None,
     };
     assert_eq!(
         store.commit(&g, &c).await.unwrap(),

@@ -218,6 +218,7 @@ async fn scripts_validate_everything_before_their_first_write() {
         assignment: "ring",
         last_change: None,
         expected_version: None,
+        history: None,
     };
     store.commit(&grant, &commit(&t1)).await.unwrap();
     let t2 = MatchingTable::from_rows([("w:2".to_string(), "y".to_string())]);

@@ -22,6 +22,7 @@ mod fencing;
 mod handoff;
 mod handoff_repro;
 mod hardening;
+mod history;
 mod idle;
 mod member_handoff;
 mod memory_store;

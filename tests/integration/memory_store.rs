@@ -236,6 +236,16 @@ impl World {
             _ if self.rng.chance(50) => s(""),
             _ => s(self.rng.pick(&["0", "3", "x"])),
         };
+        // A history entry, mostly with a table write (without one it is
+        // refused).
+        let history: Vec<(String, String)> = if self.rng.chance(if write_table { 60 } else { 5 }) {
+            vec![
+                (s("why"), s(self.rng.pick(&["join", "leave,rebalance"]))),
+                (s("members"), s("join m1:1 0 1")),
+            ]
+        } else {
+            vec![]
+        };
         let mut counts = [
             rows.len(),
             health_set.len(),
@@ -243,10 +253,11 @@ impl World {
             sus_set.len(),
             sus_del.len(),
             transit.len(),
+            history.len(),
         ]
         .map(|n| n.to_string());
         if self.rng.chance(5) {
-            let i = self.rng.below(6);
+            let i = self.rng.below(7);
             counts[i] = s(self.rng.pick(&["9", "x", ""]));
         }
         let mut argv = vec![
@@ -268,6 +279,9 @@ impl World {
             s("ring"),
             s(self.rng.pick(&["", "2 1 0"])),
             expected,
+            counts[6].clone(),
+            // Small, so that trimming happens; sometimes unusable.
+            self.rng.mostly(&["3", "2"], &["0", "x", ""]),
         ];
         if self.rng.chance(15) {
             // A floor from the whole range, up to 2^53 and past 1e14.
@@ -291,6 +305,10 @@ impl World {
             argv.push(f);
             argv.push(v);
         }
+        for (f, v) in history {
+            argv.push(f);
+            argv.push(v);
+        }
         Step::Script {
             script: Script::Commit,
             keys: vec![
@@ -301,6 +319,7 @@ impl World {
                 k.liveness.clone(),
                 k.suspects.clone(),
                 k.transit.clone(),
+                k.changes.clone(),
             ],
             argv,
         }
@@ -320,6 +339,7 @@ impl World {
             &k.suspects,
             &k.transit,
             &k.members,
+            &k.changes,
             LISTS[0],
             LISTS[1],
             LISTS[2],
@@ -417,6 +437,16 @@ async fn dump_redis(c: &mut redis::aio::MultiplexedConnection) -> BTreeMap<Strin
                     .unwrap();
                 Data::List(l.into())
             }
+            "stream" => {
+                let entries: Vec<(String, memory::Pairs)> = redis::cmd("XRANGE")
+                    .arg(&key)
+                    .arg("-")
+                    .arg("+")
+                    .query_async(c)
+                    .await
+                    .unwrap();
+                Data::Stream(entries.into_iter().map(|(_, f)| ((0, 0), f)).collect())
+            }
             "set" => {
                 let s: std::collections::BTreeSet<Vec<u8>> = redis::cmd("SMEMBERS")
                     .arg(&key)
@@ -431,6 +461,18 @@ async fn dump_redis(c: &mut redis::aio::MultiplexedConnection) -> BTreeMap<Strin
         out.insert(key, (data, pttl >= 0));
     }
     out
+}
+
+/// Stream entry ids come from each store's clock: compared without them.
+fn without_ids(mut dump: BTreeMap<String, (Data, bool)>) -> BTreeMap<String, (Data, bool)> {
+    for (d, _) in dump.values_mut() {
+        if let Data::Stream(entries) = d {
+            for (id, _) in entries.iter_mut() {
+                *id = (0, 0);
+            }
+        }
+    }
+    dump
 }
 
 /// Replies equal, but for a lease's remaining TTL, which runs on two clocks.
@@ -532,7 +574,7 @@ async fn run_seed(
                 }
             }
         }
-        let (r, m) = (dump_redis(c).await, ks.dump(now()));
+        let (r, m) = (dump_redis(c).await, without_ids(ks.dump(now())));
         if r != m {
             return Err(report(
                 format!("keyspaces differ:\nredis  {r:?}\nmemory {m:?}"),
@@ -784,6 +826,7 @@ async fn apply<S: HoldingStore>(store: &S, grants: &mut Vec<LeaseGrant>, op: &Op
                 assignment: "ring",
                 last_change: None,
                 expected_version: *expected,
+                history: None,
             };
             format!(
                 "{:?}",

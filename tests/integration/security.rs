@@ -20,8 +20,10 @@ pub(crate) async fn create_acl_user(redis: &RedisServer) {
 /// (an ACL written for an older version): list sizes before reading, the
 /// table guard's WATCH, the client ids of connections (fast takeover, and
 /// the check that a refused member's Redis connection is gone too), and the
-/// server's run id that tells a member's connection from another server's.
-const OPTIONAL: &str = "+llen +memory|usage +watch +unwatch +client|id +client|list +info";
+/// server's run id that tells a member's connection from another server's,
+/// and the change history (written by the commit script, read by the CLI).
+const OPTIONAL: &str =
+    "+llen +memory|usage +watch +unwatch +client|id +client|list +info +xadd +xrevrange";
 
 pub(crate) async fn create_acl_user_with(redis: &RedisServer, optional: &str) {
     let coordination = coordination_glob();
@@ -54,6 +56,17 @@ async fn an_acl_without_the_optional_commands_still_works() {
     .await;
     let s = fleet.statuses().remove(fleet.wait_for_holder().await);
     assert_eq!(s.last_error, None);
+    // Without XADD the table is written and the history is not: meta says
+    // why, for `distributor history` and the page.
+    let missed: String = fleet
+        .redis
+        .cmd(&["HGET", &keys().meta, "history_error"])
+        .await;
+    let generation = fleet.generation().await;
+    assert!(missed.starts_with(&format!("{generation} ")), "{missed}");
+    assert!(missed.contains("XADD: "), "{missed}");
+    let xlen: u64 = fleet.redis.cmd(&["XLEN", &keys().changes]).await;
+    assert_eq!(xlen, 0);
     fleet.shutdown().await;
 }
 

@@ -211,16 +211,17 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                         .solve(if solved { "solved" } else { "memoised" });
                     Outcome::Solved(desired)
                 }
-                Ready::Digest { table } => {
-                    // A new table's digest (O(table)) is computed on a
-                    // blocking thread.
-                    let next = super::blocking(move || {
+                Ready::Digest { table, history } => {
+                    // A new table's digest and change record (O(table)
+                    // each) are computed on a blocking thread.
+                    let (next, record) = super::blocking(move || {
                         let table = Arc::new(table);
                         table.digest();
-                        table
+                        let record = history.record(&table);
+                        (table, record)
                     })
                     .await;
-                    Outcome::Digested(next)
+                    Outcome::Digested(next, record)
                 }
                 Ready::Commit(plan) => {
                     let span = self.write_span(&core, &plan);
@@ -237,6 +238,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                         assignment: &described,
                         last_change: plan.last_change.as_deref(),
                         expected_version: plan.expected_version,
+                        history: plan.history.as_deref(),
                     };
                     let r = self
                         .store

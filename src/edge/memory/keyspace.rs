@@ -1,4 +1,4 @@
-//! An in-memory Redis keyspace: strings, hashes and lists with millisecond
+//! An in-memory Redis keyspace: strings, hashes, lists and streams with millisecond
 //! expiry, and the commands the distributor's scripts call, with Redis'
 //! semantics where the scripts can observe them:
 //! - a key past its expiry is gone (read lazily, at the `now` each call
@@ -19,6 +19,9 @@ pub type Hash = BTreeMap<Vec<u8>, Vec<u8>>;
 /// Field and value pairs, as `HGETALL` returns them.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// A stream's entries, oldest first: (`<ms>-<seq>` id, fields).
+pub type Entries = VecDeque<((u64, u64), Pairs)>;
+
 /// A value of one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Data {
@@ -27,6 +30,8 @@ pub enum Data {
     List(VecDeque<Vec<u8>>),
     /// A set: the scripts never make one, but an operator's mistake can.
     Set(std::collections::BTreeSet<Vec<u8>>),
+    /// A stream: entries (`<ms>-<seq>` ids, oldest first) and their fields.
+    Stream(Entries),
 }
 
 impl Data {
@@ -37,6 +42,7 @@ impl Data {
             Data::Hash(_) => "hash",
             Data::List(_) => "list",
             Data::Set(_) => "set",
+            Data::Stream(_) => "stream",
         }
     }
 }
@@ -330,6 +336,68 @@ impl Keyspace {
         Ok(self
             .list(key, now)?
             .and_then(|l| l.iter().position(|v| v == value)))
+    }
+
+    fn stream(&mut self, key: &str, now: u64) -> Result<Option<&mut Entries>, WrongType> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry {
+                data: Data::Stream(s),
+                ..
+            }) => Ok(Some(s)),
+            Some(_) => Err(wrong(key)),
+        }
+    }
+
+    /// `XADD key MAXLEN kept * field value ...`: the new entry's id,
+    /// `<now>-0` or the last id's next (Redis' ids never go back); the
+    /// newest `kept` entries stay.
+    pub fn xadd(
+        &mut self,
+        key: &str,
+        fields: Pairs,
+        kept: usize,
+        now: u64,
+    ) -> Result<(u64, u64), WrongType> {
+        if self.stream(key, now)?.is_none() {
+            self.entries.insert(
+                key.to_string(),
+                Entry {
+                    data: Data::Stream(VecDeque::new()),
+                    expires_at: None,
+                },
+            );
+        }
+        let s = self.stream(key, now)?.expect("made above");
+        let id = match s.back() {
+            Some(&((ms, seq), _)) if ms >= now => (ms, seq + 1),
+            _ => (now, 0),
+        };
+        s.push_back((id, fields));
+        while s.len() > kept {
+            s.pop_front();
+        }
+        self.touch(key);
+        Ok(id)
+    }
+
+    /// `XREVRANGE key + - COUNT count`: the newest entries first.
+    pub fn xrevrange(
+        &mut self,
+        key: &str,
+        count: usize,
+        now: u64,
+    ) -> Result<Vec<(String, Pairs)>, WrongType> {
+        Ok(self
+            .stream(key, now)?
+            .map(|s| {
+                s.iter()
+                    .rev()
+                    .take(count)
+                    .map(|((ms, seq), f)| (format!("{ms}-{seq}"), f.clone()))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     /// Writes `data` under `key` as is, without expiry: an operator's edit

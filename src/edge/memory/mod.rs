@@ -14,6 +14,6 @@ pub mod keyspace;
 pub mod scripts;
 pub mod store;
 
-pub use keyspace::{Data, Keyspace, WrongType};
+pub use keyspace::{Data, Keyspace, Pairs, WrongType};
 pub use scripts::{Effects, Script, run};
 pub use store::{Fault, Faults, MemoryStore, Server};

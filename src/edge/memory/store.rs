@@ -656,6 +656,7 @@ mod tests {
             assignment: "ring",
             last_change: None,
             expected_version: None,
+            history: None,
         };
         store.commit(grant, &c).await
     }

@@ -12,6 +12,7 @@ use redis::Value;
 
 use super::{Acquisition, Claim, Commit, HolderRecord, LeaseGrant, LostLease, Renewal};
 use super::{checked, int, reply_err, text};
+use crate::core::history::HISTORY_KEPT;
 use crate::core::keys::Keys;
 use crate::core::table::MatchingTable;
 use crate::error::StoreError;
@@ -160,8 +161,11 @@ pub fn commit(keys: &Keys, grant: &LeaseGrant, c: &Commit<'_>) -> ScriptCall {
         .key(&keys.lease)
         .key(&keys.liveness)
         .key(&keys.suspects)
-        .key(&keys.transit);
+        .key(&keys.transit)
+        .key(&keys.changes);
     let digest = c.table.map(MatchingTable::digest).unwrap_or_default();
+    // The history entry goes with a table write only.
+    let history = c.history.filter(|_| c.table.is_some()).unwrap_or_default();
     let rows = c.table.map_or(0, MatchingTable::len);
     call.arg(&grant.token)
         .arg(grant.epoch)
@@ -180,7 +184,9 @@ pub fn commit(keys: &Keys, grant: &LeaseGrant, c: &Commit<'_>) -> ScriptCall {
         .arg(c.transit.map_or(0, <[_]>::len))
         .arg(c.assignment)
         .arg(c.last_change.unwrap_or(""))
-        .arg(c.expected_version.map_or(String::new(), |v| v.to_string()));
+        .arg(c.expected_version.map_or(String::new(), |v| v.to_string()))
+        .arg(history.len())
+        .arg(HISTORY_KEPT);
     if let Some(t) = c.table {
         for (member, units) in t.rows() {
             call.arg(member).arg(units);
@@ -200,6 +206,9 @@ pub fn commit(keys: &Keys, grant: &LeaseGrant, c: &Commit<'_>) -> ScriptCall {
     }
     for (field, value) in c.transit.unwrap_or_default() {
         call.arg(field).arg(value);
+    }
+    for (field, value) in history {
+        call.arg(*field).arg(value);
     }
     call
 }

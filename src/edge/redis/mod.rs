@@ -46,12 +46,14 @@ use crate::core::suspicion::{Suspect, SuspectChanges};
 use crate::core::table::MatchingTable;
 use crate::error::StoreError;
 pub use costs::{CostsRead, DecodedCosts};
+pub use history::History;
 
 pub mod calls;
 mod census;
 mod conn;
 mod costs;
 mod guard;
+mod history;
 mod lease;
 mod lists;
 mod lookups;
@@ -281,6 +283,10 @@ pub struct Commit<'a> {
     /// `{T}:meta`'s `version` the plan is based on: the write is refused
     /// ([`Committed::Outdated`]) if Redis holds another (`None`: no check).
     pub expected_version: Option<u64>,
+    /// What this table write changed, as `{T}:changes` fields
+    /// ([`crate::core::history::ChangeRecord::fields`]); ignored without a
+    /// table.
+    pub history: Option<&'a [(&'static str, String)]>,
 }
 
 /// What a holder reads before it plans ([`Store::read_holding`]): on a new

@@ -4,7 +4,7 @@
 "use strict";
 (function () {
   const PER_PAGE = 100;
-  // Changes shown; /api/changes is asked for no more (it keeps 100).
+  // Changes shown; /api/changes is asked for no more (it holds 100 at most).
   const CHANGES_SHOWN = 20;
   let page = 1;
   let pages = 1;
@@ -105,12 +105,16 @@
 
   function drawChanges(c) {
     const list = $("changes");
-    if (c.changes.length === 0) { list.replaceChildren(el("li", "muted", "none seen yet")); return; }
-    list.replaceChildren(...c.changes.slice(0, CHANGES_SHOWN).map((ch) => {
+    const items = [];
+    if (c.error) items.push(el("li", "muted", "the last write was not recorded: " + c.error));
+    if (c.changes.length === 0) items.push(el("li", "muted", "none recorded yet"));
+    list.replaceChildren(...items, ...c.changes.slice(0, CHANGES_SHOWN).map((ch) => {
       const li = el("li", "change");
       for (const w of ch.why) li.append(el("span", "tag " + w, w));
-      let text = "generation " + ch.previous_generation + " → " + ch.generation + ", " + ago(ch.seen_at_ms);
-      if (ch.moves) text += ": moved " + ch.moves.moved + " (minimum " + ch.moves.minimum + "), placed " + ch.moves.placed;
+      if (ch.why.length === 0) li.append(el("span", "tag", "rewritten"));
+      let text = "generation " + ch.previous_generation + " → " + ch.generation + ", " + ago(ch.at_ms) + " by " + ch.writer +
+        ": units moved " + ch.moved.count + ", placed " + ch.placed.count + ", revoked " + ch.revoked.count;
+      if (ch.moves) text += " (solve: moved " + ch.moves.moved + ", minimum " + ch.moves.minimum + ")";
       li.append(document.createTextNode(text));
       const who = el("div", "muted");
       who.textContent = ch.members.map((m) => m.id + " " + m.why + " " + m.units_before + "→" + m.units_after).join("; ") +

@@ -11,6 +11,7 @@ use super::HolderView;
 use crate::coordinator::holder::lists::ListCache;
 use crate::coordinator::holder::{CycleError, Write};
 use crate::core::handoff;
+use crate::core::history::{self, ChangeRecord, MemberStates};
 use crate::core::inputs::Inputs;
 use crate::core::keys::Keys;
 use crate::core::suspicion::{Guard, Review};
@@ -97,9 +98,11 @@ pub(in crate::coordinator::holder) enum Ready {
     Solve {
         granted: Arc<MatchingTable>,
     },
-    /// Digest the next granted table (CPU-bound).
+    /// Digest the next granted table, and record what it changes from
+    /// the last (both CPU-bound: `core::history::record`).
     Digest {
         table: MatchingTable,
+        history: HistoryBasis,
     },
     /// Write, fenced.
     Commit(CommitPlan),
@@ -125,7 +128,8 @@ pub(in crate::coordinator::holder) enum Outcome {
     Pinged(Vec<PingReport>),
     Table(Result<MatchingTable, StoreError>),
     Solved(Arc<MatchingTable>),
-    Digested(Arc<MatchingTable>),
+    /// The digested table and what it changes.
+    Digested(Arc<MatchingTable>, ChangeRecord),
     Committed(Result<Committed, StoreError>),
     Forgotten(Result<Vec<(String, Vec<u8>)>, StoreError>),
 }
@@ -138,6 +142,8 @@ pub(in crate::coordinator::holder) struct CommitPlan {
     /// `{T}:transit` whole, when it changed.
     pub(in crate::coordinator::holder) transit: Option<Vec<(String, String)>>,
     pub(in crate::coordinator::holder) last_change: Option<String>,
+    /// The `{T}:changes` entry, with a table write.
+    pub(in crate::coordinator::holder) history: Option<Vec<(&'static str, String)>>,
     pub(in crate::coordinator::holder) generation_floor: u64,
     pub(in crate::coordinator::holder) expected_version: Option<u64>,
     pub(in crate::coordinator::holder) now_ms: u64,
@@ -145,6 +151,20 @@ pub(in crate::coordinator::holder) struct CommitPlan {
     /// makes (linked).
     pub(in crate::coordinator::holder) rows: usize,
     pub(in crate::coordinator::holder) links: Vec<u64>,
+}
+
+/// What a change record compares the next table with: the table members
+/// hold, and what the holder knows of its members.
+pub(in crate::coordinator::holder) struct HistoryBasis {
+    pub(in crate::coordinator::holder) previous: Arc<MatchingTable>,
+    pub(in crate::coordinator::holder) states: MemberStates,
+}
+
+impl HistoryBasis {
+    /// What `next` changes (O(table)).
+    pub(in crate::coordinator::holder) fn record(&self, next: &MatchingTable) -> ChangeRecord {
+        history::record(&self.previous, next, &self.states, None)
+    }
 }
 
 /// What the last write's outcome was, for the write's span.

@@ -31,15 +31,18 @@ use std::sync::Arc;
 
 use tracing::info_span;
 
-use super::ready::{CommitNote, CommitPlan, CoreConfig, Finished, Kind, Now, Outcome, Ready};
+use super::ready::{
+    CommitNote, CommitPlan, CoreConfig, Finished, HistoryBasis, Kind, Now, Outcome, Ready,
+};
 use super::{Changes, HolderView, Judge, Observed, Planned, Sent};
 use crate::coordinator::holder::handoff::Refusal;
 use crate::coordinator::holder::lists::ListCache;
 use crate::coordinator::holder::warm::WarmView;
 use crate::coordinator::holder::{CycleError, Write, group_counts, listed_entries, record_counts};
 use crate::core::handoff::{self, StartingPoint};
+use crate::core::history::{ChangeRecord, MemberStates};
 use crate::core::inputs::Inputs;
-use crate::core::table::MatchingTable;
+use crate::core::table::{MatchingTable, Moves};
 use crate::edge::grpc::PingReport;
 use crate::edge::redis::{Committed, CostsRead, Inheritance, ReportsRead, Snapshot};
 use crate::error::StoreError;
@@ -59,6 +62,8 @@ struct Planning {
     plan: Option<handoff::Plan>,
     next: Option<Arc<MatchingTable>>,
     table_changed: bool,
+    /// What the next table changes, once digested.
+    history: Option<ChangeRecord>,
 }
 
 /// Where the cycle is.
@@ -201,7 +206,12 @@ impl CycleCore {
                 Err(e) => self.written(Write::Failed(e), now),
             },
             (Phase::Solve, Outcome::Solved(desired)) => self.plan(desired, now),
-            (Phase::Digest, Outcome::Digested(next)) => self.changes(next, now),
+            (Phase::Digest, Outcome::Digested(next, record)) => {
+                if let Some(p) = self.planning.as_mut() {
+                    p.history = Some(record);
+                }
+                self.changes(next, now)
+            }
             (Phase::Commit, Outcome::Committed(r)) => self.committed(r, now),
             (Phase::Forget, Outcome::Forgotten(r)) => {
                 match r {
@@ -463,6 +473,7 @@ impl CycleCore {
             plan: None,
             next: None,
             table_changed: false,
+            history: None,
         });
         self.phase = Phase::Solve;
         Ready::Solve { granted }
@@ -503,8 +514,21 @@ impl CycleCore {
         let mut plan = plan;
         let table = std::mem::take(&mut plan.granted);
         planning.plan = Some(plan);
+        // What the history records of each member whose row changes.
+        let mut states = MemberStates::default();
+        for m in inputs.members() {
+            if !view.liveness.is_live(m) {
+                states.failed.insert(m.to_string());
+            } else if view.handoff.draining(m) {
+                states.draining.insert(m.to_string());
+            }
+        }
+        let history = HistoryBasis {
+            previous: Arc::clone(&planning.granted),
+            states,
+        };
         self.phase = Phase::Digest;
-        Ready::Digest { table }
+        Ready::Digest { table, history }
     }
 
     /// Whether anything must be written for `next`, and the write if so.
@@ -531,6 +555,13 @@ impl CycleCore {
             return self.written(Write::NotActing, now);
         }
         let (encoded, last_change) = view.encoded(&plan.transit);
+        // Every table write is recorded: one the plan left unchanged (an
+        // edit healed, a lost numbering) with an empty record.
+        let history = table_changed.then(|| {
+            let mut record = planning.history.take().unwrap_or_default();
+            record.moves = last_change.as_deref().and_then(Moves::decode);
+            record.fields()
+        });
         // A grant links to the writes that revoked what it grants.
         let mut links: Vec<u64> = view
             .handoff
@@ -545,6 +576,7 @@ impl CycleCore {
             table: table_changed.then(|| Arc::clone(&next)),
             transit: transit_changed.then_some(encoded),
             last_change,
+            history,
             generation_floor: self.floor,
             expected_version: view.handoff.ledger.version(),
             now_ms: now.unix_ms,
@@ -765,10 +797,11 @@ mod tests {
     /// Digests the next table if `ready` asks for it.
     fn digested(core: &mut CycleCore, ready: Ready, now: Now) -> Ready {
         match ready {
-            Ready::Digest { table } => {
+            Ready::Digest { table, history } => {
                 let next = Arc::new(table);
                 next.digest();
-                core.step(Outcome::Digested(next), now)
+                let record = history.record(&next);
+                core.step(Outcome::Digested(next, record), now)
             }
             other => other,
         }
@@ -865,14 +898,19 @@ mod tests {
             panic!("then solves");
         };
         let desired = table(&[("a:1", "u1"), ("b:2", "u2")]);
-        let Ready::Digest { table: next } = core.step(Outcome::Solved(desired), at(t0, 4)) else {
+        let Ready::Digest {
+            table: next,
+            history,
+        } = core.step(Outcome::Solved(desired), at(t0, 4))
+        else {
             panic!("a changed table is digested");
         };
         let next = Arc::new(next);
         next.digest();
+        let record = history.record(&next);
         let mut now = at(t0, 5);
         now.acts_until = t0 + Duration::from_millis(lease_ms);
-        core.step(Outcome::Digested(next), now)
+        core.step(Outcome::Digested(next, record), now)
     }
 
     fn joining_core(forget_after: Option<Duration>) -> CycleCore {

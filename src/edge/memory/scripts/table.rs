@@ -58,19 +58,27 @@ impl Call<'_> {
         if count(a(5)).is_none() {
             return Ok(invalid(b"ARGV", b"now_ms", a(5), COUNT));
         }
-        let counts = [9, 10, 11, 12, 13, 15].map(|i| count(a(i)));
+        let counts = [9, 10, 11, 12, 13, 15, 19].map(|i| count(a(i)));
         let shaped = match counts {
-            [Some(r), Some(s), Some(d), Some(su), Some(un), Some(t)] => {
+            [
+                Some(r),
+                Some(s),
+                Some(d),
+                Some(su),
+                Some(un),
+                Some(t),
+                Some(h),
+            ] => {
                 let n = |x: u64| u128::from(x);
                 (self.argv.len() as u128
-                    == 18 + 2 * n(r) + 2 * n(s) + n(d) + 2 * n(su) + n(un) + 2 * n(t))
-                .then_some([r, s, d, su, un, t].map(|x| x as usize))
+                    == 20 + 2 * n(r) + 2 * n(s) + n(d) + 2 * n(su) + n(un) + 2 * n(t) + 2 * n(h))
+                .then_some([r, s, d, su, un, t, h].map(|x| x as usize))
             }
             _ => None,
         };
-        let Some([n_rows, n_set, n_del, n_sus, n_unsus, n_transit]) = shaped else {
+        let Some([n_rows, n_set, n_del, n_sus, n_unsus, n_transit, n_history]) = shaped else {
             let mut listed = Vec::new();
-            for (k, i) in [9, 10, 11, 12, 13, 15].into_iter().enumerate() {
+            for (k, i) in [9, 10, 11, 12, 13, 15, 19].into_iter().enumerate() {
                 if k > 0 {
                     listed.push(b' ');
                 }
@@ -84,7 +92,23 @@ impl Call<'_> {
                 "counts that match the arguments",
             ));
         };
+        let Some(history_kept) = count(a(20)).filter(|&k| k > 0) else {
+            return Ok(invalid(
+                b"ARGV",
+                b"history_kept",
+                a(20),
+                "an integer in 1..2^53-1",
+            ));
+        };
         let write_table = a(8) == Some(b"1");
+        if n_history > 0 && !write_table {
+            return Ok(invalid(
+                b"ARGV",
+                b"n_history",
+                a(19),
+                "a history entry written with the table",
+            ));
+        }
         let write_transit = a(14) == Some(b"1");
         let mut expected_version = None;
         if a(18) != Some(b"") {
@@ -117,8 +141,9 @@ impl Call<'_> {
             return Ok(Value::Array(vec![int(-4), int(version as i64)]));
         }
         let mut generation: i64 = -1;
+        let mut current = 0;
         if write_table {
-            let (mut current, mut stored_floor) = (0, 0);
+            let mut stored_floor = 0;
             if meta_type == "hash" {
                 for (field, slot) in [
                     ("generation", &mut current),
@@ -148,8 +173,13 @@ impl Call<'_> {
         let liveness_type = self.type_of(5);
         let suspects_type = self.type_of(6);
         let transit_type = self.type_of(7);
+        let changes_type = if n_history > 0 {
+            self.type_of(8)
+        } else {
+            "none"
+        };
 
-        let rows_at = 19;
+        let rows_at = 21;
         let set_at = rows_at + 2 * n_rows;
         let del_at = set_at + 2 * n_set;
         let sus_at = del_at + n_del;
@@ -177,6 +207,7 @@ impl Call<'_> {
         let suspects_set = pairs(sus_at, n_sus);
         let suspects_del = names(unsus_at, n_unsus);
         let transit = pairs(transit_at, n_transit);
+        let history = pairs(transit_at + 2 * n_transit, n_history);
 
         if write_transit
             && !write_table
@@ -203,6 +234,9 @@ impl Call<'_> {
         if write_transit && transit_type != "none" {
             self.del(7);
         }
+        if changes_type != "stream" && changes_type != "none" {
+            self.del(8);
+        }
         let now = self.now;
         if write_table {
             self.del(1);
@@ -220,6 +254,20 @@ impl Call<'_> {
                 fields.push(Self::pair("last_change", self.arg(17).unwrap_or_default()));
             }
             self.hset(2, fields)?;
+            if n_history > 0 {
+                let mut entry = vec![
+                    Self::pair("generation", num(generation as u64)),
+                    Self::pair("previous_generation", num(current)),
+                    Self::pair("at_ms", self.arg(5).unwrap_or_default()),
+                    Self::pair("epoch", self.arg(2).unwrap_or_default()),
+                    Self::pair("writer", self.arg(6).unwrap_or_default()),
+                ];
+                entry.extend(history);
+                let k = self.key(8).to_string();
+                self.ks.xadd(&k, entry, history_kept as usize, now)?;
+                let meta = self.key(2).to_string();
+                self.ks.hdel(&meta, &[b"history_error".to_vec()], now)?;
+            }
         }
         self.hset(5, health_set)?;
         let k = self.key(5).to_string();

@@ -1,14 +1,21 @@
 -- The only writer of the matching table: a fenced, atomic replace.
--- KEYS: table, meta, epoch, lease, liveness, suspects, transit
+-- KEYS: table, meta, epoch, lease, liveness, suspects, transit, changes
 -- ARGV: token, epoch, generation_floor, digest, now_ms, holder_id, channel,
 --       write_table (0|1), n_rows, n_health_set, n_health_del,
 --       n_suspect_set, n_suspect_del, write_transit (0|1), n_transit,
 --       assignment, last_change (stored in meta with a table write; an
 --       empty last_change leaves the stored one), expected_version (meta's
---       `version` the caller's plan is based on; empty: no check), then
+--       `version` the caller's plan is based on; empty: no check),
+--       n_history, history_kept, then
 --       n_rows (member, units) pairs, n_health_set (member, state) pairs,
 --       n_health_del member names, n_suspect_set (member, suspicion) pairs,
---       n_suspect_del member names and n_transit (field, value) pairs.
+--       n_suspect_del member names, n_transit (field, value) pairs and
+--       n_history (field, value) pairs.
+-- With n_history > 0 (only with a table write), the change history (a
+-- stream) gets one entry: generation, previous_generation, at_ms, epoch,
+-- writer and the pairs given, trimmed to the newest history_kept entries. A user
+-- whose ACL lacks XADD still writes the table: the error is kept in meta's
+-- `history_error` (`<generation> XADD: <error>`) until an entry is added again.
 -- With write_transit, the transit hash is replaced whole; a value that
 -- starts with "0 " (a revocation this write makes) gets the new generation
 -- instead of the 0, so revocations are numbered by the write that makes them.
@@ -36,14 +43,22 @@ if not argv_floor then return invalid('ARGV', 'generation_floor', ARGV[3], COUNT
 if not count(ARGV[5]) then return invalid('ARGV', 'now_ms', ARGV[5], COUNT) end
 local n_rows, n_set, n_del = count(ARGV[9]), count(ARGV[10]), count(ARGV[11])
 local n_sus, n_unsus = count(ARGV[12]), count(ARGV[13])
-local n_transit = count(ARGV[15])
-if not (n_rows and n_set and n_del and n_sus and n_unsus and n_transit)
-  or #ARGV ~= 18 + 2 * n_rows + 2 * n_set + n_del + 2 * n_sus + n_unsus + 2 * n_transit then
+local n_transit, n_history = count(ARGV[15]), count(ARGV[19])
+if not (n_rows and n_set and n_del and n_sus and n_unsus and n_transit and n_history)
+  or #ARGV ~= 20 + 2 * n_rows + 2 * n_set + n_del + 2 * n_sus + n_unsus + 2 * n_transit
+    + 2 * n_history then
   return invalid('ARGV', 'counts', table.concat({ARGV[9] or '', ARGV[10] or '', ARGV[11] or '',
-    ARGV[12] or '', ARGV[13] or '', ARGV[15] or ''}, ' ') .. ' for ' .. #ARGV .. ' arguments',
-    'counts that match the arguments')
+    ARGV[12] or '', ARGV[13] or '', ARGV[15] or '', ARGV[19] or ''}, ' ') .. ' for ' .. #ARGV
+    .. ' arguments', 'counts that match the arguments')
+end
+local history_kept = count(ARGV[20])
+if not history_kept or history_kept == 0 then
+  return invalid('ARGV', 'history_kept', ARGV[20], 'an integer in 1..2^53-1')
 end
 local write_table = ARGV[8] == '1'
+if n_history > 0 and not write_table then
+  return invalid('ARGV', 'n_history', ARGV[19], 'a history entry written with the table')
+end
 local write_transit = ARGV[14] == '1'
 local expected_version = nil
 if ARGV[18] ~= '' then
@@ -69,9 +84,9 @@ end
 if expected_version and expected_version ~= version then
   return {-4, version}
 end
-local generation = -1
+local generation, current = -1, 0
 if write_table then
-  local current, stored_floor = 0, 0
+  local stored_floor = 0
   if meta_type == 'hash' then
     local v = redis.call('HMGET', KEYS[2], 'generation', 'generation_floor')
     if v[1] then
@@ -91,13 +106,15 @@ end
 local liveness_type = type_of(KEYS[5])
 local suspects_type = type_of(KEYS[6])
 local transit_type = type_of(KEYS[7])
+local changes_type = n_history > 0 and type_of(KEYS[8]) or 'none'
 
-local rows_at = 19
+local rows_at = 21
 local set_at = rows_at + 2 * n_rows
 local del_at = set_at + 2 * n_set
 local sus_at = del_at + n_del
 local unsus_at = sus_at + 2 * n_sus
 local transit_at = unsus_at + n_unsus
+local history_at = transit_at + 2 * n_transit
 
 -- A revocation (a transit value starting with "0 ") is numbered by the
 -- table write that makes it: none without one.
@@ -122,6 +139,9 @@ end
 if write_transit and transit_type ~= 'none' then
   redis.call('DEL', KEYS[7])
 end
+if changes_type ~= 'stream' and changes_type ~= 'none' then
+  redis.call('DEL', KEYS[8])
+end
 
 -- HSET/HDEL in chunks: Lua's unpack() is limited to a few thousand values.
 local CHUNK = 1000
@@ -142,6 +162,19 @@ if write_table then
     'assignment', ARGV[16])
   if ARGV[17] ~= '' then
     redis.call('HSET', KEYS[2], 'last_change', ARGV[17])
+  end
+  if n_history > 0 then
+    -- pcall: an ACL without XADD (written for an older version) refuses
+    -- only this, and refuses it before it writes anything.
+    local added = redis.pcall('XADD', KEYS[8], 'MAXLEN', history_kept, '*',
+      'generation', decimal(generation), 'previous_generation', decimal(current),
+      'at_ms', ARGV[5], 'epoch', ARGV[2], 'writer', ARGV[6],
+      unpack(ARGV, history_at, history_at + 2 * n_history - 1))
+    if type(added) == 'table' and added.err then
+      redis.call('HSET', KEYS[2], 'history_error', decimal(generation) .. ' XADD: ' .. added.err)
+    else
+      redis.call('HDEL', KEYS[2], 'history_error')
+    end
   end
 end
 apply('HSET', KEYS[5], set_at, del_at - 1)
