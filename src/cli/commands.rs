@@ -50,9 +50,16 @@ pub enum Command {
     History {
         #[arg(long)]
         json: bool,
-        /// How many changes (the stream keeps about 1000).
+        /// How many changes (the stream keeps 1000).
         #[arg(long, default_value_t = 20)]
         limit: usize,
+    },
+    /// A unit's owner, since when (the table write that gave it, by the
+    /// history) and the owner's fencing token for it.
+    Owner {
+        unit: String,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -248,6 +255,29 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
                 print_json(&report)?;
             } else {
                 print!("{}", report::render_history(&report, crate::unix_ms()));
+            }
+        }
+        Command::Owner { unit, json } => {
+            check_unit(unit.as_bytes())
+                .map_err(|why| anyhow::anyhow!("invalid work unit {unit:?}: {why}"))?;
+            let table = store
+                .read_table()
+                .await
+                .with_context(|| format!("failed to read {table:?}"))?;
+            let generation = store
+                .read_generation()
+                .await
+                .context("failed to read the generation")?;
+            let key = &store.keys().changes;
+            let h = store
+                .read_history(crate::core::history::HISTORY_KEPT)
+                .await
+                .with_context(|| format!("failed to read {key:?}"))?;
+            let r = report::owner_report(&unit, &table, generation, &h.entries);
+            if json {
+                print_json(&r)?;
+            } else {
+                print!("{}", report::render_owner(&r, crate::unix_ms()));
             }
         }
     }

@@ -418,6 +418,47 @@ pub fn decode(id: &str, fields: &[(String, String)]) -> HistoryEntry {
     }
 }
 
+/// What the history says of when a unit's current state began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since<'a> {
+    /// The entry that gave it to its owner (or, for a unit nobody owns,
+    /// the one that took it from its last owner).
+    Entry(&'a HistoryEntry),
+    /// This entry may have: it names only some of its units.
+    Unknown { generation: u64 },
+    /// Before the oldest entry kept (this generation).
+    Before { generation: u64 },
+    /// Nothing recorded.
+    Nothing,
+}
+
+/// When `unit` got its owner (`owned`), or lost its last one (not
+/// `owned`), by `entries` (newest first, as read).
+pub fn since<'a>(entries: &'a [HistoryEntry], unit: &str, owned: bool) -> Since<'a> {
+    for e in entries {
+        let r = &e.record;
+        let lists: &[&Listed] = if owned {
+            &[&r.placed, &r.moved]
+        } else {
+            &[&r.revoked, &r.moved]
+        };
+        if lists.iter().any(|l| l.names(unit)) {
+            return Since::Entry(e);
+        }
+        if lists.iter().any(|l| !l.complete()) {
+            return Since::Unknown {
+                generation: e.generation,
+            };
+        }
+    }
+    match entries.last() {
+        Some(e) => Since::Before {
+            generation: e.generation,
+        },
+        None => Since::Nothing,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,6 +580,41 @@ mod tests {
             "{bytes}"
         );
         assert_eq!(r.placed.count, 50);
+    }
+
+    #[test]
+    fn since_finds_the_write_that_gave_a_unit_to_its_owner() {
+        let t0 = table(&[("a:1", "u1,u2"), ("b:2", "")]);
+        let t1 = table(&[("a:1", "u1"), ("b:2", "")]);
+        let t2 = table(&[("a:1", "u1"), ("b:2", "u2")]);
+        let none = MemberStates::default();
+        let entry = |g: u64, before: &MatchingTable, after: &MatchingTable| HistoryEntry {
+            generation: g,
+            previous_generation: g - 1,
+            record: record(before, after, &none, None),
+            ..HistoryEntry::default()
+        };
+        let first = entry(1, &MatchingTable::default(), &t0);
+        let entries = vec![entry(3, &t1, &t2), entry(2, &t0, &t1), first.clone()];
+        let at = |unit, owned| match since(&entries, unit, owned) {
+            Since::Entry(e) => Some(e.generation),
+            _ => None,
+        };
+        assert_eq!(at("u2", true), Some(3), "granted to b after its revocation");
+        assert_eq!(at("u1", true), Some(1), "held since the first table");
+        assert_eq!(at("u2", false), Some(2), "the revocation");
+        assert_eq!(
+            since(&entries[..2], "u1", true),
+            Since::Before { generation: 2 }
+        );
+        assert_eq!(since(&[], "u1", true), Since::Nothing);
+        // An entry that names some of its units only: unknown from there.
+        let mut partial = first;
+        partial.record.placed.units.clear();
+        assert_eq!(
+            since(std::slice::from_ref(&partial), "u1", true),
+            Since::Unknown { generation: 1 }
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use crate::core::history::{HistoryEntry, Listed};
+use crate::core::history::{HistoryEntry, Listed, Since, since};
+use crate::core::table::MatchingTable;
 
 /// `distributor history --json`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -101,11 +102,135 @@ pub fn render_history(r: &HistoryReport, now_ms: u64) -> String {
     out
 }
 
+/// `distributor owner UNIT [--json]`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct OwnerReport {
+    pub unit: String,
+    /// The table's generation as read.
+    pub generation: u64,
+    /// The members whose row holds it (one per group; none while it is in
+    /// transit, or not listed).
+    pub owners: Vec<String>,
+    /// The write that gave it to its owner (with no owner: the one that
+    /// took it from its last), by the history.
+    pub since_generation: Option<u64>,
+    /// Unix ms of that write (the holder's clock).
+    pub since_ms: Option<u64>,
+    /// The owner's fencing token for it: the generation it started the
+    /// unit at, which is `since_generation` when it read that generation
+    /// (a member that first read a later one holds that later one).
+    pub token: Option<u64>,
+    /// Why `since_generation` is not known, when it is not.
+    pub note: Option<String>,
+}
+
+/// Who owns `unit` in `table`, and since when by `entries` (newest first).
+pub fn owner_report(
+    unit: &str,
+    table: &MatchingTable,
+    generation: u64,
+    entries: &[HistoryEntry],
+) -> OwnerReport {
+    let owners: Vec<String> = table
+        .rows()
+        .iter()
+        .filter(|(_, row)| row.split(',').any(|u| u == unit))
+        .map(|(m, _)| m.clone())
+        .collect();
+    let owned = !owners.is_empty();
+    let (entry, note) = match since(entries, unit, owned) {
+        Since::Entry(e) => (Some(e), None),
+        Since::Unknown { generation } => (
+            None,
+            Some(format!(
+                "generation {generation} changed more units than its history entry names"
+            )),
+        ),
+        Since::Before { generation } => (
+            None,
+            Some(format!(
+                "before generation {generation}, the oldest change kept"
+            )),
+        ),
+        Since::Nothing => (None, Some("no change recorded".to_string())),
+    };
+    OwnerReport {
+        unit: unit.to_string(),
+        generation,
+        since_generation: entry.map(|e| e.generation),
+        since_ms: entry.map(|e| e.at_ms),
+        token: entry.filter(|_| owned).map(|e| e.generation),
+        owners,
+        note,
+    }
+}
+
+/// One line: the owner, since when, and its token.
+pub fn render_owner(r: &OwnerReport, now_ms: u64) -> String {
+    let when = match (r.since_generation, r.since_ms) {
+        (Some(g), Some(ms)) => format!("generation {g}, {}s ago", now_ms.saturating_sub(ms) / 1000),
+        _ => r.note.clone().unwrap_or_default(),
+    };
+    if r.owners.is_empty() {
+        return format!(
+            "{}: no owner in generation {} (in transit, or not listed); last taken from its owner: {when}\n",
+            r.unit, r.generation
+        );
+    }
+    let token = r
+        .token
+        .map_or_else(|| "unknown".to_string(), |t| t.to_string());
+    format!(
+        "{}: owned by {} since {when}; fencing token {token}\n",
+        r.unit,
+        r.owners.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::history::{MemberStates, record};
     use crate::core::table::MatchingTable;
+
+    #[test]
+    fn owner_says_who_since_when_and_the_token() {
+        let t1 = MatchingTable::from_rows([("a:1".to_string(), "u1,u2".to_string())]);
+        let t2 = MatchingTable::from_rows([
+            ("a:1".to_string(), "u1".to_string()),
+            ("b:2".to_string(), String::new()),
+        ]);
+        let none = MemberStates::default();
+        let entries = vec![
+            HistoryEntry {
+                generation: 2,
+                at_ms: 2_000,
+                record: record(&t1, &t2, &none, None),
+                ..HistoryEntry::default()
+            },
+            HistoryEntry {
+                generation: 1,
+                at_ms: 1_000,
+                record: record(&MatchingTable::default(), &t1, &none, None),
+                ..HistoryEntry::default()
+            },
+        ];
+        let r = owner_report("u1", &t2, 2, &entries);
+        assert_eq!((r.since_generation, r.token), (Some(1), Some(1)));
+        assert_eq!(
+            render_owner(&r, 11_000),
+            "u1: owned by a:1 since generation 1, 10s ago; fencing token 1\n"
+        );
+        let gone = owner_report("u2", &t2, 2, &entries);
+        assert_eq!((gone.since_generation, gone.token), (Some(2), None));
+        assert!(render_owner(&gone, 3_000).starts_with("u2: no owner in generation 2"));
+        let old = owner_report("u1", &t2, 2, &entries[..1]);
+        assert_eq!(old.token, None);
+        assert_eq!(
+            render_owner(&old, 3_000),
+            "u1: owned by a:1 since before generation 2, the oldest change kept; fencing token unknown\n"
+        );
+    }
 
     #[test]
     fn history_text_names_who_and_what_and_counts_the_rest() {

@@ -11,7 +11,7 @@ mod history;
 mod model;
 mod text;
 
-pub use history::{HistoryReport, render_history};
+pub use history::{HistoryReport, OwnerReport, owner_report, render_history, render_owner};
 pub use model::*;
 pub use text::{render_status, render_table};
 

@@ -37,6 +37,17 @@ fn assert_unbroken(entries: &[Value]) {
     }
 }
 
+/// The member's fencing token for `unit`, once it holds it.
+async fn wait_for_token(m: &distributor::Member, unit: &str) -> u64 {
+    wait_for(
+        "the member holds its unit",
+        Duration::from_secs(10),
+        || async { m.holds(unit).is_some() },
+    )
+    .await;
+    m.holds(unit).expect("held").0
+}
+
 fn member_in<'a>(e: &'a Value, id: &str) -> Option<&'a Value> {
     e["members"]
         .as_array()
@@ -117,6 +128,54 @@ async fn every_write_is_recorded_and_the_history_outlives_every_replica() {
     assert_unbroken(&later);
     assert!(later[0]["generation"].as_u64().unwrap() > newest);
     assert!(later.len() > before.len());
+
+    // `owner`: the member whose row holds a unit, since the write that gave
+    // it, and a token no higher than the one the member itself holds (it is
+    // that write's generation; a member that first read a later one holds
+    // that later one).
+    let table = fleet.table().await;
+    let mut checked = 0;
+    for m in fleet.members.iter().flatten() {
+        let Some(unit) = table.units_of(m.id()).first().map(|u| u.to_string()) else {
+            continue;
+        };
+        let token = wait_for_token(m, &unit).await;
+        let out = cli(&fleet.redis.url(), &["owner", &unit, "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["owners"], serde_json::json!([m.id()]), "{r}");
+        let since = r["since_generation"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{r}"));
+        assert_eq!(r["token"].as_u64(), Some(since), "{r}");
+        assert!(since <= token, "{r} against the member's {token}");
+        let text = String::from_utf8(cli(&fleet.redis.url(), &["owner", &unit]).stdout).unwrap();
+        assert!(
+            text.starts_with(&format!(
+                "{unit}: owned by {} since generation {since}, ",
+                m.id()
+            )) && text.ends_with(&format!("; fencing token {since}\n")),
+            "{text}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "every live member owns units");
+    let out = cli(&fleet.redis.url(), &["owner", "a,b"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("invalid work unit \"a,b\""),
+        "{stderr}"
+    );
+    let out = cli(&fleet.redis.url(), &["owner", "never-listed"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("never-listed: no owner in generation "),
+        "{text}"
+    );
 
     // The text form: one paragraph per entry, newest first.
     let out = cli(&fleet.redis.url(), &["history", "--limit", "2"]);
