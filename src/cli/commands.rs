@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Subcommand;
 
+use super::controls::{Control, MembersOp};
 use crate::config::Config;
 use crate::core::costs::{UnitCosts, decode_cost, display_cost};
 use crate::core::handoff::{MAX_WEIGHT, MemberReport, decode_weight_override};
@@ -35,6 +36,16 @@ pub enum Command {
         #[command(subcommand)]
         op: UnitsOp,
     },
+    /// Cordon, drain or uncordon a member (`{T}:controls`).
+    Members {
+        #[command(subcommand)]
+        op: MembersOp,
+    },
+    /// Freeze voluntary moves (joins, weights, costs, balance) until
+    /// `resume`; failures and drains are still handled.
+    Pause,
+    /// Undo `pause`.
+    Resume,
     /// Inspect or override members' capacity weights.
     Weights {
         #[command(subcommand)]
@@ -124,6 +135,16 @@ pub enum UnitsOp {
     Set {
         units: Vec<String>,
     },
+    /// Pin a unit to a member: it goes there while the member is live, and
+    /// is placed as usual otherwise.
+    Pin {
+        unit: String,
+        addr: String,
+    },
+    /// Remove a unit's pin.
+    Unpin {
+        unit: String,
+    },
 }
 
 /// Runs one operator command against Redis and prints its result.
@@ -141,6 +162,8 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
     let store = Store::connect(&config.redis_options(), table, Duration::from_secs(3))
         .context("failed to open the redis connection")?;
     let update = || format!("failed to update {units_key:?}");
+    let control =
+        |c: Control| super::controls::run(&store, &config.services_namespaces, units_key, c);
     match command {
         Command::Status { json } => {
             let o = store
@@ -239,6 +262,15 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
                 .with_context(update)?;
             println!("set {} units", units.len());
         }
+        Command::Workunits {
+            op: UnitsOp::Pin { unit, addr },
+        } => control(Control::Pin { unit, addr }).await?,
+        Command::Workunits {
+            op: UnitsOp::Unpin { unit },
+        } => control(Control::Unpin { unit }).await?,
+        Command::Members { op } => control(Control::Member(op)).await?,
+        Command::Pause => control(Control::Pause).await?,
+        Command::Resume => control(Control::Resume).await?,
         Command::Weights { op } => weights(&store, op).await?,
         Command::Costs { op } => costs(&store, op).await?,
         Command::History { json, limit } => {

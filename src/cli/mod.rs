@@ -8,6 +8,7 @@
 //! everything else with 2).
 
 pub mod commands;
+pub mod controls;
 pub mod daemon;
 
 pub use commands::{Command, CostsOp, ServicesOp, UnitsOp, WeightsOp};

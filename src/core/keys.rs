@@ -49,6 +49,10 @@ pub struct Keys {
     /// Units in transit between owners: `<unit>,<group>` → `revoked_at
     /// since_ms to from`, written by the holder with the table.
     pub transit: String,
+    /// Operator controls (`core::controls`): `member:<addr>` → `cordon|drain
+    /// <unix_ms>`, `pin:<unit>` → member, `pause` → unix ms; written by the
+    /// CLI, read by the holder with the reports.
+    pub controls: String,
     /// The change history: a capped stream, one entry per table write,
     /// added by the holder inside the fenced commit (`core::history`).
     pub changes: String,
@@ -83,6 +87,7 @@ impl Keys {
             loads: k("loads"),
             transit: k("transit"),
             changes: k("changes"),
+            controls: k("controls"),
             table_channel: k("changed"),
             lease_channel: k("released"),
             acked_channel: k("acked"),
@@ -178,6 +183,7 @@ mod tests {
             &k.weights,
             &k.transit,
             &k.changes,
+            &k.controls,
             &k.census(7),
         ] {
             assert!(k.is_reserved(key), "{key}");

@@ -5,6 +5,7 @@
 
 pub mod balance;
 pub mod census;
+pub mod controls;
 pub mod costs;
 pub mod count;
 pub mod handoff;

@@ -89,6 +89,46 @@ pub struct Status {
     pub holding_blocked: Option<String>,
     /// With `-balance cost`, as the holder's last cycle saw it.
     pub balance: Option<BalanceStatus>,
+    /// The operator's controls in force, as the holder's last cycle read them.
+    pub controls: ControlsStatus,
+}
+
+/// The operator's controls in force (`core::controls`), counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ControlsStatus {
+    pub paused: bool,
+    pub cordoned: usize,
+    pub drained: usize,
+    pub pinned: usize,
+    /// Unreadable entries of `{T}:controls`, skipped.
+    pub unreadable: usize,
+}
+
+impl ControlsStatus {
+    /// The metric's label values (`distributor_controls{kind}`), in order.
+    pub const KINDS: [&'static str; 5] = ["paused", "cordoned", "drained", "pinned", "unreadable"];
+
+    /// Each kind's count, in [`Self::KINDS`]' order.
+    pub fn counts(&self) -> [usize; 5] {
+        [
+            usize::from(self.paused),
+            self.cordoned,
+            self.drained,
+            self.pinned,
+            self.unreadable,
+        ]
+    }
+
+    pub fn of(c: &crate::core::controls::Controls, unreadable: usize) -> ControlsStatus {
+        use crate::core::controls::MemberControl;
+        ControlsStatus {
+            paused: c.paused(),
+            cordoned: c.with(MemberControl::Cordon).count(),
+            drained: c.with(MemberControl::Drain).count(),
+            pinned: c.pins.len(),
+            unreadable,
+        }
+    }
 }
 
 /// The cost balance as the holder's last cycle saw it.
@@ -144,6 +184,8 @@ pub struct Overview {
     pub costs: std::collections::BTreeMap<String, String>,
     /// `{T}:loads`: the members' measured loads, undecoded.
     pub loads: std::collections::BTreeMap<String, String>,
+    /// `{T}:controls`: the operator's controls, undecoded.
+    pub controls: std::collections::BTreeMap<String, String>,
 }
 
 impl Overview {

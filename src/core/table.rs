@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use crate::core::balance::{self, Balance};
+use crate::core::controls::Controls;
 use crate::core::costs::SCALE;
 use crate::core::inputs::Inputs;
 use crate::core::{ring, sticky};
@@ -87,6 +88,10 @@ pub struct Solve<'a> {
     /// that still get units): they use up `max_moves`, so that the limit
     /// bounds the moves in progress at once, not the moves per solve.
     pub in_flight: usize,
+    /// The operator's controls (`None`: none): units pinned or kept are
+    /// fixed, cordoned members receive none ([`Controls::split`]); keeping
+    /// needs `current`.
+    pub controls: Option<&'a Controls>,
 }
 
 /// How a solve changed the current table, summed over the groups.
@@ -144,6 +149,7 @@ impl Solve<'_> {
             also_held: &[],
             max_moves: 0,
             in_flight: 0,
+            controls: None,
         }
     }
 }
@@ -215,19 +221,72 @@ impl MatchingTable {
         let mut budget = how.max_moves.saturating_sub(how.in_flight);
         let mut moves = Moves::default();
         let mut rows = BTreeMap::new();
+        let controls = how.controls.filter(|c| !c.is_empty());
         for group in &inputs.groups {
             let live = live_weighted(group, &is_live, how.weight);
+            // Under the controls, the solver gets the units nothing fixes
+            // and the members that may receive them; the fixed ones join
+            // its table after.
+            let split = controls.map(|c| c.split(&live, &units, current()));
+            let free_units: Vec<&str>;
+            let free_costs: Vec<u64>;
+            let (solve_live, solve_units, solve_costs) = match &split {
+                None => (&live[..], &units[..], how.costs),
+                Some(s) => {
+                    free_units = s.free.iter().map(|&i| units[i]).collect();
+                    let costs = match how.costs {
+                        Some(balance::Costs::Aligned(a)) => {
+                            free_costs = s.free.iter().map(|&i| a[i]).collect();
+                            Some(balance::Costs::Aligned(&free_costs))
+                        }
+                        other => other,
+                    };
+                    (&s.receivers[..], &free_units[..], costs)
+                }
+            };
             let mut cost_minimum = None;
             let mut solved = match (how.balance, how.assignment) {
                 (Balance::Cost(tolerance) | Balance::Load(tolerance), _) => {
-                    let costs = how.costs.unwrap_or(balance::Costs::Lookup(&|_| SCALE));
-                    let b = balance::assign(current(), &live, &units, costs, tolerance);
+                    let costs = solve_costs.unwrap_or(balance::Costs::Lookup(&|_| SCALE));
+                    let b = balance::assign(current(), solve_live, solve_units, costs, tolerance);
                     cost_minimum = Some(b.minimum);
                     b.table
                 }
-                (Balance::Count, Assignment::Ring) => ring::assign_weighted(&live, &units),
-                (Balance::Count, Assignment::Sticky) => sticky::assign(current(), &live, &units),
+                (Balance::Count, Assignment::Ring) => {
+                    ring::assign_weighted(solve_live, solve_units)
+                }
+                (Balance::Count, Assignment::Sticky) => {
+                    sticky::assign(current(), solve_live, solve_units)
+                }
             };
+            if let Some(s) = &split {
+                for (m, _) in &live {
+                    solved.entry(m).or_default();
+                }
+                let mut touched = Vec::new();
+                for &(m, u) in &s.fixed {
+                    solved.entry(m).or_default().push(u);
+                    touched.push(m);
+                }
+                touched.sort_unstable();
+                touched.dedup();
+                for m in touched {
+                    solved.get_mut(m).expect("inserted above").sort_unstable();
+                }
+                // The bound on the solver's part, plus every fixed unit
+                // that changes owner (a pin).
+                let pinned_moves = sticky::moved_and_kept(
+                    current(),
+                    &s.fixed.iter().fold(sticky::Table::new(), |mut t, &(m, u)| {
+                        t.entry(m).or_default().push(u);
+                        t
+                    }),
+                )
+                .0;
+                let solver_minimum = cost_minimum
+                    .unwrap_or_else(|| sticky::min_moves(current(), solve_live, solve_units));
+                cost_minimum = Some(solver_minimum + pinned_moves);
+            }
             if how.max_moves > 0 && how.current.is_some() {
                 solved = sticky::limit_moves(current(), &solved, budget);
             }

@@ -311,6 +311,7 @@ mod tests {
             unreadable_report: None,
             weight: 1,
             load: None,
+            control: None,
         }
     }
 
@@ -342,6 +343,7 @@ mod tests {
                 placed: 0,
             }),
             balance: None,
+            controls: None,
         }
     }
 

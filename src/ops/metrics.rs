@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::core::status::{Role, Status};
+use crate::core::status::{ControlsStatus, Role, Status};
 use crate::edge::grpc::PingFailure;
 use crate::error::StoreError;
 
@@ -66,6 +66,7 @@ pub struct Metrics {
     pub work_units: Gauge,
     pub suspects: Gauge,
     pub invalid_inputs: Family<Kind, Gauge>,
+    pub controls: Family<Kind, Gauge>,
     pub table_writes: Counter,
     pub fenced_writes: Counter,
     pub ping_duration: Histogram,
@@ -166,6 +167,15 @@ impl Metrics {
             "Invalid list entries in the last cycle, by kind",
             invalid_inputs.clone(),
         );
+        let controls = Family::<Kind, Gauge>::default();
+        r.register(
+            "controls",
+            "Operator controls in force ({T}:controls) by kind: paused (0 or 1), cordoned and drained members, pinned units, unreadable entries (holder only)",
+            controls.clone(),
+        );
+        for kind in ControlsStatus::KINDS {
+            controls.get_or_create(&Kind { kind }).set(0);
+        }
         let table_writes = Counter::default();
         r.register(
             "table_writes",
@@ -355,6 +365,7 @@ impl Metrics {
             work_units,
             suspects,
             invalid_inputs,
+            controls,
             table_writes,
             fenced_writes,
             ping_duration,
@@ -495,6 +506,7 @@ impl Metrics {
             self.members_owing.set(s.handoff.owing as i64);
             self.members_draining.set(s.handoff.draining as i64);
             self.sync_balance(s);
+            self.sync_controls(s.controls);
             for kind in crate::core::inputs::Rejection::KINDS {
                 let n: usize = s
                     .invalid_by_kind
@@ -515,6 +527,14 @@ impl Metrics {
             self.members_owing.set(0);
             self.members_draining.set(0);
             self.sync_balance(&Status::default());
+            self.sync_controls(ControlsStatus::default());
+        }
+    }
+
+    /// `distributor_controls{kind}` (all 0 on a standby).
+    fn sync_controls(&self, c: ControlsStatus) {
+        for (kind, n) in ControlsStatus::KINDS.into_iter().zip(c.counts()) {
+            self.controls.get_or_create(&Kind { kind }).set(n as i64);
         }
     }
 

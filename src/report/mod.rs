@@ -7,10 +7,12 @@
 //! hold key names, member addresses, counts and replica ids, never the
 //! Redis URL.
 
+mod controls;
 mod history;
 mod model;
 mod text;
 
+pub use controls::{ControlsReport, Pin, controls_of};
 pub use history::{HistoryReport, OwnerReport, owner_report, render_history, render_owner};
 pub use model::*;
 pub use text::{render_status, render_table};

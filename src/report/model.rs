@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::controls::ControlsReport;
 use crate::core::handoff;
 use crate::core::inputs::{RawInputs, Rejection, excerpt, normalize};
 use crate::core::liveness::Health;
@@ -43,6 +44,8 @@ pub struct StatusReport<G = GroupReport> {
     pub last_change: Option<ChangeReport>,
     /// With `-balance cost`: the stored table's loads against the shares.
     pub balance: Option<BalanceReport>,
+    /// The operator's controls in force (`None`: none).
+    pub controls: Option<ControlsReport>,
 }
 
 /// How many hot units a status report lists.
@@ -180,6 +183,8 @@ pub struct MemberReport {
     /// hot units it isolates.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadReport>,
+    /// `cordoned` or `drained` by an operator (`None`: neither).
+    pub control: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -231,6 +236,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
     let units_of = |id: &str| o.table.get(id).map_or(0, |v| decode_row(v).len());
     let (balance, loads) = balance_of(o, assignment.as_deref(), &inputs);
     let generation = num("generation").unwrap_or(0);
+    let controls = super::controls::controls_of(&o.controls, now_ms);
     let member = |id: &str, reason: Option<String>| {
         let raw = o.reports.get(id);
         let decoded = raw.and_then(|v| handoff::MemberReport::decode(v));
@@ -248,6 +254,9 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
             }),
             weight: o.weight(id),
             load: None,
+            control: controls
+                .as_ref()
+                .and_then(|c| super::controls::control_of(c, id)),
             unreadable_report: raw
                 .filter(|_| decoded.is_none())
                 .map(|v| excerpt(v.as_bytes())),
@@ -357,6 +366,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         assignment,
         last_change,
         balance,
+        controls,
     }
 }
 
@@ -485,6 +495,7 @@ impl StatusReport {
             assignment: self.assignment.clone(),
             last_change: self.last_change,
             balance: self.balance.clone(),
+            controls: self.controls.clone(),
         }
     }
 

@@ -47,6 +47,7 @@ fn overview() -> Overview {
         weights: Default::default(),
         costs: Default::default(),
         loads: Default::default(),
+        controls: Default::default(),
     }
 }
 

@@ -64,6 +64,7 @@ pub fn render_status(r: &StatusReport) -> String {
         r.table, r.generation, write
     );
     out += &assignment_text(&r.assignment, &r.last_change);
+    out += &super::controls::controls_text(&r.controls);
     out += &match (&r.lease.holder, r.lease.expires_in_ms) {
         (Some(h), Some(ms)) => format!(
             "lease held by {h}, epoch {}, expires in {}\n",
@@ -114,11 +115,12 @@ pub fn render_status(r: &StatusReport) -> String {
         );
         for m in &g.live {
             out += &format!(
-                "  live    {:<28} {} units{}{}\n",
+                "  live    {:<28} {} units{}{}{}\n",
                 m.id,
                 m.units,
                 load_text(m),
-                protocol_text(m, r.generation)
+                protocol_text(m, r.generation),
+                m.control.map(|c| format!(", {c}")).unwrap_or_default()
             );
         }
         for m in &g.failed {

@@ -14,6 +14,7 @@ mod browser;
 mod cli;
 mod cluster;
 mod compat;
+mod controls;
 mod dashboard;
 mod detection;
 mod failover;

@@ -860,7 +860,7 @@ async fn apply<S: HoldingStore>(store: &S, grants: &mut Vec<LeaseGrant>, op: &Op
                 // List and report versions name content in each store's own
                 // numbering: compared by what they hold.
                 Ok(s) => {
-                    let reports = s.reports.content.map(|(r, w)| {
+                    let reports = s.reports.content.map(|c| {
                         let sorted = |r: distributor::edge::redis::Reports| {
                             r.map(|mut p| {
                                 p.sort();
@@ -868,7 +868,11 @@ async fn apply<S: HoldingStore>(store: &S, grants: &mut Vec<LeaseGrant>, op: &Op
                             })
                             .map_err(|e| e.to_string())
                         };
-                        (sorted(r), w.map(sorted))
+                        (
+                            sorted(c.reports),
+                            c.overrides.map(sorted),
+                            c.controls.map(sorted),
+                        )
                     });
                     format!(
                         "lists {:?} units {:?} digest {:?} generation {} reports {reports:?}",

@@ -11,7 +11,7 @@ use crate::coordinator::holder::{
 };
 use crate::coordinator::machine::{CycleOutcome, CycleSummary};
 use crate::core::inputs::Rejection;
-use crate::core::status::{BalanceStatus, HandoffStatus};
+use crate::core::status::{BalanceStatus, ControlsStatus, HandoffStatus};
 use crate::edge::grpc::PingFailure;
 use crate::error::StoreError;
 use crate::unix_ms;
@@ -105,6 +105,10 @@ impl Executor {
         let suspects = report.view.suspects.len();
         let handoff = report.view.handoff.last.clone();
         let balance = balance_status(&report.view);
+        let controls = ControlsStatus::of(
+            &report.view.handoff.controls,
+            report.view.handoff.bad_controls.len(),
+        );
         let costs_key = self.store.keys().costs.clone();
         span.in_scope(|| log_costs(&report.view, &costs_key));
         h.view = Some(report.view);
@@ -218,6 +222,7 @@ impl Executor {
                 s.invalid_by_kind = by_kind;
                 s.groups = report.groups;
                 s.suspects = suspects;
+                s.controls = controls;
                 s.handoff = HandoffStatus {
                     in_transit: handoff.in_transit,
                     oldest_transit_ms: handoff.oldest_transit_ms,

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{LOG_FIRST, LastChange};
+use crate::core::controls::Controls;
 use crate::core::handoff::{
     self, Ledger, MemberFacts, MemberReport, Proof, RedisConnection, UNKNOWN_ORIGIN,
 };
@@ -105,6 +106,10 @@ pub(in crate::coordinator) struct HandoffState {
     pub(in crate::coordinator) overrides: HashMap<String, u32>,
     /// Unreadable override entries (or the key's error), as last logged.
     bad_overrides: BTreeSet<String>,
+    /// The operator's controls (`{T}:controls`), as last read and decoded.
+    pub(in crate::coordinator) controls: Arc<Controls>,
+    /// Unreadable control entries (or the key's error), as last logged.
+    pub(in crate::coordinator) bad_controls: BTreeSet<String>,
     /// The group each member was last listed in.
     pub(in crate::coordinator) former_group: HashMap<String, String>,
     /// The last full cycle's inputs, for handoff cycles (which do not read
@@ -181,8 +186,12 @@ impl HandoffState {
         }
     }
 
+    /// Whether `member` drains: itself (its report), or by an operator's
+    /// `distributor members drain`; or it finished its own drain.
     pub(in crate::coordinator) fn draining(&self, member: &str) -> bool {
-        self.reports.get(member).is_some_and(|r| r.draining) || self.departed.contains(member)
+        self.reports.get(member).is_some_and(|r| r.draining)
+            || self.departed.contains(member)
+            || self.controls.drained(member)
     }
 
     /// Members that units in transit were revoked from and that have not
@@ -304,9 +313,10 @@ impl HandoffState {
         keys: &crate::core::keys::Keys,
     ) -> Result<(), StoreError> {
         self.reports_version = read.version;
-        if let Some((reports, overrides)) = read.content {
-            self.observe_overrides(overrides, &keys.weights);
-            match reports {
+        if let Some(c) = read.content {
+            self.observe_overrides(c.overrides, &keys.weights);
+            self.observe_controls(c.controls, &keys.controls);
+            match c.reports {
                 Err(e) if !matches!(e, StoreError::WrongType { .. }) => {
                     self.reports_read = false;
                     return Err(e);
@@ -413,6 +423,45 @@ impl HandoffState {
             );
         }
         self.bad_overrides = bad;
+    }
+
+    /// Takes the operator's controls, as [`Self::observe_overrides`] takes
+    /// the overrides: a failed read keeps the controls known (a read that
+    /// failed does not move units), a key of another type means none, and
+    /// unreadable entries are skipped and logged when they change.
+    pub(in crate::coordinator) fn observe_controls(
+        &mut self,
+        controls: Option<Reports>,
+        key: &str,
+    ) {
+        let raw = match controls {
+            None => return,
+            Some(Err(e)) if !matches!(e, StoreError::WrongType { .. }) => return,
+            Some(Err(e)) => {
+                let bad = BTreeSet::from([format!("\0{e}")]);
+                if bad != self.bad_controls {
+                    tracing::warn!(error = %e, key, "controls unreadable; none is in force");
+                }
+                self.bad_controls = bad;
+                self.controls = Arc::default();
+                return;
+            }
+            Some(Ok(raw)) => raw,
+        };
+        let (controls, unreadable) = Controls::decode(raw);
+        let bad: BTreeSet<String> = unreadable.iter().map(ToString::to_string).collect();
+        if bad != self.bad_controls && !bad.is_empty() {
+            tracing::warn!(
+                key,
+                count = bad.len(),
+                first = %bad.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                "unreadable controls skipped"
+            );
+        }
+        self.bad_controls = bad;
+        if *self.controls != controls {
+            self.controls = Arc::new(controls);
+        }
     }
 
     /// The highest generation a member reports having applied above `known`

@@ -84,7 +84,10 @@ pub(super) async fn desired(
     // is free. The move limit counts moves from the same current table,
     // in both modes. In ring mode without a limit the table does not
     // depend on it (so neither does the memo's key), and it is not read.
-    let uses_current = how.uses_current();
+    // The operator's controls: cordoned and paused members keep what they
+    // hold, so the solve reads the current table then.
+    let controls = Arc::clone(&view.handoff.controls);
+    let uses_current = how.uses_current() || controls.keeps_units();
     // The costs as last read (`-balance cost` or `load`; none declared else).
     let costs = view.costs.costs();
     let costs_digest = costs.costs.digest();
@@ -141,6 +144,9 @@ pub(super) async fn desired(
         // `ListCache`): an idle cycle hashes members, never units.
         h.update(&inputs_key(inputs, units_part, eligible).to_le_bytes());
         h.update(how.assignment.name().as_bytes());
+        if !controls.is_empty() {
+            h.update(&controls.key().to_le_bytes());
+        }
         if let Some(t) = how.balance.tolerance() {
             h.update(how.balance.name().as_bytes());
             h.update(&t.bp().to_le_bytes());
@@ -216,6 +222,7 @@ pub(super) async fn desired(
                     also_held: &also_held,
                     max_moves,
                     in_flight,
+                    controls: Some(&controls),
                 };
                 let live = |m: &str| weights.contains_key(m);
                 let (table, moves) =

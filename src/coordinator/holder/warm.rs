@@ -99,7 +99,8 @@ impl Preparer {
         // Unreadable entries are the holder's to log.
         (view.liveness, _) = Liveness::restore(self.failure_threshold, liveness);
         view.suspects = suspects;
-        if !self.solve.uses_current() {
+        // Controls that keep units read the current table too.
+        if !self.solve.uses_current() && !view.handoff.controls.keeps_units() {
             let none = Arc::new(MatchingTable::default());
             let (_, solved) = desired(self.solve, &inputs, &mut view, &none).await;
             if solved {

@@ -30,7 +30,7 @@ use crate::edge::redis::calls::{self, CommitReply, ScriptCall};
 use crate::edge::redis::scripts::stored_count;
 use crate::edge::redis::{
     Commit, Committed, CostsRead, DecodedCosts, Inheritance, ListLimits, ListRead, Reports,
-    ReportsRead, Snapshot,
+    ReportsContent, ReportsRead, Snapshot,
 };
 use crate::edge::store::HoldingStore;
 use crate::error::StoreError;
@@ -323,7 +323,8 @@ impl MemoryStore {
         let version = s
             .keyspace
             .version(&self.keys.members, now)
-            .max(s.keyspace.version(&self.keys.weights, now));
+            .max(s.keyspace.version(&self.keys.weights, now))
+            .max(s.keyspace.version(&self.keys.controls, now));
         if held == Some(version) {
             return ReportsRead {
                 version: Some(version),
@@ -332,10 +333,15 @@ impl MemoryStore {
         }
         let reports: Reports = Self::hash(s, &self.keys.members);
         let overrides: Reports = Self::hash(s, &self.keys.weights);
-        let whole = reports.is_ok() && overrides.is_ok();
+        let controls: Reports = Self::hash(s, &self.keys.controls);
+        let whole = reports.is_ok() && overrides.is_ok() && controls.is_ok();
         ReportsRead {
             version: whole.then_some(version),
-            content: Some((reports, Some(overrides))),
+            content: Some(ReportsContent {
+                reports,
+                overrides: Some(overrides),
+                controls: Some(controls),
+            }),
         }
     }
 
@@ -531,7 +537,7 @@ impl HoldingStore for MemoryStore {
         async move {
             out.map(|(r, _)| r).unwrap_or_else(|e| ReportsRead {
                 version: None,
-                content: Some((Err(e), None)),
+                content: Some(ReportsContent::failed(e)),
             })
         }
     }

@@ -116,7 +116,10 @@ impl Store {
     }
 
     /// A whole hash, undecoded (lossy UTF-8), on the bulk connection.
-    async fn read_text_hash(&self, key: &str) -> Result<Vec<(String, String)>, StoreError> {
+    pub(super) async fn read_text_hash(
+        &self,
+        key: &str,
+    ) -> Result<Vec<(String, String)>, StoreError> {
         let mut conn = self.bulk();
         let cmd = redis::cmd("HGETALL").arg(key).to_owned();
         match self

@@ -155,6 +155,7 @@ impl Store {
             on("HGETALL", &k.weights),
             on("HGETALL", &k.costs),
             on("HGETALL", &k.loads),
+            on("HGETALL", &k.controls),
             range(units_key),
         ];
         cmds.extend(services.iter().map(|key| range(key)));
@@ -199,6 +200,7 @@ impl Store {
         let weights = lenient(next());
         let costs = lenient(next());
         let loads = lenient(next());
+        let controls = lenient(next());
         let units = bytes_list(next());
         let groups = services
             .iter()
@@ -219,6 +221,7 @@ impl Store {
             weights,
             costs,
             loads,
+            controls,
         })
     }
 }

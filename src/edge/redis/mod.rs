@@ -51,6 +51,7 @@ pub use history::History;
 pub mod calls;
 mod census;
 mod conn;
+mod controls;
 mod costs;
 mod guard;
 mod history;
@@ -251,9 +252,32 @@ pub struct ReportsRead {
     /// equal content); `None` when it is not (a read failed, a key of the
     /// wrong type): the next cycle reads both again.
     pub version: Option<u64>,
-    /// Both hashes as [`Store::read_reports`] returns them, or `None`:
+    /// The hashes as [`Store::read_reports`] returns them, or `None`:
     /// unchanged since `version`, which the caller said it holds.
-    pub content: Option<(Reports, Option<Reports>)>,
+    pub content: Option<ReportsContent>,
+}
+
+/// The members' reports and the operator's hashes, read in one round trip
+/// ([`Store::read_reports`]).
+#[derive(Debug)]
+pub struct ReportsContent {
+    pub reports: Reports,
+    /// `{T}:weights`; `None` when the round trip itself failed (`reports`
+    /// holds its error): the holder keeps what it knew.
+    pub overrides: Option<Reports>,
+    /// `{T}:controls`, likewise.
+    pub controls: Option<Reports>,
+}
+
+impl ReportsContent {
+    /// The round trip failed: nothing is known.
+    pub fn failed(e: StoreError) -> ReportsContent {
+        ReportsContent {
+            reports: Err(e),
+            overrides: None,
+            controls: None,
+        }
+    }
 }
 
 /// Members' reports as read: `member → value`, undecoded (lossy UTF-8), or
@@ -419,8 +443,12 @@ impl Store {
         let lists = guard::ListGuards::new(client.clone(), op_timeout);
         let reports = guard::Versioned::new(guard::KeyGuard::new(
             client.clone(),
-            vec![keys.members.clone(), keys.weights.clone()],
-            "member reports and weight overrides are read every cycle instead".into(),
+            vec![
+                keys.members.clone(),
+                keys.weights.clone(),
+                keys.controls.clone(),
+            ],
+            "member reports, weight overrides and controls are read every cycle instead".into(),
             op_timeout,
         ));
         let costs = guard::Versioned::new(guard::KeyGuard::new(

@@ -18,8 +18,8 @@ use redis::Value;
 
 use super::calls;
 use super::{
-    BULK_TIMEOUT, ListLimits, ListRead, Reports, ReportsRead, Snapshot, Store, bytes_list, int,
-    reply_err, text_pairs,
+    BULK_TIMEOUT, ListLimits, ListRead, Reports, ReportsContent, ReportsRead, Snapshot, Store,
+    bytes_list, int, reply_err, text_pairs,
 };
 use crate::core::table::MatchingTable;
 use crate::error::StoreError;
@@ -264,10 +264,10 @@ impl Store {
                 content: None,
             };
         }
-        let (reports, overrides) = self.read_reports().await;
+        let content = self.read_reports().await;
         // Only content read whole is versioned: an error is read again.
-        let version = match (&reports, &overrides) {
-            (Ok(_), Some(Ok(_))) => Some(g.read()),
+        let version = match (&content.reports, &content.overrides, &content.controls) {
+            (Ok(_), Some(Ok(_)), Some(Ok(_))) => Some(g.read()),
             _ => {
                 g.guard.forget();
                 None
@@ -275,19 +275,24 @@ impl Store {
         };
         ReportsRead {
             version,
-            content: Some((reports, overrides)),
+            content: Some(content),
         }
     }
 
-    /// The members' reports (`{T}:members`), for the handoff, and the
-    /// operator's weight overrides (`{T}:weights`), in one round trip. Never
-    /// fails the cycle: each hash of the wrong type (members can write the
-    /// reports) is an error of its own; the holder then treats every member
-    /// as one that does not acknowledge, or as having no override. The
-    /// overrides are `None` when the round trip itself failed (its error is
-    /// the reports'): the holder keeps the overrides it knew.
-    pub async fn read_reports(&self) -> (Reports, Option<Reports>) {
-        let keys = [self.keys.members.clone(), self.keys.weights.clone()];
+    /// The members' reports (`{T}:members`), for the handoff, the
+    /// operator's weight overrides (`{T}:weights`) and controls
+    /// (`{T}:controls`), in one round trip. Never fails the cycle: each hash
+    /// of the wrong type (members can write the reports) is an error of its
+    /// own; the holder then treats every member as one that does not
+    /// acknowledge, as having no override, or no control in force. The
+    /// operator's hashes are `None` when the round trip itself failed (its
+    /// error is the reports'): the holder keeps what it knew.
+    pub async fn read_reports(&self) -> ReportsContent {
+        let keys = [
+            self.keys.members.clone(),
+            self.keys.weights.clone(),
+            self.keys.controls.clone(),
+        ];
         let cmds = keys
             .iter()
             .map(|key| (key.clone(), redis::cmd("HGETALL").arg(key).to_owned()))
@@ -297,7 +302,7 @@ impl Store {
             .await
         {
             Ok(r) => r,
-            Err(e) => return (Err(e), None),
+            Err(e) => return ReportsContent::failed(e),
         };
         let mut replies = replies.into_iter();
         let reports = self
@@ -306,7 +311,14 @@ impl Store {
         let overrides = self
             .hash_reply(&keys[1], "read weight overrides", replies.next())
             .await;
-        (reports, Some(overrides))
+        let controls = self
+            .hash_reply(&keys[2], "read controls", replies.next())
+            .await;
+        ReportsContent {
+            reports,
+            overrides: Some(overrides),
+            controls: Some(controls),
+        }
     }
 
     /// One lenient `HGETALL` reply: its pairs (lossy text), or an error

@@ -13,11 +13,11 @@ impl Store {
     pub async fn read_weights(
         &self,
     ) -> Result<(Vec<(String, String)>, Vec<(String, String)>), StoreError> {
-        let (reports, overrides) = self.read_reports().await;
+        let c = self.read_reports().await;
         // `overrides` is `None` only when the round trip failed, and then
         // `reports` holds that error.
-        let reports = reports?;
-        Ok((overrides.unwrap_or(Ok(Vec::new()))?, reports))
+        let reports = c.reports?;
+        Ok((c.overrides.unwrap_or(Ok(Vec::new()))?, reports))
     }
 
     /// Sets `member`'s override (the caller validated it).

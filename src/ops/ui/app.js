@@ -49,6 +49,14 @@
     const b = s.balance;
     set("balance", b ? "cost ±" + b.tolerance + ": busiest " + b.imbalance.toFixed(2) + "× its share" +
       (b.out_of_band ? ", " + b.out_of_band + " outside" : "") + (b.hot_count ? ", " + b.hot_count + " hot" : "") : "count");
+    const k = s.controls;
+    set("controls", !k ? "none" : [
+      k.paused_since_ms !== null ? "paused" + (k.paused_for_ms !== null ? " " + ago(Date.now() - k.paused_for_ms) : "") : "",
+      k.cordoned.length ? "cordoned: " + k.cordoned.join(", ") : "",
+      k.drained.length ? "drained: " + k.drained.join(", ") : "",
+      k.pins ? k.pins + " pinned" : "",
+      k.unreadable ? k.unreadable + " unreadable" : "",
+    ].filter((x) => x).join("; "));
     const reps = $("replicas");
     reps.replaceChildren(...s.replicas.map((r) => el("li", null,
       r.id + ": census index " + (r.index === null ? "?" : r.index) + " of " + (r.replicas === null ? "?" : r.replicas) +
@@ -97,6 +105,7 @@
       if (m.load) info += ", load " + +m.load.load.toFixed(3) + " of share " + +m.load.share.toFixed(3) + (m.load.in_band ? "" : " (outside)") + (m.load.hot.length ? ", hot: " + m.load.hot.join(",") : "");
       if (m.protocol) info += ", applied " + m.protocol.applied + (m.protocol.behind ? " (" + m.protocol.behind + " behind)" : "");
       if (draining) info += ", draining";
+      if (m.control) { info += ", " + m.control; row.classList.add("controlled"); }
       if (!m.live) info += ", failed: " + (m.reason || "?");
       row.append(el("div", "info", info));
       return row;

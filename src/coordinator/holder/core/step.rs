@@ -733,7 +733,11 @@ mod tests {
     fn no_reports() -> ReportsRead {
         ReportsRead {
             version: Some(1),
-            content: Some((Ok(Vec::new()), None)),
+            content: Some(crate::edge::redis::ReportsContent {
+                reports: Ok(Vec::new()),
+                overrides: None,
+                controls: None,
+            }),
         }
     }
 

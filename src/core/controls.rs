@@ -1,0 +1,408 @@
+//! Operator controls (`{T}:controls`, written by `distributor members
+//! cordon|uncordon|drain`, `workunits pin|unpin` and `pause|resume`): what
+//! the solver must keep, and whom it must not give units.
+//!
+//! Pure: the hash's fields in, [`Controls`] out; a group's problem in, the
+//! units fixed to a member and the smaller problem left to the solver out.
+//! Guarantees:
+//! - decoding never fails: an entry that does not parse is skipped and
+//!   named (field and value, shortened), never half-applied;
+//! - [`Controls::split`] depends only on the controls, the live members,
+//!   the units and the current rows as sets: every replica computes the
+//!   same;
+//! - a control never takes a unit from a live member by itself except a
+//!   pin (to the pinned member) and a drain (through the handoff, as a
+//!   member's own drain); cordon and pause only keep and withhold.
+//!
+//! Precedence for one unit: a pin to a live member of the group wins; then
+//! a cordoned member keeps what it holds, and while paused every live
+//! member does; the rest goes to the solver, among the members that are
+//! not cordoned.
+
+use std::collections::{BTreeMap, HashMap};
+
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::core::inputs::{check_member_addr, check_unit, excerpt};
+
+/// The field of a member's control: `member:<addr>`.
+pub const MEMBER_PREFIX: &str = "member:";
+/// The field of a unit's pin: `pin:<unit>` → the member's address.
+pub const PIN_PREFIX: &str = "pin:";
+/// The field that pauses voluntary moves: `pause` → unix ms it was set.
+pub const PAUSE_FIELD: &str = "pause";
+
+/// What an operator did to one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MemberControl {
+    /// Gets no new units, keeps its own.
+    Cordon,
+    /// Its units move away through the handoff while it runs; it stays
+    /// cordoned (no units) until uncordoned.
+    Drain,
+}
+
+impl MemberControl {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberControl::Cordon => "cordon",
+            MemberControl::Drain => "drain",
+        }
+    }
+
+    /// A member field's value: `<cordon|drain> <unix_ms>`.
+    pub fn encode(self, now_ms: u64) -> String {
+        format!("{} {now_ms}", self.name())
+    }
+}
+
+/// The controls in force, as last read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Controls {
+    /// Member → its control and since when (unix ms, when recorded).
+    pub members: BTreeMap<String, (MemberControl, Option<u64>)>,
+    /// Unit → the member it is pinned to.
+    pub pins: BTreeMap<String, String>,
+    /// Since when voluntary moves are paused (unix ms; `Some(0)` when the
+    /// value does not say).
+    pub paused_since: Option<u64>,
+}
+
+/// One field of `{T}:controls` that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableControl {
+    pub field: String,
+    pub value: String,
+    pub why: &'static str,
+}
+
+impl std::fmt::Display for UnreadableControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}: {}", self.field, self.value, self.why)
+    }
+}
+
+/// The units of one group fixed to a member by the controls, and what is
+/// left to the solver ([`Controls::split`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split<'a> {
+    /// (member, unit): kept or pinned.
+    pub fixed: Vec<(&'a str, &'a str)>,
+    /// Live members that may receive units (not cordoned), with weights.
+    pub receivers: Vec<(&'a str, u32)>,
+    /// Positions (in the units given) of the units left to the solver.
+    pub free: Vec<usize>,
+}
+
+impl Controls {
+    /// Decodes the hash; unusable fields are skipped and returned.
+    pub fn decode(pairs: Vec<(String, String)>) -> (Controls, Vec<UnreadableControl>) {
+        let mut c = Controls::default();
+        let mut bad = Vec::new();
+        let mut skip = |field: &str, value: &str, why| {
+            bad.push(UnreadableControl {
+                field: excerpt(field.as_bytes()),
+                value: excerpt(value.as_bytes()),
+                why,
+            });
+        };
+        for (field, value) in pairs {
+            if field == PAUSE_FIELD {
+                match value.parse::<u64>() {
+                    Ok(ms) => c.paused_since = Some(ms),
+                    // Paused whatever the value says: the field is the switch.
+                    Err(_) => c.paused_since = Some(0),
+                }
+            } else if let Some(addr) = field.strip_prefix(MEMBER_PREFIX) {
+                if let Err(why) = check_member_addr(addr.as_bytes()) {
+                    skip(&field, &value, why);
+                    continue;
+                }
+                let mut words = value.split(' ');
+                let control = match words.next() {
+                    Some("cordon") => MemberControl::Cordon,
+                    Some("drain") => MemberControl::Drain,
+                    _ => {
+                        skip(
+                            &field,
+                            &value,
+                            "expected `cordon <unix_ms>` or `drain <unix_ms>`",
+                        );
+                        continue;
+                    }
+                };
+                let since = words.next().and_then(|w| w.parse().ok());
+                c.members.insert(addr.to_string(), (control, since));
+            } else if let Some(unit) = field.strip_prefix(PIN_PREFIX) {
+                if let Err(why) = check_unit(unit.as_bytes()) {
+                    skip(&field, &value, why);
+                    continue;
+                }
+                if let Err(why) = check_member_addr(value.as_bytes()) {
+                    skip(&field, &value, why);
+                    continue;
+                }
+                c.pins.insert(unit.to_string(), value);
+            } else {
+                skip(
+                    &field,
+                    &value,
+                    "unknown field (expected `pause`, `member:<addr>` or `pin:<unit>`)",
+                );
+            }
+        }
+        (c, bad)
+    }
+
+    /// Whether no control is in force.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty() && self.pins.is_empty() && self.paused_since.is_none()
+    }
+
+    /// Whether the solve needs the current table: something keeps units.
+    pub fn keeps_units(&self) -> bool {
+        self.paused_since.is_some()
+            || self
+                .members
+                .values()
+                .any(|(c, _)| *c == MemberControl::Cordon)
+    }
+
+    pub fn paused(&self) -> bool {
+        self.paused_since.is_some()
+    }
+
+    /// Whether `member` gets no new units (cordoned or drained).
+    pub fn cordoned(&self, member: &str) -> bool {
+        self.members.contains_key(member)
+    }
+
+    /// Whether an operator drains `member`.
+    pub fn drained(&self, member: &str) -> bool {
+        matches!(self.members.get(member), Some((MemberControl::Drain, _)))
+    }
+
+    /// Members under `control`, sorted.
+    pub fn with(&self, control: MemberControl) -> impl Iterator<Item = &str> {
+        self.members
+            .iter()
+            .filter(move |(_, (c, _))| *c == control)
+            .map(|(m, _)| m.as_str())
+    }
+
+    /// Identifies everything the solve reads of the controls.
+    pub fn key(&self) -> u128 {
+        let mut h = Xxh3::new();
+        let mut put = |tag: u8, s: &str| {
+            h.update(&[tag]);
+            h.update(&(s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+        };
+        for (m, (c, _)) in &self.members {
+            put(1, m);
+            put(2, c.name());
+        }
+        for (u, m) in &self.pins {
+            put(3, u);
+            put(4, m);
+        }
+        put(5, if self.paused() { "paused" } else { "" });
+        h.digest128()
+    }
+
+    /// One group's problem under the controls: `live` members (with their
+    /// weights), the listed `units` (sorted, distinct) and the `current`
+    /// rows (member, units), in any order.
+    pub fn split<'a, 'c, R>(
+        &self,
+        live: &[(&'a str, u32)],
+        units: &[&'a str],
+        current: impl IntoIterator<Item = (&'c str, R)>,
+    ) -> Split<'a>
+    where
+        R: IntoIterator<Item = &'c str>,
+    {
+        let member: HashMap<&str, &'a str> = live.iter().map(|(m, _)| (*m, *m)).collect();
+        let position: HashMap<&str, usize> =
+            units.iter().enumerate().map(|(i, u)| (*u, i)).collect();
+        let mut owner: Vec<Option<&'a str>> = vec![None; units.len()];
+        for (unit, to) in &self.pins {
+            if let (Some(&i), Some(&m)) = (position.get(unit.as_str()), member.get(to.as_str())) {
+                owner[i] = Some(m);
+            }
+        }
+        if self.keeps_units() {
+            // The lowest member wins a unit two rows hold (a hand edit), so
+            // that the row order does not matter.
+            for (m, held) in current {
+                let Some(&m) = member.get(m) else { continue };
+                if !(self.paused() || self.cordoned(m)) {
+                    continue;
+                }
+                for u in held {
+                    if let Some(&i) = position.get(u) {
+                        let pinned = self
+                            .pins
+                            .get(units[i])
+                            .is_some_and(|p| member.contains_key(p.as_str()));
+                        if !pinned && owner[i].is_none_or(|o| m < o) {
+                            owner[i] = Some(m);
+                        }
+                    }
+                }
+            }
+        }
+        let mut fixed = Vec::new();
+        let mut free = Vec::new();
+        for (i, o) in owner.iter().enumerate() {
+            match o {
+                Some(m) => fixed.push((*m, units[i])),
+                None => free.push(i),
+            }
+        }
+        Split {
+            fixed,
+            receivers: live
+                .iter()
+                .filter(|(m, _)| !self.cordoned(m))
+                .copied()
+                .collect(),
+            free,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn decoding_keeps_what_parses_and_names_the_rest() {
+        let (c, bad) = Controls::decode(pairs(&[
+            ("member:10.0.0.1:7001", "cordon 1700000000000"),
+            ("member:10.0.0.2:7001", "drain"),
+            ("member:no-port", "cordon 1"),
+            ("member:10.0.0.3:7001", "evict"),
+            ("pin:u1", "10.0.0.2:7001"),
+            ("pin:a,b", "10.0.0.2:7001"),
+            ("pin:u2", "nowhere"),
+            ("pause", "17"),
+            ("colour", "blue"),
+        ]));
+        assert_eq!(
+            c.members.get("10.0.0.1:7001"),
+            Some(&(MemberControl::Cordon, Some(1_700_000_000_000)))
+        );
+        assert!(c.drained("10.0.0.2:7001") && c.cordoned("10.0.0.2:7001"));
+        assert!(!c.drained("10.0.0.1:7001"));
+        assert_eq!(c.pins.len(), 1);
+        assert_eq!(c.paused_since, Some(17));
+        let fields: Vec<&str> = bad.iter().map(|b| b.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "\"member:no-port\"",
+                "\"member:10.0.0.3:7001\"",
+                "\"pin:a,b\"",
+                "\"pin:u2\"",
+                "\"colour\""
+            ]
+        );
+        assert!(bad[2].to_string().contains("','"), "{}", bad[2]);
+        let (c, _) = Controls::decode(pairs(&[("pause", "soon")]));
+        assert!(c.paused(), "the field is the switch");
+    }
+
+    fn split<'a>(
+        c: &Controls,
+        live: &[(&'a str, u32)],
+        units: &[&'a str],
+        current: &[(&'static str, &[&'static str])],
+    ) -> (Vec<(&'a str, &'a str)>, Vec<&'a str>, Vec<&'a str>) {
+        let s = c.split(
+            live,
+            units,
+            current.iter().map(|(m, u)| (*m, u.iter().copied())),
+        );
+        (
+            s.fixed,
+            s.receivers.iter().map(|(m, _)| *m).collect(),
+            s.free.iter().map(|&i| units[i]).collect(),
+        )
+    }
+
+    #[test]
+    fn a_cordoned_member_keeps_its_units_and_receives_none() {
+        let (c, _) = Controls::decode(pairs(&[("member:a:1", "cordon 1")]));
+        let live = [("a:1", 1), ("b:1", 1)];
+        let (fixed, receivers, free) = split(
+            &c,
+            &live,
+            &["u1", "u2", "u3"],
+            &[("a:1", &["u1", "u9"]), ("b:1", &["u2"])],
+        );
+        assert_eq!(fixed, [("a:1", "u1")]);
+        assert_eq!(receivers, ["b:1"]);
+        assert_eq!(free, ["u2", "u3"]);
+    }
+
+    #[test]
+    fn paused_every_live_member_keeps_its_units_and_the_rest_is_free() {
+        let (c, _) = Controls::decode(pairs(&[("pause", "1")]));
+        let live = [("a:1", 1), ("c:1", 1)];
+        // b:1 failed: its u2 is free, as is the new u3.
+        let (fixed, receivers, free) = split(
+            &c,
+            &live,
+            &["u1", "u2", "u3"],
+            &[("a:1", &["u1"]), ("b:1", &["u2"])],
+        );
+        assert_eq!(fixed, [("a:1", "u1")]);
+        assert_eq!(receivers, ["a:1", "c:1"]);
+        assert_eq!(free, ["u2", "u3"]);
+    }
+
+    #[test]
+    fn a_pin_wins_while_its_member_is_live_and_is_ignored_otherwise() {
+        let (c, _) = Controls::decode(pairs(&[
+            ("pin:u1", "b:1"),
+            ("pin:u2", "gone:1"),
+            ("member:a:1", "cordon 1"),
+            ("member:b:1", "cordon 1"),
+        ]));
+        let live = [("a:1", 1), ("b:1", 1), ("c:1", 1)];
+        let (fixed, receivers, free) =
+            split(&c, &live, &["u1", "u2", "u3"], &[("a:1", &["u1", "u2"])]);
+        // u1 goes to b (pinned, even cordoned); a keeps u2 (its pin's
+        // member is gone); u3 is free among the uncordoned.
+        assert_eq!(fixed, [("b:1", "u1"), ("a:1", "u2")]);
+        assert_eq!(receivers, ["c:1"]);
+        assert_eq!(free, ["u3"]);
+    }
+
+    #[test]
+    fn the_split_does_not_depend_on_row_order() {
+        let (c, _) = Controls::decode(pairs(&[("pause", "1")]));
+        let live = [("a:1", 1), ("b:1", 1)];
+        let one = split(&c, &live, &["u1"], &[("a:1", &["u1"]), ("b:1", &["u1"])]);
+        let two = split(&c, &live, &["u1"], &[("b:1", &["u1"]), ("a:1", &["u1"])]);
+        assert_eq!(one, two);
+        assert_eq!(one.0, [("a:1", "u1")]);
+    }
+
+    #[test]
+    fn the_key_changes_with_what_the_solve_reads_only() {
+        let (a, _) = Controls::decode(pairs(&[("member:a:1", "cordon 1")]));
+        let (b, _) = Controls::decode(pairs(&[("member:a:1", "cordon 2")]));
+        let (d, _) = Controls::decode(pairs(&[("member:a:1", "drain 1")]));
+        assert_eq!(a.key(), b.key(), "the time is not read");
+        assert_ne!(a.key(), d.key());
+        assert_ne!(Controls::default().key(), a.key());
+    }
+}
