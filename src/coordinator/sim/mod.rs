@@ -223,6 +223,10 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
     } else {
         Balance::Count
     };
+    // Operator controls in a fifth of the seeds, from a stream of their own
+    // (as the costs: every other seed stays as it was).
+    let mut krng = Rng::new(seed ^ 0xc047);
+    let controls_seed = krng.chance(200);
     let n_members = 3 + rng.below(4) as usize;
     let n_units = 4 + rng.below(12) as usize;
     let long_deadline = rng.chance(400);
@@ -549,6 +553,45 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                 drop(s);
                 w.log(now, format!("{key} {field} set to {value:?}"));
             }
+            _ if controls_seed && krng.chance(900) => {
+                // An operator's control: a member cordoned, drained or
+                // uncordoned, a unit pinned or unpinned, a pause or a
+                // resume, an entry nobody can read, or the key overwritten
+                // and fixed later.
+                let key = w.keys.controls.clone();
+                let member = w.members[krng.below(n as u64) as usize].name.clone();
+                let mut s = server.lock().expect("server lock");
+                let at = s.tick();
+                let on_member = format!("member:{member}");
+                let on_unit = format!("pin:u{}", krng.below(20));
+                let (field, value) = match krng.below(10) {
+                    0 | 1 => (on_member, Some(format!("cordon {at}"))),
+                    2 => (on_member, Some(format!("drain {at}"))),
+                    3 | 4 => (on_member, None),
+                    5 | 6 => (on_unit, Some(member)),
+                    7 => (on_unit, None),
+                    8 => (
+                        "pause".to_string(),
+                        krng.chance(500).then(|| at.to_string()),
+                    ),
+                    _ if krng.chance(500) => ("member:junk".to_string(), Some("evict".to_string())),
+                    _ => {
+                        s.keyspace.put(&key, Data::Str(b"oops".to_vec()));
+                        drop(s);
+                        w.log(now, format!("{key} set to a string"));
+                        drop(w);
+                        fix_later(&server, key, krng.millis(300, 3_000));
+                        continue;
+                    }
+                };
+                let f = field.clone().into_bytes();
+                let _ = match &value {
+                    Some(v) => s.keyspace.hset(&key, &[(f, v.clone().into_bytes())], at),
+                    None => s.keyspace.hdel(&key, &[f], at),
+                };
+                drop(s);
+                w.log(now, format!("{key} {field} set to {value:?}"));
+            }
             _ => {
                 // A time without faults.
             }
@@ -570,11 +613,22 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
     }
     let quiet_end = clock::now() + run.quiet;
     // The keys an edit broke were fixed by then; re-list every member (a
-    // forgotten one re-registers, as `Member` does at start).
+    // forgotten one re-registers, as `Member` does at start). The operator
+    // lifts every cordon and drain (pins and a pause stay: every unit has
+    // an owner under them).
     {
         let w = world.lock().expect("world lock");
         let mut s = server.lock().expect("server lock");
         let at = s.tick();
+        let controls = w.keys.controls.clone();
+        if let Ok(pairs) = s.keyspace.hgetall(&controls, at) {
+            let lifted: Vec<Vec<u8>> = pairs
+                .into_iter()
+                .map(|(f, _)| f)
+                .filter(|f| f.starts_with(b"member:"))
+                .collect();
+            let _ = s.keyspace.hdel(&controls, &lifted, at);
+        }
         for m in &w.members {
             if s.keyspace
                 .lpos(&w.services, m.name.as_bytes(), at)
