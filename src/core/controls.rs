@@ -396,6 +396,129 @@ mod tests {
         assert_eq!(one.0, [("a:1", "u1")]);
     }
 
+    mod properties {
+        use super::*;
+        use crate::core::inputs::{Group, Inputs};
+        use crate::core::table::{Assignment, MatchingTable, Solve};
+        use proptest::prelude::*;
+
+        const MEMBERS: [&str; 5] = ["a:1", "b:1", "c:1", "d:1", "e:1"];
+
+        /// Controls, current rows (member → units) and which members are
+        /// live, over 5 members and 12 units.
+        /// Controls, current rows (member index, unit indexes), whether
+        /// each member is live, and sticky (else ring).
+        type Case = (Controls, Vec<(usize, Vec<usize>)>, Vec<bool>, bool);
+
+        fn case() -> impl Strategy<Value = Case> {
+            let member_controls = prop::collection::vec(0..3u8, 5);
+            let pins = prop::collection::vec(prop::option::of(0..5usize), 12);
+            let rows =
+                prop::collection::vec((0..5usize, prop::collection::vec(0..14usize, 0..6)), 0..6);
+            let live = prop::collection::vec(prop::bool::weighted(0.8), 5);
+            (
+                member_controls,
+                pins,
+                any::<bool>(),
+                rows,
+                live,
+                any::<bool>(),
+            )
+                .prop_map(|(mc, pins, paused, rows, live, sticky)| {
+                    let mut c = Controls::default();
+                    for (m, k) in MEMBERS.iter().zip(mc) {
+                        match k {
+                            1 => drop(
+                                c.members
+                                    .insert(m.to_string(), (MemberControl::Cordon, None)),
+                            ),
+                            2 => drop(
+                                c.members
+                                    .insert(m.to_string(), (MemberControl::Drain, None)),
+                            ),
+                            _ => {}
+                        }
+                    }
+                    for (u, p) in pins.iter().enumerate() {
+                        if let Some(m) = p {
+                            c.pins.insert(format!("u{u:02}"), MEMBERS[*m].to_string());
+                        }
+                    }
+                    c.paused_since = paused.then_some(1);
+                    (c, rows, live, sticky)
+                })
+        }
+
+        proptest! {
+            /// The solve under controls: every unit has one owner among
+            /// the members that may hold it; a pinned unit is on its live
+            /// member; a cordoned member gains only pinned units, loses
+            /// only units pinned elsewhere; paused, no live member loses a
+            /// unit it alone held but to a pin; drained members get no row.
+            #[test]
+            fn the_solve_keeps_every_control((c, rows, live, sticky) in case()) {
+                let units: Vec<String> = (0..12).map(|u| format!("u{u:02}")).collect();
+                let current = MatchingTable::from_rows(rows.iter().map(|(m, us)| {
+                    let us: Vec<String> = us.iter().map(|u| format!("u{u:02}")).collect();
+                    (MEMBERS[*m].to_string(), us.join(","))
+                }));
+                let inputs = Inputs {
+                    groups: vec![Group {
+                        name: "g".into(),
+                        members: MEMBERS.iter().map(|m| m.to_string()).collect(),
+                        malformed: vec![],
+                    }],
+                    units: units.clone(),
+                    rejections: vec![],
+                };
+                // Who gets units: live and not drained (the daemon's rule).
+                let eligible = |m: &str| {
+                    MEMBERS.iter().position(|x| *x == m).is_some_and(|i| live[i]) && !c.drained(m)
+                };
+                let how = Solve {
+                    assignment: if sticky { Assignment::Sticky } else { Assignment::Ring },
+                    current: Some(&current),
+                    controls: Some(&c),
+                    ..Solve::ring()
+                };
+                let (next, _) = MatchingTable::solve_counted(&inputs, eligible, &how);
+                let holders = |t: &MatchingTable, u: &str| -> Vec<String> {
+                    t.rows().keys().filter(|m| t.units_of(m).contains(&u)).cloned().collect()
+                };
+                let receivers = MEMBERS.iter().filter(|m| eligible(m) && !c.cordoned(m)).count();
+                for u in &units {
+                    let now = holders(&next, u);
+                    let before = holders(&current, u);
+                    let pinned = c.pins.get(u).filter(|m| eligible(m));
+                    if let Some(p) = pinned {
+                        prop_assert_eq!(&now, &vec![p.clone()], "{} pinned", u);
+                        continue;
+                    }
+                    // Kept: by its lowest live holder that keeps (a unit
+                    // two rows hold, after a hand edit or a failure).
+                    let kept = before
+                        .iter()
+                        .filter(|m| eligible(m) && (c.paused() || c.cordoned(m)))
+                        .min()
+                        .cloned();
+                    if let Some(k) = &kept {
+                        prop_assert_eq!(&now, &vec![k.clone()], "{} kept", u);
+                        continue;
+                    }
+                    if receivers > 0 {
+                        prop_assert_eq!(now.len(), 1, "{} owned once: {:?}", u, now);
+                        prop_assert!(!c.cordoned(&now[0]), "{} went to cordoned {}", u, now[0]);
+                    } else {
+                        prop_assert!(now.is_empty(), "{} with no receiver: {:?}", u, now);
+                    }
+                }
+                for m in MEMBERS {
+                    prop_assert_eq!(next.rows().contains_key(m), eligible(m), "{}'s row", m);
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_key_changes_with_what_the_solve_reads_only() {
         let (a, _) = Controls::decode(pairs(&[("member:a:1", "cordon 1")]));
