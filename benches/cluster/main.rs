@@ -10,7 +10,8 @@
 //!
 //! Sections: `pings` (target 2), `detection` (3), `failover` (4),
 //! `redis_cost` (5), `table_write` (6), `memory` (holder peak RSS per unit),
-//! `handoff` (revoke → acknowledge → grant between live members), `ui` (the
+//! `handoff` (revoke → acknowledge → grant between live members), `rolling`
+//! (owner changes per unit over a rolling restart, issue 23), `ui` (the
 //! status page's first render in headless Chromium, issue 14).
 //! The assignment itself (target 1) is
 //! `benches/ring.rs`. The 10,000-member runs need about 12,000 open files:
@@ -32,6 +33,7 @@ mod member_reads;
 mod memory;
 mod pings;
 mod redis_cost;
+mod rolling;
 mod table_write;
 mod ui;
 
@@ -44,6 +46,7 @@ const SECTIONS: &[&str] = &[
     "memory",
     "handoff",
     "member_reads",
+    "rolling",
     "ui",
 ];
 
@@ -89,6 +92,7 @@ fn main() {
                 "memory" => memory::run().await,
                 "member_reads" => member_reads::run().await,
                 "handoff" => handoff::run().await,
+                "rolling" => rolling::run().await,
                 "ui" => ui::run().await,
                 _ => unreachable!(),
             }

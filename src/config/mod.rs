@@ -103,6 +103,9 @@ pub struct Config {
     pub balance: Balance,
     /// At most this many moves per solve (0: no limit).
     pub max_moves_per_cycle: usize,
+    /// How long a member that becomes live without units waits before it
+    /// takes units from live members (0: not at all).
+    pub join_delay: Duration,
     /// Redis replicas that must acknowledge (WAIT) lease and table writes.
     pub redis_wait_replicas: u32,
     pub redis_wait_timeout: Duration,
@@ -144,6 +147,7 @@ impl std::fmt::Debug for Config {
             assignment,
             balance,
             max_moves_per_cycle,
+            join_delay,
             redis_wait_replicas,
             redis_wait_timeout,
             redis_tls,
@@ -177,6 +181,7 @@ impl std::fmt::Debug for Config {
             .field("assignment", assignment)
             .field("balance", balance)
             .field("max_moves_per_cycle", max_moves_per_cycle)
+            .field("join_delay", join_delay)
             .field("redis_wait_replicas", redis_wait_replicas)
             .field("redis_wait_timeout", redis_wait_timeout)
             .field("redis_tls", redis_tls)
@@ -411,6 +416,7 @@ pub fn resolve(
         balance: Balance::parse(l.get(&BALANCE)?, l.get(&BALANCE_TOLERANCE)?)
             .expect("a name of Balance::NAMES"),
         max_moves_per_cycle: l.get(&MAX_MOVES_PER_CYCLE)?,
+        join_delay: l.get(&JOIN_DELAY)?,
         redis_wait_replicas: l.get(&REDIS_WAIT_REPLICAS)?,
         redis_wait_timeout: l.get(&REDIS_WAIT_TIMEOUT)?,
         redis_tls,

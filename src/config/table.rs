@@ -231,6 +231,8 @@ settings! {
         "With -balance cost or load: how far from its share a member's load may be before units move (0 to 100, to two decimals)";
     MAX_MOVES_PER_CYCLE: Whole<usize> = Whole { min: 0, max: None }, "max-moves-per-cycle" ["MAX_MOVES_PER_CYCLE"] = Some("0"), "N",
         "At most this many units are moving at once (revoked from a live owner, not yet granted to the next), in both modes; the rest follow as those moves complete. Units of failed or departed members are never held back. 0: no limit";
+    JOIN_DELAY: Dur = Dur(Duration::ZERO), "join-delay" ["JOIN_DELAY"] = Some("0s"), "DURATION",
+        "With -assignment sticky and -balance count: how long a member that becomes live without units waits before it takes units from live members; a member that leaves, fails or drains meanwhile gives its units to the waiting newcomers first, so a rolling restart moves each unit once. 0: a newcomer gets its share at once";
     REDIS_WAIT_REPLICAS: Whole<u32> = Whole { min: 0, max: Some(64) }, "redis-wait-replicas" ["REDIS_WAIT_REPLICAS"] = Some("0"), "N",
         "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
     REDIS_WAIT_TIMEOUT: Dur = Dur(ms(1)), "redis-wait-timeout" ["REDIS_WAIT_TIMEOUT"] = Some("100ms"), "DURATION",

@@ -19,7 +19,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::core::balance::Balance;
 use crate::core::status::Status;
+use crate::core::table::Assignment;
 use crate::core::timing::Timing;
 use crate::edge::grpc::Pinger;
 use crate::edge::redis::Store;
@@ -46,6 +48,14 @@ impl Distributor {
     /// break the holder's safety rule, are.
     pub fn start(config: Config) -> Result<Distributor, StartError> {
         check_timing(&config).map_err(StartError::Config)?;
+        if !config.join_delay.is_zero()
+            && (config.assignment != Assignment::Sticky || config.balance != Balance::Count)
+        {
+            tracing::warn!(
+                join_delay = ?config.join_delay,
+                "-join-delay applies to -assignment sticky with -balance count only; newcomers do not wait"
+            );
+        }
         // Pings on threads of their own: a round of thousands must not queue
         // ahead of the cycle and the lease renewals (edge/grpc/pinger.rs).
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));

@@ -154,6 +154,9 @@ pub struct HandoffStatus {
     pub owing: usize,
     /// Live members that reported draining.
     pub draining: usize,
+    /// Newcomers that wait (`-join-delay`) before taking units from live
+    /// members.
+    pub waiting: usize,
     /// Members that speak the protocol (a readable `{T}:members` entry).
     pub acknowledging: usize,
     /// Unreadable `{T}:members` entries.

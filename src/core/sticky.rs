@@ -488,5 +488,8 @@ impl Hasher for StrHasher {
     }
 }
 
+mod waiting;
+pub use waiting::assign_waiting;
+
 #[cfg(test)]
 pub(crate) mod tests;

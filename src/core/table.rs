@@ -19,7 +19,7 @@
 //!   read of the stored table. Redis computes the same digest in Lua
 //!   (`store/prelude.lua`), so the stored table can be checked where it is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 use crate::core::balance::{self, Balance};
@@ -92,6 +92,12 @@ pub struct Solve<'a> {
     /// fixed, cordoned members receive none ([`Controls::split`]); keeping
     /// needs `current`.
     pub controls: Option<&'a Controls>,
+    /// Members that wait (`-join-delay`): in sticky count mode no held
+    /// unit moves while one waits, and free units go to the members
+    /// furthest below their share, the waiting first
+    /// ([`sticky::assign_waiting`]); in the other modes they get no units
+    /// until they stop waiting.
+    pub waiting: Option<&'a BTreeSet<String>>,
 }
 
 /// How a solve changed the current table, summed over the groups.
@@ -150,6 +156,7 @@ impl Solve<'_> {
             max_moves: 0,
             in_flight: 0,
             controls: None,
+            waiting: None,
         }
     }
 }
@@ -244,8 +251,34 @@ impl MatchingTable {
                     (&s.receivers[..], &free_units[..], costs)
                 }
             };
+            // Newcomers that wait, in this group.
+            let waiting: BTreeSet<&str> = match how.waiting {
+                Some(w) if !w.is_empty() => solve_live
+                    .iter()
+                    .map(|(m, _)| *m)
+                    .filter(|m| w.contains(*m))
+                    .collect(),
+                _ => BTreeSet::new(),
+            };
+            let sticky_wait = !waiting.is_empty()
+                && how.balance == Balance::Count
+                && how.assignment == Assignment::Sticky;
+            let without_waiting: Vec<(&str, u32)>;
+            let solve_live = if waiting.is_empty() || sticky_wait {
+                solve_live
+            } else {
+                without_waiting = solve_live
+                    .iter()
+                    .filter(|(m, _)| !waiting.contains(m))
+                    .copied()
+                    .collect();
+                &without_waiting[..]
+            };
             let mut cost_minimum = None;
             let mut solved = match (how.balance, how.assignment) {
+                _ if sticky_wait => {
+                    sticky::assign_waiting(current(), solve_live, &waiting, solve_units)
+                }
                 (Balance::Cost(tolerance) | Balance::Load(tolerance), _) => {
                     let costs = solve_costs.unwrap_or(balance::Costs::Lookup(&|_| SCALE));
                     let b = balance::assign(current(), solve_live, solve_units, costs, tolerance);
@@ -259,6 +292,10 @@ impl MatchingTable {
                     sticky::assign(current(), solve_live, solve_units)
                 }
             };
+            // A waiting newcomer is live: it has a row, empty meanwhile.
+            for m in &waiting {
+                solved.entry(m).or_default();
+            }
             if let Some(s) = &split {
                 for (m, _) in &live {
                     solved.entry(m).or_default();

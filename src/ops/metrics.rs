@@ -85,6 +85,7 @@ pub struct Metrics {
     pub transit_oldest: Gauge<f64, AtomicU64>,
     pub members_owing: Gauge,
     pub members_draining: Gauge,
+    pub members_waiting: Gauge,
     pub holding_blocked: Gauge,
     pub resyncs: Counter,
     pub claimed_units: Counter,
@@ -277,8 +278,14 @@ impl Metrics {
         let members_draining = Gauge::default();
         r.register(
             "members_draining",
-            "Live members that reported draining (holder only)",
+            "Live members that drain: they reported draining, or an operator drains them (distributor members drain) (holder only)",
             members_draining.clone(),
+        );
+        let members_waiting = Gauge::default();
+        r.register(
+            "members_waiting",
+            "Newcomers that wait (-join-delay) before taking units from live members (holder only)",
+            members_waiting.clone(),
         );
         let holding_blocked = Gauge::default();
         r.register(
@@ -384,6 +391,7 @@ impl Metrics {
             transit_oldest,
             members_owing,
             members_draining,
+            members_waiting,
             holding_blocked,
             resyncs,
             claimed_units,
@@ -505,6 +513,7 @@ impl Metrics {
             self.transit_oldest.set(age_ms as f64 / 1000.0);
             self.members_owing.set(s.handoff.owing as i64);
             self.members_draining.set(s.handoff.draining as i64);
+            self.members_waiting.set(s.handoff.waiting as i64);
             self.sync_balance(s);
             self.sync_controls(s.controls);
             for kind in crate::core::inputs::Rejection::KINDS {
@@ -526,6 +535,7 @@ impl Metrics {
             self.transit_oldest.set(0.0);
             self.members_owing.set(0);
             self.members_draining.set(0);
+            self.members_waiting.set(0);
             self.sync_balance(&Status::default());
             self.sync_controls(ControlsStatus::default());
         }

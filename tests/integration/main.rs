@@ -25,6 +25,7 @@ mod handoff_repro;
 mod hardening;
 mod history;
 mod idle;
+mod join_delay;
 mod member_handoff;
 mod memory_store;
 mod ownership_stress;

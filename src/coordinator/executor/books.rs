@@ -105,6 +105,7 @@ impl Executor {
         let suspects = report.view.suspects.len();
         let handoff = report.view.handoff.last.clone();
         let balance = balance_status(&report.view);
+        let waiting = report.view.waiting.len();
         let controls = ControlsStatus::of(
             &report.view.handoff.controls,
             report.view.handoff.bad_controls.len(),
@@ -228,6 +229,7 @@ impl Executor {
                     oldest_transit_ms: handoff.oldest_transit_ms,
                     owing: handoff.owing,
                     draining: handoff.draining,
+                    waiting,
                     acknowledging: handoff.acknowledging,
                     invalid_reports: handoff.invalid_reports,
                 };

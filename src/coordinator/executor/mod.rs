@@ -580,5 +580,6 @@ fn solve_settings(config: &Config) -> SolveSettings {
         assignment: config.assignment,
         balance: config.balance,
         max_moves: config.max_moves_per_cycle,
+        join_delay: config.join_delay,
     }
 }

@@ -145,6 +145,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             units_key: self.units_key.clone(),
             generation_floor: self.generation_floor,
             reads_costs: self.solve.reads_costs(),
+            join_delay: self.solve.join_delay(),
         };
         let mut core = CycleCore::new(kind, config, view, refused, self.warm.take());
         // Pings of earlier cycles still running (hung members): collected

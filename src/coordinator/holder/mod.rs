@@ -22,8 +22,9 @@
 //! Guarantee: a cycle that cannot read what it must know writes nothing
 //! (the last table stays), and every write is fenced by the lease in Redis.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use tracing::Span;
 
@@ -71,6 +72,11 @@ pub(in crate::coordinator) struct HolderView {
     pub(in crate::coordinator) costs: KnownCosts,
     /// Those costs in the order of the units list, as last solved with.
     pub(in crate::coordinator) aligned_costs: Option<AlignedCosts>,
+    /// Each live member: since when it waits (`-join-delay`: it became live
+    /// without units, by this holder's clock), or `None` when it does not.
+    pub(in crate::coordinator) joined: HashMap<String, Option<Instant>>,
+    /// The members that wait now, as the last full cycle judged.
+    pub(in crate::coordinator) waiting: Arc<BTreeSet<String>>,
 }
 
 impl HolderView {
@@ -87,6 +93,8 @@ impl HolderView {
             handoff: HandoffState::default(),
             costs: KnownCosts::default(),
             aligned_costs: None,
+            joined: HashMap::new(),
+            waiting: Arc::default(),
         }
     }
 
@@ -97,6 +105,43 @@ impl HolderView {
     fn warm_from(&mut self, warm: WarmView) {
         self.lists = warm.view.lists;
         self.memo = warm.view.memo;
+    }
+
+    /// Notes the members that became live (`-join-delay`): one without
+    /// units in the table members hold waits from `now`; one with units
+    /// (or any, while that table is unknown, as on a new holding before
+    /// its first plan) does not. Members no longer live are forgotten, so
+    /// a member that comes back waits again.
+    pub(in crate::coordinator) fn note_joins(
+        &mut self,
+        inputs: &Inputs,
+        now: Instant,
+        join_delay: std::time::Duration,
+    ) {
+        if join_delay.is_zero() {
+            if !self.waiting.is_empty() {
+                self.waiting = Arc::default();
+            }
+            return;
+        }
+        let live: HashSet<&str> = inputs.members().filter(|m| self.keeps_units(m)).collect();
+        self.joined.retain(|m, _| live.contains(m.as_str()));
+        let granted = self.handoff.ledger.granted();
+        for m in live {
+            if !self.joined.contains_key(m) {
+                let empty = granted.is_some_and(|g| g.units_of(m).is_empty());
+                self.joined.insert(m.to_string(), empty.then_some(now));
+            }
+        }
+        let waiting: BTreeSet<String> = self
+            .joined
+            .iter()
+            .filter(|(_, since)| since.is_some_and(|s| now < s + join_delay))
+            .map(|(m, _)| m.clone())
+            .collect();
+        if *self.waiting != waiting {
+            self.waiting = Arc::new(waiting);
+        }
     }
 
     /// Whether `member` gets units: live, or suspected of a mass failure that

@@ -255,6 +255,15 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
             Assignment::Ring
         },
         balance,
+        // -join-delay in a quarter of the seeds (a stream of its own).
+        join_delay: {
+            let mut jrng = Rng::new(seed ^ 0x101d);
+            if jrng.chance(250) {
+                jrng.millis(200, 3_000)
+            } else {
+                Duration::ZERO
+            }
+        },
         wall,
     };
     let mut members = Vec::new();
@@ -361,8 +370,8 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         start,
         format!(
             "seed {seed}: {n_members} members, {n_units} units, store faults {store_faults}‰, \
-             handoff delay {:?}, forget after {forget_after:?}, {:?}, {:?}",
-            settings.handoff_delay, settings.assignment, settings.balance
+             handoff delay {:?}, forget after {forget_after:?}, {:?}, {:?}, join delay {:?}",
+            settings.handoff_delay, settings.assignment, settings.balance, settings.join_delay
         ),
     );
 

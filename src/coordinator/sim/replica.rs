@@ -44,6 +44,8 @@ pub struct ReplicaSettings {
     pub forget_after: Option<Duration>,
     pub assignment: Assignment,
     pub balance: Balance,
+    /// `-join-delay`.
+    pub join_delay: Duration,
     pub wall: WallClock,
 }
 
@@ -341,6 +343,7 @@ pub async fn run(
                                 assignment: settings.assignment,
                                 balance: settings.balance,
                                 max_moves: 0,
+                                join_delay: settings.join_delay,
                             },
                             warm: None,
                         };

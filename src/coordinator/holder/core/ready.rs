@@ -44,6 +44,9 @@ pub(in crate::coordinator::holder) struct CoreConfig {
     pub(in crate::coordinator::holder) generation_floor: u64,
     /// Whether the solve needs the unit costs (`-balance cost`).
     pub(in crate::coordinator::holder) reads_costs: bool,
+    /// `-join-delay` in sticky count mode, else 0 (see `SolveSettings::
+    /// join_delay`).
+    pub(in crate::coordinator::holder) join_delay: Duration,
 }
 
 /// The clocks, passed in with every outcome.

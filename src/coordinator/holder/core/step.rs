@@ -194,6 +194,7 @@ impl CycleCore {
                 let judge = judge(&self.config, now);
                 self.observed =
                     view.take_round(&inputs, &listed, reports, &self.was_live, true, judge);
+                view.note_joins(&inputs, now.at, self.config.join_delay);
                 view.handoff.forget_departed(&inputs);
                 view.handoff.inputs = Some(inputs);
                 self.settle()
@@ -701,6 +702,7 @@ mod tests {
             keys: Keys::new("t"),
             units_key: "units".into(),
             reads_costs: false,
+            join_delay: Duration::ZERO,
             generation_floor: 3,
         }
     }
