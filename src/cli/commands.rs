@@ -292,19 +292,37 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
         Command::Owner { unit, json } => {
             check_unit(unit.as_bytes())
                 .map_err(|why| anyhow::anyhow!("invalid work unit {unit:?}: {why}"))?;
-            let table = store
-                .read_table()
-                .await
-                .with_context(|| format!("failed to read {table:?}"))?;
-            let generation = store
-                .read_generation()
-                .await
-                .context("failed to read the generation")?;
-            let key = &store.keys().changes;
-            let h = store
-                .read_history(crate::core::history::HISTORY_KEPT)
-                .await
-                .with_context(|| format!("failed to read {key:?}"))?;
+            // Three reads: a table write between them would mix two
+            // tables, so they are repeated until the generation held.
+            let mut tries = 0;
+            let (table, generation, h) = loop {
+                let generation = store
+                    .read_generation()
+                    .await
+                    .context("failed to read the generation")?;
+                let t = store
+                    .read_table()
+                    .await
+                    .with_context(|| format!("failed to read {table:?}"))?;
+                let key = &store.keys().changes;
+                let h = store
+                    .read_history(crate::core::history::HISTORY_KEPT)
+                    .await
+                    .with_context(|| format!("failed to read {key:?}"))?;
+                tries += 1;
+                let again = store
+                    .read_generation()
+                    .await
+                    .context("failed to read the generation")?;
+                if again == generation {
+                    break (t, generation, h);
+                }
+                if tries == 5 {
+                    anyhow::bail!(
+                        "the table changed during each of 5 reads (generation {generation}, then {again}); try again"
+                    );
+                }
+            };
             let r = report::owner_report(&unit, &table, generation, &h.entries);
             if json {
                 print_json(&r)?;

@@ -456,7 +456,10 @@ mod tests {
             /// only units pinned elsewhere; paused, no live member loses a
             /// unit it alone held but to a pin; drained members get no row.
             #[test]
-            fn the_solve_keeps_every_control((c, rows, live, sticky) in case()) {
+            fn the_solve_keeps_every_control(
+                (c, rows, live, sticky) in case(),
+                transit in prop::collection::vec((0..5usize, 0..12usize), 0..4),
+            ) {
                 let units: Vec<String> = (0..12).map(|u| format!("u{u:02}")).collect();
                 let current = MatchingTable::from_rows(rows.iter().map(|(m, us)| {
                     let us: Vec<String> = us.iter().map(|u| format!("u{u:02}")).collect();
@@ -475,13 +478,24 @@ mod tests {
                 let eligible = |m: &str| {
                     MEMBERS.iter().position(|x| *x == m).is_some_and(|i| live[i]) && !c.drained(m)
                 };
+                let transit_units: Vec<String> =
+                    transit.iter().map(|(_, u)| format!("u{u:02}")).collect();
+                let also_held: Vec<(&str, &str)> = transit
+                    .iter()
+                    .zip(&transit_units)
+                    .map(|((m, _), u)| (MEMBERS[*m], u.as_str()))
+                    .collect();
                 let how = Solve {
                     assignment: if sticky { Assignment::Sticky } else { Assignment::Ring },
                     current: Some(&current),
+                    // Units in transit towards a member count as its own
+                    // for the solver, never as held by a cordon or pause.
+                    also_held: &also_held,
                     controls: Some(&c),
                     ..Solve::ring()
                 };
                 let (next, _) = MatchingTable::solve_counted(&inputs, eligible, &how);
+                let _ = &transit_units;
                 let holders = |t: &MatchingTable, u: &str| -> Vec<String> {
                     t.rows().keys().filter(|m| t.units_of(m).contains(&u)).cloned().collect()
                 };

@@ -234,7 +234,15 @@ impl MatchingTable {
             // Under the controls, the solver gets the units nothing fixes
             // and the members that may receive them; the fixed ones join
             // its table after.
-            let split = controls.map(|c| c.split(&live, &units, current()));
+            // Kept means held: units in transit towards a member (counted
+            // as its own by the solver) are not yet, so a cordon or a
+            // pause does not hand them to it.
+            let split = controls.map(|c| {
+                let held = current_rows[..current_rows.len() - how.also_held.len()]
+                    .iter()
+                    .map(|(m, units)| (*m, units.iter().copied()));
+                c.split(&live, &units, held)
+            });
             let free_units: Vec<&str>;
             let free_costs: Vec<u64>;
             let (solve_live, solve_units, solve_costs) = match &split {

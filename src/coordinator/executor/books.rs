@@ -105,7 +105,13 @@ impl Executor {
         let suspects = report.view.suspects.len();
         let handoff = report.view.handoff.last.clone();
         let balance = balance_status(&report.view);
-        let waiting = report.view.waiting.len();
+        // Newcomers within -join-delay that hold no unit yet: those wait.
+        let waiting = report
+            .view
+            .waiting
+            .iter()
+            .filter(|m| table.as_ref().is_none_or(|t| t.units_of(m).is_empty()))
+            .count();
         let controls = ControlsStatus::of(
             &report.view.handoff.controls,
             report.view.handoff.bad_controls.len(),

@@ -110,6 +110,10 @@ pub(in crate::coordinator) struct HandoffState {
     pub(in crate::coordinator) controls: Arc<Controls>,
     /// Unreadable control entries (or the key's error), as last logged.
     pub(in crate::coordinator) bad_controls: BTreeSet<String>,
+    /// Whether `controls` were read (or the key found of another type):
+    /// until then a failed read fails the cycle, rather than plan as if
+    /// no control were in force (a new holding while paused).
+    controls_read: bool,
     /// The group each member was last listed in.
     pub(in crate::coordinator) former_group: HashMap<String, String>,
     /// The last full cycle's inputs, for handoff cycles (which do not read
@@ -315,7 +319,10 @@ impl HandoffState {
         self.reports_version = read.version;
         if let Some(c) = read.content {
             self.observe_overrides(c.overrides, &keys.weights);
-            self.observe_controls(c.controls, &keys.controls);
+            if let Err(e) = self.observe_controls(c.controls, &keys.controls) {
+                self.reports_read = false;
+                return Err(e);
+            }
             match c.reports {
                 Err(e) if !matches!(e, StoreError::WrongType { .. }) => {
                     self.reports_read = false;
@@ -428,15 +435,20 @@ impl HandoffState {
     /// Takes the operator's controls, as [`Self::observe_overrides`] takes
     /// the overrides: a failed read keeps the controls known (a read that
     /// failed does not move units), a key of another type means none, and
-    /// unreadable entries are skipped and logged when they change.
+    /// unreadable entries are skipped and logged when they change. A read
+    /// that failed before any worked is returned: the cycle fails and the
+    /// next reads again (`None`: the round trip failed, and the reports'
+    /// error fails the cycle).
     pub(in crate::coordinator) fn observe_controls(
         &mut self,
         controls: Option<Reports>,
         key: &str,
-    ) {
+    ) -> Result<(), StoreError> {
         let raw = match controls {
-            None => return,
-            Some(Err(e)) if !matches!(e, StoreError::WrongType { .. }) => return,
+            None => return Ok(()),
+            Some(Err(e)) if !matches!(e, StoreError::WrongType { .. }) => {
+                return if self.controls_read { Ok(()) } else { Err(e) };
+            }
             Some(Err(e)) => {
                 let bad = BTreeSet::from([format!("\0{e}")]);
                 if bad != self.bad_controls {
@@ -444,10 +456,12 @@ impl HandoffState {
                 }
                 self.bad_controls = bad;
                 self.controls = Arc::default();
-                return;
+                self.controls_read = true;
+                return Ok(());
             }
             Some(Ok(raw)) => raw,
         };
+        self.controls_read = true;
         let (controls, unreadable) = Controls::decode(raw);
         let bad: BTreeSet<String> = unreadable.iter().map(ToString::to_string).collect();
         if bad != self.bad_controls && !bad.is_empty() {
@@ -462,6 +476,7 @@ impl HandoffState {
         if *self.controls != controls {
             self.controls = Arc::new(controls);
         }
+        Ok(())
     }
 
     /// The highest generation a member reports having applied above `known`
@@ -581,6 +596,37 @@ mod tests {
         h.observe_overrides(Some(pairs(&[])), "w");
         assert!(h.bad_overrides.is_empty());
         assert_eq!(h.weight("b:1"), 3);
+    }
+
+    #[test]
+    fn a_failed_controls_read_fails_the_cycle_until_one_worked_and_then_keeps_them() {
+        let mut h = HandoffState::default();
+        let timeout = || StoreError::Timeout {
+            op: "read",
+            timeout: Duration::from_secs(1),
+        };
+        // A new holding while paused must not plan as if nothing were.
+        assert!(h.observe_controls(Some(Err(timeout())), "c").is_err());
+        h.observe_controls(
+            Some(pairs(&[("pause", "1"), ("member:a:1", "drain 1")])),
+            "c",
+        )
+        .unwrap();
+        assert!(h.controls.paused() && h.draining("a:1"));
+        h.observe_controls(Some(Err(timeout())), "c").unwrap();
+        h.observe_controls(None, "c").unwrap();
+        assert!(h.controls.paused(), "a failed read keeps what was known");
+        let wrong = StoreError::WrongType {
+            key: "c".into(),
+            expected: "hash",
+            actual: "string".into(),
+        };
+        h.observe_controls(Some(Err(wrong)), "c").unwrap();
+        assert!(
+            h.controls.is_empty() && !h.draining("a:1"),
+            "another type: none"
+        );
+        assert_eq!(h.bad_controls.len(), 1);
     }
 
     /// Issue 20, finding 4: a report read that timed out cleared every

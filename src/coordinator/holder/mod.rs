@@ -72,10 +72,12 @@ pub(in crate::coordinator) struct HolderView {
     pub(in crate::coordinator) costs: KnownCosts,
     /// Those costs in the order of the units list, as last solved with.
     pub(in crate::coordinator) aligned_costs: Option<AlignedCosts>,
-    /// Each live member: since when it waits (`-join-delay`: it became live
-    /// without units, by this holder's clock), or `None` when it does not.
-    pub(in crate::coordinator) joined: HashMap<String, Option<Instant>>,
-    /// The members that wait now, as the last full cycle judged.
+    /// Each live member: since when it is live, by this holder's clock
+    /// (`-join-delay`).
+    pub(in crate::coordinator) joined: HashMap<String, Instant>,
+    /// The members live for less than `-join-delay`, as the last full
+    /// cycle judged: those of them without units in the table the solve
+    /// starts from wait (`holder::solve`).
     pub(in crate::coordinator) waiting: Arc<BTreeSet<String>>,
 }
 
@@ -107,11 +109,13 @@ impl HolderView {
         self.memo = warm.view.memo;
     }
 
-    /// Notes the members that became live (`-join-delay`): one without
-    /// units in the table members hold waits from `now`; one with units
-    /// (or any, while that table is unknown, as on a new holding before
-    /// its first plan) does not. Members no longer live are forgotten, so
-    /// a member that comes back waits again.
+    /// Notes the members that became live (`-join-delay`), from `now`, and
+    /// those live for less than the delay. Members no longer live are
+    /// forgotten, so a member that comes back is new again. A new holding
+    /// counts every member from its own first cycle: whether one waits is
+    /// decided at the solve, by whether it holds units in the table the
+    /// solve starts from (`holder::solve`), so that a member with units
+    /// never waits and a newcomer without them waits across a failover.
     pub(in crate::coordinator) fn note_joins(
         &mut self,
         inputs: &Inputs,
@@ -126,17 +130,13 @@ impl HolderView {
         }
         let live: HashSet<&str> = inputs.members().filter(|m| self.keeps_units(m)).collect();
         self.joined.retain(|m, _| live.contains(m.as_str()));
-        let granted = self.handoff.ledger.granted();
         for m in live {
-            if !self.joined.contains_key(m) {
-                let empty = granted.is_some_and(|g| g.units_of(m).is_empty());
-                self.joined.insert(m.to_string(), empty.then_some(now));
-            }
+            self.joined.entry(m.to_string()).or_insert(now);
         }
         let waiting: BTreeSet<String> = self
             .joined
             .iter()
-            .filter(|(_, since)| since.is_some_and(|s| now < s + join_delay))
+            .filter(|(_, since)| now < **since + join_delay)
             .map(|(m, _)| m.clone())
             .collect();
         if *self.waiting != waiting {

@@ -2,7 +2,7 @@
 //! the solve depends on, so an unchanged key never solves again, and solved
 //! off the runtime's workers when it changed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use tracing::info_span;
@@ -105,9 +105,18 @@ pub(super) async fn desired(
     // The operator's controls: cordoned and paused members keep what they
     // hold, so the solve reads the current table then.
     let controls = Arc::clone(&view.handoff.controls);
-    // Newcomers that wait (`-join-delay`): in sticky mode no held unit
-    // moves meanwhile, so the solve reads the current table.
-    let waiting = Arc::clone(&view.waiting);
+    // Newcomers that wait (`-join-delay`): members live for less than the
+    // delay that hold no unit in the table this solve starts from (units
+    // in transit towards one do not count: it waits while they arrive).
+    // In sticky mode no held unit moves meanwhile, so the solve reads the
+    // current table.
+    let waiting: Arc<BTreeSet<String>> = Arc::new(
+        view.waiting
+            .iter()
+            .filter(|m| granted.units_of(m).is_empty())
+            .cloned()
+            .collect(),
+    );
     let uses_current = how.uses_current() || controls.keeps_units() || !waiting.is_empty();
     // The costs as last read (`-balance cost` or `load`; none declared else).
     let costs = view.costs.costs();
