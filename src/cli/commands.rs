@@ -207,8 +207,7 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
         Command::Services {
             op: ServicesOp::Add { group, addr },
         } => {
-            check_member_addr(addr.as_bytes())
-                .map_err(|why| anyhow::anyhow!("invalid member address {addr:?}: {why}"))?;
+            checked_addr(&addr)?;
             let added = store
                 .add_once(&group, &addr)
                 .await
@@ -290,8 +289,7 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
             }
         }
         Command::Owner { unit, json } => {
-            check_unit(unit.as_bytes())
-                .map_err(|why| anyhow::anyhow!("invalid work unit {unit:?}: {why}"))?;
+            checked_unit(&unit)?;
             // Three reads: a table write between them would mix two
             // tables, so they are repeated until the generation held.
             let mut tries = 0;
@@ -346,8 +344,7 @@ async fn weights(store: &Store, op: WeightsOp) -> anyhow::Result<()> {
             print!("{}", render_weights(&overrides, &reports));
         }
         WeightsOp::Set { addr, weight } => {
-            check_member_addr(addr.as_bytes())
-                .map_err(|why| anyhow::anyhow!("invalid member address {addr:?}: {why}"))?;
+            checked_addr(&addr)?;
             let w = decode_weight_override(&weight).ok_or_else(|| {
                 anyhow::anyhow!(
                     "invalid weight {weight:?}: expected an integer from 1 to {MAX_WEIGHT}"
@@ -382,8 +379,7 @@ async fn costs(store: &Store, op: CostsOp) -> anyhow::Result<()> {
             print!("{}", render_costs(pairs));
         }
         CostsOp::Set { unit, cost } => {
-            check_unit(unit.as_bytes())
-                .map_err(|why| anyhow::anyhow!("invalid work unit {unit:?}: {why}"))?;
+            checked_unit(&unit)?;
             let c = decode_cost(&cost).ok_or_else(|| {
                 anyhow::anyhow!("invalid cost {cost:?} for {unit:?}: expected a number above 0 and at most 1e9, such as 3 or 0.25")
             })?;
@@ -466,11 +462,21 @@ fn print_json(report: &impl serde::Serialize) -> anyhow::Result<()> {
 
 /// The daemon's own rule for units, so the CLI never writes one it would skip.
 fn check_units(units: &[String]) -> anyhow::Result<()> {
-    for u in units {
-        check_unit(u.as_bytes())
-            .map_err(|why| anyhow::anyhow!("invalid work unit {u:?}: {why}"))?;
-    }
-    Ok(())
+    units.iter().try_for_each(|u| checked_unit(u))
+}
+
+/// A member address as the daemon reads it, or an error naming it.
+pub(super) fn checked_addr(addr: &str) -> anyhow::Result<()> {
+    check_member_addr(addr.as_bytes())
+        .map(drop)
+        .map_err(|why| anyhow::anyhow!("invalid member address {addr:?}: {why}"))
+}
+
+/// A work unit as the daemon reads it, or an error naming it.
+pub(super) fn checked_unit(unit: &str) -> anyhow::Result<()> {
+    check_unit(unit.as_bytes())
+        .map(drop)
+        .map_err(|why| anyhow::anyhow!("invalid work unit {unit:?}: {why}"))
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@
 use anyhow::Context as _;
 use clap::Subcommand;
 
+use super::commands::{checked_addr, checked_unit};
 use crate::core::controls::{MEMBER_PREFIX, MemberControl, PAUSE_FIELD, PIN_PREFIX};
-use crate::core::inputs::{check_member_addr, check_unit};
 use crate::edge::redis::Store;
 
 #[derive(Subcommand, Debug)]
@@ -31,18 +31,6 @@ pub enum Control {
     Unpin { unit: String },
     Pause,
     Resume,
-}
-
-fn checked_addr(addr: &str) -> anyhow::Result<()> {
-    check_member_addr(addr.as_bytes())
-        .map(drop)
-        .map_err(|why| anyhow::anyhow!("invalid member address {addr:?}: {why}"))
-}
-
-fn checked_unit(unit: &str) -> anyhow::Result<()> {
-    check_unit(unit.as_bytes())
-        .map(drop)
-        .map_err(|why| anyhow::anyhow!("invalid work unit {unit:?}: {why}"))
 }
 
 /// Whether `entry` is in any of `lists` (a note only: errors say nothing).
