@@ -45,6 +45,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 use crate::core::census::CensusView;
+use crate::core::handoff::RedisConnection;
 use crate::core::lease::{
     self, Acquisition, HeldLease, HolderConnection, HolderRecord, LeaseGrant, LeaseTiming, Renewal,
 };
@@ -170,7 +171,7 @@ pub enum Event {
     ReleaseDone,
     /// The answer to [`Action::CheckHolder`]; `Err` for an error.
     HolderChecked {
-        client: u64,
+        client: RedisConnection,
         result: Result<HolderConnection, ()>,
     },
     /// Stop: hand the lease over and end.
@@ -188,9 +189,9 @@ pub enum Action {
         generation_floor: u64,
         takeover: Option<HolderRecord>,
     },
-    /// Ask Redis whether the connection with this client id (the holder's
-    /// lease connection) still exists; answer with [`Event::HolderChecked`].
-    CheckHolder { client: u64 },
+    /// Ask Redis whether this connection (the holder's lease connection)
+    /// still exists; answer with [`Event::HolderChecked`].
+    CheckHolder { client: RedisConnection },
     /// Extend the lease within `budget`; answer with [`Event::Renewed`]
     /// carrying `sent_at` (the lease counts from it).
     Renew {
@@ -495,7 +496,7 @@ impl Machine {
     fn holder_checked(
         &mut self,
         phase: Phase,
-        client: u64,
+        client: RedisConnection,
         result: Result<HolderConnection, ()>,
         now: Instant,
         out: &mut Vec<Action>,
@@ -509,8 +510,9 @@ impl Machine {
         };
         match result {
             Ok(HolderConnection::Closed) => {
-                // Client ids are never reused while Redis runs: that
-                // connection is gone for good. Take over now; Redis does it
+                // Client ids are never reused while a Redis server process
+                // runs, and the answer came from the server the record
+                // names: that connection is gone for good. Take over now; Redis does it
                 // only if the lease still holds exactly this record.
                 let record = self.watch.take().map(|w| w.record);
                 out.push(Action::Acquire {

@@ -30,10 +30,21 @@
 //! are refused by the token and epoch check, so at most one holder's writes
 //! are ever accepted, whatever the timing. Where Redis does not let us ask
 //! (`CLIENT` not permitted, renamed, a cluster), standbys wait out the TTL.
+//!
+//! The record names the server too (its run id, from `INFO server`): client
+//! ids are numbered per server process, so after a replica's promotion or a
+//! restart the id names nothing (or another connection) on the server a
+//! standby now asks, while the holder may be alive and about to renew over a
+//! new connection. A record of another server, or one a standby cannot match
+//! to its server, is never read as closed: the standby waits for the
+//! holder's next record or the TTL. (A record without a run id, from a holder
+//! that may not ask `INFO` or an older version, is looked for by its id
+//! alone, as before.)
 
 use std::time::Duration;
-
 use std::time::Instant;
+
+use crate::core::handoff::RedisConnection;
 
 /// Lease timing; see the timeline above.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,23 +63,27 @@ pub struct LeaseGrant {
 }
 
 /// The current holding as a standby saw it: its token, its epoch and the
-/// Redis client id of the connection its holder renews on (`meta.holder_conn`,
-/// bound to the token).
+/// Redis connection its holder renews on (`meta.holder_conn`, bound to the
+/// token): the client id and, where the holder could tell, the run id of the
+/// server that connection is on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HolderRecord {
     pub token: String,
     pub epoch: u64,
-    pub client: u64,
+    pub client: RedisConnection,
 }
 
 /// What Redis said about a holder's lease connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HolderConnection {
-    /// It exists (or an id that Redis gave to another connection after a
-    /// restart: a takeover then waits out the TTL, which is safe).
+    /// It exists, or Redis cannot say: the record names another server
+    /// (its run id differs: a failover or a restart since it was written,
+    /// and the holder may be alive and reconnecting) or names a server and
+    /// this one's run id is not known. The takeover then waits for a new
+    /// record or the TTL, which is safe.
     Open,
-    /// No connection has that id: the holder's process or its connection is
-    /// gone.
+    /// The server the record names has no connection with that id: the
+    /// holder's process or its connection is gone.
     Closed,
     /// Redis refuses the question (`CLIENT` not permitted or renamed): fall
     /// back to the TTL.

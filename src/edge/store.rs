@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::core::handoff::RedisConnection;
 use crate::core::keys::Keys;
 use crate::core::lease::{Acquisition, Claim, HolderConnection, LeaseGrant, Renewal};
 use crate::core::table::MatchingTable;
@@ -43,10 +44,10 @@ pub trait HoldingStore: Clone + Send + Sync + 'static {
     /// Gives the lease up; `Ok(false)` if it was not ours.
     fn release(&self, grant: &LeaseGrant) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Whether the connection with client id `client` still exists.
+    /// Whether the connection `client` still exists on the server it names.
     fn holder_connection(
         &self,
-        client: u64,
+        client: RedisConnection,
     ) -> impl Future<Output = Result<HolderConnection, StoreError>> + Send;
 
     /// The fenced, atomic write of the table, liveness, suspects and units
@@ -132,7 +133,7 @@ impl HoldingStore for crate::edge::redis::Store {
 
     fn holder_connection(
         &self,
-        client: u64,
+        client: RedisConnection,
     ) -> impl Future<Output = Result<HolderConnection, StoreError>> + Send {
         crate::edge::redis::Store::holder_connection(self, client)
     }

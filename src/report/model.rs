@@ -531,7 +531,8 @@ fn takeover(o: &Overview) -> String {
             .get("holder_conn")
             .and_then(|c| c.strip_prefix(token.as_str()))
             .and_then(|c| c.strip_prefix(' '))
-            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(crate::core::handoff::RedisConnection::decode)
+            .is_some()
     });
     if recorded {
         "fast".into()

@@ -50,6 +50,9 @@ impl Rng {
     }
 }
 
+/// A connection named with its server's run id, as holders record it.
+const RUN_12: &str = "12@00000000000000000000000000000000000000aa";
+
 /// A call or an edit, as it was made (for the failure report).
 #[derive(Debug, Clone)]
 enum Step {
@@ -134,7 +137,8 @@ impl World {
                         self.rng.mostly(&["1700000000000", "00017"], &["x"]),
                         self.rng.mostly(&["3", "1"], &[""]),
                         self.count_like(hfield(ks, &k.meta, "generation", now)),
-                        self.rng.mostly(&["", "12", "13"], &["y"]),
+                        self.rng
+                            .mostly(&["", "12", "13", RUN_12], &["y", "12@", "12@ab", "@1"]),
                         dead_token,
                         dead_epoch,
                         dead_client,
@@ -148,7 +152,7 @@ impl World {
                     token,
                     epoch_arg,
                     self.rng.mostly(&["60000", "70000"], &["0", "x"]),
-                    self.rng.mostly(&["", "12", "14"], &["z"]),
+                    self.rng.mostly(&["", "12", "14", RUN_12], &["z", "14@xyz"]),
                 ],
             },
             4 if self.rng.chance(50) => Step::Script {
@@ -976,14 +980,16 @@ async fn the_in_memory_store_reads_and_writes_as_the_redis_store_does() {
             assert_eq!(a, b, "seed {seed}: results differ after {done:#?}");
             results.push(a);
             let real_client = match store.lease_client() {
-                distributor::edge::redis::LeaseClient::Id(id) => id.to_string(),
+                distributor::edge::redis::LeaseClient::Id(c) => c.encode(),
                 _ => String::new(),
             };
             let r = normalized(dump_redis(&mut c).await, &real_grants, &real_client);
             let m = {
                 let s = &mut *server.lock().unwrap();
                 let now = s.now_ms;
-                normalized(s.keyspace.dump(now), &mem_grants, &mem.client().to_string())
+                let conn =
+                    distributor::core::handoff::RedisConnection::on(mem.client(), s.run_id());
+                normalized(s.keyspace.dump(now), &mem_grants, &conn.encode())
             };
             assert_eq!(r, m, "seed {seed}: keyspaces differ after {done:#?}");
         }

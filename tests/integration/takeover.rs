@@ -25,14 +25,15 @@ fn acting(s: &Status, above: u64) -> bool {
     s.role == Role::Holder && s.epoch > above
 }
 
-/// The Redis client id the holder recorded for its lease connection.
+/// The Redis client id the holder recorded for its lease connection (the
+/// record is `<token> <client id>@<run id>`).
 async fn recorded_client(redis: &RedisServer) -> Option<String> {
     let conn: Option<String> = redis.cmd(&["HGET", &keys().meta, "holder_conn"]).await;
     let token: Option<String> = redis.cmd(&["GET", &keys().lease]).await;
     conn?
         .strip_prefix(&format!("{} ", token?))
+        .map(|c| c.split('@').next().unwrap_or_default().to_string())
         .filter(|id| !id.is_empty())
-        .map(str::to_string)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,4 +190,83 @@ async fn without_client_permission_standbys_wait_out_the_ttl_and_say_so() {
         "{took:?}: before the lease could expire"
     );
     fleet.shutdown().await;
+}
+
+/// A replica promoted to master has the lease and its connection record, but
+/// none of the old master's connections: the record's client id names
+/// nothing there (or another connection). A standby asking the promoted
+/// server must not read that as the holder's crash, since the holder may be
+/// alive and about to renew over a new connection. Once it renews there, its
+/// record names the new server and a close is seen at once again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_a_failed_over_master_is_never_read_as_closed() {
+    use distributor::edge::redis::{Acquisition, Claim, HolderConnection, Renewal, Store};
+    let master = RedisServer::start();
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    let claim = |holder_id| Claim {
+        ttl: Duration::from_secs(30),
+        epoch_floor: 0,
+        generation_floor: 0,
+        holder_id,
+        now_ms: 1,
+        failure_threshold: 1,
+        takeover: None,
+    };
+    let op = Duration::from_secs(2);
+    let holder = Store::open(&master.url(), TABLE, op).unwrap();
+    let Acquisition::Acquired(grant) = holder.acquire(&claim("a")).await.unwrap() else {
+        panic!("a free lease")
+    };
+    let recorded = || async {
+        let conn: Option<String> = replica.cmd(&["HGET", &keys().meta, "holder_conn"]).await;
+        conn
+    };
+    let on_master: Option<String> = master.cmd(&["HGET", &keys().meta, "holder_conn"]).await;
+    let on_master = on_master.expect("a record");
+    assert!(on_master.contains('@'), "names the server: {on_master}");
+    wait_for(
+        "the replica has the record",
+        Duration::from_secs(10),
+        || async { recorded().await.as_ref() == Some(&on_master) },
+    )
+    .await;
+    let () = replica.cmd(&["REPLICAOF", "NO", "ONE"]).await;
+
+    // The standby asks the promoted server.
+    let standby = Store::open(&replica.url(), TABLE, op).unwrap();
+    let watched = || async {
+        let Acquisition::Held { record, .. } = standby.acquire(&claim("b")).await.unwrap() else {
+            panic!("still held")
+        };
+        record.expect("a record").client
+    };
+    let old = watched().await;
+    assert_eq!(
+        standby.holder_connection(old).await.unwrap(),
+        HolderConnection::Open,
+        "a connection of another server is never seen closed"
+    );
+
+    // The holder reconnects to the promoted server and renews there.
+    let moved = Store::open(&replica.url(), TABLE, op).unwrap();
+    let ttl = Duration::from_secs(30);
+    assert_eq!(
+        moved.renew(&grant, ttl, op).await.unwrap(),
+        Renewal::Renewed
+    );
+    let new = watched().await;
+    assert_ne!(new, old, "the record names the new connection");
+    assert_eq!(
+        standby.holder_connection(new).await.unwrap(),
+        HolderConnection::Open
+    );
+    drop(moved);
+    wait_for(
+        "the holder's close is seen",
+        Duration::from_secs(10),
+        || async { standby.holder_connection(new).await.unwrap() == HolderConnection::Closed },
+    )
+    .await;
+    drop(holder);
 }

@@ -11,6 +11,7 @@ use tracing::Span;
 
 use crate::coordinator::holder::{InFlight, mark_error};
 use crate::coordinator::machine::{Action, Event, Transition};
+use crate::core::handoff::RedisConnection;
 use crate::core::lease::{Acquisition, Claim, HolderConnection, Renewal};
 use crate::core::status::{Role, Takeover};
 use crate::edge::redis::LeaseClient;
@@ -34,7 +35,7 @@ pub(super) enum Done {
         result: Result<bool, StoreError>,
     },
     CheckHolder {
-        client: u64,
+        client: RedisConnection,
         result: Result<HolderConnection, StoreError>,
     },
 }
@@ -245,12 +246,12 @@ impl Executor {
                     )),
                     Ok(_) => self.set_takeover(Takeover::Fast),
                     Err(e) => {
-                        tracing::debug!(error = %e, client, "could not check the holder's connection")
+                        tracing::debug!(error = %e, client = %client.encode(), "could not check the holder's connection")
                     }
                 }
                 if matches!(result, Ok(HolderConnection::Closed)) {
                     tracing::info!(
-                        client,
+                        client = %client.encode(),
                         "the holder's lease connection is closed; taking the lease over"
                     );
                 }

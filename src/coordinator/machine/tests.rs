@@ -63,11 +63,16 @@ fn held_by(epoch: u64, client: u64) -> Acquisition {
     }
 }
 
+/// A lease connection known by its client id alone.
+fn c(client: u64) -> RedisConnection {
+    RedisConnection::id(client)
+}
+
 fn record(epoch: u64, client: u64) -> HolderRecord {
     HolderRecord {
         token: format!("t{epoch}"),
         epoch,
-        client,
+        client: RedisConnection::id(client),
     }
 }
 
@@ -449,11 +454,14 @@ fn a_standby_checks_the_holders_connection_and_takes_over_once_it_is_closed() {
     assert_eq!(m.next_wake(), Some(t0 + ms(50)));
     assert_eq!(
         m.step(Event::Tick, t0 + ms(50)),
-        [Action::CheckHolder { client: 9 }]
+        [Action::CheckHolder { client: c(9) }]
     );
     assert_eq!(m.next_wake(), Some(t0 + ms(500)), "one check at a time");
     assert!(m.step(Event::Tick, t0 + ms(60)).is_empty());
-    let open = |client, result| Event::HolderChecked { client, result };
+    let open = |client, result| Event::HolderChecked {
+        client: c(client),
+        result,
+    };
     assert!(
         m.step(open(9, Ok(HolderConnection::Open)), t0 + ms(60))
             .is_empty()
@@ -487,7 +495,7 @@ fn a_standby_checks_the_holders_connection_and_takes_over_once_it_is_closed() {
     assert_eq!(m.next_wake(), Some(t0 + ms(225)));
     assert_eq!(
         m.step(Event::Tick, t0 + ms(225)),
-        [Action::CheckHolder { client: 12 }]
+        [Action::CheckHolder { client: c(12) }]
     );
     // CLIENT not permitted: no more checks until the next attempt.
     assert!(
@@ -670,7 +678,7 @@ fn check(m: &Machine, a: &[Action], now: Instant, f: &mut InFlight, before: (u64
                 f.acquire = true;
                 if let Some(r) = takeover {
                     assert!(
-                        f.closed.contains(&r.client),
+                        f.closed.contains(&r.client.client),
                         "took over a holding whose connection was not seen closed"
                     );
                 }
@@ -681,7 +689,7 @@ fn check(m: &Machine, a: &[Action], now: Instant, f: &mut InFlight, before: (u64
                     matches!(m.phase(), Phase::Standby { .. }),
                     "only a standby checks the holder"
                 );
-                f.check = Some(*client);
+                f.check = Some(client.client);
             }
             Action::Renew { grant, sent_at, .. } => {
                 assert!(f.renew.is_none(), "two renewals in flight");
@@ -808,7 +816,15 @@ fn drive(ops: Vec<Op>) {
                     2 => Ok(HolderConnection::Refused),
                     _ => Err(()),
                 };
-                feed(&mut m, &mut f, Event::HolderChecked { client, result }, now);
+                feed(
+                    &mut m,
+                    &mut f,
+                    Event::HolderChecked {
+                        client: c(client),
+                        result,
+                    },
+                    now,
+                );
             }
             Op::FinishCycle(k, mass, release) if f.cycle.is_some() => {
                 let (epoch, _) = f.cycle.take().unwrap();
@@ -926,12 +942,12 @@ impl RedisLease {
                 let replaced = takeover.as_ref().is_some_and(|r| {
                     current.as_deref() == Some(r.token.as_str())
                         && self.epoch == r.epoch
-                        && self.conn == Some((r.token.clone(), r.client))
+                        && self.conn == Some((r.token.clone(), r.client.client))
                 });
                 if replaced {
                     let r = takeover.as_ref().unwrap();
                     assert!(
-                        !self.open.contains(&r.client),
+                        !self.open.contains(&r.client.client),
                         "took over a holding whose connection is open"
                     );
                     self.taken_over.insert(r.token.clone());
@@ -940,10 +956,10 @@ impl RedisLease {
                     Some(_) if !replaced => {
                         let token = current.unwrap();
                         let record = match &self.conn {
-                            Some((t, c)) if *t == token => Some(HolderRecord {
+                            Some((t, id)) if *t == token => Some(HolderRecord {
                                 token: token.clone(),
                                 epoch: self.epoch,
-                                client: *c,
+                                client: c(*id),
                             }),
                             _ => None,
                         };
@@ -1007,7 +1023,7 @@ impl RedisLease {
                 Event::ReleaseDone
             }
             CallKind::Check { client: asked } => Event::HolderChecked {
-                client: *asked,
+                client: c(*asked),
                 result: Ok(if self.open.contains(asked) {
                     HolderConnection::Open
                 } else {
@@ -1053,7 +1069,7 @@ impl CallKind {
             },
             CallKind::Release { .. } => Event::ReleaseDone,
             CallKind::Check { client } => Event::HolderChecked {
-                client: *client,
+                client: c(*client),
                 result: Err(()),
             },
             CallKind::Fix { .. } => Event::Tick,
@@ -1245,7 +1261,9 @@ fn simulate(
                             epoch: grant.epoch,
                         },
                         Action::Release { grant } => CallKind::Release { token: grant.token },
-                        Action::CheckHolder { client } => CallKind::Check { client },
+                        Action::CheckHolder { client } => CallKind::Check {
+                            client: client.client,
+                        },
                         Action::StartCycle { grant, .. } => {
                             let outcome = if redis.accepts(&grant, now) {
                                 assert!(

@@ -22,6 +22,7 @@ use redis::Value;
 
 use super::keyspace::{Keyspace, WrongType};
 use super::scripts::{Script, run};
+use crate::core::handoff::RedisConnection;
 use crate::core::keys::Keys;
 use crate::core::lease::{Acquisition, Claim, HolderConnection, LeaseGrant, Renewal};
 use crate::core::suspicion::Suspect;
@@ -372,7 +373,8 @@ impl HoldingStore for MemoryStore {
         let out = self.call("acquire lease", |s, client| {
             s.tokens += 1;
             let token = format!("{:032x}", s.tokens);
-            let call = calls::acquire(&self.keys, claim, &token, &client.to_string());
+            let conn = RedisConnection::on(client, s.run_id()).encode();
+            let call = calls::acquire(&self.keys, claim, &token, &conn);
             let v = s.script(Script::Acquire, &call)?;
             Ok((token, calls::acquired(v)?))
         });
@@ -397,7 +399,8 @@ impl HoldingStore for MemoryStore {
         _timeout: Duration,
     ) -> impl Future<Output = Result<Renewal, StoreError>> + Send {
         let out = self.call("renew lease", |s, client| {
-            let call = calls::renew(&self.keys, grant, ttl, &client.to_string());
+            let conn = RedisConnection::on(client, s.run_id()).encode();
+            let call = calls::renew(&self.keys, grant, ttl, &conn);
             calls::renewed(&s.script(Script::Renew, &call)?)
         });
         async move {
@@ -417,14 +420,17 @@ impl HoldingStore for MemoryStore {
 
     fn holder_connection(
         &self,
-        client: u64,
+        client: RedisConnection,
     ) -> impl Future<Output = Result<HolderConnection, StoreError>> + Send {
         let out = self.call("check the holder's connection", |s, _| {
-            Ok(if s.open.contains(&client) {
-                HolderConnection::Open
-            } else {
-                HolderConnection::Closed
-            })
+            // As the Redis store: only the server a record names answers it.
+            Ok(
+                if client.elsewhere_than(Some(s.run_id())) || s.open.contains(&client.client) {
+                    HolderConnection::Open
+                } else {
+                    HolderConnection::Closed
+                },
+            )
         });
         async move { out.map(|(r, _)| r) }
     }
@@ -730,7 +736,8 @@ mod tests {
             panic!("held by a")
         };
         let client = record.expect("a recorded its connection").client;
-        assert_eq!(client, a.client());
+        assert_eq!(client.client, a.client());
+        assert_eq!(client.server, Some(server.lock().unwrap().run_id()));
         assert_eq!(
             b.holder_connection(client).await.unwrap(),
             HolderConnection::Open
@@ -745,5 +752,46 @@ mod tests {
             b.acquire(&claim()).await.unwrap(),
             Acquisition::Acquired(_)
         ));
+    }
+
+    /// After a restart (or, on Redis, a replica's promotion) the record names
+    /// the old server: never closed, though no connection has its id, since
+    /// the holder may be alive and reconnecting. Its next renewal names the
+    /// new server, where a close is seen again.
+    #[tokio::test]
+    async fn a_record_of_another_server_is_never_read_as_closed() {
+        let server = Server::new(1_000);
+        let a = MemoryStore::connect(&server, "t");
+        let b = MemoryStore::connect(&server, "t");
+        let Acquisition::Acquired(grant) = a.acquire(&claim()).await.unwrap() else {
+            panic!()
+        };
+        server.lock().unwrap().restart(false);
+        let held = || async {
+            let Acquisition::Held { record, .. } = b.acquire(&claim()).await.unwrap() else {
+                panic!("held by a")
+            };
+            record.expect("a recorded its connection").client
+        };
+        let before = held().await;
+        assert_ne!(before.server, Some(server.lock().unwrap().run_id()));
+        assert_eq!(
+            b.holder_connection(before).await.unwrap(),
+            HolderConnection::Open,
+            "a connection of the server before the restart: unknown, so open"
+        );
+        let ttl = Duration::from_secs(10);
+        assert_eq!(a.renew(&grant, ttl, ttl).await.unwrap(), Renewal::Renewed);
+        let after = held().await;
+        assert_eq!(after.server, Some(server.lock().unwrap().run_id()));
+        assert_eq!(
+            b.holder_connection(after).await.unwrap(),
+            HolderConnection::Open
+        );
+        a.close();
+        assert_eq!(
+            b.holder_connection(after).await.unwrap(),
+            HolderConnection::Closed
+        );
     }
 }

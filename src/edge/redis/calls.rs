@@ -12,6 +12,7 @@ use redis::Value;
 
 use super::{Acquisition, Claim, Commit, HolderRecord, LeaseGrant, LostLease, Renewal};
 use super::{checked, int, reply_err, text};
+use crate::core::handoff::RedisConnection;
 use crate::core::history::HISTORY_KEPT;
 use crate::core::keys::Keys;
 use crate::core::table::MatchingTable;
@@ -52,12 +53,12 @@ impl ScriptCall {
 }
 
 /// `acquire.lua` for `claim`, with a fresh `token` and the lease
-/// connection's client id (`client`, '' for none).
+/// connection (`client`: `<client id>[@<run id>]`, '' for none).
 pub fn acquire(keys: &Keys, claim: &Claim<'_>, token: &str, client: &str) -> ScriptCall {
     let none = HolderRecord {
         token: String::new(),
         epoch: 0,
-        client: 0,
+        client: RedisConnection::id(0),
     };
     let dead = claim.takeover.unwrap_or(&none);
     let mut c = ScriptCall::default();
@@ -72,7 +73,7 @@ pub fn acquire(keys: &Keys, claim: &Claim<'_>, token: &str, client: &str) -> Scr
         .arg(client)
         .arg(&dead.token)
         .arg(dead.epoch)
-        .arg(dead.client);
+        .arg(dead.client.encode());
     c
 }
 
@@ -89,7 +90,8 @@ pub fn acquired(v: Value) -> Result<Result<u64, Acquisition>, StoreError> {
         [ok, epoch] if int(ok) == Some(1) => Ok(Ok(count(epoch).ok_or_else(|| reply_err(OP, &v))?)),
         [ok, pttl, holder, epoch, generation, foreign, token, client] if int(ok) == Some(0) => {
             let epoch = count(epoch).ok_or_else(|| reply_err(OP, &v))?;
-            let record = match (text(token), count(client)) {
+            let client = text(client).as_deref().and_then(RedisConnection::decode);
+            let record = match (text(token), client) {
                 (Some(token), Some(client)) if !token.is_empty() => Some(HolderRecord {
                     token,
                     epoch,

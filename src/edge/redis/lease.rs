@@ -9,10 +9,11 @@
 //! - with `WaitFor` set, an acquisition or renewal that too few replicas
 //!   acknowledged is never acted on (an acquisition is given back);
 //! - the connection record (`meta.holder_conn`, see `acquire.lua`) names the
-//!   connection the acquisition or renewal itself went over: `CLIENT ID` is
-//!   pipelined with the script, so both run on the same connection even if
-//!   the connection manager reconnected in between; when the id changed (a
-//!   reconnect), the record is corrected at once by another renewal. A stale
+//!   connection the acquisition or renewal itself went over, and the server
+//!   it is on: `CLIENT ID` and `INFO server` are pipelined with the script,
+//!   so all three run on the same connection even if the connection manager
+//!   reconnected in between; when the connection changed (a reconnect), the
+//!   record is corrected at once by another renewal. A stale
 //!   record can only make a standby take a live holder's lease over, which
 //!   the token and epoch checks then fence: a liveness cost, never two
 //!   accepted writers;
@@ -32,8 +33,9 @@ use super::calls;
 use super::conn::Conn;
 use super::{
     Acquisition, Claim, HolderConnection, LeaseClient, LeaseGrant, Renewal, Store, checked,
-    redis_err, reply_err, text,
+    redis_err, refused_commands, reply_err, text,
 };
+use crate::core::handoff::{RedisConnection, RunId};
 use crate::core::timing::Timing;
 use crate::edge::clock;
 use crate::error::StoreError;
@@ -130,33 +132,62 @@ impl Store {
         calls::released(&v)
     }
 
-    /// Whether the connection with Redis client id `client` still exists
+    /// Whether the connection `client` still exists on the server it names
     /// (`CLIENT LIST ID`: an empty reply when it does not).
     /// [`HolderConnection::Refused`] where Redis does not let us ask.
-    pub async fn holder_connection(&self, client: u64) -> Result<HolderConnection, StoreError> {
+    ///
+    /// A record that names a server is only ever answered `Closed` by that
+    /// server: `INFO server` goes in the same `MULTI` as `CLIENT LIST`, and
+    /// another run id, or none to be had, answers `Open` (see
+    /// [`HolderConnection::Open`]). A record without a run id is looked for
+    /// by its id alone.
+    pub async fn holder_connection(
+        &self,
+        client: RedisConnection,
+    ) -> Result<HolderConnection, StoreError> {
+        const OP: &str = "check the holder's connection";
         let Conn::Single(mut conn) = self.conn() else {
             return Ok(HolderConnection::Refused);
         };
-        let cmd = redis::cmd("CLIENT")
-            .arg("LIST")
-            .arg("ID")
-            .arg(client)
-            .to_owned();
-        match self
-            .bounded::<Value>(
-                "check the holder's connection",
-                self.op_timeout,
-                cmd.query_async(&mut conn),
-            )
+        let info = client.server.is_some() && self.server_info.allowed();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        if info {
+            pipe.cmd("INFO").arg("server");
+        }
+        pipe.cmd("CLIENT").arg("LIST").arg("ID").arg(client.client);
+        let replies: Vec<Value> = match self
+            .bounded(OP, self.op_timeout, pipe.query_async(&mut conn))
             .await
         {
-            Ok(v) => match text(&v) {
-                Some(list) if list.trim().is_empty() => Ok(HolderConnection::Closed),
-                Some(_) => Ok(HolderConnection::Open),
-                None => Err(reply_err("check the holder's connection", &v)),
-            },
-            Err(e) if refusal(&e).is_some() => Ok(HolderConnection::Refused),
-            Err(e) => Err(e),
+            Ok(v) => v,
+            Err(StoreError::Redis { source, .. })
+                if info && refused_commands(&source).is_some_and(|at| at == [0]) =>
+            {
+                // Without the server's run id a record naming one cannot be
+                // matched: wait, as for an open connection.
+                self.server_info.refused();
+                return Ok(HolderConnection::Open);
+            }
+            Err(e) if refusal(&e).is_some() => return Ok(HolderConnection::Refused),
+            Err(StoreError::Redis { source, .. }) if refused_commands(&source).is_some() => {
+                return Ok(HolderConnection::Refused);
+            }
+            Err(e) => return Err(e),
+        };
+        let whole = || reply_err(OP, &Value::Array(replies.clone()));
+        let (server, list) = match (info, replies.as_slice()) {
+            (true, [i, l]) => (text(i).as_deref().and_then(RunId::from_info), l),
+            (false, [l]) => (None, l),
+            _ => return Err(whole()),
+        };
+        if client.server.is_some() && (server.is_none() || client.elsewhere_than(server)) {
+            return Ok(HolderConnection::Open);
+        }
+        match text(list) {
+            Some(list) if list.trim().is_empty() => Ok(HolderConnection::Closed),
+            Some(_) => Ok(HolderConnection::Open),
+            None => Err(whole()),
         }
     }
 
@@ -168,18 +199,20 @@ impl Store {
             .clone()
     }
 
-    /// The client id to record: the last one learned, or '' for none.
+    /// The connection to record: the last one learned (`<client id>` or
+    /// `<client id>@<run id>`), or '' for none.
     fn lease_client_arg(&self) -> String {
         match self.lease_client() {
-            LeaseClient::Id(id) => id.to_string(),
+            LeaseClient::Id(c) => c.encode(),
             _ => String::new(),
         }
     }
 
-    /// Runs the script `inv` on the lease connection with `CLIENT ID` in
-    /// front, in one pipeline, so both go over the same connection; returns
-    /// the script's reply and the client id argument that would have been
-    /// right ('' where there is none). On a cluster the script runs alone.
+    /// Runs the script `inv` on the lease connection with `CLIENT ID` and
+    /// `INFO server` in front, in one pipeline, so all go over the same
+    /// connection; returns the script's reply and the connection argument
+    /// that would have been right ('' where there is none). On a cluster the
+    /// script runs alone.
     async fn with_client_id(
         &self,
         op: &'static str,
@@ -203,14 +236,16 @@ impl Store {
                 return Ok((v, String::new()));
             }
         };
+        let info = self.server_info.allowed();
         let run = async {
             let mut pipe = redis::pipe();
-            pipe.ignore_errors()
-                .cmd("CLIENT")
-                .arg("ID")
-                .invoke_script(inv);
+            pipe.ignore_errors().cmd("CLIENT").arg("ID");
+            if info {
+                pipe.cmd("INFO").arg("server");
+            }
+            pipe.invoke_script(inv);
             let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-            if matches!(replies.get(1), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
+            if matches!(replies.last(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
                 // A restarted or flushed Redis: load the script, once.
                 inv.load_async(&mut conn).await?;
                 replies = pipe.query_async(&mut conn).await?;
@@ -218,16 +253,31 @@ impl Store {
             Ok(replies)
         };
         let mut replies = self.bounded(op, timeout, run).await?;
-        if replies.len() != 2 {
+        let sent = if info { 3 } else { 2 };
+        if replies.len() != sent {
             return Err(StoreError::Reply {
                 op,
-                detail: format!("{} replies to a pipeline of 2", replies.len()),
+                detail: format!("{} replies to a pipeline of {sent}", replies.len()),
             });
         }
-        let script = replies.pop().expect("two replies");
-        let id = replies.pop().expect("two replies");
+        let script = replies.pop().expect("a script reply");
+        let server = match info.then(|| replies.pop().expect("an INFO reply")) {
+            Some(Value::ServerError(_)) => {
+                self.server_info.refused();
+                tracing::warn!(
+                    "INFO is not permitted: the lease record names no Redis server, so after a Redis failover or restart a standby may take a live holder's lease over before its renew deadline (its writes stay fenced; asked again in a minute)"
+                );
+                None
+            }
+            Some(i) => text(&i).as_deref().and_then(RunId::from_info),
+            None => None,
+        };
+        let id = replies.pop().expect("a CLIENT ID reply");
         let learned = match &id {
-            Value::Int(n) if *n >= 0 => LeaseClient::Id(*n as u64),
+            Value::Int(n) if *n >= 0 => LeaseClient::Id(RedisConnection {
+                client: *n as u64,
+                server,
+            }),
             Value::ServerError(e) => {
                 let e = StoreError::Redis {
                     op: "CLIENT ID",
@@ -241,7 +291,7 @@ impl Store {
             _ => LeaseClient::Unknown,
         };
         let arg = match &learned {
-            LeaseClient::Id(id) => id.to_string(),
+            LeaseClient::Id(c) => c.encode(),
             _ => String::new(),
         };
         *self.lease_client.lock().expect("lease client poisoned") = learned;

@@ -37,6 +37,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::handoff::RedisConnection;
 use crate::core::keys::Keys;
 pub use crate::core::lease::{
     Acquisition, Claim, HolderConnection, HolderRecord, LeaseGrant, LostLease, Renewal,
@@ -201,8 +202,10 @@ pub struct Store {
 pub enum LeaseClient {
     /// Not asked yet.
     Unknown,
-    /// The id `CLIENT ID` last returned on the lease connection.
-    Id(u64),
+    /// The id `CLIENT ID` last returned on the lease connection, with the
+    /// server's run id (`INFO server`, asked in the same pipeline) where
+    /// Redis lets us ask.
+    Id(RedisConnection),
     /// Redis refused `CLIENT ID` (why, and when): no fast takeover. Asked
     /// again only after `Timing::client_refused_backoff`.
     Refused { why: String, at: std::time::Instant },

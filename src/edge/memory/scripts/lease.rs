@@ -6,6 +6,24 @@ use redis::Value;
 use super::{COUNT, Call, MAX_SAFE, bulk, count, int, invalid, num, wrong_type};
 use crate::edge::memory::keyspace::WrongType;
 
+/// `prelude.lua`'s `CONNECTION`.
+const CONNECTION: &str = "'<client id>' or '<client id>@<run id>'";
+
+/// `prelude.lua`'s `connection`: '<client id>' or '<client id>@<run id>'
+/// (40 hex digits).
+fn connection(s: Option<&[u8]>) -> bool {
+    let Some(s) = s else { return false };
+    match s.iter().position(|b| *b == b'@') {
+        Some(at) => {
+            let run = &s[at + 1..];
+            count(Some(&s[..at])).is_some()
+                && run.len() == 40
+                && run.iter().all(u8::is_ascii_hexdigit)
+        }
+        None => count(Some(s)).is_some(),
+    }
+}
+
 impl Call<'_> {
     /// `acquire.lua`.
     pub(super) fn acquire(&mut self) -> Result<Value, WrongType> {
@@ -26,8 +44,8 @@ impl Call<'_> {
         let Some(generation_floor) = count(a(7)) else {
             return Ok(invalid(b"ARGV", b"generation_floor", a(7), COUNT));
         };
-        if a(8) != Some(b"") && count(a(8)).is_none() {
-            return Ok(invalid(b"ARGV", b"client_id", a(8), COUNT));
+        if a(8) != Some(b"") && !connection(a(8)) {
+            return Ok(invalid(b"ARGV", b"client_id", a(8), CONNECTION));
         }
         let dead_token = a(9).unwrap_or_default().to_vec();
         let now = self.now;
@@ -188,8 +206,8 @@ impl Call<'_> {
             return Ok(invalid(b"ARGV", b"ttl_ms", self.arg(3), "a TTL in ms > 0"));
         };
         let client = self.arg(4).unwrap_or_default().to_vec();
-        if !client.is_empty() && count(Some(&client)).is_none() {
-            return Ok(invalid(b"ARGV", b"client_id", Some(&client), COUNT));
+        if !client.is_empty() && !connection(Some(&client)) {
+            return Ok(invalid(b"ARGV", b"client_id", Some(&client), CONNECTION));
         }
         let lost = |why: &str| Value::Array(vec![int(0), bulk(why)]);
         match self.type_of(1) {

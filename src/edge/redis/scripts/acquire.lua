@@ -2,6 +2,9 @@
 -- KEYS: lease, epoch, meta
 -- ARGV: token, ttl_ms, epoch_floor, holder_id, now_ms, failure_threshold,
 --       generation_floor, client_id, dead_token, dead_epoch, dead_client
+-- client_id and dead_client name a connection: '<client id>' or
+-- '<client id>@<run id>' (the run id of the server it is on, where the
+-- caller could ask INFO; see core::lease).
 -- Returns
 --   {1, epoch}                                      acquired;
 --   {0, pttl_ms, holder, epoch, generation, foreign, token, client}
@@ -12,7 +15,7 @@
 --     connection it renews on ('' when it recorded none);
 --   {-2, key, field, value, expected}               a value it will not use.
 --
--- Connection record: meta.holder_conn = '<token> <client id>', written by
+-- Connection record: meta.holder_conn = '<token> <client id>[@<run id>]', written by
 -- this script and by renew.lua on the connection whose id it names (the
 -- caller asks CLIENT ID on that same connection; Lua cannot call CLIENT). It
 -- is bound to the token, so a record left by an earlier holding (or a holder
@@ -24,14 +27,15 @@
 -- The lease is then taken as if free, but only if it still holds exactly that
 -- record: same token, same epoch, same client id. A holder that reconnected
 -- and renewed since has a new record, and the takeover is refused.
--- Client ids only grow while Redis runs, so a closed id never reopens. After
--- a Redis restart they start again from 1: a recorded id that now names
--- another live connection only delays the takeover to the TTL (safe); one
--- that names none (a lease restored from RDB/AOF) is taken over, rightly,
--- since every connection of before the restart is gone. A live holder that
--- reconnected (a restart, a Redis failover, a replaced connection) renews
--- with its new id; until then it may be taken over, and is then fenced by
--- the token and epoch checks: a liveness cost, never a second writer.
+-- Client ids only grow while a Redis server process runs, so a closed id
+-- never reopens. After a restart or a failover the ids are another server's:
+-- the caller asks only the server the record names (its run id), so a
+-- record of before is never seen closed, and the holder, which may be alive
+-- and reconnecting, has until the TTL to renew with a new record. A record
+-- without a run id is looked for by its id alone. A live holder whose
+-- connection was replaced renews with its new id; until then it may be taken
+-- over, and is then fenced by the token and epoch checks: a liveness cost,
+-- never a second writer.
 --
 -- The floors are the highest epoch and generation the caller has seen. If
 -- Redis lost its data (restart without persistence) its counters restart at 0;
@@ -52,7 +56,9 @@ if not count(ARGV[5]) then return invalid('ARGV', 'now_ms', ARGV[5], COUNT) end
 if not count(ARGV[6]) then return invalid('ARGV', 'failure_threshold', ARGV[6], COUNT) end
 local generation_floor = count(ARGV[7])
 if not generation_floor then return invalid('ARGV', 'generation_floor', ARGV[7], COUNT) end
-if ARGV[8] ~= '' and not count(ARGV[8]) then return invalid('ARGV', 'client_id', ARGV[8], COUNT) end
+if ARGV[8] ~= '' and not connection(ARGV[8]) then
+  return invalid('ARGV', 'client_id', ARGV[8], CONNECTION)
+end
 local dead_token = ARGV[9] or ''
 
 local epoch_type = type_of(KEYS[2])

@@ -34,6 +34,17 @@ end
 
 local COUNT = 'an integer in 0..2^53-1'
 
+-- Whether `s` names a Redis connection as the lease record keeps it:
+-- '<client id>' or '<client id>@<run id>' (40 hex digits).
+local function connection(s)
+  if type(s) ~= 'string' then return false end
+  local id, run = string.match(s, '^(%d+)@(%x+)$')
+  if id then return count(id) ~= nil and #run == 40 end
+  return count(s) ~= nil
+end
+
+local CONNECTION = "'<client id>' or '<client id>@<run id>'"
+
 -- A count as decimal text. Lua's tostring() writes 1e14 and above in
 -- exponent form ("1.2345678901234e+14"), which no reader parses back.
 local function decimal(n)

@@ -1,9 +1,9 @@
 -- Extend the lease, only for its current holder in its current epoch.
 -- KEYS: lease, epoch, meta
 -- ARGV: token, epoch, ttl_ms, client_id
--- client_id ('' for none) is the Redis client id of the connection this
--- renewal goes over, as the caller last learned it (CLIENT ID, pipelined with
--- the renewals): recorded in meta.holder_conn (see acquire.lua) when it
+-- client_id ('' for none) names the Redis connection this renewal goes over,
+-- as the caller last learned it ('<client id>[@<run id>]': CLIENT ID and
+-- INFO server, pipelined with the renewals): recorded in meta.holder_conn (see acquire.lua) when it
 -- changed, so that after a reconnect the record names the live connection
 -- again and standbys do not take a live holder's lease over.
 -- Returns {1} when renewed, {0, reason} when the lease is lost, where reason
@@ -13,7 +13,9 @@
 local ttl = count(ARGV[3])
 if not ttl or ttl == 0 then return invalid('ARGV', 'ttl_ms', ARGV[3], 'a TTL in ms > 0') end
 local client = ARGV[4] or ''
-if client ~= '' and not count(client) then return invalid('ARGV', 'client_id', client, COUNT) end
+if client ~= '' and not connection(client) then
+  return invalid('ARGV', 'client_id', client, CONNECTION)
+end
 local lease_type = type_of(KEYS[1])
 if lease_type == 'none' then return {0, 'expired'} end
 if lease_type ~= 'string' then return {0, 'foreign'} end
