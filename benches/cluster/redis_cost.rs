@@ -27,7 +27,7 @@
 //!   `PEXPIRE` each) and census steps (`INCR`, `HSET`, two `PEXPIRE`) are
 //!   subtracted; what is left was written by cycles.
 //! - Renewals = `PEXPIRE` calls - 2 x `INCR` calls (census); commit scripts =
-//!   `EVALSHA` calls - renewals - table checks (a lone replica makes no
+//!   `FCALL` + `EVALSHA` calls - renewals - table checks (a lone replica makes no
 //!   acquisition attempts once it holds the lease). Commands run inside
 //!   scripts count in commandstats too, which is what makes this bookkeeping
 //!   possible. Plain `EVAL` calls are reported too: there should be none.
@@ -169,10 +169,12 @@ fn delta(a: &Snap, b: &Snap) -> Delta {
     let stat = |k: &str| num(&b.info, k).saturating_sub(num(&a.info, k)) as f64;
     let census = calls("incr");
     let renewals = calls("pexpire") - 2.0 * census;
-    // Scripts run by EVALSHA: renewals, table checks (one per cycle) and
-    // commits (a lone holder acquires nothing).
+    // Scripts run by FCALL (EVALSHA where Functions are refused): renewals,
+    // table checks (one per cycle) and commits (a lone holder acquires
+    // nothing).
     let table_checks = b.all_cycles - a.all_cycles;
-    let commits = calls("evalsha") - renewals - table_checks;
+    let scripts = calls("fcall") + calls("evalsha");
+    let commits = scripts - renewals - table_checks;
     let lranges = calls("lrange");
     Delta {
         cycles: b.cycles - a.cycles,
@@ -201,7 +203,7 @@ fn delta(a: &Snap, b: &Snap) -> Delta {
         commits,
         // One LRANGE per list read: one services list and the units list.
         read_pipelines: lranges / 2.0,
-        commit_usec: usec("evalsha"),
+        commit_usec: usec("fcall") + usec("evalsha"),
     }
 }
 

@@ -94,7 +94,10 @@ pub async fn run() {
         }
         client.push(ms(took));
         let usec = |m: &std::collections::HashMap<String, (u64, u64)>| {
-            m.get("evalsha").map_or(0, |v| v.1) + m.get("eval").map_or(0, |v| v.1)
+            ["fcall", "evalsha", "eval"]
+                .iter()
+                .map(|c| m.get(*c).map_or(0, |v| v.1))
+                .sum::<u64>()
         };
         server.push((usec(&after) - usec(&before)) as f64 / 1e3);
         let (hlen, digest): (usize, Option<String>) = redis::pipe()

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use distributor::MatchingTable;
 use distributor::core::liveness::HealthChanges;
+use distributor::edge::redis::scripts::COMMIT;
 use distributor::edge::redis::{Acquisition, Claim, Commit, Committed, LostLease, Renewal, Store};
 
 use crate::support::*;
@@ -351,7 +352,7 @@ async fn a_write_that_lands_late_is_refused_by_its_version() {
     );
     // Its next write is held on the way for 1.5 s: the caller times out.
     let held = proxy.add(Rule::new(
-        Match::Command("EVALSHA".into()),
+        Match::Script(sha1_smol::Sha1::from(COMMIT).digest().to_string()),
         Occurrence::Next(1),
         Action::Delay(Duration::from_millis(1500)),
     ));

@@ -32,7 +32,7 @@ async fn calls(fleet: &Fleet, command: &str) -> u64 {
 }
 
 /// A command's calls in one `INFO commandstats` reply.
-fn count_in(info: &str, command: &str) -> u64 {
+pub(crate) fn count_in(info: &str, command: &str) -> u64 {
     let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
         .find_map(|l| l.strip_prefix(prefix.as_str()))
@@ -235,19 +235,21 @@ async fn without_watch_every_list_is_read_every_cycle() {
     fleet.shutdown().await;
 }
 
-/// (e) Scripts go by `EVALSHA`, never as a plain `EVAL` (BENCHMARKS finding
-/// 5), and `SCRIPT FLUSH` does not break cycles, renewals or writes: a
-/// `NOSCRIPT` reply loads the script again.
+/// (e) Scripts go by `FCALL` of the library (by `EVALSHA` where Functions
+/// are refused: `functions.rs`), never as a plain `EVAL` (BENCHMARKS finding
+/// 5), and `FUNCTION FLUSH` does not break cycles, renewals or writes: a
+/// "function not found" reply loads the library again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scripts_go_by_evalsha_and_survive_a_script_flush() {
+async fn scripts_go_by_fcall_and_survive_a_function_flush() {
     let all = units(20);
     let (fleet, _) = Fleet::converged(|_| {}, 3, 1, &all[..10]).await;
     let () = fleet.redis.cmd(&["CONFIG", "RESETSTAT"]).await;
     more_cycles(&fleet, 5).await;
     assert_eq!(calls(&fleet, "eval").await, 0, "a script sent in full");
-    assert!(calls(&fleet, "evalsha").await > 0);
+    assert_eq!(calls(&fleet, "evalsha").await, 0);
+    assert!(calls(&fleet, "fcall").await > 0);
     for round in 0..3 {
-        let () = fleet.redis.cmd(&["SCRIPT", "FLUSH"]).await;
+        let () = fleet.redis.cmd(&["FUNCTION", "FLUSH"]).await;
         let () = fleet.redis.cmd(&["RPUSH", UNITS, &all[10 + round]]).await;
         fleet
             .wait_for_table(&all[..11 + round], Duration::from_secs(5))
@@ -255,7 +257,7 @@ async fn scripts_go_by_evalsha_and_survive_a_script_flush() {
     }
     let generation = fleet.generation().await;
     let holder = fleet.wait_for_holder().await;
-    let () = fleet.redis.cmd(&["SCRIPT", "FLUSH"]).await;
+    let () = fleet.redis.cmd(&["FUNCTION", "FLUSH"]).await;
     more_cycles(&fleet, 5).await;
     assert_eq!(fleet.holder(), Some(holder), "renewals went on");
     assert_eq!(
@@ -265,6 +267,7 @@ async fn scripts_go_by_evalsha_and_survive_a_script_flush() {
     );
     assert_eq!(fleet.statuses()[holder].last_error, None);
     assert_eq!(calls(&fleet, "eval").await, 0);
+    assert_eq!(calls(&fleet, "evalsha").await, 0);
     fleet.shutdown().await;
 }
 

@@ -20,6 +20,7 @@ mod detection;
 mod failover;
 mod fault_proxy;
 mod fencing;
+mod functions;
 mod handoff;
 mod handoff_repro;
 mod hardening;

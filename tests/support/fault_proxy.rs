@@ -70,8 +70,9 @@ pub enum Match {
     Command(String),
     /// The command name, and any one of its arguments equal (bytes) to this.
     CommandArg(String, String),
-    /// A Lua script by its SHA-1 (hex, case-insensitive), in either form:
-    /// `EVALSHA`/`EVALSHA_RO <sha>`, or `EVAL`/`EVAL_RO <body>` whose SHA-1 it is.
+    /// A Lua script by its SHA-1 (hex, case-insensitive), in any form:
+    /// `EVALSHA`/`EVALSHA_RO <sha>`, `EVAL`/`EVAL_RO <body>` whose SHA-1 it
+    /// is, or `FCALL`/`FCALL_RO` of the library function that runs it.
     Script(String),
     /// The first command matching the second on a connection after a
     /// command matching the first on that connection (e.g. the `WAIT` that
@@ -186,6 +187,9 @@ impl Match {
                         .digest()
                         .to_string()
                         .eq_ignore_ascii_case(sha)
+                } else if cmd.is("FCALL") || cmd.is("FCALL_RO") {
+                    distributor::edge::redis::scripts::function_of(sha)
+                        .is_some_and(|f| *target == f.as_bytes())
                 } else {
                     false
                 }

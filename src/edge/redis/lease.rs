@@ -29,8 +29,9 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::calls;
+use super::calls::{self, ScriptCall};
 use super::conn::Conn;
+use super::scripts::Which;
 use super::{
     Acquisition, Claim, HolderConnection, LeaseClient, LeaseGrant, Renewal, Store, checked,
     redis_err, refused_commands, reply_err, text,
@@ -46,10 +47,9 @@ impl Store {
     pub async fn acquire(&self, claim: &Claim<'_>) -> Result<Acquisition, StoreError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let client = self.lease_client_arg();
-        let mut inv = self.scripts.acquire.prepare_invoke();
-        calls::acquire(&self.keys, claim, &token, &client).load(&mut inv);
+        let call = calls::acquire(&self.keys, claim, &token, &client);
         let (v, learned) = self
-            .with_client_id("acquire lease", self.op_timeout, &inv)
+            .with_client_id("acquire lease", self.op_timeout, Which::Acquire, &call)
             .await?;
         match calls::acquired(v)? {
             Ok(epoch) => {
@@ -90,12 +90,13 @@ impl Store {
         let v = loop {
             attempts += 1;
             let client = self.lease_client_arg();
-            let mut inv = self.scripts.renew.prepare_invoke();
-            calls::renew(&self.keys, grant, ttl, &client).load(&mut inv);
+            let call = calls::renew(&self.keys, grant, ttl, &client);
             let left = deadline
                 .saturating_duration_since(clock::now())
                 .max(Duration::from_millis(1));
-            let (v, learned) = self.with_client_id("renew lease", left, &inv).await?;
+            let (v, learned) = self
+                .with_client_id("renew lease", left, Which::Renew, &call)
+                .await?;
             let v = checked(v)?;
             // Renewed over a connection whose id the record does not name
             // (a reconnect): once more, now with the right id.
@@ -120,13 +121,12 @@ impl Store {
     /// Gives the lease up and notifies standbys; `Ok(false)` if it was not ours.
     pub async fn release(&self, grant: &LeaseGrant) -> Result<bool, StoreError> {
         let mut conn = self.conn();
-        let mut inv = self.scripts.release.prepare_invoke();
-        calls::release(&self.keys, grant).load(&mut inv);
+        let call = calls::release(&self.keys, grant);
         let v: Value = self
             .bounded(
                 "release lease",
                 self.op_timeout,
-                inv.invoke_async(&mut conn),
+                self.eval(Which::Release, &call, &mut conn),
             )
             .await?;
         calls::released(&v)
@@ -217,7 +217,8 @@ impl Store {
         &self,
         op: &'static str,
         timeout: Duration,
-        inv: &redis::ScriptInvocation<'_>,
+        which: Which,
+        call: &ScriptCall,
     ) -> Result<(Value, String), StoreError> {
         let refused_lately = matches!(
             self.lease_client(),
@@ -231,27 +232,18 @@ impl Store {
             other => {
                 let mut other = other;
                 let v = self
-                    .bounded(op, timeout, inv.invoke_async(&mut other))
+                    .bounded(op, timeout, self.eval(which, call, &mut other))
                     .await?;
                 return Ok((v, String::new()));
             }
         };
         let info = self.server_info.allowed();
-        let run = async {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors().cmd("CLIENT").arg("ID");
-            if info {
-                pipe.cmd("INFO").arg("server");
-            }
-            pipe.invoke_script(inv);
-            let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-            if matches!(replies.last(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
-                // A restarted or flushed Redis: load the script, once.
-                inv.load_async(&mut conn).await?;
-                replies = pipe.query_async(&mut conn).await?;
-            }
-            Ok(replies)
-        };
+        let mut pipe = redis::pipe();
+        pipe.cmd("CLIENT").arg("ID");
+        if info {
+            pipe.cmd("INFO").arg("server");
+        }
+        let run = self.eval_after(&pipe, which, call, &mut conn);
         let mut replies = self.bounded(op, timeout, run).await?;
         let sent = if info { 3 } else { 2 };
         if replies.len() != sent {

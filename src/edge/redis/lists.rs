@@ -12,8 +12,9 @@
 
 use redis::Value;
 
-use super::calls;
-use super::{BULK_TIMEOUT, Conn, LeaseGrant, Store, bytes_list, checked, reply_err};
+use super::calls::{self, ScriptCall};
+use super::scripts::Which;
+use super::{BULK_TIMEOUT, Conn, LeaseGrant, Store, bytes_list, checked, int, reply_err};
 use crate::error::StoreError;
 
 impl Store {
@@ -24,16 +25,18 @@ impl Store {
 
     async fn push_once(&self, key: &str, value: &str, push: &str) -> Result<bool, StoreError> {
         let mut conn = self.conn();
-        let mut inv = self.scripts.register.prepare_invoke();
-        inv.key(key).arg(value).arg(push);
+        let call = ScriptCall {
+            keys: vec![key.to_string()],
+            args: vec![value.as_bytes().to_vec(), push.as_bytes().to_vec()],
+        };
         let added = self
             .bounded(
                 "add to list",
                 self.op_timeout,
-                inv.invoke_async::<i64>(&mut conn),
+                self.eval(Which::Register, &call, &mut conn),
             )
             .await;
-        match added {
+        match added.and_then(|v| int(&v).ok_or_else(|| reply_err("add to list", &v))) {
             Ok(n) => Ok(n == 1),
             Err(e) => Err(self.classify(e, &[key], "list").await),
         }
@@ -74,13 +77,16 @@ impl Store {
     /// another type is refused (and left alone).
     pub async fn replace_list(&self, key: &str, values: &[String]) -> Result<(), StoreError> {
         let mut conn = self.conn();
-        let mut inv = self.scripts.replace_list.prepare_invoke();
-        inv.key(key);
-        for v in values {
-            inv.arg(v);
-        }
+        let call = ScriptCall {
+            keys: vec![key.to_string()],
+            args: values.iter().map(|v| v.as_bytes().to_vec()).collect(),
+        };
         let v: Value = self
-            .bounded("replace list", BULK_TIMEOUT, inv.invoke_async(&mut conn))
+            .bounded(
+                "replace list",
+                BULK_TIMEOUT,
+                self.eval(Which::ReplaceList, &call, &mut conn),
+            )
             .await?;
         match checked(v)? {
             Value::Int(_) => Ok(()),
@@ -153,14 +159,13 @@ impl Store {
         };
         lists.sort();
         lists.dedup();
-        let mut inv = self.scripts.forget.prepare_invoke();
-        calls::forget(&self.keys, grant, pairs, &lists).load(&mut inv);
+        let call = calls::forget(&self.keys, grant, pairs, &lists);
         let mut conn = self.conn();
         let v: Value = self
             .bounded(
                 "forget members",
                 self.op_timeout,
-                inv.invoke_async(&mut conn),
+                self.eval(Which::Forget, &call, &mut conn),
             )
             .await?;
         calls::forgotten(v, pairs)

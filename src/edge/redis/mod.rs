@@ -5,7 +5,9 @@
 //!  conn.rs     connections (lease, bulk), bounded calls, pipelines per slot,
 //!              WRONGTYPE classification, WAIT for replicas
 //!  reply.rs    decoding replies
-//!  scripts.rs  the Lua scripts (scripts/*.lua) and their refusals
+//!  scripts.rs  the Lua scripts (scripts/*.lua), as one Functions library
+//!              too, and their refusals
+//!  invoke.rs   calling a script: FCALL of the library, else EVALSHA
 //!  lease.rs    acquire, renew, release
 //!  snapshot.rs the holder's cycle reads: lists (sized, guarded), table state,
 //!              reports
@@ -56,6 +58,7 @@ mod controls;
 mod costs;
 mod guard;
 mod history;
+mod invoke;
 mod lease;
 mod lists;
 mod lookups;
@@ -191,6 +194,8 @@ pub struct Store {
     /// Whether Redis lets us ask `INFO server` for its run id, which names
     /// the server of a member's connection.
     server_info: Arc<Optional>,
+    /// Whether Redis runs the scripts' library (`FCALL`; see `invoke.rs`).
+    functions: Arc<Optional>,
     /// The Redis client id of the lease connection, as last learned on it.
     lease_client: Arc<std::sync::Mutex<LeaseClient>>,
 }
@@ -480,6 +485,7 @@ impl Store {
             memory_usage: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             row_client: Arc::default(),
             server_info: Arc::default(),
+            functions: Arc::default(),
             lease_client: Arc::new(std::sync::Mutex::new(LeaseClient::Unknown)),
             scripts: Arc::new(Scripts::new()),
             op_timeout,

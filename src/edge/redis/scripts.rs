@@ -29,16 +29,71 @@ pub const TABLE_STATE: &str = script!("scripts/table_state.lua");
 pub const REPLACE_LIST: &str = script!("scripts/replace_list.lua");
 pub const FORGET: &str = script!("scripts/forget.lua");
 
-/// The scripts, compiled once per store (`EVALSHA`, loaded on `NOSCRIPT`).
+/// One of the scripts, for [`Scripts::get`] and the library's function
+/// names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Which {
+    Acquire,
+    Renew,
+    Release,
+    Commit,
+    Register,
+    TableState,
+    ReplaceList,
+    Forget,
+}
+
+impl Which {
+    const ALL: [Which; 8] = [
+        Which::Acquire,
+        Which::Renew,
+        Which::Release,
+        Which::Commit,
+        Which::Register,
+        Which::TableState,
+        Which::ReplaceList,
+        Which::Forget,
+    ];
+
+    fn source(self) -> &'static str {
+        match self {
+            Which::Acquire => ACQUIRE,
+            Which::Renew => RENEW,
+            Which::Release => RELEASE,
+            Which::Commit => COMMIT,
+            Which::Register => REGISTER,
+            Which::TableState => TABLE_STATE,
+            Which::ReplaceList => REPLACE_LIST,
+            Which::Forget => FORGET,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Which::Acquire => "acquire",
+            Which::Renew => "renew",
+            Which::Release => "release",
+            Which::Commit => "commit",
+            Which::Register => "register",
+            Which::TableState => "table_state",
+            Which::ReplaceList => "replace_list",
+            Which::Forget => "forget",
+        }
+    }
+}
+
+/// The scripts, compiled once per store (`EVALSHA`, loaded on `NOSCRIPT`),
+/// and the same scripts as one Redis Functions library.
 pub(super) struct Scripts {
-    pub(super) acquire: Script,
-    pub(super) renew: Script,
-    pub(super) release: Script,
-    pub(super) commit: Script,
-    pub(super) register: Script,
-    pub(super) table_state: Script,
-    pub(super) replace_list: Script,
-    pub(super) forget: Script,
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    commit: Script,
+    register: Script,
+    table_state: Script,
+    replace_list: Script,
+    forget: Script,
+    pub(super) library: Library,
 }
 
 impl Scripts {
@@ -52,8 +107,72 @@ impl Scripts {
             table_state: Script::new(TABLE_STATE),
             replace_list: Script::new(REPLACE_LIST),
             forget: Script::new(FORGET),
+            library: Library::new(),
         }
     }
+
+    pub(super) fn get(&self, which: Which) -> &Script {
+        match which {
+            Which::Acquire => &self.acquire,
+            Which::Renew => &self.renew,
+            Which::Release => &self.release,
+            Which::Commit => &self.commit,
+            Which::Register => &self.register,
+            Which::TableState => &self.table_state,
+            Which::ReplaceList => &self.replace_list,
+            Which::Forget => &self.forget,
+        }
+    }
+}
+
+/// Every script as a function of one library (`FUNCTION LOAD`), which Redis
+/// keeps across restarts (with persistence) and replicates, unlike the
+/// script cache. The library's name and each function's carry a digest of
+/// all the scripts' text: replicas of different versions, side by side in a
+/// rolling upgrade, each call their own.
+pub(super) struct Library {
+    /// `distributor_<12 hex digits>`.
+    pub(super) name: String,
+    /// The `FUNCTION LOAD` payload.
+    pub(super) source: String,
+}
+
+impl Library {
+    fn new() -> Library {
+        let mut all = String::new();
+        for w in Which::ALL {
+            all.push_str(w.source());
+        }
+        let digest = Script::new(&all).get_hash().to_string();
+        let name = format!("distributor_{}", &digest[..12]);
+        let mut source = format!("#!lua name={name}\n");
+        for w in Which::ALL {
+            // The body reads KEYS and ARGV, as a script does: the function's
+            // parameters get those names.
+            source.push_str(&format!(
+                "redis.register_function('{name}_{}', function(KEYS, ARGV)\n{}\nend)\n",
+                w.name(),
+                w.source()
+            ));
+        }
+        Library { name, source }
+    }
+
+    /// The function that runs `which`.
+    pub(super) fn function(&self, which: Which) -> String {
+        format!("{}_{}", self.name, which.name())
+    }
+}
+
+/// The library function that runs the script whose text (prelude included,
+/// as the constants above) has SHA-1 `sha`, for tools that recognise a
+/// script in either form (`EVALSHA <sha>` or `FCALL <function>`).
+pub fn function_of(sha: &str) -> Option<String> {
+    let library = Library::new();
+    Which::ALL
+        .into_iter()
+        .find(|w| Script::new(w.source()).get_hash().eq_ignore_ascii_case(sha))
+        .map(|w| library.function(w))
 }
 
 /// Turns a script's refusals into errors: `{-2, key, field, value, expected}`

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use redis::Value;
 
 use super::calls;
+use super::scripts::Which;
 use super::{
     BULK_TIMEOUT, ListLimits, ListRead, Reports, ReportsContent, ReportsRead, Snapshot, Store,
     bytes_list, int, reply_err, text_pairs,
@@ -429,13 +430,12 @@ impl Store {
         // A small reply: on the lease connection, never queued behind the
         // lists it runs beside.
         let mut conn = self.conn();
-        let mut inv = self.scripts.table_state.prepare_invoke();
-        calls::table_state(&self.keys, content_check).load(&mut inv);
+        let call = calls::table_state(&self.keys, content_check);
         let v: Value = self
             .bounded(
                 "read table state",
                 self.op_timeout,
-                inv.invoke_async(&mut conn),
+                self.eval(Which::TableState, &call, &mut conn),
             )
             .await?;
         calls::table_stated(v)

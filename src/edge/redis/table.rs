@@ -17,6 +17,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::calls::{self, CommitReply};
+use super::scripts::Which;
 use super::{
     BULK_TIMEOUT, Commit, Committed, Inheritance, LeaseGrant, Store, reply_err, stored_count,
 };
@@ -32,8 +33,7 @@ impl Store {
         c: &Commit<'_>,
     ) -> Result<Committed, StoreError> {
         let mut conn = self.conn();
-        let mut inv = self.scripts.commit.prepare_invoke();
-        calls::commit(&self.keys, grant, c).load(&mut inv);
+        let call = calls::commit(&self.keys, grant, c);
         let rows = c.table.map_or(0, MatchingTable::len);
         // A big table takes longer to transfer and apply than a renewal: the
         // budget grows with rows and with bytes (measured: 10,000 rows of a
@@ -53,7 +53,11 @@ impl Store {
             + Duration::from_millis((rows as u64) / 10)
             + Duration::from_millis((bytes as u64) / 20_000);
         let v: Value = match self
-            .bounded("write table", timeout, inv.invoke_async(&mut conn))
+            .bounded(
+                "write table",
+                timeout,
+                self.eval(Which::Commit, &call, &mut conn),
+            )
             .await
         {
             Ok(v) => v,
