@@ -701,9 +701,27 @@ pub fn spawn_replica(redis_url: &str, name: &str, t: &Timing) -> Replica {
 
 /// [`spawn_replica`] with `extra` flags after the others (e.g. `-http-ui`).
 pub fn spawn_replica_with(redis_url: &str, name: &str, t: &Timing, extra: &[&str]) -> Replica {
+    spawn_replica_of(&distributor_bin(), redis_url, name, t, extra)
+}
+
+/// A reference build of the daemon to measure beside this one in the same
+/// run (`BENCH_REFERENCE_BIN`, e.g. built from the commit before a change),
+/// where a section supports it.
+pub fn reference_bin() -> Option<PathBuf> {
+    std::env::var_os("BENCH_REFERENCE_BIN").map(PathBuf::from)
+}
+
+/// [`spawn_replica_with`], running the daemon binary `bin`.
+pub fn spawn_replica_of(
+    bin: &std::path::Path,
+    redis_url: &str,
+    name: &str,
+    t: &Timing,
+    extra: &[&str],
+) -> Replica {
     let http_port = free_port();
     let log = std::fs::File::create(log_dir().join(format!("{name}.log"))).unwrap();
-    let child = Command::new(distributor_bin())
+    let child = Command::new(bin)
         .args([
             format!("-redis-url={redis_url}"),
             format!("-services-namespaces={SERVICES}"),

@@ -37,6 +37,21 @@ struct Fleet {
 
 impl Fleet {
     async fn start(workers: usize, units: usize) -> Fleet {
+        Fleet::start_with(workers, units, &[]).await
+    }
+
+    /// With `extra` flags for the holder (e.g. `-assignment=sticky`).
+    async fn start_with(workers: usize, units: usize, extra: &[&str]) -> Fleet {
+        Fleet::start_of(&distributor_bin(), workers, units, extra).await
+    }
+
+    /// With the holder run from the daemon binary `bin`.
+    async fn start_of(
+        bin: &std::path::Path,
+        workers: usize,
+        units: usize,
+        extra: &[&str],
+    ) -> Fleet {
         let redis = redis_server();
         let mut conn = redis.conn().await;
         set_list(&mut conn, UNITS, &unit_names(units)).await;
@@ -50,10 +65,12 @@ impl Fleet {
             set_list(&mut conn, SERVICES, &addrs).await;
         }
         let members = (0..VICTIMS).map(|_| spawn_member(&redis.url())).collect();
-        let replica = spawn_replica(
+        let replica = spawn_replica_of(
+            bin,
             &redis.url(),
             &format!("detect-{workers}"),
             &Timing::defaults(POLL, PING_TIMEOUT),
+            extra,
         );
         let fleet = Fleet {
             redis,
@@ -241,6 +258,76 @@ async fn scenario(
             target,
         );
     }
+    let cpu = f.replica.proc.cpu();
+    note(&format!(
+        "holder CPU over the {label} run: {:.1} s",
+        cpu.as_secs_f64()
+    ));
+}
+
+/// Issue 24's reference: SIGKILL of a worker to its units owned again, at
+/// the default flags, in `ring` and `sticky` mode, in the same run. Each
+/// mode starts a fleet of its own; kills land at random points of the cycle
+/// (seeded as above). With `BENCH_REFERENCE_BIN` set, each case runs with
+/// that daemon first, then with this one.
+pub async fn scale() {
+    section("kill to units owned again, ring and sticky (issue 24's reference)");
+    let mut bins = Vec::new();
+    if let Some(r) = reference_bin() {
+        bins.push(("reference", r));
+    }
+    bins.push(("this", distributor_bin()));
+    let cases = [(10, 1_000, 25), (100, 100_000, 12), (1_000, 100_000, 12)];
+    // BENCH_SCALE_ONLY (e.g. `100x100000:sticky`) runs one case alone.
+    let only = std::env::var("BENCH_SCALE_ONLY").ok();
+    for (workers, units, trials) in cases {
+        for assignment in ["ring", "sticky"] {
+            let case = format!("{workers}x{units}:{assignment}");
+            if only.as_ref().is_some_and(|o| *o != case) {
+                continue;
+            }
+            for (build, bin) in &bins {
+                kills(bin, build, assignment, workers, units, trials).await;
+            }
+        }
+    }
+}
+
+async fn kills(
+    bin: &std::path::Path,
+    build: &str,
+    assignment: &str,
+    workers: usize,
+    units: usize,
+    trials: usize,
+) {
+    let flag = format!("-assignment={assignment}");
+    let mut f = Fleet::start_of(bin, workers, units, &[flag.as_str()]).await;
+    let mut rng = Rng::new(0x5ca1e ^ workers as u64 ^ units as u64 ^ seed().rotate_left(32));
+    let (mut gone, mut owned) = (Vec::new(), Vec::new());
+    for trial in 0..trials {
+        let i = trial % VICTIMS;
+        f.present(i).await;
+        tokio::time::sleep(rng.below(POLL)).await;
+        let t0 = Instant::now();
+        f.members[i].0.kill();
+        gone.push(f.gone_after(i, t0).await);
+        owned.push(f.owned_after(i, t0).await);
+        f.replace(i).await;
+    }
+    let label = format!("{build}, {assignment}, {workers} workers x {units} units");
+    report(
+        &format!("scale: SIGKILL to its row gone, {label}"),
+        "ms",
+        &gone,
+        Target::none(),
+    );
+    report(
+        &format!("scale: SIGKILL to its units owned again, {label}"),
+        "ms",
+        &owned,
+        Target::none(),
+    );
     let cpu = f.replica.proc.cpu();
     note(&format!(
         "holder CPU over the {label} run: {:.1} s",

@@ -11,7 +11,9 @@
 //! Sections: `pings` (target 2), `detection` (3), `failover` (4),
 //! `redis_cost` (5), `table_write` (6), `memory` (holder peak RSS per unit),
 //! `handoff` (revoke → acknowledge → grant between live members), `rolling`
-//! (owner changes per unit over a rolling restart, issue 23), `ui` (the
+//! (owner changes per unit over a rolling restart, issue 23), `scale` (kill
+//! to units owned again in `ring` and `sticky` up to 1,000 × 100,000, issue
+//! 24's reference), `ui` (the
 //! status page's first render in headless Chromium, issue 14).
 //! The assignment itself (target 1) is
 //! `benches/ring.rs`. The 10,000-member runs need about 12,000 open files:
@@ -47,6 +49,7 @@ const SECTIONS: &[&str] = &[
     "handoff",
     "member_reads",
     "rolling",
+    "scale",
     "ui",
 ];
 
@@ -93,6 +96,7 @@ fn main() {
                 "member_reads" => member_reads::run().await,
                 "handoff" => handoff::run().await,
                 "rolling" => rolling::run().await,
+                "scale" => detection::scale().await,
                 "ui" => ui::run().await,
                 _ => unreachable!(),
             }
