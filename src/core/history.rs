@@ -13,8 +13,10 @@
 //! - decoding never fails: an entry someone else wrote, or one cut short,
 //!   comes back with what could be read and the reason for the rest.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::BuildHasherDefault;
 
+use crate::core::sticky::StrHasher;
 use crate::core::table::{MatchingTable, Moves, decode_row};
 
 /// Entries the stream keeps (`XADD ... MAXLEN`): the newest.
@@ -175,6 +177,7 @@ pub fn record(
 ) -> ChangeRecord {
     // Members: rows that came, went or changed.
     let mut members = Vec::new();
+    let mut changed = Vec::new();
     let ids: BTreeSet<&String> = previous.rows().keys().chain(next.rows().keys()).collect();
     for id in ids {
         let before = previous.rows().get(id);
@@ -182,6 +185,7 @@ pub fn record(
         if before == after {
             continue;
         }
+        changed.push((before, after));
         let count = |v: Option<&String>| v.map_or(0, |v| decode_row(v).len());
         let (units_before, units_after) = (count(before), count(after));
         let why = if states.failed.contains(id) {
@@ -217,30 +221,35 @@ pub fn record(
         .count();
     members.truncate(listed);
 
-    // Units: owners before and after (one per group, so possibly several).
-    let owners = |t: &'_ MatchingTable| {
-        let mut by_unit: HashMap<String, Vec<String>> = HashMap::new();
-        for (m, row) in t.rows() {
-            for u in decode_row(row) {
-                by_unit.entry(u.to_string()).or_default().push(m.clone());
-            }
+    // Units: whether some member gained each, and whether some member lost
+    // it (one owner per group, so possibly several). Only a changed row can
+    // gain or lose a unit, so only changed rows are read: O(their units).
+    type Seen<'a> = HashMap<&'a str, (bool, bool), BuildHasherDefault<StrHasher>>;
+    let mut seen: Seen<'_> = HashMap::default();
+    fn row(v: Option<&String>) -> HashSet<&str, BuildHasherDefault<StrHasher>> {
+        v.map(|v| decode_row(v))
+            .unwrap_or_default()
+            .into_iter()
+            .collect()
+    }
+    for (before, after) in changed {
+        let (old, new) = (row(before), row(after));
+        for u in new.difference(&old) {
+            seen.entry(u).or_default().0 = true;
         }
-        by_unit
-    };
-    let (mut before, after) = (owners(previous), owners(next));
+        for u in old.difference(&new) {
+            seen.entry(u).or_default().1 = true;
+        }
+    }
     let (mut moved, mut placed, mut revoked) = (vec![], vec![], vec![]);
-    for (unit, new) in &after {
-        let old = before.remove(unit).unwrap_or_default();
-        let gained = new.iter().any(|m| !old.contains(m));
-        let lost = old.iter().any(|m| !new.contains(m));
-        match (gained, lost) {
-            (true, true) => moved.push(unit.as_str()),
-            (true, false) => placed.push(unit.as_str()),
-            (false, true) => revoked.push(unit.as_str()),
+    for (unit, gained_lost) in seen {
+        match gained_lost {
+            (true, true) => moved.push(unit),
+            (true, false) => placed.push(unit),
+            (false, true) => revoked.push(unit),
             (false, false) => {}
         }
     }
-    revoked.extend(before.keys().map(String::as_str));
     ChangeRecord {
         why,
         members,
@@ -671,5 +680,64 @@ mod tests {
         }
         assert_eq!(e.record.why, vec![Why::Join]);
         assert_eq!(e.record.members.len(), 1);
+    }
+
+    /// What every owner held before and after, unit by unit: the definition
+    /// the record's counts must meet (it reads only changed rows).
+    fn reference(previous: &MatchingTable, next: &MatchingTable) -> [Vec<String>; 3] {
+        let owners = |t: &MatchingTable| {
+            let mut by_unit: HashMap<String, BTreeSet<String>> = HashMap::new();
+            for (m, row) in t.rows() {
+                for u in decode_row(row) {
+                    by_unit.entry(u.to_string()).or_default().insert(m.clone());
+                }
+            }
+            by_unit
+        };
+        let (before, after) = (owners(previous), owners(next));
+        let units: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+        let mut out: [Vec<String>; 3] = Default::default();
+        for u in units {
+            let (old, new) = (
+                before.get(u).cloned().unwrap_or_default(),
+                after.get(u).cloned().unwrap_or_default(),
+            );
+            let gained = new.difference(&old).next().is_some();
+            let lost = old.difference(&new).next().is_some();
+            match (gained, lost) {
+                (true, true) => out[0].push(u.clone()),
+                (true, false) => out[1].push(u.clone()),
+                (false, true) => out[2].push(u.clone()),
+                (false, false) => {}
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Moved, placed and revoked units are those of the definition, for
+        /// tables whose units may have several owners (several groups) and
+        /// whose rows may repeat a unit.
+        #[test]
+        fn the_record_counts_units_as_owners_changed(
+            before in proptest::collection::btree_map(0..6u8, proptest::collection::vec(0..20u8, 0..8), 0..6),
+            after in proptest::collection::btree_map(0..6u8, proptest::collection::vec(0..20u8, 0..8), 0..6),
+        ) {
+            let t = |rows: &std::collections::BTreeMap<u8, Vec<u8>>| {
+                MatchingTable::from_rows(rows.iter().map(|(m, us)| {
+                    let row: Vec<String> = us.iter().map(|u| format!("u{u}")).collect();
+                    (format!("m{m}:1"), row.join(","))
+                }))
+            };
+            let (previous, next) = (t(&before), t(&after));
+            let r = record(&previous, &next, &MemberStates::default(), None);
+            let [moved, placed, revoked] = reference(&previous, &next);
+            proptest::prop_assert_eq!(r.moved.count, moved.len());
+            proptest::prop_assert_eq!(r.placed.count, placed.len());
+            proptest::prop_assert_eq!(r.revoked.count, revoked.len());
+            proptest::prop_assert_eq!(&r.moved.units, &moved);
+            proptest::prop_assert_eq!(&r.placed.units, &placed);
+            proptest::prop_assert_eq!(&r.revoked.units, &revoked);
+        }
     }
 }

@@ -5,11 +5,13 @@
 //! units in transit.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::BuildHasherDefault;
 
 use std::time::Instant;
 
 use super::{Moved, Origin, Plan, PlanInput, Transit, Transits};
 use crate::core::inputs::GroupMembers;
+use crate::core::sticky::StrHasher;
 use crate::core::table::{MatchingTable, SEPARATOR};
 
 /// Plans the next granted table (see the module documentation).
@@ -193,6 +195,10 @@ fn claim(
     }
 }
 
+/// A row's units as a set (XXH3: rows of thousands of units are hashed on
+/// every change).
+type Units<'a> = HashSet<&'a str, BuildHasherDefault<StrHasher>>;
+
 fn decode(row: &str) -> impl Iterator<Item = &str> {
     row.split(SEPARATOR).filter(|u| !u.is_empty())
 }
@@ -305,17 +311,19 @@ fn plan_group(
     // to one (desired, not granted there).
     let mut leaving: HashMap<&str, Vec<&str>> = HashMap::new();
     let mut incoming: HashMap<&str, &str> = HashMap::new();
-    let mut kept: HashMap<&str, HashSet<&str>> = HashMap::new();
+    // What each changed member holds now (a unit of its desired row that it
+    // holds is kept).
+    let mut held: HashMap<&str, Units<'_>> = HashMap::new();
     for &m in &changed {
         let gone = stripped.get(m);
-        let have: HashSet<&str> = granted_row(m)
+        let have: Units<'_> = granted_row(m)
             .map(|r| {
                 decode(r)
                     .filter(|u| !gone.is_some_and(|x| x.contains(u)))
                     .collect()
             })
             .unwrap_or_default();
-        let want: HashSet<&str> = desired_row(m)
+        let want: Units<'_> = desired_row(m)
             .map(|r| decode(r).collect())
             .unwrap_or_default();
         for &u in have.difference(&want) {
@@ -324,7 +332,7 @@ fn plan_group(
         for &u in want.difference(&have) {
             incoming.insert(u, m);
         }
-        kept.insert(m, have.intersection(&want).copied().collect());
+        held.insert(m, have);
     }
 
     // Revocations.
@@ -393,7 +401,7 @@ fn plan_group(
     // filtered to what they hold now, in the desired order, so that a row
     // whose moves are all done is exactly the desired one.
     for m in g.members.iter().map(String::as_str) {
-        let row = match kept.get(m) {
+        let row = match held.get(m) {
             Some(k) => {
                 let now = granted_now.get(m);
                 let units: Vec<&str> = desired_row(m)
