@@ -175,3 +175,36 @@ async fn without_functions_in_the_acl_scripts_run_by_evalsha() {
     );
     assert_eq!(libraries(&redis).await.len(), 1);
 }
+
+/// The lease's renewal and release go on when Redis' memory is full (as
+/// they did as scripts, whose `PEXPIRE` Redis allows then): their functions
+/// carry `allow-oom`, and the table's state, which only reads, `no-writes`.
+#[tokio::test]
+async fn renewals_go_on_when_memory_is_full() {
+    let redis = RedisServer::start();
+    let store = Store::open(&redis.url(), TABLE, OP).unwrap();
+    let Acquisition::Acquired(grant) = store.acquire(&claim("a")).await.unwrap() else {
+        panic!("a free lease")
+    };
+    let () = redis
+        .cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])
+        .await;
+    let () = redis.cmd(&["CONFIG", "SET", "maxmemory", "1"]).await;
+    let mut c = redis.conn().await;
+    let refused: redis::RedisResult<()> = redis::cmd("SET")
+        .arg("x")
+        .arg("y")
+        .query_async(&mut c)
+        .await;
+    assert!(
+        refused.is_err_and(|e| e.code() == Some("OOM")),
+        "memory is full"
+    );
+    let ttl = Duration::from_secs(30);
+    assert_eq!(
+        store.renew(&grant, ttl, OP).await.unwrap(),
+        Renewal::Renewed
+    );
+    assert!(store.release(&grant).await.unwrap(), "released");
+    let () = redis.cmd(&["CONFIG", "SET", "maxmemory", "0"]).await;
+}

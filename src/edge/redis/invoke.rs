@@ -159,13 +159,14 @@ impl Store {
     }
 }
 
-/// `NOPERM`, or a command Redis does not know (before 7.0, renamed).
+/// `FCALL` or `FUNCTION LOAD` not permitted (not a key the ACL denies,
+/// which `EVALSHA` would be denied too), or a command Redis does not know
+/// (before 7.0, renamed).
 fn refused(e: &RedisError) -> bool {
-    e.code() == Some("NOPERM")
-        || e.detail().is_some_and(|d| {
-            let d = d.to_ascii_lowercase();
-            d.contains("unknown command") || d.contains("unknown subcommand")
-        })
+    let detail = e.detail().unwrap_or_default().to_ascii_lowercase();
+    (e.code() == Some("NOPERM") && (detail.contains("fcall") || detail.contains("function")))
+        || detail.contains("unknown command")
+        || detail.contains("unknown subcommand")
 }
 
 /// Redis has no function of that name (the library is not loaded: a new

@@ -150,9 +150,14 @@ impl Store {
             return Ok(HolderConnection::Refused);
         };
         let info = client.server.is_some() && self.server_info.allowed();
+        if client.server.is_some() && !info {
+            // A record naming a server this replica cannot identify.
+            return Ok(HolderConnection::Open);
+        }
         let mut pipe = redis::pipe();
-        pipe.atomic();
         if info {
+            // Both answers from one server.
+            pipe.atomic();
             pipe.cmd("INFO").arg("server");
         }
         pipe.cmd("CLIENT").arg("LIST").arg("ID").arg(client.client);
@@ -170,7 +175,9 @@ impl Store {
                 return Ok(HolderConnection::Open);
             }
             Err(e) if refusal(&e).is_some() => return Ok(HolderConnection::Refused),
-            Err(StoreError::Redis { source, .. }) if refused_commands(&source).is_some() => {
+            Err(StoreError::Redis { source, .. })
+                if refused_commands(&source).is_some() || too_old(&source) =>
+            {
                 return Ok(HolderConnection::Refused);
             }
             Err(e) => return Err(e),
@@ -254,11 +261,16 @@ impl Store {
         }
         let script = replies.pop().expect("a script reply");
         let server = match info.then(|| replies.pop().expect("an INFO reply")) {
-            Some(Value::ServerError(_)) => {
-                self.server_info.refused();
-                tracing::warn!(
-                    "INFO is not permitted: the lease record names no Redis server, so after a Redis failover or restart a standby may take a live holder's lease over before its renew deadline (its writes stay fenced; asked again in a minute)"
-                );
+            Some(Value::ServerError(e)) => {
+                let e: redis::RedisError = e.into();
+                if refused_commands(&e).is_some() {
+                    self.server_info.refused();
+                    tracing::warn!(
+                        "INFO is not permitted: the lease record names no Redis server, so after a Redis failover or restart a standby may take a live holder's lease over before its renew deadline (its writes stay fenced; asked again in a minute)"
+                    );
+                } else {
+                    tracing::debug!(error = %e, "INFO failed: this lease record names no Redis server");
+                }
                 None
             }
             Some(i) => text(&i).as_deref().and_then(RunId::from_info),
@@ -292,6 +304,16 @@ impl Store {
         }
         Ok((script, arg))
     }
+}
+
+/// Whether a transaction's error says `CLIENT LIST ID` is unknown to this
+/// Redis (before 6.2, inside `MULTI`: a syntax error at `EXEC`).
+fn too_old(e: &redis::RedisError) -> bool {
+    e.clone().into_server_errors().is_some_and(|errors| {
+        errors
+            .iter()
+            .any(|(_, e)| e.details().is_some_and(|d| d.contains("syntax error")))
+    })
 }
 
 /// Why Redis will not tell us about connections, if that is what `e` says:

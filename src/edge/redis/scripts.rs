@@ -68,6 +68,20 @@ impl Which {
         }
     }
 
+    /// The function's flags. Without any, Redis refuses a function before
+    /// it runs whenever a write could be refused (memory over `maxmemory`,
+    /// a failing disk, too few replicas): clean for a table write, which
+    /// then writes nothing. The lease's renewal and release write a few
+    /// bytes and must go on when memory is full, as they did as scripts;
+    /// the table's state only reads.
+    fn flags(self) -> &'static str {
+        match self {
+            Which::Renew | Which::Release => "'allow-oom'",
+            Which::TableState => "'no-writes'",
+            _ => "",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Which::Acquire => "acquire",
@@ -128,8 +142,9 @@ impl Scripts {
 /// Every script as a function of one library (`FUNCTION LOAD`), which Redis
 /// keeps across restarts (with persistence) and replicates, unlike the
 /// script cache. The library's name and each function's carry a digest of
-/// all the scripts' text: replicas of different versions, side by side in a
-/// rolling upgrade, each call their own.
+/// the whole library (scripts, function names and flags): replicas of
+/// different versions, side by side in a rolling upgrade, each call their
+/// own, and a library is never taken for another.
 pub(super) struct Library {
     /// `distributor_<12 hex digits>`.
     pub(super) name: String,
@@ -139,22 +154,21 @@ pub(super) struct Library {
 
 impl Library {
     fn new() -> Library {
-        let mut all = String::new();
-        for w in Which::ALL {
-            all.push_str(w.source());
-        }
-        let digest = Script::new(&all).get_hash().to_string();
-        let name = format!("distributor_{}", &digest[..12]);
-        let mut source = format!("#!lua name={name}\n");
+        const NAME: &str = "%LIBRARY%";
+        let mut body = String::new();
         for w in Which::ALL {
             // The body reads KEYS and ARGV, as a script does: the function's
             // parameters get those names.
-            source.push_str(&format!(
-                "redis.register_function('{name}_{}', function(KEYS, ARGV)\n{}\nend)\n",
+            body.push_str(&format!(
+                "redis.register_function{{function_name='{NAME}_{}', flags={{{}}}, callback=function(KEYS, ARGV)\n{}\nend}}\n",
                 w.name(),
+                w.flags(),
                 w.source()
             ));
         }
+        let digest = Script::new(&body).get_hash().to_string();
+        let name = format!("distributor_{}", &digest[..12]);
+        let source = format!("#!lua name={name}\n{}", body.replace(NAME, &name));
         Library { name, source }
     }
 
