@@ -5,23 +5,11 @@
 
 use std::time::Duration;
 
-use distributor::edge::redis::{Acquisition, Claim, Renewal, Store};
+use distributor::edge::redis::{Acquisition, Renewal, Store};
 
 use crate::idle::count_in;
 use crate::security::{ADMIN_PASSWORD, PASSWORD, create_acl_user, create_acl_user_with};
 use crate::support::*;
-
-fn claim(holder_id: &str) -> Claim<'_> {
-    Claim {
-        ttl: Duration::from_secs(30),
-        epoch_floor: 0,
-        generation_floor: 0,
-        holder_id,
-        now_ms: 1,
-        failure_threshold: 1,
-        takeover: None,
-    }
-}
 
 const OP: Duration = Duration::from_secs(2);
 
@@ -70,7 +58,7 @@ async fn stats(redis: &RedisServer) -> String {
 async fn scripts_run_as_one_library_loaded_once_and_again_after_a_flush() {
     let redis = RedisServer::start();
     let store = Store::open(&redis.url(), TABLE, OP).unwrap();
-    let Acquisition::Acquired(grant) = store.acquire(&claim("a")).await.unwrap() else {
+    let Acquisition::Acquired(grant) = store.acquire(&lease_claim("a")).await.unwrap() else {
         panic!("a free lease")
     };
     let libs = libraries(&redis).await;
@@ -108,7 +96,7 @@ async fn a_promoted_replica_runs_the_library_without_loading_it() {
     let replica =
         RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
     let holder = Store::open(&master.url(), TABLE, OP).unwrap();
-    let Acquisition::Acquired(grant) = holder.acquire(&claim("a")).await.unwrap() else {
+    let Acquisition::Acquired(grant) = holder.acquire(&lease_claim("a")).await.unwrap() else {
         panic!("a free lease")
     };
     let libs = libraries(&master).await;
@@ -144,7 +132,7 @@ async fn without_functions_in_the_acl_scripts_run_by_evalsha() {
     create_acl_user_with(&redis, "+client|id +client|list +info").await;
     let url = format!("redis://distributor:{PASSWORD}@127.0.0.1:{}", redis.port());
     let store = Store::open(&url, TABLE, OP).unwrap();
-    let Acquisition::Acquired(grant) = store.acquire(&claim("a")).await.unwrap() else {
+    let Acquisition::Acquired(grant) = store.acquire(&lease_claim("a")).await.unwrap() else {
         panic!("a free lease")
     };
     let ttl = Duration::from_secs(30);
@@ -183,7 +171,7 @@ async fn without_functions_in_the_acl_scripts_run_by_evalsha() {
 async fn renewals_go_on_when_memory_is_full() {
     let redis = RedisServer::start();
     let store = Store::open(&redis.url(), TABLE, OP).unwrap();
-    let Acquisition::Acquired(grant) = store.acquire(&claim("a")).await.unwrap() else {
+    let Acquisition::Acquired(grant) = store.acquire(&lease_claim("a")).await.unwrap() else {
         panic!("a free lease")
     };
     let () = redis

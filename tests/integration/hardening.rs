@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use distributor::core::liveness::HealthChanges;
-use distributor::edge::redis::{Acquisition, Claim, Commit, Store};
+use distributor::edge::redis::{Acquisition, Commit, Store};
 use distributor::{MatchingTable, Role, StartError, StoreError};
 
 use crate::support::*;
@@ -158,18 +158,6 @@ async fn redis_and_the_daemon_compute_the_same_table_digest() {
     assert_eq!(digest, t.digest());
 }
 
-fn claim(holder_id: &str) -> Claim<'_> {
-    Claim {
-        ttl: Duration::from_secs(30),
-        epoch_floor: 0,
-        generation_floor: 0,
-        holder_id,
-        now_ms: 1,
-        failure_threshold: 1,
-        takeover: None,
-    }
-}
-
 fn invalid(e: &StoreError) -> (String, String, String) {
     match e {
         StoreError::InvalidState {
@@ -191,14 +179,14 @@ async fn scripts_validate_everything_before_their_first_write() {
     // acquire: a bad epoch leaves no lease behind.
     for bad in ["abc", "9223372036854775807", "1.5", "9007199254740992"] {
         let () = redis.cmd(&["SET", &k.epoch, bad]).await;
-        let e = store.acquire(&claim("a")).await.unwrap_err();
+        let e = store.acquire(&lease_claim("a")).await.unwrap_err();
         assert_eq!(invalid(&e).0, k.epoch, "{e}");
         assert!(e.to_string().contains(bad), "the value is named: {e}");
         let lease: Option<String> = redis.cmd(&["GET", &k.lease]).await;
         assert_eq!(lease, None, "no orphan lease token for epoch {bad:?}");
     }
     let () = redis.cmd(&["SET", &k.epoch, "4"]).await;
-    let Acquisition::Acquired(grant) = store.acquire(&claim("a")).await.unwrap() else {
+    let Acquisition::Acquired(grant) = store.acquire(&lease_claim("a")).await.unwrap() else {
         panic!("acquires once the epoch is fixed")
     };
     assert_eq!(grant.epoch, 5);

@@ -200,22 +200,13 @@ async fn without_client_permission_standbys_wait_out_the_ttl_and_say_so() {
 /// record names the new server and a close is seen at once again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_of_a_failed_over_master_is_never_read_as_closed() {
-    use distributor::edge::redis::{Acquisition, Claim, HolderConnection, Renewal, Store};
+    use distributor::edge::redis::{Acquisition, HolderConnection, Renewal, Store};
     let master = RedisServer::start();
     let replica =
         RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
-    let claim = |holder_id| Claim {
-        ttl: Duration::from_secs(30),
-        epoch_floor: 0,
-        generation_floor: 0,
-        holder_id,
-        now_ms: 1,
-        failure_threshold: 1,
-        takeover: None,
-    };
     let op = Duration::from_secs(2);
     let holder = Store::open(&master.url(), TABLE, op).unwrap();
-    let Acquisition::Acquired(grant) = holder.acquire(&claim("a")).await.unwrap() else {
+    let Acquisition::Acquired(grant) = holder.acquire(&lease_claim("a")).await.unwrap() else {
         panic!("a free lease")
     };
     let recorded = || async {
@@ -236,7 +227,8 @@ async fn a_record_of_a_failed_over_master_is_never_read_as_closed() {
     // The standby asks the promoted server.
     let standby = Store::open(&replica.url(), TABLE, op).unwrap();
     let watched = || async {
-        let Acquisition::Held { record, .. } = standby.acquire(&claim("b")).await.unwrap() else {
+        let Acquisition::Held { record, .. } = standby.acquire(&lease_claim("b")).await.unwrap()
+        else {
             panic!("still held")
         };
         record.expect("a record").client

@@ -1133,3 +1133,17 @@ impl Drop for RedisCluster {
         }
     }
 }
+
+/// A lease claim for tests that call the store directly: a 30 s TTL, no
+/// floors, no takeover.
+pub fn lease_claim(holder_id: &str) -> distributor::edge::redis::Claim<'_> {
+    distributor::edge::redis::Claim {
+        ttl: Duration::from_secs(30),
+        epoch_floor: 0,
+        generation_floor: 0,
+        holder_id,
+        now_ms: 1,
+        failure_threshold: 1,
+        takeover: None,
+    }
+}

@@ -29,10 +29,10 @@ pub const TABLE_STATE: &str = script!("scripts/table_state.lua");
 pub const REPLACE_LIST: &str = script!("scripts/replace_list.lua");
 pub const FORGET: &str = script!("scripts/forget.lua");
 
-/// One of the scripts, for [`Scripts::get`] and the library's function
-/// names.
+/// One of the scripts: for [`Scripts::get`], the library's function names
+/// and the in-memory emulation (`edge::memory`, which runs each one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Which {
+pub enum Which {
     Acquire,
     Renew,
     Release,
@@ -44,7 +44,7 @@ pub(super) enum Which {
 }
 
 impl Which {
-    const ALL: [Which; 8] = [
+    pub const ALL: [Which; 8] = [
         Which::Acquire,
         Which::Renew,
         Which::Release,
@@ -55,7 +55,8 @@ impl Which {
         Which::Forget,
     ];
 
-    fn source(self) -> &'static str {
+    /// The Lua text Redis runs, prelude included.
+    pub fn source(self) -> &'static str {
         match self {
             Which::Acquire => ACQUIRE,
             Which::Renew => RENEW,

@@ -17,45 +17,7 @@ mod lists;
 mod table;
 
 /// One script of `edge/redis/scripts`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Script {
-    Acquire,
-    Renew,
-    Release,
-    Commit,
-    Register,
-    TableState,
-    ReplaceList,
-    Forget,
-}
-
-impl Script {
-    pub const ALL: [Script; 8] = [
-        Script::Acquire,
-        Script::Renew,
-        Script::Release,
-        Script::Commit,
-        Script::Register,
-        Script::TableState,
-        Script::ReplaceList,
-        Script::Forget,
-    ];
-
-    /// The Lua text Redis runs, prelude included.
-    pub fn source(self) -> &'static str {
-        use crate::edge::redis::scripts as s;
-        match self {
-            Script::Acquire => s::ACQUIRE,
-            Script::Renew => s::RENEW,
-            Script::Release => s::RELEASE,
-            Script::Commit => s::COMMIT,
-            Script::Register => s::REGISTER,
-            Script::TableState => s::TABLE_STATE,
-            Script::ReplaceList => s::REPLACE_LIST,
-            Script::Forget => s::FORGET,
-        }
-    }
-}
+pub use crate::edge::redis::scripts::Which as Script;
 
 /// What a script call did besides its reply.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
