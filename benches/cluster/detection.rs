@@ -147,6 +147,24 @@ impl Fleet {
         self.present(i).await;
     }
 
+    /// `trials` SIGKILLs of the victims in turn, each at a random point of
+    /// the poll (from `rng`), each victim replaced after: milliseconds to
+    /// its row gone and to its units owned again.
+    async fn kills(&mut self, rng: &mut Rng, trials: usize) -> (Vec<f64>, Vec<f64>) {
+        let (mut gone, mut owned) = (Vec::new(), Vec::new());
+        for trial in 0..trials {
+            let i = trial % VICTIMS;
+            self.present(i).await;
+            tokio::time::sleep(rng.below(POLL)).await;
+            let t0 = Instant::now();
+            self.members[i].0.kill();
+            gone.push(self.gone_after(i, t0).await);
+            owned.push(self.owned_after(i, t0).await);
+            self.replace(i).await;
+        }
+        (gone, owned)
+    }
+
     async fn cycle_histogram(&self) -> Option<(f64, f64)> {
         cycle_histogram(self.replica.http_port).await
     }
@@ -194,17 +212,7 @@ async fn scenario(
     // Killed: connection refused. Its row goes in the write that revokes its
     // units; they are owned again once a ping on a connection opened after
     // that write is refused too (the next write).
-    let (mut lat, mut owned) = (Vec::new(), Vec::new());
-    for trial in 0..killed {
-        let i = trial % VICTIMS;
-        f.present(i).await;
-        tokio::time::sleep(rng.below(POLL)).await;
-        let t0 = Instant::now();
-        f.members[i].0.kill();
-        lat.push(f.gone_after(i, t0).await);
-        owned.push(f.owned_after(i, t0).await);
-        f.replace(i).await;
-    }
+    let (lat, owned) = f.kills(&mut rng, killed).await;
     report(&format!("detect: SIGKILL, {label}"), "ms", &lat, target);
     report(
         &format!("detect: SIGKILL to its units owned again, {label}"),
@@ -304,17 +312,7 @@ async fn kills(
     let flag = format!("-assignment={assignment}");
     let mut f = Fleet::start_of(bin, workers, units, &[flag.as_str()]).await;
     let mut rng = Rng::new(0x5ca1e ^ workers as u64 ^ units as u64 ^ seed().rotate_left(32));
-    let (mut gone, mut owned) = (Vec::new(), Vec::new());
-    for trial in 0..trials {
-        let i = trial % VICTIMS;
-        f.present(i).await;
-        tokio::time::sleep(rng.below(POLL)).await;
-        let t0 = Instant::now();
-        f.members[i].0.kill();
-        gone.push(f.gone_after(i, t0).await);
-        owned.push(f.owned_after(i, t0).await);
-        f.replace(i).await;
-    }
+    let (gone, owned) = f.kills(&mut rng, trials).await;
     let label = format!("{build}, {assignment}, {workers} workers x {units} units");
     report(
         &format!("scale: SIGKILL to its row gone, {label}"),
