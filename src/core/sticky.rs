@@ -488,7 +488,9 @@ impl Hasher for StrHasher {
     }
 }
 
+mod fixed_point;
 mod waiting;
+pub use fixed_point::holds_exactly;
 pub use waiting::assign_waiting;
 
 #[cfg(test)]

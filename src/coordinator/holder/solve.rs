@@ -1,6 +1,9 @@
 //! The table the solver wants (desired): memoised by a key of everything
 //! the solve depends on, so an unchanged key never solves again, and solved
-//! off the runtime's workers when it changed.
+//! off the runtime's workers when it changed. In plain sticky mode a solve
+//! whose only changed input is the current table is skipped too when that
+//! table is the one the last solve returned, handed off or on its way
+//! (`sticky::holds_exactly`: the solve would return it unchanged).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -11,12 +14,15 @@ use xxhash_rust::xxh3::Xxh3;
 use super::{HolderView, LastChange};
 use crate::core::balance::{Balance, Costs, LoadSummary};
 use crate::core::inputs::Inputs;
+use crate::core::sticky;
 use crate::core::table::{Assignment, MatchingTable, Solve};
 
 /// The last solved table and the key of its inputs, to skip re-solving.
 #[derive(Clone)]
 pub(in crate::coordinator) struct Memo {
     key: u128,
+    /// The key without the current table's part (see `desired`).
+    base: u128,
     pub(in crate::coordinator) table: Arc<MatchingTable>,
     /// With `-balance cost` or `load`: the table's loads against the shares.
     pub(in crate::coordinator) loads: Option<Arc<LoadSummary>>,
@@ -168,6 +174,7 @@ pub(super) async fn desired(
         }
         _ => None,
     };
+    let base;
     let key = {
         let mut h = Xxh3::new();
         // The units' part is computed once per units list read (see
@@ -194,6 +201,7 @@ pub(super) async fn desired(
             h.update(m.as_bytes());
             h.update(&w.to_le_bytes());
         }
+        base = h.digest128();
         if uses_current {
             h.update(&how.max_moves.to_le_bytes());
             h.update(granted.digest().as_bytes());
@@ -206,9 +214,27 @@ pub(super) async fn desired(
         }
         h.digest128()
     };
+    // A sticky solve from the table the last one returned, for the same
+    // inputs, returns that table (`sticky::holds_exactly`): during a
+    // handoff, and once it is done, the solve is skipped. Only where the
+    // solver is plain sticky: a move limit, controls or waiting newcomers
+    // make a table that later solves change.
+    let plain_sticky = how.assignment == Assignment::Sticky
+        && how.balance == Balance::Count
+        && how.max_moves == 0
+        && controls.is_empty()
+        && waiting.is_empty()
+        && inputs.groups.len() == 1;
     let mut solved = false;
     let memo = match view.memo.take() {
         Some(m) if m.key == key => m,
+        Some(m)
+            if plain_sticky
+                && m.base == base
+                && sticky::holds_exactly(granted.rows(), &also_held, m.table.rows()) =>
+        {
+            Memo { key, ..m }
+        }
         _ => {
             solved = true;
             let inp = Arc::clone(inputs);
@@ -287,6 +313,7 @@ pub(super) async fn desired(
             }
             Memo {
                 key,
+                base,
                 table: Arc::new(table),
                 loads,
             }
