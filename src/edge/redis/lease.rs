@@ -34,7 +34,7 @@ use super::conn::Conn;
 use super::scripts::Which;
 use super::{
     Acquisition, Claim, HolderConnection, LeaseClient, LeaseGrant, Renewal, Store, checked,
-    redis_err, refused_commands, reply_err, text,
+    redis_err, refused_commands, text,
 };
 use crate::core::handoff::{RedisConnection, RunId};
 use crate::core::timing::Timing;
@@ -133,8 +133,8 @@ impl Store {
     }
 
     /// Whether the connection `client` still exists on the server it names
-    /// (`CLIENT LIST ID`: an empty reply when it does not).
-    /// [`HolderConnection::Refused`] where Redis does not let us ask.
+    /// (see [`Store::open_connections`]). [`HolderConnection::Refused`]
+    /// where Redis does not let us ask.
     ///
     /// A record that names a server is only ever answered `Closed` by that
     /// server: `INFO server` goes in the same `MULTI` as `CLIENT LIST`, and
@@ -145,57 +145,32 @@ impl Store {
         &self,
         client: RedisConnection,
     ) -> Result<HolderConnection, StoreError> {
-        const OP: &str = "check the holder's connection";
-        let Conn::Single(mut conn) = self.conn() else {
+        if !matches!(self.conn(), Conn::Single(_)) {
             return Ok(HolderConnection::Refused);
-        };
-        let info = client.server.is_some() && self.server_info.allowed();
-        if client.server.is_some() && !info {
+        }
+        if client.server.is_some() && !self.server_info.allowed() {
             // A record naming a server this replica cannot identify.
             return Ok(HolderConnection::Open);
         }
-        let mut pipe = redis::pipe();
-        if info {
-            // Both answers from one server.
-            pipe.atomic();
-            pipe.cmd("INFO").arg("server");
-        }
-        pipe.cmd("CLIENT").arg("LIST").arg("ID").arg(client.client);
-        let replies: Vec<Value> = match self
-            .bounded(OP, self.op_timeout, pipe.query_async(&mut conn))
-            .await
-        {
-            Ok(v) => v,
-            Err(StoreError::Redis { source, .. })
-                if info && refused_commands(&source).is_some_and(|at| at == [0]) =>
+        let named = [client];
+        let asked = self
+            .open_connections(
+                "check the holder's connection",
+                &named,
+                client.server.is_some(),
+            )
+            .await?;
+        Ok(match asked {
+            None => HolderConnection::Refused,
+            Some((server, _))
+                if client.server.is_some()
+                    && (server.is_none() || client.elsewhere_than(server)) =>
             {
-                // Without the server's run id a record naming one cannot be
-                // matched: wait, as for an open connection.
-                self.server_info.refused();
-                return Ok(HolderConnection::Open);
+                HolderConnection::Open
             }
-            Err(e) if refusal(&e).is_some() => return Ok(HolderConnection::Refused),
-            Err(StoreError::Redis { source, .. })
-                if refused_commands(&source).is_some() || too_old(&source) =>
-            {
-                return Ok(HolderConnection::Refused);
-            }
-            Err(e) => return Err(e),
-        };
-        let whole = || reply_err(OP, &Value::Array(replies.clone()));
-        let (server, list) = match (info, replies.as_slice()) {
-            (true, [i, l]) => (text(i).as_deref().and_then(RunId::from_info), l),
-            (false, [l]) => (None, l),
-            _ => return Err(whole()),
-        };
-        if client.server.is_some() && (server.is_none() || client.elsewhere_than(server)) {
-            return Ok(HolderConnection::Open);
-        }
-        match text(list) {
-            Some(list) if list.trim().is_empty() => Ok(HolderConnection::Closed),
-            Some(_) => Ok(HolderConnection::Open),
-            None => Err(whole()),
-        }
+            Some((_, open)) if open.contains(&client.client) => HolderConnection::Open,
+            Some(_) => HolderConnection::Closed,
+        })
     }
 
     /// What this replica knows of its lease connection's client id.
@@ -304,16 +279,6 @@ impl Store {
         }
         Ok((script, arg))
     }
-}
-
-/// Whether a transaction's error says `CLIENT LIST ID` is unknown to this
-/// Redis (before 6.2, inside `MULTI`: a syntax error at `EXEC`).
-fn too_old(e: &redis::RedisError) -> bool {
-    e.clone().into_server_errors().is_some_and(|errors| {
-        errors
-            .iter()
-            .any(|(_, e)| e.details().is_some_and(|d| d.contains("syntax error")))
-    })
 }
 
 /// Why Redis will not tell us about connections, if that is what `e` says:

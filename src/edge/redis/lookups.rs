@@ -62,7 +62,10 @@ impl Store {
         if named.is_empty() {
             return Ok(None);
         }
-        let Some((server, open)) = self.open_connections(&named).await? else {
+        let Some((server, open)) = self
+            .open_connections("look for a member's connection", &named, true)
+            .await?
+        else {
             return Ok(None);
         };
         Ok(Some(named.iter().all(|c| {
@@ -71,17 +74,19 @@ impl Store {
     }
 
     /// Which of `named`'s client ids the server has a connection of, with
-    /// its run id (`None` where Redis refuses `INFO`): `MULTI; INFO server;
-    /// CLIENT LIST ID …; EXEC`, so both answers come from one server. `None`
-    /// where Redis refuses `CLIENT`.
-    async fn open_connections(
+    /// its run id (`None` where Redis refuses `INFO`, or `ask_server` is
+    /// false): `MULTI; INFO server; CLIENT LIST ID …; EXEC`, so both answers
+    /// come from one server. `None` where Redis refuses `CLIENT` or cannot
+    /// list by id (before 6.2).
+    pub(super) async fn open_connections(
         &self,
+        op: &'static str,
         named: &[RedisConnection],
+        ask_server: bool,
     ) -> Result<Option<(Option<RunId>, HashSet<u64>)>, StoreError> {
-        const OP: &str = "look for a member's connection";
         let mut conn = self.conn();
         loop {
-            let info = self.server_info.allowed();
+            let info = ask_server && self.server_info.allowed();
             let mut pipe = redis::pipe();
             pipe.atomic();
             if info {
@@ -92,7 +97,7 @@ impl Store {
                 list.arg(c.client);
             }
             let replies: Vec<Value> = match self
-                .bounded(OP, self.op_timeout, pipe.query_async(&mut conn))
+                .bounded(op, self.op_timeout, pipe.query_async(&mut conn))
                 .await
             {
                 Ok(v) => v,
@@ -101,17 +106,19 @@ impl Store {
                 {
                     self.server_info.refused();
                     tracing::warn!(
-                        "INFO is not permitted: a member's Redis connection is looked for by its client id alone, so after a Redis failover or restart a refused member's units may wait for its deadline (asked again in a minute)"
+                        "INFO is not permitted: Redis connections (a member's, the lease holder's) are looked for by client id alone, so after a Redis failover or restart a refused member's units may wait for its deadline, and a standby waits out the lease of a holder that named its server (asked again in a minute)"
                     );
                     continue;
                 }
                 Err(e) if super::lease::refusal(&e).is_some() => return Ok(None),
-                Err(StoreError::Redis { source, .. }) if refused_commands(&source).is_some() => {
+                Err(StoreError::Redis { source, .. })
+                    if refused_commands(&source).is_some() || too_old(&source) =>
+                {
                     return Ok(None);
                 }
                 Err(e) => return Err(e),
             };
-            let whole = || reply_err(OP, &Value::Array(replies.clone()));
+            let whole = || reply_err(op, &Value::Array(replies.clone()));
             let (server, list) = match (info, replies.as_slice()) {
                 (true, [i, l]) => (Some(text(i).ok_or_else(whole)?), l),
                 (false, [l]) => (None, l),
@@ -224,4 +231,14 @@ impl Store {
             controls,
         })
     }
+}
+
+/// Whether a transaction's error says `CLIENT LIST ID` is unknown to this
+/// Redis (before 6.2, inside `MULTI`: a syntax error at `EXEC`).
+fn too_old(e: &redis::RedisError) -> bool {
+    e.clone().into_server_errors().is_some_and(|errors| {
+        errors
+            .iter()
+            .any(|(_, e)| e.details().is_some_and(|d| d.contains("syntax error")))
+    })
 }
