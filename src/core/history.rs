@@ -13,9 +13,10 @@
 //! - decoding never fails: an entry someone else wrote, or one cut short,
 //!   comes back with what could be read and the reason for the rest.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasherDefault;
 
+use crate::core::held::{Change, Held};
 use crate::core::sticky::StrHasher;
 use crate::core::table::{MatchingTable, Moves, decode_row};
 
@@ -226,20 +227,18 @@ pub fn record(
     // gain or lose a unit, so only changed rows are read: O(their units).
     type Seen<'a> = HashMap<&'a str, (bool, bool), BuildHasherDefault<StrHasher>>;
     let mut seen: Seen<'_> = HashMap::default();
-    fn row(v: Option<&String>) -> HashSet<&str, BuildHasherDefault<StrHasher>> {
-        v.map(|v| decode_row(v))
-            .unwrap_or_default()
-            .into_iter()
-            .collect()
+    fn units(v: Option<&String>) -> Vec<&str> {
+        v.map(|v| decode_row(v)).unwrap_or_default()
     }
     for (before, after) in changed {
-        let (old, new) = (row(before), row(after));
-        for u in new.difference(&old) {
-            seen.entry(u).or_default().0 = true;
-        }
-        for u in old.difference(&new) {
-            seen.entry(u).or_default().1 = true;
-        }
+        let after = units(after);
+        Held::of(units(before), &after).diff(&after, |u, change| {
+            let (gained, lost) = seen.entry(u).or_default();
+            match change {
+                Change::Incoming => *gained = true,
+                Change::Leaving => *lost = true,
+            }
+        });
     }
     let (mut moved, mut placed, mut revoked) = (vec![], vec![], vec![]);
     for (unit, gained_lost) in seen {

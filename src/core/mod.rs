@@ -9,6 +9,7 @@ pub mod controls;
 pub mod costs;
 pub mod count;
 pub mod handoff;
+pub mod held;
 pub mod history;
 pub mod inputs;
 pub mod keys;

@@ -5,13 +5,12 @@
 //! units in transit.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::BuildHasherDefault;
 
 use std::time::Instant;
 
 use super::{Moved, Origin, Plan, PlanInput, Transit, Transits};
+use crate::core::held::{Change, Held};
 use crate::core::inputs::GroupMembers;
-use crate::core::sticky::StrHasher;
 use crate::core::table::{MatchingTable, SEPARATOR};
 
 /// Plans the next granted table (see the module documentation).
@@ -195,101 +194,6 @@ fn claim(
     }
 }
 
-/// A row's units as a set (XXH3: rows of thousands of units are hashed on
-/// every change).
-type Units<'a> = HashSet<&'a str, BuildHasherDefault<StrHasher>>;
-
-/// What a changed member holds now, against its desired row. Rows are
-/// sorted (every solver writes them so, and the planner keeps the desired
-/// order): then both are walked side by side, with no hashing, so a row
-/// that gains a few units costs a pass over it. Rows out of order (a hand
-/// edit, an older writer) or with a unit twice are compared as sets.
-enum Held<'a> {
-    /// Strictly increasing, as is the desired row.
-    Sorted(Vec<&'a str>),
-    Set(Units<'a>),
-}
-
-impl<'a> Held<'a> {
-    fn of(have: Vec<&'a str>, want: &[&'a str]) -> Held<'a> {
-        let increasing = |r: &[&str]| r.windows(2).all(|w| w[0] < w[1]);
-        if increasing(&have) && increasing(want) {
-            Held::Sorted(have)
-        } else {
-            Held::Set(have.into_iter().collect())
-        }
-    }
-
-    /// Calls `leaving` for each unit held and not wanted, and `incoming` for
-    /// each wanted and not held.
-    fn diff(
-        &self,
-        want: &[&'a str],
-        mut leaving: impl FnMut(&'a str),
-        mut incoming: impl FnMut(&'a str),
-    ) {
-        match self {
-            Held::Sorted(have) => {
-                let (mut i, mut j) = (0, 0);
-                while i < have.len() || j < want.len() {
-                    match (have.get(i), want.get(j)) {
-                        (Some(h), Some(w)) if h == w => {
-                            i += 1;
-                            j += 1;
-                        }
-                        (Some(h), Some(w)) if h < w => {
-                            leaving(h);
-                            i += 1;
-                        }
-                        (Some(h), None) => {
-                            leaving(h);
-                            i += 1;
-                        }
-                        (_, Some(w)) => {
-                            incoming(w);
-                            j += 1;
-                        }
-                        (None, None) => unreachable!("the loop condition"),
-                    }
-                }
-            }
-            Held::Set(have) => {
-                let wanted: Units<'a> = want.iter().copied().collect();
-                for &u in have.difference(&wanted) {
-                    leaving(u);
-                }
-                for &u in wanted.difference(have) {
-                    incoming(u);
-                }
-            }
-        }
-    }
-
-    /// The desired row `want`, in its order, filtered to the units held or
-    /// `granted_now`.
-    fn kept(&self, want: &[&'a str], granted_now: impl Fn(&str) -> bool) -> Vec<&'a str> {
-        match self {
-            Held::Sorted(have) => {
-                let mut i = 0;
-                want.iter()
-                    .copied()
-                    .filter(|w| {
-                        while have.get(i).is_some_and(|h| h < w) {
-                            i += 1;
-                        }
-                        have.get(i) == Some(w) || granted_now(w)
-                    })
-                    .collect()
-            }
-            Held::Set(have) => want
-                .iter()
-                .copied()
-                .filter(|u| have.contains(u) || granted_now(u))
-                .collect(),
-        }
-    }
-}
-
 fn decode(row: &str) -> impl Iterator<Item = &str> {
     row.split(SEPARATOR).filter(|u| !u.is_empty())
 }
@@ -418,13 +322,12 @@ fn plan_group(
             .map(|r| decode(r).collect())
             .unwrap_or_default();
         let h = Held::of(have, &want);
-        h.diff(
-            &want,
-            |u| leaving.entry(u).or_default().push(m),
-            |u| {
+        h.diff(&want, |u, change| match change {
+            Change::Leaving => leaving.entry(u).or_default().push(m),
+            Change::Incoming => {
                 incoming.insert(u, m);
-            },
-        );
+            }
+        });
         held.insert(m, h);
     }
 
@@ -514,60 +417,4 @@ fn plan_group(
         rows.insert(m.to_string(), row);
     }
     transit
-}
-
-#[cfg(test)]
-mod held_tests {
-    use super::*;
-
-    fn walk(h: &Held<'_>, want: &[&str]) -> (Vec<String>, Vec<String>, Vec<String>) {
-        let (mut leaving, mut incoming) = (vec![], vec![]);
-        h.diff(
-            want,
-            |u| leaving.push(u.to_string()),
-            |u| incoming.push(u.to_string()),
-        );
-        leaving.sort();
-        incoming.sort();
-        let kept = h
-            .kept(want, |u| u.ends_with('7'))
-            .iter()
-            .map(|u| u.to_string())
-            .collect();
-        (leaving, incoming, kept)
-    }
-
-    proptest::proptest! {
-        /// The side-by-side walk of sorted rows finds what the sets find.
-        #[test]
-        fn sorted_rows_diff_as_sets_do(
-            have in proptest::collection::btree_set(0..40u8, 0..20),
-            want in proptest::collection::btree_set(0..40u8, 0..20),
-        ) {
-            let names = |s: &std::collections::BTreeSet<u8>| -> Vec<String> {
-                let mut v: Vec<String> = s.iter().map(|u| format!("u{u:02}")).collect();
-                v.sort();
-                v
-            };
-            let (have, want) = (names(&have), names(&want));
-            let have: Vec<&str> = have.iter().map(String::as_str).collect();
-            let want: Vec<&str> = want.iter().map(String::as_str).collect();
-            let sorted = Held::of(have.clone(), &want);
-            proptest::prop_assert!(matches!(sorted, Held::Sorted(_)));
-            let set = Held::Set(have.iter().copied().collect());
-            proptest::prop_assert_eq!(walk(&sorted, &want), walk(&set, &want));
-        }
-    }
-
-    #[test]
-    fn rows_out_of_order_or_with_repeats_are_compared_as_sets() {
-        assert!(matches!(Held::of(vec!["b", "a"], &["a"]), Held::Set(_)));
-        assert!(matches!(Held::of(vec!["a", "a"], &["a"]), Held::Set(_)));
-        assert!(matches!(Held::of(vec!["a"], &["b", "a"]), Held::Set(_)));
-        let h = Held::of(vec!["a", "a", "c"], &["a", "b"]);
-        assert_eq!(
-            walk(&h, &["a", "b"]),
-            (vec!["c".into()], vec!["b".into()], vec!["a".into()])
-        );
-    }
 }
