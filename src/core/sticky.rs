@@ -148,12 +148,7 @@ where
     }
 
     let positions: Vec<u64> = names.iter().map(|m| member_position(m)).collect();
-    let mut held = vec![0usize; names.len()];
-    for &h in &of {
-        if h < CONTESTED {
-            held[h as usize] += 1;
-        }
-    }
+    let held = held_alone(&of, names.len());
     let shares = ring::shares(&weights, units.len());
     let targets = targets(&shares, &held, &positions, units.len());
 
@@ -313,12 +308,7 @@ where
         return 0;
     }
     let holders = Holders::read(current, &names, &units);
-    let mut held = vec![0usize; names.len()];
-    for &h in &holders.of {
-        if h < CONTESTED {
-            held[h as usize] += 1;
-        }
-    }
+    let held = held_alone(&holders.of, names.len());
     let shares = ring::shares(&weights, units.len());
     let extra = units.len() - shares.iter().map(|s| s.floor).sum::<usize>();
     let over: usize = held
@@ -410,6 +400,18 @@ pub(super) fn rows<'a>(names: &[&'a str], units: &[&'a str], owner: &[u32]) -> T
         row.sort_unstable();
     }
     names.iter().copied().zip(rows).collect()
+}
+
+/// How many units each of `members` members holds alone, from
+/// [`Holders::of`] (free and contested units count for nobody).
+pub(super) fn held_alone(of: &[u32], members: usize) -> Vec<usize> {
+    let mut held = vec![0usize; members];
+    for &h in of {
+        if h < CONTESTED {
+            held[h as usize] += 1;
+        }
+    }
+    held
 }
 
 /// Who holds each listed unit in the current table.

@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, BinaryHeap};
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::{CONTESTED, FREE, FREE_SEED, Holders, Table, rows, targets};
+use super::{FREE, FREE_SEED, Holders, Table, held_alone, rows, targets};
 use crate::core::ring::{self, member_position, sorted_distinct};
 
 /// The table while the members in `waiting` wait: every held unit stays
@@ -48,12 +48,7 @@ where
             .expect("a contested unit has holders");
         of[unit] = best as u32;
     }
-    let mut count = vec![0usize; names.len()];
-    for &h in &of {
-        if h < CONTESTED {
-            count[h as usize] += 1;
-        }
-    }
+    let count = held_alone(&of, names.len());
     let shares = ring::shares(&weights, units.len());
     let targets = targets(&shares, &count, &positions, units.len());
     // Largest deficit first; then a waiting member; then the ring's order.
