@@ -500,6 +500,7 @@ pub async fn commit_as(
             grant,
             &distributor::edge::redis::Commit {
                 table,
+                delta: None,
                 health,
                 suspects: &distributor::core::suspicion::NO_SUSPECTS,
                 transit: None,

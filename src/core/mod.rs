@@ -8,6 +8,7 @@ pub mod census;
 pub mod controls;
 pub mod costs;
 pub mod count;
+pub mod delta;
 pub mod handoff;
 pub mod held;
 pub mod history;

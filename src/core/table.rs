@@ -396,8 +396,19 @@ impl MatchingTable {
         &self.rows
     }
 
+    /// Records a digest computed elsewhere (from another table's, by
+    /// [`crate::core::delta::TableDelta`]); a digest known already stays.
+    pub(crate) fn set_digest(&self, digest: String) {
+        let _ = self.digest.set(digest);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+
+    /// The bytes of its member ids and rows: what a whole write sends.
+    pub fn bytes(&self) -> usize {
+        self.rows.iter().map(|(m, v)| m.len() + v.len()).sum()
     }
 
     /// Number of rows: live members, with or without units.
@@ -444,16 +455,30 @@ impl MatchingTable {
 pub fn digest_of<'a>(rows: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> String {
     let mut acc = [0u8; 20];
     for (field, value) in rows {
-        let mut h = sha1_smol::Sha1::new();
-        h.update(field.len().to_string().as_bytes());
-        h.update(b":");
-        h.update(field);
-        h.update(value);
-        for (a, b) in acc.iter_mut().zip(h.digest().bytes()) {
-            *a ^= b;
-        }
+        xor_into(&mut acc, &row_hash(field, value));
     }
-    acc.iter().map(|b| format!("{b:02x}")).collect()
+    hex(&acc)
+}
+
+/// One row's part of the digest: SHA-1 of `<field length>:<field><value>`.
+pub fn row_hash(field: &[u8], value: &[u8]) -> [u8; 20] {
+    let mut h = sha1_smol::Sha1::new();
+    h.update(field.len().to_string().as_bytes());
+    h.update(b":");
+    h.update(field);
+    h.update(value);
+    h.digest().bytes()
+}
+
+pub(crate) fn xor_into(acc: &mut [u8; 20], h: &[u8; 20]) {
+    for (a, b) in acc.iter_mut().zip(h) {
+        *a ^= b;
+    }
+}
+
+/// Lowercase hex, as Redis' `sha1hex` writes it.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A group's live members with their weights, as the solvers take them.

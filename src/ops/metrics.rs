@@ -79,6 +79,8 @@ pub struct Metrics {
     pub list_reads: Family<Outcome, Counter>,
     pub solves: Family<Outcome, Counter>,
     pub table_bytes: Gauge<u64, AtomicU64>,
+    pub table_writes_sent: Family<Kind, Counter>,
+    pub table_write_bytes: Family<Kind, Counter>,
     pub warm_generation: Gauge<u64, AtomicU64>,
     pub handoff_duration: Histogram,
     pub units_in_transit: Gauge,
@@ -254,6 +256,19 @@ impl Metrics {
             prometheus_client::registry::Unit::Bytes,
             table_bytes.clone(),
         );
+        let table_writes_sent = Family::<Kind, Counter>::default();
+        r.register(
+            "table_writes_sent",
+            "Table writes sent, confirmed or not: the rows that changed (rows) or the whole table (whole: a first table, a healed edit, a new holding's first write)",
+            table_writes_sent.clone(),
+        );
+        let table_write_bytes = Family::<Kind, Counter>::default();
+        r.register_with_unit(
+            "table_write",
+            "Bytes of member ids and rows sent in table writes, by kind (rows or whole)",
+            prometheus_client::registry::Unit::Bytes,
+            table_write_bytes.clone(),
+        );
         let handoff_duration = Histogram::new([
             0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
         ]);
@@ -385,6 +400,8 @@ impl Metrics {
             list_reads,
             solves,
             table_bytes,
+            table_writes_sent,
+            table_write_bytes,
             warm_generation,
             handoff_duration,
             units_in_transit,
@@ -427,6 +444,14 @@ impl Metrics {
         self.list_reads
             .get_or_create(&Outcome { outcome })
             .inc_by(n);
+    }
+
+    /// One table write sent: `rows` or `whole`, with the bytes of its rows.
+    pub fn table_write(&self, kind: &'static str, bytes: usize) {
+        self.table_writes_sent.get_or_create(&Kind { kind }).inc();
+        self.table_write_bytes
+            .get_or_create(&Kind { kind })
+            .inc_by(bytes as u64);
     }
 
     /// One table solve: `solved`, `memoised` or `ahead` (see the help text).

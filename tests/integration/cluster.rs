@@ -123,6 +123,7 @@ async fn cluster_fences_a_stale_holder() {
     let t = MatchingTable::from_rows([("w:1".to_string(), "u".to_string())]);
     let commit = |id| Commit {
         table: Some(&t),
+        delta: None,
         health: &none,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: None,

@@ -45,6 +45,7 @@ async fn a_stale_holder_cannot_write() {
     let (t1, h1) = commit(&[("w1", "x,y")]);
     let c = Commit {
         table: Some(&t1),
+        delta: None,
         health: &h1,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: None,
@@ -75,6 +76,7 @@ async fn a_stale_holder_cannot_write() {
     let (t2, h2) = commit(&[("w1", "stale")]);
     let stale = Commit {
         table: Some(&t2),
+        delta: None,
         health: &h2,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: None,
@@ -118,6 +120,7 @@ async fn a_stale_holder_cannot_write() {
     let (t3, h3) = commit(&[("w2", "x"), ("w3", "y")]);
     let c = Commit {
         table: Some(&t3),
+        delta: None,
         health: &h3,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: None,
@@ -161,6 +164,7 @@ async fn epochs_and_generations_survive_redis_data_loss() {
     let t = table(&[("w", "u")]);
     let c = Commit {
         table: Some(&t),
+        delta: None,
         health: &none,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: None,
@@ -200,6 +204,7 @@ async fn big_tables_are_written_in_one_script_call() {
     let none = HealthChanges::default();
     let c = Commit {
         table: Some(&t),
+        delta: None,
         health: &none,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: None,
@@ -256,6 +261,7 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
     let t = table(&[("w", "u")]);
     let c = Commit {
         table: Some(&t),
+        delta: None,
         health: &none,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: None,
@@ -288,6 +294,7 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
     assert_eq!(next.epoch, 43);
     let c = Commit {
         table: Some(&t),
+        delta: None,
         health: &none,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: None,
@@ -327,6 +334,7 @@ async fn a_write_that_lands_late_is_refused_by_its_version() {
     let none = HealthChanges::default();
     let commit = |t: &'static MatchingTable, expected_version: Option<u64>| Commit {
         table: Some(t),
+        delta: None,
         health: &none,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: None,
@@ -391,7 +399,10 @@ async fn a_write_that_lands_late_is_refused_by_its_version() {
     // An expectation of another version is refused before any write.
     assert_eq!(
         direct.commit(&grant, &commit(next, Some(2))).await.unwrap(),
-        Committed::Outdated { version: 3 }
+        Committed::Outdated {
+            version: 3,
+            differs: None,
+        }
     );
     assert_eq!(direct.read_table().await.unwrap(), *first);
 }
@@ -416,6 +427,7 @@ async fn a_revocation_above_1e14_is_numbered_in_decimal() {
     let none = HealthChanges::default();
     let c = Commit {
         table: Some(&t),
+        delta: None,
         health: &none,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: Some(&transit),
@@ -436,4 +448,139 @@ async fn a_revocation_above_1e14_is_numbered_in_decimal() {
     );
     let v: String = redis.cmd(&["HGET", &keys().transit, "x,g"]).await;
     assert_eq!(v, "123456789012346 1700000000000 w2 w1");
+}
+
+/// A rows write sends only the rows that differ from the table its plan read,
+/// and lands only on that table: the stored digest and every row it replaces
+/// are checked in Redis first. An edit of a replaced row, or of the digest,
+/// refuses it whole (`Outdated`, naming what differs), with nothing written.
+#[tokio::test]
+async fn a_rows_write_lands_only_on_the_table_its_plan_read() {
+    use distributor::core::delta::TableDelta;
+
+    let redis = RedisServer::start();
+    let store = Store::open(&redis.url(), TABLE, Duration::from_secs(2)).unwrap();
+    let Acquisition::Acquired(grant) = store
+        .acquire(&claim(Duration::from_secs(30), 0, "a", 1))
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    let none = HealthChanges::default();
+    let commit = |t: &'static MatchingTable, delta: Option<&'static TableDelta<'static>>| Commit {
+        table: Some(t),
+        delta,
+        health: &none,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
+        transit: None,
+        generation_floor: 0,
+        holder_id: "a",
+        now_ms: 1,
+        assignment: "sticky",
+        last_change: None,
+        expected_version: None,
+        history: None,
+    };
+    let leak =
+        |rows: &[(&str, &str)]| -> &'static MatchingTable { Box::leak(Box::new(table(rows))) };
+    let first = leak(&[("w1", "a,b"), ("w2", "c"), ("w3", "d,e")]);
+    assert!(matches!(
+        store.commit(&grant, &commit(first, None)).await.unwrap(),
+        Committed::Written { .. }
+    ));
+
+    // w3 leaves; w4 joins; w1 keeps its row.
+    let second = leak(&[("w1", "a,b"), ("w2", "c,d"), ("w4", "e")]);
+    let delta: &'static TableDelta<'static> =
+        Box::leak(Box::new(TableDelta::between(first, second)));
+    assert_eq!(delta.rows(), 3, "{delta:?}");
+    assert_eq!(
+        store
+            .commit(&grant, &commit(second, Some(delta)))
+            .await
+            .unwrap(),
+        Committed::Written {
+            generation: Some(2),
+            version: 2
+        }
+    );
+    assert_eq!(store.read_table().await.unwrap(), *second);
+    let meta: std::collections::HashMap<String, String> =
+        redis.cmd(&["HGETALL", &keys().meta]).await;
+    assert_eq!(meta["digest"], second.digest());
+    assert_eq!(meta["members"], "3");
+    assert_eq!(meta["generation"], "2");
+    // Redis computes the same digest over what it holds, and counts its rows.
+    let (digest, _): (Option<String>, Option<String>) = redis
+        .cmd(&[
+            "EVAL",
+            distributor::edge::redis::scripts::TABLE_STATE,
+            "2",
+            TABLE,
+            &keys().meta,
+            "1",
+        ])
+        .await;
+    assert_eq!(digest.as_deref(), Some(second.digest()));
+
+    // An edit of a row the next write replaces: refused, nothing written.
+    let third = leak(&[("w1", "a"), ("w2", "b,c,d"), ("w4", "e")]);
+    let delta: &'static TableDelta<'static> =
+        Box::leak(Box::new(TableDelta::between(second, third)));
+    let () = redis.cmd(&["HSET", TABLE, "w2", "c,d,x"]).await;
+    assert_eq!(
+        store
+            .commit(&grant, &commit(third, Some(delta)))
+            .await
+            .unwrap(),
+        Committed::Outdated {
+            version: 2,
+            differs: Some(format!("{TABLE} w2")),
+        }
+    );
+    let stored = store.read_table().await.unwrap();
+    assert_eq!(stored.rows()["w2"], "c,d,x");
+    assert_eq!(stored.rows()["w1"], "a,b", "nothing was written");
+    // A row removed by hand, which the write replaces: refused too.
+    let () = redis.cmd(&["HSET", TABLE, "w2", "c,d"]).await;
+    let () = redis.cmd(&["HDEL", TABLE, "w1"]).await;
+    assert_eq!(
+        store
+            .commit(&grant, &commit(third, Some(delta)))
+            .await
+            .unwrap(),
+        Committed::Outdated {
+            version: 2,
+            differs: Some(format!("{TABLE} w1")),
+        }
+    );
+    let () = redis.cmd(&["HSET", TABLE, "w1", "a,b"]).await;
+    // Another digest stored (another writer's table): refused.
+    let () = redis.cmd(&["HSET", &keys().meta, "digest", "0000"]).await;
+    assert_eq!(
+        store
+            .commit(&grant, &commit(third, Some(delta)))
+            .await
+            .unwrap(),
+        Committed::Outdated {
+            version: 2,
+            differs: Some(format!("{} digest", keys().meta)),
+        }
+    );
+    let () = redis
+        .cmd(&["HSET", &keys().meta, "digest", second.digest()])
+        .await;
+    // The table as the plan read it again: written.
+    assert!(matches!(
+        store
+            .commit(&grant, &commit(third, Some(delta)))
+            .await
+            .unwrap(),
+        Committed::Written {
+            generation: Some(3),
+            ..
+        }
+    ));
+    assert_eq!(store.read_table().await.unwrap(), *third);
 }

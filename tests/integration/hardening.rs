@@ -197,6 +197,7 @@ async fn scripts_validate_everything_before_their_first_write() {
     let none = HealthChanges::default();
     let commit = |t| Commit {
         table: Some(t),
+        delta: None,
         health: &none,
         suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: None,

@@ -160,7 +160,7 @@ impl World {
                 keys: vec![k.lease.clone(), k.meta.clone()],
                 argv: vec![token, epoch_arg, k.lease_channel.clone()],
             },
-            4..=7 => self.commit(token, epoch_arg, version),
+            4..=7 => self.commit(ks, now, token, epoch_arg, version),
             8 => {
                 let mut argv = vec![token, epoch_arg];
                 for _ in 0..self.rng.below(4) {
@@ -187,7 +187,12 @@ impl World {
                 let n = self.rng.below(4);
                 Step::Script {
                     script: Script::ReplaceList,
-                    keys: vec![s(self.rng.pick(&LISTS))],
+                    // Sometimes a key of another type, which it refuses.
+                    keys: vec![if self.rng.chance(10) {
+                        k.meta.clone()
+                    } else {
+                        s(self.rng.pick(&LISTS))
+                    }],
                     argv: (0..n).map(|_| s(self.rng.pick(&MEMBERS))).collect(),
                 }
             }
@@ -200,10 +205,20 @@ impl World {
         }
     }
 
-    fn commit(&mut self, token: String, epoch: String, version: Option<String>) -> Step {
+    fn commit(
+        &mut self,
+        ks: &mut Keyspace,
+        now: u64,
+        token: String,
+        epoch: String,
+        version: Option<String>,
+    ) -> Step {
         let k = self.k.clone();
         let s = |x: &str| x.to_string();
         let write_table = self.rng.chance(70);
+        // A rows write: on the stored table (its digest and its rows'
+        // hashes, mostly right).
+        let rows_only = write_table && self.rng.chance(50);
         let write_transit = self.rng.chance(50);
         let mut rows = Vec::new();
         for m in MEMBERS {
@@ -264,6 +279,57 @@ impl World {
             let i = self.rng.below(7);
             counts[i] = s(self.rng.pick(&["9", "x", ""]));
         }
+        let stored: Vec<(Vec<u8>, Vec<u8>)> = ks.hgetall(&k.table, now).unwrap_or_default();
+        let hash_of = |m: &[u8], row: Option<&Vec<u8>>| {
+            row.map_or(String::new(), |v| {
+                distributor::core::table::row_hash(m, v)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect()
+            })
+        };
+        let mut replaces = Vec::new();
+        let mut removed = Vec::new();
+        if rows_only {
+            for (m, _) in &rows {
+                let row = stored
+                    .iter()
+                    .find(|(f, _)| f == m.as_bytes())
+                    .map(|(_, v)| v);
+                replaces.push(if self.rng.chance(93) {
+                    hash_of(m.as_bytes(), row)
+                } else {
+                    s(self
+                        .rng
+                        .pick(&["", "00", "da39a3ee5e6b4b0d3255bfef95601890afd80709"]))
+                });
+            }
+            for (m, v) in &stored {
+                if self.rng.chance(30) && !rows.iter().any(|(r, _)| r.as_bytes() == m) {
+                    let h = if self.rng.chance(85) {
+                        hash_of(m, Some(v))
+                    } else {
+                        s("")
+                    };
+                    removed.push((String::from_utf8_lossy(m).into_owned(), h));
+                }
+            }
+        }
+        let base_digest = if !rows_only {
+            self.rng.mostly(&[""], &["0000"])
+        } else {
+            match hfield(ks, &k.meta, "digest", now) {
+                Some(d) if self.rng.chance(93) => d,
+                _ => s(self
+                    .rng
+                    .pick(&["", "0000000000000000000000000000000000000000"])),
+            }
+        };
+        let n_removed = if self.rng.chance(3) {
+            s(self.rng.pick(&["1", "x"]))
+        } else {
+            removed.len().to_string()
+        };
         let mut argv = vec![
             token,
             epoch,
@@ -272,7 +338,11 @@ impl World {
             self.rng.mostly(&["1700000000001"], &["x"]),
             s("r1"),
             k.table_channel.clone(),
-            s(if write_table { "1" } else { "0" }),
+            s(match (write_table, rows_only) {
+                (true, true) => "2",
+                (true, false) => "1",
+                _ => "0",
+            }),
             counts[0].clone(),
             counts[1].clone(),
             counts[2].clone(),
@@ -286,14 +356,23 @@ impl World {
             counts[6].clone(),
             // Small, so that trimming happens; sometimes unusable.
             self.rng.mostly(&["3", "2"], &["0", "x", ""]),
+            base_digest,
+            n_removed,
         ];
         if self.rng.chance(15) {
             // A floor from the whole range, up to 2^53 and past 1e14.
             argv[2] = s(self.rng.pick(&COUNTS));
         }
-        for (m, u) in rows {
+        for (i, (m, u)) in rows.into_iter().enumerate() {
             argv.push(m);
             argv.push(u);
+            if let Some(h) = replaces.get(i) {
+                argv.push(h.clone());
+            }
+        }
+        for (m, h) in removed {
+            argv.push(m);
+            argv.push(h);
         }
         for m in health_set {
             argv.push(m);
@@ -550,11 +629,19 @@ async fn run_seed(
                 let mem = memory::run(*script, &mut ks, keys, &argv, now());
                 match (&real, &mem) {
                     (Ok(r), Ok((m, _))) if same_reply(*script, r, m) => {
-                        let o = outcomes.entry(format!("{script:?}")).or_default();
-                        if accepted(*script, r) {
-                            o.0 += 1;
-                        } else {
-                            o.1 += 1;
+                        let ok = accepted(*script, r);
+                        let mut kinds = vec![format!("{script:?}")];
+                        // Rows writes (`write_table` 2) are counted apart too.
+                        if *script == Script::Commit && argv.get(7).is_some_and(|a| a == b"2") {
+                            kinds.push("Commit rows".into());
+                        }
+                        for kind in kinds {
+                            let o = outcomes.entry(kind).or_default();
+                            if ok {
+                                o.0 += 1;
+                            } else {
+                                o.1 += 1;
+                            }
                         }
                     }
                     (Err(_), Err(_)) => {}
@@ -609,14 +696,12 @@ async fn the_in_memory_redis_runs_every_script_as_redis_does() {
     }
     // Every script both did its work and refused, several times over: the
     // comparison covered both sides of each.
-    for script in Script::ALL {
-        let (yes, no) = outcomes
-            .get(&format!("{script:?}"))
-            .copied()
-            .unwrap_or_default();
+    let kinds = Script::ALL.iter().map(|s| format!("{s:?}"));
+    for script in kinds.chain(["Commit rows".to_string()]) {
+        let (yes, no) = outcomes.get(&script).copied().unwrap_or_default();
         assert!(
             yes >= 10 && no >= 5,
-            "{script:?}: {yes} accepted, {no} refused"
+            "{script}: {yes} accepted, {no} refused"
         );
     }
 }
@@ -821,6 +906,7 @@ async fn apply<S: HoldingStore>(store: &S, grants: &mut Vec<LeaseGrant>, op: &Op
             };
             let c = distributor::edge::redis::Commit {
                 table: table.then_some(&t),
+                delta: None,
                 health: &h,
                 suspects: &distributor::core::suspicion::NO_SUSPECTS,
                 transit: transit.as_deref(),

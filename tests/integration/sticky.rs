@@ -97,6 +97,17 @@ async fn sticky_joins_and_leaves_move_exactly_the_minimum() {
     .await;
 
     // Joins, crashes and drains, one at a time.
+    let metrics = fleet.replicas[0].as_ref().unwrap().metrics();
+    let kind = |kind| distributor::ops::metrics::Kind { kind };
+    let mut rows_before = (
+        metrics.table_writes_sent.get_or_create(&kind("rows")).get(),
+        metrics.table_write_bytes.get_or_create(&kind("rows")).get(),
+    );
+    let whole_before = metrics
+        .table_writes_sent
+        .get_or_create(&kind("whole"))
+        .get();
+    assert!(whole_before >= 1, "the first table goes whole");
     let steps = [
         "join", "crash", "join", "drain", "crash", "join", "join", "drain",
     ];
@@ -148,6 +159,22 @@ async fn sticky_joins_and_leaves_move_exactly_the_minimum() {
         let recorded = meta.get("last_change").and_then(|v| Moves::decode(v));
         let recorded = recorded.expect("a last change");
         assert_eq!(recorded.moved, recorded.minimum, "{recorded:?}");
+        // The holder sent the rows that changed, not the whole table.
+        let metrics = fleet.replicas[0].as_ref().unwrap().metrics();
+        let sent = |kind: &'static str| {
+            let k = distributor::ops::metrics::Kind { kind };
+            (
+                metrics.table_writes_sent.get_or_create(&k).get(),
+                metrics.table_write_bytes.get_or_create(&k).get(),
+            )
+        };
+        let ((rows, row_bytes), (whole, _)) = (sent("rows"), sent("whole"));
+        assert!(
+            rows > rows_before.0 && row_bytes > rows_before.1,
+            "step {n}: no rows write ({rows} rows, {whole} whole)"
+        );
+        assert_eq!(whole, whole_before, "step {n}: a whole write");
+        rows_before = (rows, row_bytes);
         if *step != "join" {
             // Every unit of the leaver changed owner; no other unit did.
             let (b, a) = (owners(&before), owners(&after));

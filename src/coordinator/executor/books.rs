@@ -132,8 +132,7 @@ impl Executor {
             } => {
                 self.metrics.table_writes.inc();
                 let table = table.unwrap_or_default();
-                let bytes: usize = table.rows().iter().map(|(m, v)| m.len() + v.len()).sum();
-                self.metrics.table_bytes.set(bytes as u64);
+                self.metrics.table_bytes.set(table.bytes() as u64);
                 span.in_scope(|| {
                     tracing::info!(
                         epoch,
@@ -179,12 +178,15 @@ impl Executor {
                 }
                 Err(("write_error", e.to_string()))
             }
-            Write::Outdated { version } => {
-                span.in_scope(|| tracing::warn!(version, "table write refused by redis: its state changed since this plan read it (a late write, or an edit); the next cycle reads it again before it plans"));
+            Write::Outdated { version, differs } => {
+                span.in_scope(|| tracing::warn!(version, differs = differs.as_deref(), "table write refused by redis: its state changed since this plan read it (a late write, or an edit); the next cycle reads it again before it plans"));
+                let what = differs
+                    .as_deref()
+                    .map_or(String::new(), |d| format!(": {d} differs"));
                 Err((
                     "write_outdated",
                     format!(
-                        "table write refused: redis' state changed since it was read (version {version})"
+                        "table write refused: redis' state changed since it was read (version {version}{what})"
                     ),
                 ))
             }

@@ -48,6 +48,7 @@ use super::solve::{SolveSettings, desired};
 use super::warm::WarmView;
 use super::{CycleError, CycleReport, HolderView, mark_error};
 use crate::core::balance::Balance;
+use crate::core::delta::TableDelta;
 use crate::core::handoff;
 use crate::core::suspicion::Guard;
 use crate::core::timing::Timing;
@@ -213,11 +214,12 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                     Outcome::Solved(desired)
                 }
                 Ready::Digest { table, history } => {
-                    // A new table's digest and change record (O(table)
-                    // each) are computed on a blocking thread.
+                    // A new table's digest (from the previous one's, by the
+                    // rows that differ) and change record are computed on a
+                    // blocking thread.
                     let (next, record) = super::blocking(move || {
                         let table = Arc::new(table);
-                        table.digest();
+                        TableDelta::between(&history.previous, &table);
                         let record = history.record(&table);
                         (table, record)
                     })
@@ -226,10 +228,25 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 }
                 Ready::Commit(plan) => {
                     let span = self.write_span(&core, &plan);
+                    let delta = plan
+                        .table
+                        .as_deref()
+                        .zip(plan.base.as_deref())
+                        .map(|(next, base)| TableDelta::between(base, next));
+                    if let Some(next) = plan.table.as_deref() {
+                        let (kind, bytes) = match &delta {
+                            Some(d) => ("rows", d.bytes()),
+                            None => ("whole", next.bytes()),
+                        };
+                        span.record("write", kind);
+                        span.record("bytes", bytes);
+                        self.metrics.table_write(kind, bytes);
+                    }
                     let view = core.view();
                     let described = self.solve.describe();
                     let commit = Commit {
                         table: plan.table.as_deref(),
+                        delta: delta.as_ref(),
                         health: &view.unsaved,
                         suspects: &view.unsaved_suspects,
                         transit: plan.transit.as_deref(),
@@ -386,6 +403,8 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             epoch = self.grant.epoch,
             table = plan.table.is_some(),
             rows = plan.rows,
+            write = Empty,
+            bytes = Empty,
             health_changes = view.unsaved.set.len() + view.unsaved.removed.len(),
             revoked = view.handoff.last.revoked,
             moved = view.handoff.last.moved.len(),

@@ -298,10 +298,12 @@ pub(in crate::coordinator) enum Write {
     /// Redis rejected it: the lease moved on.
     Fenced(String),
     /// Redis refused it before writing anything: something wrote since the
-    /// plan's state was read (`version` is `{T}:meta`'s now). The next
-    /// cycle reads Redis again before it plans.
+    /// plan's state was read (`version` is `{T}:meta`'s now), or a rows
+    /// write's base is not what Redis holds (`differs`: the key and field,
+    /// an edit). The next cycle reads Redis again before it plans.
     Outdated {
         version: u64,
+        differs: Option<String>,
     },
     /// Nothing written: a read it needed failed, or Redis refused a stored
     /// value before writing anything.

@@ -465,7 +465,9 @@ impl HoldingStore for MemoryStore {
                         }
                     }
                 }
-                (CommitReply::Outdated { version }, _) => Committed::Outdated { version },
+                (CommitReply::Outdated { version, differs }, _) => {
+                    Committed::Outdated { version, differs }
+                }
                 (CommitReply::Fenced { reason }, _) => Committed::Fenced { reason },
             })
         }
@@ -659,6 +661,7 @@ mod tests {
         let none = HealthChanges::default();
         let c = Commit {
             table: Some(&t),
+            delta: None,
             health: &none,
             suspects: &NO_SUSPECTS,
             transit: None,

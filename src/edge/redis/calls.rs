@@ -165,10 +165,16 @@ pub fn commit(keys: &Keys, grant: &LeaseGrant, c: &Commit<'_>) -> ScriptCall {
         .key(&keys.suspects)
         .key(&keys.transit)
         .key(&keys.changes);
+    // A table with its delta goes as the rows that differ.
+    let delta = c.delta.filter(|_| c.table.is_some());
     let digest = c.table.map(MatchingTable::digest).unwrap_or_default();
     // The history entry goes with a table write only.
     let history = c.history.filter(|_| c.table.is_some()).unwrap_or_default();
-    let rows = c.table.map_or(0, MatchingTable::len);
+    let (mode, rows) = match (&delta, c.table) {
+        (Some(d), _) => ("2", d.written.len()),
+        (None, Some(t)) => ("1", t.len()),
+        (None, None) => ("0", 0),
+    };
     call.arg(&grant.token)
         .arg(grant.epoch)
         .arg(c.generation_floor)
@@ -176,7 +182,7 @@ pub fn commit(keys: &Keys, grant: &LeaseGrant, c: &Commit<'_>) -> ScriptCall {
         .arg(c.now_ms)
         .arg(c.holder_id)
         .arg(&keys.table_channel)
-        .arg(if c.table.is_some() { "1" } else { "0" })
+        .arg(mode)
         .arg(rows)
         .arg(c.health.set.len())
         .arg(c.health.removed.len())
@@ -188,11 +194,26 @@ pub fn commit(keys: &Keys, grant: &LeaseGrant, c: &Commit<'_>) -> ScriptCall {
         .arg(c.last_change.unwrap_or(""))
         .arg(c.expected_version.map_or(String::new(), |v| v.to_string()))
         .arg(history.len())
-        .arg(HISTORY_KEPT);
-    if let Some(t) = c.table {
-        for (member, units) in t.rows() {
-            call.arg(member).arg(units);
+        .arg(HISTORY_KEPT)
+        .arg(delta.map_or("", |d| d.base_digest))
+        .arg(delta.map_or(0, |d| d.removed.len()));
+    match (&delta, c.table) {
+        (Some(d), _) => {
+            for r in &d.written {
+                call.arg(r.member)
+                    .arg(r.units)
+                    .arg(r.replaces.as_deref().unwrap_or(""));
+            }
+            for r in &d.removed {
+                call.arg(r.member).arg(r.replaces.as_deref().unwrap_or(""));
+            }
         }
+        (None, Some(t)) => {
+            for (member, units) in t.rows() {
+                call.arg(member).arg(units);
+            }
+        }
+        (None, None) => {}
     }
     for (member, h) in &c.health.set {
         call.arg(member).arg(h.encode());
@@ -224,8 +245,12 @@ pub enum CommitReply {
         generation: Option<u64>,
         version: u64,
     },
-    /// Refused before any write: `{T}:meta`'s version is not the expected one.
-    Outdated { version: u64 },
+    /// Refused before any write: `{T}:meta`'s version is not the expected
+    /// one, or (`differs`) a rows write's base is not what Redis holds.
+    Outdated {
+        version: u64,
+        differs: Option<String>,
+    },
     /// Refused: the lease or the epoch is not the caller's.
     Fenced { reason: String },
 }
@@ -248,11 +273,17 @@ pub fn committed(v: Value) -> Result<CommitReply, StoreError> {
                 version,
             })
         }
-        [code, version] if int(code) == Some(-4) => Ok(CommitReply::Outdated {
-            version: int(version)
-                .filter(|v| *v >= 0)
-                .ok_or_else(|| reply_err(OP, &v))? as u64,
-        }),
+        [code, version, rest @ ..] if int(code) == Some(-4) && rest.len() <= 1 => {
+            Ok(CommitReply::Outdated {
+                version: int(version)
+                    .filter(|v| *v >= 0)
+                    .ok_or_else(|| reply_err(OP, &v))? as u64,
+                differs: match rest {
+                    [what] => Some(text(what).ok_or_else(|| reply_err(OP, &v))?),
+                    _ => None,
+                },
+            })
+        }
         [ok, reason] if int(ok) == Some(0) => Ok(CommitReply::Fenced {
             reason: text(reason).unwrap_or_default(),
         }),

@@ -24,9 +24,10 @@
 //!
 //! Guarantees:
 //! - the matching table is only ever written by `commit.lua`, which checks the
-//!   lease token and the fencing epoch inside Redis and replaces the whole hash
-//!   atomically: a stale holder's write is rejected by Redis itself, and readers
-//!   never see a half-written table;
+//!   lease token and the fencing epoch inside Redis and writes atomically (the
+//!   rows that changed, only onto the table the plan read, or the whole hash):
+//!   a stale holder's write is rejected by Redis itself, and readers never see
+//!   a half-written table;
 //! - every call is bounded by a timeout and returns a classified [`StoreError`];
 //!   nothing here retries on its own, so the caller's state machine decides;
 //! - a cycle's reads are pipelined: one round trip sizes the lists, one reads
@@ -39,6 +40,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::delta::TableDelta;
 use crate::core::handoff::RedisConnection;
 use crate::core::keys::Keys;
 pub use crate::core::lease::{
@@ -298,6 +300,12 @@ pub type Reports = Result<Vec<(String, String)>, StoreError>;
 pub struct Commit<'a> {
     /// The new table, or `None` to write only liveness changes.
     pub table: Option<&'a MatchingTable>,
+    /// The new table's rows that differ from the table Redis holds, as the
+    /// plan read it (its digest verified): the write then sends only these,
+    /// and Redis refuses it ([`Committed::Outdated`]) unless it still holds
+    /// that digest and the rows replaced. `None`: the table is replaced
+    /// whole. Ignored without `table`.
+    pub delta: Option<&'a TableDelta<'a>>,
     pub health: &'a HealthChanges,
     /// Mass-failure suspects to record or clear (`{T}:suspects`).
     pub suspects: &'a SuspectChanges,
@@ -360,8 +368,13 @@ pub enum Committed {
     },
     /// Refused before it wrote anything: `{T}:meta`'s version is not the
     /// expected one (something wrote since the plan's state was read, such
-    /// as a write of this holder that timed out and landed later).
-    Outdated { version: u64 },
+    /// as a write of this holder that timed out and landed later), or a
+    /// rows write's base is not what Redis holds (`differs` names the key
+    /// and field: an edit).
+    Outdated {
+        version: u64,
+        differs: Option<String>,
+    },
 }
 
 impl PartialEq for Committed {
@@ -378,7 +391,16 @@ impl PartialEq for Committed {
                     version: w,
                 },
             ) => a == b && v == w,
-            (Committed::Outdated { version: a }, Committed::Outdated { version: b }) => a == b,
+            (
+                Committed::Outdated {
+                    version: a,
+                    differs: x,
+                },
+                Committed::Outdated {
+                    version: b,
+                    differs: y,
+                },
+            ) => a == b && x == y,
             (Committed::Fenced { reason: a }, Committed::Fenced { reason: b }) => a == b,
             (
                 Committed::Unconfirmed {

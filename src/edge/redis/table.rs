@@ -5,9 +5,10 @@
 //!
 //! Guarantees:
 //! - the table is only ever written by `commit.lua`, which checks the lease
-//!   token and the fencing epoch inside Redis and replaces the whole hash
-//!   atomically: a stale holder's write is rejected by Redis itself, and
-//!   readers never see a half-written table;
+//!   token and the fencing epoch inside Redis and writes atomically (the
+//!   rows that changed, onto the table the plan read, or the whole hash): a
+//!   stale holder's write is rejected by Redis itself, a rows write lands on
+//!   no other table, and readers never see a half-written table;
 //! - a stored counter that is not an integer below 2^53 is an error naming
 //!   its key and value, never a floor.
 
@@ -34,21 +35,21 @@ impl Store {
     ) -> Result<Committed, StoreError> {
         let mut conn = self.conn();
         let call = calls::commit(&self.keys, grant, c);
-        let rows = c.table.map_or(0, MatchingTable::len);
         // A big table takes longer to transfer and apply than a renewal: the
-        // budget grows with rows and with bytes (measured: 10,000 rows of a
-        // million units apply in about 50 ms; allow 20 MB/s on a loaded host).
-        let bytes: usize = c.table.map_or(0, |t| {
-            t.rows()
+        // budget grows with the rows sent and their bytes (measured: 10,000
+        // rows of a million units apply in about 50 ms; allow 20 MB/s on a
+        // loaded host).
+        let (rows, table_bytes) = match (c.table, c.delta) {
+            (Some(_), Some(d)) => (d.rows(), d.bytes()),
+            (Some(next), None) => (next.len(), next.bytes()),
+            (None, _) => (0, 0),
+        };
+        let bytes: usize = table_bytes
+            + c.transit
+                .unwrap_or_default()
                 .iter()
-                .map(|(m, v)| m.len() + v.len())
-                .sum::<usize>()
-        }) + c
-            .transit
-            .unwrap_or_default()
-            .iter()
-            .map(|(f, v)| f.len() + v.len() + 200)
-            .sum::<usize>();
+                .map(|(f, v)| f.len() + v.len() + 200)
+                .sum::<usize>();
         let timeout = self.op_timeout
             + Duration::from_millis((rows as u64) / 10)
             + Duration::from_millis((bytes as u64) / 20_000);
@@ -81,7 +82,9 @@ impl Store {
                 }),
                 Err(error) => Ok(Committed::Unconfirmed { generation, error }),
             },
-            CommitReply::Outdated { version } => Ok(Committed::Outdated { version }),
+            CommitReply::Outdated { version, differs } => {
+                Ok(Committed::Outdated { version, differs })
+            }
             CommitReply::Fenced { reason } => Ok(Committed::Fenced { reason }),
         }
     }

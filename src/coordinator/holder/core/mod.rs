@@ -321,13 +321,16 @@ impl HolderView {
             }
             // Something wrote since this plan's state was read (a write of
             // this holder that timed out and landed late, an edit of the
-            // metadata): nothing was written; read Redis again and plan
-            // from what it holds.
-            Ok(Committed::Outdated { version }) => {
+            // metadata or of a row it replaces): nothing was written; read
+            // Redis again and plan from what it holds.
+            Ok(Committed::Outdated { version, differs }) => {
                 let expected = ledger.version();
                 ledger.refused();
-                let error = format!("outdated: version {version}, planned on {expected:?}");
-                (Write::Outdated { version }, None, Some(error))
+                let error = match &differs {
+                    Some(what) => format!("outdated: {what} is not what the plan read"),
+                    None => format!("outdated: version {version}, planned on {expected:?}"),
+                };
+                (Write::Outdated { version, differs }, None, Some(error))
             }
             // A stored value the script refused before its first write:
             // nothing was written, and Redis holds what the ledger knows.
@@ -625,7 +628,10 @@ pub(super) mod tests {
             Committed::Fenced {
                 reason: "epoch".into(),
             },
-            Committed::Outdated { version: 9 },
+            Committed::Outdated {
+                version: 9,
+                differs: None,
+            },
         ] {
             let mut v = fresh_view();
             let (mut floor, mut digest) = (7, None);

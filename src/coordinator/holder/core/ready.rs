@@ -142,6 +142,10 @@ pub(in crate::coordinator::holder) enum Outcome {
 pub(in crate::coordinator::holder) struct CommitPlan {
     /// The new table, when it changed.
     pub(in crate::coordinator::holder) table: Option<Arc<MatchingTable>>,
+    /// The table Redis holds, digest verified, when the plan started from
+    /// it: the write then carries only the rows that differ (see
+    /// `edge::redis::Commit::base`). `None`: the table is written whole.
+    pub(in crate::coordinator::holder) base: Option<Arc<MatchingTable>>,
     /// `{T}:transit` whole, when it changed.
     pub(in crate::coordinator::holder) transit: Option<Vec<(String, String)>>,
     pub(in crate::coordinator::holder) last_change: Option<String>,

@@ -573,8 +573,17 @@ impl CycleCore {
             .collect();
         links.sort_unstable();
         links.dedup();
+        // A plan that started from the table Redis holds (its digest
+        // verified, not a start from a stored table to verify) writes the
+        // rows that differ from it; the first table, a healed edit and a new
+        // holding's first write replace it whole.
+        let base = (table_changed
+            && !planning.verify
+            && stored.digest.as_deref() == Some(planning.granted.digest()))
+        .then(|| Arc::clone(&planning.granted));
         let commit = CommitPlan {
             table: table_changed.then(|| Arc::clone(&next)),
+            base,
             transit: transit_changed.then_some(encoded),
             last_change,
             history,

@@ -58,7 +58,9 @@ impl Call<'_> {
         if count(a(5)).is_none() {
             return Ok(invalid(b"ARGV", b"now_ms", a(5), COUNT));
         }
-        let counts = [9, 10, 11, 12, 13, 15, 19].map(|i| count(a(i)));
+        let rows_only = a(8) == Some(b"2");
+        let row_width: u128 = if rows_only { 3 } else { 2 };
+        let counts = [9, 10, 11, 12, 13, 15, 19, 22].map(|i| count(a(i)));
         let shaped = match counts {
             [
                 Some(r),
@@ -68,17 +70,38 @@ impl Call<'_> {
                 Some(un),
                 Some(t),
                 Some(h),
+                Some(rm),
             ] => {
                 let n = |x: u64| u128::from(x);
                 (self.argv.len() as u128
-                    == 20 + 2 * n(r) + 2 * n(s) + n(d) + 2 * n(su) + n(un) + 2 * n(t) + 2 * n(h))
-                .then_some([r, s, d, su, un, t, h].map(|x| x as usize))
+                    == 22
+                        + row_width * n(r)
+                        + 2 * n(rm)
+                        + 2 * n(s)
+                        + n(d)
+                        + 2 * n(su)
+                        + n(un)
+                        + 2 * n(t)
+                        + 2 * n(h))
+                .then_some([r, s, d, su, un, t, h, rm].map(|x| x as usize))
             }
             _ => None,
         };
-        let Some([n_rows, n_set, n_del, n_sus, n_unsus, n_transit, n_history]) = shaped else {
+        let Some(
+            [
+                n_rows,
+                n_set,
+                n_del,
+                n_sus,
+                n_unsus,
+                n_transit,
+                n_history,
+                n_removed,
+            ],
+        ) = shaped
+        else {
             let mut listed = Vec::new();
-            for (k, i) in [9, 10, 11, 12, 13, 15, 19].into_iter().enumerate() {
+            for (k, i) in [9, 10, 11, 12, 13, 15, 19, 22].into_iter().enumerate() {
                 if k > 0 {
                     listed.push(b' ');
                 }
@@ -92,6 +115,17 @@ impl Call<'_> {
                 "counts that match the arguments",
             ));
         };
+        if !rows_only && (n_removed != 0 || a(21) != Some(b"")) {
+            let mut v = a(22).unwrap_or_default().to_vec();
+            v.push(b' ');
+            v.extend_from_slice(a(21).unwrap_or_default());
+            return Ok(invalid(
+                b"ARGV",
+                b"n_removed",
+                Some(&v),
+                "0 and no base_digest without a rows write",
+            ));
+        }
         let Some(history_kept) = count(a(20)).filter(|&k| k > 0) else {
             return Ok(invalid(
                 b"ARGV",
@@ -100,7 +134,7 @@ impl Call<'_> {
                 "an integer in 1..2^53-1",
             ));
         };
-        let write_table = a(8) == Some(b"1");
+        let write_table = a(8) == Some(b"1") || rows_only;
         if n_history > 0 && !write_table {
             return Ok(invalid(
                 b"ARGV",
@@ -170,6 +204,11 @@ impl Call<'_> {
             }
             generation = g as i64;
         }
+        let rows_at = 23;
+        let removed_at = rows_at + row_width as usize * n_rows;
+        if rows_only && let Some(what) = self.off_base(rows_at, n_rows, removed_at, n_removed)? {
+            return Ok(Value::Array(vec![int(-4), int(version as i64), bulk(what)]));
+        }
         let liveness_type = self.type_of(5);
         let suspects_type = self.type_of(6);
         let transit_type = self.type_of(7);
@@ -179,8 +218,7 @@ impl Call<'_> {
             "none"
         };
 
-        let rows_at = 21;
-        let set_at = rows_at + 2 * n_rows;
+        let set_at = removed_at + 2 * n_removed;
         let del_at = set_at + 2 * n_set;
         let sus_at = del_at + n_del;
         let unsus_at = sus_at + 2 * n_sus;
@@ -201,7 +239,21 @@ impl Call<'_> {
                 .map(|i| self.arg(i).unwrap_or_default().to_vec())
                 .collect()
         };
-        let rows = pairs(rows_at, n_rows);
+        let (rows, removed) = if rows_only {
+            let rows = (0..n_rows)
+                .map(|k| {
+                    let i = rows_at + 3 * k;
+                    (
+                        self.arg(i).unwrap_or_default().to_vec(),
+                        self.arg(i + 1).unwrap_or_default().to_vec(),
+                    )
+                })
+                .collect();
+            let removed = pairs(removed_at, n_removed).into_iter().map(|(m, _)| m);
+            (rows, removed.collect())
+        } else {
+            (pairs(rows_at, n_rows), Vec::new())
+        };
         let health_set = pairs(set_at, n_set);
         let health_del = names(del_at, n_del);
         let suspects_set = pairs(sus_at, n_sus);
@@ -239,15 +291,23 @@ impl Call<'_> {
         }
         let now = self.now;
         if write_table {
-            self.del(1);
-            self.hset(1, rows)?;
+            let table = self.key(1).to_string();
+            let members = if rows_only {
+                self.hset(1, rows)?;
+                self.ks.hdel(&table, &removed, now)?;
+                self.ks.hlen(&table, now)? as u64
+            } else {
+                self.del(1);
+                self.hset(1, rows)?;
+                n_rows as u64
+            };
             let mut fields = vec![
                 Self::pair("generation", num(generation as u64)),
                 Self::pair("digest", self.arg(4).unwrap_or_default()),
                 Self::pair("epoch", self.arg(2).unwrap_or_default()),
                 Self::pair("writer", self.arg(6).unwrap_or_default()),
                 Self::pair("written_at_ms", self.arg(5).unwrap_or_default()),
-                Self::pair("members", num(n_rows as u64)),
+                Self::pair("members", num(members)),
                 Self::pair("assignment", self.arg(16).unwrap_or_default()),
             ];
             if self.arg(17) != Some(b"") {
@@ -298,5 +358,50 @@ impl Call<'_> {
             int(generation),
             int(version as i64 + 1),
         ]))
+    }
+
+    /// A rows write's check of its base: `Some(what)` names the first thing
+    /// Redis holds that is not the base (the stored digest, the table's
+    /// type, a replaced row).
+    fn off_base(
+        &mut self,
+        rows_at: usize,
+        n_rows: usize,
+        removed_at: usize,
+        n_removed: usize,
+    ) -> Result<Option<Vec<u8>>, WrongType> {
+        let stored = if self.type_of(2) == "hash" {
+            self.hget(2, "digest")?
+        } else {
+            None
+        };
+        if stored.as_deref() != self.arg(21) {
+            return Ok(Some(format!("{} digest", self.key(2)).into_bytes()));
+        }
+        let table = self.key(1).to_string();
+        if !matches!(self.type_of(1), "hash" | "none") {
+            return Ok(Some(format!("{table} type").into_bytes()));
+        }
+        let replaced = (0..n_rows)
+            .map(|k| (rows_at + 3 * k, 2, true))
+            .chain((0..n_removed).map(|k| (removed_at + 2 * k, 1, false)));
+        for (i, at, may_be_new) in replaced.collect::<Vec<_>>() {
+            let member = self.arg(i).unwrap_or_default().to_vec();
+            let replaces = self.arg(i + at).unwrap_or_default().to_vec();
+            let now = self.now;
+            let holds = match self.ks.hget(&table, &member, now)? {
+                None => may_be_new && replaces.is_empty(),
+                Some(row) => {
+                    crate::core::table::hex(&crate::core::table::row_hash(&member, &row)).as_bytes()
+                        == replaces
+                }
+            };
+            if !holds {
+                let mut what = format!("{table} ").into_bytes();
+                what.extend_from_slice(&member);
+                return Ok(Some(what));
+            }
+        }
+        Ok(None)
     }
 }

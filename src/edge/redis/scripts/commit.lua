@@ -1,16 +1,24 @@
--- The only writer of the matching table: a fenced, atomic replace.
+-- The only writer of the matching table: a fenced, atomic write.
 -- KEYS: table, meta, epoch, lease, liveness, suspects, transit, changes
 -- ARGV: token, epoch, generation_floor, digest, now_ms, holder_id, channel,
---       write_table (0|1), n_rows, n_health_set, n_health_del,
+--       write_table (0: none, 1: whole, 2: rows), n_rows, n_health_set, n_health_del,
 --       n_suspect_set, n_suspect_del, write_transit (0|1), n_transit,
 --       assignment, last_change (stored in meta with a table write; an
 --       empty last_change leaves the stored one), expected_version (meta's
 --       `version` the caller's plan is based on; empty: no check),
---       n_history, history_kept, then
---       n_rows (member, units) pairs, n_health_set (member, state) pairs,
+--       n_history, history_kept, base_digest (rows only, else empty),
+--       n_removed (rows only, else 0), then
+--       n_rows (member, units) pairs (rows: (member, units, replaces)
+--       triples), n_removed (member, replaces) pairs (rows only),
+--       n_health_set (member, state) pairs,
 --       n_health_del member names, n_suspect_set (member, suspicion) pairs,
 --       n_suspect_del member names, n_transit (field, value) pairs and
 --       n_history (field, value) pairs.
+-- A whole write replaces the table. A rows write sets and deletes only the
+-- rows given, and only on the table its plan read: the stored digest must be
+-- base_digest and each replaced row must still have the hash `replaces`
+-- (`row_hash`, empty: no row); else it is refused ({-4, version, what}) and
+-- nothing is written. `digest` is the table's digest after either.
 -- With n_history > 0 (only with a table write), the change history (a
 -- stream) gets one entry: generation, previous_generation, at_ms, epoch,
 -- writer and the pairs given, trimmed to the newest history_kept entries. A user
@@ -26,7 +34,8 @@
 -- Returns {1, generation, version} (generation -1 when only liveness was
 -- written), {0, reason} when the caller no longer holds the lease (Redis
 -- itself rejects a stale holder's write), {-4, version} when meta's version is
--- not the expected one, or {-2, key, field, value, expected} when a stored
+-- not the expected one, {-4, version, what} when a rows write's base is not
+-- what Redis holds (what: `<key> <field>`), or {-2, key, field, value, expected} when a stored
 -- value or an argument is unusable; then nothing was written.
 
 -- Fencing.
@@ -44,18 +53,25 @@ if not count(ARGV[5]) then return invalid('ARGV', 'now_ms', ARGV[5], COUNT) end
 local n_rows, n_set, n_del = count(ARGV[9]), count(ARGV[10]), count(ARGV[11])
 local n_sus, n_unsus = count(ARGV[12]), count(ARGV[13])
 local n_transit, n_history = count(ARGV[15]), count(ARGV[19])
-if not (n_rows and n_set and n_del and n_sus and n_unsus and n_transit and n_history)
-  or #ARGV ~= 20 + 2 * n_rows + 2 * n_set + n_del + 2 * n_sus + n_unsus + 2 * n_transit
-    + 2 * n_history then
+local n_removed = count(ARGV[22])
+local rows_only = ARGV[8] == '2'
+local row_width = rows_only and 3 or 2
+if not (n_rows and n_set and n_del and n_sus and n_unsus and n_transit and n_history
+    and n_removed)
+  or #ARGV ~= 22 + row_width * n_rows + 2 * n_removed + 2 * n_set + n_del + 2 * n_sus
+    + n_unsus + 2 * n_transit + 2 * n_history then
   return invalid('ARGV', 'counts', table.concat({ARGV[9] or '', ARGV[10] or '', ARGV[11] or '',
-    ARGV[12] or '', ARGV[13] or '', ARGV[15] or '', ARGV[19] or ''}, ' ') .. ' for ' .. #ARGV
-    .. ' arguments', 'counts that match the arguments')
+    ARGV[12] or '', ARGV[13] or '', ARGV[15] or '', ARGV[19] or '', ARGV[22] or ''}, ' ')
+    .. ' for ' .. #ARGV .. ' arguments', 'counts that match the arguments')
+end
+if not rows_only and (n_removed ~= 0 or ARGV[21] ~= '') then
+  return invalid('ARGV', 'n_removed', ARGV[22] .. ' ' .. ARGV[21], '0 and no base_digest without a rows write')
 end
 local history_kept = count(ARGV[20])
 if not history_kept or history_kept == 0 then
   return invalid('ARGV', 'history_kept', ARGV[20], 'an integer in 1..2^53-1')
 end
-local write_table = ARGV[8] == '1'
+local write_table = ARGV[8] == '1' or rows_only
 if n_history > 0 and not write_table then
   return invalid('ARGV', 'n_history', ARGV[19], 'a history entry written with the table')
 end
@@ -103,18 +119,44 @@ if write_table then
     return invalid(KEYS[2], 'generation', decimal(generation - 1), COUNT .. ', below its largest')
   end
 end
-local liveness_type = type_of(KEYS[5])
-local suspects_type = type_of(KEYS[6])
-local transit_type = type_of(KEYS[7])
-local changes_type = n_history > 0 and type_of(KEYS[8]) or 'none'
-
-local rows_at = 21
-local set_at = rows_at + 2 * n_rows
+local rows_at = 23
+local removed_at = rows_at + row_width * n_rows
+local set_at = removed_at + 2 * n_removed
 local del_at = set_at + 2 * n_set
 local sus_at = del_at + n_del
 local unsus_at = sus_at + 2 * n_sus
 local transit_at = unsus_at + n_unsus
 local history_at = transit_at + 2 * n_transit
+
+-- A rows write applies only to the table its plan read.
+if rows_only then
+  local stored = meta_type == 'hash' and redis.call('HGET', KEYS[2], 'digest') or false
+  if stored ~= ARGV[21] then
+    return {-4, version, KEYS[2] .. ' digest'}
+  end
+  local table_type = type_of(KEYS[1])
+  if table_type ~= 'hash' and table_type ~= 'none' then
+    return {-4, version, KEYS[1] .. ' type'}
+  end
+  local function holds(member, replaces)
+    local row = redis.call('HGET', KEYS[1], member)
+    if not row then return replaces == '' end
+    return redis.sha1hex(#member .. ':' .. member .. row) == replaces
+  end
+  for i = rows_at, removed_at - 1, 3 do
+    if not holds(ARGV[i], ARGV[i + 2]) then return {-4, version, KEYS[1] .. ' ' .. ARGV[i]} end
+  end
+  for i = removed_at, set_at - 1, 2 do
+    if ARGV[i + 1] == '' or not holds(ARGV[i], ARGV[i + 1]) then
+      return {-4, version, KEYS[1] .. ' ' .. ARGV[i]}
+    end
+  end
+end
+local liveness_type = type_of(KEYS[5])
+local suspects_type = type_of(KEYS[6])
+local transit_type = type_of(KEYS[7])
+local changes_type = n_history > 0 and type_of(KEYS[8]) or 'none'
+
 
 -- A revocation (a transit value starting with "0 ") is numbered by the
 -- table write that makes it: none without one.
@@ -145,20 +187,34 @@ end
 
 -- HSET/HDEL in chunks: Lua's unpack() is limited to a few thousand values.
 local CHUNK = 1000
-local function apply(cmd, key, first, last)
+local function apply(cmd, key, first, last, values)
+  values = values or ARGV
   local s = first
   while s <= last do
     local e = math.min(s + CHUNK - 1, last)
-    redis.call(cmd, key, unpack(ARGV, s, e))
+    redis.call(cmd, key, unpack(values, s, e))
     s = e + 1
   end
 end
 
 if write_table then
-  redis.call('DEL', KEYS[1])
-  apply('HSET', KEYS[1], rows_at, set_at - 1)
+  local members = n_rows
+  if rows_only then
+    for i = rows_at, removed_at - 1, 3 do
+      redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    end
+    if n_removed > 0 then
+      local gone = {}
+      for i = removed_at, set_at - 1, 2 do gone[#gone + 1] = ARGV[i] end
+      apply('HDEL', KEYS[1], 1, #gone, gone)
+    end
+    members = redis.call('HLEN', KEYS[1])
+  else
+    redis.call('DEL', KEYS[1])
+    apply('HSET', KEYS[1], rows_at, removed_at - 1)
+  end
   redis.call('HSET', KEYS[2], 'generation', generation, 'digest', ARGV[4],
-    'epoch', ARGV[2], 'writer', ARGV[6], 'written_at_ms', ARGV[5], 'members', n_rows,
+    'epoch', ARGV[2], 'writer', ARGV[6], 'written_at_ms', ARGV[5], 'members', members,
     'assignment', ARGV[16])
   if ARGV[17] ~= '' then
     redis.call('HSET', KEYS[2], 'last_change', ARGV[17])

@@ -1,0 +1,203 @@
+//! What a table write changes, row by row: the rows it writes and the rows
+//! it removes, each with the hash of the stored row it replaces, and the
+//! digest of the table that follows. Pure.
+//!
+//! The digest is an XOR of one SHA-1 per row ([`MatchingTable::digest`]), so
+//! the next table's digest is the base's with the replaced rows XORed out and
+//! the written ones XORed in: O(rows) comparisons and O(rows changed) hashing,
+//! never a hash of the whole table. `commit.lua` writes only these rows, after
+//! it checked that the stored digest is the base's and that each row it
+//! replaces still hashes as given here: a write never replaces a row its plan
+//! did not read, and a table it cannot verify is refused whole.
+
+use crate::core::table::{MatchingTable, hex, row_hash, xor_into};
+
+/// One row a write changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowChange<'a> {
+    pub member: &'a str,
+    /// The row's new units (`""` for a removed row: not written).
+    pub units: &'a str,
+    /// The hash ([`row_hash`], hex) of the stored row it replaces; `None`
+    /// when the member has no row in the base.
+    pub replaces: Option<String>,
+}
+
+/// The rows that differ from a base table to the next one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDelta<'a> {
+    /// The base table's digest: what the stored table must be.
+    pub base_digest: &'a str,
+    /// New or changed rows, by member.
+    pub written: Vec<RowChange<'a>>,
+    /// Rows of the base that the next table does not have, by member.
+    pub removed: Vec<RowChange<'a>>,
+    digest: String,
+}
+
+impl<'a> TableDelta<'a> {
+    /// The delta from `base` to `next`, both walked in member order once.
+    /// Records `next`'s digest (computed from the base's) unless known.
+    pub fn between(base: &'a MatchingTable, next: &'a MatchingTable) -> TableDelta<'a> {
+        let base_digest = base.digest();
+        let mut acc = [0u8; 20];
+        for (i, pair) in base_digest.as_bytes().chunks(2).take(20).enumerate() {
+            let text = std::str::from_utf8(pair).unwrap_or("00");
+            acc[i] = u8::from_str_radix(text, 16).unwrap_or(0);
+        }
+        let mut written = Vec::new();
+        let mut removed = Vec::new();
+        let replaced = |acc: &mut [u8; 20], member: &str, units: &str| {
+            let h = row_hash(member.as_bytes(), units.as_bytes());
+            xor_into(acc, &h);
+            hex(&h)
+        };
+        let mut old = base.rows().iter().peekable();
+        for (member, units) in next.rows() {
+            // Base rows before this member are gone from the next table.
+            while let Some((m, v)) = old.next_if(|(m, _)| *m < member) {
+                let replaces = Some(replaced(&mut acc, m, v));
+                removed.push(RowChange {
+                    member: m,
+                    units: "",
+                    replaces,
+                });
+            }
+            let before = old.next_if(|(m, _)| *m == member).map(|(_, v)| v);
+            if before == Some(units) {
+                continue;
+            }
+            let replaces = before.map(|v| replaced(&mut acc, member, v));
+            xor_into(&mut acc, &row_hash(member.as_bytes(), units.as_bytes()));
+            written.push(RowChange {
+                member,
+                units,
+                replaces,
+            });
+        }
+        for (m, v) in old {
+            let replaces = Some(replaced(&mut acc, m, v));
+            removed.push(RowChange {
+                member: m,
+                units: "",
+                replaces,
+            });
+        }
+        let digest = hex(&acc);
+        next.set_digest(digest.clone());
+        TableDelta {
+            base_digest,
+            written,
+            removed,
+            digest,
+        }
+    }
+
+    /// The next table's digest.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Whether the two tables have the same rows.
+    pub fn is_empty(&self) -> bool {
+        self.written.is_empty() && self.removed.is_empty()
+    }
+
+    /// How many rows change.
+    pub fn rows(&self) -> usize {
+        self.written.len() + self.removed.len()
+    }
+
+    /// The bytes of the rows written (members and units) and of the members
+    /// removed: what the write transfers for the table.
+    pub fn bytes(&self) -> usize {
+        self.written
+            .iter()
+            .map(|r| r.member.len() + r.units.len())
+            .chain(self.removed.iter().map(|r| r.member.len()))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn table(rows: &[(&str, &str)]) -> MatchingTable {
+        MatchingTable::from_rows(rows.iter().map(|(m, u)| (m.to_string(), u.to_string())))
+    }
+
+    #[test]
+    fn rows_written_removed_and_kept() {
+        let base = table(&[("a", "u1,u2"), ("b", "u3"), ("c", ""), ("d", "u4")]);
+        let next = table(&[("a", "u1,u2"), ("b", "u3,u5"), ("d", "u4"), ("e", "")]);
+        let d = TableDelta::between(&base, &next);
+        let written: Vec<_> = d.written.iter().map(|r| (r.member, r.units)).collect();
+        assert_eq!(written, [("b", "u3,u5"), ("e", "")]);
+        assert_eq!(
+            d.written[0].replaces.as_deref(),
+            Some(hex(&row_hash(b"b", b"u3")).as_str())
+        );
+        assert_eq!(d.written[1].replaces, None);
+        let removed: Vec<_> = d.removed.iter().map(|r| r.member).collect();
+        assert_eq!(removed, ["c"]);
+        assert_eq!(d.rows(), 3);
+        assert_eq!(d.bytes(), "bu3,u5".len() + "e".len() + "c".len());
+        assert_eq!(
+            d.digest(),
+            table(&[("a", "u1,u2"), ("b", "u3,u5"), ("d", "u4"), ("e", "")]).digest()
+        );
+        assert_eq!(next.digest(), d.digest());
+    }
+
+    #[test]
+    fn the_same_table_changes_nothing() {
+        let t = table(&[("a", "u1"), ("b", "")]);
+        let d = TableDelta::between(&t, &t);
+        assert!(d.is_empty());
+        assert_eq!(d.digest(), t.digest());
+    }
+
+    fn rows() -> impl Strategy<Value = Vec<(String, String)>> {
+        // Few members and units, so that rows often coincide.
+        proptest::collection::vec(
+            (
+                "[a-f]",
+                proptest::collection::vec("u[0-3]", 0..3).prop_map(|u| u.join(",")),
+            ),
+            0..6,
+        )
+    }
+
+    proptest! {
+        /// Applying the delta to the base gives the next table, and the
+        /// digest from the base's is the next table's own.
+        #[test]
+        fn the_delta_rebuilds_the_next_table(base in rows(), next in rows()) {
+            let (base, next) = (MatchingTable::from_rows(base), MatchingTable::from_rows(next));
+            let fresh = MatchingTable::from_rows(next.rows().clone());
+            let d = TableDelta::between(&base, &next);
+            let mut rebuilt = base.rows().clone();
+            for r in &d.removed {
+                let stored = &base.rows()[r.member];
+                prop_assert_eq!(
+                    r.replaces.clone(),
+                    Some(hex(&row_hash(r.member.as_bytes(), stored.as_bytes())))
+                );
+                rebuilt.remove(r.member);
+            }
+            for r in &d.written {
+                prop_assert_eq!(
+                    r.replaces.clone(),
+                    base.rows().get(r.member).map(|v| hex(&row_hash(r.member.as_bytes(), v.as_bytes())))
+                );
+                rebuilt.insert(r.member.to_string(), r.units.to_string());
+            }
+            prop_assert_eq!(&rebuilt, next.rows());
+            prop_assert_eq!(d.digest(), fresh.digest());
+            prop_assert_eq!(d.is_empty(), base == next);
+        }
+    }
+}
