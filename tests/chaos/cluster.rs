@@ -954,6 +954,37 @@ impl Cluster {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 
+    /// The handoff's state in Redis (units in transit, the members' reports,
+    /// the last history entries), for a failure that stalls a handoff. Each
+    /// read is bounded: Redis may be the thing that failed.
+    async fn dump_redis_state(&self) {
+        let keys = distributor::core::keys::Keys::new(TABLE);
+        let read = async {
+            let mut conn = self.redis_conn().await;
+            let mut out = Vec::new();
+            for key in [&keys.transit, &keys.members, &keys.liveness] {
+                let v: redis::RedisResult<Vec<(String, String)>> =
+                    redis::cmd("HGETALL").arg(key).query_async(&mut conn).await;
+                out.push(format!("{key}: {v:?}"));
+            }
+            let v: redis::RedisResult<redis::Value> = redis::cmd("XREVRANGE")
+                .arg(&keys.changes)
+                .arg("+")
+                .arg("-")
+                .arg("COUNT")
+                .arg(8)
+                .query_async(&mut conn)
+                .await;
+            out.push(format!("{} (newest first): {v:?}", keys.changes));
+            out
+        };
+        say("--- redis state (the current master)");
+        match tokio::time::timeout(Duration::from_secs(5), read).await {
+            Ok(lines) => lines.iter().for_each(|l| say(l)),
+            Err(_) => say("(no answer within 5 s)"),
+        }
+    }
+
     /// Prints what helps to understand a failure: every log tail.
     async fn dump(&self) {
         say(&format!(
@@ -990,6 +1021,7 @@ impl Cluster {
                 say(l);
             }
         }
+        self.dump_redis_state().await;
         for w in &self.workers {
             let text = std::fs::read_to_string(&w.log).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
