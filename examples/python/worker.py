@@ -14,8 +14,9 @@ It follows the README's "Protocol, for workers in any language" step by step:
    run id name the connection: ids are numbered per server, so the run id
    tells the holder, after a Redis failover, that an id is not this one.
 4. Apply each generation g in increasing order: stop every unit not in the
-   row, completely; then, if that took units away (or at start, when the
-   draining flag changed, or on a new connection), report `HSET
+   row, completely; then, if that took units away (or followed generations
+   it did not process, which may have given units and taken them again; or
+   at start, when the draining flag changed, or on a new connection), report `HSET
    {<table>}:members <id> "<g> <draining> <deadline_ms> 1 <client id> <run id>"` and
    `PUBLISH {<table>}:acked <id>`; only then start the new units, with
    fencing token g. A generation that only adds units needs no report (each
@@ -153,6 +154,7 @@ class Worker:
         self.last_read = None  # monotonic send instant of the last successful read
         self.fenced_at = time.monotonic()  # pings get UNAVAILABLE until a read sent after this
         self.applied, self.row = 0, None  # the last generation processed, and its row
+        self.ignored = False  # a lower generation was ignored since it
         # The rows connection: (CLIENT ID, run id or None), if Redis tells.
         self.client, self.ask_client, self.ask_server = None, True, True
         self.ask_again_at = 0.0  # a refused CLIENT ID or INFO is asked again after a minute
@@ -293,6 +295,7 @@ class Worker:
             # lower generation's row may hold units those writes gave others.
             # Ignored until the holder, reading our report, writes above it.
             log.warning("generation %d after %d: ignored", g, self.applied)
+            self.ignored = True
             return
         self.last_read = sent
         for u, h in self.units.items():
@@ -302,10 +305,16 @@ class Worker:
         # Acknowledge what took units away (or changed the draining flag or the
         # connection): a generation that only adds units needs no acknowledgement.
         lost = self.row is None or any(u not in wanted for u in self.row)
+        # Tables not processed (a gap in the numbering, rows ignored as
+        # lower) may have given this worker units and taken them again: the
+        # holder waits for that acknowledgement too.
+        missed = g > self.applied + 1 or (self.ignored and g != self.applied)
+        if g != self.applied:
+            self.ignored = False
         self.applied = g
         drained = self.draining and row == ""  # its end needs this very generation acknowledged
         changed = self.reported_draining != self.draining or self.reported_client != client
-        if lost or changed or (drained and self.reported != self.report_value()):
+        if lost or missed or changed or (drained and self.reported != self.report_value()):
             await self.report()
         self.row = wanted  # (after the report: if it failed, the next read reports)
         if self.draining:

@@ -45,8 +45,11 @@
 //! - **a report is due** only when what the member must tell changes: at the
 //!   first processed read; when `draining` changes;
 //!   when the client changes; when a processed generation took units from
-//!   the row (the new row lacks a unit of the previously processed one),
-//!   once every revocation it implies is done; and while draining, for every
+//!   the row (the new row lacks a unit of the previously processed one), or
+//!   follows tables this member did not process (the first processed, one
+//!   after a gap in the numbering or after rows ignored as stale: those
+//!   tables may have given it units and revoked them, and the holder waits
+//!   for their acknowledgement), once every revocation it implies is done; and while draining, for every
 //!   new processed generation (the drain completes on the report of an empty
 //!   row). A report that acknowledges claims `applied = a` only when every
 //!   unit still worked on (owned or being stopped) was in the row of a
@@ -201,9 +204,13 @@ pub struct Ownership {
     /// The report last written (`None` before the first, and after a
     /// start-over).
     written: Option<MemberReport>,
-    /// Processed generations that took units from the row and that no
-    /// written report acknowledges yet (each above `written.applied`).
+    /// Processed generations that took units from the row, or that followed
+    /// tables this member did not process, and that no written report
+    /// acknowledges yet (each above `written.applied`).
     owed: BTreeSet<u64>,
+    /// A read was ignored (a generation below the last processed) since
+    /// the last processed one: the tables it missed are not known.
+    missed: bool,
     /// The Redis client of the last read: every report names it.
     client: Option<RedisConnection>,
     draining: bool,
@@ -230,6 +237,7 @@ impl Ownership {
             last_read: None,
             written: None,
             owed: BTreeSet::new(),
+            missed: false,
             client: None,
             draining: false,
             stopped: false,
@@ -274,6 +282,7 @@ impl Ownership {
             && generation < p
         {
             self.update_contact(now);
+            self.missed = true;
             return ReadOutcome::Stale { processed: p };
         }
         // The same generation and row again (most reads): only the holds
@@ -308,7 +317,14 @@ impl Ownership {
             .processed
             .as_ref()
             .is_some_and(|p| p.row.iter().any(|u| !in_row.contains(u.as_str())));
-        if took && self.written.is_none_or(|w| generation > w.applied) {
+        // Tables this member did not process (none before the first, a gap
+        // in the numbering, rows ignored as stale) may have given it units
+        // and revoked them again: the holder waits for an acknowledgement of
+        // those revocations too, which only a report of this generation gives.
+        let skipped =
+            numbered && (self.missed || prev.is_none_or(|p| generation > p.saturating_add(1)));
+        self.missed = false;
+        if (took || skipped) && self.written.is_none_or(|w| generation > w.applied) {
             self.owed.insert(generation);
         }
         if !self.stopped {
