@@ -149,20 +149,39 @@ impl Fleet {
 
     /// `trials` SIGKILLs of the victims in turn, each at a random point of
     /// the poll (from `rng`), each victim replaced after: milliseconds to
-    /// its row gone and to its units owned again.
-    async fn kills(&mut self, rng: &mut Rng, trials: usize) -> (Vec<f64>, Vec<f64>) {
-        let (mut gone, mut owned) = (Vec::new(), Vec::new());
+    /// its row gone and to its units owned again, and the table bytes the
+    /// holder sent in between as a percentage of the table (where its
+    /// metrics count them).
+    async fn kills(&mut self, rng: &mut Rng, trials: usize) -> Kills {
+        let mut k = Kills::default();
         for trial in 0..trials {
             let i = trial % VICTIMS;
             self.present(i).await;
             tokio::time::sleep(rng.below(POLL)).await;
+            let sent = self.table_bytes_sent().await;
             let t0 = Instant::now();
             self.members[i].0.kill();
-            gone.push(self.gone_after(i, t0).await);
-            owned.push(self.owned_after(i, t0).await);
+            k.gone.push(self.gone_after(i, t0).await);
+            k.owned.push(self.owned_after(i, t0).await);
+            if let (Some((b0, _)), Some((b1, size))) = (sent, self.table_bytes_sent().await)
+                && size > 0.0
+            {
+                k.bytes_percent.push((b1 - b0) / size * 100.0);
+            }
             self.replace(i).await;
         }
-        (gone, owned)
+        k
+    }
+
+    /// The table bytes the holder sent so far (both kinds of write) and the
+    /// size of its last table, if its metrics count them.
+    async fn table_bytes_sent(&self) -> Option<(f64, f64)> {
+        let m = scrape(self.replica.http_port).await?;
+        let sent: Option<f64> = ["rows", "whole"]
+            .iter()
+            .map(|kind| metric(&m, "distributor_table_write_bytes_total", &[("kind", kind)]))
+            .sum();
+        Some((sent?, metric(&m, "distributor_table_size_bytes", &[])?))
     }
 
     async fn cycle_histogram(&self) -> Option<(f64, f64)> {
@@ -177,6 +196,14 @@ impl Fleet {
         let (s1, c1) = self.cycle_histogram().await?;
         (c1 > c0).then(|| (s1 - s0) / (c1 - c0) * 1e3)
     }
+}
+
+/// What [`Fleet::kills`] measured, per trial.
+#[derive(Default)]
+struct Kills {
+    gone: Vec<f64>,
+    owned: Vec<f64>,
+    bytes_percent: Vec<f64>,
 }
 
 pub async fn run() {
@@ -212,12 +239,12 @@ async fn scenario(
     // Killed: connection refused. Its row goes in the write that revokes its
     // units; they are owned again once a ping on a connection opened after
     // that write is refused too (the next write).
-    let (lat, owned) = f.kills(&mut rng, killed).await;
-    report(&format!("detect: SIGKILL, {label}"), "ms", &lat, target);
+    let k = f.kills(&mut rng, killed).await;
+    report(&format!("detect: SIGKILL, {label}"), "ms", &k.gone, target);
     report(
         &format!("detect: SIGKILL to its units owned again, {label}"),
         "ms",
-        &owned,
+        &k.owned,
         Target::none(),
     );
 
@@ -312,20 +339,30 @@ async fn kills(
     let flag = format!("-assignment={assignment}");
     let mut f = Fleet::start_of(bin, workers, units, &[flag.as_str()]).await;
     let mut rng = Rng::new(0x5ca1e ^ workers as u64 ^ units as u64 ^ seed().rotate_left(32));
-    let (gone, owned) = f.kills(&mut rng, trials).await;
+    let k = f.kills(&mut rng, trials).await;
     let label = format!("{build}, {assignment}, {workers} workers x {units} units");
     report(
         &format!("scale: SIGKILL to its row gone, {label}"),
         "ms",
-        &gone,
+        &k.gone,
         Target::none(),
     );
     report(
         &format!("scale: SIGKILL to its units owned again, {label}"),
         "ms",
-        &owned,
+        &k.owned,
         Target::none(),
     );
+    if !k.bytes_percent.is_empty() {
+        report(
+            &format!(
+                "scale: table bytes sent from the kill to owned again, % of the table, {label}"
+            ),
+            "%",
+            &k.bytes_percent,
+            Target::none(),
+        );
+    }
     let cpu = f.replica.proc.cpu();
     note(&format!(
         "holder CPU over the {label} run: {:.1} s",
