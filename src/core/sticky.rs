@@ -135,21 +135,47 @@ pub fn assign<'a, 'c, R>(
 where
     R: IntoIterator<Item = &'c str>,
 {
+    assign_counted(current, members, units).0
+}
+
+/// What [`assign_counted`] counts of its result, as [`moved_and_kept`] and
+/// [`min_moves`] would from the same `current`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub moved: usize,
+    pub kept: usize,
+    pub minimum: usize,
+}
+
+/// [`assign`], with [`moved_and_kept`] and [`min_moves`] of its result
+/// from the one reading of `current` the solve makes (each of them would
+/// read it again: the index of every unit is most of a solve's time).
+pub fn assign_counted<'a, 'c, R>(
+    current: impl IntoIterator<Item = (&'c str, R)>,
+    members: &[(&'a str, u32)],
+    units: &[&'a str],
+) -> (Table<'a>, Counts)
+where
+    R: IntoIterator<Item = &'c str>,
+{
     let (names, weights) = ring::normalize_weighted(members);
     let units = sorted_distinct(units);
     if names.is_empty() {
-        return Table::new();
+        return (Table::new(), Counts::default());
     }
     assert!(names.len() < CONTESTED as usize, "too many members");
     let Holders { mut of, contested } = Holders::read(current, &names, &units);
     if contested.is_empty() && of.iter().all(|&h| h == FREE) {
+        // Nothing held: nothing moves or stays, and the minimum is 0.
         let members: Vec<(&'a str, u32)> = names.into_iter().zip(weights).collect();
-        return ring::assign_weighted(&members, &units);
+        return (ring::assign_weighted(&members, &units), Counts::default());
     }
+    let holders = of.clone();
 
     let positions: Vec<u64> = names.iter().map(|m| member_position(m)).collect();
     let held = held_alone(&of, names.len());
     let shares = ring::shares(&weights, units.len());
+    let minimum = least_moves(&held, &shares, units.len());
     let targets = targets(&shares, &held, &positions, units.len());
 
     // Step 3: members above their target give up their highest scores.
@@ -230,7 +256,18 @@ where
     for (&(_, unit), &(_, m)) in free.iter().zip(&slots) {
         of[unit as usize] = m;
     }
-    rows(&names, &units, &of)
+    let mut counts = Counts {
+        minimum,
+        ..Counts::default()
+    };
+    for (&h, &o) in holders.iter().zip(&of) {
+        if h == o {
+            counts.kept += 1;
+        } else if h < CONTESTED {
+            counts.moved += 1;
+        }
+    }
+    (rows(&names, &units, &of), counts)
 }
 
 /// Step 2: each member's target row size.
@@ -310,15 +347,21 @@ where
     let holders = Holders::read(current, &names, &units);
     let held = held_alone(&holders.of, names.len());
     let shares = ring::shares(&weights, units.len());
-    let extra = units.len() - shares.iter().map(|s| s.floor).sum::<usize>();
+    least_moves(&held, &shares, units.len())
+}
+
+/// [`min_moves`]' closed form, from what each member holds alone and the
+/// shares of `units`.
+fn least_moves(held: &[usize], shares: &[Share], units: usize) -> usize {
+    let extra = units - shares.iter().map(|s| s.floor).sum::<usize>();
     let over: usize = held
         .iter()
-        .zip(&shares)
+        .zip(shares)
         .map(|(&k, s)| k.saturating_sub(s.floor))
         .sum();
     let savers = held
         .iter()
-        .zip(&shares)
+        .zip(shares)
         .filter(|&(&k, s)| s.remainder > 0 && k > s.floor)
         .count();
     over - savers.min(extra)

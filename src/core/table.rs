@@ -283,6 +283,9 @@ impl MatchingTable {
                 &without_waiting[..]
             };
             let mut cost_minimum = None;
+            // The sticky solver counts its moves from its own reading of
+            // the current rows, when nothing changes its table after it.
+            let mut counted = None;
             let mut solved = match (how.balance, how.assignment) {
                 _ if sticky_wait => {
                     sticky::assign_waiting(current(), solve_live, &waiting, solve_units)
@@ -295,6 +298,14 @@ impl MatchingTable {
                 }
                 (Balance::Count, Assignment::Ring) => {
                     ring::assign_weighted(solve_live, solve_units)
+                }
+                (Balance::Count, Assignment::Sticky)
+                    if split.is_none() && how.max_moves == 0 && how.current.is_some() =>
+                {
+                    let (table, counts) =
+                        sticky::assign_counted(current(), solve_live, solve_units);
+                    counted = Some(counts);
+                    table
                 }
                 (Balance::Count, Assignment::Sticky) => {
                     sticky::assign(current(), solve_live, solve_units)
@@ -336,12 +347,18 @@ impl MatchingTable {
                 solved = sticky::limit_moves(current(), &solved, budget);
             }
             if how.current.is_some() {
-                let (moved, kept) = sticky::moved_and_kept(current(), &solved);
+                let (moved, kept, minimum) = match counted {
+                    Some(c) => (c.moved, c.kept, c.minimum),
+                    None => {
+                        let (moved, kept) = sticky::moved_and_kept(current(), &solved);
+                        let minimum = cost_minimum
+                            .unwrap_or_else(|| sticky::min_moves(current(), &live, &units));
+                        (moved, kept, minimum)
+                    }
+                };
                 if how.max_moves > 0 {
                     budget -= moved.min(budget);
                 }
-                let minimum =
-                    cost_minimum.unwrap_or_else(|| sticky::min_moves(current(), &live, &units));
                 // The rest had no single live holder: placed, not moved.
                 let assigned: usize = solved.values().map(Vec::len).sum();
                 let placed = assigned - kept - moved;

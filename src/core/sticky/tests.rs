@@ -239,7 +239,18 @@ impl<'a> Model<'a> {
 /// Solves and checks, including that solving again from the result changes
 /// nothing.
 fn solve_checked<'a>(current: &Owned, members: &[(&'a str, u32)], units: &[&'a str]) -> Table<'a> {
-    let got = assign(owned_rows(current), members, units);
+    let (got, counts) = assign_counted(owned_rows(current), members, units);
+    // Its counts are what the separate readings of `current` find.
+    let (moved, kept) = moved_and_kept(owned_rows(current), &got);
+    let minimum = min_moves(owned_rows(current), members, units);
+    assert_eq!(
+        counts,
+        Counts {
+            moved,
+            kept,
+            minimum
+        }
+    );
     Model::new(current, members, units).check_sticky(current, &got);
     assert_eq!(assign(rows_of(&got), members, units), got, "fixed point");
     got
