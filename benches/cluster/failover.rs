@@ -609,3 +609,98 @@ async fn setting(timing: Timing) {
     drop(c);
     drop(servers);
 }
+
+/// Lease renewals under an idle 10,000-member fleet (issue 24): one holder
+/// pings every member each second at the default flags, a standby beside it,
+/// for `BENCH_RENEWALS_SECS` (default 600). Counts, from both replicas'
+/// metrics, the renewals that failed or timed out and every lease
+/// transition, and from Redis the epoch (a change of holder); the holder's
+/// CPU over the run. Run on its own: `scripts/bench renewals`.
+pub async fn renewals() {
+    const MEMBERS: usize = 10_000;
+    let secs: u64 = std::env::var("BENCH_RENEWALS_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    section(&format!(
+        "lease renewals with 10,000 idle members for {secs} s, default flags (issue 24)"
+    ));
+    if !enough_fds("renewals") {
+        return;
+    }
+    let redis = redis_server();
+    let mut conn = redis.conn().await;
+    set_list(&mut conn, UNITS, &unit_names(100_000)).await;
+    let (servers, addrs) = spawn_server_fleet(MEMBERS, 4);
+    set_list(&mut conn, SERVICES, &addrs).await;
+    let timing = Timing::defaults(Duration::from_secs(1), Duration::from_secs(1));
+    let mut c = Cluster::start(redis, conn, timing, "renew".into(), 2);
+    if let Err(why) = stable(&mut c, MEMBERS).await {
+        note(&format!("renewals: NOT MEASURED, {why}"));
+        return;
+    }
+    let h = c.settled().await;
+    let transitions = |samples: &[crate::support::Sample], t: &str| {
+        metric(
+            samples,
+            "distributor_lease_transitions_total",
+            &[("transition", t)],
+        )
+        .unwrap_or(0.0)
+    };
+    let counts = |c: &Cluster| {
+        let ports: Vec<u16> = c.replicas.iter().map(|r| r.http_port).collect();
+        async move {
+            let mut sum = [0.0; 3];
+            for port in ports {
+                let s = scrape(port).await.unwrap_or_default();
+                sum[0] += transitions(&s, "renew_failed");
+                sum[1] += transitions(&s, "lapsed") + transitions(&s, "lost");
+                sum[2] += metric_sum(&s, "distributor_ping_failures_total");
+            }
+            sum
+        }
+    };
+    let before = counts(&c).await;
+    let e0 = c.epoch().await;
+    let cpu0 = c.replicas[h].proc.cpu();
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let wall = t0.elapsed();
+    let cpu = c.replicas[h].proc.cpu() - cpu0;
+    let after = counts(&c).await;
+    let e1 = c.epoch().await;
+    let label = format!("10,000 idle members, {secs} s");
+    report_one(
+        &format!("renewals: failed or timed out, {label}"),
+        "renewals",
+        after[0] - before[0],
+        Target::max(0.0),
+    );
+    report_one(
+        &format!("renewals: leases lost or lapsed, {label}"),
+        "leases",
+        after[1] - before[1],
+        Target::max(0.0),
+    );
+    report_one(
+        &format!("renewals: holder changes (epoch), {label}"),
+        "changes",
+        (e1 - e0) as f64,
+        Target::max(0.0),
+    );
+    report_one(
+        &format!("renewals: failed pings, {label}"),
+        "pings",
+        after[2] - before[2],
+        Target::none(),
+    );
+    report_one(
+        &format!("renewals: holder CPU, % of one core, {label}"),
+        "%",
+        cpu.as_secs_f64() / wall.as_secs_f64() * 100.0,
+        Target::none(),
+    );
+    drop(c);
+    drop(servers);
+}

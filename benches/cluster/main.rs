@@ -51,7 +51,11 @@ const SECTIONS: &[&str] = &[
     "rolling",
     "scale",
     "ui",
+    "renewals",
 ];
+
+/// Sections that run only when named (`renewals` takes 10 minutes).
+const NAMED_ONLY: &[&str] = &["renewals"];
 
 fn main() {
     if let Ok(mode) = std::env::var(common::CHILD_ENV) {
@@ -67,7 +71,13 @@ fn main() {
     let chosen: Vec<&str> = SECTIONS
         .iter()
         .copied()
-        .filter(|s| filters.is_empty() || filters.iter().any(|f| s.contains(f.as_str())))
+        .filter(|s| {
+            if filters.is_empty() {
+                !NAMED_ONLY.contains(s)
+            } else {
+                filters.iter().any(|f| s.contains(f.as_str()))
+            }
+        })
         .collect();
     if chosen.is_empty() {
         println!("cluster: no section matches {filters:?} (sections: {SECTIONS:?})");
@@ -98,6 +108,7 @@ fn main() {
                 "rolling" => rolling::run().await,
                 "scale" => detection::scale().await,
                 "ui" => ui::run().await,
+                "renewals" => failover::renewals().await,
                 _ => unreachable!(),
             }
         });

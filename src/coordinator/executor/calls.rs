@@ -294,6 +294,7 @@ impl Executor {
                     self.own_takeover();
                 }
                 if let Err(e) = &result {
+                    self.metrics.lease("renew_failed");
                     let span = lease_span(&self.config.replica_id, "renew_failed", epoch);
                     mark_error(&span, &e.to_string());
                     span.in_scope(|| {
