@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::handoff::RedisConnection;
@@ -71,6 +72,11 @@ pub trait HoldingStore: Clone + Send + Sync + 'static {
 
     /// The whole stored table.
     fn read_table(&self) -> impl Future<Output = Result<MatchingTable, StoreError>> + Send;
+
+    /// The table a confirmed write of this holder left in Redis: a later
+    /// whole read of the same rows may take its digest (the same rows have
+    /// the same digest) instead of hashing them.
+    fn wrote_table(&self, _table: Arc<MatchingTable>) {}
 
     /// The stored table's digest (when intact), its generation, and the
     /// table when it had to be read to tell.
@@ -166,6 +172,10 @@ impl HoldingStore for crate::edge::redis::Store {
 
     fn read_table(&self) -> impl Future<Output = Result<MatchingTable, StoreError>> + Send {
         crate::edge::redis::Store::read_table(self)
+    }
+
+    fn wrote_table(&self, table: Arc<MatchingTable>) {
+        crate::edge::redis::Store::wrote_table(self, table)
     }
 
     fn read_table_state(

@@ -56,7 +56,7 @@ use crate::edge::clock;
 use crate::edge::clock::WallClock;
 use crate::edge::grpc::{PingReport, Pinger};
 use crate::edge::pings::MemberPings;
-use crate::edge::redis::{Commit, LeaseGrant, ListLimits, Snapshot, Store};
+use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Snapshot, Store};
 use crate::edge::store::HoldingStore;
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
@@ -263,6 +263,16 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                         .commit(&self.grant, &commit)
                         .instrument(span.clone())
                         .await;
+                    if let (
+                        Ok(Committed::Written {
+                            generation: Some(_),
+                            ..
+                        }),
+                        Some(t),
+                    ) = (&r, &plan.table)
+                    {
+                        self.store.wrote_table(Arc::clone(t));
+                    }
                     write_span = Some(span);
                     Outcome::Committed(r)
                 }
