@@ -6,9 +6,10 @@
 //! the next table's digest is the base's with the replaced rows XORed out and
 //! the written ones XORed in: O(rows) comparisons and O(rows changed) hashing,
 //! never a hash of the whole table. `commit.lua` writes only these rows, after
-//! it checked that the stored digest is the base's and that each row it
-//! replaces still hashes as given here: a write never replaces a row its plan
-//! did not read, and a table it cannot verify is refused whole.
+//! it checked that the stored digest and row count are the base's and that
+//! each row it replaces still hashes as given here: a write never replaces a
+//! row its plan did not read. (A row it does not replace is not checked: an
+//! edit of one is healed by the holder's next full check of the table.)
 
 use crate::core::table::{MatchingTable, hex, row_hash, xor_into};
 

@@ -323,7 +323,10 @@ impl Ownership {
         // those revocations too, which only a report of this generation gives.
         let skipped =
             numbered && (self.missed || prev.is_none_or(|p| generation > p.saturating_add(1)));
-        self.missed = false;
+        // A read without its generation tells nothing of the tables missed.
+        if numbered {
+            self.missed = false;
+        }
         if (took || skipped) && self.written.is_none_or(|w| generation > w.applied) {
             self.owed.insert(generation);
         }

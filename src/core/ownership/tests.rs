@@ -565,6 +565,31 @@ fn a_generation_after_a_gap_is_acknowledged() {
     );
 }
 
+/// Rows ignored as stale are missed tables until a numbered read: a read
+/// whose generation cannot be read does not settle them.
+#[test]
+fn ignored_rows_are_acknowledged_at_the_next_numbered_generation() {
+    let t = crate::core::timing::test_t0();
+    let mut o = owning(t, 5, "a,b");
+    o.ping(t);
+    assert_eq!(
+        o.read(t, t, Some(3), Some("a,x"), None),
+        ReadOutcome::Stale { processed: 5 }
+    );
+    // Unnumbered: followed at 5 for what it takes (b), nothing more.
+    assert_eq!(o.read(t, t, None, Some("a"), None), ReadOutcome::Processed);
+    o.take_steps();
+    o.revoked(t, &names(&["b"]));
+    assert_eq!(report(&mut o, t), None, "5 is acknowledged already");
+    // 6 takes nothing from the row processed last, but follows the
+    // ignored rows: acknowledged.
+    assert_eq!(
+        o.read(t, t, Some(6), Some("a"), None),
+        ReadOutcome::Processed
+    );
+    assert_eq!(report(&mut o, t), Some(6));
+}
+
 #[test]
 fn a_lower_generation_is_ignored_until_the_holder_writes_above() {
     let t = crate::core::timing::test_t0();
@@ -998,7 +1023,7 @@ impl Model {
             .is_some_and(|p| p.generation == g && p.row == row);
         let unseen = dg.is_some()
             && (self.ignored || self.processed.as_ref().is_none_or(|p| g > p.generation + 1));
-        if !again {
+        if !again && dg.is_some() {
             self.ignored = false;
         }
         if !again && (took || unseen) && self.written.is_none_or(|w| g > w.0) {

@@ -25,9 +25,9 @@
 //! Guarantees:
 //! - the matching table is only ever written by `commit.lua`, which checks the
 //!   lease token and the fencing epoch inside Redis and writes atomically (the
-//!   rows that changed, only onto the table the plan read, or the whole hash):
-//!   a stale holder's write is rejected by Redis itself, and readers never see
-//!   a half-written table;
+//!   rows that changed, only under the digest and row count the plan read and
+//!   onto rows as it read them, or the whole hash): a stale holder's write is
+//!   rejected by Redis itself, and readers never see a half-written table;
 //! - every call is bounded by a timeout and returns a classified [`StoreError`];
 //!   nothing here retries on its own, so the caller's state machine decides;
 //! - a cycle's reads are pipelined: one round trip sizes the lists, one reads

@@ -6,9 +6,11 @@
 //! Guarantees:
 //! - the table is only ever written by `commit.lua`, which checks the lease
 //!   token and the fencing epoch inside Redis and writes atomically (the
-//!   rows that changed, onto the table the plan read, or the whole hash): a
-//!   stale holder's write is rejected by Redis itself, a rows write lands on
-//!   no other table, and readers never see a half-written table;
+//!   rows that changed, or the whole hash): a stale holder's write is
+//!   rejected by Redis itself, a rows write lands only under the digest and
+//!   row count its plan read and replaces only rows as it read them (an
+//!   edit of another row in between is healed by the next cycle's full
+//!   check, not by this write), and readers never see a half-written table;
 //! - a stored counter that is not an integer below 2^53 is an error naming
 //!   its key and value, never a floor.
 

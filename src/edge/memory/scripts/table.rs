@@ -379,8 +379,20 @@ impl Call<'_> {
             return Ok(Some(format!("{} digest", self.key(2)).into_bytes()));
         }
         let table = self.key(1).to_string();
-        if !matches!(self.type_of(1), "hash" | "none") {
+        let table_type = self.type_of(1);
+        if !matches!(table_type, "hash" | "none") {
             return Ok(Some(format!("{table} type").into_bytes()));
+        }
+        // The row count stored with the digest is the table's.
+        let members = count(self.hget(2, "members")?.as_deref());
+        let now = self.now;
+        let rows = if table_type == "hash" {
+            self.ks.hlen(&table, now)? as u64
+        } else {
+            0
+        };
+        if members != Some(rows) {
+            return Ok(Some(format!("{} members", self.key(2)).into_bytes()));
         }
         let replaced = (0..n_rows)
             .map(|k| (rows_at + 3 * k, 2, true))

@@ -128,7 +128,10 @@ local unsus_at = sus_at + 2 * n_sus
 local transit_at = unsus_at + n_unsus
 local history_at = transit_at + 2 * n_transit
 
--- A rows write applies only to the table its plan read.
+-- A rows write applies only to the table its plan read: the stored digest
+-- is the plan's, the table has the row count stored with it (a field added
+-- or removed by anyone else shows), and every row it replaces is as read.
+local members_after = 0
 if rows_only then
   local stored = meta_type == 'hash' and redis.call('HGET', KEYS[2], 'digest') or false
   if stored ~= ARGV[21] then
@@ -138,6 +141,12 @@ if rows_only then
   if table_type ~= 'hash' and table_type ~= 'none' then
     return {-4, version, KEYS[1] .. ' type'}
   end
+  local members = count(redis.call('HGET', KEYS[2], 'members') or '')
+  local rows = table_type == 'hash' and redis.call('HLEN', KEYS[1]) or 0
+  if members ~= rows then
+    return {-4, version, KEYS[2] .. ' members'}
+  end
+  members_after = rows - n_removed
   local function holds(member, replaces)
     local row = redis.call('HGET', KEYS[1], member)
     if not row then return replaces == '' end
@@ -145,6 +154,7 @@ if rows_only then
   end
   for i = rows_at, removed_at - 1, 3 do
     if not holds(ARGV[i], ARGV[i + 2]) then return {-4, version, KEYS[1] .. ' ' .. ARGV[i]} end
+    if ARGV[i + 2] == '' then members_after = members_after + 1 end
   end
   for i = removed_at, set_at - 1, 2 do
     if ARGV[i + 1] == '' or not holds(ARGV[i], ARGV[i + 1]) then
@@ -208,7 +218,7 @@ if write_table then
       for i = removed_at, set_at - 1, 2 do gone[#gone + 1] = ARGV[i] end
       apply('HDEL', KEYS[1], 1, #gone, gone)
     end
-    members = redis.call('HLEN', KEYS[1])
+    members = members_after
   else
     redis.call('DEL', KEYS[1])
     apply('HSET', KEYS[1], rows_at, removed_at - 1)
