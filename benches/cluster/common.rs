@@ -500,17 +500,8 @@ pub async fn commit_as(
             grant,
             &distributor::edge::redis::Commit {
                 table,
-                delta: None,
-                health,
-                suspects: &distributor::core::suspicion::NO_SUSPECTS,
-                transit: None,
-                generation_floor: 0,
-                holder_id: holder,
                 now_ms: distributor::unix_ms(),
-                assignment: "ring",
-                last_change: None,
-                expected_version: None,
-                history: None,
+                ..crate::support::bare_commit(holder, health)
             },
         )
         .await

@@ -123,17 +123,8 @@ async fn cluster_fences_a_stale_holder() {
     let t = MatchingTable::from_rows([("w:1".to_string(), "u".to_string())]);
     let commit = |id| Commit {
         table: Some(&t),
-        delta: None,
-        health: &none,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
-        generation_floor: 0,
-        holder_id: id,
         now_ms: 2,
-        assignment: "ring",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit(id, &none)
     };
     assert_eq!(
         store.commit(&a, &commit("a")).await.unwrap(),

@@ -45,17 +45,8 @@ async fn a_stale_holder_cannot_write() {
     let (t1, h1) = commit(&[("w1", "x,y")]);
     let c = Commit {
         table: Some(&t1),
-        delta: None,
-        health: &h1,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
-        generation_floor: 0,
-        holder_id: "a",
         now_ms: 3,
-        assignment: "ring",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit("a", &h1)
     };
     assert_eq!(
         store.commit(&a, &c).await.unwrap(),
@@ -76,17 +67,8 @@ async fn a_stale_holder_cannot_write() {
     let (t2, h2) = commit(&[("w1", "stale")]);
     let stale = Commit {
         table: Some(&t2),
-        delta: None,
-        health: &h2,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
-        generation_floor: 0,
-        holder_id: "a",
         now_ms: 5,
-        assignment: "ring",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit("a", &h2)
     };
     assert_eq!(
         store.commit(&a, &stale).await.unwrap(),
@@ -120,17 +102,8 @@ async fn a_stale_holder_cannot_write() {
     let (t3, h3) = commit(&[("w2", "x"), ("w3", "y")]);
     let c = Commit {
         table: Some(&t3),
-        delta: None,
-        health: &h3,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
-        generation_floor: 0,
-        holder_id: "b",
         now_ms: 6,
-        assignment: "ring",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit("b", &h3)
     };
     assert_eq!(
         store.commit(&b, &c).await.unwrap(),
@@ -164,17 +137,8 @@ async fn epochs_and_generations_survive_redis_data_loss() {
     let t = table(&[("w", "u")]);
     let c = Commit {
         table: Some(&t),
-        delta: None,
-        health: &none,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
         generation_floor: 41,
-        holder_id: "a",
-        now_ms: 1,
-        assignment: "ring",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit("a", &none)
     };
     assert_eq!(
         store.commit(&got, &c).await.unwrap(),
@@ -204,17 +168,7 @@ async fn big_tables_are_written_in_one_script_call() {
     let none = HealthChanges::default();
     let c = Commit {
         table: Some(&t),
-        delta: None,
-        health: &none,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
-        generation_floor: 0,
-        holder_id: "a",
-        now_ms: 1,
-        assignment: "ring",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit("a", &none)
     };
     assert_eq!(
         store.commit(&g, &c).await.unwrap(),
@@ -261,17 +215,8 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
     let t = table(&[("w", "u")]);
     let c = Commit {
         table: Some(&t),
-        delta: None,
-        health: &none,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
-        generation_floor: 0,
-        holder_id: "fresh",
         now_ms: 3,
-        assignment: "ring",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit("fresh", &none)
     };
     assert_eq!(
         store.commit(&fresh, &c).await.unwrap(),
@@ -294,17 +239,8 @@ async fn a_replica_that_saw_a_higher_epoch_fences_a_holder_below_it() {
     assert_eq!(next.epoch, 43);
     let c = Commit {
         table: Some(&t),
-        delta: None,
-        health: &none,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
-        generation_floor: 0,
-        holder_id: "veteran",
         now_ms: 4,
-        assignment: "ring",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit("veteran", &none)
     };
     assert_eq!(
         store.commit(&next, &c).await.unwrap(),
@@ -334,17 +270,8 @@ async fn a_write_that_lands_late_is_refused_by_its_version() {
     let none = HealthChanges::default();
     let commit = |t: &'static MatchingTable, expected_version: Option<u64>| Commit {
         table: Some(t),
-        delta: None,
-        health: &none,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
-        generation_floor: 0,
-        holder_id: "a",
-        now_ms: 1,
-        assignment: "ring",
-        last_change: None,
         expected_version,
-        history: None,
+        ..bare_commit("a", &none)
     };
     let first: &'static MatchingTable = Box::leak(Box::new(table(&[("w1", "x,y")])));
     let lost: &'static MatchingTable = Box::leak(Box::new(table(&[("w2", "x,y")])));
@@ -427,17 +354,9 @@ async fn a_revocation_above_1e14_is_numbered_in_decimal() {
     let none = HealthChanges::default();
     let c = Commit {
         table: Some(&t),
-        delta: None,
-        health: &none,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
         transit: Some(&transit),
         generation_floor: 123_456_789_012_345,
-        holder_id: "a",
-        now_ms: 1,
-        assignment: "ring",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit("a", &none)
     };
     assert_eq!(
         store.commit(&g, &c).await.unwrap(),
@@ -471,16 +390,8 @@ async fn a_rows_write_lands_only_on_the_table_its_plan_read() {
     let commit = |t: &'static MatchingTable, delta: Option<&'static TableDelta<'static>>| Commit {
         table: Some(t),
         delta,
-        health: &none,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
-        generation_floor: 0,
-        holder_id: "a",
-        now_ms: 1,
         assignment: "sticky",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit("a", &none)
     };
     let leak =
         |rows: &[(&str, &str)]| -> &'static MatchingTable { Box::leak(Box::new(table(rows))) };

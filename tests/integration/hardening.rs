@@ -197,17 +197,7 @@ async fn scripts_validate_everything_before_their_first_write() {
     let none = HealthChanges::default();
     let commit = |t| Commit {
         table: Some(t),
-        delta: None,
-        health: &none,
-        suspects: &distributor::core::suspicion::NO_SUSPECTS,
-        transit: None,
-        generation_floor: 0,
-        holder_id: "a",
-        now_ms: 1,
-        assignment: "ring",
-        last_change: None,
-        expected_version: None,
-        history: None,
+        ..bare_commit("a", &none)
     };
     store.commit(&grant, &commit(&t1)).await.unwrap();
     let t2 = MatchingTable::from_rows([("w:2".to_string(), "y".to_string())]);

@@ -906,17 +906,11 @@ async fn apply<S: HoldingStore>(store: &S, grants: &mut Vec<LeaseGrant>, op: &Op
             };
             let c = distributor::edge::redis::Commit {
                 table: table.then_some(&t),
-                delta: None,
-                health: &h,
-                suspects: &distributor::core::suspicion::NO_SUSPECTS,
                 transit: transit.as_deref(),
                 generation_floor: *floor,
-                holder_id: "r1",
                 now_ms: 1_700_000_000_001,
-                assignment: "ring",
-                last_change: None,
                 expected_version: *expected,
-                history: None,
+                ..crate::support::bare_commit("r1", &h)
             };
             format!(
                 "{:?}",

@@ -258,6 +258,30 @@ pub const SERVICES: &str = "test-services";
 pub const UNITS: &str = "test-units";
 pub const TABLE: &str = "test-table";
 
+/// A fenced write by `holder_id` of the liveness changes `health` and nothing
+/// else (no table, no transit, floor 0, `now_ms` 1): the base every test and
+/// bench changes with struct update syntax, `Commit { table: Some(&t),
+/// ..bare_commit("a", &none) }`.
+pub fn bare_commit<'a>(
+    holder_id: &'a str,
+    health: &'a distributor::core::liveness::HealthChanges,
+) -> distributor::edge::redis::Commit<'a> {
+    distributor::edge::redis::Commit {
+        table: None,
+        delta: None,
+        health,
+        suspects: &distributor::core::suspicion::NO_SUSPECTS,
+        transit: None,
+        generation_floor: 0,
+        holder_id,
+        now_ms: 1,
+        assignment: "ring",
+        last_change: None,
+        expected_version: None,
+        history: None,
+    }
+}
+
 /// Every coordination key and channel of [`TABLE`]; never spell them out.
 pub fn keys() -> Keys {
     Keys::new(TABLE)
