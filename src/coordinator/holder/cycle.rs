@@ -233,15 +233,6 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                         .as_deref()
                         .zip(plan.base.as_deref())
                         .map(|(next, base)| TableDelta::between(base, next));
-                    if let Some(next) = plan.table.as_deref() {
-                        let (kind, bytes) = match &delta {
-                            Some(d) => ("rows", d.bytes()),
-                            None => ("whole", next.bytes()),
-                        };
-                        span.record("write", kind);
-                        span.record("bytes", bytes);
-                        self.metrics.table_write(kind, bytes);
-                    }
                     let view = core.view();
                     let described = self.solve.describe();
                     let commit = Commit {
@@ -258,6 +249,11 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                         expected_version: plan.expected_version,
                         history: plan.history.as_deref(),
                     };
+                    if let Some((kind, _, bytes)) = commit.table_sent() {
+                        span.record("write", kind);
+                        span.record("bytes", bytes);
+                        self.metrics.table_write(kind, bytes);
+                    }
                     let r = self
                         .store
                         .commit(&self.grant, &commit)

@@ -332,6 +332,18 @@ pub struct Commit<'a> {
     pub history: Option<&'a [(&'static str, String)]>,
 }
 
+impl Commit<'_> {
+    /// What the write sends of the table, if any: `rows` (the delta) or
+    /// `whole`, the rows sent and their bytes (member ids and units).
+    pub fn table_sent(&self) -> Option<(&'static str, usize, usize)> {
+        let next = self.table?;
+        Some(match self.delta {
+            Some(d) => ("rows", d.rows(), d.bytes()),
+            None => ("whole", next.len(), next.bytes()),
+        })
+    }
+}
+
 /// What a holder reads before it plans ([`Store::read_holding`]): on a new
 /// holding, what the last holder left; after a write of unknown outcome,
 /// Redis' state again.

@@ -41,11 +41,7 @@ impl Store {
         // budget grows with the rows sent and their bytes (measured: 10,000
         // rows of a million units apply in about 50 ms; allow 20 MB/s on a
         // loaded host).
-        let (rows, table_bytes) = match (c.table, c.delta) {
-            (Some(_), Some(d)) => (d.rows(), d.bytes()),
-            (Some(next), None) => (next.len(), next.bytes()),
-            (None, _) => (0, 0),
-        };
+        let (_, rows, table_bytes) = c.table_sent().unwrap_or(("", 0, 0));
         let bytes: usize = table_bytes
             + c.transit
                 .unwrap_or_default()

@@ -362,7 +362,7 @@ impl Call<'_> {
 
     /// A rows write's check of its base: `Some(what)` names the first thing
     /// Redis holds that is not the base (the stored digest, the table's
-    /// type, a replaced row).
+    /// type, its row count, a replaced row).
     fn off_base(
         &mut self,
         rows_at: usize,
@@ -400,7 +400,6 @@ impl Call<'_> {
         for (i, at, may_be_new) in replaced.collect::<Vec<_>>() {
             let member = self.arg(i).unwrap_or_default().to_vec();
             let replaces = self.arg(i + at).unwrap_or_default().to_vec();
-            let now = self.now;
             let holds = match self.ks.hget(&table, &member, now)? {
                 None => may_be_new && replaces.is_empty(),
                 Some(row) => {
