@@ -11,6 +11,7 @@
 //!  mod.rs      the modes (Balance, Tolerance), the costs' forms, assign, loads
 //!  bands.rs    step 1: hot units, and every other member's band
 //!  solver.rs   steps 2 and 3: placing free units, the repair rounds
+//!  solver/chain.rs  step 3's last resort: chains through an intermediary
 //!  summary.rs  loads against shares, for status, the page and metrics
 //! ```
 //!
@@ -60,10 +61,18 @@
 //!    * when neither moves anything, a member outside its band swaps one
 //!      unit with a partner (the least loaded per weight first when it is
 //!      above, the most loaded when below) so that both end within their
-//!      bands: two moves.
+//!      bands: two moves;
+//!    * when no swap does it either, a chain: a member above its band gives
+//!      one unit to an intermediary (or swaps one for a cheaper one of
+//!      its), which passes smaller units on to members with room (below
+//!      its band: takes one, or swaps for a costlier one, and the
+//!      intermediary takes smaller ones from members with load to spare),
+//!      so that both end within their bands and no other member leaves its
+//!      band. Tight bands over coarse units need it: when every member has
+//!      less room than any unit that fixes the one outside.
 //!
-//! Every move of step 3 strictly reduces the total distance of the loads
-//! outside their bands, and touches only a member outside its band, which
+//! Every repair of step 3 strictly reduces the total distance of the loads
+//! outside their bands, and starts only from a member outside its band, which
 //! is the hysteresis: a table whose members are all within their bands
 //! moves nothing, whatever the loads inside the bands. Solving again from
 //! the result with the same inputs returns it (a fixed point): no unit is

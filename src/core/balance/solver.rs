@@ -13,6 +13,8 @@ use super::bands::Bands;
 use crate::core::ring::member_position;
 use crate::core::sticky::{CONTESTED, FREE, FREE_SEED};
 
+mod chain;
+
 /// Donors a receiver tries, at most, before it gives up in this round.
 const MAX_DONORS_TRIED: usize = 64;
 
@@ -457,6 +459,11 @@ impl<'n, 'u> Solver<'n, 'u> {
                 self.give(x, b);
                 self.give(y, a);
                 moves += 2;
+            } else if let Some(chain) = self.chain_for(a) {
+                moves += chain.len();
+                for (u, to) in chain {
+                    self.give(u, to);
+                }
             }
         }
         moves

@@ -443,3 +443,69 @@ fn against_brute_force_on_small_cases() {
     assert!(reached * 100 >= feasible * 95, "{reached} of {feasible}");
     assert!(optimal * 100 >= reached * 90, "{optimal} of {reached}");
 }
+
+/// A case from rows: per member its weight and held units as `(cost in
+/// thousandths, how many)`; units are numbered across rows.
+/// A member's row for [`held`]: its name, weight and `(cost, how many)`.
+type HeldRow<'a> = (&'a str, u32, &'a [(u64, usize)]);
+
+fn held(rows: &[HeldRow<'_>], tolerance: u32) -> Case {
+    let mut c = Case {
+        members: Vec::new(),
+        units: Vec::new(),
+        current: Owned::new(),
+        tolerance,
+    };
+    for &(member, weight, holds) in rows {
+        c.members.push((member.to_string(), weight));
+        for &(cost, n) in holds {
+            for _ in 0..n {
+                let u = format!("u{}", c.units.len());
+                c.units.push((u.clone(), cost));
+                c.current.entry(member.to_string()).or_default().push(u);
+            }
+        }
+    }
+    c
+}
+
+/// Found by `small_units_always_fit_the_band`: `b` is over its band by
+/// between 1,906 and 3,000, but every other member has less than 2,000 of
+/// room, so no single move and no swap lands it. `m0` takes a 2,000 unit
+/// and passes 1,000 on (a chain).
+#[test]
+fn a_chain_passes_a_unit_on_when_no_member_has_room_for_one() {
+    let c = held(
+        &[
+            ("m0", 3, &[(1000, 68)]),
+            ("b", 1, &[(3000, 7), (2000, 2)]),
+            ("m2", 3, &[(1000, 68)]),
+            ("m3", 2, &[(1000, 45)]),
+            ("m4", 2, &[(1000, 45)]),
+        ],
+        121,
+    );
+    let (b, loads) = c.solve();
+    assert!(in_band(&loads), "{loads:#?}");
+    assert_eq!(moves(&c.current, &b.table), 2, "{:?}", b.table);
+}
+
+/// Also found by that test: `a` holds only 3,000 units and must lose
+/// 2,000; `m3` and `m4` are 1,000 under. A swap with `m3` (3,000 for 1,000)
+/// takes `m3` 1,000 over, which it passes on to `m4`.
+#[test]
+fn a_chain_can_start_with_a_swap() {
+    let c = held(
+        &[
+            ("a", 1, &[(3000, 8)]),
+            ("m1", 2, &[(2000, 22)]),
+            ("m2", 3, &[(3000, 22)]),
+            ("m3", 3, &[(1000, 65)]),
+            ("m4", 3, &[(1000, 65)]),
+        ],
+        137,
+    );
+    let (b, loads) = c.solve();
+    assert!(in_band(&loads), "{loads:#?}");
+    assert_eq!(moves(&c.current, &b.table), 3, "{:?}", b.table);
+}
