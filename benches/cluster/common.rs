@@ -814,6 +814,7 @@ async fn child_servers(n: usize) {
     let incoming = futures::stream::select_all(streams);
     let server = tonic::transport::Server::builder()
         .add_service(distributor::edge::grpc::ping_service())
+        .add_service(distributor::edge::grpc::beat_service())
         .serve_with_incoming(incoming);
     tokio::select! {
         r = server => r.unwrap(),

@@ -2,7 +2,9 @@
 //! real gRPC servers on loopback (4 server processes of 2,500) once per
 //! "cycle"; every cycle must finish within 1 s on 2 cores. Pings go out as the
 //! holder sends them (`Pinger::ping_tasks`, one task per ping); a cycle here
-//! lasts until the last of them has answered or failed.
+//! lasts until the last of them has answered or failed. Measured twice in the
+//! same run: by calls only (`Pinger::calls_only`, the reference), then as
+//! beats on each member's stream (`edge::grpc::beats`, the default).
 
 use std::time::Duration;
 
@@ -37,7 +39,7 @@ pub async fn run() {
         servers.len()
     ));
     let keepalive = distributor::Config::new("redis://127.0.0.1", &["s"], "u", "t").keepalive;
-    let pinger = Pinger::new(Duration::from_secs(1), Some(keepalive));
+    let pinger = Pinger::new(Duration::from_secs(1), Some(keepalive)).calls_only();
 
     // Cold: the first round opens 10,000 HTTP/2 connections.
     let cpu0 = self_cpu();
@@ -61,7 +63,7 @@ pub async fn run() {
     // A new holder with the 500 ms timeout used elsewhere: its first cycle
     // connects to everyone. A first contact has `pinger::FIRST_CONTACT` (2 s),
     // not the ping timeout; a connect slower than that counts as a failure.
-    let fresh = Pinger::new(Duration::from_millis(500), Some(keepalive));
+    let fresh = Pinger::new(Duration::from_millis(500), Some(keepalive)).calls_only();
     let t = Instant::now();
     let reports = ping_cycle(&fresh, &addrs).await;
     let cold_500 = t.elapsed();
@@ -94,6 +96,70 @@ pub async fn run() {
             Target::none(),
         );
     }
+    let calls = warm_cycles(&pinger, &addrs, &servers, "calls").await;
+    drop(pinger);
+
+    // Beats: the default pinger. Its first cycle is calls (and connects);
+    // streams open behind them; cycles go on until every ping is a beat.
+    let beating = Pinger::new(Duration::from_secs(1), Some(keepalive));
+    let mut turned = None;
+    for i in 0..10 {
+        let before = beating.beats_sent();
+        ping_cycle(&beating, &addrs).await;
+        if beating.beats_sent() - before == MEMBERS as u64 {
+            turned = Some(i);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    note(&format!(
+        "beats: every ping a beat from warm-up cycle {turned:?} (0: the first, made of calls, opened the streams)"
+    ));
+    let mut beats = warm_cycles(&beating, &addrs, &servers, "beats").await;
+    let mut calls = calls;
+    beats.sort_by(f64::total_cmp);
+    calls.sort_by(f64::total_cmp);
+    note(&format!(
+        "beats against calls, pinger CPU per ping, median: {:.1} / {:.1} us = {:.2}",
+        median(&beats),
+        median(&calls),
+        median(&beats) / median(&calls)
+    ));
+    drop(beating);
+
+    // The option not taken, for the record: HTTP/2 PING frames on idle
+    // connections (keepalive every second, no call). A member's server
+    // answers them in its HTTP/2 layer, which neither tonic nor grpcio
+    // shows the application, so a member could not extend its holds by
+    // them (`core::ownership`: a hold needs pings).
+    let ka = distributor::edge::grpc::Keepalive {
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(1),
+        while_idle: true,
+    };
+    let idle = Pinger::new(Duration::from_secs(1), Some(ka)).calls_only();
+    ping_cycle(&idle, &addrs).await;
+    let mut per = Vec::new();
+    for _ in 0..3 {
+        let c0 = self_cpu();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let c = self_cpu() - c0;
+        per.push(c.as_secs_f64() * 1e6 / (MEMBERS as f64 * 5.0));
+    }
+    report(
+        "pings (HTTP/2 PING frames, 1 s, no call): pinger CPU per member per second",
+        "us",
+        &per,
+        Target::none(),
+    );
+    drop(idle);
+    drop(servers);
+}
+
+/// `CYCLES` warm cycles of every member, one a second; reports wall, rate
+/// and CPU per ping on both sides, labelled `how`. Returns the pinger's CPU
+/// per ping (us) of each cycle.
+async fn warm_cycles(pinger: &Pinger, addrs: &[String], servers: &[Proc], how: &str) -> Vec<f64> {
     let mut walls = Vec::new();
     let mut cpu_per_ping = Vec::new();
     let mut server_cpu_per_ping = Vec::new();
@@ -106,7 +172,7 @@ pub async fn run() {
         let c0 = self_cpu();
         let s0: Duration = servers.iter().map(Proc::cpu).sum();
         let t = Instant::now();
-        let r = ping_cycle(&pinger, &addrs).await;
+        let r = ping_cycle(pinger, addrs).await;
         let wall = t.elapsed();
         let c = self_cpu() - c0;
         let s: Duration = servers.iter().map(Proc::cpu).sum::<Duration>() - s0;
@@ -117,31 +183,31 @@ pub async fn run() {
         server_cpu_per_ping.push(s.as_secs_f64() * 1e6 / MEMBERS as f64);
     }
     report(
-        "pings: warm cycle, 10,000 members (wall)",
+        &format!("pings ({how}): warm cycle, 10,000 members (wall)"),
         "ms",
         &walls,
         Target::max(1000.0),
     );
     report(
-        "pings: throughput within a 10,000 cycle",
+        &format!("pings ({how}): throughput within a 10,000 cycle"),
         "pings/s",
         &rates,
         Target::none(),
     );
     report(
-        "pings: pinger CPU per ping (holder side)",
+        &format!("pings ({how}): pinger CPU per ping (holder side)"),
         "us",
         &cpu_per_ping,
         Target::none(),
     );
     report(
-        "pings: server CPU per ping (4 server processes)",
+        &format!("pings ({how}): server CPU per ping (4 server processes)"),
         "us",
         &server_cpu_per_ping,
         Target::none(),
     );
     note(&format!(
-        "{failed} failed pings in {CYCLES} warm cycles of {MEMBERS}; CPU from /proc/<pid>/stat (10 ms ticks)"
+        "{how}: {failed} failed pings in {CYCLES} warm cycles of {MEMBERS}; CPU from /proc/<pid>/stat (10 ms ticks)"
     ));
-    drop(servers);
+    cpu_per_ping
 }

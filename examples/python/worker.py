@@ -4,7 +4,9 @@
 It follows the README's "Protocol, for workers in any language" step by step:
 
 1. Serve `/proto.GRPCPinger/Ping` (google.protobuf.Empty is zero bytes, so no
-   generated code is needed) and `grpc.health.v1.Health/Check`.
+   generated code is needed), `/proto.Liveness/Beats` (the same answer as a
+   stream of small messages, encoded by hand below) and
+   `grpc.health.v1.Health/Check`.
 2. Register with the README's EVAL (LPOS, else LPUSH); again every
    --reregister-ms, with its report, in case Redis lost its data.
 3. Follow its row: `MULTI; HGET <table> <id>; HGET {<table>}:meta generation;
@@ -139,6 +141,54 @@ class LoadBook:
         return "%d %s" % (unix_ms, body) if body else "%d" % unix_ms
 
 
+def read_varint(data, i):
+    """A protobuf varint at `data[i:]`: its value and the index after it."""
+    value, shift = 0, 0
+    while True:
+        if i >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, i
+
+
+def write_varint(value):
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def decode_beat(data):
+    """The `seq` (field 1) of a `proto.Beat`; other fields are skipped."""
+    i, seq = 0, 0
+    while i < len(data):
+        key, i = read_varint(data, i)
+        if key & 7 == 0:
+            value, i = read_varint(data, i)
+            if key >> 3 == 1:
+                seq = value
+        elif key & 7 == 2:
+            n, i = read_varint(data, i)
+            i += n
+        else:
+            raise ValueError("unexpected wire type in a beat")
+    return seq
+
+
+def encode_beat(seq):
+    """A `proto.Beat`: `seq` (field 1)."""
+    return b"\x08" + write_varint(seq) if seq else b""
+
+
 class Worker:
     def __init__(self, args, r, rows, ident):
         self.args, self.r, self.rows, self.id = args, r, rows, ident
@@ -222,18 +272,36 @@ class Worker:
         sys.stdout.write(json.dumps(e, separators=(",", ":")) + "\n")
         sys.stdout.flush()
 
-    # Step 1: pings.
-    async def ping(self, _request, context):
-        now = time.monotonic()
+    # Step 1: pings, as calls or as beats on one stream (a beat is a ping).
+    def admit(self, now):
+        """A ping arrived at `now`: None to answer it OK, else why not."""
         self.check()
         if self.fenced_at is not None:
             if self.last_read is None or self.last_read <= self.fenced_at:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "fenced: waiting for a read")
+                return "fenced: waiting for a read"
             log.info("unfenced: a read succeeded and a ping came")
             self.fenced_at = None
             self.wake.set()
         self.last_ping = now
+        return None
+
+    async def ping(self, _request, context):
+        refused = self.admit(time.monotonic())
+        if refused:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, refused)
         return b""
+
+    async def beats(self, requests, context):
+        # A beat is a ping: answered with its seq, or, when a ping would be
+        # refused, the stream ends UNAVAILABLE (the holder then calls Ping).
+        # The headers go at once: the holder waits for them before its first
+        # beat (grpcio would otherwise send them with the first answer).
+        await context.send_initial_metadata(())
+        async for beat in requests:
+            refused = self.admit(time.monotonic())
+            if refused:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, refused)
+            yield encode_beat(decode_beat(beat))
 
     async def health(self, _request, _context):
         return NOT_SERVING if self.fenced_at is not None or self.leaving else SERVING
@@ -447,6 +515,8 @@ async def main(args):
     unary = grpc.unary_unary_rpc_method_handler
     server.add_generic_rpc_handlers((
         grpc.method_handlers_generic_handler("proto.GRPCPinger", {"Ping": unary(w.ping)}),
+        grpc.method_handlers_generic_handler(
+            "proto.Liveness", {"Beats": grpc.stream_stream_rpc_method_handler(w.beats)}),
         grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": unary(w.health)}),
     ))
     await server.start()

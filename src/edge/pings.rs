@@ -1,6 +1,6 @@
 //! What a holder cycle asks of the members' pings, as a trait: a task per
-//! member that reports its answer, and forgetting members no longer
-//! listed. [`crate::edge::grpc::Pinger`] pings over gRPC; the simulation
+//! member that reports its answer (a call, or a beat on its stream), and
+//! forgetting members no longer listed. [`crate::edge::grpc::Pinger`] pings over gRPC; the simulation
 //! answers from its simulated members.
 
 use std::collections::HashSet;
@@ -14,6 +14,11 @@ pub trait MemberPings: Clone + Send + Sync + 'static {
 
     /// Forgets (closes) what is kept for members not in `listed`.
     fn retain(&self, listed: &HashSet<&str>);
+
+    /// How many pings went as beats on members' streams, in all.
+    fn beats_sent(&self) -> u64 {
+        0
+    }
 }
 
 impl MemberPings for Pinger {
@@ -23,5 +28,9 @@ impl MemberPings for Pinger {
 
     fn retain(&self, listed: &HashSet<&str>) {
         Pinger::retain(self, listed)
+    }
+
+    fn beats_sent(&self) -> u64 {
+        Pinger::beats_sent(self)
     }
 }

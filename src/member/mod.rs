@@ -67,11 +67,12 @@ use crate::core::load::LoadBook;
 use crate::core::ownership::Ownership;
 pub use crate::core::ownership::{FencingToken, Revocation};
 use crate::edge::clock;
-use crate::edge::grpc::{PingResponder, TwoServices};
+use crate::edge::grpc::{PingResponder, Route, Unimplemented};
 use crate::edge::redis::{RedisOptions, Store};
 use crate::edge::tls::TlsFiles;
 use crate::error::MemberError;
 use crate::proto::grpc_pinger_server::GrpcPingerServer;
+use crate::proto::liveness_server::LivenessServer;
 
 /// This member's share of the work: the units it owns now.
 ///
@@ -315,11 +316,16 @@ impl Member {
             // No Nagle: a ping is one tiny frame each way, and delaying it costs ~40 ms.
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let pinger = GrpcPingerServer::new(PingResponder::gated(&id, shared.clone()));
+            let responder = PingResponder::gated(&id, shared.clone());
+            let pinger = GrpcPingerServer::new(responder.clone());
+            let beats = LivenessServer::new(responder);
             tokio::spawn(async move {
                 let result = server
                     .serve_with_incoming_shutdown(
-                        TwoServices::new(health_service, pinger),
+                        Route::new(
+                            health_service,
+                            Route::new(pinger, Route::new(beats, Unimplemented)),
+                        ),
                         incoming,
                         serving.cancelled(),
                     )

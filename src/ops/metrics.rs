@@ -71,6 +71,7 @@ pub struct Metrics {
     pub fenced_writes: Counter,
     pub ping_duration: Histogram,
     pub ping_failures: Family<Reason, Counter>,
+    pub ping_beats: Counter,
     pub connection_closes: Family<Outcome, Counter>,
     pub cycle_duration: Histogram,
     pub cycles: Family<Outcome, Counter>,
@@ -205,6 +206,12 @@ impl Metrics {
             "ping_failures",
             "Failed pings by reason",
             ping_failures.clone(),
+        );
+        let ping_beats = Counter::default();
+        r.register(
+            "ping_beats",
+            "Pings sent as beats on members' streams (the others are calls)",
+            ping_beats.clone(),
         );
         let connection_closes = Family::<Outcome, Counter>::default();
         r.register(
@@ -392,6 +399,7 @@ impl Metrics {
             fenced_writes,
             ping_duration,
             ping_failures,
+            ping_beats,
             connection_closes,
             cycle_duration,
             cycles,
@@ -465,6 +473,11 @@ impl Metrics {
 
     pub fn ping_failed(&self, reason: &'static str) {
         self.ping_failures.get_or_create(&Reason { reason }).inc();
+    }
+
+    /// `n` more pings went as beats.
+    pub fn ping_beats(&self, n: u64) {
+        self.ping_beats.inc_by(n);
     }
 
     /// A member's connection ended; `outcome` is what the ping sent at once

@@ -10,6 +10,7 @@ mod support;
 
 mod bad_input;
 mod balance;
+mod beats;
 mod browser;
 mod cli;
 mod cluster;

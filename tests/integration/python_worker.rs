@@ -639,3 +639,44 @@ async fn python_workers_report_measured_loads() {
     }
     fleet.shutdown().await;
 }
+
+/// The Python worker serves beats (`proto.Liveness/Beats`, encoded by hand):
+/// alone in a fleet, every ping the holder sends it but one in 32 is a
+/// beat, none fails, and it keeps its units.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_worker_is_pinged_by_beats() {
+    let Some(python) = python() else {
+        return;
+    };
+    let journal = Journal::default();
+    let _dump = DumpOnPanic(journal.clone());
+    let mut fleet = Fleet::new(RedisServer::start());
+    let units = units(6);
+    fleet.set_units(&units).await;
+    fleet.add_replica();
+    let p = PyWorker::spawn(&python, &fleet, free_port(), &journal);
+    wait_for(
+        "its row with every unit",
+        Duration::from_secs(20),
+        || async { fleet.table().await.units_of(&p.id).len() == units.len() },
+    )
+    .await;
+    let samples = || {
+        let i = fleet.holder().expect("a holder");
+        parse_metrics(&fleet.replicas[i].as_ref().unwrap().metrics().encode())
+    };
+    let beats = |s: &[Sample]| metric(s, "distributor_ping_beats_total", &[]).unwrap_or(0.0);
+    let from = beats(&samples());
+    wait_for("20 beats", Duration::from_secs(30), || async {
+        beats(&samples()) >= from + 20.0
+    })
+    .await;
+    let s = samples();
+    for reason in ["timeout", "unavailable", "refused", "status"] {
+        let failed = metric(&s, "distributor_ping_failures_total", &[("reason", reason)]);
+        assert_eq!(failed.unwrap_or(0.0), 0.0, "{reason}");
+    }
+    assert_eq!(fleet.table().await.units_of(&p.id).len(), units.len());
+    drop(p);
+    fleet.shutdown().await;
+}

@@ -334,6 +334,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         let ping = info_span!(
             "ping",
             members = members.len(),
+            beats = Empty,
             ok = Empty,
             failed = Empty,
             otel.status_code = Empty,
@@ -347,7 +348,11 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             .cloned()
             .collect();
         let carried = std::mem::take(pending);
+        let beats_before = self.pinger.beats_sent();
         *pending = ping.in_scope(|| self.pinger.ping_tasks(&fresh_list));
+        let beats = self.pinger.beats_sent().saturating_sub(beats_before);
+        ping.record("beats", beats);
+        self.metrics.ping_beats(beats);
         pending_members.extend(fresh_list.iter().cloned());
         let fresh: HashSet<String> = fresh_list.into_iter().collect();
         for task in carried {

@@ -18,6 +18,7 @@ use std::time::Duration;
 use std::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+use super::beats::{CALL_EVERY, Link, Stream};
 use super::closes::{CloseHints, Closed, Closes, WatchingConnector};
 use crate::core::inputs::check_member_addr;
 use crate::core::timing::Timing;
@@ -141,19 +142,25 @@ pub struct PingReport {
 /// Pings in flight, as they complete.
 pub type PingSet = futures::stream::FuturesUnordered<PingTask>;
 
-/// One ping running in its own task. It resolves to its member and the report,
-/// or `None` when the task panicked or was cancelled, so that the member is
+/// One ping: a call running in its own task, or a beat awaiting its
+/// answer (`beats.rs`). It resolves to its member and the report, or
+/// `None` when the task panicked or was cancelled, so that the member is
 /// never left waiting for a result that cannot come.
 pub struct PingTask {
     member: Option<String>,
-    handle: tokio::task::JoinHandle<PingReport>,
+    running: Running,
+}
+
+enum Running {
+    Call(tokio::task::JoinHandle<PingReport>),
+    Beat(std::pin::Pin<Box<dyn Future<Output = PingReport> + Send + Sync>>),
 }
 
 impl PingTask {
     pub fn new(member: String, handle: tokio::task::JoinHandle<PingReport>) -> PingTask {
         PingTask {
             member: Some(member),
-            handle,
+            running: Running::Call(handle),
         }
     }
 }
@@ -165,9 +172,12 @@ impl Future for PingTask {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        let done = std::task::ready!(std::pin::Pin::new(&mut self.handle).poll(cx));
+        let done = match &mut self.running {
+            Running::Call(handle) => std::task::ready!(std::pin::Pin::new(handle).poll(cx)).ok(),
+            Running::Beat(beat) => Some(std::task::ready!(beat.as_mut().poll(cx))),
+        };
         let member = self.member.take().expect("polled after completion");
-        std::task::Poll::Ready((member, done.ok()))
+        std::task::Poll::Ready((member, done))
     }
 }
 
@@ -178,6 +188,10 @@ struct Cached {
     answered: bool,
     /// The channel's number, which its connections' [`Closed`] carry.
     number: u64,
+    /// The member's beat stream on this channel.
+    beats: Link,
+    /// Beats sent in a row: one ping in [`CALL_EVERY`] is a call.
+    beats_in_row: u32,
 }
 
 /// The holder's pinger. Cheap to clone; clones share the channel cache.
@@ -194,6 +208,10 @@ pub struct Pinger {
     /// The runtime pings run on, if they have one of their own (see
     /// [`Pinger::on_own_runtime`]).
     runtime: Option<Arc<PingRuntime>>,
+    /// Whether pings become beats where a member serves them.
+    beats: bool,
+    /// Pings sent as beats, in all.
+    beats_sent: Arc<AtomicU64>,
 }
 
 /// A runtime for pings alone. Every ping and every connection task it opens
@@ -224,7 +242,20 @@ impl Pinger {
             tls: None,
             hints: None,
             runtime: None,
+            beats: true,
+            beats_sent: Arc::default(),
         }
+    }
+
+    /// Pings by calls only, never by beats (the benches' reference).
+    pub fn calls_only(mut self) -> Pinger {
+        self.beats = false;
+        self
+    }
+
+    /// How many pings were sent as beats, in all.
+    pub fn beats_sent(&self) -> u64 {
+        self.beats_sent.load(Ordering::Relaxed)
     }
 
     /// Runs every ping, and the connections they open, on a runtime of its
@@ -326,6 +357,8 @@ impl Pinger {
                 channel: ch.clone(),
                 answered: false,
                 number,
+                beats: Link::Untried,
+                beats_in_row: 0,
             },
         );
         Ok((ch, false))
@@ -364,17 +397,108 @@ impl Pinger {
             self.timeout.max(FIRST_CONTACT)
         };
         let result = call(channel, timeout).await;
-        if result.is_ok()
-            && !answered
-            && let Some(entry) = self
-                .channels
-                .lock()
-                .expect("pinger cache poisoned")
-                .get_mut(member)
-        {
-            entry.answered = true;
+        if result.is_ok() {
+            self.answered(member);
         }
         result
+    }
+
+    /// `member` answered a call on its cached channel: marks the channel
+    /// answered, and opens its beat stream if none was tried on it.
+    fn answered(&self, member: &str) {
+        let mut cache = self.channels.lock().expect("pinger cache poisoned");
+        let Some(entry) = cache.get_mut(member) else {
+            return;
+        };
+        entry.answered = true;
+        if !self.beats || !entry.beats.to_open(clock::now()) {
+            return;
+        }
+        entry.beats = Link::Opening;
+        let (this, member, channel, number) = (
+            self.clone(),
+            member.to_string(),
+            entry.channel.clone(),
+            entry.number,
+        );
+        drop(cache);
+        let spawner = self.clone();
+        self.spawn(async move {
+            let opened = Stream::open(channel, this.timeout.max(FIRST_CONTACT), |read| {
+                spawner.spawn(read);
+            })
+            .await;
+            let mut cache = this.channels.lock().expect("pinger cache poisoned");
+            // Only the channel it was opened on: a replaced one says
+            // nothing of the new.
+            if let Some(entry) = cache.get_mut(&member).filter(|e| e.number == number) {
+                entry.beats = match opened {
+                    Ok(Some(stream)) => Link::Open(stream),
+                    Ok(None) => Link::Unsupported,
+                    Err(()) => Link::Failed(clock::now()),
+                };
+            }
+        });
+    }
+
+    /// A beat to `member`, if its stream is open: the task that awaits its
+    /// answer (a call instead, should the stream end first).
+    fn beat(&self, member: &str) -> Option<PingTask> {
+        let (sent, answer) = {
+            let mut cache = self.channels.lock().expect("pinger cache poisoned");
+            let entry = cache.get_mut(member)?;
+            let Link::Open(stream) = &entry.beats else {
+                return None;
+            };
+            if entry.beats_in_row + 1 >= CALL_EVERY {
+                entry.beats_in_row = 0;
+                return None;
+            }
+            let sent = stream.send()?;
+            entry.beats_in_row += 1;
+            sent
+        };
+        self.beats_sent.fetch_add(1, Ordering::Relaxed);
+        let (this, name, timeout) = (self.clone(), member.to_string(), self.timeout);
+        let beat = async move {
+            let left = timeout.saturating_sub(sent.elapsed());
+            let result = match tokio::time::timeout(left, answer).await {
+                Err(_) => Err(PingFailure::Timeout),
+                Ok(Ok(())) => Ok(sent.elapsed()),
+                // The stream ended first (refused, stopping, or closed): a
+                // call decides.
+                Ok(Err(_)) => {
+                    this.forget_beats(&name);
+                    let (pinger, member) = (this.clone(), name.clone());
+                    this.spawn(async move { pinger.ping_here(&member).await })
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(PingFailure::Unavailable("the ping task stopped".into()))
+                        })
+                }
+            };
+            PingReport {
+                member: name,
+                result,
+                at: clock::now(),
+                opened: None,
+            }
+        };
+        Some(PingTask {
+            member: Some(member.to_string()),
+            running: Running::Beat(Box::pin(beat)),
+        })
+    }
+
+    /// The member's beat stream ended: the next call that it answers opens
+    /// a new one.
+    fn forget_beats(&self, member: &str) {
+        let mut cache = self.channels.lock().expect("pinger cache poisoned");
+        if let Some(entry) = cache.get_mut(member)
+            && matches!(&entry.beats, Link::Open(s) if !s.is_open())
+        {
+            entry.beats = Link::Untried;
+        }
     }
 
     /// Pings one member on a connection of its own, opened for this ping and
@@ -396,6 +520,9 @@ impl Pinger {
         members
             .iter()
             .map(|m| {
+                if let Some(beat) = self.beat(m) {
+                    return beat;
+                }
                 let (pinger, member) = (self.clone(), m.clone());
                 let handle = self.spawn(
                     async move {
@@ -565,5 +692,203 @@ mod tests {
         assert!(matches!(r, Err(PingFailure::Refused(_))), "{r:?}");
         let r = pinger.ping(&silent_addr).await;
         assert!(matches!(r, Err(PingFailure::Timeout)), "{r:?}");
+    }
+}
+
+#[cfg(test)]
+mod beat_tests {
+    //! Beats against real tonic servers on loopback.
+
+    use std::sync::atomic::AtomicBool;
+
+    use futures::StreamExt as _;
+
+    use super::*;
+    use crate::edge::grpc::responder::PingGate;
+    use crate::edge::grpc::{PingResponder, Route, Unimplemented};
+    use crate::proto::grpc_pinger_server::GrpcPingerServer;
+    use crate::proto::liveness_server::LivenessServer;
+
+    /// Answers OK until told to refuse, or to hang (blocking its thread).
+    #[derive(Default)]
+    struct Gate {
+        refuse: AtomicBool,
+        hang: AtomicBool,
+    }
+
+    impl PingGate for Gate {
+        fn admit(&self, _: Instant) -> Result<(), String> {
+            while self.hang.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if self.refuse.load(Ordering::SeqCst) {
+                Err("fenced".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    /// A member's server on a runtime of its own (a hung gate blocks only
+    /// it), with the beat service or without; its address.
+    fn serve(gate: Arc<Gate>, beats: bool) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let incoming = tonic::transport::server::TcpIncoming::from(listener);
+                let responder = PingResponder::gated("m", gate);
+                let ping = GrpcPingerServer::new(responder.clone());
+                let server = tonic::transport::Server::builder();
+                let _ = if beats {
+                    server
+                        .serve_with_incoming(
+                            Route::new(
+                                ping,
+                                Route::new(LivenessServer::new(responder), Unimplemented),
+                            ),
+                            incoming,
+                        )
+                        .await
+                } else {
+                    server
+                        .serve_with_incoming(Route::new(ping, Unimplemented), incoming)
+                        .await
+                };
+            });
+        });
+        addr
+    }
+
+    async fn round(pinger: &Pinger, member: &str) -> Result<Duration, PingFailure> {
+        let mut set = pinger.ping_tasks(&[member.to_string()]);
+        let (_, report) = set.next().await.unwrap();
+        report.unwrap().result
+    }
+
+    /// Pings until one goes as a beat (the stream opens in the background
+    /// after the first answered call); bounded.
+    async fn until_beating(pinger: &Pinger, member: &str) {
+        for _ in 0..200 {
+            let before = pinger.beats_sent();
+            round(pinger, member).await.unwrap();
+            if pinger.beats_sent() > before {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("pings never became beats");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pings_become_beats_which_answer_refuse_and_time_out_like_pings() {
+        let gate = Arc::new(Gate::default());
+        let member = serve(gate.clone(), true);
+        let pinger = Pinger::new(Duration::from_millis(300), None);
+        until_beating(&pinger, &member).await;
+        let before = pinger.beats_sent();
+        for _ in 0..2 * CALL_EVERY {
+            round(&pinger, &member).await.unwrap();
+        }
+        assert_eq!(
+            pinger.beats_sent() - before,
+            u64::from(2 * CALL_EVERY - 2),
+            "every ping a beat but one in {CALL_EVERY}"
+        );
+        // Refused: the stream ends, and a call decides, as for any call.
+        gate.refuse.store(true, Ordering::SeqCst);
+        let r = round(&pinger, &member).await;
+        assert!(
+            matches!(&r, Err(PingFailure::Unavailable(why)) if why == "fenced"),
+            "{r:?}"
+        );
+        gate.refuse.store(false, Ordering::SeqCst);
+        // Calls until a new stream is open.
+        until_beating(&pinger, &member).await;
+        // Hung: no answer within the ping timeout.
+        gate.hang.store(true, Ordering::SeqCst);
+        let before = pinger.beats_sent();
+        let r = round(&pinger, &member).await;
+        assert!(matches!(r, Err(PingFailure::Timeout)), "{r:?}");
+        assert_eq!(pinger.beats_sent(), before + 1, "timed out as a beat");
+        gate.hang.store(false, Ordering::SeqCst);
+        // The late answer to the timed-out beat is not taken for the next.
+        until_beating(&pinger, &member).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_member_without_beats_is_pinged_by_calls() {
+        let member = serve(Arc::new(Gate::default()), false);
+        let pinger = Pinger::new(Duration::from_millis(300), None);
+        for _ in 0..30 {
+            round(&pinger, &member).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(pinger.beats_sent(), 0);
+        let cache = pinger.channels.lock().unwrap();
+        assert!(matches!(cache[&member].beats, Link::Unsupported));
+    }
+
+    /// Accepts the stream and never answers it (no headers), as grpcio
+    /// does when a handler waits for its first message before sending any.
+    struct Silent;
+
+    #[tonic::async_trait]
+    impl crate::proto::liveness_server::Liveness for Silent {
+        type BeatsStream = crate::edge::grpc::responder::Beats;
+
+        async fn beats(
+            &self,
+            _: tonic::Request<tonic::Streaming<crate::proto::Beat>>,
+        ) -> Result<tonic::Response<Self::BeatsStream>, tonic::Status> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stream_that_never_opens_leaves_pings_to_calls() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let member = listener.local_addr().unwrap().to_string();
+        let ping = GrpcPingerServer::new(PingResponder::default());
+        tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(
+            Route::new(ping, Route::new(LivenessServer::new(Silent), Unimplemented)),
+            tonic::transport::server::TcpIncoming::from(listener),
+        ));
+        let pinger = Pinger::new(Duration::from_millis(300), None);
+        round(&pinger, &member).await.unwrap();
+        // The try times out after a first contact's allowance.
+        let failed = || {
+            matches!(
+                pinger.channels.lock().unwrap()[&member].beats,
+                Link::Failed(_)
+            )
+        };
+        for _ in 0..400 {
+            if failed() {
+                break;
+            }
+            round(&pinger, &member).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(failed(), "the try failed");
+        assert_eq!(pinger.beats_sent(), 0, "and every ping was a call");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_only_never_beats() {
+        let member = serve(Arc::new(Gate::default()), true);
+        let pinger = Pinger::new(Duration::from_millis(300), None).calls_only();
+        for _ in 0..30 {
+            round(&pinger, &member).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(pinger.beats_sent(), 0);
     }
 }

@@ -1,11 +1,16 @@
-//! The member's side of the ping RPC: answers every ping while the member is
-//! up, or, with a [`PingGate`], as the gate decides.
+//! The member's side of the ping RPC and of the beat stream: answers every
+//! ping and every beat while the member is up, or, with a [`PingGate`], as
+//! the gate decides.
 //!
 //! Guarantees:
-//! - a ping is answered at once, with no IO of its own: the gate is a
-//!   synchronous call, given the instant the ping arrived;
-//! - a ping the gate refuses is answered `UNAVAILABLE` (never OK), so the
-//!   holder counts it as a failed ping;
+//! - a ping or a beat is answered at once, with no IO of its own: the gate
+//!   is a synchronous call, given the instant it arrived; a beat is a ping
+//!   to the gate;
+//! - a ping the gate refuses is answered `UNAVAILABLE` (never OK), and a
+//!   refused beat ends its stream with `UNAVAILABLE` (the holder's next
+//!   ping is then a call, refused the same way), so the holder counts
+//!   either as failed, and a stopping member's draining connections are
+//!   never held open by a stream;
 //! - only a ping that carries a trace context makes a span (joined to the
 //!   distributor's trace), so thousands of members pinged every second never
 //!   flood a collector with root spans.
@@ -14,8 +19,12 @@ use std::sync::Arc;
 
 use std::time::Instant;
 
+use futures::StreamExt as _;
+
 use crate::edge::clock;
+use crate::proto::Beat;
 use crate::proto::grpc_pinger_server::{GrpcPinger, GrpcPingerServer};
+use crate::proto::liveness_server::{Liveness, LivenessServer};
 
 /// Decides the answer to each ping.
 pub trait PingGate: Send + Sync + 'static {
@@ -59,17 +68,22 @@ impl PingResponder {
     }
 }
 
+impl PingResponder {
+    fn answer(&self, received: Instant) -> Result<(), String> {
+        match &self.gate {
+            Some(gate) => gate.admit(received),
+            None => Ok(()),
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl GrpcPinger for PingResponder {
     async fn ping(
         &self,
         request: tonic::Request<()>,
     ) -> Result<tonic::Response<()>, tonic::Status> {
-        let received = clock::now();
-        let answer = match &self.gate {
-            Some(gate) => gate.admit(received),
-            None => Ok(()),
-        };
+        let answer = self.answer(clock::now());
         // Only traced pings make a span: 10,000 members pinged every second
         // must not flood a collector with root spans.
         if request.metadata().contains_key("traceparent") {
@@ -88,7 +102,39 @@ impl GrpcPinger for PingResponder {
     }
 }
 
+/// The answers of one beat stream, one per beat, in order.
+pub type Beats = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Beat, tonic::Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Liveness for PingResponder {
+    type BeatsStream = Beats;
+
+    async fn beats(
+        &self,
+        request: tonic::Request<tonic::Streaming<Beat>>,
+    ) -> Result<tonic::Response<Beats>, tonic::Status> {
+        let this = self.clone();
+        // Answered as each beat is read: no task, no buffer of its own. A
+        // refusal ends the stream (tonic sends an error as the last item),
+        // so a member that stops never keeps a draining connection open.
+        let answers = request.into_inner().map(move |beat| {
+            let beat = beat?;
+            match this.answer(clock::now()) {
+                Ok(()) => Ok(Beat { seq: beat.seq }),
+                Err(why) => Err(tonic::Status::unavailable(why)),
+            }
+        });
+        Ok(tonic::Response::new(Box::pin(answers)))
+    }
+}
+
 /// The ping service, to add to a worker's own tonic server.
 pub fn ping_service() -> GrpcPingerServer<PingResponder> {
     GrpcPingerServer::new(PingResponder::default())
+}
+
+/// The beat service (optional: the holder pings a member without it), to
+/// add to a worker's own tonic server next to [`ping_service`].
+pub fn beat_service() -> LivenessServer<PingResponder> {
+    LivenessServer::new(PingResponder::default())
 }

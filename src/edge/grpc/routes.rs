@@ -1,11 +1,11 @@
-//! Two gRPC services on one server, routed by path (`/<package.Service>/<Method>`)
+//! gRPC services on one server, routed by path (`/<package.Service>/<Method>`)
 //! as tonic's own router does, without the HTTP router (axum) that tonic's
-//! `router` feature pulls in: the member library serves its ping and health
-//! services with this, so a worker does not build an HTTP framework.
+//! `router` feature pulls in: the member library serves its ping, beat and
+//! health services with this, so a worker does not build an HTTP framework.
 //!
 //! Guarantees: a request goes to the service its path names, readied before
-//! it is called; a path naming neither is answered `UNIMPLEMENTED`, as
-//! tonic's router answers it.
+//! it is called; a path naming none is answered `UNIMPLEMENTED`, as tonic's
+//! router answers it.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -14,16 +14,40 @@ use tonic::body::Body;
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 
-/// Routes each request to `first` or `second` by the service name in its path.
+/// Routes each request to `first` when its path names `first`'s service,
+/// else to `rest` (more routes, ending with [`Unimplemented`]).
 #[derive(Clone)]
-pub(crate) struct TwoServices<A, B> {
+pub(crate) struct Route<A, B> {
     first: A,
-    second: B,
+    rest: B,
 }
 
-impl<A, B> TwoServices<A, B> {
-    pub(crate) fn new(first: A, second: B) -> TwoServices<A, B> {
-        TwoServices { first, second }
+impl<A, B> Route<A, B> {
+    pub(crate) fn new(first: A, rest: B) -> Route<A, B> {
+        Route { first, rest }
+    }
+}
+
+/// The end of the routes: answers `UNIMPLEMENTED`.
+#[derive(Clone, Copy)]
+pub(crate) struct Unimplemented;
+
+impl Service<http::Request<Body>> for Unimplemented {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<http::Response<Body>, Infallible>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<Body>) -> Self::Future {
+        Box::pin(async {
+            let (parts, ()) = tonic::Status::unimplemented("")
+                .into_http::<()>()
+                .into_parts();
+            Ok(http::Response::from_parts(parts, Body::empty()))
+        })
     }
 }
 
@@ -48,7 +72,7 @@ where
     })
 }
 
-impl<A, B> Service<http::Request<Body>> for TwoServices<A, B>
+impl<A, B> Service<http::Request<Body>> for Route<A, B>
 where
     A: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
         + NamedService
@@ -57,7 +81,6 @@ where
         + 'static,
     A::Future: Send + 'static,
     B: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
-        + NamedService
         + Clone
         + Send
         + 'static,
@@ -76,15 +99,8 @@ where
         let path = req.uri().path();
         if names(path, A::NAME) {
             oneshot(self.first.clone(), req)
-        } else if names(path, B::NAME) {
-            oneshot(self.second.clone(), req)
         } else {
-            Box::pin(async {
-                let (parts, ()) = tonic::Status::unimplemented("")
-                    .into_http::<()>()
-                    .into_parts();
-                Ok(http::Response::from_parts(parts, Body::empty()))
-            })
+            oneshot(self.rest.clone(), req)
         }
     }
 }
