@@ -555,6 +555,18 @@ impl Proc {
     pub fn cpu(&self) -> Duration {
         cpu_time(self.pid)
     }
+
+    /// Resident memory now (`VmRSS`), in MiB; 0 when unknown.
+    pub fn rss_mib(&self) -> f64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            })
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
 }
 
 impl Drop for Proc {

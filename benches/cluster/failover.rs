@@ -54,11 +54,25 @@ struct Cluster {
     /// Replica names are `{prefix}-{n}`, n counting every process started.
     prefix: String,
     spawned: usize,
+    /// The daemon binary replicas run (this build unless told otherwise).
+    bin: std::path::PathBuf,
 }
 
 impl Cluster {
     /// `replicas` replica processes on `redis`.
     fn start(
+        redis: RedisServer,
+        conn: redis::aio::MultiplexedConnection,
+        timing: Timing,
+        prefix: String,
+        replicas: usize,
+    ) -> Cluster {
+        Cluster::start_of(distributor_bin(), redis, conn, timing, prefix, replicas)
+    }
+
+    /// [`Cluster::start`], the replicas running the daemon binary `bin`.
+    fn start_of(
+        bin: std::path::PathBuf,
         redis: RedisServer,
         conn: redis::aio::MultiplexedConnection,
         timing: Timing,
@@ -73,6 +87,7 @@ impl Cluster {
             timing,
             prefix,
             spawned: 0,
+            bin,
         };
         for _ in 0..replicas {
             let r = c.spawn();
@@ -85,7 +100,7 @@ impl Cluster {
     fn spawn(&mut self) -> Replica {
         self.spawned += 1;
         let name = format!("{}-{}", self.prefix, self.spawned);
-        spawn_replica(&self.redis.url(), &name, &self.timing)
+        spawn_replica_of(&self.bin, &self.redis.url(), &name, &self.timing, &[])
     }
 
     fn respawn(&mut self, i: usize) {
@@ -615,7 +630,9 @@ async fn setting(timing: Timing) {
 /// for `BENCH_RENEWALS_SECS` (default 600). Counts, from both replicas'
 /// metrics, the renewals that failed or timed out and every lease
 /// transition, and from Redis the epoch (a change of holder); the holder's
-/// CPU over the run. Run on its own: `scripts/bench renewals`.
+/// CPU over the run. With `BENCH_REFERENCE_BIN` set, that daemon runs first
+/// on the same member servers (a Redis of its own), then this one. Run on
+/// its own: `scripts/bench renewals`.
 pub async fn renewals() {
     const MEMBERS: usize = 10_000;
     let secs: u64 = std::env::var("BENCH_RENEWALS_SECS")
@@ -628,15 +645,33 @@ pub async fn renewals() {
     if !enough_fds("renewals") {
         return;
     }
+    let (servers, addrs) = spawn_server_fleet(MEMBERS, 4);
+    let mut bins = Vec::new();
+    if let Some(r) = reference_bin() {
+        bins.push(("reference", r));
+    }
+    bins.push(("this", distributor_bin()));
+    for (build, bin) in bins {
+        renewals_of(bin, build, secs, &addrs, &servers).await;
+    }
+    drop(servers);
+}
+
+async fn renewals_of(
+    bin: std::path::PathBuf,
+    build: &str,
+    secs: u64,
+    addrs: &[String],
+    servers: &[Proc],
+) {
     let redis = redis_server();
     let mut conn = redis.conn().await;
     set_list(&mut conn, UNITS, &unit_names(100_000)).await;
-    let (servers, addrs) = spawn_server_fleet(MEMBERS, 4);
-    set_list(&mut conn, SERVICES, &addrs).await;
+    set_list(&mut conn, SERVICES, addrs).await;
     let timing = Timing::defaults(Duration::from_secs(1), Duration::from_secs(1));
-    let mut c = Cluster::start(redis, conn, timing, "renew".into(), 2);
-    if let Err(why) = stable(&mut c, MEMBERS).await {
-        note(&format!("renewals: NOT MEASURED, {why}"));
+    let mut c = Cluster::start_of(bin, redis, conn, timing, "renew".into(), 2);
+    if let Err(why) = stable(&mut c, addrs.len()).await {
+        note(&format!("renewals ({build}): NOT MEASURED, {why}"));
         return;
     }
     let h = c.settled().await;
@@ -651,12 +686,14 @@ pub async fn renewals() {
     let counts = |c: &Cluster| {
         let ports: Vec<u16> = c.replicas.iter().map(|r| r.http_port).collect();
         async move {
-            let mut sum = [0.0; 3];
+            let mut sum = [0.0; 5];
             for port in ports {
                 let s = scrape(port).await.unwrap_or_default();
                 sum[0] += transitions(&s, "renew_failed");
                 sum[1] += transitions(&s, "lapsed") + transitions(&s, "lost");
                 sum[2] += metric_sum(&s, "distributor_ping_failures_total");
+                sum[3] += metric_sum(&s, "distributor_ping_beats_total");
+                sum[4] += metric_sum(&s, "distributor_cycles_total");
             }
             sum
         }
@@ -664,13 +701,15 @@ pub async fn renewals() {
     let before = counts(&c).await;
     let e0 = c.epoch().await;
     let cpu0 = c.replicas[h].proc.cpu();
+    let servers0: Duration = servers.iter().map(Proc::cpu).sum();
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs(secs)).await;
     let wall = t0.elapsed();
     let cpu = c.replicas[h].proc.cpu() - cpu0;
+    let servers_cpu = servers.iter().map(Proc::cpu).sum::<Duration>() - servers0;
     let after = counts(&c).await;
     let e1 = c.epoch().await;
-    let label = format!("10,000 idle members, {secs} s");
+    let label = format!("{build}, 10,000 idle members, {secs} s");
     report_one(
         &format!("renewals: failed or timed out, {label}"),
         "renewals",
@@ -701,6 +740,37 @@ pub async fn renewals() {
         cpu.as_secs_f64() / wall.as_secs_f64() * 100.0,
         Target::none(),
     );
+    // Cycles, not wall / poll: a cycle starts a poll interval after the
+    // last one ended, so at 10,000 members there are fewer than one a second.
+    let cycles = (after[4] - before[4]).max(1.0);
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / (addrs.len() as f64 * cycles);
+    report_one(
+        &format!("renewals: holder cycles, {label}"),
+        "cycles",
+        cycles,
+        Target::none(),
+    );
+    report_one(
+        &format!("renewals: holder CPU per member per cycle, {label}"),
+        "us",
+        per(cpu),
+        Target::none(),
+    );
+    report_one(
+        &format!("renewals: members' servers' CPU per member per cycle, {label}"),
+        "us",
+        per(servers_cpu),
+        Target::none(),
+    );
+    report_one(
+        &format!("renewals: holder resident memory at the end, {label}"),
+        "MiB",
+        c.replicas[h].proc.rss_mib(),
+        Target::none(),
+    );
+    note(&format!(
+        "renewals ({build}): {:.0} of the pings were beats",
+        after[3] - before[3]
+    ));
     drop(c);
-    drop(servers);
 }
