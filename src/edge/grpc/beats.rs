@@ -22,6 +22,9 @@
 //! - a beat's timeout is the ping timeout, so a hung member is found as
 //!   fast as by calls; a dead one is found by its connection's close, as
 //!   before (`closes.rs`);
+//! - a beat's round trip and answer instant are taken as its answer is
+//!   read, however late the holder collects it (a beat carried into the
+//!   next cycle), and an answer read after the timeout is a timeout;
 //! - a stream that ends, or cannot take a beat, never fails a ping by
 //!   itself: that ping is a call instead;
 //! - every [`CALL_EVERY`]th ping of a member is a call anyway: a server
@@ -73,8 +76,9 @@ impl Link {
     }
 }
 
-/// A beat's answer (a refusal ends the stream instead).
-type Answer = ();
+/// A beat's answer: the instant it was read (a refusal ends the stream
+/// instead).
+type Answer = Instant;
 
 /// The beat in flight, if any: its `seq`, and where its answer goes.
 type Waiting = Arc<Mutex<Option<(u64, oneshot::Sender<Answer>)>>>;
@@ -160,7 +164,7 @@ async fn read(mut answers: tonic::Streaming<Beat>, waiting: Waiting, ended: Arc<
         let mut w = waiting.lock().expect("beat waiter poisoned");
         if w.as_ref().is_some_and(|(seq, _)| *seq == beat.seq) {
             let (_, tx) = w.take().expect("checked");
-            let _ = tx.send(());
+            let _ = tx.send(clock::now());
         }
     }
     ended.store(true, Ordering::SeqCst);

@@ -462,25 +462,32 @@ impl Pinger {
         let (this, name, timeout) = (self.clone(), member.to_string(), self.timeout);
         let beat = async move {
             let left = timeout.saturating_sub(sent.elapsed());
-            let result = match tokio::time::timeout(left, answer).await {
-                Err(_) => Err(PingFailure::Timeout),
-                Ok(Ok(())) => Ok(sent.elapsed()),
+            // This future may be polled late (a beat carried into the next
+            // cycle): the answer's own instant, taken as it was read, gives
+            // the round trip and `at`, and decides whether it was in time.
+            let (result, at) = match tokio::time::timeout(left, answer).await {
+                Ok(Ok(answered)) if answered.saturating_duration_since(sent) <= timeout => {
+                    (Ok(answered.saturating_duration_since(sent)), answered)
+                }
+                Ok(Ok(_)) | Err(_) => (Err(PingFailure::Timeout), clock::now()),
                 // The stream ended first (refused, stopping, or closed): a
                 // call decides.
                 Ok(Err(_)) => {
                     this.forget_beats(&name);
                     let (pinger, member) = (this.clone(), name.clone());
-                    this.spawn(async move { pinger.ping_here(&member).await })
+                    let result = this
+                        .spawn(async move { pinger.ping_here(&member).await })
                         .await
                         .unwrap_or_else(|_| {
                             Err(PingFailure::Unavailable("the ping task stopped".into()))
-                        })
+                        });
+                    (result, clock::now())
                 }
             };
             PingReport {
                 member: name,
                 result,
-                at: clock::now(),
+                at,
                 opened: None,
             }
         };
@@ -821,6 +828,25 @@ mod beat_tests {
         gate.hang.store(false, Ordering::SeqCst);
         // The late answer to the timed-out beat is not taken for the next.
         until_beating(&pinger, &member).await;
+    }
+
+    /// A beat carried into the next cycle is polled long after its answer
+    /// came: it reports the answer's instant and round trip, in time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_beat_polled_late_reports_when_it_was_answered() {
+        let member = serve(Arc::new(Gate::default()), true);
+        let pinger = Pinger::new(Duration::from_millis(300), None);
+        until_beating(&pinger, &member).await;
+        let before = pinger.beats_sent();
+        let mut set = pinger.ping_tasks(std::slice::from_ref(&member));
+        assert_eq!(pinger.beats_sent(), before + 1, "a beat");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let polled = clock::now();
+        let (_, report) = set.next().await.unwrap();
+        let report = report.unwrap();
+        let rtt = report.result.unwrap();
+        assert!(rtt < Duration::from_millis(300), "{rtt:?}");
+        assert!(report.at < polled);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
