@@ -123,10 +123,10 @@ const WARM_CONCURRENCY: usize = 16;
 
 /// How many beat streams are opened at once. A new holder's first round
 /// answers thousands of calls at once; opening every stream in the same
-/// instant would take the CPU that round's pings need (measured: hundreds of
-/// them timed out at 10,000 members on 2 cores). Until its stream opens, a
-/// member is pinged by calls.
-const OPEN_CONCURRENCY: usize = 16;
+/// instant would take the CPU that round's pings need (measured: 75 and 240
+/// of them timed out at 10,000 members on 2 cores, BENCHMARKS §20). Until
+/// its stream opens, a member is pinged by calls.
+const OPEN_CONCURRENCY: usize = 4;
 
 /// The result of pinging one member.
 #[derive(Debug, Clone)]
