@@ -413,28 +413,34 @@ impl<'n, 'u> Solver<'n, 'u> {
     /// `a` is above its band, the most loaded when below; the first
     /// [`MAX_DONORS_TRIED`] only.
     fn swap_for(&mut self, a: usize) -> Option<(u32, usize, u32)> {
-        let mut order: Vec<ByLoad> = (0..self.names.len())
-            .filter(|&b| b != a && self.open(b))
-            .map(|b| self.by_load(b))
-            .collect();
         let over = self.load[a] > self.bands.hi[a];
-        let by = |x: &ByLoad, y: &ByLoad| if over { x.cmp(y) } else { y.cmp(x) };
-        // The first partners only, selected in linear time: sorting every
-        // member for each member out of its band would not scale.
-        if order.len() > MAX_DONORS_TRIED {
-            order.select_nth_unstable_by(MAX_DONORS_TRIED, by);
-            order.truncate(MAX_DONORS_TRIED);
-        }
-        order.sort_unstable_by(by);
         self.sort_list(a);
-        for b in order.into_iter().take(MAX_DONORS_TRIED) {
-            let b = b.member as usize;
+        for b in self.partners(a, over, MAX_DONORS_TRIED) {
             self.sort_list(b);
             if let Some((x, y)) = self.swap_pair(a, b) {
                 return Some((x, b, y));
             }
         }
         None
+    }
+
+    /// The open members other than `a` by load per weight, the least
+    /// loaded first when `over` (`a` gives), the most loaded first when
+    /// not (`a` takes): the first `limit`, selected in linear time, since
+    /// sorting every member for each member out of its band would not
+    /// scale.
+    fn partners(&self, a: usize, over: bool, limit: usize) -> Vec<usize> {
+        let mut order: Vec<ByLoad> = (0..self.names.len())
+            .filter(|&b| b != a && self.open(b))
+            .map(|b| self.by_load(b))
+            .collect();
+        let by = |x: &ByLoad, y: &ByLoad| if over { x.cmp(y) } else { y.cmp(x) };
+        if order.len() > limit {
+            order.select_nth_unstable_by(limit, by);
+            order.truncate(limit);
+        }
+        order.sort_unstable_by(by);
+        order.into_iter().map(|o| o.member as usize).collect()
     }
 
     /// Step 3's swaps: each member outside its band, heaviest first, swaps

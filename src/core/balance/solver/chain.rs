@@ -7,7 +7,7 @@
 
 use std::cmp::Reverse;
 
-use super::{ByLoad, Solver};
+use super::Solver;
 
 /// Intermediaries and ends a chain tries, at most, each: the work grows
 /// as their product.
@@ -32,16 +32,7 @@ impl Solver<'_, '_> {
     /// Returns the moves as `(unit, to)`.
     pub(super) fn chain_for(&mut self, a: usize) -> Option<Vec<(u32, usize)>> {
         let over = self.load[a] > self.bands.hi[a];
-        let open: Vec<usize> = (0..self.names.len())
-            .filter(|&b| b != a && self.open(b))
-            .collect();
-        let by = |x: &ByLoad, y: &ByLoad| if over { x.cmp(y) } else { y.cmp(x) };
-        let mut middles: Vec<ByLoad> = open.iter().map(|&b| self.by_load(b)).collect();
-        if middles.len() > MAX_CHAIN_TRIED {
-            middles.select_nth_unstable_by(MAX_CHAIN_TRIED, by);
-            middles.truncate(MAX_CHAIN_TRIED);
-        }
-        middles.sort_unstable_by(by);
+        let middles = self.partners(a, over, MAX_CHAIN_TRIED);
         // Room to take (above) or load to spare (below), the most first,
         // then by member: a total order.
         let slack = |c: usize| {
@@ -51,14 +42,13 @@ impl Solver<'_, '_> {
                 self.load[c].saturating_sub(self.bands.lo[c])
             }
         };
-        let mut ends: Vec<(Reverse<u64>, usize)> = open
-            .iter()
-            .map(|&c| (Reverse(slack(c)), c))
+        let mut ends: Vec<(Reverse<u64>, usize)> = (0..self.names.len())
+            .filter(|&c| c != a && self.open(c))
+            .map(|c| (Reverse(slack(c)), c))
             .filter(|e| e.0.0 > 0)
             .collect();
         ends.sort_unstable();
         ends.truncate(MAX_CHAIN_TRIED + 1);
-        let middles: Vec<usize> = middles.into_iter().map(|m| m.member as usize).collect();
         self.sort_list(a);
         for &m in middles.iter().chain(ends.iter().map(|e| &e.1)) {
             self.sort_list(m);
