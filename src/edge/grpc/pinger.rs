@@ -345,10 +345,15 @@ impl Pinger {
         Ok(ep)
     }
 
-    fn channel(&self, member: &str) -> Result<(Channel, bool), PingFailure> {
+    /// The member's cached channel (opened now if none), whether the member
+    /// answered on it, and whether an answer now has anything to record
+    /// ([`Pinger::answered`]): a first answer, or a beat stream to open. A
+    /// steady member's answer then takes the cache's lock only here.
+    fn channel(&self, member: &str) -> Result<(Channel, bool, bool), PingFailure> {
         let mut cache = self.channels.lock().expect("pinger cache poisoned");
         if let Some(c) = cache.get(member) {
-            return Ok((c.channel.clone(), c.answered));
+            let to_record = !c.answered || (self.beats && c.beats.to_open(clock::now()));
+            return Ok((c.channel.clone(), c.answered, to_record));
         }
         let ep = self.endpoint(member)?;
         let number = self.numbering.fetch_add(1, Ordering::Relaxed);
@@ -371,7 +376,7 @@ impl Pinger {
                 beats_in_row: 0,
             },
         );
-        Ok((ch, false))
+        Ok((ch, false, true))
     }
 
     /// A watched connection ended: forgets the member's channel if it is the
@@ -397,7 +402,7 @@ impl Pinger {
 
     /// [`Pinger::ping`] on the current runtime.
     async fn ping_here(&self, member: &str) -> Result<Duration, PingFailure> {
-        let (channel, answered) = self.channel(member)?;
+        let (channel, answered, to_record) = self.channel(member)?;
         // A first contact also opens the connection (and TLS): thousands of
         // them at once, as when a new holder takes over, take longer than a
         // ping, and must not make live members look dead.
@@ -407,7 +412,7 @@ impl Pinger {
             self.timeout.max(FIRST_CONTACT)
         };
         let result = call(channel, timeout).await;
-        if result.is_ok() {
+        if result.is_ok() && to_record {
             self.answered(member);
         }
         result
