@@ -1,7 +1,7 @@
 //! What a holder cycle asks of the members' pings, as a trait: a task per
 //! member that reports its answer (a call, or a beat on its stream), and
-//! forgetting members no longer listed. [`crate::edge::grpc::Pinger`] pings over gRPC; the simulation
-//! answers from its simulated members.
+//! forgetting members no longer listed. [`crate::edge::grpc::Pinger`] pings
+//! over gRPC; the simulation answers from its simulated members.
 
 use std::collections::HashSet;
 

@@ -66,9 +66,8 @@ impl PingResponder {
             gate: Some(gate),
         }
     }
-}
 
-impl PingResponder {
+    /// The answer to a ping or a beat that arrived at `received`.
     fn answer(&self, received: Instant) -> Result<(), String> {
         match &self.gate {
             Some(gate) => gate.admit(received),
