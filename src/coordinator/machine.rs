@@ -117,6 +117,10 @@ pub struct CycleSummary {
     /// When a unit in transit can be released by time: run a handoff cycle
     /// then (see `core::handoff`).
     pub next_release: Option<Instant>,
+    /// The cycle decided on the liveness the last holder left, pinging
+    /// nobody (a new holding's first): run a full cycle at once, whose
+    /// pings verify it.
+    pub verify_now: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -655,6 +659,10 @@ impl Machine {
                 }
                 if summary.epoch == h.lease.epoch() {
                     self.generation_floor = self.generation_floor.max(summary.generation_floor);
+                    if summary.verify_now {
+                        let at = (h.last_cycle + self.settings.timing.early_cycle_spacing).max(now);
+                        h.next_cycle = h.next_cycle.min(at);
+                    }
                     match summary.outcome {
                         CycleOutcome::Fenced => {
                             return self.step_down(&h.lease, Transition::Fenced, None, now, out);

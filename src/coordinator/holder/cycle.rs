@@ -502,6 +502,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             forgotten: f.forgotten,
             in_flight,
             in_flight_members,
+            unverified: f.unverified,
         })
     }
 }

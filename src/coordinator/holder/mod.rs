@@ -177,6 +177,8 @@ pub(in crate::coordinator) struct CycleReport {
     /// Pings still running (hung members): collected by the next cycle.
     pub(in crate::coordinator) in_flight: InFlight,
     pub(in crate::coordinator) in_flight_members: HashSet<String>,
+    /// The cycle decided on the liveness it inherited, pinging nobody.
+    pub(in crate::coordinator) unverified: bool,
 }
 
 thread_local! {
@@ -222,6 +224,7 @@ pub(in crate::coordinator) fn summarize(
                 generation_floor: 0,
                 own_suspicions: false,
                 next_release: None,
+                verify_now: false,
             });
         }
     };
@@ -249,6 +252,7 @@ pub(in crate::coordinator) fn summarize(
         generation_floor: r.generation_floor,
         own_suspicions: r.view.suspects.values().any(|s| s.replica == me),
         next_release,
+        verify_now: r.unverified,
     })
 }
 

@@ -83,6 +83,7 @@ fn summary(epoch: u64, outcome: CycleOutcome) -> CycleSummary {
         generation_floor: 0,
         own_suspicions: false,
         next_release: None,
+        verify_now: false,
     }
 }
 
@@ -251,6 +252,48 @@ fn a_member_down_brings_the_next_full_cycle_forward() {
     s.step(Event::Tick, t0);
     s.step(Event::Acquired(Ok(held(4, 9))), t0 + ms(1));
     assert!(s.step(Event::MemberDown, t0 + ms(2)).is_empty());
+}
+
+#[test]
+fn a_first_cycle_on_inherited_liveness_is_followed_by_a_full_cycle_at_once() {
+    let t0 = clock::now();
+    let mut m = holder(t0);
+    // The first cycle decided on what the last holder left, pinging nobody:
+    // the next full cycle, whose pings verify it, starts as it ends.
+    let a = m.step(
+        Event::CycleDone(CycleSummary {
+            verify_now: true,
+            ..summary(7, CycleOutcome::Unchanged)
+        }),
+        t0 + ms(40),
+    );
+    assert!(
+        a.iter().any(|a| matches!(
+            a,
+            Action::StartCycle {
+                handoff_only: false,
+                ..
+            }
+        )),
+        "{a:?}"
+    );
+    // Then the poll interval as usual.
+    let a = m.step(
+        Event::CycleDone(summary(7, CycleOutcome::Unchanged)),
+        t0 + ms(300),
+    );
+    assert!(!starts_cycle(&a), "{a:?}");
+    assert!(!starts_cycle(&m.step(Event::Tick, t0 + ms(1039))));
+    assert!(starts_cycle(&m.step(Event::Tick, t0 + ms(1040))));
+    // A cycle of another holding asks nothing.
+    let a = m.step(
+        Event::CycleDone(CycleSummary {
+            verify_now: true,
+            ..summary(6, CycleOutcome::Unchanged)
+        }),
+        t0 + ms(1100),
+    );
+    assert!(!starts_cycle(&a), "{a:?}");
 }
 
 #[test]
@@ -603,8 +646,9 @@ enum Op {
     /// The holder check in flight answers: open, closed, refused, an error.
     AnswerCheck(u8),
     /// The cycle in flight ends with this outcome (and maybe a mass failure,
-    /// and maybe a handoff wait ending that many ms later).
-    FinishCycle(u8, bool, Option<u64>),
+    /// and maybe a handoff wait ending that many ms later, and maybe having
+    /// decided on inherited liveness).
+    FinishCycle(u8, bool, Option<u64>, bool),
     /// A member acknowledged (`{T}:acked`).
     Hint,
     /// A member's connection closed and its ping failed.
@@ -622,8 +666,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..4).prop_map(Op::AnswerAcquire),
         2 => (0u8..3).prop_map(Op::AnswerRenew),
         2 => (0u8..4).prop_map(Op::AnswerCheck),
-        2 => (0u8..6, any::<bool>(), proptest::option::of(0u64..1500))
-            .prop_map(|(o, m, r)| Op::FinishCycle(o, m, r)),
+        2 => (0u8..6, any::<bool>(), proptest::option::of(0u64..1500), any::<bool>())
+            .prop_map(|(o, m, r, v)| Op::FinishCycle(o, m, r, v)),
         1 => Just(Op::Hint),
         1 => Just(Op::MemberDown),
         1 => Just(Op::FinishRelease),
@@ -826,7 +870,7 @@ fn drive(ops: Vec<Op>) {
                     now,
                 );
             }
-            Op::FinishCycle(k, mass, release) if f.cycle.is_some() => {
+            Op::FinishCycle(k, mass, release, verify_now) if f.cycle.is_some() => {
                 let (epoch, _) = f.cycle.take().unwrap();
                 let outcome = match k {
                     0 => CycleOutcome::Skipped,
@@ -842,6 +886,7 @@ fn drive(ops: Vec<Op>) {
                     generation_floor: 0,
                     own_suspicions: mass,
                     next_release: release.map(|r| now + ms(r)),
+                    verify_now,
                 });
                 feed(&mut m, &mut f, ev, now);
             }

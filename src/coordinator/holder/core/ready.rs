@@ -196,4 +196,7 @@ pub(in crate::coordinator::holder) struct Finished {
     pub(in crate::coordinator::holder) forgotten: Vec<(String, String)>,
     /// Units the stored table took from members without a revocation.
     pub(in crate::coordinator::holder) claimed: usize,
+    /// It decided on the liveness it inherited, pinging nobody (a new
+    /// holding's first cycle): a full cycle should verify it at once.
+    pub(in crate::coordinator::holder) unverified: bool,
 }

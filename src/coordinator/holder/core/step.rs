@@ -105,6 +105,10 @@ pub(in crate::coordinator::holder) struct CycleCore {
     forgotten: Vec<(String, String)>,
     claimed: usize,
     note: Option<CommitNote>,
+    /// A new holding's first cycle: its view is what the last holder left.
+    inherited: bool,
+    /// It decided on the inherited liveness without pinging.
+    unverified: bool,
 }
 
 impl CycleCore {
@@ -138,6 +142,8 @@ impl CycleCore {
             forgotten: Vec::new(),
             claimed: 0,
             note: None,
+            inherited: false,
+            unverified: false,
         }
     }
 
@@ -183,22 +189,11 @@ impl CycleCore {
             },
             (Phase::Inputs, Outcome::Inputs(r, costs)) => self.inputs_read(r, costs),
             (Phase::Lists, Outcome::Lists(r)) => match r {
-                Ok(cache) => self.lists_made(cache),
+                Ok(cache) => self.lists_made(cache, now),
                 Err(e) => self.done(Err(e)),
             },
             (Phase::State, Outcome::State(state, reports)) => self.state_read(state, reports, now),
-            (Phase::Pings, Outcome::Pinged(reports)) => {
-                let inputs = Arc::clone(self.inputs());
-                let listed = listed_entries(&inputs);
-                let view = self.view.as_mut().expect("the view is known");
-                let judge = judge(&self.config, now);
-                self.observed =
-                    view.take_round(&inputs, &listed, reports, &self.was_live, true, judge);
-                view.note_joins(&inputs, now.at, self.config.join_delay);
-                view.handoff.forget_departed(&inputs);
-                view.handoff.inputs = Some(inputs);
-                self.settle()
-            }
+            (Phase::Pings, Outcome::Pinged(reports)) => self.round_taken(reports, now),
             (Phase::Table, Outcome::Table(r)) => match r {
                 Ok(t) => {
                     let generation = self.stored.as_ref().map_or(0, |s| s.generation);
@@ -272,6 +267,7 @@ impl CycleCore {
             now.unix_ms,
         );
         self.floor = self.floor.max(r.generation);
+        self.inherited = !resync;
         r.log(keys);
         if !resync && let Some(warm) = self.warm.take() {
             view.warm_from(warm);
@@ -348,7 +344,7 @@ impl CycleCore {
         }
     }
 
-    fn lists_made(&mut self, cache: ListCache) -> Ready {
+    fn lists_made(&mut self, cache: ListCache, now: Now) -> Ready {
         let inputs = Arc::clone(&cache.inputs);
         let view = self.view.as_mut().expect("the view is known");
         view.lists = Some(cache);
@@ -359,8 +355,31 @@ impl CycleCore {
             .cloned()
             .collect();
         self.inputs = Some(inputs);
+        // A new holding with a liveness to inherit decides on it, without
+        // waiting for a round of its own (thousands of first contacts take
+        // longer than the lease's holder may leave the table alone); its
+        // next cycle, at once, pings. Nothing inherited grants a unit: a
+        // release needs a report read now or a refusal this holder saw.
+        if self.inherited && (!self.was_live.is_empty() || !view.suspects.is_empty()) {
+            self.unverified = true;
+            return self.round_taken(Vec::new(), now);
+        }
         self.phase = Phase::Pings;
         Ready::Ping { members }
+    }
+
+    /// Takes a round of pings into the view (none: the inherited liveness
+    /// stands), then settles where the plan starts.
+    fn round_taken(&mut self, reports: Vec<PingReport>, now: Now) -> Ready {
+        let inputs = Arc::clone(self.inputs());
+        let listed = listed_entries(&inputs);
+        let view = self.view.as_mut().expect("the view is known");
+        let judge = judge(&self.config, now);
+        self.observed = view.take_round(&inputs, &listed, reports, &self.was_live, true, judge);
+        view.note_joins(&inputs, now.at, self.config.join_delay);
+        view.handoff.forget_departed(&inputs);
+        view.handoff.inputs = Some(inputs);
+        self.settle()
     }
 
     fn state_read(
@@ -670,6 +689,7 @@ impl CycleCore {
             generation_floor: self.floor,
             forgotten: std::mem::take(&mut self.forgotten),
             claimed: self.claimed,
+            unverified: self.unverified,
         };
         self.done(Ok(finished))
     }
@@ -843,6 +863,135 @@ mod tests {
             Ready::Done(r) => assert!(matches!(*r, Err(CycleError::Unreadable(_)))),
             _ => panic!("it never goes on from an empty view"),
         }
+    }
+
+    /// What the last holder left: `a:1` live with the table's units,
+    /// `b:2` failing (per `liveness`), at generation 7.
+    fn inheritance(liveness: &[(&str, &str)]) -> Inheritance {
+        Inheritance {
+            table: None,
+            version: 3,
+            liveness: liveness
+                .iter()
+                .map(|(m, h)| (m.to_string(), h.to_string()))
+                .collect(),
+            suspects: Default::default(),
+            unreadable_suspects: Vec::new(),
+            generation: 7,
+            transit: Vec::new(),
+        }
+    }
+
+    /// A new holding's cycle through its inheritance to the lists.
+    async fn inherited_to_lists(core: &mut CycleCore, liveness: &[(&str, &str)]) -> Ready {
+        let t0 = test_t0();
+        let granted = table(&[("a:1", "u1,u2")]);
+        let Ready::ReadHolding { with_table: false } = core.step(Outcome::Start, at(t0, 0)) else {
+            panic!("a new holding reads what the last holder left first");
+        };
+        let Ready::ReadInputs { .. } =
+            core.step(Outcome::Holding(Ok(inheritance(liveness))), at(t0, 1))
+        else {
+            panic!("then its inputs");
+        };
+        let mut snap = snapshot(&["a:1", "b:2"], &["u1", "u2"], &granted);
+        snap.stored_table = Some((*granted).clone());
+        let Ready::AssembleLists {
+            cache,
+            groups,
+            units,
+        } = core.step(Outcome::Inputs(Ok(snap), None), at(t0, 2))
+        else {
+            panic!("then assembles the lists");
+        };
+        let lists = crate::coordinator::holder::lists::assemble(cache, groups, units).await;
+        core.step(Outcome::Lists(lists), at(t0, 3))
+    }
+
+    #[tokio::test]
+    async fn a_new_holding_decides_on_the_inherited_liveness_and_asks_for_its_pings_next() {
+        let t0 = test_t0();
+        let mut core = CycleCore::new(Kind::Full, config(None), None, Vec::new(), None);
+        let ready = inherited_to_lists(&mut core, &[("a:1", "1 0 0"), ("b:2", "1 3 900")]).await;
+        // No round of its own: it plans on what it inherited, at once.
+        let Ready::Solve { granted } = ready else {
+            panic!("a new holding with a liveness to inherit pings nobody first");
+        };
+        assert_eq!(granted.rows().len(), 1);
+        assert!(core.view().liveness.is_live("a:1"), "inherited live");
+        assert!(!core.view().liveness.is_live("b:2"), "inherited failing");
+        let mut ready = core.step(Outcome::Solved(Arc::clone(&granted)), at(t0, 4));
+        ready = digested(&mut core, ready, at(t0, 4));
+        if let Ready::Commit(plan) = ready {
+            assert!(
+                plan.table.is_none_or(|t| t.rows() == granted.rows()),
+                "the same table: nothing is reshuffled"
+            );
+            let written = Committed::Written {
+                generation: Some(8),
+                version: 4,
+            };
+            ready = core.step(Outcome::Committed(Ok(written)), at(t0, 5));
+        }
+        let f = finished(ready);
+        assert!(f.unverified, "the machine runs a full cycle at once");
+        assert!(f.failures.is_empty() && f.transitions.is_empty());
+
+        // Its next cycle pings everyone, and its own results count.
+        let mut core = CycleCore::new(Kind::Full, config(None), Some(f.view), Vec::new(), None);
+        let snap = snapshot(&["a:1", "b:2"], &["u1", "u2"], &granted);
+        let members = to_pings(&mut core, snap, t0).await;
+        assert_eq!(members, ["a:1", "b:2"]);
+        core.step(Outcome::Pinged(answered(&members, &["a:1"])), at(t0, 6));
+        assert!(!core.view().liveness.is_live("a:1"), "its own refusal");
+        assert!(core.view().liveness.is_live("b:2"), "its own answer");
+    }
+
+    #[tokio::test]
+    async fn a_new_holding_with_nobody_live_to_inherit_pings_first() {
+        // A fresh fleet (nothing inherited), or every member failing: its
+        // own round decides.
+        for liveness in [&[][..], &[("a:1", "1 3 900")][..]] {
+            let mut c = CycleCore::new(Kind::Full, config(None), None, Vec::new(), None);
+            let Ready::Ping { members } = inherited_to_lists(&mut c, liveness).await else {
+                panic!("nobody inherited live: it pings before it plans");
+            };
+            assert_eq!(members, ["a:1", "b:2"]);
+        }
+        // A resync (a write of unknown outcome) is not a new holding.
+        let granted = table(&[("a:1", "u1")]);
+        let mut view = known_view(&["a:1"], &granted);
+        view.handoff.ledger.unknown(None);
+        let mut core = CycleCore::new(Kind::Full, config(None), Some(view), Vec::new(), None);
+        let t0 = test_t0();
+        assert!(matches!(
+            core.step(Outcome::Start, at(t0, 0)),
+            Ready::ReadHolding { with_table: true }
+        ));
+        let mut inh = inheritance(&[("a:1", "1 0 0")]);
+        inh.table = Some((*granted).clone());
+        let Ready::ReadInputs { .. } = core.step(Outcome::Holding(Ok(inh)), at(t0, 1)) else {
+            panic!("then its inputs");
+        };
+        let Ready::AssembleLists {
+            cache,
+            groups,
+            units,
+        } = core.step(
+            Outcome::Inputs(Ok(snapshot(&["a:1"], &["u1"], &granted)), None),
+            at(t0, 2),
+        )
+        else {
+            panic!("then assembles the lists");
+        };
+        let lists = crate::coordinator::holder::lists::assemble(cache, groups, units).await;
+        assert!(
+            matches!(
+                core.step(Outcome::Lists(lists), at(t0, 3)),
+                Ready::Ping { .. }
+            ),
+            "a resync pings as every full cycle does"
+        );
     }
 
     #[test]
