@@ -5,7 +5,9 @@
 //! - every member is pinged concurrently, each in its own task with its own
 //!   deadline covering connection and call, so one dead or hung member never
 //!   delays the others: a round takes at most about one ping timeout whatever
-//!   the fleet size, and a task that panics still reports its member;
+//!   the fleet size, and a task that panics still reports its member; first
+//!   contacts (a connection to open) take turns, a few hundred at once, each
+//!   waiting at most a first contact's allowance for its turn;
 //! - channels are cached per member and reused across rounds (HTTP/2 keeps the
 //!   connection; tonic reconnects on its own when a member comes back);
 //! - an address that cannot be a gRPC endpoint fails without any network IO.
@@ -128,6 +130,13 @@ const WARM_CONCURRENCY: usize = 16;
 /// its stream opens, a member is pinged by calls.
 const OPEN_CONCURRENCY: usize = 4;
 
+/// How many first contacts (a connection opened, then the first call on
+/// it) run at once. A new holder's first round opens thousands: all at once,
+/// each one's deadline runs while all of them share the CPU, and on a small
+/// machine the last ones miss it although every member is fine (BENCHMARKS
+/// §21). Paced, each contact's deadline counts from its own start.
+const CONTACT_CONCURRENCY: usize = 256;
+
 /// The result of pinging one member.
 #[derive(Debug, Clone)]
 pub struct PingReport {
@@ -221,6 +230,8 @@ pub struct Pinger {
     beats_sent: Arc<AtomicU64>,
     /// Beat streams being opened, at most [`OPEN_CONCURRENCY`].
     opening: Arc<tokio::sync::Semaphore>,
+    /// First contacts running, at most [`CONTACT_CONCURRENCY`].
+    contacts: Arc<tokio::sync::Semaphore>,
 }
 
 /// A runtime for pings alone. Every ping and every connection task it opens
@@ -254,12 +265,21 @@ impl Pinger {
             beats: true,
             beats_sent: Arc::default(),
             opening: Arc::new(tokio::sync::Semaphore::new(OPEN_CONCURRENCY)),
+            contacts: Arc::new(tokio::sync::Semaphore::new(CONTACT_CONCURRENCY)),
         }
     }
 
     /// Pings by calls only, never by beats (the benches' reference).
     pub fn calls_only(mut self) -> Pinger {
         self.beats = false;
+        self
+    }
+
+    /// At most `turns` first contacts at once (tests; see
+    /// [`CONTACT_CONCURRENCY`]).
+    #[cfg(test)]
+    fn with_contact_turns(mut self, turns: usize) -> Pinger {
+        self.contacts = Arc::new(tokio::sync::Semaphore::new(turns));
         self
     }
 
@@ -406,11 +426,31 @@ impl Pinger {
         // A first contact also opens the connection (and TLS): thousands of
         // them at once, as when a new holder takes over, take longer than a
         // ping, and must not make live members look dead.
-        let timeout = if answered {
-            self.timeout
-        } else {
-            self.timeout.max(FIRST_CONTACT)
-        };
+        if answered {
+            return self
+                .answer_on(member, channel, self.timeout, to_record)
+                .await;
+        }
+        // Paced, and its deadline counted from its turn; a turn waited for
+        // longer than a first contact's allowance is taken anyway, so that
+        // pacing never delays a member's pings past what its deadline
+        // allows, whatever many contacts hang.
+        let timeout = self.timeout.max(FIRST_CONTACT);
+        let turn = tokio::time::timeout(timeout, self.contacts.acquire()).await;
+        let result = self.answer_on(member, channel, timeout, to_record).await;
+        drop(turn);
+        result
+    }
+
+    /// One call to `member` on `channel`; an answer is recorded
+    /// (`to_record`: a first answer, or a beat stream to open).
+    async fn answer_on(
+        &self,
+        member: &str,
+        channel: Channel,
+        timeout: Duration,
+        to_record: bool,
+    ) -> Result<Duration, PingFailure> {
         let result = call(channel, timeout).await;
         if result.is_ok() && to_record {
             self.answered(member);
@@ -717,6 +757,44 @@ mod tests {
         assert!(matches!(r, Err(PingFailure::Refused(_))), "{r:?}");
         let r = pinger.ping(&silent_addr).await;
         assert!(matches!(r, Err(PingFailure::Timeout)), "{r:?}");
+    }
+
+    /// First contacts take turns, each with its whole allowance from its
+    /// own turn: a member behind a hung one answers (here, is refused)
+    /// only once the hung one's contact ends.
+    #[tokio::test]
+    async fn first_contacts_take_turns() {
+        use futures::StreamExt as _;
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let closed_addr = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent_addr = silent.local_addr().unwrap().to_string();
+        let _keep = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = silent.accept().await {
+                held.push(s);
+            }
+        });
+        for (turns, waits) in [(1, true), (2, false)] {
+            let pinger = Pinger::new(Duration::from_millis(300), None).with_contact_turns(turns);
+            let started = clock::now();
+            let mut set = pinger.ping_tasks(&[silent_addr.clone(), closed_addr.clone()]);
+            let refused = loop {
+                let (_, report) = set.next().await.expect("the closed port's report");
+                match report {
+                    Some(r) if r.member == closed_addr => break r,
+                    _ => {}
+                }
+            };
+            assert!(matches!(refused.result, Err(PingFailure::Refused(_))));
+            let waited = started.elapsed();
+            assert_eq!(
+                waited >= FIRST_CONTACT - Duration::from_millis(100),
+                waits,
+                "{turns} turn(s): refused after {waited:?}"
+            );
+        }
     }
 }
 
