@@ -83,20 +83,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     // Repairs: a unit in two rows of a group, or in a row and in transit.
     if input.verify {
         for g in input.groups {
-            let mut owners: HashMap<&str, Vec<&str>> = HashMap::new();
-            for m in g.members {
-                if let Some(r) = input.granted.rows().get(m) {
-                    for u in decode(r) {
-                        owners.entry(u).or_default().push(m);
-                    }
-                }
-            }
-            let conflicts: Vec<(&str, Vec<&str>)> = owners
-                .into_iter()
-                .filter(|(u, ms)| {
-                    ms.len() > 1 || transit.get(g.name).is_some_and(|t| t.contains_key(*u))
-                })
-                .collect();
+            let conflicts = conflicts(g, input, transit.get(g.name));
             for (u, ms) in conflicts {
                 {
                     for m in ms {
@@ -143,6 +130,43 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
     out.granted = MatchingTable::from_rows(rows);
     out
+}
+
+/// The units of group `g` in two rows or more, or in a row and in transit,
+/// with every member whose row has them (in the group's order). One pass
+/// over the rows, allocating only for conflicts (a table written by a
+/// holder has none).
+fn conflicts<'a>(
+    g: &GroupMembers<'a>,
+    input: &PlanInput<'a>,
+    transit: Option<&BTreeMap<String, Transit>>,
+) -> Vec<(&'a str, Vec<&'a str>)> {
+    let granted = input.granted;
+    let mut first: HashMap<&str, &str> = HashMap::with_capacity(input.units.len());
+    let mut shared: HashMap<&str, Vec<&str>> = HashMap::new();
+    for m in g.members {
+        let Some(r) = granted.rows().get(m) else {
+            continue;
+        };
+        for u in decode(r) {
+            match first.entry(u) {
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(m);
+                }
+                std::collections::hash_map::Entry::Occupied(e) => {
+                    shared.entry(u).or_insert_with(|| vec![*e.get()]).push(m);
+                }
+            }
+        }
+    }
+    for u in transit.into_iter().flat_map(BTreeMap::keys) {
+        if let Some((u, &m)) = first.get_key_value(u.as_str())
+            && !shared.contains_key(u)
+        {
+            shared.insert(u, vec![m]);
+        }
+    }
+    shared.into_iter().collect()
 }
 
 /// See [`PlanInput::held_before`]: each unit of a row of a held table that
