@@ -107,7 +107,10 @@ impl HolderView {
             .flat_map(|g| g.malformed.iter().map(|m| (m.name.as_str(), Err(m.reason))));
         for g in &inputs.groups {
             for m in &g.members {
-                self.handoff.former_group.insert(m.clone(), g.name.clone());
+                // Allocates only for a member new to its group.
+                if self.handoff.former_group.get(m) != Some(&g.name) {
+                    self.handoff.former_group.insert(m.clone(), g.name.clone());
+                }
             }
         }
         let changes = self.liveness.observe(
