@@ -34,6 +34,10 @@ pub(in crate::coordinator) struct WarmView {
     generation: Option<u64>,
     /// Whether the last preparation read a list in full.
     pub(in crate::coordinator) read_lists: bool,
+    /// The stored table as this replica last verified it (its digest, from
+    /// its content, was `{T}:meta`'s), known to the store: a first cycle
+    /// that reads the same rows takes its digest instead of hashing them.
+    table: Option<Arc<MatchingTable>>,
 }
 
 /// What a standby needs to keep a [`WarmView`].
@@ -60,12 +64,21 @@ impl Preparer {
         let WarmView {
             mut view,
             generation: loaded_at,
+            table,
             ..
         } = warm.unwrap_or_else(|| WarmView {
             view: HolderView::empty(self.failure_threshold),
             generation: None,
             read_lists: false,
+            table: None,
         });
+        // The table moves with the generation (an edit that does not is
+        // caught by the first cycle's digest check).
+        let table = if loaded_at == Some(generation) && table.is_some() {
+            table
+        } else {
+            self.table(table).await
+        };
         let held = view
             .lists
             .as_ref()
@@ -93,6 +106,7 @@ impl Preparer {
                 view,
                 generation: loaded_at,
                 read_lists,
+                table,
             });
         }
         let (liveness, suspects) = self.store.read_liveness().await.map_err(CycleError::Read)?;
@@ -112,6 +126,32 @@ impl Preparer {
             view,
             generation: Some(generation),
             read_lists,
+            table,
         })
+    }
+
+    /// The stored table, verified against `{T}:meta`'s digest through the
+    /// table guard (read only when the guard cannot tell it is unchanged
+    /// since `kept` was verified); `None` when there is none, it is not
+    /// intact, or it cannot be read now (a first cycle then reads it).
+    async fn table(&self, kept: Option<Arc<MatchingTable>>) -> Option<Arc<MatchingTable>> {
+        let meta = match self.store.read_table_state().await {
+            Ok((Some(_), _, Some(read))) => return Some(self.known(read)),
+            Ok((Some(meta), _, None)) => meta,
+            Ok((None, _, _)) | Err(_) => return None,
+        };
+        if let Some(t) = kept.filter(|t| t.digest() == meta) {
+            return Some(t);
+        }
+        // Known intact, but not by this view (or where Redis does not
+        // permit WATCH): read and checked here.
+        let read = self.store.read_table().await.ok()?;
+        (read.digest() == meta).then(|| self.known(read))
+    }
+
+    fn known(&self, table: MatchingTable) -> Arc<MatchingTable> {
+        let table = Arc::new(table);
+        self.store.knows_table(Arc::clone(&table));
+        table
     }
 }

@@ -200,9 +200,11 @@ pub struct Store {
     functions: Arc<Optional>,
     /// The Redis client id of the lease connection, as last learned on it.
     lease_client: Arc<std::sync::Mutex<LeaseClient>>,
-    /// The table this holder's last confirmed write left in Redis: a table
-    /// read whole with the same rows takes its digest (see `snapshot.rs`).
-    written_table: Arc<std::sync::Mutex<Option<Arc<MatchingTable>>>>,
+    /// A table whose digest this replica knows: what its last confirmed
+    /// write left in Redis, or, as a standby, the stored table it verified.
+    /// A table read whole with the same rows takes its digest (see
+    /// `snapshot.rs`).
+    known_table: Arc<std::sync::Mutex<Option<Arc<MatchingTable>>>>,
 }
 
 /// What this replica knows of its lease connection's Redis client id, which
@@ -524,7 +526,7 @@ impl Store {
             server_info: Arc::default(),
             functions: Arc::default(),
             lease_client: Arc::new(std::sync::Mutex::new(LeaseClient::Unknown)),
-            written_table: Arc::default(),
+            known_table: Arc::default(),
             scripts: Arc::new(Scripts::new()),
             op_timeout,
         })

@@ -100,18 +100,29 @@ impl Store {
 
     /// Records the table this holder's confirmed write left in Redis.
     pub fn wrote_table(&self, table: Arc<MatchingTable>) {
-        if let Ok(mut w) = self.written_table.lock() {
+        self.knows_table(table);
+    }
+
+    /// Records a table whose digest is known (computed from its rows): a
+    /// standby's verified copy of the stored table, so that its first cycle
+    /// as a holder, which reads the table whole (its own acquisition
+    /// touched `{T}:meta`, which the table guard covers), does not hash
+    /// every row again.
+    pub fn knows_table(&self, table: Arc<MatchingTable>) {
+        table.digest();
+        if let Ok(mut w) = self.known_table.lock() {
             *w = Some(table);
         }
     }
 
-    /// A table read whole after this holder's own write (which dirties the
-    /// table guard) is mostly that very table: when its rows are the
-    /// written table's, it takes that table's digest, known already, instead
-    /// of hashing every row (the same rows have the same digest).
+    /// A table read whole is mostly a table whose digest is known already
+    /// (after this holder's own write, which dirties the table guard; or
+    /// the one its standby verified): when its rows are that table's, it
+    /// takes that digest instead of hashing every row (the same rows have
+    /// the same digest).
     fn adopt_digest(&self, stored: &MatchingTable) {
-        let written = self.written_table.lock().ok().and_then(|w| w.clone());
-        if let Some(w) = written
+        let known = self.known_table.lock().ok().and_then(|w| w.clone());
+        if let Some(w) = known
             && w.rows() == stored.rows()
         {
             stored.set_digest(w.digest().to_string());
