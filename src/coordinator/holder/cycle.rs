@@ -40,7 +40,10 @@ use tracing::field::Empty;
 use tracing::{Instrument as _, Span, info_span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::core::{CommitPlan, CoreConfig, CycleCore, Finished, Kind, Now, Outcome, Ready, Round};
+use super::core::{
+    CommitPlan, CoreConfig, CycleCore, Finished, InputsRequest, Kind, Now, Outcome, Prefetched,
+    Ready, Round,
+};
 use super::handoff::Refusal;
 use super::lists::assemble;
 use super::pings::InFlight;
@@ -56,7 +59,7 @@ use crate::edge::clock;
 use crate::edge::clock::WallClock;
 use crate::edge::grpc::{PingReport, Pinger};
 use crate::edge::pings::MemberPings;
-use crate::edge::redis::{Commit, Committed, LeaseGrant, ListLimits, Snapshot, Store};
+use crate::edge::redis::{Commit, Committed, CostsRead, LeaseGrant, ListLimits, Snapshot, Store};
 use crate::edge::store::HoldingStore;
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
@@ -161,29 +164,29 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 self.record_write(&mut core, &mut ready, &span);
             }
             outcome = match ready {
-                Ready::ReadHolding { with_table } => {
-                    let r = self.store.read_holding(with_table).await;
+                Ready::ReadHolding { with_table, inputs } => {
+                    let prefetch = async {
+                        match inputs {
+                            Some(request) => {
+                                let (inputs, costs) = self.fetch_inputs(&request).await;
+                                Some(Box::new(Prefetched {
+                                    request,
+                                    inputs,
+                                    costs,
+                                }))
+                            }
+                            None => None,
+                        }
+                    };
+                    let (r, prefetched) =
+                        tokio::join!(self.store.read_holding(with_table), prefetch);
                     if with_table && r.is_ok() {
                         self.metrics.resyncs.inc();
                     }
-                    Outcome::Holding(r)
+                    Outcome::Holding(r, prefetched)
                 }
-                Ready::ReadInputs {
-                    held,
-                    reports_since,
-                    costs_since,
-                } => {
-                    let costs = async {
-                        match (costs_since, self.solve.balance) {
-                            (Some(held), Balance::Load(_)) => {
-                                Some(self.store.read_loads_since(held).await)
-                            }
-                            (Some(held), _) => Some(self.store.read_costs_since(held).await),
-                            (None, _) => None,
-                        }
-                    };
-                    let (inputs, costs) =
-                        tokio::join!(self.read_inputs(&held, reports_since), costs);
+                Ready::ReadInputs(request) => {
+                    let (inputs, costs) = self.fetch_inputs(&request).await;
                     Outcome::Inputs(inputs, costs)
                 }
                 Ready::AssembleLists {
@@ -278,6 +281,25 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 Ready::Done(r) => return self.report(kind, *r, pending, pending_members),
             };
         }
+    }
+
+    /// A full cycle's read, and the costs or loads when the solve needs
+    /// them.
+    async fn fetch_inputs(
+        &self,
+        request: &InputsRequest,
+    ) -> (Result<Snapshot, StoreError>, Option<CostsRead>) {
+        let costs = async {
+            match (request.costs_since, self.solve.balance) {
+                (Some(held), Balance::Load(_)) => Some(self.store.read_loads_since(held).await),
+                (Some(held), _) => Some(self.store.read_costs_since(held).await),
+                (None, _) => None,
+            }
+        };
+        tokio::join!(
+            self.read_inputs(&request.held, request.reports_since),
+            costs
+        )
     }
 
     /// A full cycle's read: the lists, the table's state and the reports.

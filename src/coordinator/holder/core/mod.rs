@@ -50,7 +50,9 @@ mod step;
 pub(in crate::coordinator) use costs::KnownCosts;
 pub(super) use observe::Judge;
 use observe::Observed;
-pub(super) use ready::{CommitPlan, CoreConfig, Finished, Kind, Now, Outcome, Ready};
+pub(super) use ready::{
+    CommitPlan, CoreConfig, Finished, InputsRequest, Kind, Now, Outcome, Prefetched, Ready,
+};
 pub(super) use round::{Round, Waited};
 pub(super) use step::CycleCore;
 

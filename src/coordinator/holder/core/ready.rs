@@ -64,23 +64,35 @@ impl Now {
     }
 }
 
+/// A full cycle's read: the lists (unless unchanged since `held`), the
+/// table state and the reports (unless unchanged since `reports_since`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::coordinator::holder) struct InputsRequest {
+    pub(in crate::coordinator::holder) held: HashMap<String, u64>,
+    pub(in crate::coordinator::holder) reports_since: Option<u64>,
+    /// Read the unit costs too, unless unchanged since the version given;
+    /// `None`: the solve does not need them.
+    pub(in crate::coordinator::holder) costs_since: Option<Option<u64>>,
+}
+
+/// Inputs read beside a new holding's inheritance, with what was asked.
+pub(in crate::coordinator::holder) struct Prefetched {
+    pub(in crate::coordinator::holder) request: InputsRequest,
+    pub(in crate::coordinator::holder) inputs: Result<Snapshot, StoreError>,
+    pub(in crate::coordinator::holder) costs: Option<CostsRead>,
+}
+
 /// What the cycle task must do next.
 pub(in crate::coordinator::holder) enum Ready {
     /// Read what the last holder left (a new holding), or Redis' state
-    /// after a write of unknown outcome (`with_table`: a resync).
+    /// after a write of unknown outcome (`with_table`: a resync); a new
+    /// holding's full cycle reads its inputs beside it (`inputs`), which
+    /// the core takes if they are what it would have asked for next.
     ReadHolding {
         with_table: bool,
+        inputs: Option<InputsRequest>,
     },
-    /// A full cycle's read: the lists (unless unchanged since `held`), the
-    /// table state and the reports (unless unchanged since
-    /// `reports_since`).
-    ReadInputs {
-        held: HashMap<String, u64>,
-        reports_since: Option<u64>,
-        /// Read the unit costs too, unless unchanged since the version
-        /// given; `None`: the solve does not need them.
-        costs_since: Option<Option<u64>>,
-    },
+    ReadInputs(InputsRequest),
     /// Make the inputs of the lists read (CPU-bound for large lists).
     AssembleLists {
         cache: Option<ListCache>,
@@ -120,7 +132,7 @@ pub(in crate::coordinator::holder) enum Ready {
 pub(in crate::coordinator::holder) enum Outcome {
     /// Nothing yet: the cycle starts.
     Start,
-    Holding(Result<Inheritance, StoreError>),
+    Holding(Result<Inheritance, StoreError>, Option<Box<Prefetched>>),
     /// The inputs, and the costs when asked for.
     Inputs(Result<Snapshot, StoreError>, Option<CostsRead>),
     Lists(Result<ListCache, CycleError>),

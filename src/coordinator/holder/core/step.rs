@@ -12,6 +12,10 @@
 //!     └▶ [ReadTable] ─▶ Solve ─▶ [Digest] ─▶ [Commit] ─▶ [Forget] ─▶ Done
 //! ```
 //!
+//! A new holding that inherits a liveness (anyone live or suspected) skips
+//! its `Ping`: it decides on what the last holder left, and its summary
+//! asks the machine for the next full cycle at once, whose pings verify it.
+//!
 //! Guarantees, tested below:
 //! - a cycle that cannot read what it must know writes nothing: a failed
 //!   read of the holding, the inputs, the reports or the table state ends
@@ -24,7 +28,11 @@
 //!   [`HolderView::advance`] says (only a confirmed write lets the next
 //!   plan start from it);
 //! - `-forget-after` removes members only after a confirmed or unneeded
-//!   write, while the lease lets this holder act.
+//!   write, while the lease lets this holder act;
+//! - a first cycle on inherited liveness fails, revives and releases
+//!   nothing by it: members keep their inherited state, and a release needs
+//!   a report read now, a refusal this holder saw, or a wait counted from
+//!   this holder's own start (`core::inherit`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -32,7 +40,8 @@ use std::sync::Arc;
 use tracing::info_span;
 
 use super::ready::{
-    CommitNote, CommitPlan, CoreConfig, Finished, HistoryBasis, Kind, Now, Outcome, Ready,
+    CommitNote, CommitPlan, CoreConfig, Finished, HistoryBasis, InputsRequest, Kind, Now, Outcome,
+    Prefetched, Ready,
 };
 use super::{Changes, HolderView, Judge, Observed, Planned, Sent};
 use crate::coordinator::holder::handoff::Refusal;
@@ -180,10 +189,16 @@ impl CycleCore {
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
         match (phase, outcome) {
             (Phase::Start, Outcome::Start) => self.start(),
-            (Phase::Holding, Outcome::Holding(r)) => match r {
+            (Phase::Holding, Outcome::Holding(r, prefetched)) => match r {
                 Ok(inherited) => {
                     self.reconcile(inherited, now);
-                    self.read()
+                    match (self.read(), prefetched) {
+                        (Ready::ReadInputs(asked), Some(p)) if p.request == asked => {
+                            let Prefetched { inputs, costs, .. } = *p;
+                            self.inputs_read(inputs, costs)
+                        }
+                        (ready, _) => ready,
+                    }
                 }
                 Err(e) => self.done(Err(CycleError::Unreadable(e))),
             },
@@ -246,8 +261,21 @@ impl CycleCore {
                 // A new holding has nothing to reconcile the table with (its
                 // first plan reads and verifies it anyway); a resync does.
                 let with_table = view.is_some();
+                // A new holding's inputs do not depend on what it inherits
+                // (its view starts empty but for the warm lists): read
+                // beside it.
+                let inputs = (self.kind == Kind::Full && view.is_none()).then(|| InputsRequest {
+                    held: self
+                        .warm
+                        .as_ref()
+                        .and_then(|w| w.view.lists.as_ref())
+                        .map(|c| c.held(&self.config.units_key))
+                        .unwrap_or_default(),
+                    reports_since: None,
+                    costs_since: self.config.reads_costs.then_some(None),
+                });
                 self.phase = Phase::Holding;
-                Ready::ReadHolding { with_table }
+                Ready::ReadHolding { with_table, inputs }
             }
         }
     }
@@ -287,7 +315,7 @@ impl CycleCore {
                 // counts (liveness comes from this cycle's own pings).
                 view.handoff.observe_refusals(&refused);
                 self.phase = Phase::Inputs;
-                Ready::ReadInputs {
+                Ready::ReadInputs(InputsRequest {
                     held: view
                         .lists
                         .as_ref()
@@ -295,7 +323,7 @@ impl CycleCore {
                         .unwrap_or_default(),
                     reports_since: view.handoff.reports_version,
                     costs_since: self.config.reads_costs.then_some(view.costs.version),
-                }
+                })
             }
             Kind::Handoff => {
                 self.refused = refused;
@@ -795,7 +823,7 @@ mod tests {
 
     /// Drives a full cycle from its start to its round of pings.
     async fn to_pings(core: &mut CycleCore, snapshot: Snapshot, t0: Instant) -> Vec<String> {
-        let Ready::ReadInputs { .. } = core.step(Outcome::Start, at(t0, 0)) else {
+        let Ready::ReadInputs(_) = core.step(Outcome::Start, at(t0, 0)) else {
             panic!("a known view reads the inputs first");
         };
         let Ready::AssembleLists {
@@ -856,10 +884,13 @@ mod tests {
     fn a_new_holding_that_cannot_read_what_it_inherits_does_not_act() {
         let t0 = test_t0();
         let mut core = CycleCore::new(Kind::Full, config(None), None, Vec::new(), None);
-        let Ready::ReadHolding { with_table: false } = core.step(Outcome::Start, at(t0, 0)) else {
+        let Ready::ReadHolding {
+            with_table: false, ..
+        } = core.step(Outcome::Start, at(t0, 0))
+        else {
             panic!("a new holding reads what the last holder left first");
         };
-        match core.step(Outcome::Holding(Err(timeout())), at(t0, 1)) {
+        match core.step(Outcome::Holding(Err(timeout()), None), at(t0, 1)) {
             Ready::Done(r) => assert!(matches!(*r, Err(CycleError::Unreadable(_)))),
             _ => panic!("it never goes on from an empty view"),
         }
@@ -886,11 +917,14 @@ mod tests {
     async fn inherited_to_lists(core: &mut CycleCore, liveness: &[(&str, &str)]) -> Ready {
         let t0 = test_t0();
         let granted = table(&[("a:1", "u1,u2")]);
-        let Ready::ReadHolding { with_table: false } = core.step(Outcome::Start, at(t0, 0)) else {
+        let Ready::ReadHolding {
+            with_table: false, ..
+        } = core.step(Outcome::Start, at(t0, 0))
+        else {
             panic!("a new holding reads what the last holder left first");
         };
-        let Ready::ReadInputs { .. } =
-            core.step(Outcome::Holding(Ok(inheritance(liveness))), at(t0, 1))
+        let Ready::ReadInputs(_) =
+            core.step(Outcome::Holding(Ok(inheritance(liveness)), None), at(t0, 1))
         else {
             panic!("then its inputs");
         };
@@ -947,6 +981,45 @@ mod tests {
         assert!(core.view().liveness.is_live("b:2"), "its own answer");
     }
 
+    #[test]
+    fn a_new_holding_reads_its_inputs_beside_its_inheritance() {
+        let t0 = test_t0();
+        let granted = table(&[("a:1", "u1")]);
+        for matches in [true, false] {
+            let mut core = CycleCore::new(Kind::Full, config(None), None, Vec::new(), None);
+            let Ready::ReadHolding {
+                with_table: false,
+                inputs: Some(mut request),
+            } = core.step(Outcome::Start, at(t0, 0))
+            else {
+                panic!("a new holding reads its inputs beside what it inherits");
+            };
+            if !matches {
+                request.reports_since = Some(3);
+            }
+            let prefetched = Prefetched {
+                request,
+                inputs: Ok(snapshot(&["a:1"], &["u1"], &granted)),
+                costs: None,
+            };
+            let ready = core.step(
+                Outcome::Holding(
+                    Ok(inheritance(&[("a:1", "1 0 0")])),
+                    Some(Box::new(prefetched)),
+                ),
+                at(t0, 1),
+            );
+            if matches {
+                assert!(matches!(ready, Ready::AssembleLists { .. }), "taken");
+            } else {
+                assert!(
+                    matches!(ready, Ready::ReadInputs(_)),
+                    "not what it would ask for: read again"
+                );
+            }
+        }
+    }
+
     #[tokio::test]
     async fn a_new_holding_with_nobody_live_to_inherit_pings_first() {
         // A fresh fleet (nothing inherited), or every member failing: its
@@ -966,11 +1039,14 @@ mod tests {
         let t0 = test_t0();
         assert!(matches!(
             core.step(Outcome::Start, at(t0, 0)),
-            Ready::ReadHolding { with_table: true }
+            Ready::ReadHolding {
+                with_table: true,
+                ..
+            }
         ));
         let mut inh = inheritance(&[("a:1", "1 0 0")]);
         inh.table = Some((*granted).clone());
-        let Ready::ReadInputs { .. } = core.step(Outcome::Holding(Ok(inh)), at(t0, 1)) else {
+        let Ready::ReadInputs(_) = core.step(Outcome::Holding(Ok(inh), None), at(t0, 1)) else {
             panic!("then its inputs");
         };
         let Ready::AssembleLists {
@@ -1004,7 +1080,10 @@ mod tests {
         let mut core = CycleCore::new(Kind::Full, config(None), Some(view), Vec::new(), None);
         assert!(matches!(
             core.step(Outcome::Start, at(t0, 0)),
-            Ready::ReadHolding { with_table: true }
+            Ready::ReadHolding {
+                with_table: true,
+                ..
+            }
         ));
     }
 
@@ -1026,7 +1105,7 @@ mod tests {
         let mut core = CycleCore::new(Kind::Full, config(None), Some(view), Vec::new(), None);
         assert!(matches!(
             core.step(Outcome::Start, at(t0, 0)),
-            Ready::ReadInputs { .. }
+            Ready::ReadInputs(_)
         ));
         match core.step(Outcome::Inputs(Err(timeout()), None), at(t0, 1)) {
             Ready::Done(r) => assert!(matches!(*r, Err(CycleError::Read(_)))),
@@ -1137,7 +1216,10 @@ mod tests {
         let mut next = CycleCore::new(Kind::Full, config(None), Some(f.view), Vec::new(), None);
         assert!(matches!(
             next.step(Outcome::Start, at(t0, 7)),
-            Ready::ReadHolding { with_table: true }
+            Ready::ReadHolding {
+                with_table: true,
+                ..
+            }
         ));
     }
 
