@@ -682,9 +682,13 @@ impl CycleCore {
             view.groups.clone()
         };
         view.groups = groups;
+        // A cycle on inherited liveness removes nobody from the lists: its
+        // own pings, a moment later, decide.
         let forget = match (self.kind, self.config.forget_after) {
             (Kind::Full, Some(after))
-                if matches!(write, Write::Unchanged | Write::Written { .. }) && now.may_act() =>
+                if matches!(write, Write::Unchanged | Write::Written { .. })
+                    && now.may_act()
+                    && !self.unverified =>
             {
                 view.forgettable(
                     &inputs,
@@ -979,6 +983,32 @@ mod tests {
         core.step(Outcome::Pinged(answered(&members, &["a:1"])), at(t0, 6));
         assert!(!core.view().liveness.is_live("a:1"), "its own refusal");
         assert!(core.view().liveness.is_live("b:2"), "its own answer");
+    }
+
+    #[tokio::test]
+    async fn a_first_cycle_on_inherited_liveness_forgets_nobody() {
+        let t0 = test_t0();
+        let after = Some(Duration::from_millis(500));
+        let mut core = CycleCore::new(Kind::Full, config(after), None, Vec::new(), None);
+        // b:2 failing for long past -forget-after, by what was inherited.
+        let ready = inherited_to_lists(&mut core, &[("a:1", "1 0 0"), ("b:2", "1 3 900")]).await;
+        let Ready::Solve { granted } = ready else {
+            panic!("decides on the inherited liveness");
+        };
+        let mut ready = core.step(Outcome::Solved(granted), at(t0, 4));
+        ready = digested(&mut core, ready, at(t0, 4));
+        if let Ready::Commit(_) = ready {
+            let written = Committed::Written {
+                generation: None,
+                version: 4,
+            };
+            ready = core.step(Outcome::Committed(Ok(written)), at(t0, 5));
+        }
+        assert!(
+            !matches!(ready, Ready::Forget { .. }),
+            "its own pings decide first"
+        );
+        assert!(finished(ready).forgotten.is_empty());
     }
 
     #[test]
