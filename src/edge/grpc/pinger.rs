@@ -736,22 +736,28 @@ mod tests {
         assert_eq!(done, [("a:1".into(), false), ("b:1".into(), true)]);
     }
 
-    /// Refused (nothing listens: the process is gone) is told apart from a
-    /// member that does not answer: only the first lets its units move at once.
-    #[tokio::test]
-    async fn a_closed_port_is_refused_and_a_silent_one_times_out() {
+    /// A closed port (nothing listens) and a silent one (accepts
+    /// connections, never answers, while the task returned runs).
+    async fn closed_and_silent() -> (String, String, tokio::task::JoinHandle<()>) {
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let closed_addr = closed.local_addr().unwrap().to_string();
         drop(closed);
-        // Accepts connections, never answers.
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let silent_addr = silent.local_addr().unwrap().to_string();
-        let _keep = tokio::spawn(async move {
+        let keep = tokio::spawn(async move {
             let mut held = Vec::new();
             while let Ok((s, _)) = silent.accept().await {
                 held.push(s);
             }
         });
+        (closed_addr, silent_addr, keep)
+    }
+
+    /// Refused (nothing listens: the process is gone) is told apart from a
+    /// member that does not answer: only the first lets its units move at once.
+    #[tokio::test]
+    async fn a_closed_port_is_refused_and_a_silent_one_times_out() {
+        let (closed_addr, silent_addr, _keep) = closed_and_silent().await;
         let pinger = Pinger::new(Duration::from_millis(300), None);
         let r = pinger.ping(&closed_addr).await;
         assert!(matches!(r, Err(PingFailure::Refused(_))), "{r:?}");
@@ -765,17 +771,7 @@ mod tests {
     #[tokio::test]
     async fn first_contacts_take_turns() {
         use futures::StreamExt as _;
-        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let closed_addr = closed.local_addr().unwrap().to_string();
-        drop(closed);
-        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let silent_addr = silent.local_addr().unwrap().to_string();
-        let _keep = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((s, _)) = silent.accept().await {
-                held.push(s);
-            }
-        });
+        let (closed_addr, silent_addr, _keep) = closed_and_silent().await;
         for (turns, waits) in [(1, true), (2, false)] {
             let pinger = Pinger::new(Duration::from_millis(300), None).with_contact_turns(turns);
             let started = clock::now();

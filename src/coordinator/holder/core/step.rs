@@ -825,21 +825,27 @@ mod tests {
         v
     }
 
+    /// Takes the inputs read (`snapshot`) at `ms`, assembles their lists,
+    /// and returns what the cycle asks for next.
+    async fn lists_taken(core: &mut CycleCore, snapshot: Snapshot, t0: Instant, ms: u64) -> Ready {
+        let Ready::AssembleLists {
+            cache,
+            groups,
+            units,
+        } = core.step(Outcome::Inputs(Ok(snapshot), None), at(t0, ms))
+        else {
+            panic!("then assembles the lists");
+        };
+        let lists = crate::coordinator::holder::lists::assemble(cache, groups, units).await;
+        core.step(Outcome::Lists(lists), at(t0, ms + 1))
+    }
+
     /// Drives a full cycle from its start to its round of pings.
     async fn to_pings(core: &mut CycleCore, snapshot: Snapshot, t0: Instant) -> Vec<String> {
         let Ready::ReadInputs(_) = core.step(Outcome::Start, at(t0, 0)) else {
             panic!("a known view reads the inputs first");
         };
-        let Ready::AssembleLists {
-            cache,
-            groups,
-            units,
-        } = core.step(Outcome::Inputs(Ok(snapshot), None), at(t0, 1))
-        else {
-            panic!("then assembles the lists");
-        };
-        let lists = crate::coordinator::holder::lists::assemble(cache, groups, units).await;
-        let Ready::Ping { members } = core.step(Outcome::Lists(lists), at(t0, 2)) else {
+        let Ready::Ping { members } = lists_taken(core, snapshot, t0, 1).await else {
             panic!("then pings");
         };
         members
@@ -934,16 +940,7 @@ mod tests {
         };
         let mut snap = snapshot(&["a:1", "b:2"], &["u1", "u2"], &granted);
         snap.stored_table = Some((*granted).clone());
-        let Ready::AssembleLists {
-            cache,
-            groups,
-            units,
-        } = core.step(Outcome::Inputs(Ok(snap), None), at(t0, 2))
-        else {
-            panic!("then assembles the lists");
-        };
-        let lists = crate::coordinator::holder::lists::assemble(cache, groups, units).await;
-        core.step(Outcome::Lists(lists), at(t0, 3))
+        lists_taken(core, snap, t0, 2).await
     }
 
     #[tokio::test]
@@ -1079,21 +1076,10 @@ mod tests {
         let Ready::ReadInputs(_) = core.step(Outcome::Holding(Ok(inh), None), at(t0, 1)) else {
             panic!("then its inputs");
         };
-        let Ready::AssembleLists {
-            cache,
-            groups,
-            units,
-        } = core.step(
-            Outcome::Inputs(Ok(snapshot(&["a:1"], &["u1"], &granted)), None),
-            at(t0, 2),
-        )
-        else {
-            panic!("then assembles the lists");
-        };
-        let lists = crate::coordinator::holder::lists::assemble(cache, groups, units).await;
+        let snap = snapshot(&["a:1"], &["u1"], &granted);
         assert!(
             matches!(
-                core.step(Outcome::Lists(lists), at(t0, 3)),
+                lists_taken(&mut core, snap, t0, 2).await,
                 Ready::Ping { .. }
             ),
             "a resync pings as every full cycle does"
