@@ -1,5 +1,6 @@
 //! Failover: a killed holder is replaced with the same table, a stopped one hands
-//! over at once, and liveness survives the change of holder.
+//! over at once, liveness survives the change of holder, and a new holder
+//! verifies the liveness it inherits with the cycle right after its first.
 
 use std::time::Duration;
 
@@ -271,5 +272,35 @@ async fn a_standbys_first_cycle_as_holder_starts_from_its_warm_view() {
     assert!(value("distributor_solves_total", &[("outcome", "memoised")]) >= 1.0);
     assert_eq!(value("distributor_warm_view_generation", &[]), 0.0);
     assert_eq!(fleet.table().await, before);
+    fleet.shutdown().await;
+}
+
+/// A new holder decides its first cycle on the liveness it inherits,
+/// pinging nobody, and runs its next full cycle at once, not a poll
+/// interval later: a worker that died with the holder has its units moved
+/// well within one poll interval of the new holding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_holder_verifies_what_it_inherits_at_once() {
+    const POLL: Duration = Duration::from_secs(4);
+    let units = units(30);
+    let (mut fleet, _) = Fleet::converged(|c| c.poll_interval = POLL, 3, 2, &units).await;
+    let old = fleet.wait_for_holder().await;
+    let status = fleet.replicas[1 - old].as_ref().unwrap().status();
+    // A worker dies with the holder.
+    fleet.members[0].take().unwrap().abort();
+    fleet.replicas[old].take().unwrap().abort();
+    wait_for("the standby holds", Duration::from_secs(10), || {
+        let holds = status.borrow().role == Role::Holder;
+        async move { holds }
+    })
+    .await;
+    let held = std::time::Instant::now();
+    fleet.wait_for_table(&units, Duration::from_secs(10)).await;
+    let moved = held.elapsed();
+    eprintln!("the dead worker's units moved {moved:?} after the new holding (poll {POLL:?})");
+    assert!(
+        moved < POLL - Duration::from_millis(500),
+        "verified by the cycle right after the first, not the next poll: {moved:?}"
+    );
     fleet.shutdown().await;
 }
