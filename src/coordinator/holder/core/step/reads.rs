@@ -1,0 +1,256 @@
+//! The read phases of a cycle (see `step`): what a new holding or a
+//! resync reads of what the last holder left, a full cycle's inputs and
+//! round of pings (or, a new holding's first, the inherited liveness in
+//! their place), and a handoff cycle's table state and refusals; each ends
+//! by asking for the next read or by settling where the plan starts.
+//!
+//! Guarantee: a read that fails ends the cycle without a write; what was
+//! read beside the inheritance is used only if it is exactly what would
+//! have been asked for next.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tracing::info_span;
+
+use super::{CycleCore, Phase, Stored, judge};
+use crate::coordinator::holder::core::HolderView;
+use crate::coordinator::holder::core::ready::{InputsRequest, Kind, Now, Ready};
+use crate::coordinator::holder::lists::ListCache;
+use crate::coordinator::holder::{CycleError, listed_entries};
+use crate::core::table::MatchingTable;
+use crate::edge::grpc::PingReport;
+use crate::edge::redis::{CostsRead, Inheritance, ReportsRead, Snapshot};
+use crate::error::StoreError;
+
+impl CycleCore {
+    pub(super) fn start(&mut self) -> Ready {
+        if self.kind == Kind::Handoff {
+            // A new holding's first full cycle comes at once anyway.
+            let Some(view) = &self.view else {
+                return self.done(Err(CycleError::NotReady));
+            };
+            if view.handoff.inputs.is_none() {
+                return self.done(Err(CycleError::NotReady));
+            }
+        }
+        match &self.view {
+            Some(v) if !v.handoff.ledger.stale() => self.read(),
+            view => {
+                // A new holding has nothing to reconcile the table with (its
+                // first plan reads and verifies it anyway); a resync does.
+                let with_table = view.is_some();
+                // A new holding's inputs do not depend on what it inherits
+                // (its view starts empty but for the warm lists): read
+                // beside it.
+                let inputs = (self.kind == Kind::Full && view.is_none()).then(|| InputsRequest {
+                    held: self
+                        .warm
+                        .as_ref()
+                        .and_then(|w| w.view.lists.as_ref())
+                        .map(|c| c.held(&self.config.units_key))
+                        .unwrap_or_default(),
+                    reports_since: None,
+                    costs_since: self.config.reads_costs.then_some(None),
+                });
+                self.phase = Phase::Holding;
+                Ready::ReadHolding { with_table, inputs }
+            }
+        }
+    }
+
+    /// The view from Redis' state (see [`HolderView::reconcile`]), and the
+    /// log of what it found.
+    pub(super) fn reconcile(&mut self, inherited: Inheritance, now: Now) {
+        let keys = &self.config.keys;
+        // A view to reconcile: a resync after a write of unknown outcome.
+        let resync = self.view.is_some();
+        let (mut view, r) = HolderView::reconcile(
+            self.view.take(),
+            inherited,
+            self.config.failure_threshold,
+            &self.config.handoff,
+            now.at,
+            now.unix_ms,
+        );
+        self.floor = self.floor.max(r.generation);
+        self.inherited = !resync;
+        r.log(keys);
+        if !resync && let Some(warm) = self.warm.take() {
+            view.warm_from(warm);
+        }
+        r.log_view(&view);
+        self.held_table = r.table;
+        self.view = Some(view);
+    }
+
+    /// The cycle's own read, once the view is known.
+    pub(super) fn read(&mut self) -> Ready {
+        let refused = std::mem::take(&mut self.refused);
+        let view = self.view.as_mut().expect("the view is known");
+        match self.kind {
+            Kind::Full => {
+                // Refusals the executor's probes found: what they prove
+                // counts (liveness comes from this cycle's own pings).
+                view.handoff.observe_refusals(&refused);
+                self.phase = Phase::Inputs;
+                Ready::ReadInputs(InputsRequest {
+                    held: view
+                        .lists
+                        .as_ref()
+                        .map(|c| c.held(&self.config.units_key))
+                        .unwrap_or_default(),
+                    reports_since: view.handoff.reports_version,
+                    costs_since: self.config.reads_costs.then_some(view.costs.version),
+                })
+            }
+            Kind::Handoff => {
+                self.refused = refused;
+                self.phase = Phase::State;
+                Ready::ReadState {
+                    reports_since: view.handoff.reports_version,
+                }
+            }
+        }
+    }
+
+    pub(super) fn inputs_read(
+        &mut self,
+        r: Result<Snapshot, StoreError>,
+        costs: Option<CostsRead>,
+    ) -> Ready {
+        let snapshot = match r {
+            Ok(s) => s,
+            Err(e) => return self.done(Err(CycleError::Read(e))),
+        };
+        let Snapshot {
+            groups,
+            units,
+            stored_digest,
+            stored_generation,
+            stored_table,
+            reports,
+        } = snapshot;
+        let view = self.view.as_mut().expect("the view is known");
+        // The members' reports first: without them (a read that may work
+        // next time) nothing is planned.
+        if let Err(e) = view.handoff.observe(reports, &self.config.keys) {
+            return self.done(Err(CycleError::Read(e)));
+        }
+        if let Some(read) = costs
+            && let Err(e) = view.costs.observe(read)
+        {
+            return self.done(Err(CycleError::Read(e)));
+        }
+        self.stored = Some(Stored {
+            digest: stored_digest,
+            generation: stored_generation,
+            table: stored_table.map(Arc::new).or(self.held_table.take()),
+        });
+        self.phase = Phase::Lists;
+        Ready::AssembleLists {
+            cache: view.lists.take(),
+            groups,
+            units,
+        }
+    }
+
+    pub(super) fn lists_made(&mut self, cache: ListCache, now: Now) -> Ready {
+        let inputs = Arc::clone(&cache.inputs);
+        let view = self.view.as_mut().expect("the view is known");
+        view.lists = Some(cache);
+        let members: Vec<String> = inputs.members().map(str::to_string).collect();
+        self.was_live = members
+            .iter()
+            .filter(|m| view.liveness.is_live(m))
+            .cloned()
+            .collect();
+        self.inputs = Some(inputs);
+        // A new holding with a liveness to inherit decides on it, without
+        // waiting for a round of its own (thousands of first contacts take
+        // longer than the lease's holder may leave the table alone); its
+        // next cycle, at once, pings. Nothing inherited grants a unit: a
+        // release needs a report read now or a refusal this holder saw.
+        if self.inherited && (!self.was_live.is_empty() || !view.suspects.is_empty()) {
+            self.unverified = true;
+            return self.round_taken(Vec::new(), now);
+        }
+        self.phase = Phase::Pings;
+        Ready::Ping { members }
+    }
+
+    /// Takes a round of pings into the view (none: the inherited liveness
+    /// stands), then settles where the plan starts.
+    pub(super) fn round_taken(&mut self, reports: Vec<PingReport>, now: Now) -> Ready {
+        let inputs = Arc::clone(self.inputs());
+        let listed = listed_entries(&inputs);
+        let view = self.view.as_mut().expect("the view is known");
+        let judge = judge(&self.config, now);
+        self.observed = view.take_round(&inputs, &listed, reports, &self.was_live, true, judge);
+        view.note_joins(&inputs, now.at, self.config.join_delay);
+        view.handoff.forget_departed(&inputs);
+        view.handoff.inputs = Some(inputs);
+        self.settle()
+    }
+
+    pub(super) fn state_read(
+        &mut self,
+        state: Result<(Option<String>, u64, Option<MatchingTable>), StoreError>,
+        reports: ReportsRead,
+        now: Now,
+    ) -> Ready {
+        let (digest, generation, table) = match state {
+            Ok(s) => s,
+            Err(e) => return self.done(Err(CycleError::Read(e))),
+        };
+        let view = self.view.as_mut().expect("the view is known");
+        if let Err(e) = view.handoff.observe(reports, &self.config.keys) {
+            return self.done(Err(CycleError::Read(e)));
+        }
+        self.stored = Some(Stored {
+            digest,
+            generation,
+            table: table.map(Arc::new).or(self.held_table.take()),
+        });
+        let inputs = view.handoff.inputs.clone().expect("checked at the start");
+        let listed = listed_entries(&inputs);
+        // Every refusal counts for the handoff (a member that deregistered
+        // and exited still owes its units); liveness and the mass-failure
+        // guard count listed members only.
+        let refused = std::mem::take(&mut self.refused);
+        view.handoff.observe_refusals(&refused);
+        let refused: Vec<PingReport> = refused
+            .into_iter()
+            .map(|r| r.report)
+            .filter(|r| listed.contains(&r.member))
+            .collect();
+        if !refused.is_empty() {
+            let was_live: HashSet<String> = inputs
+                .members()
+                .filter(|m| view.liveness.is_live(m))
+                .map(str::to_string)
+                .collect();
+            // The pings were sent when the connections closed (the
+            // executor's probes); this span shows their verdicts in the
+            // cycle.
+            let probes = info_span!(
+                "refused",
+                members = refused.len(),
+                otel.status_code = tracing::field::Empty,
+                otel.status_message = tracing::field::Empty
+            );
+            crate::coordinator::holder::mark_error(
+                &probes,
+                &format!(
+                    "{} members refused after their connection ended",
+                    refused.len()
+                ),
+            );
+            let judge = judge(&self.config, now);
+            self.observed = probes
+                .in_scope(|| view.take_round(&inputs, &listed, refused, &was_live, false, judge));
+        }
+        self.inputs = Some(inputs);
+        self.settle()
+    }
+}
