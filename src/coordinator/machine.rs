@@ -278,6 +278,20 @@ pub struct Holder {
     last_handoff: Instant,
 }
 
+impl Holder {
+    /// Brings the next full cycle forward to `spacing` after the last one
+    /// started (or now, if that has passed); never pushes it back.
+    fn full_cycle_soon(&mut self, spacing: Duration, now: Instant) {
+        let at = (self.last_cycle + spacing).max(now);
+        self.next_cycle = self.next_cycle.min(at);
+    }
+
+    /// A handoff cycle by `at`, or sooner if one is due sooner.
+    fn handoff_by(&mut self, at: Instant) {
+        self.next_handoff = Some(self.next_handoff.map_or(at, |n| n.min(at)));
+    }
+}
+
 /// One replica's coordinator state.
 #[derive(Debug, Clone)]
 pub struct Machine {
@@ -643,25 +657,22 @@ impl Machine {
             Event::HandoffHint => {
                 // Spaced: a flood of hints (anyone allowed to publish can
                 // send them) costs at most one small cycle per spacing.
-                let at = (h.last_handoff + self.settings.timing.handoff_spacing).max(now);
-                h.next_handoff = Some(h.next_handoff.map_or(at, |n| n.min(at)));
+                h.handoff_by((h.last_handoff + self.settings.timing.handoff_spacing).max(now));
             }
             Event::MemberDown => {
                 // Brought forward, never pushed back; spaced so that many
                 // members dying together cost a few cycles, not one each.
-                let at = (h.last_cycle + self.settings.timing.early_cycle_spacing).max(now);
-                h.next_cycle = h.next_cycle.min(at);
+                h.full_cycle_soon(self.settings.timing.early_cycle_spacing, now);
             }
             Event::CycleDone(summary) => {
                 h.cycling = false;
                 if let Some(at) = summary.next_release {
-                    h.next_handoff = Some(h.next_handoff.map_or(at, |n| n.min(at)));
+                    h.handoff_by(at);
                 }
                 if summary.epoch == h.lease.epoch() {
                     self.generation_floor = self.generation_floor.max(summary.generation_floor);
                     if summary.verify_now {
-                        let at = (h.last_cycle + self.settings.timing.early_cycle_spacing).max(now);
-                        h.next_cycle = h.next_cycle.min(at);
+                        h.full_cycle_soon(self.settings.timing.early_cycle_spacing, now);
                     }
                     match summary.outcome {
                         CycleOutcome::Fenced => {

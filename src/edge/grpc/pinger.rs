@@ -532,6 +532,9 @@ impl Pinger {
                 // call decides.
                 Ok(Err(_)) => {
                     this.forget_beats(&name);
+                    // Spawned, not `Pinger::ping` (which may await the call
+                    // inline): a beat's future must be `Sync`, and a call's
+                    // is not; its task's handle is.
                     let (pinger, member) = (this.clone(), name.clone());
                     let result = this
                         .spawn(async move { pinger.ping_here(&member).await })
