@@ -15,7 +15,7 @@ use tracing::info_span;
 
 use super::{CycleCore, Phase, Stored, judge};
 use crate::coordinator::holder::core::HolderView;
-use crate::coordinator::holder::core::ready::{InputsRequest, Kind, Now, Ready};
+use crate::coordinator::holder::core::ready::{CoreConfig, InputsRequest, Kind, Now, Ready};
 use crate::coordinator::holder::lists::ListCache;
 use crate::coordinator::holder::{CycleError, listed_entries};
 use crate::core::table::MatchingTable;
@@ -43,15 +43,9 @@ impl CycleCore {
                 // A new holding's inputs do not depend on what it inherits
                 // (its view starts empty but for the warm lists): read
                 // beside it.
-                let inputs = (self.kind == Kind::Full && view.is_none()).then(|| InputsRequest {
-                    held: self
-                        .warm
-                        .as_ref()
-                        .and_then(|w| w.view.lists.as_ref())
-                        .map(|c| c.held(&self.config.units_key))
-                        .unwrap_or_default(),
-                    reports_since: None,
-                    costs_since: self.config.reads_costs.then_some(None),
+                let inputs = (self.kind == Kind::Full && view.is_none()).then(|| {
+                    let lists = self.warm.as_ref().and_then(|w| w.view.lists.as_ref());
+                    inputs_request(&self.config, lists, None, None)
                 });
                 self.phase = Phase::Holding;
                 Ready::ReadHolding { with_table, inputs }
@@ -94,15 +88,12 @@ impl CycleCore {
                 // counts (liveness comes from this cycle's own pings).
                 view.handoff.observe_refusals(&refused);
                 self.phase = Phase::Inputs;
-                Ready::ReadInputs(InputsRequest {
-                    held: view
-                        .lists
-                        .as_ref()
-                        .map(|c| c.held(&self.config.units_key))
-                        .unwrap_or_default(),
-                    reports_since: view.handoff.reports_version,
-                    costs_since: self.config.reads_costs.then_some(view.costs.version),
-                })
+                Ready::ReadInputs(inputs_request(
+                    &self.config,
+                    view.lists.as_ref(),
+                    view.handoff.reports_version,
+                    view.costs.version,
+                ))
             }
             Kind::Handoff => {
                 self.refused = refused;
@@ -252,5 +243,20 @@ impl CycleCore {
         }
         self.inputs = Some(inputs);
         self.settle()
+    }
+}
+
+/// A full cycle's read, given the lists it holds and the versions of the
+/// reports and costs it knows (costs only when the solve needs them).
+fn inputs_request(
+    config: &CoreConfig,
+    lists: Option<&ListCache>,
+    reports_since: Option<u64>,
+    costs_since: Option<u64>,
+) -> InputsRequest {
+    InputsRequest {
+        held: lists.map(|c| c.held(&config.units_key)).unwrap_or_default(),
+        reports_since,
+        costs_since: config.reads_costs.then_some(costs_since),
     }
 }
