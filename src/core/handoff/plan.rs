@@ -83,14 +83,11 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     // Repairs: a unit in two rows of a group, or in a row and in transit.
     if input.verify {
         for g in input.groups {
-            let conflicts = conflicts(g, input, transit.get(g.name));
-            for (u, ms) in conflicts {
-                {
-                    for m in ms {
-                        out.revoked += 1;
-                        stripped.entry(m).or_default().insert(u);
-                        revoke_into(&mut transit, g.name, u, m, input);
-                    }
+            for (u, ms) in conflicts(g, input, transit.get(g.name)) {
+                for m in ms {
+                    out.revoked += 1;
+                    stripped.entry(m).or_default().insert(u);
+                    revoke_into(&mut transit, g.name, u, m, input);
                 }
             }
         }
@@ -160,10 +157,8 @@ fn conflicts<'a>(
         }
     }
     for u in transit.into_iter().flat_map(BTreeMap::keys) {
-        if let Some((u, &m)) = first.get_key_value(u.as_str())
-            && !shared.contains_key(u)
-        {
-            shared.insert(u, vec![m]);
+        if let Some((u, &m)) = first.get_key_value(u.as_str()) {
+            shared.entry(u).or_insert_with(|| vec![m]);
         }
     }
     shared.into_iter().collect()
