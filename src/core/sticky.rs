@@ -534,6 +534,7 @@ impl Hasher for StrHasher {
 }
 
 mod fixed_point;
+pub mod reassign;
 mod waiting;
 pub use fixed_point::holds_exactly;
 pub use waiting::assign_waiting;

@@ -98,6 +98,11 @@ pub struct Solve<'a> {
     /// ([`sticky::assign_waiting`]); in the other modes they get no units
     /// until they stop waiting.
     pub waiting: Option<&'a BTreeSet<String>>,
+    /// The caller vouches that `current` is a table a solve returned for
+    /// these units in one group (every listed unit in exactly one row, rows
+    /// sorted): a plain sticky solve then reads only the rows that change
+    /// ([`sticky::reassign`]), and gives the same table.
+    pub current_is_solved: bool,
 }
 
 /// How a solve changed the current table, summed over the groups.
@@ -157,6 +162,7 @@ impl Solve<'_> {
             in_flight: 0,
             controls: None,
             waiting: None,
+            current_is_solved: false,
         }
     }
 }
@@ -209,6 +215,9 @@ impl MatchingTable {
         is_live: impl Fn(&str) -> bool,
         how: &Solve<'_>,
     ) -> (MatchingTable, Option<Moves>) {
+        if let Some(reassigned) = MatchingTable::reassign(inputs, &is_live, how) {
+            return reassigned;
+        }
         let units: Vec<&str> = inputs.units.iter().map(String::as_str).collect();
         // The current rows as the sticky solver reads them: a member's row
         // may be split over several entries, and rows of members outside a
@@ -372,6 +381,43 @@ impl MatchingTable {
         }
         let moves = how.current.is_some().then_some(moves);
         (MatchingTable::from_rows(rows), moves)
+    }
+
+    /// [`MatchingTable::solve_counted`] of a plain sticky solve (one group,
+    /// the count balance, no limit, controls, waiting newcomer or unit in
+    /// transit) from a table a solve returned for these units: only the
+    /// rows that change are decoded and encoded again. `None` where the
+    /// full solve runs.
+    fn reassign(
+        inputs: &Inputs,
+        is_live: &impl Fn(&str) -> bool,
+        how: &Solve<'_>,
+    ) -> Option<(MatchingTable, Option<Moves>)> {
+        let plain = how.assignment == Assignment::Sticky
+            && how.balance == Balance::Count
+            && how.max_moves == 0
+            && how.also_held.is_empty()
+            && how.controls.is_none_or(Controls::is_empty)
+            && how.waiting.is_none_or(BTreeSet::is_empty);
+        let [group] = &inputs.groups[..] else {
+            return None;
+        };
+        let current = how.current.filter(|_| plain && how.current_is_solved)?;
+        let live = live_weighted(group, is_live, how.weight);
+        let r = sticky::reassign::reassign(&current.rows, &live, inputs.units.len())?;
+        let rows = r.rows.into_iter().map(|(member, row)| {
+            let row = match row {
+                sticky::reassign::Row::Same(row) => row.to_string(),
+                sticky::reassign::Row::New(row) => row,
+            };
+            (member.to_string(), row)
+        });
+        let moves = Moves {
+            moved: r.counts.moved,
+            minimum: r.counts.minimum,
+            placed: inputs.units.len() - r.counts.kept - r.counts.moved,
+        };
+        Some((MatchingTable::from_rows(rows), Some(moves)))
     }
 
     /// Each live member's load against its share in this table, with

@@ -24,6 +24,9 @@ pub(in crate::coordinator) struct Memo {
     /// The key without the current table's part (see `desired`).
     base: u128,
     pub(in crate::coordinator) table: Arc<MatchingTable>,
+    /// The units key (`units_key`) of the list `table` partitions, when it
+    /// was solved for one group (every such solve returns a partition).
+    partitions: Option<u128>,
     /// With `-balance cost` or `load`: the table's loads against the shares.
     pub(in crate::coordinator) loads: Option<Arc<LoadSummary>>,
 }
@@ -225,6 +228,16 @@ pub(super) async fn desired(
         && controls.is_empty()
         && waiting.is_empty()
         && inputs.groups.len() == 1;
+    // The granted table is the one the last solve returned, for this units
+    // list: a plain sticky solve then reads only the rows that change
+    // (`sticky::reassign`).
+    let current_is_solved = uses_current
+        && also_held.is_empty()
+        && inputs.groups.len() == 1
+        && view.memo.as_ref().is_some_and(|m| {
+            m.partitions == Some(units_part)
+                && (Arc::ptr_eq(&m.table, granted) || m.table.rows() == granted.rows())
+        });
     let mut solved = false;
     let memo = match view.memo.take() {
         Some(m) if m.key == key => m,
@@ -285,6 +298,7 @@ pub(super) async fn desired(
                     in_flight,
                     controls: Some(&controls),
                     waiting: Some(&waiting),
+                    current_is_solved,
                 };
                 let live = |m: &str| weights.contains_key(m);
                 let (table, moves) =
@@ -315,6 +329,7 @@ pub(super) async fn desired(
                 key,
                 base,
                 table: Arc::new(table),
+                partitions: (inputs.groups.len() == 1).then_some(units_part),
                 loads,
             }
         }

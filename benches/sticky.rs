@@ -1,0 +1,126 @@
+//! A membership change's sticky solve, whole against reassigned
+//! (`core::sticky::reassign`), in the same run, through the holder's call
+//! (`MatchingTable::solve_counted`, with and without `current_is_solved`):
+//! one member leaves, one joins, one member's weight doubles, from a
+//! balanced table of 10 × 1,000, 100 × 100,000 and 1,000 × 100,000
+//! (`STICKY_BENCH_LARGE=1` adds 10,000 × 1,000,000). Each case alternates
+//! the two solves, 15 times each, and prints min / median / max and the
+//! ratio of the medians; both must give the same table (checked every time).
+//!
+//! Run: `cargo bench --bench sticky`. Results: `BENCHMARKS.md` section 22.
+
+// Real time, measured: the std clock is the right one here.
+#![allow(clippy::disallowed_methods)]
+
+use std::time::Instant;
+
+use distributor::core::inputs::{Group, Inputs};
+use distributor::core::table::{Assignment, MatchingTable, Solve};
+
+fn inputs(members: &[String], units: &[String]) -> Inputs {
+    Inputs {
+        groups: vec![Group {
+            name: "g".into(),
+            members: members.to_vec(),
+            malformed: vec![],
+        }],
+        units: units.to_vec(),
+        rejections: vec![],
+    }
+}
+
+fn solve(
+    inp: &Inputs,
+    current: &MatchingTable,
+    weight: &dyn Fn(&str) -> u32,
+    solved: bool,
+) -> MatchingTable {
+    let how = Solve {
+        assignment: Assignment::Sticky,
+        current: Some(current),
+        weight,
+        current_is_solved: solved,
+        ..Solve::ring()
+    };
+    MatchingTable::solve_counted(inp, |_| true, &how).0
+}
+
+/// A member's capacity weight.
+type Weight = dyn Fn(&str) -> u32;
+
+fn spread(samples: &mut [f64]) -> (f64, f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    (
+        samples[0],
+        samples[samples.len() / 2],
+        samples[samples.len() - 1],
+    )
+}
+
+fn case(label: &str, members: usize, units: usize) {
+    const RUNS: usize = 15;
+    let names: Vec<String> = (0..members)
+        .map(|i| format!("10.0.{}.{}:7000", i / 250, i % 250))
+        .collect();
+    let mut sorted_names = names.clone();
+    sorted_names.sort();
+    let mut units: Vec<String> = (0..units).map(|i| format!("site-{i:08}.example")).collect();
+    units.sort();
+    let one = |_: &str| 1;
+    let first = solve(
+        &inputs(&names, &units),
+        &MatchingTable::default(),
+        &one,
+        false,
+    );
+    let balanced = solve(&inputs(&names, &units), &first, &one, false);
+    let leaver = names[members / 2].clone();
+    let doubled = names[members / 3].clone();
+    let without: Vec<String> = names.iter().filter(|m| **m != leaver).cloned().collect();
+    let mut with = names.clone();
+    with.push("10.9.9.9:7000".to_string());
+    let double = move |m: &str| if m == doubled { 2 } else { 1 };
+    let changes: [(&str, Inputs, &Weight); 3] = [
+        ("leave", inputs(&without, &units), &one),
+        ("join", inputs(&with, &units), &one),
+        ("weight", inputs(&names, &units), &double),
+    ];
+    for (change, inp, weight) in changes {
+        let (mut whole, mut fast) = (Vec::new(), Vec::new());
+        for _ in 0..RUNS {
+            let t = Instant::now();
+            let a = solve(&inp, &balanced, weight, false);
+            whole.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            let b = solve(&inp, &balanced, weight, true);
+            fast.push(t.elapsed().as_secs_f64() * 1e3);
+            assert!(a == b, "{label} {change}: the two solves differ");
+        }
+        let (w0, w1, w2) = spread(&mut whole);
+        let (f0, f1, f2) = spread(&mut fast);
+        println!(
+            "{label:>16} {change:<7} whole {w0:8.3} / {w1:8.3} / {w2:8.3} ms   \
+             reassigned {f0:7.3} / {f1:7.3} / {f2:7.3} ms   ratio {:.3}",
+            f1 / w1
+        );
+    }
+}
+
+fn main() {
+    println!(
+        "cpu: {} (n = 15 per figure, min / median / max)",
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| s
+                .lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.to_string()))
+            .unwrap_or_default()
+    );
+    case("10 x 1,000", 10, 1_000);
+    case("100 x 100,000", 100, 100_000);
+    case("1,000 x 100,000", 1_000, 100_000);
+    if std::env::var("STICKY_BENCH_LARGE").as_deref() == Ok("1") {
+        case("10,000 x 1M", 10_000, 1_000_000);
+    }
+}
