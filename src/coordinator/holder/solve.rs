@@ -228,16 +228,6 @@ pub(super) async fn desired(
         && controls.is_empty()
         && waiting.is_empty()
         && inputs.groups.len() == 1;
-    // The granted table is the one the last solve returned, for this units
-    // list: a plain sticky solve then reads only the rows that change
-    // (`sticky::reassign`).
-    let current_is_solved = uses_current
-        && also_held.is_empty()
-        && inputs.groups.len() == 1
-        && view.memo.as_ref().is_some_and(|m| {
-            m.partitions == Some(units_part)
-                && (Arc::ptr_eq(&m.table, granted) || m.table.rows() == granted.rows())
-        });
     let mut solved = false;
     let memo = match view.memo.take() {
         Some(m) if m.key == key => m,
@@ -248,8 +238,21 @@ pub(super) async fn desired(
         {
             Memo { key, ..m }
         }
-        _ => {
+        previous => {
             solved = true;
+            // The solver's view (the granted table, units in transit
+            // counted as their destination's) is the table the last solve
+            // returned, for this units list: a plain sticky solve then
+            // starts from that table and reads only the rows that change
+            // (`sticky::reassign`), for the same result.
+            let solved_view = previous
+                .filter(|m| plain_sticky && m.partitions == Some(units_part))
+                .map(|m| m.table)
+                .filter(|t| {
+                    Arc::ptr_eq(t, granted)
+                        || sticky::holds_exactly(granted.rows(), &also_held, t.rows())
+                });
+            let current_is_solved = solved_view.is_some();
             let inp = Arc::clone(inputs);
             let assign = info_span!(
                 "assign",
@@ -257,6 +260,7 @@ pub(super) async fn desired(
                 groups = inputs.groups.len(),
                 assignment = how.assignment.name(),
                 balance = how.balance.name(),
+                current_is_solved,
             );
             let assignment = how.assignment;
             let balance = how.balance;
@@ -265,10 +269,11 @@ pub(super) async fn desired(
             // counting its moves for status costs whole-table passes on
             // every new solve (tens of MB at a million units), in the
             // default mode whose memory is budgeted (BENCHMARKS §7).
-            let current = uses_current.then(|| Arc::clone(granted));
+            let current = solved_view.or_else(|| uses_current.then(|| Arc::clone(granted)));
             let in_flight = if max_moves > 0 { in_flight } else { 0 };
             let also_held: Vec<(String, String)> = also_held
                 .iter()
+                .filter(|_| !current_is_solved)
                 .map(|(m, u)| (m.to_string(), u.to_string()))
                 .collect();
             let table = super::blocking(move || {
