@@ -87,8 +87,17 @@ impl Store {
         }
     }
 
-    /// The whole stored table.
+    /// The whole stored table, in a `read_table` span (O(table): a cycle's
+    /// costliest read, so its time is worth seeing).
     pub async fn read_table(&self) -> Result<MatchingTable, StoreError> {
+        use tracing::Instrument as _;
+        let span = tracing::info_span!("read_table", rows = tracing::field::Empty);
+        let table = self.read_table_whole().instrument(span.clone()).await?;
+        span.record("rows", table.rows().len());
+        Ok(table)
+    }
+
+    async fn read_table_whole(&self) -> Result<MatchingTable, StoreError> {
         let mut conn = self.bulk();
         let rows: HashMap<String, String> = match self
             .bounded(
