@@ -10,6 +10,10 @@
 //! each row it replaces still hashes as given here: a write never replaces a
 //! row its plan did not read. (A row it does not replace is not checked: an
 //! edit of one is healed by the holder's next full check of the table.)
+//!
+//! A holder computes a write's delta twice, for the next digest and for the
+//! commit; [`TableDelta::again`] builds the second from the first's replaced
+//! rows' hashes ([`ReplacedRows`]), so each changed row is hashed once.
 
 use crate::core::table::{MatchingTable, hex, row_hash, xor_into};
 
@@ -35,30 +39,79 @@ pub struct TableDelta<'a> {
     pub removed: Vec<RowChange<'a>>,
 }
 
+/// The hashes of the stored rows a delta replaces, in its order: what
+/// [`TableDelta::between`] hashes, kept so that the same delta (the same
+/// base and next tables) is built again without hashing any row
+/// ([`TableDelta::again`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplacedRows {
+    written: Vec<Option<String>>,
+    removed: Vec<Option<String>>,
+}
+
 impl<'a> TableDelta<'a> {
     /// The delta from `base` to `next`, both walked in member order once.
     /// Records `next`'s digest, computed from the base's, unless known: a
     /// holder computes the delta for that alone before it knows whether it
     /// writes.
     pub fn between(base: &'a MatchingTable, next: &'a MatchingTable) -> TableDelta<'a> {
-        let base_digest = base.digest();
-        let mut acc = [0u8; 20];
-        for (i, pair) in base_digest.as_bytes().chunks(2).take(20).enumerate() {
-            let text = std::str::from_utf8(pair).unwrap_or("00");
-            acc[i] = u8::from_str_radix(text, 16).unwrap_or(0);
+        TableDelta::walk(base, next, |_, _, member, units| {
+            Some(hex(&row_hash(member.as_bytes(), units.as_bytes())))
+        })
+    }
+
+    /// [`TableDelta::between`] the same `base` and `next` again, with the
+    /// replaced rows' hashes of that first delta (`replaced`, from
+    /// [`TableDelta::replaced`]) instead of hashing those rows again: a
+    /// holder's write computes the delta once for the next digest and once
+    /// for the commit. The caller vouches that the tables are the same ones.
+    pub fn again(
+        base: &'a MatchingTable,
+        next: &'a MatchingTable,
+        replaced: &ReplacedRows,
+    ) -> TableDelta<'a> {
+        TableDelta::walk(base, next, |removed, i, _, _| {
+            let hashes = if removed {
+                &replaced.removed
+            } else {
+                &replaced.written
+            };
+            hashes.get(i).cloned().flatten()
+        })
+    }
+
+    /// The replaced rows' hashes, for [`TableDelta::again`].
+    pub fn replaced(&self) -> ReplacedRows {
+        ReplacedRows {
+            written: self.written.iter().map(|r| r.replaces.clone()).collect(),
+            removed: self.removed.iter().map(|r| r.replaces.clone()).collect(),
         }
-        let mut written = Vec::new();
-        let mut removed = Vec::new();
-        let replaced = |acc: &mut [u8; 20], member: &str, units: &str| {
-            let h = row_hash(member.as_bytes(), units.as_bytes());
-            xor_into(acc, &h);
-            hex(&h)
+    }
+
+    /// The walk of [`TableDelta::between`], with `hash(removed, index,
+    /// member, units)` giving the hash of each stored row replaced (the
+    /// `index`-th of the removed rows, or of the written ones).
+    fn walk(
+        base: &'a MatchingTable,
+        next: &'a MatchingTable,
+        hash: impl Fn(bool, usize, &str, &str) -> Option<String>,
+    ) -> TableDelta<'a> {
+        let base_digest = base.digest();
+        let mut acc = unhex(base_digest);
+        let mut written: Vec<RowChange<'a>> = Vec::new();
+        let mut removed: Vec<RowChange<'a>> = Vec::new();
+        // Out of the digest: the replaced row's hash, as given.
+        let out = |acc: &mut [u8; 20], h: &Option<String>| {
+            if let Some(h) = h {
+                xor_into(acc, &unhex(h));
+            }
         };
         let mut old = base.rows().iter().peekable();
         for (member, units) in next.rows() {
             // Base rows before this member are gone from the next table.
             while let Some((m, v)) = old.next_if(|(m, _)| *m < member) {
-                let replaces = Some(replaced(&mut acc, m, v));
+                let replaces = hash(true, removed.len(), m, v);
+                out(&mut acc, &replaces);
                 removed.push(RowChange {
                     member: m,
                     units: "",
@@ -69,7 +122,8 @@ impl<'a> TableDelta<'a> {
             if before == Some(units) {
                 continue;
             }
-            let replaces = before.map(|v| replaced(&mut acc, member, v));
+            let replaces = before.and_then(|v| hash(false, written.len(), member, v));
+            out(&mut acc, &replaces);
             xor_into(&mut acc, &row_hash(member.as_bytes(), units.as_bytes()));
             written.push(RowChange {
                 member,
@@ -78,7 +132,8 @@ impl<'a> TableDelta<'a> {
             });
         }
         for (m, v) in old {
-            let replaces = Some(replaced(&mut acc, m, v));
+            let replaces = hash(true, removed.len(), m, v);
+            out(&mut acc, &replaces);
             removed.push(RowChange {
                 member: m,
                 units: "",
@@ -107,6 +162,18 @@ impl<'a> TableDelta<'a> {
             .chain(self.removed.iter().map(|r| r.member.len()))
             .sum()
     }
+}
+
+/// A digest or row hash as bytes, from its 40 hex digits (what is not
+/// hex reads as 0: digests are computed here or by the scripts, never
+/// typed).
+fn unhex(text: &str) -> [u8; 20] {
+    let mut bytes = [0u8; 20];
+    for (i, pair) in text.as_bytes().chunks(2).take(20).enumerate() {
+        let pair = std::str::from_utf8(pair).unwrap_or("00");
+        bytes[i] = u8::from_str_radix(pair, 16).unwrap_or(0);
+    }
+    bytes
 }
 
 #[cfg(test)]
@@ -188,6 +255,19 @@ mod tests {
             prop_assert_eq!(&rebuilt, next.rows());
             prop_assert_eq!(next.digest(), fresh.digest());
             prop_assert_eq!(d.rows() == 0, base == next);
+        }
+
+        /// The same delta built again from the first one's replaced rows
+        /// hashes nothing and is the same delta, digest included.
+        #[test]
+        fn again_is_the_same_delta(base in rows(), next in rows()) {
+            let (base, next) = (MatchingTable::from_rows(base), MatchingTable::from_rows(next));
+            let first = TableDelta::between(&base, &next);
+            let replaced = first.replaced();
+            let unknown = MatchingTable::from_rows(next.rows().clone());
+            let second = TableDelta::again(&base, &unknown, &replaced);
+            prop_assert_eq!(&second, &first);
+            prop_assert_eq!(unknown.digest(), next.digest());
         }
     }
 }

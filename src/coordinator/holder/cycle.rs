@@ -51,9 +51,10 @@ use super::solve::{SolveSettings, desired};
 use super::warm::WarmView;
 use super::{CycleError, CycleReport, HolderView, mark_error};
 use crate::core::balance::Balance;
-use crate::core::delta::TableDelta;
+use crate::core::delta::{ReplacedRows, TableDelta};
 use crate::core::handoff;
 use crate::core::suspicion::Guard;
+use crate::core::table::MatchingTable;
 use crate::core::timing::Timing;
 use crate::edge::clock;
 use crate::edge::clock::WallClock;
@@ -157,6 +158,10 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         let mut pending = std::mem::take(&mut self.carried);
         let mut pending_members = std::mem::take(&mut self.carried_members);
         let mut write_span: Option<Span> = None;
+        // The last digested delta's tables and replaced rows' hashes: the
+        // commit of the same tables builds its delta from them instead of
+        // hashing those rows again.
+        let mut digested: Option<(Arc<MatchingTable>, Arc<MatchingTable>, ReplacedRows)> = None;
         let mut outcome = Outcome::Start;
         loop {
             let mut ready = core.step(outcome, self.now());
@@ -220,22 +225,31 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                     // A new table's digest (from the previous one's, by the
                     // rows that differ) and change record are computed on a
                     // blocking thread.
-                    let (next, record) = super::blocking(move || {
+                    let (next, record, replaced) = super::blocking(move || {
                         let table = Arc::new(table);
-                        TableDelta::between(&history.previous, &table);
+                        let replaced = TableDelta::between(&history.previous, &table).replaced();
                         let record = history.record(&table);
-                        (table, record)
+                        (table, record, (Arc::clone(&history.previous), replaced))
                     })
                     .await;
+                    let (base, replaced) = replaced;
+                    digested = Some((base, Arc::clone(&next), replaced));
                     Outcome::Digested(next, record)
                 }
                 Ready::Commit(plan) => {
                     let span = self.write_span(&core, &plan);
-                    let delta = plan
-                        .table
-                        .as_deref()
-                        .zip(plan.base.as_deref())
-                        .map(|(next, base)| TableDelta::between(base, next));
+                    let delta =
+                        plan.table
+                            .as_deref()
+                            .zip(plan.base.as_deref())
+                            .map(|(next, base)| match &digested {
+                                Some((b, n, replaced))
+                                    if std::ptr::eq(&**b, base) && std::ptr::eq(&**n, next) =>
+                                {
+                                    TableDelta::again(base, next, replaced)
+                                }
+                                _ => TableDelta::between(base, next),
+                            });
                     let view = core.view();
                     let described = self.solve.describe();
                     let commit = Commit {
