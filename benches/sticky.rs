@@ -6,6 +6,10 @@
 //! (`STICKY_BENCH_LARGE=1` adds 10,000 × 1,000,000). Each case alternates
 //! the two solves, 15 times each, and prints min / median / max and the
 //! ratio of the medians; both must give the same table (checked every time).
+//! Then the time of the write's delta (`core::delta::TableDelta::between`,
+//! the rows that changed and the next digest from the base's): a holder's
+//! write paid it twice before `TableDelta::again` (once for the digest, once
+//! for the commit), and pays it once now.
 //!
 //! Run: `cargo bench --bench sticky`. Results: `BENCHMARKS.md` section 22.
 
@@ -14,6 +18,7 @@
 
 use std::time::Instant;
 
+use distributor::core::delta::TableDelta;
 use distributor::core::inputs::{Group, Inputs};
 use distributor::core::table::{Assignment, MatchingTable, Solve};
 
@@ -74,6 +79,7 @@ fn case(label: &str, members: usize, units: usize) {
         false,
     );
     let balanced = solve(&inputs(&names, &units), &first, &one, false);
+    balanced.digest();
     let leaver = names[members / 2].clone();
     let doubled = names[members / 3].clone();
     let without: Vec<String> = names.iter().filter(|m| **m != leaver).cloned().collect();
@@ -96,12 +102,28 @@ fn case(label: &str, members: usize, units: usize) {
             fast.push(t.elapsed().as_secs_f64() * 1e3);
             assert!(a == b, "{label} {change}: the two solves differ");
         }
+        // The write's delta from the balanced table (its digest known, as
+        // the holder's last write's is).
+        let next = solve(&inp, &balanced, weight, true);
+        let mut delta = Vec::new();
+        let mut changed = 0;
+        for _ in 0..RUNS {
+            let fresh = MatchingTable::from_rows(next.rows().clone());
+            let t = Instant::now();
+            changed = TableDelta::between(&balanced, &fresh).written.len();
+            delta.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (d0, d1, d2) = spread(&mut delta);
         let (w0, w1, w2) = spread(&mut whole);
         let (f0, f1, f2) = spread(&mut fast);
         println!(
             "{label:>16} {change:<7} whole {w0:8.3} / {w1:8.3} / {w2:8.3} ms   \
              reassigned {f0:7.3} / {f1:7.3} / {f2:7.3} ms   ratio {:.3}",
             f1 / w1
+        );
+        println!(
+            "{label:>16} {change:<7} the write's delta ({changed} rows written) \
+             {d0:7.3} / {d1:7.3} / {d2:7.3} ms"
         );
     }
 }
