@@ -27,6 +27,9 @@ use distributor::core::costs::{UnitCosts, display_cost};
 use distributor::core::load::LoadBook;
 use distributor::core::sticky::{self, Table};
 
+#[path = "shared/machine.rs"]
+mod machine;
+
 /// xorshift64*: deterministic, no extra dependency.
 struct Rng(u64);
 
@@ -344,16 +347,7 @@ fn section_speed(tol: Tolerance) {
 fn main() {
     // `cargo bench` passes `--bench`; nothing to filter.
     let tol = Tolerance::DEFAULT;
-    println!(
-        "cpu: {}",
-        std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|s| s
-                .lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.to_string()))
-            .unwrap_or_default()
-    );
+    println!("cpu: {}", machine::cpu_model());
     // `BALANCE_BENCH_SECTIONS=speed` (or `balance,moves`, ...): only those.
     let only = std::env::var("BALANCE_BENCH_SECTIONS").unwrap_or_default();
     let run = |name: &str| only.is_empty() || only.split(',').any(|s| s == name);

@@ -36,6 +36,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+
+#[path = "shared/machine.rs"]
+mod machine;
 use distributor::core::ring::assign;
 
 /// Names shaped like real ones (a shared prefix, a numeric suffix), in a
@@ -189,18 +192,6 @@ fn run_large() {
     );
 }
 
-/// `VmRSS` or `VmHWM` of this process, in kB.
-fn status_kb(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// `RING_BENCH_MEM`: the peak RSS of one `assign` call above the inputs.
 fn run_memory(case: &str) {
     let (members, units) = case
@@ -214,13 +205,13 @@ fn run_memory(case: &str) {
     if std::env::var_os("RING_BENCH_SORTED").is_some_and(|v| v == "1") {
         u.sort_unstable();
     }
-    let before = status_kb("VmRSS:");
+    let before = machine::status_kb(None, "VmRSS:");
     // "5" resets the peak RSS to the current RSS (Linux 4.0+).
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let start = Instant::now();
     let table = assign(black_box(&m), black_box(&u));
     let elapsed = start.elapsed();
-    let peak = status_kb("VmHWM:");
+    let peak = machine::status_kb(None, "VmHWM:");
     assert_eq!(table.values().map(Vec::len).sum::<usize>(), units);
     drop(black_box(table));
     let above = peak.saturating_sub(before);

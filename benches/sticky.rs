@@ -19,19 +19,14 @@
 use std::time::Instant;
 
 use distributor::core::delta::TableDelta;
-use distributor::core::inputs::{Group, Inputs};
+use distributor::core::inputs::Inputs;
 use distributor::core::table::{Assignment, MatchingTable, Solve};
 
+#[path = "shared/machine.rs"]
+mod machine;
+
 fn inputs(members: &[String], units: &[String]) -> Inputs {
-    Inputs {
-        groups: vec![Group {
-            name: "g".into(),
-            members: members.to_vec(),
-            malformed: vec![],
-        }],
-        units: units.to_vec(),
-        rejections: vec![],
-    }
+    Inputs::one_group("g", members, units)
 }
 
 fn solve(
@@ -131,13 +126,7 @@ fn case(label: &str, members: usize, units: usize) {
 fn main() {
     println!(
         "cpu: {} (n = 15 per figure, min / median / max)",
-        std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|s| s
-                .lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.to_string()))
-            .unwrap_or_default()
+        machine::cpu_model()
     );
     case("10 x 1,000", 10, 1_000);
     case("100 x 100,000", 100, 100_000);

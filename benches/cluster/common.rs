@@ -322,17 +322,7 @@ pub fn enough_fds(what: &str) -> bool {
     true
 }
 
-pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
-}
+pub use super::machine::cpu_model;
 
 // ---------------------------------------------------------------------------
 // Redis
@@ -558,14 +548,7 @@ impl Proc {
 
     /// Resident memory now (`VmRSS`), in MiB; 0 when unknown.
     pub fn rss_mib(&self) -> f64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.pid))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            })
-            .map_or(0.0, |kb| kb / 1024.0)
+        super::machine::status_kb(Some(self.pid), "VmRSS:") as f64 / 1024.0
     }
 }
 

@@ -24,6 +24,8 @@
 // (`clippy.toml` disallows it in the crate, whose clock tests pause).
 #![allow(clippy::disallowed_methods)]
 
+#[path = "../shared/machine.rs"]
+mod machine;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 

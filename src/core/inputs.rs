@@ -65,6 +65,28 @@ pub struct Inputs {
 }
 
 impl Inputs {
+    /// The inputs of one group named `name`, for a solve outside a holder
+    /// cycle (tests, benches, an embedder's own table): the members and
+    /// units sorted and deduplicated, as a cycle's are; they are not
+    /// validated.
+    pub fn one_group(name: &str, members: &[String], units: &[String]) -> Inputs {
+        let sorted = |list: &[String]| {
+            let mut list = list.to_vec();
+            list.sort_unstable();
+            list.dedup();
+            list
+        };
+        Inputs {
+            groups: vec![Group {
+                name: name.to_string(),
+                members: sorted(members),
+                malformed: vec![],
+            }],
+            units: sorted(units),
+            rejections: vec![],
+        }
+    }
+
     /// Each group's name and members, borrowed.
     pub fn group_members(&self) -> Vec<GroupMembers<'_>> {
         self.groups

@@ -88,20 +88,8 @@ pub fn holds_exactly(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::inputs::{Group, Inputs};
-    use crate::core::table::{Assignment, MatchingTable, Solve};
-
-    fn inputs(members: &[String], units: &[String]) -> Inputs {
-        Inputs {
-            groups: vec![Group {
-                name: "g".into(),
-                members: members.to_vec(),
-                malformed: vec![],
-            }],
-            units: units.to_vec(),
-            rejections: vec![],
-        }
-    }
+    use crate::core::inputs::Inputs;
+    use crate::core::table::MatchingTable;
 
     fn solve(
         inp: &Inputs,
@@ -109,18 +97,7 @@ mod tests {
         also_held: &[(&str, &str)],
         weights: &[u32],
     ) -> MatchingTable {
-        let weight = |m: &str| {
-            let i: usize = m[1..].parse().unwrap();
-            weights[i % weights.len()]
-        };
-        let how = Solve {
-            assignment: Assignment::Sticky,
-            current: Some(current),
-            also_held,
-            weight: &weight,
-            ..Solve::ring()
-        };
-        MatchingTable::solve_counted(inp, |_| true, &how).0
+        crate::core::sticky::tests::solve_sticky(inp, current, also_held, weights, false).0
     }
 
     proptest::proptest! {
@@ -137,7 +114,7 @@ mod tests {
         ) {
             let names: Vec<String> = (0..members).map(|i| format!("m{i}")).collect();
             let unit_names: Vec<String> = (0..units).map(|i| format!("u{i:02}")).collect();
-            let inp = inputs(&names, &unit_names);
+            let inp = Inputs::one_group("g", &names, &unit_names);
             // Any starting table: members that left, units twice, unlisted ones.
             let mut rows: BTreeMap<String, Vec<String>> = BTreeMap::new();
             for (m, u) in start {

@@ -202,42 +202,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::core::inputs::{Group, Inputs};
-    use crate::core::table::{Assignment, MatchingTable, Moves, Solve};
-
-    fn inputs(members: &[String], units: &[String]) -> Inputs {
-        Inputs {
-            groups: vec![Group {
-                name: "g".into(),
-                members: members.to_vec(),
-                malformed: vec![],
-            }],
-            units: units.to_vec(),
-            rejections: vec![],
-        }
-    }
-
-    /// The holder's call, with or without the caller's word that `current`
-    /// is a solved partition.
-    fn solve(
-        inp: &Inputs,
-        current: &MatchingTable,
-        weights: &[u32],
-        solved: bool,
-    ) -> (MatchingTable, Option<Moves>) {
-        let weight = |m: &str| {
-            let i: usize = m[1..].parse().unwrap();
-            weights[i % weights.len()]
-        };
-        let how = Solve {
-            assignment: Assignment::Sticky,
-            current: Some(current),
-            weight: &weight,
-            current_is_solved: solved,
-            ..Solve::ring()
-        };
-        MatchingTable::solve_counted(inp, |_| true, &how)
-    }
+    use crate::core::inputs::Inputs;
+    use crate::core::sticky::tests::solve_sticky;
+    use crate::core::table::MatchingTable;
 
     fn names(prefix: &str, picked: &[bool]) -> Vec<String> {
         picked
@@ -277,9 +244,9 @@ mod tests {
                 rows.into_iter().map(|(m, r)| (m, r.join(","))),
             );
             if solve_first {
-                current = solve(&inputs(&before, &units), &current, &weights, false).0;
+                current = solve_sticky(&Inputs::one_group("g", &before, &units), &current, &[], &weights, false).0;
             }
-            let inp = inputs(&after, &units);
+            let inp = Inputs::one_group("g", &after, &units);
             // The shortcut is taken whenever a live member holds a unit.
             let live: Vec<(&str, u32)> = after
                 .iter()
@@ -287,8 +254,8 @@ mod tests {
                 .collect();
             let holds = after.iter().any(|m| !current.units_of(m).is_empty());
             prop_assert_eq!(reassign(current.rows(), &live, units.len()).is_some(), holds);
-            let full = solve(&inp, &current, &weights, false);
-            let fast = solve(&inp, &current, &weights, true);
+            let full = solve_sticky(&inp, &current, &[], &weights, false);
+            let fast = solve_sticky(&inp, &current, &[], &weights, true);
             prop_assert_eq!(fast, full);
         }
     }

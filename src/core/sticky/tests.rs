@@ -38,6 +38,36 @@ pub(crate) fn to_owned(table: &Table<'_>) -> Owned {
         .collect()
 }
 
+/// The holder's sticky call (`MatchingTable::solve_counted`) for members
+/// named `<letter><index>`, whose weight is `weights[index % len]`:
+/// `also_held` counted as held, and `solved` the caller's word that
+/// `current` is a table a solve returned (`Solve::current_is_solved`).
+pub(crate) fn solve_sticky(
+    inp: &crate::core::inputs::Inputs,
+    current: &crate::core::table::MatchingTable,
+    also_held: &[(&str, &str)],
+    weights: &[u32],
+    solved: bool,
+) -> (
+    crate::core::table::MatchingTable,
+    Option<crate::core::table::Moves>,
+) {
+    use crate::core::table::{Assignment, MatchingTable, Solve};
+    let weight = |m: &str| {
+        let i: usize = m[1..].parse().expect("members are named <letter><index>");
+        weights[i % weights.len()]
+    };
+    let how = Solve {
+        assignment: Assignment::Sticky,
+        current: Some(current),
+        also_held,
+        weight: &weight,
+        current_is_solved: solved,
+        ..Solve::ring()
+    };
+    MatchingTable::solve_counted(inp, |_| true, &how)
+}
+
 fn table<'a>(rows: &[(&'a str, &[&'a str])]) -> Table<'a> {
     rows.iter().map(|(m, us)| (*m, us.to_vec())).collect()
 }
