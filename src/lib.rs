@@ -43,6 +43,8 @@ pub mod config;
 #[cfg(feature = "daemon")]
 pub mod coordinator;
 pub mod core;
+#[cfg(test)]
+mod doc_links;
 #[cfg(feature = "member")]
 pub mod edge;
 #[cfg(feature = "member")]

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """A worker of distributor's safe handoff protocol, in Python (grpcio, redis-py).
 
-It follows the README's "Protocol, for workers in any language" step by step:
+It follows docs/protocol.md, "Protocol, for workers in any language", step by step:
 
 1. Serve `/proto.GRPCPinger/Ping` (google.protobuf.Empty is zero bytes, so no
    generated code is needed), `/proto.Liveness/Beats` (the same answer as a
    stream of small messages, encoded by hand below) and
    `grpc.health.v1.Health/Check`.
-2. Register with the README's EVAL (LPOS, else LPUSH); again every
+2. Register with docs/protocol.md's EVAL (LPOS, else LPUSH); again every
    --reregister-ms, with its report, in case Redis lost its data.
 3. Follow its row: `MULTI; HGET <table> <id>; HGET {<table>}:meta generation;
    CLIENT ID; INFO server; EXEC` (without INFO, or without both, where Redis
@@ -84,7 +84,7 @@ def run_id(info):
 
 
 def coordination_prefix(table):
-    """`{T}`, or `T` itself when it has a non-empty {hash tag} (README: Redis keys)."""
+    """`{T}`, or `T` itself when it has a non-empty {hash tag} (docs/protocol.md: Redis keys)."""
     start = table.find("{")
     end = table.find("}", start + 1) if start >= 0 else -1
     return table if end > start + 1 else "{" + table + "}"
@@ -122,7 +122,7 @@ class Held:
 
 
 class LoadBook:
-    """Per-unit smoothed load: a time-weighted exponential average (README, "Measured load")."""
+    """Per-unit smoothed load: a time-weighted exponential average (docs/assignment.md, "Measured load")."""
 
     def __init__(self, half_life):
         self.half_life, self.units = half_life, {}  # unit -> [decayed sum, decayed weight, at]

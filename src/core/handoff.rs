@@ -65,13 +65,13 @@
 //! the member's other path, that sees its process gone. A connection named
 //! on another server (another run id: a failover or a restart since) is gone
 //! from the one asked, whatever ids that one has (see [`RedisConnection`]). A member that reads only on the connection
-//! its last report names (README, protocol) and whose connection Redis still
+//! its last report names (`docs/protocol.md`) and whose connection Redis still
 //! has is alive, and acknowledges. A member that names none is released by
 //! its acknowledgement or its wait alone; one that does not speak the
-//! protocol at all, by the refusal alone (its limit is in the README).
+//! protocol at all, by the refusal alone (its limit is in `docs/guarantees.md`).
 //!
 //! A member serves pings before its first read and for as long as it holds
-//! a unit (README, protocol). So a refusal on a connection opened after the
+//! a unit (`docs/protocol.md`). So a refusal on a connection opened after the
 //! revoking write means that no process at that address read a row showing
 //! the unit and still lives, unless the refusal came from something else
 //! than the member's host, which the Redis check covers.

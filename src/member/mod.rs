@@ -3,7 +3,7 @@
 //! A [`Member`] serves the ping RPC (`/proto.GRPCPinger/Ping`) and the standard
 //! `grpc.health.v1` health service, registers its address in its services list,
 //! and follows its own row of the matching table with the handoff protocol
-//! (README, "Protocol"): it hands units to the application ([`Handoff`], or
+//! (`docs/protocol.md`): it hands units to the application ([`Handoff`], or
 //! the `watch::Receiver<Assignment>`), takes them back, acknowledges the
 //! generations that took units away, and fences itself when it loses
 //! contact.
@@ -400,7 +400,7 @@ impl Member {
     /// number from 0 to 1e9 in the application's own measure (CPU seconds
     /// a second, items a minute), as often as it likes. The member smooths
     /// the samples (`load_half_life`) and writes the smoothed load of every
-    /// unit it owns to `{T}:loads` every `load_report_interval` (README,
+    /// unit it owns to `{T}:loads` every `load_report_interval` (`docs/assignment.md`,
     /// "Measured load"). `false`: not such a number, ignored.
     pub fn report_load(&self, unit: &str, load: f64) -> bool {
         self.loads

@@ -35,7 +35,7 @@ use crate::support::docker::{self, BridgeNetwork, Process, bollard};
 use crate::support::ownership::{self, Bounds};
 use crate::support::{Fleet, SERVICES, TABLE, UNITS, free_port, http_get, metric, parse_metrics};
 
-/// The replicas' timings: fast, and as the README requires
+/// The replicas' timings: fast, and as docs/protocol.md requires
 /// (renew interval < renew deadline < TTL).
 pub const REPLICA_ENV: &[(&str, &str)] = &[
     ("SERVICES_NAMESPACE", SERVICES),

@@ -561,7 +561,7 @@ pub async fn holder_cut_from_workers(docker: bollard::Docker) {
         const ABDICATED: &[(&str, &str)] = &[("transition", "abdicated")];
         let transitions = "distributor_lease_transitions_total";
         let abdicated_before = c.gauge(h, transitions, ABDICATED).await.unwrap();
-        // A holder that counts itself alone does not hand over (see the README).
+        // A holder that counts itself alone does not hand over (see docs/guarantees.md).
         wait_census(&c, h).await;
         let pid = c.replica_pid(h).await;
         let all: Vec<usize> = (0..c.workers.len()).collect();
@@ -1010,7 +1010,7 @@ fn next_owner_at(c: &Cluster, units: &[String], from: &str, since_us: u64) -> Ve
 ///     reset and then with an ICMP port-unreachable: the holder's connection
 ///     to it is refused, as if its process were gone, while the worker runs
 ///     and reads Redis. A refusal is not a death for a member that names its
-///     Redis connection (README, protocol step 4): the holder fails the
+///     Redis connection (docs/protocol.md, step 4): the holder fails the
 ///     worker and revokes its units, but releases them only on its
 ///     acknowledgement (or its deadline), never on the refusal, since Redis
 ///     still has the worker's connection. The ownership check finds no unit

@@ -23,7 +23,7 @@ async fn report(fleet: &Fleet, member: &str, applied: u64, deadline: Duration) {
 /// A handoff-only cycle right after the holder's own write finds its WATCH
 /// guard tripped by that very write: the stored digest counts as unknown, and
 /// it writes the unchanged table again, with a new generation. A member that
-/// acknowledges every generation (README step 4 read literally: "For
+/// acknowledges every generation (docs/protocol.md step 4 read literally: "For
 /// generation g: ... then report") answers each write with an `{T}:acked`
 /// hint, which starts the next handoff cycle: the table is rewritten every
 /// few milliseconds until the next full cycle verifies the content (about
@@ -118,7 +118,7 @@ impl distributor::proto::grpc_pinger_server::GrpcPinger for LatePinger {
     }
 }
 
-/// README step 5 lets a member hold a unit until its deadline after the
+/// docs/protocol.md step 5 lets a member hold a unit until its deadline after the
 /// earlier of its last read showing the unit and the last ping it
 /// *received*; the holder gives the unit away `deadline × 1.05 + 100 ms`
 /// after the earlier of the last *answer it got* and the revoking write. A
@@ -211,7 +211,7 @@ async fn a_unit_is_not_given_away_before_its_holders_deadline() {
         .unwrap();
     let hold_end = seen.min(last_ping) + DEADLINE;
     eprintln!(
-        "given away {:?} after the member's last read showing it; its hold (README step 5) ran {:?} longer",
+        "given away {:?} after the member's last read showing it; its hold (docs/protocol.md step 5) ran {:?} longer",
         granted - seen,
         hold_end.saturating_duration_since(granted)
     );

@@ -1,5 +1,5 @@
 //! Authentication: a password-protected Redis, an ACL user limited to the keys
-//! and commands the README documents, and no secret in logs, metrics, status
+//! and commands docs/protocol.md documents, and no secret in logs, metrics, status
 //! output or traces.
 
 use std::process::{Command, Stdio};
@@ -11,12 +11,12 @@ use crate::support::*;
 pub(crate) const ADMIN_PASSWORD: &str = "admin-Pa55-never-logged";
 pub(crate) const PASSWORD: &str = "dist-S3cret-never-logged";
 
-/// The minimal ACL of the README, for the test's key names.
+/// The minimal ACL of docs/protocol.md, for the test's key names.
 pub(crate) async fn create_acl_user(redis: &RedisServer) {
     create_acl_user_with(redis, OPTIONAL).await;
 }
 
-/// Commands the README's ACL grants that the distributor can do without
+/// Commands docs/protocol.md's ACL grants that the distributor can do without
 /// (an ACL written for an older version): list sizes before reading, the
 /// table guard's WATCH, the client ids of connections (fast takeover, and
 /// the check that a refused member's Redis connection is gone too), and the

@@ -4,7 +4,7 @@
 //! out), refusals that are not deaths, and reports from a numbering Redis
 //! lost. Each test watches the table from outside and checks that no unit
 //! revoked from a member reaches another before that member's wait is over
-//! (README, "Guarantees and their limits").
+//! (docs/guarantees.md).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

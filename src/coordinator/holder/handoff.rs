@@ -92,7 +92,7 @@ pub(in crate::coordinator) struct HandoffState {
     /// from (`ReportsRead::version`): unchanged, they are not read again.
     pub(in crate::coordinator) reports_version: Option<u64>,
     /// Members that reported draining and then removed their report: they
-    /// finished their drain and deregistered (README, protocol step 6). The
+    /// finished their drain and deregistered (`docs/protocol.md`, step 6). The
     /// lists a handoff cycle plans with are the last full cycle's, where such
     /// a member is still listed; without its report it would look like a
     /// member that does not acknowledge, and get units again. It stays out

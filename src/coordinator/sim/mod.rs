@@ -98,7 +98,7 @@ pub struct SeedOutcome {
     /// How many events the schedule drew (those omitted included).
     pub events: usize,
     pub violations: Vec<Violation>,
-    /// Overlaps (and lower tokens) the README documents as a limit: across
+    /// Overlaps (and lower tokens) `docs/guarantees.md` documents as a limit: across
     /// handoff state that Redis lost, or that an edit overwrote, followed by
     /// a holder change.
     pub documented: usize,

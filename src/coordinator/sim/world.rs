@@ -158,7 +158,7 @@ pub struct World {
     pub acked: bool,
     /// When Redis lost its data, or an edit overwrote the members' reports
     /// or the units in transit: handoff state a holder that takes over
-    /// cannot know (the README's limit "Redis losing writes can lose the
+    /// cannot know (`docs/guarantees.md`'s limit "Redis losing writes can lose the
     /// handoff state across a holder change").
     /// With the table generation stored then: a unit acquired at or below
     /// it was acquired from a table the loss may have taken with it.
@@ -169,7 +169,7 @@ pub struct World {
     pub flushes: Vec<Instant>,
     /// Overlaps already recorded: (unit, members).
     pub seen_overlaps: BTreeSet<(String, Vec<String>)>,
-    /// Overlaps the README documents as a limit (a holder that takes over
+    /// Overlaps `docs/guarantees.md` documents as a limit (a holder that takes over
     /// after Redis lost its data may grant a unit a member still works on,
     /// until that member's hold ends).
     pub documented: usize,
@@ -255,7 +255,7 @@ impl World {
     /// A replica began holding `epoch` at `now`. Between two losses of
     /// Redis' data, epochs strictly increase: no holding repeats or goes
     /// below an earlier one's epoch. Across a loss a fresh holder may start
-    /// lower (the README's "Monotonic epochs need a witness").
+    /// lower (`docs/guarantees.md`, "Monotonic epochs need a witness").
     pub fn began_holding(&mut self, now: Instant, epoch: u64, replica: &str) {
         let since = self.flushes.iter().copied().filter(|f| *f <= now).max();
         let earlier = self

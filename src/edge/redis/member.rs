@@ -203,7 +203,7 @@ impl Store {
     /// and not released yet: the holder still waits on it. An entry that
     /// does not decode counts when it names `member` anywhere.
     pub async fn transit_waits_on(&self, member: &str) -> Result<bool, StoreError> {
-        // HGETALL rather than HVALS: the minimal ACL (README) permits it.
+        // HGETALL rather than HVALS: the minimal ACL (`docs/protocol.md`) permits it.
         let mut conn = self.bulk();
         let cmd = redis::cmd("HGETALL").arg(&self.keys.transit).to_owned();
         let entries: Vec<(Vec<u8>, Vec<u8>)> = match self

@@ -1080,7 +1080,7 @@ fn run_case(
             }
             // Only members of the protocol may pause, lose Redis or be
             // refused while they run: an old worker is promised nothing
-            // then (README, limits).
+            // then (`docs/guarantees.md`, limits).
             Op::Pause(i, d) => {
                 if let Some(m) = w.members.get_mut(i).filter(|m| m.acks) {
                     m.paused_until = Some(t + ms(d));
