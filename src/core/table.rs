@@ -175,6 +175,9 @@ pub struct MatchingTable {
     rows: BTreeMap<String, String>,
     /// Computed once: a table is immutable once built.
     digest: OnceLock<String>,
+    /// Whether every row's units are strictly increasing, as every solve
+    /// writes them; computed once, like the digest.
+    increasing: OnceLock<bool>,
 }
 
 impl PartialEq for MatchingTable {
@@ -452,7 +455,19 @@ impl MatchingTable {
         MatchingTable {
             rows: rows.into_iter().collect(),
             digest: OnceLock::new(),
+            increasing: OnceLock::new(),
         }
+    }
+
+    /// Whether every row's units are strictly increasing (sorted, no unit
+    /// twice in a row), as every solve writes them. Computed once per
+    /// table: a memoised table is asked every handoff cycle.
+    pub fn rows_increasing(&self) -> bool {
+        *self.increasing.get_or_init(|| {
+            self.rows
+                .values()
+                .all(|row| row.split(SEPARATOR).is_sorted_by(|a, b| a < b))
+        })
     }
 
     pub fn rows(&self) -> &BTreeMap<String, String> {

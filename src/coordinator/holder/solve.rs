@@ -234,7 +234,7 @@ pub(super) async fn desired(
         Some(m)
             if plain_sticky
                 && m.base == base
-                && sticky::holds_exactly(granted.rows(), &also_held, m.table.rows()) =>
+                && sticky::holds_exactly(granted.rows(), &also_held, &m.table) =>
         {
             Memo { key, ..m }
         }
@@ -249,8 +249,7 @@ pub(super) async fn desired(
                 .filter(|m| plain_sticky && m.partitions == Some(units_part))
                 .map(|m| m.table)
                 .filter(|t| {
-                    Arc::ptr_eq(t, granted)
-                        || sticky::holds_exactly(granted.rows(), &also_held, t.rows())
+                    Arc::ptr_eq(t, granted) || sticky::holds_exactly(granted.rows(), &also_held, t)
                 });
             let current_is_solved = solved_view.is_some();
             let inp = Arc::clone(inputs);
