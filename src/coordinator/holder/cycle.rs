@@ -285,6 +285,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                     ) = (&r, &plan.table)
                     {
                         self.store.wrote_table(Arc::clone(t));
+                        self.store.verify_table_soon();
                     }
                     write_span = Some(span);
                     Outcome::Committed(r)

@@ -103,6 +103,22 @@ impl Store {
         self.knows_table(table);
     }
 
+    /// Verifies the stored table in a task of its own, as the next
+    /// [`read_table_state`](Self::read_table_state) would (probe the guard,
+    /// read the table whole, compare it with its digest), so that the next
+    /// cycle after this holder's own write finds the guard clean. Its result
+    /// is dropped: what it verified lives in the guard, which vouches only
+    /// for a read made after it was armed (see `guard.rs`); a failure leaves
+    /// the check to the next cycle.
+    pub fn verify_table_soon(&self) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.read_table_state().await {
+                tracing::debug!(error = %e, "the table's early verification failed; the next cycle reads it");
+            }
+        });
+    }
+
     /// Records a table whose digest is known (computed from its rows): a
     /// standby's verified copy of the stored table, so that its first cycle
     /// as a holder, which reads the table whole (its own acquisition
