@@ -7,6 +7,7 @@
 //!
 //! ```text
 //!  pinger.rs     the holder's side (daemon only): concurrent pings, channel cache
+//!  failure.rs    why a ping failed, classified from tonic's status (daemon only)
 //!  beats.rs      the holder's side of a member's beat stream (daemon only)
 //!  closes.rs     the pinger's connector: names a member the moment its connection ends
 //!  responder.rs  the member's side: the ping and beat services
@@ -20,6 +21,8 @@ mod beats;
 #[cfg(feature = "daemon")]
 mod closes;
 #[cfg(feature = "daemon")]
+mod failure;
+#[cfg(feature = "daemon")]
 mod pinger;
 mod responder;
 mod routes;
@@ -30,6 +33,8 @@ pub use responder::PingGate;
 #[cfg(feature = "daemon")]
 pub use closes::{Closed, Closes};
 #[cfg(feature = "daemon")]
-pub use pinger::{FIRST_CONTACT, Keepalive, PingFailure, PingReport, PingSet, PingTask, Pinger};
+pub use failure::PingFailure;
+#[cfg(feature = "daemon")]
+pub use pinger::{FIRST_CONTACT, Keepalive, PingReport, PingSet, PingTask, Pinger};
 pub use responder::{PingResponder, beat_service, ping_service};
 pub(crate) use routes::{Route, Unimplemented};
