@@ -333,8 +333,15 @@ async fn units_are_acquired_after_the_start_report_and_a_ping() {
     assert_eq!(a.tokens["b"], FencingToken(5));
     assert!(!a.fenced);
     assert_eq!(member.holds("a"), Some(FencingToken(5)));
+    // The member saw the ping before the test's pinger task logged its
+    // answer: wait for the log, not for the schedule.
+    wait_for("a ping logged", Duration::from_secs(5), || {
+        let logged = pinger.last().is_some();
+        async move { logged }
+    })
+    .await;
     assert_eq!(
-        pinger.last().unwrap().answer,
+        pinger.last().expect("logged").answer,
         Ok(()),
         "answers pings while in contact"
     );
