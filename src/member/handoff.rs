@@ -49,6 +49,14 @@ pub struct Owned {
     pub hold: Hold,
 }
 
+impl Owned {
+    /// Resolves when the hold on this unit ends ([`Hold::cancelled`]): the
+    /// work on it must stop.
+    pub async fn cancelled(&self) {
+        self.hold.cancelled().await;
+    }
+}
+
 /// A cheap handle on this member's hold of one unit (one tenure): check it
 /// before every side effect. It reads the monotonic clock and the member's
 /// state under a short lock, no IO.
@@ -94,7 +102,7 @@ impl Hold {
 
     /// [`Hold::is_held`], as a `Result` for `?` before a side effect.
     pub fn check(&self) -> Result<FencingToken, HoldLost> {
-        let held = self.shared.lock().holds(&self.unit, clock::now());
+        let held = self.shared.peek().holds(&self.unit, clock::now());
         match held {
             Some(t) if t == self.token => Ok(t),
             _ => Err(HoldLost {
@@ -108,11 +116,38 @@ impl Hold {
     /// has ended. A side effect that must finish within the hold can bound
     /// itself by this instant.
     pub fn ends(&self) -> Option<Instant> {
-        let core = self.shared.lock();
+        let core = self.shared.peek();
         let now = clock::now();
         (core.holds(&self.unit, now) == Some(self.token))
             .then(|| core.hold_end(&self.unit))
             .flatten()
+    }
+
+    /// Resolves when this hold ends: at once when the unit is revoked, the
+    /// member stops or is fenced, and at [`Hold::ends`] when no read and
+    /// ping extended it by then (a wait that follows each extension).
+    /// Resolves at once for a hold that has ended. Cancel-safe: dropping
+    /// the future changes nothing, and it holds no lock while it waits.
+    ///
+    /// For a task working on the unit: `select!` on this and the work, and
+    /// stop when it resolves (a side effect should still [`Hold::check`]
+    /// first: the hold can end between the check and the effect only by
+    /// time, which [`Hold::ends`] bounds).
+    pub async fn cancelled(&self) {
+        loop {
+            // Registered before the state is read, so that a change made
+            // after the read wakes it.
+            let changed = self.shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let Some(end) = self.ends() else {
+                return;
+            };
+            tokio::select! {
+                () = &mut changed => {}
+                () = tokio::time::sleep_until(tokio::time::Instant::from_std(end)) => {}
+            }
+        }
     }
 }
 
@@ -122,6 +157,37 @@ pub(crate) struct Shared {
     core: Mutex<Ownership>,
     /// Wakes the member's task after a ping changed the state.
     pub(crate) wake: Notify,
+    /// Wakes every [`Hold::cancelled`] after each use of the state by the
+    /// member (any of them may have ended a hold; each checks its own).
+    changed: Notify,
+}
+
+/// The state, locked by the member; dropping it wakes the holds' waiters.
+pub(crate) struct Locked<'a> {
+    guard: Option<MutexGuard<'a, Ownership>>,
+    changed: &'a Notify,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Ownership;
+
+    fn deref(&self) -> &Ownership {
+        self.guard.as_ref().expect("locked until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Ownership {
+        self.guard.as_mut().expect("locked until dropped")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // Unlocked first, so that the woken waiters find the lock free.
+        self.guard = None;
+        self.changed.notify_waiters();
+    }
 }
 
 impl Shared {
@@ -129,13 +195,26 @@ impl Shared {
         Arc::new(Shared {
             core: Mutex::new(core),
             wake: Notify::new(),
+            changed: Notify::new(),
         })
     }
 
-    /// The state; never held across an await. A panic while it was held
+    /// The state, for the member (its task, its ping responder), which may
+    /// change it; never held across an await. A panic while it was held
     /// (a bug) does not stop the member: the state is still consistent per
-    /// call.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Ownership> {
+    /// call. Every use wakes the holds' [`Hold::cancelled`] waiters, which
+    /// is cheap without waiters and a short recheck with them.
+    pub(crate) fn lock(&self) -> Locked<'_> {
+        Locked {
+            guard: Some(self.core.lock().unwrap_or_else(|e| e.into_inner())),
+            changed: &self.changed,
+        }
+    }
+
+    /// The state, read by the application's holds: no wakeup, since a read
+    /// changes nothing (an application checking its hold in a loop must not
+    /// wake every waiter).
+    fn peek(&self) -> MutexGuard<'_, Ownership> {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -155,7 +234,7 @@ impl Shared {
     }
 
     pub(crate) fn hold(self: &Arc<Shared>, unit: &str) -> Option<Hold> {
-        let token = self.lock().holds(unit, clock::now())?;
+        let token = self.peek().holds(unit, clock::now())?;
         Some(Hold {
             unit: unit.into(),
             token,

@@ -435,6 +435,91 @@ async fn a_revocation_completes_before_the_report_and_the_report_before_acquisit
     member.shutdown().await;
 }
 
+/// `Hold::cancelled` resolves when the hold ends, and not before: at once
+/// when the unit's revocation starts (not when the application's slow stop
+/// returns, nor at the deadline), and at the hold's end when the pings stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holds_cancelled_future_resolves_when_the_hold_ends() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    let mut opts = options(&redis, port);
+    let deadline = Duration::from_secs(2);
+    opts.deadline = deadline;
+    write_table(&redis, 5, &[(&id, "a,b")]).await;
+    let app = Recorder::slow(Duration::from_millis(800));
+    let member = Member::start_with(opts, app.clone()).await.unwrap();
+    let pinger = Pinger::start(&id);
+    app.wait("b acquired", |e| e.call == Call::Acquired && e.unit == "b")
+        .await;
+    let ended = |hold: distributor::Hold| {
+        tokio::spawn(async move {
+            hold.cancelled().await;
+            Instant::now()
+        })
+    };
+    let mut a_ended = ended(member.hold("a").expect("a is held"));
+    let hold_b = member.hold("b").expect("b is held");
+    let mut b_ended = ended(hold_b.clone());
+    // Held, with reads and pings extending it: nothing resolves.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(600), &mut a_ended)
+            .await
+            .is_err(),
+        "resolved while the unit was held"
+    );
+
+    // a is revoked: its future resolves when the revocation starts.
+    write_table(&redis, 6, &[(&id, "b")]).await;
+    let a_at = tokio::time::timeout(Duration::from_secs(5), &mut a_ended)
+        .await
+        .expect("a's hold ended")
+        .unwrap();
+    let started = app
+        .wait("a's revocation starts", |e| {
+            e.call == Call::RevokeStarted(Revocation::Moved)
+        })
+        .await;
+    let stopped = app
+        .wait("a's revocation returns", |e| {
+            e.call == Call::Revoked(Revocation::Moved)
+        })
+        .await;
+    assert!(
+        a_at < stopped.at,
+        "resolved {:?} after the application's stop returned",
+        a_at - stopped.at
+    );
+    assert!(
+        a_at + Duration::from_millis(200) > started.at,
+        "resolved {:?} before the revocation started",
+        started.at - a_at
+    );
+    assert!(!b_ended.is_finished(), "b is still held");
+
+    // No more pings: b's hold ends at its end, which no read extends any
+    // more, and the future resolves then.
+    pinger.pause().await;
+    let end = hold_b.ends().expect("b is held until its end");
+    assert!(end > Instant::now(), "b's hold ends in the future");
+    let b_at = tokio::time::timeout(deadline * 3, &mut b_ended)
+        .await
+        .expect("b's hold ended")
+        .unwrap();
+    assert!(
+        b_at >= end,
+        "resolved {:?} before the hold's end",
+        end - b_at
+    );
+    assert!(
+        b_at < end + Duration::from_millis(500),
+        "resolved {:?} after the hold's end",
+        b_at - end
+    );
+    assert!(hold_b.check().is_err());
+    member.shutdown().await;
+}
+
 /// A generation lower than the last processed one changes nothing; a higher
 /// one after it is processed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
