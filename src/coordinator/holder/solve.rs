@@ -248,9 +248,7 @@ pub(super) async fn desired(
             let solved_view = previous
                 .filter(|m| plain_sticky && m.partitions == Some(units_part))
                 .map(|m| m.table)
-                .filter(|t| {
-                    Arc::ptr_eq(t, granted) || sticky::holds_exactly(granted.rows(), &also_held, t)
-                });
+                .filter(|t| sticky::holds_exactly(granted.rows(), &also_held, t));
             let current_is_solved = solved_view.is_some();
             let inp = Arc::clone(inputs);
             let assign = info_span!(
