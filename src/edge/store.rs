@@ -76,15 +76,13 @@ pub trait HoldingStore: Clone + Send + Sync + 'static {
     /// The table a confirmed write of this holder left in Redis: a later
     /// whole read of the same rows may take its digest (the same rows have
     /// the same digest) instead of hashing them.
+    /// The write also touched the keys the table guard watches, so the next
+    /// read of the table's state would read the table whole to verify it:
+    /// a store with a guard starts that verification at once, in the
+    /// background (while the members take in the write), so that the next
+    /// cycle finds it done. Nothing is trusted that was not read: the
+    /// verification is the same read, made earlier.
     fn wrote_table(&self, _table: Arc<MatchingTable>) {}
-
-    /// After this holder's confirmed table write: the write touched the
-    /// keys the table guard watches, so the next read of the table's state
-    /// would read the table whole to verify it. Starts that verification at
-    /// once, in the background (while the members take in the write), so
-    /// that the next cycle finds it done. Nothing is trusted that was not
-    /// read: the verification is the same read, made earlier.
-    fn verify_table_soon(&self) {}
 
     /// The stored table's digest (when intact), its generation, and the
     /// table when it had to be read to tell.
@@ -184,10 +182,6 @@ impl HoldingStore for crate::edge::redis::Store {
 
     fn wrote_table(&self, table: Arc<MatchingTable>) {
         crate::edge::redis::Store::wrote_table(self, table)
-    }
-
-    fn verify_table_soon(&self) {
-        crate::edge::redis::Store::verify_table_soon(self)
     }
 
     fn read_table_state(

@@ -225,14 +225,14 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                     // A new table's digest (from the previous one's, by the
                     // rows that differ) and change record are computed on a
                     // blocking thread.
+                    let base = Arc::clone(&history.previous);
                     let (next, record, replaced) = super::blocking(move || {
                         let table = Arc::new(table);
                         let replaced = TableDelta::between(&history.previous, &table).replaced();
                         let record = history.record(&table);
-                        (table, record, (Arc::clone(&history.previous), replaced))
+                        (table, record, replaced)
                     })
                     .await;
-                    let (base, replaced) = replaced;
                     digested = Some((base, Arc::clone(&next), replaced));
                     Outcome::Digested(next, record)
                 }
@@ -285,7 +285,6 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                     ) = (&r, &plan.table)
                     {
                         self.store.wrote_table(Arc::clone(t));
-                        self.store.verify_table_soon();
                     }
                     write_span = Some(span);
                     Outcome::Committed(r)

@@ -98,9 +98,12 @@ impl Store {
         })
     }
 
-    /// Records the table this holder's confirmed write left in Redis.
+    /// Records the table this holder's confirmed write left in Redis, and
+    /// verifies it at once ([`verify_table_soon`](Self::verify_table_soon)):
+    /// the write dirtied the table guard.
     pub fn wrote_table(&self, table: Arc<MatchingTable>) {
         self.knows_table(table);
+        self.verify_table_soon();
     }
 
     /// Verifies the stored table in a task of its own, as the next
@@ -110,7 +113,7 @@ impl Store {
     /// is dropped: what it verified lives in the guard, which vouches only
     /// for a read made after it was armed (see `guard.rs`); a failure leaves
     /// the check to the next cycle.
-    pub fn verify_table_soon(&self) {
+    fn verify_table_soon(&self) {
         let store = self.clone();
         tokio::spawn(async move {
             if let Err(e) = store.read_table_state().await {
