@@ -15,8 +15,9 @@
 //! Cost: a comparison of each stored row with the table's, and a pass
 //! side by side over the rows that differ or have units coming (the table's
 //! rows are checked increasing once per table, and the memoised table is
-//! the same one every cycle); no hashing of the table: a handoff cycle after a change no longer solves 100,000 units
-//! again to find the table it is already handing off towards.
+//! the same one every cycle); no hashing of the table. A handoff cycle after
+//! a change no longer solves 100,000 units again to find the table it is
+//! already handing off towards.
 
 use std::collections::{BTreeMap, HashMap};
 
