@@ -153,19 +153,6 @@ pub(super) fn malformed_tail(entry: &str) -> Option<std::ops::Range<usize>> {
     }
 }
 
-/// Percent-encodes a password for use in a Redis URL.
-fn encode_userinfo(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// Checks `host[:port]` (`[v6]` too). Reasons never quote the input, which may
 /// hold a password when the URL is malformed.
 fn check_host_port(hp: &str, port_required: bool) -> Result<(), String> {
@@ -295,18 +282,7 @@ pub(super) fn redis_urls(l: &Layers) -> Result<Vec<String>, ConfigError> {
     let user = l.get(&REDIS_USER)?;
     let force_tls = l.get(&REDIS_TLS)?;
     for url in &mut urls {
-        if pass.is_some() || user.is_some() {
-            let (scheme, rest) = url.split_once("://").expect("checked above");
-            let (auth, host) = rest.rsplit_once('@').unwrap_or(("", rest));
-            let (url_user, url_pass) = auth.split_once(':').unwrap_or((auth, ""));
-            let user = user
-                .as_deref()
-                .map_or_else(|| url_user.to_string(), encode_userinfo);
-            let pass = pass
-                .as_deref()
-                .map_or_else(|| url_pass.to_string(), encode_userinfo);
-            *url = format!("{scheme}://{user}:{pass}@{host}");
-        }
+        *url = crate::edge::redis::url::with_credentials(url, user.as_deref(), pass.as_deref());
         if force_tls && url.starts_with("redis://") {
             *url = url.replacen("redis://", "rediss://", 1);
         }

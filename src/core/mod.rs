@@ -9,6 +9,7 @@ pub mod controls;
 pub mod costs;
 pub mod count;
 pub mod delta;
+pub mod duration;
 pub mod handoff;
 pub mod held;
 pub mod history;
