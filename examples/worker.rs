@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use distributor::config::parse_duration;
+use distributor::member::HandoffFuture;
 use distributor::{Drained, Handoff, Member, MemberOptions, Owned, Revocation};
 use std::time::Instant;
 use tokio::sync::watch;
@@ -107,41 +108,43 @@ impl Worker {
 }
 
 impl Handoff for Worker {
-    async fn acquired(&self, units: Vec<Owned>) {
-        let member = self.member().await;
-        let at = unix_us();
-        for u in &units {
+    fn acquired(&self, unit: Owned) -> HandoffFuture<'_> {
+        Box::pin(async move {
+            let member = self.member().await;
             if self.events {
-                self.event("acquired", u, &member, at, None);
+                self.event("acquired", &unit, &member, unix_us(), None);
             } else {
-                println!("worker {member}: acquired {} (token {})", u.unit, u.token);
+                println!(
+                    "worker {member}: acquired {} (token {})",
+                    unit.unit, unit.token
+                );
             }
-        }
+        })
     }
 
-    async fn revoked(&self, units: Vec<Owned>, why: Revocation) {
-        let member = self.member().await;
-        let at = match why {
-            // The hold is over: stop at once. Ownership ended at the hold's
-            // end, even if this process only runs now (after a pause).
-            Revocation::Fenced { ended } => wall_clock_of(ended),
-            _ => {
-                tokio::time::sleep(self.work).await;
-                unix_us()
-            }
-        };
-        for u in &units {
+    fn revoked(&self, unit: Owned, why: Revocation) -> HandoffFuture<'_> {
+        Box::pin(async move {
+            let member = self.member().await;
+            let at = match why {
+                // The hold is over: stop at once. Ownership ended at the hold's
+                // end, even if this process only runs now (after a pause).
+                Revocation::Fenced { ended } => wall_clock_of(ended),
+                _ => {
+                    tokio::time::sleep(self.work).await;
+                    unix_us()
+                }
+            };
             if self.events {
-                self.event("released", u, &member, at, Some(why.reason()));
+                self.event("released", &unit, &member, at, Some(why.reason()));
             } else {
                 println!(
                     "worker {member}: released {} (token {}, {})",
-                    u.unit,
-                    u.token,
+                    unit.unit,
+                    unit.token,
                     why.reason()
                 );
             }
-        }
+        })
     }
 }
 
@@ -183,12 +186,13 @@ async fn main() -> anyhow::Result<()> {
             distributor::ops::telemetry::tracer_provider(true, &|k| std::env::var(k).ok())?;
         Some(distributor::ops::telemetry::init("info", false, provider))
     };
-    let mut opts = MemberOptions::new(
-        &args.redis_url,
-        &args.services_key,
-        &args.table,
-        args.listen,
-    );
+    let mut opts = MemberOptions {
+        redis_url: args.redis_url,
+        services_key: args.services_key,
+        table_key: args.table,
+        listen: args.listen,
+        ..MemberOptions::default()
+    };
     opts.advertise = args.advertise;
     opts.deadline = args.deadline;
     opts.drain_timeout = args.drain_timeout;

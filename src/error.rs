@@ -160,6 +160,29 @@ pub enum MemberError {
     Tls(TlsError),
     #[error("invalid member option {name}: {reason}")]
     Option { name: &'static str, reason: String },
+    /// A variable of [`crate::member::MEMBER_ENV`] that cannot be read; the
+    /// value is `(hidden)` for one that may hold a secret.
+    #[error("invalid environment variable {var}={value:?}: {reason}")]
+    Env {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// The member stopped (its task ended) before what was awaited.
+    #[error("the member stopped")]
+    Stopped,
+}
+
+impl MemberError {
+    /// Whether trying again may succeed: only Redis being unreachable or
+    /// slow is. Everything else is the configuration or the process.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            MemberError::Store(e) => e.is_retryable(),
+            MemberError::Listen { .. } => true,
+            _ => false,
+        }
+    }
 }
 
 /// Why a replica could not start (`Distributor::start`).

@@ -75,8 +75,8 @@ pub use core::table::MatchingTable;
 pub use error::{MemberError, StartError, StoreError};
 #[cfg(feature = "member")]
 pub use member::{
-    Assignment, Drained, FencingToken, Handoff, Hold, HoldLost, Member, MemberOptions, Owned,
-    Revocation,
+    Assignment, Drained, FencingToken, Handoff, HandoffFuture, Hold, HoldLost, Member,
+    MemberBuilder, MemberOptions, MemberServices, Owned, Revocation,
 };
 
 /// Milliseconds since the Unix epoch, for values shared between processes.

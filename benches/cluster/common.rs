@@ -792,8 +792,9 @@ async fn stdin_closed() {
 /// `n` ping servers behind one tonic server, built like `Member::start` builds
 /// its own: `serve_with_incoming` over tonic's `TcpIncoming` with TCP_NODELAY
 /// on accepted connections (without it, the first answer on a new connection
-/// waits for a delayed ACK, about 40 ms; see BENCHMARKS.md). If `Member`
-/// changes how it accepts connections, do the same here.
+/// waits for a delayed ACK, about 40 ms; see BENCHMARKS.md, "Measurements
+/// behind design choices"). If `Member` changes how it accepts connections,
+/// do the same here.
 async fn child_servers(n: usize) {
     use tonic::transport::server::TcpIncoming;
     let mut streams = Vec::with_capacity(n);
@@ -818,12 +819,13 @@ async fn child_servers(n: usize) {
 }
 
 async fn child_member(url: &str) {
-    let mut opts = distributor::MemberOptions::new(
-        url,
-        SERVICES,
-        TABLE,
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-    );
+    let mut opts = distributor::MemberOptions {
+        redis_url: url.to_string(),
+        services_key: SERVICES.into(),
+        table_key: TABLE.into(),
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..distributor::MemberOptions::default()
+    };
     opts.reregister_interval = Duration::from_secs(5);
     let member = distributor::Member::start(opts).await.unwrap();
     println!("ID {}", member.id());

@@ -44,7 +44,7 @@
 //!   generation. A generation that only adds units needs no report;
 //! - **a report is due** only when what the member must tell changes: at the
 //!   first processed read; when `draining` changes;
-//!   when the client changes; when a processed generation took units from
+//!   when the client changes; when the weight changes; when a processed generation took units from
 //!   the row (the new row lacks a unit of the previously processed one), or
 //!   follows tables this member did not process (the first processed, one
 //!   after a gap in the numbering or after rows ignored as stale: those
@@ -436,7 +436,8 @@ impl Ownership {
         if acknowledge {
             Some(report(applied))
         } else {
-            (w.draining != self.draining || w.client != self.client).then(|| report(w.applied))
+            (w.draining != self.draining || w.client != self.client || w.weight != self.weight)
+                .then(|| report(w.applied))
         }
     }
 
@@ -456,6 +457,18 @@ impl Ownership {
         }
         self.update_contact(now);
         self.try_acquire(now);
+    }
+
+    /// The capacity weight to report from now on (checked by the caller:
+    /// 1 to `MAX_WEIGHT`): a report carrying it is due, with the last
+    /// acknowledged generation. It changes nothing else: the holder moves
+    /// units on reading it, like any other change.
+    pub fn set_weight(&mut self, weight: u32) {
+        self.weight = weight;
+    }
+
+    pub fn weight(&self) -> u32 {
+        self.weight
     }
 
     /// Start draining: report it, acquire nothing more, and let the table

@@ -21,11 +21,13 @@
 //!   reads work again: never a line per poll.
 
 use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt;
 use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -33,6 +35,7 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use super::handoff::{Handoff, Shared};
+use super::meters::Meters;
 use super::{Assignment, MemberOptions};
 use crate::core::handoff::{MemberReport, RedisConnection};
 use crate::core::load::LoadBook;
@@ -82,10 +85,10 @@ enum Phase {
     },
 }
 
-/// A finished handler call.
+/// A finished handler call, for one unit.
 enum Done {
-    Revoked(Vec<String>),
-    Acquired(Vec<String>),
+    Revoked(String),
+    Acquired(String),
 }
 
 type ReadResult = Result<RowRead, StoreError>;
@@ -113,14 +116,19 @@ const REPORT_RETRY: Duration = Timing::DEFAULT.report_retry;
 /// How often a read failure that goes on is summarised in the log.
 const FAILURE_SUMMARY: Duration = Timing::DEFAULT.failure_summary;
 
-pub(super) struct Follower<H> {
+pub(super) struct Follower {
     pub(super) store: Store,
     pub(super) opts: MemberOptions,
     pub(super) id: String,
     pub(super) shared: Arc<Shared>,
-    pub(super) handoff: Arc<H>,
+    pub(super) handoff: Arc<dyn Handoff>,
     pub(super) tx: watch::Sender<Assignment>,
+    /// Registered, reported and in contact: see [`super::Member::ready`].
+    pub(super) ready: watch::Sender<bool>,
     pub(super) health: HealthReporter,
+    /// The reporter is the member's own: it also sets the overall status.
+    pub(super) own_health: bool,
+    pub(super) meters: Meters,
     /// Set once this task deregistered: a dropped [`Member`](super::Member)
     /// then has nothing left to do.
     pub(super) left: Arc<AtomicBool>,
@@ -150,7 +158,7 @@ struct Loop {
     failures: ReadFailures,
 }
 
-impl<H: Handoff> Follower<H> {
+impl Follower {
     pub(super) async fn run(self, mut mode: watch::Receiver<Mode>) -> Ending {
         let subscription = CancellationToken::new();
         let _unsubscribe = subscription.clone().drop_guard();
@@ -185,6 +193,7 @@ impl<H: Handoff> Follower<H> {
         };
         loop {
             self.run_steps(&mut l, &done_tx).await;
+            self.publish_ready(&l);
             let now = clock::now();
             match l.phase {
                 Phase::Draining { until } if now >= until => {
@@ -302,6 +311,7 @@ impl<H: Handoff> Follower<H> {
         };
         if let Some((revision, assignment)) = assignment {
             l.revision = Some(revision);
+            self.meters.units.set(assignment.units.len() as f64);
             self.tx.send_if_modified(|a| {
                 let changed = *a != assignment;
                 *a = assignment;
@@ -312,58 +322,74 @@ impl<H: Handoff> Follower<H> {
             match step {
                 Step::Revoke { units, why } => {
                     let now = clock::now();
-                    let names: Vec<String> = units.iter().map(|t| t.unit.clone()).collect();
                     match why {
                         Revocation::Fenced { ended } => tracing::warn!(
                             member = %self.id,
-                            units = names.len(),
-                            first = %names[0],
+                            units = units.len(),
+                            first = %units[0].unit,
                             ended_ago = ?now.saturating_duration_since(ended),
                             deadline = ?self.opts.deadline,
                             "hold ended (no successful read or no ping within the deadline, or the process was paused): revoking at once"
                         ),
                         why => {
-                            tracing::debug!(member = %self.id, units = names.len(), reason = why.reason(), "revoking")
+                            tracing::debug!(member = %self.id, units = units.len(), reason = why.reason(), "revoking")
                         }
                     }
-                    let waits: Vec<CancellationToken> = names
-                        .iter()
-                        .filter_map(|u| l.acquiring.get(u).cloned())
-                        .collect();
-                    let owned = self.shared.owned(units);
-                    let handoff = self.handoff.clone();
-                    let done = done.clone();
-                    let member = self.id.clone();
-                    tokio::spawn(async move {
-                        for w in waits {
-                            w.cancelled().await;
-                        }
-                        let call = tokio::spawn(async move { handoff.revoked(owned, why).await });
-                        if let Err(e) = call.await {
-                            tracing::error!(member, error = %e, reason = why.reason(), "the revocation handler failed; counting its units as stopped");
-                        }
-                        let _ = done.send(Done::Revoked(names));
-                    });
+                    // One task per unit: a slow stop delays no other unit's.
+                    for owned in self.shared.owned(units) {
+                        let acquiring = l.acquiring.get(&owned.unit).cloned();
+                        let handoff = self.handoff.clone();
+                        let done = done.clone();
+                        let member = self.id.clone();
+                        let meters = self.meters.clone();
+                        tokio::spawn(async move {
+                            if let Some(acquiring) = acquiring {
+                                acquiring.cancelled().await;
+                            }
+                            let unit = owned.unit.clone();
+                            let started = clock::now();
+                            let call = AssertUnwindSafe(handoff.revoked(owned, why));
+                            if let Err(panic) = call.catch_unwind().await {
+                                tracing::error!(
+                                    member,
+                                    unit,
+                                    panic = panic_text(&panic),
+                                    reason = why.reason(),
+                                    "the revocation handler panicked; counting its unit as stopped"
+                                );
+                            }
+                            meters.revoked(
+                                why.reason(),
+                                clock::now().saturating_duration_since(started),
+                            );
+                            let _ = done.send(Done::Revoked(unit));
+                        });
+                    }
                 }
                 Step::Acquire { units } => {
-                    let names: Vec<String> = units.iter().map(|t| t.unit.clone()).collect();
-                    tracing::debug!(member = %self.id, units = names.len(), token = %units[0].token, "acquired");
-                    let finished = CancellationToken::new();
-                    for u in &names {
-                        l.acquiring.insert(u.clone(), finished.clone());
+                    tracing::debug!(member = %self.id, units = units.len(), token = %units[0].token, "acquired");
+                    self.meters.acquired.increment(units.len() as u64);
+                    for owned in self.shared.owned(units) {
+                        let finished = CancellationToken::new();
+                        l.acquiring.insert(owned.unit.clone(), finished.clone());
+                        let handoff = self.handoff.clone();
+                        let done = done.clone();
+                        let member = self.id.clone();
+                        tokio::spawn(async move {
+                            let _finished = finished.drop_guard();
+                            let unit = owned.unit.clone();
+                            let call = AssertUnwindSafe(handoff.acquired(owned));
+                            if let Err(panic) = call.catch_unwind().await {
+                                tracing::error!(
+                                    member,
+                                    unit,
+                                    panic = panic_text(&panic),
+                                    "the acquisition handler panicked"
+                                );
+                            }
+                            let _ = done.send(Done::Acquired(unit));
+                        });
                     }
-                    let owned = self.shared.owned(units);
-                    let handoff = self.handoff.clone();
-                    let done = done.clone();
-                    let member = self.id.clone();
-                    tokio::spawn(async move {
-                        let _finished = finished.drop_guard();
-                        let call = tokio::spawn(async move { handoff.acquired(owned).await });
-                        if let Err(e) = call.await {
-                            tracing::error!(member, error = %e, "the acquisition handler failed");
-                        }
-                        let _ = done.send(Done::Acquired(names));
-                    });
                 }
                 Step::Overran { units, ended } => {
                     let names: Vec<&str> = units.iter().map(|t| t.unit.as_str()).collect();
@@ -379,6 +405,7 @@ impl<H: Handoff> Follower<H> {
         }
         if fenced != l.fenced {
             l.fenced = fenced;
+            self.meters.fenced.set(if fenced { 1.0 } else { 0.0 });
             let (read, ping) = self.shared.lock().last_contact();
             let ago = |t: Option<Instant>| t.map(|t| t.elapsed());
             if fenced && !matches!(l.phase, Phase::Stopping { .. } | Phase::Leaving { .. }) {
@@ -395,7 +422,9 @@ impl<H: Handoff> Follower<H> {
             } else {
                 ServingStatus::NotServing
             };
-            self.health.set_service_status("", status).await;
+            if self.own_health {
+                self.health.set_service_status("", status).await;
+            }
             if serve {
                 self.health
                     .set_serving::<GrpcPingerServer<PingResponder>>()
@@ -408,19 +437,32 @@ impl<H: Handoff> Follower<H> {
         }
     }
 
+    /// Publishes readiness: registered, a report written, in contact, and
+    /// not leaving.
+    fn publish_ready(&self, l: &Loop) {
+        let (reported, weight) = {
+            let c = self.shared.lock();
+            (c.written_report().is_some() && !c.fenced(), c.weight())
+        };
+        self.meters.weight.set(f64::from(weight));
+        let ready = l.registered && matches!(l.phase, Phase::Following) && reported;
+        self.meters.ready.set(if ready { 1.0 } else { 0.0 });
+        self.ready
+            .send_if_modified(|r| std::mem::replace(r, ready) != ready);
+    }
+
     fn finished(&self, l: &mut Loop, done: Done) {
         match done {
-            Done::Revoked(units) => {
-                let late = self.shared.lock().revoked(clock::now(), &units);
+            Done::Revoked(unit) => {
+                let late = self.shared.lock().revoked(clock::now(), &[unit]);
+                self.meters.revocations_late.increment(late.len() as u64);
                 for (t, by) in late {
                     tracing::error!(member = %self.id, unit = %t.unit, token = %t.token, late = ?by, "a revocation finished after the unit's hold had ended: it may have overlapped with the next owner");
                 }
             }
-            Done::Acquired(units) => {
-                for u in units {
-                    if l.acquiring.get(&u).is_some_and(|t| t.is_cancelled()) {
-                        l.acquiring.remove(&u);
-                    }
+            Done::Acquired(unit) => {
+                if l.acquiring.get(&unit).is_some_and(|t| t.is_cancelled()) {
+                    l.acquiring.remove(&unit);
                 }
             }
         }
@@ -535,7 +577,10 @@ impl<H: Handoff> Follower<H> {
                     }
                     l.want_transit = true;
                 }
-                Err(e) => l.failures.failed(&self.id, &e),
+                Err(e) => {
+                    self.meters.read_failures.increment(1);
+                    l.failures.failed(&self.id, &e);
+                }
             },
             Io::Report {
                 report,
@@ -543,6 +588,7 @@ impl<H: Handoff> Follower<H> {
                 result,
             } => match result {
                 Ok(()) => {
+                    self.meters.reports.increment(1);
                     let before = {
                         let mut c = self.shared.lock();
                         let before = c.written_report().map(|r| r.client);
@@ -559,6 +605,7 @@ impl<H: Handoff> Follower<H> {
                     }
                 }
                 Err(e) => {
+                    self.meters.report_failures.increment(1);
                     log_store_error(&e, "could not write this member's report; retrying");
                     l.report_wait = Some(now + REPORT_RETRY);
                 }
@@ -661,6 +708,15 @@ pub(super) async fn report_loads(
             Err(_) => {}
         }
     }
+}
+
+/// What a handler's panic said, if it said it as text.
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(not text)")
 }
 
 fn assignment_of(c: &Ownership) -> Assignment {

@@ -3,6 +3,7 @@
 //! over ([`Owned`]), and the [`Hold`] to check before each side effect.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::time::Instant;
@@ -12,33 +13,73 @@ use crate::core::ownership::{FencingToken, Ownership, Revocation, Tenure};
 use crate::edge::clock;
 use crate::edge::grpc::PingGate;
 
-/// What the application does when this member gains or loses units.
-///
-/// The member calls these from its own tasks; calls for one unit never
-/// overlap (a revocation waits until the unit's `acquired` returned), calls
-/// for different units may run concurrently.
-pub trait Handoff: Send + Sync + 'static {
-    /// `units` are this member's from now on: start them, and return (their
-    /// work runs elsewhere; keep each [`Owned::hold`] to check before a side
-    /// effect).
-    fn acquired(&self, units: Vec<Owned>) -> impl Future<Output = ()> + Send;
+/// The future a [`Handoff`] call returns: boxed, so that the trait can be
+/// used as `dyn Handoff` (an `Arc<dyn Handoff>` is a handler too).
+pub type HandoffFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
-    /// Stop `units` completely, then return: once this returns, nothing the
-    /// application does touches them any more. The member reports that to
-    /// the holder, which only then gives them to their next owner; so a
-    /// revocation that takes long delays the move (and holds up this
-    /// member's acquisitions: revocations first). One that outlasts the
-    /// units' hold is logged loudly, since the next owner may then start.
-    /// With [`Revocation::Fenced`] the hold has already ended: stop at once.
-    fn revoked(&self, units: Vec<Owned>, why: Revocation) -> impl Future<Output = ()> + Send;
+/// What the application does when this member gains or loses a unit.
+///
+/// One call per unit, each on a task of its own: a slow start or stop of
+/// one unit delays no other unit's. For one unit, calls never overlap: its
+/// `revoked` starts only once its `acquired` returned. A call that panics
+/// counts as returned (and is logged).
+///
+/// ```
+/// use distributor::member::{Handoff, HandoffFuture, Owned, Revocation};
+///
+/// struct Crawler;
+///
+/// impl Handoff for Crawler {
+///     fn acquired(&self, unit: Owned) -> HandoffFuture<'_> {
+///         Box::pin(async move { println!("crawling {} (token {})", unit.unit, unit.token) })
+///     }
+///
+///     fn revoked(&self, unit: Owned, _why: Revocation) -> HandoffFuture<'_> {
+///         Box::pin(async move { println!("stopped {}", unit.unit) })
+///     }
+/// }
+///
+/// let _as_object: std::sync::Arc<dyn Handoff> = std::sync::Arc::new(Crawler);
+/// ```
+pub trait Handoff: Send + Sync + 'static {
+    /// `unit` is this member's from now on: start it, and return (its work
+    /// runs elsewhere; keep [`Owned::hold`] to check before each side
+    /// effect, or select on [`Owned::cancelled`]).
+    fn acquired(&self, unit: Owned) -> HandoffFuture<'_>;
+
+    /// Stop `unit` completely, then return: once this returns, nothing the
+    /// application does touches it any more. The member reports that to the
+    /// holder, which only then gives it to its next owner; so a revocation
+    /// that takes long delays that unit's move, and the acknowledgement of
+    /// the table generation that took it (other units' moves in the same
+    /// generation wait for it too: the protocol acknowledges generations,
+    /// not units). One that outlasts the unit's hold is logged loudly, since
+    /// the next owner may then start. With [`Revocation::Fenced`] the hold
+    /// has already ended: stop at once.
+    fn revoked(&self, unit: Owned, why: Revocation) -> HandoffFuture<'_>;
 }
 
 /// No handler: follow [`Member::assignment`](super::Member::assignment)
 /// instead. A revocation completes as soon as the assignment without the
-/// units is published.
+/// unit is published.
 impl Handoff for () {
-    async fn acquired(&self, _: Vec<Owned>) {}
-    async fn revoked(&self, _: Vec<Owned>, _: Revocation) {}
+    fn acquired(&self, _: Owned) -> HandoffFuture<'_> {
+        Box::pin(std::future::ready(()))
+    }
+
+    fn revoked(&self, _: Owned, _: Revocation) -> HandoffFuture<'_> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+impl<H: Handoff + ?Sized> Handoff for Arc<H> {
+    fn acquired(&self, unit: Owned) -> HandoffFuture<'_> {
+        (**self).acquired(unit)
+    }
+
+    fn revoked(&self, unit: Owned, why: Revocation) -> HandoffFuture<'_> {
+        (**self).revoked(unit, why)
+    }
 }
 
 /// A unit handed to the application, with its fencing token and its hold.

@@ -44,8 +44,11 @@
 //!   crashed member (or [`Member::abort`], which ends every hold at once)
 //!   simply stops answering.
 
+mod builder;
 mod follow;
 mod handoff;
+mod meters;
+mod options;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -53,26 +56,28 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-use self::follow::{Ending, Follower, Mode};
+pub use self::builder::{MemberBuilder, MemberServices};
+use self::follow::{Ending, Mode};
 use self::handoff::Shared;
-pub use self::handoff::{Handoff, Hold, HoldLost, Owned};
-use crate::core::handoff::{MAX_DEADLINE, MAX_WEIGHT};
-use crate::core::inputs::check_member_addr;
+pub use self::handoff::{Handoff, HandoffFuture, Hold, HoldLost, Owned};
+pub use self::meters::MEMBER_METRICS;
+pub use self::options::{EnvVar, MEMBER_ENV, MemberOptions};
 use crate::core::load::LoadBook;
-use crate::core::ownership::Ownership;
 pub use crate::core::ownership::{FencingToken, Revocation};
 use crate::edge::clock;
-use crate::edge::grpc::{PingResponder, Route, Unimplemented};
-use crate::edge::redis::{RedisOptions, Store};
-use crate::edge::tls::TlsFiles;
+use crate::edge::redis::RedisOptions;
 use crate::error::MemberError;
-use crate::proto::grpc_pinger_server::GrpcPingerServer;
-use crate::proto::liveness_server::LivenessServer;
+
+/// Where the member's Redis comes from: its options, or the application's
+/// own client.
+#[derive(Clone)]
+enum RedisSource {
+    Options(RedisOptions),
+    Client(redis::Client),
+}
 
 /// This member's share of the work: the units it owns now.
 ///
@@ -101,110 +106,6 @@ pub struct Assignment {
     pub fenced: bool,
 }
 
-/// How a member finds Redis and the table, and how it is reached.
-#[derive(Debug, Clone)]
-pub struct MemberOptions {
-    pub redis_url: String,
-    /// The services list to register in (its group).
-    pub services_key: String,
-    /// The matching table key (`-distribution-namespace`).
-    pub table_key: String,
-    /// Where to serve gRPC; port 0 picks a free port.
-    pub listen: SocketAddr,
-    /// The address others dial, which is also the member id. Default: `listen`
-    /// as bound (with the actual port).
-    pub advertise: Option<String>,
-    pub reregister_interval: Duration,
-    /// Fallback polling of the row, in case a notification is lost. Reads
-    /// also extend the holds: at most half the deadline.
-    pub poll_interval: Duration,
-    /// The fencing deadline (default 10 s, at most 300 s): the hold on a unit
-    /// ends this long after the earlier of the last read that showed it and
-    /// the last ping. It must exceed the holder's poll interval + lease TTL +
-    /// ping timeout (1 s + 2 s + 1 s by default) with margin, or a holder
-    /// failover fences every member; a longer one makes moves away from a
-    /// member that died or was cut off wait longer.
-    pub deadline: Duration,
-    /// How long [`Member::drain`] waits for the holder to move every unit
-    /// away before it stops them itself (default 30 s).
-    pub drain_timeout: Duration,
-    /// Capacity weight reported to the holder (default 1, at most 1000).
-    pub weight: u32,
-    /// Half-life of the smoothing of [`Member::report_load`]'s samples
-    /// (default 60 s; zero: the last sample alone).
-    pub load_half_life: Duration,
-    /// How often the smoothed loads are written to `{T}:loads` once the
-    /// application reported one (default 10 s).
-    pub load_report_interval: Duration,
-    /// Custom CA / client certificate for a `rediss://` URL.
-    pub redis_tls: TlsFiles,
-    /// Redis Cluster mode with one seed URL (several comma-separated URLs in
-    /// `redis_url` always mean a cluster).
-    pub redis_cluster: bool,
-    /// Serve the ping over TLS with this certificate and key; with a CA, also
-    /// require the distributor's client certificate (mTLS).
-    pub tls: Option<TlsFiles>,
-}
-
-impl MemberOptions {
-    pub fn new(
-        redis_url: &str,
-        services_key: &str,
-        table_key: &str,
-        listen: SocketAddr,
-    ) -> MemberOptions {
-        MemberOptions {
-            redis_url: redis_url.to_string(),
-            services_key: services_key.to_string(),
-            table_key: table_key.to_string(),
-            listen,
-            advertise: None,
-            reregister_interval: Duration::from_secs(5),
-            poll_interval: Duration::from_secs(1),
-            deadline: Duration::from_secs(10),
-            drain_timeout: Duration::from_secs(30),
-            weight: 1,
-            load_half_life: Duration::from_secs(60),
-            load_report_interval: Duration::from_secs(10),
-            redis_tls: TlsFiles::default(),
-            redis_cluster: false,
-            tls: None,
-        }
-    }
-
-    fn check(&self) -> Result<(), MemberError> {
-        let bad = |name: &'static str, reason: String| Err(MemberError::Option { name, reason });
-        if self.deadline.is_zero() || self.deadline > MAX_DEADLINE {
-            return bad(
-                "deadline",
-                format!("{:?} is not in (0, {MAX_DEADLINE:?}]", self.deadline),
-            );
-        }
-        if self.poll_interval.is_zero() || self.poll_interval * 2 > self.deadline {
-            return bad(
-                "poll_interval",
-                format!(
-                    "{:?} must be positive and at most half the deadline ({:?}): reads extend the holds",
-                    self.poll_interval, self.deadline
-                ),
-            );
-        }
-        if self.reregister_interval.is_zero() {
-            return bad("reregister_interval", "must be positive".into());
-        }
-        if self.load_report_interval.is_zero() {
-            return bad("load_report_interval", "must be positive".into());
-        }
-        if !(1..=MAX_WEIGHT).contains(&self.weight) {
-            return bad(
-                "weight",
-                format!("{} is not in 1..={MAX_WEIGHT}", self.weight),
-            );
-        }
-        Ok(())
-    }
-}
-
 /// How [`Member::drain`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Drained {
@@ -229,8 +130,9 @@ pub const LEAVE_BOUND: Duration = crate::core::timing::Timing::DEFAULT.leave_bou
 /// at once (see [`LEAVE_BOUND`]).
 pub struct Member {
     id: String,
-    local_addr: SocketAddr,
+    local_addr: Option<SocketAddr>,
     assignment: watch::Receiver<Assignment>,
+    ready: watch::Receiver<bool>,
     shared: Arc<Shared>,
     mode: watch::Sender<Mode>,
     task: Option<JoinHandle<Ending>>,
@@ -241,159 +143,62 @@ pub struct Member {
     loads: Arc<std::sync::Mutex<LoadBook>>,
     loads_task: Option<JoinHandle<()>>,
     /// What a drop without a runtime needs to deregister.
-    redis: RedisOptions,
+    redis: RedisSource,
     table_key: String,
     services_key: String,
 }
 
 impl Member {
-    /// [`Member::start_with`] without a handler: follow
-    /// [`Member::assignment`].
-    pub async fn start(opts: MemberOptions) -> Result<Member, MemberError> {
-        Member::start_with(opts, ()).await
+    /// A builder: options, a handler, the application's own Redis client,
+    /// tonic server and health reporter.
+    pub fn builder() -> MemberBuilder {
+        MemberBuilder::default()
     }
 
-    /// Binds the gRPC server, then registers and follows the table in the
-    /// background, calling `handoff` as units come and go. Redis being down
-    /// is not an error here: it is retried.
-    pub async fn start_with<H: Handoff>(
+    /// Starts with `opts` and no handler: follow [`Member::assignment`].
+    pub async fn start(opts: MemberOptions) -> Result<Member, MemberError> {
+        Member::builder().options(opts).start().await
+    }
+
+    /// Starts with `opts`, calling `handoff` as units come and go.
+    pub async fn start_with(
         opts: MemberOptions,
-        handoff: H,
+        handoff: impl Handoff,
     ) -> Result<Member, MemberError> {
-        opts.check()?;
-        let listener =
-            TcpListener::bind(opts.listen)
-                .await
-                .map_err(|source| MemberError::Listen {
-                    addr: opts.listen,
-                    source,
-                })?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|source| MemberError::Listen {
-                addr: opts.listen,
-                source,
-            })?;
-        // A wildcard listen address is not an address others can dial.
-        let id = match &opts.advertise {
-            Some(a) => a.clone(),
-            None if local_addr.ip().is_unspecified() => {
-                return Err(MemberError::Address {
-                    addr: local_addr.to_string(),
-                    reason: "listening on all interfaces: set `advertise` to the address others dial",
-                });
-            }
-            None => local_addr.to_string(),
-        };
-        check_member_addr(id.as_bytes()).map_err(|reason| MemberError::Address {
-            addr: id.clone(),
-            reason,
-        })?;
-        let redis = RedisOptions {
-            cluster: opts.redis_cluster,
-            tls: opts.redis_tls.clone(),
-            ..RedisOptions::from_urls(&opts.redis_url)
-        };
-        let store = Store::connect(&redis, &opts.table_key, CALL_TIMEOUT)?;
-        let mut server = tonic::transport::Server::builder();
-        if let Some(files) = &opts.tls {
-            let tls = crate::edge::tls::ping_server(files).map_err(MemberError::Tls)?;
-            server = server.tls_config(tls).map_err(|e| {
-                MemberError::Tls(crate::edge::tls::TlsError::Rejected(e.to_string()))
-            })?;
-        }
+        Member::builder()
+            .options(opts)
+            .handoff(handoff)
+            .start()
+            .await
+    }
 
-        let shared = Shared::new(Ownership::new(opts.deadline, opts.weight, clock::now()));
-        let serving = CancellationToken::new();
-        let (health, health_service) = tonic_health::server::health_reporter();
-        health
-            .set_serving::<GrpcPingerServer<PingResponder>>()
-            .await;
-        let (mode, mode_rx) = watch::channel(Mode::Run);
-        let server = {
-            let serving = serving.clone();
-            let (shared, mode) = (shared.clone(), mode.clone());
-            // No Nagle: a ping is one tiny frame each way, and delaying it costs ~40 ms.
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let responder = PingResponder::gated(&id, shared.clone());
-            let pinger = GrpcPingerServer::new(responder.clone());
-            let beats = LivenessServer::new(responder);
-            tokio::spawn(async move {
-                let result = server
-                    .serve_with_incoming_shutdown(
-                        Route::new(
-                            health_service,
-                            Route::new(pinger, Route::new(beats, Unimplemented)),
-                        ),
-                        incoming,
-                        serving.cancelled(),
-                    )
-                    .await;
-                if serving.is_cancelled() {
-                    return;
-                }
-                // Nothing listens on the address any more while the member
-                // runs. The holder takes a refused connection as proof that
-                // nothing works on its units and may grant them at once:
-                // every hold ends now, and the member stops.
-                let error = result.err().map(|e| e.to_string());
-                tracing::error!(
-                    ?error,
-                    "member gRPC server ended: every unit is stopped and the member stops"
-                );
-                shared.lock().stop(clock::now());
-                shared.wake.notify_one();
-                mode.send_replace(Mode::Stop);
-            })
-        };
+    /// Resolves once the member is registered, has reported the table it
+    /// read, and is in contact: from then on the holder may give it units.
+    /// `Err(Stopped)` if it stops first. See [`Member::readiness`].
+    pub async fn ready(&self) -> Result<(), MemberError> {
+        let mut ready = self.ready.clone();
+        ready
+            .wait_for(|r| *r)
+            .await
+            .map(|_| ())
+            .map_err(|_| MemberError::Stopped)
+    }
 
-        let (tx, rx) = watch::channel(Assignment::default());
-        let left = Arc::new(AtomicBool::new(false));
-        let loads = Arc::new(std::sync::Mutex::new(LoadBook::new(opts.load_half_life)));
-        let loads_task = tokio::spawn(follow::report_loads(
-            store.clone(),
-            id.clone(),
-            shared.clone(),
-            loads.clone(),
-            opts.load_report_interval,
-            serving.clone(),
-            left.clone(),
-        ));
-        let (table_key, services_key) = (opts.table_key.clone(), opts.services_key.clone());
-        let follow = Follower {
-            store,
-            opts,
-            id: id.clone(),
-            shared: shared.clone(),
-            handoff: Arc::new(handoff),
-            tx,
-            health: health.clone(),
-            left: left.clone(),
-        };
-        let task = tokio::spawn(async move {
-            let ending = follow.run(mode_rx).await;
-            health
-                .set_not_serving::<GrpcPingerServer<PingResponder>>()
-                .await;
-            serving.cancel();
-            ending
-        });
-        Ok(Member {
-            id,
-            local_addr,
-            assignment: rx,
-            shared,
-            mode,
-            task: Some(task),
-            server: Some(server),
-            left,
-            loads,
-            loads_task: Some(loads_task),
-            redis,
-            table_key,
-            services_key,
-        })
+    /// Follows readiness (as [`Member::ready`] defines it; `false` again
+    /// while fenced and once stopping), for a readiness probe.
+    pub fn readiness(&self) -> watch::Receiver<bool> {
+        self.ready.clone()
+    }
+
+    /// Changes the capacity weight reported to the holder (1 to 1000): a
+    /// report carrying it is written at once, and the holder moves units
+    /// on reading it. An operator's override (`distributor weights set`)
+    /// still wins.
+    pub fn set_weight(&self, weight: u32) -> Result<(), MemberError> {
+        options::check_weight(weight)?;
+        self.shared.lock().set_weight(weight);
+        self.shared.wake.notify_one();
+        Ok(())
     }
 
     /// Reports a measurement of `unit`'s load, for `-balance load`: any
@@ -414,7 +219,9 @@ impl Member {
         &self.id
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
+    /// Where its own server listens; `None` when the application serves
+    /// its services ([`MemberBuilder::start_without_server`]).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
     }
 
@@ -544,7 +351,7 @@ const CALL_TIMEOUT: Duration = crate::core::timing::Timing::DEFAULT.member_call;
 
 /// Deregisters on a fresh current-thread runtime and fresh connections (the
 /// task's died with its runtime), within [`LEAVE_BOUND`].
-fn leave_without_runtime(redis: &RedisOptions, table: &str, list: &str, id: &str) {
+fn leave_without_runtime(redis: &RedisSource, table: &str, list: &str, id: &str) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -556,7 +363,7 @@ fn leave_without_runtime(redis: &RedisOptions, table: &str, list: &str, id: &str
         }
     };
     runtime.block_on(async {
-        let store = match Store::connect(redis, table, CALL_TIMEOUT) {
+        let store = match redis.connect(table) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(member = %id, error = %e, "could not deregister; the distributor will see this member fail");

@@ -28,6 +28,7 @@ mod hardening;
 mod history;
 mod idle;
 mod join_delay;
+mod member_api;
 mod member_handoff;
 mod memory_store;
 mod ownership_stress;

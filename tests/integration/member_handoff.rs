@@ -12,16 +12,23 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distributor::core::handoff::{MemberReport, RedisConnection};
+use distributor::member::HandoffFuture;
 use distributor::proto::grpc_pinger_client::GrpcPingerClient;
 use distributor::{Drained, FencingToken, Handoff, Member, MemberOptions, Owned, Revocation};
 use std::time::Instant;
 
 use crate::support::*;
 
-const DEADLINE: Duration = Duration::from_secs(1);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(1);
 
-fn options(redis: &RedisServer, port: u16) -> MemberOptions {
-    let mut o = MemberOptions::new(&redis.url(), SERVICES, TABLE, ([127, 0, 0, 1], port).into());
+pub(crate) fn options(redis: &RedisServer, port: u16) -> MemberOptions {
+    let mut o = MemberOptions {
+        redis_url: redis.url(),
+        services_key: SERVICES.into(),
+        table_key: TABLE.into(),
+        listen: ([127, 0, 0, 1], port).into(),
+        ..MemberOptions::default()
+    };
     o.poll_interval = Duration::from_millis(100);
     o.reregister_interval = Duration::from_millis(300);
     o.deadline = DEADLINE;
@@ -31,7 +38,7 @@ fn options(redis: &RedisServer, port: u16) -> MemberOptions {
 
 /// The fake holder's write: the whole table, then its generation, in one
 /// transaction, then the notification.
-async fn write_table(redis: &RedisServer, generation: u64, rows: &[(&str, &str)]) {
+pub(crate) async fn write_table(redis: &RedisServer, generation: u64, rows: &[(&str, &str)]) {
     let mut c = redis.conn().await;
     let mut p = redis::pipe();
     p.atomic().del(TABLE).ignore();
@@ -45,7 +52,7 @@ async fn write_table(redis: &RedisServer, generation: u64, rows: &[(&str, &str)]
         .await;
 }
 
-async fn report(redis: &RedisServer, member: &str) -> Option<MemberReport> {
+pub(crate) async fn report(redis: &RedisServer, member: &str) -> Option<MemberReport> {
     let raw: Option<String> = redis.cmd(&["HGET", &keys().members, member]).await;
     raw.map(|r| MemberReport::decode(&r).unwrap_or_else(|| panic!("bad report {r:?}")))
 }
@@ -64,12 +71,12 @@ async fn connected(redis: &RedisServer, c: RedisConnection) -> bool {
     !list.trim().is_empty()
 }
 
-async fn listed(redis: &RedisServer, member: &str) -> bool {
+pub(crate) async fn listed(redis: &RedisServer, member: &str) -> bool {
     let list: Vec<String> = redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
     list.iter().any(|m| m == member)
 }
 
-async fn wait_report(redis: &RedisServer, member: &str, applied: u64, draining: bool) {
+pub(crate) async fn wait_report(redis: &RedisServer, member: &str, applied: u64, draining: bool) {
     wait_for(
         &format!("report {applied} draining={draining}"),
         Duration::from_secs(5),
@@ -110,14 +117,14 @@ struct Ping {
 }
 
 /// Pings a member every 100 ms until paused or dropped.
-struct Pinger {
+pub(crate) struct Pinger {
     paused: Arc<AtomicBool>,
     log: Arc<Mutex<Vec<Ping>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Pinger {
-    fn start(addr: &str) -> Pinger {
+    pub(crate) fn start(addr: &str) -> Pinger {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .unwrap()
             .connect_timeout(Duration::from_millis(300))
@@ -171,7 +178,7 @@ impl Drop for Pinger {
     }
 }
 
-async fn health(addr: &str) -> i32 {
+pub(crate) async fn health(addr: &str) -> i32 {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -187,8 +194,10 @@ async fn health(addr: &str) -> i32 {
     .status
 }
 
-const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
-const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+pub(crate) const SERVING: i32 =
+    tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+pub(crate) const NOT_SERVING: i32 =
+    tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
 
 // ---------------------------------------------------------------------------
 // An in-process application that records what it is handed.
@@ -259,20 +268,17 @@ impl Recorder {
 }
 
 impl Handoff for Recorder {
-    async fn acquired(&self, units: Vec<Owned>) {
-        for u in &units {
-            self.push(Call::Acquired, u, u.hold.is_held());
-        }
+    fn acquired(&self, unit: Owned) -> HandoffFuture<'_> {
+        self.push(Call::Acquired, &unit, unit.hold.is_held());
+        Box::pin(std::future::ready(()))
     }
 
-    async fn revoked(&self, units: Vec<Owned>, why: Revocation) {
-        for u in &units {
-            self.push(Call::RevokeStarted(why), u, u.hold.is_held());
-        }
-        tokio::time::sleep(self.revocation_takes).await;
-        for u in &units {
-            self.push(Call::Revoked(why), u, false);
-        }
+    fn revoked(&self, unit: Owned, why: Revocation) -> HandoffFuture<'_> {
+        Box::pin(async move {
+            self.push(Call::RevokeStarted(why), &unit, unit.hold.is_held());
+            tokio::time::sleep(self.revocation_takes).await;
+            self.push(Call::Revoked(why), &unit, false);
+        })
     }
 }
 

@@ -455,12 +455,13 @@ impl<B: Backend> Fleet<B> {
     }
 
     pub fn member_options(&self) -> MemberOptions {
-        let mut o = MemberOptions::new(
-            &self.config.redis_url,
-            SERVICES,
-            TABLE,
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-        );
+        let mut o = MemberOptions {
+            redis_url: self.config.redis_url.clone(),
+            services_key: SERVICES.into(),
+            table_key: TABLE.into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..MemberOptions::default()
+        };
         o.redis_cluster = self.config.redis_cluster;
         o.reregister_interval = Duration::from_millis(300);
         o.poll_interval = Duration::from_millis(300);

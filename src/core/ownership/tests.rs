@@ -152,6 +152,28 @@ fn a_report_never_covers_a_skipped_revocation_still_being_stopped() {
     assert_eq!(o.report_due().unwrap().applied, 9);
 }
 
+/// A weight change makes a report due that carries it and acknowledges
+/// nothing new: the generation applied stays the one last reported, and
+/// the units stay owned.
+#[test]
+fn a_weight_change_is_reported_at_the_generation_already_applied() {
+    let t = crate::core::timing::test_t0();
+    let mut o = owning(t, 4, "a,b");
+    assert_eq!(o.report_due(), None);
+    o.set_weight(1);
+    assert_eq!(o.report_due(), None, "the same weight: nothing to tell");
+    o.set_weight(7);
+    let r = o.report_due().expect("a report with the new weight");
+    assert_eq!((r.applied, r.weight, r.draining), (4, 7, false));
+    o.reported(t + ms(1), r);
+    assert_eq!(o.report_due(), None);
+    assert_eq!(o.holds("a", t + ms(2)), Some(FencingToken(4)));
+    assert!(
+        o.take_steps().is_empty(),
+        "no unit moves on a weight change"
+    );
+}
+
 #[test]
 fn lower_generations_are_ignored() {
     let t = crate::core::timing::test_t0();

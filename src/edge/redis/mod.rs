@@ -70,6 +70,7 @@ mod reply;
 pub mod scripts;
 mod snapshot;
 mod table;
+pub mod url;
 mod weights;
 
 use conn::{Conn, Dialer, Links};
@@ -484,6 +485,28 @@ impl Store {
         // Pub/sub goes through one node: classic PUBLISH reaches every node of a
         // cluster, so any node's subscribers see it.
         let client = crate::edge::tls::redis_client(first, &opts.tls).map_err(redis_err("open"))?;
+        Store::assemble(opts, client, table_key, op_timeout)
+    }
+
+    /// A store on an application's own client (one node: its address,
+    /// credentials, TLS and protocol as the application set them up). The
+    /// store opens its own connections from it, as [`Store::connect`] does:
+    /// its reads must be on a connection it controls (the member reports
+    /// that connection's id), and a timed-out call replaces its connections.
+    pub fn with_client(
+        client: redis::Client,
+        table_key: &str,
+        op_timeout: Duration,
+    ) -> Result<Store, StoreError> {
+        Store::assemble(&RedisOptions::default(), client, table_key, op_timeout)
+    }
+
+    fn assemble(
+        opts: &RedisOptions,
+        client: redis::Client,
+        table_key: &str,
+        op_timeout: Duration,
+    ) -> Result<Store, StoreError> {
         let links = Links::new(Dialer::new(opts, &client, op_timeout)?)?;
         let keys = Keys::new(table_key);
         let guard = guard::TableGuard::table(client.clone(), &keys.table, &keys.meta, op_timeout);

@@ -1,0 +1,107 @@
+//! A Rust application that embeds a [`Member`] in what it already runs: its
+//! own tonic server (the member's services next to the application's), its
+//! own Redis client, its health reporter, and options from the environment
+//! (`MemberOptions::from_env`, `docs/protocol.md`'s variables).
+//!
+//! ```text
+//! MEMBER_ADVERTISE=127.0.0.1:7001 REDIS_URL=redis://127.0.0.1:6379 \
+//!     cargo run --example embedded --no-default-features --features member
+//! ```
+//!
+//! Each unit is "crawled" by a task of its own that checks its hold before
+//! every side effect and stops when the hold ends. SIGTERM or Ctrl-C drains
+//! the member first (its units move to other members), then stops the
+//! server: in that order, since the distributor's beat stream on the server
+//! ends only once the member stops.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use distributor::member::HandoffFuture;
+use distributor::{Handoff, Member, MemberOptions, Owned, Revocation};
+
+/// The application: one crawl task per unit it owns.
+#[derive(Default)]
+struct Crawler {
+    tasks: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+}
+
+impl Handoff for Crawler {
+    fn acquired(&self, unit: Owned) -> HandoffFuture<'_> {
+        let name = unit.unit.clone();
+        let task = tokio::spawn(async move {
+            let mut page = 0u64;
+            loop {
+                tokio::select! {
+                    () = unit.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+                // Check before the side effect; stamp it with the token so a
+                // store that keeps the highest token per unit refuses a late
+                // write of a former owner.
+                let Ok(token) = unit.hold.check() else { return };
+                page += 1;
+                println!("{} page {page} (token {token})", unit.unit);
+            }
+        });
+        self.tasks.lock().unwrap().insert(name, task);
+        Box::pin(std::future::ready(()))
+    }
+
+    fn revoked(&self, unit: Owned, why: Revocation) -> HandoffFuture<'_> {
+        let task = self.tasks.lock().unwrap().remove(&unit.unit);
+        Box::pin(async move {
+            if let Some(task) = task {
+                task.abort();
+                let _ = task.await;
+            }
+            println!("{} stopped ({})", unit.unit, why.reason());
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let opts = MemberOptions::from_env()?;
+    let Some(advertise) = opts.advertise.clone() else {
+        return Err("set MEMBER_ADVERTISE to the host:port this server is reached at".into());
+    };
+    let listen: std::net::SocketAddr = match std::env::var("MEMBER_LISTEN") {
+        Ok(l) => l.parse()?,
+        Err(_) => advertise.parse()?,
+    };
+    // The application's own Redis client and health reporter.
+    let redis = redis::Client::open(opts.redis_url.as_str())?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let (member, services) = Member::builder()
+        .options(opts)
+        .redis_client(redis)
+        .health_reporter(health)
+        .handoff(Crawler::default())
+        .start_without_server()
+        .await?;
+
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(services.pinger)
+            .add_service(services.beats)
+            .serve_with_shutdown(listen, async {
+                let _ = server_stopped.await;
+            }),
+    );
+    member.ready().await?;
+    println!("member {} ready", member.id());
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    println!("draining: {:?}", member.drain().await);
+    let _ = stop_server.send(());
+    server.await??;
+    Ok(())
+}
