@@ -323,9 +323,14 @@ impl Ownership {
         // those revocations too, which only a report of this generation gives.
         let skipped =
             numbered && (self.missed || prev.is_none_or(|p| generation > p.saturating_add(1)));
-        // A read without its generation tells nothing of the tables missed.
+        // A read without its generation tells nothing of the tables missed;
+        // one that took units came from a table whose generation is not
+        // known, which the holder waits to see acknowledged: the next
+        // numbered generation reports, as after a gap.
         if numbered {
             self.missed = false;
+        } else if took {
+            self.missed = true;
         }
         if (took || skipped) && self.written.is_none_or(|w| generation > w.applied) {
             self.owed.insert(generation);

@@ -174,6 +174,25 @@ fn a_weight_change_is_reported_at_the_generation_already_applied() {
     );
 }
 
+/// A read without its generation that took units: the units are stopped,
+/// and the next numbered generation is reported even when it is the next
+/// one up (the table that took them had a generation this member never
+/// saw, and the holder waits for its acknowledgement).
+#[test]
+fn units_taken_by_a_read_without_generation_are_acknowledged_at_the_next_numbered_one() {
+    let t = crate::core::timing::test_t0();
+    let mut o = owning(t, 4, "a,b");
+    o.read(t + ms(1), t + ms(1), None, Some("a"), None);
+    let steps = o.take_steps();
+    assert!(
+        matches!(&steps[..], [Step::Revoke { units, .. }] if units[0].unit == "b"),
+        "{steps:?}"
+    );
+    o.revoked(t + ms(2), &names(&["b"]));
+    o.read(t + ms(3), t + ms(3), Some(5), Some("a"), None);
+    assert_eq!(report(&mut o, t + ms(3)), Some(5));
+}
+
 #[test]
 fn lower_generations_are_ignored() {
     let t = crate::core::timing::test_t0();
@@ -1047,6 +1066,12 @@ impl Model {
             && (self.ignored || self.processed.as_ref().is_none_or(|p| g > p.generation + 1));
         if !again && dg.is_some() {
             self.ignored = false;
+        }
+        // A read without its generation that took units came from a table
+        // whose generation the member never saw: like ignored rows, the
+        // next numbered generation must acknowledge it.
+        if !again && dg.is_none() && took {
+            self.ignored = true;
         }
         if !again && (took || unseen) && self.written.is_none_or(|w| g > w.0) {
             self.owed.insert(g);
