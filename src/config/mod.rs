@@ -115,6 +115,8 @@ pub struct Config {
     pub ping_tls: Option<PingTls>,
     /// Redis Cluster mode (several seed URLs in `redis_url`, or forced).
     pub redis_cluster: bool,
+    /// Redis Sentinel: `redis_url` lists the sentinels, asked for this master.
+    pub redis_sentinel: Option<crate::edge::redis::SentinelOptions>,
 }
 
 impl std::fmt::Debug for Config {
@@ -153,6 +155,7 @@ impl std::fmt::Debug for Config {
             redis_tls,
             ping_tls,
             redis_cluster,
+            redis_sentinel,
         } = self;
         f.debug_struct("Config")
             .field("redis_url", &self.redis_url_redacted())
@@ -187,6 +190,7 @@ impl std::fmt::Debug for Config {
             .field("redis_tls", redis_tls)
             .field("ping_tls", ping_tls)
             .field("redis_cluster", redis_cluster)
+            .field("redis_sentinel", redis_sentinel)
             .finish()
     }
 }
@@ -222,6 +226,7 @@ impl Config {
     pub fn redis_options(&self) -> crate::edge::redis::RedisOptions {
         crate::edge::redis::RedisOptions {
             cluster: self.redis_cluster,
+            sentinel: self.redis_sentinel.clone(),
             tls: self.redis_tls.clone(),
             wait: (self.redis_wait_replicas > 0).then_some(crate::edge::redis::WaitFor {
                 replicas: self.redis_wait_replicas,
@@ -361,7 +366,8 @@ pub fn resolve(
     let census_interval = l.get(&CENSUS_INTERVAL)?;
 
     let urls = redis_urls(&l)?;
-    let redis_cluster = l.get(&REDIS_CLUSTER)? || urls.len() > 1;
+    let redis_sentinel = redis_url::redis_sentinel(&l)?;
+    let redis_cluster = redis_sentinel.is_none() && (l.get(&REDIS_CLUSTER)? || urls.len() > 1);
     let redis_tls = redis_tls(&l, &urls)?;
     let ping_tls = ping_tls(&l)?;
     let keepalive = Keepalive {
@@ -422,6 +428,7 @@ pub fn resolve(
         redis_tls,
         ping_tls,
         redis_cluster,
+        redis_sentinel,
     };
     l.rule(
         config.redis_wait_replicas == 0 || config.redis_wait_timeout < budget,

@@ -5,9 +5,10 @@
 //! replaces every password with `***`, reading malformed input conservatively.
 
 use super::{
-    ConfigError, Kind, Layers, REDIS_ADDRS, REDIS_PASS, REDIS_PASSWORD_FILE, REDIS_TLS, REDIS_URL,
-    REDIS_USER, split_list,
+    ConfigError, Kind, Layers, REDIS_ADDRS, REDIS_CLUSTER, REDIS_PASS, REDIS_PASSWORD_FILE,
+    REDIS_SENTINEL_MASTER, REDIS_TLS, REDIS_URL, REDIS_USER, split_list,
 };
+use crate::edge::redis::SentinelOptions;
 
 /// A userinfo's user, its hidden password and the `@` that ends it.
 type Span = (std::ops::Range<usize>, std::ops::Range<usize>, usize);
@@ -277,17 +278,50 @@ pub(super) fn redis_urls(l: &Layers) -> Result<Vec<String>, ConfigError> {
             check_redis_url(url, true).map_err(|e| ConfigError::new(&REDIS_ADDRS, url, e))?;
         }
     }
-    let file_pass = l.get(&REDIS_PASSWORD_FILE)?;
-    let pass = l.get(&REDIS_PASS)?.or(file_pass);
-    let user = l.get(&REDIS_USER)?;
+    let (user, pass) = credentials(l)?;
+    // With Sentinel the URLs name the sentinels: the credentials are the
+    // master's (see `redis_sentinel`).
+    let sentinel = l.get(&REDIS_SENTINEL_MASTER)?.is_some();
     let force_tls = l.get(&REDIS_TLS)?;
     for url in &mut urls {
-        *url = crate::edge::redis::url::with_credentials(url, user.as_deref(), pass.as_deref());
+        if !sentinel {
+            *url = crate::edge::redis::url::with_credentials(url, user.as_deref(), pass.as_deref());
+        }
         if force_tls && url.starts_with("redis://") {
             *url = url.replacen("redis://", "rediss://", 1);
         }
     }
     Ok(urls)
+}
+
+/// `-redis-user`, and `-redis-pass` or else `-redis-password-file`.
+fn credentials(l: &Layers) -> Result<(Option<String>, Option<String>), ConfigError> {
+    let file_pass = l.get(&REDIS_PASSWORD_FILE)?;
+    let pass = l.get(&REDIS_PASS)?.or(file_pass);
+    Ok((l.get(&REDIS_USER)?, pass))
+}
+
+/// The Sentinel master to ask for, with the credentials of the master, when
+/// `-redis-sentinel-master` is given (not with `-redis-cluster`).
+pub(super) fn redis_sentinel(l: &Layers) -> Result<Option<SentinelOptions>, ConfigError> {
+    let Some(master) = l.get(&REDIS_SENTINEL_MASTER)? else {
+        return Ok(None);
+    };
+    if master.trim().is_empty() {
+        return Err(l.invalid(&REDIS_SENTINEL_MASTER, "expected the master's name"));
+    }
+    if l.get(&REDIS_CLUSTER)? {
+        return Err(l.invalid(
+            &REDIS_SENTINEL_MASTER,
+            "Sentinel and -redis-cluster exclude each other",
+        ));
+    }
+    let (username, password) = credentials(l)?;
+    Ok(Some(SentinelOptions {
+        master: master.trim().to_string(),
+        username,
+        password,
+    }))
 }
 
 /// An entry of a list for an error, unless a password holds a ',' (then the

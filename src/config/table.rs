@@ -159,6 +159,8 @@ settings! {
         "Redis password (prefer the environment to the command line)";
     REDIS_CLUSTER: Bool = Bool, "redis-cluster" ["REDIS_CLUSTER"] = Some("false"), "BOOL",
         "Redis Cluster mode with a single seed node (several nodes always mean cluster)";
+    REDIS_SENTINEL_MASTER: Given = Given, "redis-sentinel-master" ["REDIS_SENTINEL_MASTER"] = None, "NAME",
+        "Redis Sentinel: the master name to ask the sentinels for; -redis-url then lists the sentinels (their user and password in the URLs), and -redis-user, -redis-pass or -redis-password-file authenticate to the master";
     REDIS_PASSWORD_FILE: FileText = FileText, "redis-password-file" ["REDIS_PASSWORD_FILE"] = None, "FILE",
         "File holding the Redis password (a trailing newline is ignored)";
     REDIS_USER: Given = Given, "redis-user" ["REDIS_USER", "REDIS_USERNAME"] = None, "USER",

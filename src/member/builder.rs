@@ -292,6 +292,7 @@ impl MemberBuilder {
             Some(client) => RedisSource::Client(client),
             None => RedisSource::Options(RedisOptions {
                 cluster: self.opts.redis_cluster,
+                sentinel: self.opts.redis_sentinel.clone(),
                 tls: self.opts.redis_tls.clone(),
                 ..RedisOptions::from_urls(&self.opts.redis_url)
             }),

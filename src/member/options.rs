@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::core::duration::parse_duration;
 use crate::core::handoff::{MAX_DEADLINE, MAX_WEIGHT};
+use crate::edge::redis::SentinelOptions;
 use crate::edge::redis::url::{display_urls, with_credentials};
 use crate::edge::tls::TlsFiles;
 use crate::error::MemberError;
@@ -72,8 +73,11 @@ pub struct MemberOptions {
     /// Custom CA / client certificate for a `rediss://` URL.
     pub redis_tls: TlsFiles,
     /// Redis Cluster mode with one seed URL (several comma-separated URLs in
-    /// `redis_url` always mean a cluster).
+    /// `redis_url` always mean a cluster, unless they name sentinels).
     pub redis_cluster: bool,
+    /// Redis Sentinel: `redis_url` lists the sentinels (their user and
+    /// password in the URLs), asked for this master, with its credentials.
+    pub redis_sentinel: Option<SentinelOptions>,
     /// Serve the ping over TLS with this certificate and key; with a CA, also
     /// require the distributor's client certificate (mTLS).
     pub tls: Option<TlsFiles>,
@@ -99,6 +103,7 @@ impl Default for MemberOptions {
             load_report_interval: Duration::from_secs(10),
             redis_tls: TlsFiles::default(),
             redis_cluster: false,
+            redis_sentinel: None,
             tls: None,
         }
     }
@@ -121,6 +126,7 @@ impl std::fmt::Debug for MemberOptions {
             .field("load_report_interval", &self.load_report_interval)
             .field("redis_tls", &self.redis_tls)
             .field("redis_cluster", &self.redis_cluster)
+            .field("redis_sentinel", &self.redis_sentinel)
             .field("tls", &self.tls)
             .finish()
     }
@@ -138,11 +144,13 @@ pub struct EnvVar {
     apply: fn(&mut MemberOptions, &mut Credentials, &str) -> Result<(), String>,
 }
 
-/// `REDIS_USER` and `REDIS_PASS`, put into every URL once all is read.
+/// `REDIS_USER`, `REDIS_PASS` and `REDIS_SENTINEL_MASTER`: once all is
+/// read, the credentials go into every URL, or with Sentinel to the master.
 #[derive(Default)]
 struct Credentials {
     user: Option<String>,
     pass: Option<String>,
+    sentinel_master: Option<String>,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -209,6 +217,16 @@ pub static MEMBER_ENV: &[EnvVar] = &[
         secret: false,
         apply: |o, _, v| {
             o.redis_cluster = boolean(v)?;
+            Ok(())
+        },
+    },
+    EnvVar {
+        names: &["REDIS_SENTINEL_MASTER"],
+        default: "",
+        help: "Redis Sentinel: the master name; REDIS_URL then lists the sentinels, and REDIS_USER and REDIS_PASS are the master's",
+        secret: false,
+        apply: |_, c, v| {
+            c.sentinel_master = Some(v.trim().to_string());
             Ok(())
         },
     },
@@ -420,7 +438,13 @@ impl MemberOptions {
                 }
             })?;
         }
-        if credentials.user.is_some() || credentials.pass.is_some() {
+        if let Some(master) = credentials.sentinel_master {
+            opts.redis_sentinel = Some(SentinelOptions {
+                master,
+                username: credentials.user,
+                password: credentials.pass,
+            });
+        } else if credentials.user.is_some() || credentials.pass.is_some() {
             opts.redis_url = opts
                 .redis_url
                 .split(',')
@@ -479,6 +503,17 @@ impl MemberOptions {
             return bad("load_report_interval", "must be positive".into());
         }
         check_weight(self.weight)?;
+        if let Some(s) = &self.redis_sentinel {
+            if s.master.trim().is_empty() {
+                return bad("redis_sentinel", "the master name must not be empty".into());
+            }
+            if self.redis_cluster {
+                return bad(
+                    "redis_sentinel",
+                    "Sentinel and redis_cluster exclude each other".into(),
+                );
+            }
+        }
         if let Some(tls) = &self.tls
             && tls.cert.is_some() != tls.key.is_some()
         {
@@ -548,10 +583,12 @@ mod tests {
             ("MEMBER_TLS_KEY", "/mk.pem"),
             ("MEMBER_TLS_CA", "/mca.pem"),
         ];
-        // Every variable of the table is given here (a new one must be too).
+        // Every variable of the table is given here (a new one must be too),
+        // but Sentinel's, which excludes a cluster (below).
         for var in MEMBER_ENV {
             assert!(
-                given.iter().any(|(n, _)| var.names.contains(n)),
+                var.names[0] == "REDIS_SENTINEL_MASTER"
+                    || given.iter().any(|(n, _)| var.names.contains(n)),
                 "{} is not tested",
                 var.names[0]
             );
@@ -593,6 +630,39 @@ mod tests {
                 key: Some("/mk.pem".into()),
             })
         );
+    }
+
+    #[test]
+    fn with_sentinel_the_urls_name_sentinels_and_the_credentials_are_the_masters() {
+        let o = from(&[
+            (
+                "REDIS_URL",
+                "redis://:sentinel-pw@s1:26379,redis://s2:26379",
+            ),
+            ("REDIS_SENTINEL_MASTER", "main"),
+            ("REDIS_USER", "app"),
+            ("REDIS_PASS", "master-pw"),
+        ])
+        .unwrap();
+        assert_eq!(
+            o.redis_url,
+            "redis://:sentinel-pw@s1:26379,redis://s2:26379"
+        );
+        assert_eq!(
+            o.redis_sentinel,
+            Some(SentinelOptions {
+                master: "main".into(),
+                username: Some("app".into()),
+                password: Some("master-pw".into()),
+            })
+        );
+        let shown = format!("{o:?}");
+        assert!(
+            !shown.contains("sentinel-pw") && !shown.contains("master-pw"),
+            "{shown}"
+        );
+        let e = from(&[("REDIS_SENTINEL_MASTER", "main"), ("REDIS_CLUSTER", "1")]).unwrap_err();
+        assert!(e.to_string().contains("exclude each other"), "{e}");
     }
 
     #[test]

@@ -35,6 +35,7 @@ mod ownership_stress;
 mod process;
 mod python_worker;
 mod security;
+mod sentinel;
 mod sticky;
 mod table;
 mod takeover;

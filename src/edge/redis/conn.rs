@@ -17,6 +17,7 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::sentinel::{Node, SentinelLink, Sentinels};
 use super::{BULK_TIMEOUT, RedisOptions, Store, int, redis_err, reply_err, text};
 use crate::error::StoreError;
 
@@ -27,6 +28,8 @@ use crate::error::StoreError;
 pub(super) enum Conn {
     Single(ConnectionManager),
     Cluster(Arc<ClusterLink>),
+    /// The master the sentinels name, found again after a failover.
+    Sentinel(Arc<SentinelLink>),
 }
 
 /// A cluster client and its connection, made on first use.
@@ -56,6 +59,13 @@ impl redis::aio::ConnectionLike for Conn {
                     .req_packed_command(cmd)
                     .await
             }),
+            Conn::Sentinel(link) => Box::pin(async move {
+                let reply = link.connection().await?.req_packed_command(cmd).await;
+                if let Err(e) = &reply {
+                    link.failed(e).await;
+                }
+                reply
+            }),
         }
     }
 
@@ -73,13 +83,24 @@ impl redis::aio::ConnectionLike for Conn {
                     .req_packed_commands(pipeline, offset, count)
                     .await
             }),
+            Conn::Sentinel(link) => Box::pin(async move {
+                let reply = link
+                    .connection()
+                    .await?
+                    .req_packed_commands(pipeline, offset, count)
+                    .await;
+                if let Err(e) = &reply {
+                    link.failed(e).await;
+                }
+                reply
+            }),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
-            Conn::Cluster(_) => 0,
+            Conn::Cluster(_) | Conn::Sentinel(_) => 0,
         }
     }
 }
@@ -91,6 +112,10 @@ pub(super) enum Dialer {
         config: ConnectionManagerConfig,
     },
     Cluster(redis::cluster::ClusterClient),
+    Sentinel {
+        sentinels: Arc<Sentinels>,
+        connect_timeout: Duration,
+    },
 }
 
 impl Dialer {
@@ -98,9 +123,18 @@ impl Dialer {
     /// a reconnecting connection to `client`'s node.
     pub(super) fn new(
         opts: &RedisOptions,
-        client: &redis::Client,
+        node: &Node,
         op_timeout: Duration,
     ) -> Result<Dialer, StoreError> {
+        let client = match node {
+            Node::Fixed(client) => client,
+            Node::Sentinel(sentinels) => {
+                return Ok(Dialer::Sentinel {
+                    sentinels: sentinels.clone(),
+                    connect_timeout: op_timeout,
+                });
+            }
+        };
         if opts.is_cluster() {
             crate::edge::tls::install_crypto_provider();
             let mut b = redis::cluster::ClusterClientBuilder::new(opts.urls.clone())
@@ -133,7 +167,7 @@ impl Dialer {
                 .set_min_delay(Duration::from_millis(50))
                 .set_max_delay(Duration::from_millis(500));
             Ok(Dialer::Single {
-                client: client.clone(),
+                client: redis::Client::clone(client),
                 config,
             })
         }
@@ -149,6 +183,13 @@ impl Dialer {
                 client: client.clone(),
                 cell: tokio::sync::OnceCell::new(),
             }))),
+            Dialer::Sentinel {
+                sentinels,
+                connect_timeout,
+            } => Ok(Conn::Sentinel(Arc::new(SentinelLink::new(
+                sentinels.clone(),
+                *connect_timeout,
+            )))),
         }
     }
 }
@@ -241,7 +282,11 @@ impl Store {
             .to_owned();
         let bound = w.timeout + self.op_timeout;
         let acked: Value = match self.conn() {
-            Conn::Single(mut c) => self.bounded(op, bound, cmd.query_async(&mut c)).await?,
+            // The connection that wrote: WAIT counts what it wrote.
+            c @ (Conn::Single(_) | Conn::Sentinel(_)) => {
+                let mut c = c;
+                self.bounded(op, bound, cmd.query_async(&mut c)).await?
+            }
             Conn::Cluster(link) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(

@@ -49,11 +49,13 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{ConnectionAddr, ErrorKind, Value};
 
+use super::sentinel::Node;
+
 /// The watch state of one holder's view of some keys, and the value the
 /// caller verified for them (a digest, a content version), valid for as long
 /// as the armed watch stays clean.
 pub struct KeyGuard<T> {
-    client: redis::Client,
+    client: Node,
     keys: Vec<String>,
     /// What the caller does instead when `WATCH` is not permitted, for the
     /// one log line that says so.
@@ -72,7 +74,7 @@ pub type TableGuard = KeyGuard<String>;
 
 impl TableGuard {
     /// A guard of `table` and `meta`; connects on first use.
-    pub fn table(client: redis::Client, table: &str, meta: &str, timeout: Duration) -> TableGuard {
+    pub fn table(client: Node, table: &str, meta: &str, timeout: Duration) -> TableGuard {
         KeyGuard::new(
             client,
             vec![table.to_string(), meta.to_string()],
@@ -85,7 +87,7 @@ impl TableGuard {
 impl<T: Clone> KeyGuard<T> {
     /// A guard of `keys` (all in one Cluster slot); connects on first use.
     pub fn new(
-        client: redis::Client,
+        client: Node,
         keys: Vec<String>,
         fallback: String,
         timeout: Duration,
@@ -172,7 +174,10 @@ impl<T: Clone> KeyGuard<T> {
                     let Some((host, port)) = moved_to(&e) else {
                         return Err(e);
                     };
-                    self.client = redirected(&self.client, &host, port)?;
+                    // Only a cluster moves slots, and a cluster's nodes are fixed.
+                    if let Node::Fixed(client) = &self.client {
+                        self.client = Node::Fixed(redirected(client, &host, port)?.into());
+                    }
                 }
             }
         }
@@ -202,7 +207,14 @@ impl<T: Clone> KeyGuard<T> {
         if let Some(c) = &self.conns[slot] {
             return Ok(c.clone());
         }
-        let conn = bounded(self.timeout, self.client.get_multiplexed_async_connection()).await?;
+        let conn = bounded(self.timeout, async {
+            self.client
+                .client()
+                .await?
+                .get_multiplexed_async_connection()
+                .await
+        })
+        .await?;
         self.conns[slot] = Some(conn.clone());
         Ok(conn)
     }
@@ -264,14 +276,14 @@ fn redirected(client: &redis::Client, host: &str, port: u16) -> redis::RedisResu
 /// list's content as last read under it. A version names one read: equal
 /// versions, equal content, and a re-read always gets a new one.
 pub struct ListGuards {
-    client: redis::Client,
+    client: Node,
     timeout: Duration,
     guards: HashMap<String, KeyGuard<u64>>,
     next_version: u64,
 }
 
 impl ListGuards {
-    pub fn new(client: redis::Client, timeout: Duration) -> ListGuards {
+    pub fn new(client: Node, timeout: Duration) -> ListGuards {
         ListGuards {
             client,
             timeout,

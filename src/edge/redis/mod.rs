@@ -68,6 +68,7 @@ mod member;
 mod pubsub;
 mod reply;
 pub mod scripts;
+mod sentinel;
 mod snapshot;
 mod table;
 pub mod url;
@@ -78,6 +79,8 @@ pub use member::RowRead;
 use reply::{bytes_list, int, redis_err, refused_commands, reply_err, text, text_pairs};
 pub use scripts::MAX_COUNT;
 use scripts::{Scripts, checked, stored_count};
+pub use sentinel::SentinelOptions;
+use sentinel::{Node, Sentinels};
 
 /// Bound of a read that may carry whole lists (see
 /// [`Timing::bulk_timeout`](crate::core::timing::Timing::bulk_timeout)).
@@ -107,6 +110,8 @@ pub struct RedisOptions {
     pub tls: crate::edge::tls::TlsFiles,
     /// Replicas that must acknowledge lease and table writes before they count.
     pub wait: Option<WaitFor>,
+    /// Redis Sentinel: `urls` name the sentinels, asked for this master.
+    pub sentinel: Option<SentinelOptions>,
 }
 
 /// `WAIT replicas timeout` after every lease acquisition, renewal and table
@@ -133,8 +138,9 @@ impl RedisOptions {
         }
     }
 
+    /// Several URLs mean a cluster's seed nodes, unless they are sentinels.
     pub fn is_cluster(&self) -> bool {
-        self.cluster || self.urls.len() > 1
+        self.sentinel.is_none() && (self.cluster || self.urls.len() > 1)
     }
 }
 
@@ -171,7 +177,7 @@ impl Optional {
 /// A handle to one distribution's keys in Redis. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    client: redis::Client,
+    client: Node,
     links: Arc<Links>,
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
@@ -484,8 +490,15 @@ impl Store {
             .unwrap_or("redis://127.0.0.1:6379");
         // Pub/sub goes through one node: classic PUBLISH reaches every node of a
         // cluster, so any node's subscribers see it.
-        let client = crate::edge::tls::redis_client(first, &opts.tls).map_err(redis_err("open"))?;
-        Store::assemble(opts, client, table_key, op_timeout)
+        let node = match &opts.sentinel {
+            Some(s) => Node::Sentinel(Arc::new(
+                Sentinels::new(&opts.urls, s, &opts.tls).map_err(redis_err("open"))?,
+            )),
+            None => Node::Fixed(Arc::new(
+                crate::edge::tls::redis_client(first, &opts.tls).map_err(redis_err("open"))?,
+            )),
+        };
+        Store::assemble(opts, node, table_key, op_timeout)
     }
 
     /// A store on an application's own client (one node: its address,
@@ -498,12 +511,17 @@ impl Store {
         table_key: &str,
         op_timeout: Duration,
     ) -> Result<Store, StoreError> {
-        Store::assemble(&RedisOptions::default(), client, table_key, op_timeout)
+        Store::assemble(
+            &RedisOptions::default(),
+            Node::Fixed(Arc::new(client)),
+            table_key,
+            op_timeout,
+        )
     }
 
     fn assemble(
         opts: &RedisOptions,
-        client: redis::Client,
+        client: Node,
         table_key: &str,
         op_timeout: Duration,
     ) -> Result<Store, StoreError> {

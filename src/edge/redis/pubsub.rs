@@ -8,6 +8,7 @@
 //! - every (re-)subscription is announced with [`Notification::Subscribed`],
 //!   since messages published meanwhile are lost: the receiver re-reads.
 
+use super::sentinel::Node;
 use std::time::Duration;
 
 use redis::Value;
@@ -56,13 +57,17 @@ impl Store {
 
 /// One subscription session; returns when the connection fails.
 async fn subscription(
-    client: &redis::Client,
+    client: &Node,
     channels: &[String],
     tx: &mpsc::Sender<Notification>,
     op_timeout: Duration,
 ) -> Result<(), StoreError> {
     use futures::StreamExt;
-    let pubsub = match tokio::time::timeout(op_timeout, client.get_async_pubsub()).await {
+    let pubsub = match tokio::time::timeout(op_timeout, async {
+        client.client().await?.get_async_pubsub().await
+    })
+    .await
+    {
         Ok(r) => r.map_err(redis_err("subscribe"))?,
         Err(_) => {
             return Err(StoreError::Timeout {

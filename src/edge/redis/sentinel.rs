@@ -1,0 +1,197 @@
+//! Redis Sentinel: the master the sentinels name, found again after every
+//! failover.
+//!
+//! Guarantees:
+//! - every connection goes to the node the sentinels name as the master and
+//!   that itself answers `ROLE` with `master` (redis-rs checks both);
+//! - a connection that drops, or that a write finds read-only (its node was
+//!   demoted), is abandoned: the next call asks the sentinels again. Sentinel
+//!   kills the clients of every instance it reconfigures, so a failover
+//!   surfaces as a dropped connection;
+//! - the URLs' user and password authenticate to the sentinels, and
+//!   [`SentinelOptions`]' to the master (and its replicas); `rediss://`
+//!   sentinel URLs mean TLS to both, with the same custom CA and client
+//!   certificate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisError, RedisResult, TlsMode};
+
+use crate::edge::tls::TlsFiles;
+
+/// Which master to ask the sentinels for, and how to authenticate to it.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SentinelOptions {
+    /// The name the sentinels monitor the master under.
+    pub master: String,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for SentinelOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelOptions")
+            .field("master", &self.master)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// The sentinels, asked for the master on every (re)connection.
+pub(super) struct Sentinels {
+    client: tokio::sync::Mutex<SentinelClient>,
+    master: String,
+}
+
+impl Sentinels {
+    /// From the sentinels' URLs. Reasons name no URL (one may hold a
+    /// password).
+    pub(super) fn new(
+        urls: &[String],
+        opts: &SentinelOptions,
+        tls: &TlsFiles,
+    ) -> RedisResult<Sentinels> {
+        crate::edge::tls::install_crypto_provider();
+        let mut addrs = Vec::new();
+        let mut first = None;
+        for url in urls {
+            let info = url.as_str().into_connection_info()?;
+            first.get_or_insert_with(|| info.redis_settings().clone());
+            addrs.push(info.addr().clone());
+        }
+        let Some(sentinel_auth) = first else {
+            return Err(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "no sentinel URL",
+            )));
+        };
+        let secure = addrs
+            .iter()
+            .any(|a| matches!(a, ConnectionAddr::TcpTls { .. }));
+        let mut b = SentinelClientBuilder::new(addrs, &opts.master, SentinelServerType::Master)?
+            .set_client_to_redis_db(sentinel_auth.db());
+        if let Some(u) = sentinel_auth.username() {
+            b = b.set_client_to_sentinel_username(u);
+        }
+        if let Some(p) = sentinel_auth.password() {
+            b = b.set_client_to_sentinel_password(p);
+        }
+        if let Some(u) = &opts.username {
+            b = b.set_client_to_redis_username(u);
+        }
+        if let Some(p) = &opts.password {
+            b = b.set_client_to_redis_password(p);
+        }
+        if secure {
+            b = b
+                .set_client_to_sentinel_tls_mode(TlsMode::Secure)
+                .set_client_to_redis_tls_mode(TlsMode::Secure);
+            if !tls.is_empty() {
+                let m = tls.load().map_err(|e| {
+                    RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "unusable TLS file",
+                        e.to_string(),
+                    ))
+                })?;
+                let certs = || redis::TlsCertificates {
+                    client_tls: m.identity.clone().map(|(client_cert, client_key)| {
+                        redis::ClientTlsConfig {
+                            client_cert,
+                            client_key,
+                        }
+                    }),
+                    root_cert: m.ca.clone(),
+                };
+                b = b
+                    .set_client_to_sentinel_certificates(certs())
+                    .set_client_to_redis_certificates(certs());
+            }
+        }
+        Ok(Sentinels {
+            client: tokio::sync::Mutex::new(b.build()?),
+            master: opts.master.clone(),
+        })
+    }
+
+    /// A client for the current master, as the sentinels name it now.
+    pub(super) async fn master(&self) -> RedisResult<redis::Client> {
+        let client = self.client.lock().await.async_get_client().await;
+        if let Err(e) = &client {
+            tracing::debug!(master = %self.master, error = %e, "the sentinels named no usable master");
+        }
+        client
+    }
+}
+
+/// One logical connection to the current master: made on first use, and
+/// made again (asking the sentinels) after it dropped or found its node
+/// demoted.
+pub(super) struct SentinelLink {
+    sentinels: Arc<Sentinels>,
+    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    connect_timeout: Duration,
+}
+
+impl SentinelLink {
+    pub(super) fn new(sentinels: Arc<Sentinels>, connect_timeout: Duration) -> SentinelLink {
+        SentinelLink {
+            sentinels,
+            conn: tokio::sync::Mutex::new(None),
+            connect_timeout,
+        }
+    }
+
+    /// The connection to the master, made now if there is none.
+    pub(super) async fn connection(&self) -> RedisResult<MultiplexedConnection> {
+        let mut conn = self.conn.lock().await;
+        if let Some(c) = conn.as_ref() {
+            return Ok(c.clone());
+        }
+        let client = self.sentinels.master().await?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            // Every call is bounded by the store's own deadline.
+            .set_response_timeout(None);
+        let c = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        *conn = Some(c.clone());
+        Ok(c)
+    }
+
+    /// After a failed call: abandons the connection if the error says it
+    /// is gone or its node is no longer the master.
+    pub(super) async fn failed(&self, e: &RedisError) {
+        let demoted = e.code() == Some("READONLY");
+        if demoted || e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() {
+            tracing::debug!(master = %self.sentinels.master, error = %e, "abandoning the connection to the master; asking the sentinels again");
+            *self.conn.lock().await = None;
+        }
+    }
+}
+
+/// Where a store opens a connection of its own (table guards, pub/sub): a
+/// fixed node, or the master the sentinels name now.
+#[derive(Clone)]
+pub(super) enum Node {
+    Fixed(Arc<redis::Client>),
+    Sentinel(Arc<Sentinels>),
+}
+
+impl Node {
+    /// A client for the node: boxed, since asking the sentinels is a deep
+    /// future that would otherwise grow every caller's.
+    pub(super) fn client(
+        &self,
+    ) -> std::pin::Pin<Box<dyn Future<Output = RedisResult<redis::Client>> + Send + '_>> {
+        match self {
+            Node::Fixed(c) => Box::pin(std::future::ready(Ok(redis::Client::clone(c)))),
+            Node::Sentinel(s) => Box::pin(s.master()),
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! Redis Sentinel (issue 25): a master, a replica and three real sentinels;
+//! the distributor, the CLI and `Member`s find the master through the
+//! sentinels, and go on after a failover to the replica.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use distributor::edge::redis::SentinelOptions;
+
+use crate::support::*;
+
+const MASTER: &str = "themaster";
+
+/// Three sentinels monitoring a master with one replica.
+struct Sentinels {
+    master: RedisServer,
+    replica: RedisServer,
+    sentinels: Vec<(u16, Child)>,
+    dir: std::path::PathBuf,
+}
+
+impl Sentinels {
+    fn start() -> Sentinels {
+        // Diskless sync at once: the default waits 5 s for more replicas.
+        let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+        let dir = std::env::temp_dir().join(format!(
+            "distributor-test-sentinel-{}-{}",
+            std::process::id(),
+            master.port()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sentinels = (0..3)
+            .map(|i| {
+                let port = free_port();
+                let conf = dir.join(format!("sentinel-{i}.conf"));
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                         sentinel monitor {MASTER} 127.0.0.1 {master} 2\n\
+                         sentinel down-after-milliseconds {MASTER} 1000\n\
+                         sentinel failover-timeout {MASTER} 5000\n",
+                        dir = dir.display(),
+                        master = master.port()
+                    ),
+                )
+                .unwrap();
+                let child = Command::new("redis-server")
+                    .arg(&conf)
+                    .arg("--sentinel")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("redis-server must be installed");
+                (port, child)
+            })
+            .collect();
+        Sentinels {
+            master,
+            replica,
+            sentinels,
+            dir,
+        }
+    }
+
+    /// Every sentinel's URL, comma-separated: what `-redis-url` takes.
+    fn urls(&self) -> String {
+        self.sentinels
+            .iter()
+            .map(|(p, _)| format!("redis://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// One command to sentinel `i`.
+    async fn ask<T: redis::FromRedisValue>(
+        &self,
+        i: usize,
+        args: &[&str],
+    ) -> redis::RedisResult<T> {
+        let url = format!("redis://127.0.0.1:{}", self.sentinels[i].0);
+        let mut c = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query_async(&mut c).await
+    }
+
+    /// The master's port, as every sentinel names it now.
+    async fn master_port(&self) -> Option<u16> {
+        let mut ports = Vec::new();
+        for i in 0..self.sentinels.len() {
+            let addr: Option<(String, String)> = self
+                .ask(i, &["SENTINEL", "get-master-addr-by-name", MASTER])
+                .await
+                .ok()
+                .flatten();
+            ports.push(addr.and_then(|(_, p)| p.parse().ok()));
+        }
+        ports
+            .windows(2)
+            .all(|w| w[0] == w[1])
+            .then(|| ports[0])
+            .flatten()
+    }
+
+    /// Waits until every sentinel knows the replica and the other
+    /// sentinels (a failover needs both).
+    async fn wait_ready(&self) {
+        wait_for(
+            "sentinels that know each other and the replica",
+            Duration::from_secs(30),
+            || async {
+                let mut ok = true;
+                for i in 0..self.sentinels.len() {
+                    let master: Vec<String> = self
+                        .ask(i, &["SENTINEL", "master", MASTER])
+                        .await
+                        .unwrap_or_default();
+                    let field = |name: &str| {
+                        master
+                            .iter()
+                            .position(|f| f == name)
+                            .and_then(|p| master.get(p + 1))
+                            .and_then(|v| v.parse::<u32>().ok())
+                    };
+                    ok &= field("num-slaves") == Some(1) && field("num-other-sentinels") == Some(2);
+                }
+                ok
+            },
+        )
+        .await;
+    }
+
+    fn server_on(&self, port: u16) -> &RedisServer {
+        if self.master.port() == port {
+            &self.master
+        } else {
+            &self.replica
+        }
+    }
+}
+
+impl Drop for Sentinels {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.sentinels {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The distributor and two members run through the sentinels; a failover
+/// (`SENTINEL FAILOVER`) moves the master to the replica; the holder then
+/// writes the table on the new master, a change of the units reaches the
+/// members, and the CLI reads the new master too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_distributor_and_members_follow_a_sentinel_failover() {
+    let s = Sentinels::start();
+    s.wait_ready().await;
+    let first = s.master_port().await.expect("a master");
+    assert_eq!(first, s.master.port());
+    let units = units(20);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.redis_url = s.urls();
+    fleet.config.redis_sentinel = Some(SentinelOptions {
+        master: MASTER.into(),
+        ..SentinelOptions::default()
+    });
+    // The fleet's own Redis is a stand-in: every read below goes to the
+    // server the sentinels name.
+    let master = s.server_on(first);
+    let mut add = vec!["RPUSH", UNITS];
+    add.extend(units.iter().map(String::as_str));
+    let _: i64 = master.cmd(&add).await;
+    for _ in 0..2 {
+        let mut o = fleet.member_options();
+        o.redis_sentinel = fleet.config.redis_sentinel.clone();
+        fleet
+            .members
+            .push(Some(distributor::Member::start(o).await.unwrap()));
+    }
+    fleet.add_replica();
+    let (a, b) = (fleet.member_id(0), fleet.member_id(1));
+    let owned = |m: &distributor::Member| m.assignment().borrow().units.len();
+    wait_for("both members own 10 units", Duration::from_secs(20), || {
+        let counts: Vec<usize> = fleet.members.iter().flatten().map(owned).collect();
+        async move { counts == [10, 10] }
+    })
+    .await;
+    let row: Option<String> = master.cmd(&["HGET", TABLE, &a]).await;
+    assert_eq!(row.map(|r| r.split(',').count()), Some(10));
+
+    // The replica has everything the master has: a failover loses nothing
+    // (what an asynchronous replica may lose is the lost-writes case,
+    // tested elsewhere).
+    wait_for("the replica in sync", Duration::from_secs(20), || async {
+        let info: String = s.replica.cmd(&["INFO", "replication"]).await;
+        let n: i64 = s.replica.cmd(&["LLEN", UNITS]).await;
+        info.contains("master_link_status:up") && n == 20
+    })
+    .await;
+    let _: String = s
+        .ask(0, &["SENTINEL", "FAILOVER", MASTER])
+        .await
+        .expect("a failover starts");
+    wait_for("the replica promoted", Duration::from_secs(30), || async {
+        s.master_port().await == Some(s.replica.port())
+    })
+    .await;
+    let promoted = s.server_on(s.replica.port());
+    wait_for(
+        "the old master replicates the new one",
+        Duration::from_secs(30),
+        || async {
+            let info: String = s.master.cmd(&["INFO", "replication"]).await;
+            info.contains("role:slave") && info.contains("master_link_status:up")
+        },
+    )
+    .await;
+
+    // A change after the failover, written on the new master only.
+    let more = crate::support::units(26);
+    let mut add = vec!["RPUSH", UNITS];
+    add.extend(more[20..].iter().map(String::as_str));
+    let _: i64 = promoted.cmd(&add).await;
+    wait_for(
+        "both members own 13 units after the failover",
+        Duration::from_secs(30),
+        || {
+            let counts: Vec<usize> = fleet.members.iter().flatten().map(owned).collect();
+            async move { counts == [13, 13] }
+        },
+    )
+    .await;
+    let row: Option<String> = promoted.cmd(&["HGET", TABLE, &b]).await;
+    assert_eq!(
+        row.map(|r| r.split(',').count()),
+        Some(13),
+        "the table on the new master"
+    );
+
+    // The CLI finds the new master through the sentinels as well.
+    let out = cli(
+        &s.urls(),
+        &[&format!("-redis-sentinel-master={MASTER}"), "table"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(&a) && text.contains(&b), "{text}");
+
+    for m in fleet.members.iter_mut() {
+        if let Some(m) = m.take() {
+            m.shutdown().await;
+        }
+    }
+    fleet.shutdown().await;
+}
