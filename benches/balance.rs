@@ -14,7 +14,7 @@
 //!    `BALANCE_BENCH_LARGE=1`).
 //!
 //! Run: `cargo bench --bench balance` (`BALANCE_BENCH_SECTIONS=speed,moves`
-//! runs only those). Results: `BENCHMARKS.md` section 16.
+//! runs only those). Results: `BENCHMARKS.md`, "Balance by cost".
 
 // Real time, measured: the std clock is the right one here.
 #![allow(clippy::disallowed_methods)]

@@ -19,7 +19,8 @@
 //! with `Instant` and prints min / median / max with PASS or MISS against the
 //! targets, then a growth table (10 members x {1k, 10k, 100k} units and
 //! {10, 100, 1,000, 10,000} members x 100k units). `RING_BENCH_SUMMARY=0`
-//! skips it. Results and the machine they were measured on: `BENCHMARKS.md`.
+//! skips it. Results and the machine they were measured on: `BENCHMARKS.md`,
+//! "Assignment compute".
 //!
 //! `RING_BENCH_MEM=<members>x<units>` measures the memory of `assign` alone
 //! and exits: it builds the inputs, resets the process's peak RSS

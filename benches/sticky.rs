@@ -11,7 +11,8 @@
 //! write paid it twice before `TableDelta::again` (once for the digest, once
 //! for the commit), and pays it once now.
 //!
-//! Run: `cargo bench --bench sticky`. Results: `BENCHMARKS.md` section 22.
+//! Run: `cargo bench --bench sticky`. Results: `BENCHMARKS.md`, "Sticky
+//! reassign: a membership change's solve".
 
 // Real time, measured: the std clock is the right one here.
 #![allow(clippy::disallowed_methods)]

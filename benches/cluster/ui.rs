@@ -14,8 +14,8 @@
 //! standby (the bench holds the lease), which reads what it shows from Redis
 //! like any replica. Why not a real holder: at 10,000 x 1,000,000 the
 //! holder of a fresh fleet lost its lease every few seconds on the 2-core
-//! machine of BENCHMARKS.md section 12, with or without `-http-ui`, and
-//! never settled.
+//! machine of BENCHMARKS.md ("Status page at scale", "Known limits"), with
+//! or without `-http-ui`, and never settled.
 //!
 //! Each load is a fresh browser (cold cache, new connections), first on
 //! `about:blank`, then on the page. From the page's own Performance API,

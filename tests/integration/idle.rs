@@ -236,9 +236,9 @@ async fn without_watch_every_list_is_read_every_cycle() {
 }
 
 /// (e) Scripts go by `FCALL` of the library (by `EVALSHA` where Functions
-/// are refused: `functions.rs`), never as a plain `EVAL` (BENCHMARKS finding
-/// 5), and `FUNCTION FLUSH` does not break cycles, renewals or writes: a
-/// "function not found" reply loads the library again.
+/// are refused: `functions.rs`), never as a plain `EVAL` (BENCHMARKS.md,
+/// "Redis cost per cycle"), and `FUNCTION FLUSH` does not break cycles,
+/// renewals or writes: a "function not found" reply loads the library again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_go_by_fcall_and_survive_a_function_flush() {
     let all = units(20);

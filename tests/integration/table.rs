@@ -329,7 +329,7 @@ async fn a_field_means_live_and_no_field_means_not_a_member() {
 /// them at once): the first table already spreads the units over all of
 /// them. It used to place every unit on the few that answered first and then
 /// move almost all of them (98,730 of 100,000 units in transit at 10,000
-/// members, BENCHMARKS §11).
+/// members, BENCHMARKS.md, "First table of a fresh 10,000-member fleet").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_fleets_first_table_waits_for_slow_first_contacts() {
     let units = units(60);

@@ -265,7 +265,8 @@ pub(super) async fn desired(
             // Ring mode without a limit does not read the current table:
             // counting its moves for status costs whole-table passes on
             // every new solve (tens of MB at a million units), in the
-            // default mode whose memory is budgeted (BENCHMARKS §7).
+            // default mode whose memory is budgeted (BENCHMARKS.md, "Holder
+            // memory").
             let current = solved_view.or_else(|| uses_current.then(|| Arc::clone(granted)));
             let in_flight = if max_moves > 0 { in_flight } else { 0 };
             let also_held: Vec<(String, String)> = also_held

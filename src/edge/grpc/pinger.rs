@@ -47,15 +47,17 @@ const WARM_CONCURRENCY: usize = 16;
 /// How many beat streams are opened at once. A new holder's first round
 /// answers thousands of calls at once; opening every stream in the same
 /// instant would take the CPU that round's pings need (measured: 75 and 240
-/// of them timed out at 10,000 members on 2 cores, BENCHMARKS §20). Until
-/// its stream opens, a member is pinged by calls.
+/// of them timed out at 10,000 members on 2 cores, BENCHMARKS.md,
+/// "Measurements behind design choices"). Until its stream opens, a member
+/// is pinged by calls.
 const OPEN_CONCURRENCY: usize = 4;
 
 /// How many first contacts (a connection opened, then the first call on
 /// it) run at once. A new holder's first round opens thousands: all at once,
 /// each one's deadline runs while all of them share the CPU, and on a small
-/// machine the last ones miss it although every member is fine (BENCHMARKS
-/// §21). Paced, each contact's deadline counts from its own start.
+/// machine the last ones miss it although every member is fine (BENCHMARKS.md,
+/// "Measurements behind design choices"). Paced, each contact's deadline
+/// counts from its own start.
 const CONTACT_CONCURRENCY: usize = 256;
 
 /// The result of pinging one member.
@@ -159,8 +161,9 @@ pub struct Pinger {
 /// runs there, so that a round of thousands of pings never queues ahead of
 /// the holder's cycle and lease renewals on the replica's runtime: measured
 /// at 10,000 members, a new holder's cycle waited 0.6–1.3 s behind its own
-/// ping tasks, well past its 50 ms grace (BENCHMARKS.md section 11). The
-/// operating system shares the cores between the two runtimes' threads.
+/// ping tasks, well past its 50 ms grace (BENCHMARKS.md, "Measurements behind
+/// design choices"). The operating system shares the cores between the two
+/// runtimes' threads.
 struct PingRuntime(Option<tokio::runtime::Runtime>);
 
 impl Drop for PingRuntime {

@@ -61,9 +61,10 @@ impl Round<'_> {
     /// fleet's first cycle, or a fleet scaled up many times over: acting now
     /// would place every unit on the few that answered within the grace, and
     /// then move almost all of them as the others answer (98,730 of 100,000
-    /// units in transit at 10,000 members, BENCHMARKS §11). A steady fleet
-    /// never waits, nor a fresh one with a hung member or two: they are
-    /// fewer than the members heard from, and a later cycle takes them.
+    /// units in transit at 10,000 members, BENCHMARKS.md, "First table of a
+    /// fresh 10,000-member fleet"). A steady fleet never waits, nor a fresh
+    /// one with a hung member or two: they are fewer than the members heard
+    /// from, and a later cycle takes them.
     /// Returns `(unheard, heard)` and the members to wait for.
     pub(in crate::coordinator::holder) fn first_contacts(
         &self,
