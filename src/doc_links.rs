@@ -2,13 +2,58 @@
 //! `BENCHMARKS.md` and `docs/*.md` names a file of the repository, and every
 //! `#anchor` a heading of its target, so that moving a section between
 //! documents cannot leave a dead link. A test over the text, like
-//! `layering.rs`.
+//! `layering.rs`. Also the check of the blocks generated from a table in
+//! the code ([`generated_block`]).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Checks that the Markdown table of `file` that starts at the line
+/// `header` is `expected`, line for line, up to its first line not starting
+/// with `|`. With `UPDATE_README=1` it writes `expected` there instead: the
+/// code's table is the source, the document its rendering.
+pub(crate) fn generated_block(file: &str, header: &str, expected: &str) {
+    let path = root().join(file);
+    let text = std::fs::read_to_string(&path).expect("the document is readable");
+    let start = text
+        .find(&format!("\n{header}\n"))
+        .map(|i| i + 1)
+        .unwrap_or_else(|| panic!("{file}: no table starting {header:?}"));
+    let len: usize = text[start..]
+        .split_inclusive('\n')
+        .take_while(|l| l.starts_with('|'))
+        .map(str::len)
+        .sum();
+    let found = &text[start..start + len];
+    if found == expected {
+        return;
+    }
+    if std::env::var_os("UPDATE_README").is_some() {
+        let updated = format!("{}{expected}{}", &text[..start], &text[start + len..]);
+        std::fs::write(&path, updated).expect("the document is writable");
+        return;
+    }
+    let first = found
+        .lines()
+        .zip(expected.lines())
+        .find(|(f, e)| f != e)
+        .map_or_else(
+            || {
+                format!(
+                    "{} rows, expected {}",
+                    found.lines().count(),
+                    expected.lines().count()
+                )
+            },
+            |(f, e)| format!("found\n{f}\nexpected\n{e}"),
+        );
+    panic!(
+        "{file}: the table at {header:?} is not the code's ({first}); rewrite it with UPDATE_README=1 cargo test --lib"
+    );
 }
 
 /// The documents whose links are checked.

@@ -401,6 +401,27 @@ impl std::fmt::Debug for RawConfig {
     }
 }
 
+/// The settings as a Markdown table (flag, environment, default, meaning),
+/// as the README shows it.
+pub fn markdown_table() -> String {
+    let cell = |t: &str| t.replace('|', "\\|");
+    let mut out = String::from("| flag | environment | default | meaning |\n|---|---|---|---|\n");
+    for s in SETTINGS {
+        let env: Vec<String> = s.env.iter().map(|e| format!("`{e}`")).collect();
+        let default = s
+            .default
+            .map_or("unset".to_string(), |d| format!("`{}`", cell(d)));
+        out.push_str(&format!(
+            "| `-{}` | {} | {} | {} |\n",
+            s.flag,
+            env.join(", "),
+            default,
+            cell(s.help)
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,37 +462,14 @@ mod tests {
         );
     }
 
+    /// The README's configuration table is this table, rendered: rewrite it
+    /// with `UPDATE_README=1 cargo test --lib the_readme_table`.
     #[test]
-    fn the_readme_documents_every_setting() {
-        let readme = include_str!("../../README.md");
-        let section = readme
-            .split("\n## Configuration\n")
-            .nth(1)
-            .and_then(|s| s.split("\n## ").next())
-            .expect("a Configuration section");
-        let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `-")).collect();
-        for s in SETTINGS {
-            let flag = format!("`-{}`", s.flag);
-            let first_cell = |row: &&&str| row.split('|').nth(1).is_some_and(|c| c.contains(&flag));
-            let row = rows
-                .iter()
-                .find(first_cell)
-                .or_else(|| rows.iter().find(|r| r.contains(&flag)))
-                .unwrap_or_else(|| panic!("README: no row for -{}", s.flag));
-            for env in s.env {
-                assert!(
-                    row.contains(&format!("`{env}`")),
-                    "README -{}: no {env}",
-                    s.flag
-                );
-            }
-            if let Some(default) = s.default {
-                assert!(
-                    row.contains(&format!("`{default}`")),
-                    "README -{}: default should be `{default}`: {row}",
-                    s.flag
-                );
-            }
-        }
+    fn the_readme_table_is_the_settings_table() {
+        crate::doc_links::generated_block(
+            "README.md",
+            "| flag | environment | default | meaning |",
+            &markdown_table(),
+        );
     }
 }

@@ -9,9 +9,12 @@
 //! contact.
 //!
 //! ```text
-//!  mod.rs      Member, its options and assignment; start, drain, shutdown
+//!  mod.rs      Member and its assignment; ready, weight, drain, shutdown
+//!  options.rs  MemberOptions, their checks, the environment (MEMBER_ENV)
+//!  builder.rs  MemberBuilder: its own server or the application's, Redis
 //!  handoff.rs  the application's side: Handoff, Owned, Hold
 //!  follow.rs   the member's task: reads, reports, handler calls, leaving
+//!  meters.rs   its metrics, through the `metrics` facade
 //! ```
 //!
 //! Guarantees (the rules are `core::ownership`'s):
@@ -34,7 +37,10 @@
 //! - it serves pings before its first read of the table and for as long as
 //!   it holds a unit (the holder takes a refused connection as proof that
 //!   nothing works on the member's units): should its server end on its
-//!   own, every hold ends at once and the member stops;
+//!   own (its own server's task, or every copy of the services it gave the
+//!   application), every hold ends at once and the member stops;
+//! - the application's handler gets one call per unit, each on a task of
+//!   its own; a unit's `revoked` starts only once its `acquired` returned;
 //! - [`Member::drain`] hands every unit over through the holder before it
 //!   deregisters (bounded by the drain timeout); [`Member::shutdown`] and
 //!   dropping stop every unit first, then deregister and stop serving; a

@@ -543,12 +543,43 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// [`MEMBER_ENV`] as a Markdown table (variable, default, meaning), as the
+    /// README shows it.
+    fn env_markdown_table() -> String {
+        let mut out = String::from("| variable | default | meaning |\n|---|---|---|\n");
+        for v in MEMBER_ENV {
+            let names: Vec<String> = v.names.iter().map(|n| format!("`{n}`")).collect();
+            let default = if v.default.is_empty() {
+                "unset".to_string()
+            } else {
+                format!("`{}`", v.default)
+            };
+            out.push_str(&format!(
+                "| {} | {default} | {} |\n",
+                names.join(", "),
+                v.help.replace('|', "\\|")
+            ));
+        }
+        out
+    }
+
     fn from(vars: &[(&str, &str)]) -> Result<MemberOptions, MemberError> {
         let vars: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         MemberOptions::from_lookup(|n| vars.get(n).cloned())
+    }
+
+    /// The README's table of variables is [`MEMBER_ENV`], rendered
+    /// (`UPDATE_README=1 cargo test --lib` rewrites it).
+    #[test]
+    fn the_readme_lists_the_variables() {
+        crate::doc_links::generated_block(
+            "README.md",
+            "| variable | default | meaning |",
+            &env_markdown_table(),
+        );
     }
 
     #[test]
