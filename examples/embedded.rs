@@ -71,12 +71,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(l) => l.parse()?,
         Err(_) => advertise.parse()?,
     };
-    // The application's own Redis client and health reporter.
-    let redis = redis::Client::open(opts.redis_url.as_str())?;
+    // The application's own Redis client (one node; with Sentinel or a
+    // cluster the member connects by its options) and health reporter.
+    let one_node =
+        opts.redis_sentinel.is_none() && !opts.redis_cluster && !opts.redis_url.contains(',');
+    let mut builder = Member::builder().options(opts.clone());
+    if one_node {
+        builder = builder.redis_client(redis::Client::open(opts.redis_url.as_str())?);
+    }
     let (health, health_service) = tonic_health::server::health_reporter();
-    let (member, services) = Member::builder()
-        .options(opts)
-        .redis_client(redis)
+    let (member, services) = builder
         .health_reporter(health)
         .handoff(Crawler::default())
         .start_without_server()

@@ -174,8 +174,9 @@ pub enum MemberError {
 }
 
 impl MemberError {
-    /// Whether trying again may succeed: only Redis being unreachable or
-    /// slow is. Everything else is the configuration or the process.
+    /// Whether trying again may succeed: Redis being unreachable or slow,
+    /// and an address that cannot be bound now (it may be freed).
+    /// Everything else is the configuration or the process.
     pub fn is_retryable(&self) -> bool {
         match self {
             MemberError::Store(e) => e.is_retryable(),

@@ -65,10 +65,13 @@ pub struct MemberBuilder {
 /// served), it ends every hold at once and stops, since the holder takes a
 /// refused connection as proof that nothing works on its units.
 ///
-/// Stop the member ([`Member::drain`] or [`Member::shutdown`]) before a
-/// graceful shutdown of the server: the distributor keeps a beat stream
-/// open on it, which ends only once the member refuses beats, and a
-/// graceful shutdown waits for open streams.
+/// **Serve them for as long as the member runs**, and stop the member
+/// ([`Member::drain`] or [`Member::shutdown`]) before the server: a
+/// server shutting down refuses new connections, and the holder takes a
+/// refused connection as proof that nothing works on the member's units,
+/// while the member, pinged on a beat stream that stays open, would still
+/// hold them. (A graceful shutdown also waits for that stream, which ends
+/// only once the member refuses beats.)
 pub struct MemberServices {
     /// `/proto.GRPCPinger/Ping`, the Go-compatible ping.
     pub pinger: GrpcPingerServer<PingResponder>,
@@ -137,17 +140,20 @@ impl MemberBuilder {
     }
 
     /// The application's own Redis client (one node), instead of
-    /// `redis_url`, `redis_tls` and `redis_cluster`: its address,
-    /// credentials and TLS are used as it was set up. The member opens its
-    /// own few connections from it (see [`Store::with_client`]).
+    /// `redis_url` and `redis_tls`: its address, credentials and TLS are
+    /// used as it was set up. The member opens its own few connections from
+    /// it (see [`Store::with_client`]). Not with `redis_sentinel` or
+    /// `redis_cluster` (starting fails): those connect by the options.
     pub fn redis_client(mut self, client: redis::Client) -> MemberBuilder {
         self.client = Some(client);
         self
     }
 
     /// The application's health reporter: the member keeps the status of
-    /// `proto.GRPCPinger` in it (`NOT_SERVING` while fenced). With its own
-    /// server, the member also sets the overall status (`""`) there.
+    /// `proto.GRPCPinger` in it (`NOT_SERVING` while fenced), and leaves
+    /// the overall status (`""`) to the application. Without one, the
+    /// member's own server serves a health service of its own, where it
+    /// sets both.
     pub fn health_reporter(mut self, health: HealthReporter) -> MemberBuilder {
         self.health = Some(health);
         self
@@ -289,6 +295,16 @@ impl MemberBuilder {
             reason,
         })?;
         let redis = match self.client {
+            Some(_)
+                if self.opts.redis_sentinel.is_some()
+                    || self.opts.redis_cluster
+                    || self.opts.redis_url.contains(',') =>
+            {
+                return Err(MemberError::Option {
+                    name: "redis_client",
+                    reason: "one node's client: not with redis_sentinel or redis_cluster (leave it out: the member connects by its options)".into(),
+                });
+            }
             Some(client) => RedisSource::Client(client),
             None => RedisSource::Options(RedisOptions {
                 cluster: self.opts.redis_cluster,

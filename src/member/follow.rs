@@ -348,7 +348,10 @@ impl Follower {
                             }
                             let unit = owned.unit.clone();
                             let started = clock::now();
-                            let call = AssertUnwindSafe(handoff.revoked(owned, why));
+                            // The call itself inside: a handler may panic
+                            // before it returns its future.
+                            let call =
+                                AssertUnwindSafe(async { handoff.revoked(owned, why).await });
                             if let Err(panic) = call.catch_unwind().await {
                                 tracing::error!(
                                     member,
@@ -376,9 +379,12 @@ impl Follower {
                         let done = done.clone();
                         let member = self.id.clone();
                         tokio::spawn(async move {
-                            let _finished = finished.drop_guard();
+                            // Cancelled also if this task is dropped unfinished.
+                            let _finished = finished.clone().drop_guard();
                             let unit = owned.unit.clone();
-                            let call = AssertUnwindSafe(handoff.acquired(owned));
+                            // The call itself inside: a handler may panic
+                            // before it returns its future.
+                            let call = AssertUnwindSafe(async { handoff.acquired(owned).await });
                             if let Err(panic) = call.catch_unwind().await {
                                 tracing::error!(
                                     member,
@@ -387,6 +393,9 @@ impl Follower {
                                     "the acquisition handler panicked"
                                 );
                             }
+                            // Ended before it is reported, so that the loop
+                            // taking the report forgets the unit's entry.
+                            finished.cancel();
                             let _ = done.send(Done::Acquired(unit));
                         });
                     }
@@ -405,7 +414,6 @@ impl Follower {
         }
         if fenced != l.fenced {
             l.fenced = fenced;
-            self.meters.fenced.set(if fenced { 1.0 } else { 0.0 });
             let (read, ping) = self.shared.lock().last_contact();
             let ago = |t: Option<Instant>| t.map(|t| t.elapsed());
             if fenced && !matches!(l.phase, Phase::Stopping { .. } | Phase::Leaving { .. }) {
@@ -440,11 +448,18 @@ impl Follower {
     /// Publishes readiness: registered, a report written, in contact, and
     /// not leaving.
     fn publish_ready(&self, l: &Loop) {
-        let (reported, weight) = {
-            let c = self.shared.lock();
-            (c.written_report().is_some() && !c.fenced(), c.weight())
+        // A read of the state: it must not wake the holds' waiters.
+        let (reported, fenced, weight) = {
+            let c = self.shared.peek();
+            (c.written_report().is_some(), c.fenced(), c.weight())
         };
+        let leaving = matches!(l.phase, Phase::Stopping { .. } | Phase::Leaving { .. });
         self.meters.weight.set(f64::from(weight));
+        // Stopping counts as fenced in the state; the gauge says out of contact.
+        self.meters
+            .fenced
+            .set(if fenced && !leaving { 1.0 } else { 0.0 });
+        let reported = reported && !fenced;
         let ready = l.registered && matches!(l.phase, Phase::Following) && reported;
         self.meters.ready.set(if ready { 1.0 } else { 0.0 });
         self.ready

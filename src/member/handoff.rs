@@ -255,7 +255,7 @@ impl Shared {
     /// The state, read by the application's holds: no wakeup, since a read
     /// changes nothing (an application checking its hold in a loop must not
     /// wake every waiter).
-    fn peek(&self) -> MutexGuard<'_, Ownership> {
+    pub(crate) fn peek(&self) -> MutexGuard<'_, Ownership> {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -1,7 +1,9 @@
 //! The member library, for workers written in Rust.
 //!
-//! A [`Member`] serves the ping RPC (`/proto.GRPCPinger/Ping`) and the standard
-//! `grpc.health.v1` health service, registers its address in its services list,
+//! A [`Member`] serves the ping RPC (`/proto.GRPCPinger/Ping`), the beat
+//! stream and, unless the application brings its own, the standard
+//! `grpc.health.v1` health service (on its own server, or the application's:
+//! [`MemberBuilder`]), registers its address in its services list,
 //! and follows its own row of the matching table with the handoff protocol
 //! (`docs/protocol.md`): it hands units to the application ([`Handoff`], or
 //! the `watch::Receiver<Assignment>`), takes them back, acknowledges the
@@ -276,10 +278,11 @@ impl Member {
         self.join().await;
     }
 
-    /// Stops at once, like a crash: no revocation call, no deregistration,
-    /// connections refused. Every hold ends now ([`Member::holds`] and
-    /// [`Hold::check`] fail from this call on): once its connection is
-    /// refused, the holder may grant the units at once.
+    /// Stops at once, like a crash: no revocation call, no deregistration;
+    /// its own server stops (connections refused), and services served by
+    /// the application answer pings `UNAVAILABLE`. Every hold ends now
+    /// ([`Member::holds`] and [`Hold::check`] fail from this call on): once
+    /// its connection is refused, the holder may grant the units at once.
     pub fn abort(mut self) {
         self.shared.lock().stop(clock::now());
         self.stop_loads();

@@ -151,6 +151,8 @@ struct Credentials {
     user: Option<String>,
     pass: Option<String>,
     sentinel_master: Option<String>,
+    /// `REDIS_TLS`: `rediss://` for every URL.
+    tls: bool,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -211,6 +213,39 @@ pub static MEMBER_ENV: &[EnvVar] = &[
         },
     },
     EnvVar {
+        names: &["REDIS_PASSWORD_FILE"],
+        default: "",
+        help: "File holding the Redis password (a trailing newline is ignored); REDIS_PASS wins",
+        secret: false,
+        apply: |_, c, v| {
+            let text =
+                std::fs::read_to_string(v.trim()).map_err(|e| format!("cannot read it: {e}"))?;
+            let pass = text.strip_suffix('\n').unwrap_or(&text);
+            let pass = pass.strip_suffix('\r').unwrap_or(pass);
+            c.pass.get_or_insert_with(|| pass.to_string());
+            Ok(())
+        },
+    },
+    EnvVar {
+        names: &["REDIS_TLS"],
+        default: "false",
+        help: "TLS to Redis, as rediss:// URLs",
+        secret: false,
+        apply: |_, c, v| {
+            c.tls = boolean(v)?;
+            Ok(())
+        },
+    },
+    EnvVar {
+        names: &["REDIS_ADDRS"],
+        default: "",
+        help: "The daemon's Go-style host:port list; not read by members, which refuse it (put the hosts in REDIS_URL)",
+        secret: false,
+        apply: |_, _, _| {
+            Err("members take their Redis hosts from REDIS_URL only; unset REDIS_ADDRS or give the same hosts as URLs".into())
+        },
+    },
+    EnvVar {
         names: &["REDIS_CLUSTER"],
         default: "false",
         help: "Redis Cluster mode with a single seed URL",
@@ -231,7 +266,7 @@ pub static MEMBER_ENV: &[EnvVar] = &[
         },
     },
     EnvVar {
-        names: &["REDIS_TLS_CA"],
+        names: &["REDIS_TLS_CA", "REDIS_ROOTCA_CERTS"],
         default: "",
         help: "Comma-separated PEM CA files to verify Redis (default: system roots)",
         secret: false,
@@ -438,6 +473,17 @@ impl MemberOptions {
                 }
             })?;
         }
+        if credentials.tls {
+            opts.redis_url = opts
+                .redis_url
+                .split(',')
+                .map(|u| match u.trim().strip_prefix("redis://") {
+                    Some(rest) => format!("rediss://{rest}"),
+                    None => u.trim().to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+        }
         if let Some(master) = credentials.sentinel_master {
             opts.redis_sentinel = Some(SentinelOptions {
                 master,
@@ -591,8 +637,13 @@ mod tests {
 
     #[test]
     fn every_variable_sets_its_option() {
+        let file = std::env::temp_dir().join(format!("member-env-pw-{}", std::process::id()));
+        std::fs::write(&file, "from-file\n").unwrap();
+        let file = file.to_string_lossy().to_string();
         let given = [
             ("REDIS_URL", "redis://a:1,redis://b:2"),
+            ("REDIS_PASSWORD_FILE", file.as_str()),
+            ("REDIS_TLS", "true"),
             ("REDIS_USERNAME", "app"),
             ("REDIS_PASSWORD", "p@ss"),
             ("REDIS_CLUSTER", "true"),
@@ -615,17 +666,25 @@ mod tests {
             ("MEMBER_TLS_CA", "/mca.pem"),
         ];
         // Every variable of the table is given here (a new one must be too),
-        // but Sentinel's, which excludes a cluster (below).
+        // but Sentinel's, which excludes a cluster, and the refused one (below).
         for var in MEMBER_ENV {
             assert!(
-                var.names[0] == "REDIS_SENTINEL_MASTER"
+                ["REDIS_SENTINEL_MASTER", "REDIS_ADDRS"].contains(&var.names[0])
                     || given.iter().any(|(n, _)| var.names.contains(n)),
                 "{} is not tested",
                 var.names[0]
             );
         }
         let o = from(&given).unwrap();
-        assert_eq!(o.redis_url, "redis://app:p%40ss@a:1,redis://app:p%40ss@b:2");
+        // REDIS_PASSWORD wins over the file; REDIS_TLS makes every URL rediss.
+        assert_eq!(
+            o.redis_url,
+            "rediss://app:p%40ss@a:1,rediss://app:p%40ss@b:2"
+        );
+        let o2 = from(&[("REDIS_URL", "redis://h:1"), ("REDIS_PASSWORD_FILE", &file)]).unwrap();
+        assert_eq!(o2.redis_url, "redis://:from-file@h:1");
+        let e = from(&[("REDIS_ADDRS", "h:1")]).unwrap_err().to_string();
+        assert!(e.contains("REDIS_ADDRS") && e.contains("REDIS_URL"), "{e}");
         assert!(o.redis_cluster);
         assert_eq!(
             o.redis_tls,

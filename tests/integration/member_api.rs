@@ -264,6 +264,54 @@ async fn a_slow_stop_of_one_unit_does_not_delay_another_units_stop() {
     member.shutdown().await;
 }
 
+/// A handler that panics before it returns its future, on one unit: the
+/// panic counts as the call returned, so the unit's stop is reported and
+/// the member goes on taking units.
+struct Panicky;
+
+impl Handoff for Panicky {
+    fn acquired(&self, unit: Owned) -> HandoffFuture<'_> {
+        assert!(unit.unit != "boom-on-start", "a handler's bug");
+        Box::pin(std::future::ready(()))
+    }
+
+    fn revoked(&self, unit: Owned, _why: Revocation) -> HandoffFuture<'_> {
+        assert!(unit.unit != "boom", "a handler's bug");
+        Box::pin(std::future::ready(()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_panics_counts_as_returned() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 3, &[(&id, "boom,boom-on-start,calm")]).await;
+    let member = Member::builder()
+        .options(options(&redis, port))
+        .handoff(Panicky)
+        .start()
+        .await
+        .unwrap();
+    let _pinger = Pinger::start(&id);
+    wait_for("three units held", Duration::from_secs(5), || {
+        let n = member.assignment().borrow().units.len();
+        async move { n == 3 }
+    })
+    .await;
+    // Both panicking units are taken: their stops count as returned, so
+    // generation 4 is acknowledged, and 5's new unit is acquired.
+    write_table(&redis, 4, &[(&id, "calm")]).await;
+    wait_report(&redis, &id, 4, false).await;
+    write_table(&redis, 5, &[(&id, "calm,next")]).await;
+    wait_for("the next unit held", Duration::from_secs(5), || {
+        let held = member.holds("next").is_some();
+        async move { held }
+    })
+    .await;
+    member.shutdown().await;
+}
+
 /// A recorder of the test's own: counters and gauges by name and labels.
 #[derive(Default)]
 struct TestRecorder {
@@ -393,4 +441,9 @@ async fn the_members_metrics_reach_the_applications_recorder() {
     .await;
     member.shutdown().await;
     assert_eq!(recorder.gauge(&m("distributor_member_ready")), 0.0);
+    assert_eq!(
+        recorder.gauge(&m("distributor_member_fenced")),
+        0.0,
+        "stopping is not being out of contact"
+    );
 }

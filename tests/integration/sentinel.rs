@@ -246,6 +246,22 @@ async fn the_distributor_and_members_follow_a_sentinel_failover() {
         Some(13),
         "the table on the new master"
     );
+    // Each member reads on the new master, and its report names that
+    // connection (the run id is how a holder tells one server from another).
+    let new_run_id = promoted.run_id().await;
+    for m in [&a, &b] {
+        wait_for(
+            "a report naming the new master",
+            Duration::from_secs(10),
+            || async {
+                let raw: Option<String> = promoted.cmd(&["HGET", &keys().members, m]).await;
+                raw.and_then(|r| distributor::core::handoff::MemberReport::decode(&r))
+                    .and_then(|r| r.client)
+                    .is_some_and(|c| c.server == Some(new_run_id))
+            },
+        )
+        .await;
+    }
 
     // The CLI finds the new master through the sentinels as well.
     let out = cli(

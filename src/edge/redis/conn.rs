@@ -49,6 +49,15 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// Whether every command goes to one node (no cluster routing): then a
+    /// pipeline is one round trip, and `CLIENT ID` names the connection the
+    /// other commands of its transaction ran on.
+    pub(super) fn is_one_node(&self) -> bool {
+        matches!(self, Conn::Single(_) | Conn::Sentinel(_))
+    }
+}
+
 impl redis::aio::ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
         match self {
@@ -60,9 +69,10 @@ impl redis::aio::ConnectionLike for Conn {
                     .await
             }),
             Conn::Sentinel(link) => Box::pin(async move {
-                let reply = link.connection().await?.req_packed_command(cmd).await;
+                let (n, mut c) = link.connection().await?;
+                let reply = c.req_packed_command(cmd).await;
                 if let Err(e) = &reply {
-                    link.failed(e).await;
+                    link.failed(n, e).await;
                 }
                 reply
             }),
@@ -84,13 +94,10 @@ impl redis::aio::ConnectionLike for Conn {
                     .await
             }),
             Conn::Sentinel(link) => Box::pin(async move {
-                let reply = link
-                    .connection()
-                    .await?
-                    .req_packed_commands(pipeline, offset, count)
-                    .await;
+                let (n, mut c) = link.connection().await?;
+                let reply = c.req_packed_commands(pipeline, offset, count).await;
                 if let Err(e) = &reply {
-                    link.failed(e).await;
+                    link.failed(n, e).await;
                 }
                 reply
             }),
@@ -355,7 +362,8 @@ impl Store {
             pipe
         };
         let run = async move {
-            if let Conn::Single(_) = conn {
+            // One node (fixed, or the master the sentinels name): one pipeline.
+            if conn.is_one_node() {
                 let mut pipe = new_pipe();
                 for (_, cmd) in &cmds {
                     pipe.add_command(cmd.clone());
@@ -437,9 +445,10 @@ impl Store {
     /// (`INFO replication`), or `None` where Redis does not say (no
     /// permission, a cluster).
     pub async fn connected_replicas(&self) -> Option<u32> {
-        let Conn::Single(mut c) = self.conn() else {
+        let mut c = self.conn();
+        if !c.is_one_node() {
             return None;
-        };
+        }
         let info: String = self
             .bounded(
                 "read replication info",

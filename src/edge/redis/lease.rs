@@ -30,7 +30,6 @@ use std::time::Duration;
 use redis::Value;
 
 use super::calls::{self, ScriptCall};
-use super::conn::Conn;
 use super::scripts::Which;
 use super::{
     Acquisition, Claim, HolderConnection, LeaseClient, LeaseGrant, Renewal, Store, checked,
@@ -145,7 +144,7 @@ impl Store {
         &self,
         client: RedisConnection,
     ) -> Result<HolderConnection, StoreError> {
-        if !matches!(self.conn(), Conn::Single(_)) {
+        if !self.conn().is_one_node() {
             return Ok(HolderConnection::Refused);
         }
         if client.server.is_some() && !self.server_info.allowed() {
@@ -207,7 +206,7 @@ impl Store {
             LeaseClient::Refused { at, .. } if at.elapsed() < Timing::DEFAULT.client_refused_backoff
         );
         let mut conn = match self.conn() {
-            Conn::Single(c) if !refused_lately => c,
+            c if c.is_one_node() && !refused_lately => c,
             // A cluster routes by key: `CLIENT ID` would name a connection to
             // some node, maybe not the one the script runs on. And after a
             // refusal, asking again at every call would only fill ACL LOG.

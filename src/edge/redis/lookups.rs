@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::conn::Conn;
 use super::{BULK_TIMEOUT, Store, bytes_list, int, refused_commands, reply_err, text, text_pairs};
 use crate::core::handoff::{MemberReport, RedisConnection, RunId};
 use crate::core::status::Overview;
@@ -31,9 +30,10 @@ impl Store {
         member: &str,
         recorded: &[RedisConnection],
     ) -> Result<Option<bool>, StoreError> {
-        let Conn::Single(mut conn) = self.conn() else {
+        let mut conn = self.conn();
+        if !conn.is_one_node() {
             return Ok(None);
-        };
+        }
         let report: Option<String> = match self
             .bounded(
                 "read a member's report",

@@ -19,7 +19,6 @@
 //! - the report is encoded by [`MemberReport::encode`], the one stored form
 //!   the holder decodes.
 
-use super::conn::Conn;
 use super::{BULK_TIMEOUT, Store, refused_commands, stored_count};
 use crate::core::handoff::{MemberReport, RedisConnection, RunId, Transit};
 use crate::edge::clock;
@@ -56,7 +55,7 @@ impl Store {
     pub async fn read_row(&self, member: &str) -> Result<RowRead, StoreError> {
         let k = &self.keys;
         let mut conn = self.conn();
-        let single = matches!(conn, Conn::Single(_));
+        let single = conn.is_one_node();
         let transaction = |asked: Asked| {
             let mut pipe = redis::pipe();
             pipe.atomic();

@@ -101,7 +101,7 @@ pub fn default_replica_id() -> String {
 }
 
 /// How to reach Redis: one node, or a Redis Cluster through seed nodes.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct RedisOptions {
     /// One URL, or several seed nodes (which means cluster mode).
     pub urls: Vec<String>,
@@ -122,6 +122,18 @@ pub struct RedisOptions {
 pub struct WaitFor {
     pub replicas: u32,
     pub timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("urls", &url::display_urls(&self.urls.join(",")))
+            .field("cluster", &self.cluster)
+            .field("tls", &self.tls)
+            .field("wait", &self.wait)
+            .field("sentinel", &self.sentinel)
+            .finish()
+    }
 }
 
 impl RedisOptions {

@@ -8,10 +8,14 @@
 //!   demoted), is abandoned: the next call asks the sentinels again. Sentinel
 //!   kills the clients of every instance it reconfigures, so a failover
 //!   surfaces as a dropped connection;
-//! - the URLs' user and password authenticate to the sentinels, and
-//!   [`SentinelOptions`]' to the master (and its replicas); `rediss://`
-//!   sentinel URLs mean TLS to both, with the same custom CA and client
-//!   certificate.
+//! - the first URL's user and password authenticate to every sentinel, and
+//!   [`SentinelOptions`]' to the master; a `rediss://` URL among them means
+//!   TLS to every sentinel and to the master, with the same custom CA and
+//!   client certificate;
+//! - limit: a connection is re-resolved only when it fails. An old master
+//!   cut off from the sentinels but still reachable from here keeps
+//!   answering until Sentinel reconfigures it (Redis' own split-brain limit:
+//!   `min-replicas-to-write` on the master bounds it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,7 +137,9 @@ impl Sentinels {
 /// demoted.
 pub(super) struct SentinelLink {
     sentinels: Arc<Sentinels>,
-    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    /// The connection, numbered: a failure abandons only the one it
+    /// happened on, never a newer one another call just made.
+    conn: tokio::sync::Mutex<(u64, Option<MultiplexedConnection>)>,
     connect_timeout: Duration,
 }
 
@@ -141,16 +147,17 @@ impl SentinelLink {
     pub(super) fn new(sentinels: Arc<Sentinels>, connect_timeout: Duration) -> SentinelLink {
         SentinelLink {
             sentinels,
-            conn: tokio::sync::Mutex::new(None),
+            conn: tokio::sync::Mutex::new((0, None)),
             connect_timeout,
         }
     }
 
-    /// The connection to the master, made now if there is none.
-    pub(super) async fn connection(&self) -> RedisResult<MultiplexedConnection> {
+    /// The connection to the master and its number, made now if there is
+    /// none.
+    pub(super) async fn connection(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         let mut conn = self.conn.lock().await;
-        if let Some(c) = conn.as_ref() {
-            return Ok(c.clone());
+        if let (n, Some(c)) = &*conn {
+            return Ok((*n, c.clone()));
         }
         let client = self.sentinels.master().await?;
         let config = redis::AsyncConnectionConfig::new()
@@ -160,17 +167,21 @@ impl SentinelLink {
         let c = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        *conn = Some(c.clone());
-        Ok(c)
+        conn.0 += 1;
+        conn.1 = Some(c.clone());
+        Ok((conn.0, c))
     }
 
-    /// After a failed call: abandons the connection if the error says it
-    /// is gone or its node is no longer the master.
-    pub(super) async fn failed(&self, e: &RedisError) {
+    /// After a call failed on connection `n`: abandons it if the error says
+    /// it is gone or its node is no longer the master.
+    pub(super) async fn failed(&self, n: u64, e: &RedisError) {
         let demoted = e.code() == Some("READONLY");
         if demoted || e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() {
-            tracing::debug!(master = %self.sentinels.master, error = %e, "abandoning the connection to the master; asking the sentinels again");
-            *self.conn.lock().await = None;
+            let mut conn = self.conn.lock().await;
+            if conn.0 == n && conn.1.is_some() {
+                tracing::debug!(master = %self.sentinels.master, error = %e, "abandoning the connection to the master; asking the sentinels again");
+                conn.1 = None;
+            }
         }
     }
 }
