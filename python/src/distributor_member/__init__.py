@@ -28,7 +28,15 @@ from .member import (
     Unfenced,
     monotonic,
 )
-from .options import ENVIRONMENT, MAX_DEADLINE, MAX_WEIGHT, MemberOptions, OptionsError
+from .options import (
+    ENVIRONMENT,
+    ENVIRONMENT_EXTRA,
+    MAX_DEADLINE,
+    MAX_WEIGHT,
+    MemberOptions,
+    OptionsError,
+    environment_variables,
+)
 from .signals import run_until_signal
 from .sync import SyncMember
 
@@ -39,6 +47,7 @@ __all__ = [
     "AcquiredCallback",
     "Drained",
     "ENVIRONMENT",
+    "ENVIRONMENT_EXTRA",
     "Event",
     "EventStream",
     "Fenced",
@@ -58,6 +67,7 @@ __all__ = [
     "Revoking",
     "SyncMember",
     "Unfenced",
+    "environment_variables",
     "monotonic",
     "parse_duration",
     "redact_url",

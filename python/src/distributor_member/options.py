@@ -12,7 +12,15 @@ from typing import Any
 from ._durations import format_duration, parse_duration
 from ._redact import check_host_port, check_member_addr, check_redis_url, redact_url, split_list
 
-__all__ = ["MemberOptions", "OptionsError", "MAX_DEADLINE", "MAX_WEIGHT", "ENVIRONMENT"]
+__all__ = [
+    "MemberOptions",
+    "OptionsError",
+    "MAX_DEADLINE",
+    "MAX_WEIGHT",
+    "ENVIRONMENT",
+    "ENVIRONMENT_EXTRA",
+    "environment_variables",
+]
 
 #: The longest fencing deadline a member may report (docs/protocol.md, step 4).
 MAX_DEADLINE = 300.0
@@ -222,29 +230,43 @@ class MemberOptions:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> MemberOptions:
-        """Options from the environment variables of :data:`ENVIRONMENT`
-        (``environ``: default ``os.environ``); ``overrides`` win. Durations
-        are Go-style (``10s``, ``1500ms``, ``2m``), booleans ``true``/``false``
-        (also ``1``/``0``, ``yes``/``no``, ``on``/``off``). Raises
-        :class:`OptionsError` naming the variable; the result is validated."""
+        """Options from the environment variables of :data:`ENVIRONMENT` and
+        :data:`ENVIRONMENT_EXTRA` (``environ``: default ``os.environ``), as
+        the Rust ``MemberOptions::from_env`` reads them; ``overrides`` win.
+        An empty variable counts as unset; of aliases, the first set wins.
+        Durations are Go-style (``10s``, ``1500ms``, ``2m``), booleans
+        ``true``/``false`` (also ``1``/``0``, ``yes``/``no``, ``on``/``off``).
+        Raises :class:`OptionsError` naming the variable; the result is
+        validated."""
         env = os.environ if environ is None else environ
+        if env.get("REDIS_ADDRS", ""):
+            raise OptionsError("redis_url", "", "members take their Redis hosts from REDIS_URL only: unset "
+                               "REDIS_ADDRS and put the same hosts in REDIS_URL (redis://host:port, "
+                               "comma-separated)", env="REDIS_ADDRS")
         values: dict[str, Any] = {}
         for name, (variables, kind) in ENVIRONMENT.items():
-            present = [(v, env[v]) for v in variables if v in env and env[v] != ""]
-            if not present:
-                continue
-            var, raw = present[0]
-            for other, text in present[1:]:
-                if text != raw:
-                    raise OptionsError(name, "", f"{var} and {other} are both set, to different values", env=var)
-            values[name] = _convert(name, var, raw, kind)
+            var = next((v for v in variables if env.get(v, "") != ""), None)
+            if var is not None:
+                values[name] = _convert(name, var, env[var], kind)
+        password_file = env.get("REDIS_PASSWORD_FILE", "")
+        if password_file:
+            # Read even when REDIS_PASS wins, as the Rust library does: a
+            # broken setting is reported rather than left to surprise later.
+            used = "redis_password" not in values and "redis_password" not in overrides
+            password = _read_password_file(password_file.strip(), used)
+            if used:
+                values["redis_password"] = password
+        tls = env.get("REDIS_TLS", "")
+        if tls and _boolean(tls, "redis_url", "REDIS_TLS"):
+            url: str = values.get("redis_url", cls.redis_url)
+            values["redis_url"] = _with_tls(url)
         values.update(overrides)
         opts = cls(**values)
         try:
             opts.validate()
         except OptionsError as e:
             names: tuple[str, ...] = ENVIRONMENT[e.field][0] if e.field in ENVIRONMENT else ()
-            source = next((v for v in names if v in env), None)
+            source = next((v for v in names if env.get(v, "") != ""), None)
             if source is not None and e.field not in overrides:
                 kind = ENVIRONMENT[e.field][1]
                 raw = env[source].strip()
@@ -260,7 +282,7 @@ ENVIRONMENT: dict[str, tuple[tuple[str, ...], str]] = {
     "redis_cluster": (("REDIS_CLUSTER",), "bool"),
     "redis_username": (("REDIS_USER", "REDIS_USERNAME"), "str"),
     "redis_password": (("REDIS_PASS", "REDIS_PASSWORD"), "secret"),
-    "redis_tls_ca": (("REDIS_TLS_CA",), "str"),
+    "redis_tls_ca": (("REDIS_TLS_CA", "REDIS_ROOTCA_CERTS"), "str"),
     "redis_tls_cert": (("REDIS_TLS_CERT",), "str"),
     "redis_tls_key": (("REDIS_TLS_KEY",), "str"),
     "redis_sentinel_master": (("REDIS_SENTINEL_MASTER",), "str"),
@@ -281,6 +303,52 @@ ENVIRONMENT: dict[str, tuple[tuple[str, ...], str]] = {
     "tls_ca": (("MEMBER_TLS_CA",), "str"),
 }
 
+#: Variables that set no field of their own → what :meth:`MemberOptions.from_env` does with them.
+ENVIRONMENT_EXTRA: dict[str, str] = {
+    "REDIS_PASSWORD_FILE": "redis_password from this file (a trailing newline is ignored); "
+                           "REDIS_PASS/REDIS_PASSWORD win; an unreadable file is an error",
+    "REDIS_TLS": "boolean: true turns every redis:// URL of redis_url into rediss://",
+    "REDIS_ADDRS": "refused: members take their Redis hosts from REDIS_URL only",
+}
+
+
+def environment_variables() -> list[str]:
+    """Every variable :meth:`MemberOptions.from_env` reads, aliases included."""
+    return [v for variables, _ in ENVIRONMENT.values() for v in variables] + list(ENVIRONMENT_EXTRA)
+
+
+def _read_password_file(path: str, used: bool) -> str:
+    """The password in ``path``, without its trailing newline (``\\n``, then a
+    ``\\r``), as the Rust library reads it; ``used``: REDIS_PASS does not
+    win, so an empty file is an error. Errors name the variable and may show
+    the path, never the content (raised outside the ``except``, so that no
+    exception holding the bytes read hangs on them)."""
+    reason: str | None = None
+    text = ""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read()
+    except UnicodeDecodeError:
+        reason = "cannot read it: not UTF-8 text"
+    except OSError as e:
+        reason = f"cannot read it: {e.strerror or type(e).__name__}"
+    if reason is not None:
+        raise OptionsError("redis_password", path, reason, env="REDIS_PASSWORD_FILE")
+    password = text.removesuffix("\n").removesuffix("\r")
+    if password == "" and used:
+        raise OptionsError("redis_password", path, "the file holds no password", env="REDIS_PASSWORD_FILE")
+    return password
+
+
+def _with_tls(url: str) -> str:
+    """``REDIS_TLS``: every ``redis://`` URL of the list as ``rediss://``."""
+    out = []
+    for u in url.split(","):
+        u = u.strip()
+        out.append("rediss://" + u[len("redis://"):] if u.startswith("redis://") else u)
+    return ",".join(out)
+
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -291,11 +359,7 @@ def _convert(name: str, var: str, raw: str, kind: str) -> Any:
     if kind in ("str", "secret"):
         return raw if kind == "secret" else text
     if kind == "bool":
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise OptionsError(name, shown, "expected true or false", env=var)
+        return _boolean(raw, name, var)
     if kind == "int":
         if not (text.isascii() and text.lstrip("-").isdigit()):
             raise OptionsError(name, shown, "expected a whole number", env=var)
@@ -306,6 +370,15 @@ def _convert(name: str, var: str, raw: str, kind: str) -> Any:
         except ValueError as e:
             raise OptionsError(name, shown, f"{e} (examples: 10s, 1500ms, 2m)", env=var) from None
     raise AssertionError(kind)
+
+
+def _boolean(raw: str, name: str, var: str) -> bool:
+    text = raw.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise OptionsError(name, raw.strip(), "expected true or false", env=var)
 
 
 def _number(v: object) -> bool:
