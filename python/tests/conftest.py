@@ -9,6 +9,7 @@ the repository is ``DISTRIBUTOR_REPO`` (default: the checkout these tests are in
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import shutil
 import signal
@@ -16,7 +17,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,13 +54,84 @@ def free_port() -> int:
         return port
 
 
+#: How long the tasks a test's coroutine left behind may take to end once cancelled.
+TEARDOWN_BOUND = 10.0
+#: The longest any one test may run, hard: then the whole run ends (exit 70)
+#: with every thread's stack, rather than hang.
+HARD_BOUND = 240.0
+
+
 def run(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
-    """Runs a test's coroutine, bounded."""
+    """Runs a test's coroutine in an event loop of its own, bounded: after
+    ``timeout`` seconds it is cancelled and the test fails (with where it
+    waited). Then every task still running is cancelled; one that does not
+    end within TEARDOWN_BOUND fails the test too (``asyncio.run`` would wait
+    for it forever)."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        main = loop.create_task(coro)
+        loop.run_until_complete(asyncio.wait({main}, timeout=timeout))
+        if not main.done():
+            where = io.StringIO()
+            main.print_stack(file=where)
+            main.cancel()
+            loop.run_until_complete(asyncio.wait({main}, timeout=TEARDOWN_BOUND))
+            raise AssertionError(f"the test's coroutine did not end within {timeout} s:\n{where.getvalue()}")
+        result = main.result()
+    except BaseException:
+        _close_loop(loop)
+        raise
+    stuck = _close_loop(loop)
+    if stuck:
+        raise AssertionError(f"tasks still running {TEARDOWN_BOUND} s after they were cancelled: {stuck}")
+    return result
 
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, timeout)
 
-    return asyncio.run(bounded())
+def _close_loop(loop: asyncio.AbstractEventLoop) -> list[str]:
+    """Cancels the loop's tasks, waits (bounded) for them, closes it; the names of those that did not end."""
+    try:
+        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in left:
+            t.cancel()
+        stuck: set[asyncio.Task[Any]] = set()
+        if left:
+            _, stuck = loop.run_until_complete(asyncio.wait(left, timeout=TEARDOWN_BOUND))
+        for t in left:
+            if t.done() and not t.cancelled():
+                t.exception()  # retrieved: no "exception was never retrieved" noise
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        executor = loop.create_task(loop.shutdown_default_executor())
+        loop.run_until_complete(asyncio.wait({executor}, timeout=TEARDOWN_BOUND))
+        return sorted(t.get_name() for t in stuck)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+@pytest.fixture(autouse=True)
+def _hard_bound(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test, sync ones included, ends within HARD_BOUND or ends the run."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+
+    def expired() -> None:
+        me = threading.get_ident()
+        stacks = "".join(f"\n--- thread {tid}\n" + "".join(traceback.format_stack(f, limit=30))
+                         for tid, f in sys._current_frames().items() if tid != me)
+        if capman is not None:
+            capman.suspend_global_capture(in_=False)
+        sys.stderr.write(f"\n{request.node.nodeid}: still running after {HARD_BOUND:.0f} s; ending the test run"
+                         f"\n{stacks}\n")
+        sys.stderr.flush()
+        os._exit(70)
+
+    timer = threading.Timer(HARD_BOUND, expired)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def wait_for(what: str, predicate: Callable[[], bool], timeout: float = 15.0, every: float = 0.02) -> None:

@@ -66,6 +66,25 @@ REPORT_RETRY = 0.25
 FAILURE_SUMMARY = 30.0
 #: The longest a deregistration may take when leaving.
 LEAVE_BOUND = 3.0
+#: The longest the member's other tasks may take to end once cancelled when it closes.
+CLOSE_BOUND = 5.0
+
+
+async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Waits at most ``timeout`` seconds for ``event``; whether it is set.
+
+    Not ``asyncio.wait_for(event.wait(), timeout)``: before Python 3.12 that
+    swallows a cancellation which arrives while the event is being set (the
+    inner wait done, ``wait_for`` not resumed yet), and a loop around it then
+    runs on after ``cancel()``. ``asyncio.wait`` lets a cancellation through."""
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        waiter.cancel()
+    return event.is_set()
 
 
 def monotonic() -> float:
@@ -154,10 +173,7 @@ class Hold:
             end = self.ends
             if end is None:
                 return
-            try:
-                await asyncio.wait_for(self._ended.wait(), max(0.0, end - monotonic()) + 0.001)
-            except asyncio.TimeoutError:
-                pass
+            await _wait_event(self._ended, max(0.0, end - monotonic()) + 0.001)
 
     def wait_ended_sync(self, timeout: float | None = None) -> bool:
         """:meth:`wait_ended` for threads (the sync wrapper's callbacks):
@@ -484,8 +500,10 @@ class Member:
             self._own.started = monotonic()
         log.info("member %s serving; following %s, deadline %.3f s", self._id, o.table_key, o.deadline,
                  extra={"member": self._id})
+        follow = loop.create_task(self._follow(), name="distributor-member-follow")
+        follow.add_done_callback(self._follow_ended)
         self._tasks = [
-            loop.create_task(self._follow(), name="distributor-member-follow"),
+            follow,
             loop.create_task(self._listen(), name="distributor-member-listen"),
             loop.create_task(self._watchdog(), name="distributor-member-watchdog"),
             loop.create_task(self._write_loads(), name="distributor-member-loads"),
@@ -758,12 +776,13 @@ class Member:
                 if self._report_wait > now:
                     wake_at = min(wake_at, self._report_wait)
                 timeout = max(0.0, min(wake_at - monotonic(), 0.25))
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                except asyncio.TimeoutError:
-                    pass
+                await _wait_event(self._wake, timeout)
                 self._wake.clear()
         except asyncio.CancelledError:
+            # Cancelled from outside (the loop shutting down, say): still end
+            # every hold, stop the other tasks and resolve ``done``.
+            self._end_holds()
+            await self._close(None)
             raise
         except Exception as e:  # a bug: end every hold rather than run on unchecked
             log.exception("the member's loop failed: every unit is stopped", extra={"member": self._id})
@@ -926,29 +945,88 @@ class Member:
                         extra={"member": self._id})
 
     async def _close(self, error: BaseException | None) -> None:
-        assert self._done is not None
+        """Stops the other tasks, the ping server and the clients, then
+        resolves ``done``: always, even if this is cancelled or a step fails."""
         self._phase = _Phase.LEAVING
         current = asyncio.current_task()
-        for t in self._tasks:
-            if t is not current:
+        others = [t for t in self._tasks if t is not current]
+        try:
+            for t in others:
                 t.cancel()
-        if self._server is not None:
-            await self._server.stop(0.5)
-        if self._clients is not None:
-            await self._clients.aclose()
-        for t in self._tasks:
-            if t is not current:
-                try:
-                    await t
-                except (asyncio.CancelledError, Exception):
-                    pass
+            if self._server is not None:
+                await self._bounded(self._server.stop(0.5), "stop the ping server")
+            if self._clients is not None:
+                await self._bounded(self._clients.aclose(), "close the redis clients")
+            # Wait for the other tasks to end, cancelling again whichever still
+            # runs: a cancellation can be swallowed (asyncio.wait_for before
+            # Python 3.12, a library), and awaiting such a task would never end.
+            pending = set(others)
+            give_up = monotonic() + CLOSE_BOUND
+            while pending:
+                _, pending = await asyncio.wait(pending, timeout=0.1)
+                if not pending:
+                    break
+                if monotonic() >= give_up:
+                    log.error("tasks still running %.0f s after they were cancelled, left behind: %s", CLOSE_BOUND,
+                              ", ".join(t.get_name() for t in pending), extra={"member": self._id})
+                    break
+                for t in pending:
+                    t.cancel()
+        finally:
+            self._finish(others)
+
+    async def _bounded(self, step: Awaitable[Any], what: str) -> None:
+        """One step of closing, at most LEAVE_BOUND long; a failure is only logged."""
+        task = asyncio.ensure_future(step)
+        try:
+            await asyncio.wait({task}, timeout=LEAVE_BOUND)
+        finally:
+            if not task.done():
+                task.cancel()
+        if not task.done():
+            log.warning("could not %s within %.0f s", what, LEAVE_BOUND, extra={"member": self._id})
+        elif not task.cancelled() and task.exception() is not None:
+            log.warning("could not %s: %r", what, task.exception(), extra={"member": self._id})
+
+    def _finish(self, tasks: list[asyncio.Task[Any]]) -> None:
+        """Resolves ``done`` (once): says so, emits :class:`Left` and ends every event stream."""
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                log.debug("the task %s had failed: %r", t.get_name(), t.exception(), extra={"member": self._id})
+        if self._done is None or self._done.done():
+            return
+        self._phase = _Phase.LEAVING
         ending = self._ending
         log.info("left (%s)", ending.value, extra={"member": self._id})
         self._emit(Left(ending, monotonic()))
         for s in list(self._streams):
             s.close()
-        if not self._done.done():
-            self._done.set_result(ending)
+        self._done.set_result(ending)
+
+    def _end_holds(self) -> None:
+        """Ends every hold at once, without running the revocation callbacks
+        (the member's task was cancelled: nothing would wait for them)."""
+        with self._lock:
+            self._own.stop(monotonic())
+        for hold in self._holds.values():
+            hold._end()
+
+    def _follow_ended(self, task: asyncio.Task[None]) -> None:
+        """The follower's task ended: if it did not get to resolve ``done``
+        (cancelled before it first ran, say), stop the other tasks and resolve
+        it here, so that nothing waits on the member forever."""
+        if self._done is None or self._done.done():
+            return
+        why = "cancelled" if task.cancelled() else repr(task.exception())
+        log.warning("the member's task ended before it closed (%s): stopping", why, extra={"member": self._id})
+        self._end_holds()
+        others = [t for t in self._tasks if t is not task]
+        for t in others:
+            t.cancel()
+        if self._server is not None and self._loop is not None and not self._loop.is_closed():
+            stop = self._loop.create_task(self._server.stop(0), name="distributor-member-server-stop")
+            stop.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._finish(others)
 
     async def _listen(self) -> None:
         """Subscribes to ``{T}:changed``: every message (only a hint) makes a read."""
@@ -981,10 +1059,7 @@ class Member:
             with self._lock:
                 wake = self._own.next_wake()
             timeout = 1.0 if wake is None else min(1.0, max(0.0, wake - monotonic()))
-            try:
-                await asyncio.wait_for(self._watch_wake.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
+            await _wait_event(self._watch_wake, timeout)
             self._watch_wake.clear()
             with self._lock:
                 self._own.tick(monotonic())
