@@ -256,7 +256,16 @@ impl Follower {
                         l.report_wait = None;
                     }
                 }
-                Some(done) = done_rx.recv() => self.finished(&mut l, done),
+                Some(done) = done_rx.recv() => {
+                    // Every call that finished meanwhile, at once: a stop of
+                    // thousands of units is one state change, not thousands
+                    // (each is O(row)).
+                    let mut batch = vec![done];
+                    while let Ok(more) = done_rx.try_recv() {
+                        batch.push(more);
+                    }
+                    self.finished(&mut l, batch);
+                }
                 _ = self.shared.wake.notified() => {}
                 io = poll_io(&mut l.io), if l.io.is_some() => {
                     l.io = None;
@@ -466,20 +475,25 @@ impl Follower {
             .send_if_modified(|r| std::mem::replace(r, ready) != ready);
     }
 
-    fn finished(&self, l: &mut Loop, done: Done) {
-        match done {
-            Done::Revoked(unit) => {
-                let late = self.shared.lock().revoked(clock::now(), &[unit]);
-                self.meters.revocations_late.increment(late.len() as u64);
-                for (t, by) in late {
-                    tracing::error!(member = %self.id, unit = %t.unit, token = %t.token, late = ?by, "a revocation finished after the unit's hold had ended: it may have overlapped with the next owner");
+    fn finished(&self, l: &mut Loop, batch: Vec<Done>) {
+        let mut revoked = Vec::new();
+        for done in batch {
+            match done {
+                Done::Revoked(unit) => revoked.push(unit),
+                Done::Acquired(unit) => {
+                    if l.acquiring.get(&unit).is_some_and(|t| t.is_cancelled()) {
+                        l.acquiring.remove(&unit);
+                    }
                 }
             }
-            Done::Acquired(unit) => {
-                if l.acquiring.get(&unit).is_some_and(|t| t.is_cancelled()) {
-                    l.acquiring.remove(&unit);
-                }
-            }
+        }
+        if revoked.is_empty() {
+            return;
+        }
+        let late = self.shared.lock().revoked(clock::now(), &revoked);
+        self.meters.revocations_late.increment(late.len() as u64);
+        for (t, by) in late {
+            tracing::error!(member = %self.id, unit = %t.unit, token = %t.token, late = ?by, "a revocation finished after the unit's hold had ended: it may have overlapped with the next owner");
         }
     }
 

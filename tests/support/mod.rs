@@ -230,9 +230,14 @@ impl Backend for RedisServer {
     }
 
     async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        // A test's own reads may be big (a table of 100,000 units) and the
+        // machine busy: no 500 ms response timeout (redis-rs' default), but
+        // a generous bound that still fails a hung Redis.
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
         redis::Client::open(self.admin_url())
             .unwrap()
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .unwrap()
     }
