@@ -572,10 +572,20 @@ impl Follower {
                     client,
                 }) => {
                     l.failures.recovered(&self.id);
+                    // A missing generation is unknown, as an unreadable one:
+                    // the row is followed, nothing starts (a token must be
+                    // above the previous owner's).
                     let generation = match generation {
-                        Ok(g) => {
+                        Ok(Some(g)) => {
                             l.bad_generation = false;
                             Some(g)
+                        }
+                        Ok(None) => {
+                            if !l.bad_generation {
+                                tracing::warn!(key = %self.store.keys().meta, "the table has no generation (its metadata was lost or removed); following the row at the last generation and starting nothing until it is back");
+                            }
+                            l.bad_generation = true;
+                            None
                         }
                         Err(e) => {
                             if !l.bad_generation {

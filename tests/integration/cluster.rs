@@ -181,6 +181,6 @@ async fn cluster_fences_a_stale_holder() {
             let r = store.read_row("w:1").await.unwrap();
             (r.row, r.generation.unwrap(), r.client)
         },
-        (Some("u".to_string()), 1, None)
+        (Some("u".to_string()), Some(1), None)
     );
 }

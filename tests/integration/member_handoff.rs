@@ -565,6 +565,51 @@ async fn lower_generations_are_ignored() {
     member.shutdown().await;
 }
 
+/// A member that starts while `{T}:meta` has no generation (lost with
+/// Redis' data, or removed by hand) starts nothing: a unit's fencing token
+/// is the generation it is started at, and a missing one is unknown, not 0
+/// (which would be below the previous owner's token). Its units start once
+/// a read shows the generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_generation_starts_nothing() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 5, &[(&id, "a,b")]).await;
+    let _: i64 = redis.cmd(&["HDEL", &keys().meta, "generation"]).await;
+    let app = Recorder::default();
+    let member = Member::start_with(options(&redis, port), app.clone())
+        .await
+        .unwrap();
+    let _pinger = Pinger::start(&id);
+    // Its reads follow the row (in the table), pings come, and still
+    // nothing starts: the generation, the token, is unknown.
+    let mut rx = member.assignment();
+    wait_for("the row read", Duration::from_secs(5), || {
+        let a = rx.borrow_and_update().clone();
+        async move { a.in_table }
+    })
+    .await;
+    let reads = exec_calls(&redis).await;
+    wait_for("three more reads", Duration::from_secs(10), || async {
+        exec_calls(&redis).await >= reads + 3
+    })
+    .await;
+    assert!(
+        app.events().is_empty(),
+        "started without a generation: {:?}",
+        app.events()
+    );
+    assert!(member.assignment().borrow().units.is_empty());
+
+    let _: i64 = redis.cmd(&["HSET", &keys().meta, "generation", "6"]).await;
+    let a = app
+        .wait("a acquired", |e| e.call == Call::Acquired && e.unit == "a")
+        .await;
+    assert_eq!(a.token, FencingToken(6));
+    member.shutdown().await;
+}
+
 /// Redis lost writes (its data, or a lagging replica was promoted) and
 /// serves a table numbered below what the member processed: its rows may
 /// give the member units the lost writes gave others, so the member ignores

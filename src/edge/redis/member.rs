@@ -29,9 +29,10 @@ use crate::error::StoreError;
 pub struct RowRead {
     /// The row (`None`: no field, not a member now).
     pub row: Option<String>,
-    /// The table generation; one that is not a valid counter is its own
-    /// error, so that a reader can still follow its row.
-    pub generation: Result<u64, StoreError>,
+    /// The table generation (`None`: `{T}:meta` has none, it was lost or
+    /// removed: unknown, never 0); one that is not a valid counter is its
+    /// own error, so that a reader can still follow its row.
+    pub generation: Result<Option<u64>, StoreError>,
     /// The Redis connection the read went over (`None`: on a cluster, or
     /// where Redis does not let us ask its client id).
     pub client: Option<RedisConnection>,
@@ -125,10 +126,9 @@ impl Store {
         match self.bounded("read row", self.op_timeout, run).await {
             Ok((row, g, client, info)) => Ok(RowRead {
                 row,
-                generation: match g {
-                    None => Ok(0),
-                    Some(raw) => stored_count(&k.meta, "generation", &raw),
-                },
+                generation: g
+                    .map(|raw| stored_count(&k.meta, "generation", &raw))
+                    .transpose(),
                 client: client.map(|id| RedisConnection {
                     client: id,
                     server: info.as_deref().and_then(RunId::from_info),
