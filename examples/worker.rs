@@ -5,9 +5,28 @@
 //! cargo run --example worker -- --listen 127.0.0.1:7001 \
 //!     --redis-url redis://127.0.0.1:6379 --services-key sys-robots-list --table sys-matching-table
 //! ```
+//! It is configured as every member is, by the variables of the README's
+//! member table (`MemberOptions::from_env`: `REDIS_URL`,
+//! `REDIS_SENTINEL_MASTER`, `REDIS_USER`, `REDIS_PASS`, `MEMBER_WEIGHT`,
+//! ...); a flag given wins over its variable. With Redis Sentinel:
+//!
+//! ```text
+//! REDIS_SENTINEL_MASTER=mymaster REDIS_URL=redis://s1:26379,redis://s2:26379,redis://s3:26379 \
+//!     cargo run --example worker -- --listen 127.0.0.1:7001
+//! ```
+//!
 //! SIGTERM or Ctrl-C drains it: the holder moves every unit away (each one
 //! released here first), then it deregisters and exits 0. Stopping a unit
 //! takes `--work-ms` (a simulated flush; a fenced unit stops at once).
+//!
+//! A worker that cannot use Redis does not run on: when its member is not
+//! ready `--ready-timeout` (30 s) after the start (Redis unreachable, or
+//! misconfigured: sentinels without `REDIS_SENTINEL_MASTER`, cluster mode
+//! against a plain node...), or when the member stops by itself, it stops
+//! and exits 1, its last line on stderr saying why (`worker: not ready
+//! within 30s: cannot use Redis at redis://10.0.0.5:6379: ...`). Redis lost
+//! later on is ridden out: the member fences itself and retries. An
+//! invalid flag or variable exits 2, naming it.
 //!
 //! With `--events`, stdout carries exactly one JSON object per line per
 //! ownership change, and nothing else (logs go to stderr):
@@ -26,52 +45,143 @@
 //! Reasons: `moved`, `draining`, `fenced`, `shutdown` (the drain timed out).
 
 use std::io::Write;
-use std::net::SocketAddr;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use distributor::config::parse_duration;
+use distributor::core::duration::parse_duration;
 use distributor::member::HandoffFuture;
-use distributor::{Drained, Handoff, Member, MemberOptions, Owned, Revocation};
+use distributor::{Drained, Handoff, Member, MemberError, MemberOptions, Owned, Revocation};
 use std::time::Instant;
 use tokio::sync::watch;
 
+#[path = "support/redis_check.rs"]
+mod redis_check;
+
+/// Every flag but `--events`, `--work-ms` and `--ready-timeout` sets a
+/// variable of the member table (`MemberOptions::from_env`), and wins over
+/// it; every other variable of that table is read as well.
 #[derive(Parser)]
+#[command(
+    about = "A distributor worker: serves the ping, registers, follows its units with the handoff protocol",
+    after_help = "Configured by the member variables of the README (REDIS_URL, REDIS_SENTINEL_MASTER, \
+                  REDIS_USER, REDIS_PASS, REDIS_TLS, MEMBER_WEIGHT, MEMBER_TLS_CERT, ...); a flag wins over \
+                  its variable. SERVICES_KEY is read when MEMBER_SERVICES_KEY is unset."
+)]
 struct Args {
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
-    redis_url: String,
-    /// The services list (group) to join.
-    #[arg(long, env = "SERVICES_KEY", default_value = "sys-robots-list")]
-    services_key: String,
-    #[arg(
-        long,
-        env = "DISTRIBUTION_NAMESPACE",
-        default_value = "sys-matching-table"
-    )]
-    table: String,
-    #[arg(long, default_value = "127.0.0.1:0")]
-    listen: SocketAddr,
-    /// The address the distributor dials (default: the bound listen address).
+    /// Redis URL; several comma-separated: Redis Cluster seed nodes, or the
+    /// sentinels with --redis-sentinel-master [env: REDIS_URL] [default:
+    /// redis://127.0.0.1:6379]
+    #[arg(long)]
+    redis_url: Option<String>,
+    /// Redis Sentinel: the master's name; --redis-url then lists the
+    /// sentinels [env: REDIS_SENTINEL_MASTER]
+    #[arg(long)]
+    redis_sentinel_master: Option<String>,
+    /// The services list (group) to join [env: MEMBER_SERVICES_KEY, or
+    /// SERVICES_KEY] [default: sys-robots-list]
+    #[arg(long)]
+    services_key: Option<String>,
+    /// The matching table key [env: DISTRIBUTION_NAMESPACE] [default:
+    /// sys-matching-table]
+    #[arg(long)]
+    table: Option<String>,
+    /// IP:PORT to serve the ping on; port 0: a free one [env: MEMBER_LISTEN]
+    /// [default: 127.0.0.1:0]
+    #[arg(long)]
+    listen: Option<String>,
+    /// The address the distributor dials (default: the bound listen
+    /// address) [env: MEMBER_ADVERTISE]
     #[arg(long)]
     advertise: Option<String>,
     /// Print ownership changes as JSON lines on stdout (logs on stderr).
     #[arg(long)]
     events: bool,
     /// Fencing deadline: a unit's hold ends this long after the earlier of
-    /// the last read showing it and the last ping.
-    #[arg(long, env = "MEMBER_DEADLINE", default_value = "10s", value_parser = parse_duration)]
-    deadline: Duration,
+    /// the last read showing it and the last ping [env: MEMBER_DEADLINE]
+    /// [default: 10s]
+    #[arg(long)]
+    deadline: Option<String>,
     /// How long a drain (SIGTERM) waits for the holder before stopping every
-    /// unit itself.
-    #[arg(long, env = "MEMBER_DRAIN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
-    drain_timeout: Duration,
-    /// Fallback polling of the row (at most half the deadline).
-    #[arg(long, env = "MEMBER_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
-    poll_interval: Duration,
+    /// unit itself [env: MEMBER_DRAIN_TIMEOUT] [default: 30s]
+    #[arg(long)]
+    drain_timeout: Option<String>,
+    /// Fallback polling of the row, at most half the deadline [env:
+    /// MEMBER_POLL_INTERVAL] [default: 1s]
+    #[arg(long)]
+    poll_interval: Option<String>,
     /// How long stopping one unit takes, in milliseconds (units stop
     /// concurrently; a fenced unit stops at once).
     #[arg(long, default_value_t = 0)]
     work_ms: u64,
+    /// Give up (exit 1, the reason on stderr) when the member is not ready
+    /// (registered, its report written, in contact) this long after the
+    /// start: Redis unreachable or misconfigured. 0: wait for ever.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    ready_timeout: Duration,
+}
+
+impl Args {
+    /// The flags that set a member variable: (variable, flag, value given).
+    fn member_flags(&self) -> [(&'static str, &'static str, Option<&str>); 9] {
+        [
+            ("REDIS_URL", "--redis-url", self.redis_url.as_deref()),
+            (
+                "REDIS_SENTINEL_MASTER",
+                "--redis-sentinel-master",
+                self.redis_sentinel_master.as_deref(),
+            ),
+            (
+                "MEMBER_SERVICES_KEY",
+                "--services-key",
+                self.services_key.as_deref(),
+            ),
+            ("DISTRIBUTION_NAMESPACE", "--table", self.table.as_deref()),
+            ("MEMBER_LISTEN", "--listen", self.listen.as_deref()),
+            ("MEMBER_ADVERTISE", "--advertise", self.advertise.as_deref()),
+            ("MEMBER_DEADLINE", "--deadline", self.deadline.as_deref()),
+            (
+                "MEMBER_DRAIN_TIMEOUT",
+                "--drain-timeout",
+                self.drain_timeout.as_deref(),
+            ),
+            (
+                "MEMBER_POLL_INTERVAL",
+                "--poll-interval",
+                self.poll_interval.as_deref(),
+            ),
+        ]
+    }
+
+    /// The member's options: the environment as `MemberOptions::from_env`
+    /// reads it, with the flags given in place of their variables (so that
+    /// `--redis-url` still gets `REDIS_USER` and `REDIS_PASS`). An invalid
+    /// value names the flag it came from, or else its variable.
+    fn member_options(&self) -> Result<MemberOptions, String> {
+        let flags = self.member_flags();
+        // The flag that set `var`, and its value.
+        let flag = |var: &str| {
+            flags
+                .iter()
+                .find(|(v, _, _)| *v == var)
+                .and_then(|(_, flag, given)| Some((*flag, (*given)?)))
+        };
+        let env = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
+        MemberOptions::from_lookup(|var| match flag(var) {
+            Some((_, value)) => Some(value.to_string()),
+            // This worker's older name of the services list variable.
+            None if var == "MEMBER_SERVICES_KEY" => env(var).or_else(|| env("SERVICES_KEY")),
+            None => env(var),
+        })
+        .map_err(|e| {
+            if let MemberError::Env { var, value, reason } = &e
+                && let Some((flag, _)) = flag(var)
+            {
+                return format!("invalid {flag} {value:?}: {reason}");
+            }
+            e.to_string()
+        })
+    }
 }
 
 /// The simulated application: prints what it gets and gives back.
@@ -166,9 +276,76 @@ fn wall_clock_of(at: Instant) -> u128 {
     unix_us().saturating_sub(Instant::now().saturating_duration_since(at).as_micros())
 }
 
+/// How the worker ends.
+enum End {
+    /// SIGTERM or Ctrl-C: drain, exit 0.
+    Signal,
+    /// Not ready within `--ready-timeout`, or the member stopped by itself
+    /// (its server ended): exit 1, with the reason on stderr.
+    Failed(String),
+}
+
+/// The first SIGTERM or Ctrl-C.
+async fn signalled(term: &mut tokio::signal::unix::Signal) {
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Runs until a signal, or until the member fails: not ready within
+/// `ready_timeout` (0: no bound), or stopped by itself.
+async fn run(member: &Member, ready_timeout: Duration) -> End {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(t) => t,
+        Err(e) => return End::Failed(format!("cannot handle SIGTERM: {e}")),
+    };
+    let failed = async {
+        let ready = async {
+            if ready_timeout.is_zero() {
+                Ok(member.ready().await)
+            } else {
+                tokio::time::timeout(ready_timeout, member.ready()).await
+            }
+        };
+        match ready.await {
+            Err(_) => return format!("not ready within {ready_timeout:?}"),
+            Ok(Err(_)) => return "the member stopped before it was ready".to_string(),
+            Ok(Ok(())) => tracing::info!(member = member.id(), "ready"),
+        }
+        // Readiness is published until the member's task ends: only a stop
+        // of its own (its server ended) ends it before a signal.
+        let mut readiness = member.readiness();
+        while readiness.changed().await.is_ok() {}
+        "the member stopped by itself".to_string()
+    };
+    tokio::select! {
+        () = signalled(&mut term) => End::Signal,
+        why = failed => End::Failed(why),
+    }
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     let args = Args::parse();
+    // One line, last on stderr: what an operator or a supervisor reads.
+    let opts = match args.member_options() {
+        Ok(o) => o,
+        Err(why) => {
+            eprintln!("worker: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    match worker(args, opts).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("worker: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn worker(args: Args, opts: MemberOptions) -> Result<(), String> {
     // Standard OTEL_* variables turn on span export: pings traced by the
     // distributor then show this worker's handling in the same trace. With
     // --events stdout is for events only: plain logs on stderr.
@@ -183,27 +360,19 @@ async fn main() -> anyhow::Result<()> {
         None
     } else {
         let provider =
-            distributor::ops::telemetry::tracer_provider(true, &|k| std::env::var(k).ok())?;
+            distributor::ops::telemetry::tracer_provider(true, &|k| std::env::var(k).ok())
+                .map_err(|e| format!("span export: {e:#}"))?;
         Some(distributor::ops::telemetry::init("info", false, provider))
     };
-    let mut opts = MemberOptions {
-        redis_url: args.redis_url,
-        services_key: args.services_key,
-        table_key: args.table,
-        listen: args.listen,
-        ..MemberOptions::default()
-    };
-    opts.advertise = args.advertise;
-    opts.deadline = args.deadline;
-    opts.drain_timeout = args.drain_timeout;
-    opts.poll_interval = args.poll_interval;
     let (member_id, member_id_rx) = watch::channel(None);
     let worker = Worker {
         member: member_id_rx,
         events: args.events,
         work: Duration::from_millis(args.work_ms),
     };
-    let member = Member::start_with(opts, worker).await?;
+    let member = Member::start_with(opts.clone(), worker)
+        .await
+        .map_err(|e| e.to_string())?;
     member_id.send_replace(Some(member.id().to_string()));
     if args.events {
         tracing::info!(member = member.id(), "worker serving; waiting for work");
@@ -211,21 +380,33 @@ async fn main() -> anyhow::Result<()> {
         println!("worker {} serving; waiting for work", member.id());
     }
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!(member = member.id(), "draining");
-    match member.drain().await {
-        Drained::HandedOver => tracing::info!("drained: every unit handed over"),
-        Drained::TimedOut => {
-            tracing::warn!("the drain timed out: every unit was stopped here")
+    let result = match run(&member, args.ready_timeout).await {
+        End::Signal => {
+            tracing::info!(member = member.id(), "draining");
+            match member.drain().await {
+                Drained::HandedOver => tracing::info!("drained: every unit handed over"),
+                Drained::TimedOut => {
+                    tracing::warn!("the drain timed out: every unit was stopped here")
+                }
+                Drained::Fenced => {
+                    tracing::warn!("out of contact while draining: every hold had ended")
+                }
+            }
+            Ok(())
         }
-        Drained::Fenced => tracing::warn!("out of contact while draining: every hold had ended"),
-    }
+        End::Failed(why) => {
+            // Asked while the member still runs: its reason is the current one.
+            let redis = redis_check::redis_problem(&opts).await;
+            tracing::error!(member = member.id(), "{why}: stopping");
+            member.shutdown().await;
+            Err(match redis {
+                Some(problem) => format!("{why}: {problem}"),
+                None => format!("{why} (Redis answers; see the log above)"),
+            })
+        }
+    };
     if let Some(t) = telemetry {
         t.shutdown(Duration::from_secs(3)).await;
     }
-    Ok(())
+    result
 }
