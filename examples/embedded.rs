@@ -8,18 +8,31 @@
 //!     cargo run --example embedded --no-default-features --features member
 //! ```
 //!
+//! Every variable of the README's member table applies: with Redis
+//! Sentinel, `REDIS_SENTINEL_MASTER=mymaster REDIS_URL=redis://s1:26379,...`.
+//!
 //! Each unit is "crawled" by a task of its own that checks its hold before
 //! every side effect and stops when the hold ends. SIGTERM or Ctrl-C drains
 //! the member first (its units move to other members), then stops the
 //! server: in that order, since the distributor's beat stream on the server
-//! ends only once the member stops.
+//! ends only once the member stops. A member not ready within
+//! [`READY_TIMEOUT`] (Redis unreachable or misconfigured) stops the
+//! application: exit 1, one line on stderr saying why.
 
 use std::collections::HashMap;
+use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use distributor::member::HandoffFuture;
 use distributor::{Handoff, Member, MemberOptions, Owned, Revocation};
+
+#[path = "support/redis_check.rs"]
+mod redis_check;
+
+/// How long the member may take to become ready (registered, reported, in
+/// contact) before the application gives up.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The application: one crawl task per unit it owns.
 #[derive(Default)]
@@ -62,7 +75,17 @@ impl Handoff for Crawler {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("embedded: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let opts = MemberOptions::from_env()?;
     let Some(advertise) = opts.advertise.clone() else {
         return Err("set MEMBER_ADVERTISE to the host:port this server is reached at".into());
@@ -96,7 +119,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let _ = server_stopped.await;
             }),
     );
-    member.ready().await?;
+    // The member retries Redis for as long as it runs; the application
+    // bounds the start, and says why it gives up.
+    let not_ready = match tokio::time::timeout(READY_TIMEOUT, member.ready()).await {
+        Ok(Ok(())) => None,
+        Ok(Err(_)) => Some("the member stopped before it was ready".to_string()),
+        Err(_) => Some(format!("not ready within {READY_TIMEOUT:?}")),
+    };
+    if let Some(why) = not_ready {
+        let problem = redis_check::redis_problem(&opts).await;
+        member.shutdown().await;
+        let _ = stop_server.send(());
+        let _ = server.await;
+        return Err(match problem {
+            Some(p) => format!("{why}: {p}"),
+            None => format!("{why} (Redis answers)"),
+        }
+        .into());
+    }
     println!("member {} ready", member.id());
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
