@@ -54,16 +54,17 @@ fn say(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
-/// The interpreter from `DISTRIBUTOR_PYTHON`, checked; `None` to skip.
-fn python() -> Option<PathBuf> {
+/// The interpreter from `DISTRIBUTOR_PYTHON`, checked; `None` to skip
+/// (saying so, for the test `who`).
+pub(crate) fn python(who: &str) -> Option<PathBuf> {
     let Some(exe) = std::env::var_os("DISTRIBUTOR_PYTHON").filter(|p| !p.is_empty()) else {
         assert!(
             std::env::var("REQUIRE_PYTHON").as_deref() != Ok("1"),
             "REQUIRE_PYTHON=1 but DISTRIBUTOR_PYTHON is unset (scripts/test sets both)"
         );
-        say(
-            "python_worker: skipped: DISTRIBUTOR_PYTHON is unset (a python with examples/python/requirements.txt; scripts/test makes one)",
-        );
+        say(&format!(
+            "{who}: skipped the Python worker: DISTRIBUTOR_PYTHON is unset (a python with examples/python/requirements.txt; scripts/test makes one)",
+        ));
         return None;
     };
     let out = Command::new(&exe)
@@ -310,7 +311,7 @@ fn listed(journal: &Journal, units: &[String]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_workers_never_share_a_unit() {
-    let Some(python) = python() else {
+    let Some(python) = python("python_worker") else {
         return;
     };
     let journal = Journal::default();
@@ -571,7 +572,7 @@ async fn python_workers_never_share_a_unit() {
 /// that drains removes its field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_workers_report_measured_loads() {
-    let Some(python) = python() else {
+    let Some(python) = python("python_worker") else {
         return;
     };
     let journal = Journal::default();
@@ -645,7 +646,7 @@ async fn python_workers_report_measured_loads() {
 /// beat, none fails, and it keeps its units.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_worker_is_pinged_by_beats() {
-    let Some(python) = python() else {
+    let Some(python) = python("python_worker") else {
         return;
     };
     let journal = Journal::default();

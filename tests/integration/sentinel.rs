@@ -157,6 +157,137 @@ impl Drop for Sentinels {
     }
 }
 
+/// The example workers (`examples/worker.rs`, `examples/python/worker.py`)
+/// configured the documented way, `REDIS_SENTINEL_MASTER` and the sentinels
+/// in `REDIS_URL`, find the master and get units from a distributor daemon
+/// (the binary) that runs on Sentinel too; SIGTERM drains them and they
+/// exit 0. Given the sentinels without the master's name (so taken as
+/// Redis Cluster seeds), each exits 1 saying so instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_workers_find_the_master_through_the_sentinels() {
+    use crate::example_workers::{Running, example_workers, test_dir};
+
+    let s = Sentinels::start();
+    s.wait_ready().await;
+    let master = s.server_on(s.master_port().await.expect("a master"));
+    let units = units(12);
+    let mut add = vec!["RPUSH", UNITS];
+    add.extend(units.iter().map(String::as_str));
+    let _: i64 = master.cmd(&add).await;
+    let dir = test_dir("sentinel-examples");
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_distributor"));
+    daemon
+        .arg(format!("-redis-url={}", s.urls()))
+        .arg(format!("-redis-sentinel-master={MASTER}"))
+        .arg(format!("-services-namespaces={SERVICES}"))
+        .arg(format!("-workunits-namespace={UNITS}"))
+        .arg(format!("-distribution-namespace={TABLE}"))
+        .args([
+            "-poll-interval=250ms",
+            "-ping-timeout=250ms",
+            "-lease-ttl=1s",
+            "-lease-renew-interval=200ms",
+            "-lease-renew-deadline=700ms",
+            "-lease-retry-interval=300ms",
+            "-census-interval=500ms",
+            "-handoff-delay=1s",
+            "-http-addr=off",
+            "-traces=none",
+            "-replica-id=sentinel-daemon",
+        ])
+        .env_remove("HTTP_ADDR")
+        .env_remove("PROM_PORT")
+        .env_remove("LOG")
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1");
+    let _daemon = Running::spawn(daemon, &dir, "daemon");
+
+    let workers = example_workers("the_example_workers_find_the_master_through_the_sentinels");
+    let mut good = Vec::new();
+    let mut misconfigured = Vec::new();
+    for w in &workers {
+        let id = format!("127.0.0.1:{}", free_port());
+        let mut cmd = w.command();
+        cmd.args(["--listen", &id, "--events"])
+            .env("REDIS_URL", s.urls())
+            .env("REDIS_SENTINEL_MASTER", MASTER)
+            .env("MEMBER_SERVICES_KEY", SERVICES)
+            .env("DISTRIBUTION_NAMESPACE", TABLE)
+            .env("MEMBER_DEADLINE", "4s")
+            .env("MEMBER_POLL_INTERVAL", "200ms")
+            .env("MEMBER_DRAIN_TIMEOUT", "5s");
+        good.push((id, w.spawn(cmd, &dir, "sentinel")));
+        let mut cmd = w.command();
+        cmd.args(w.ready_timeout(3))
+            .env("REDIS_URL", s.urls())
+            .env("MEMBER_SERVICES_KEY", SERVICES)
+            .env("DISTRIBUTION_NAMESPACE", TABLE);
+        misconfigured.push(w.spawn(cmd, &dir, "no-master-name"));
+    }
+
+    for r in &mut misconfigured {
+        r.fails_saying(
+            Duration::from_secs(30),
+            &[
+                "cannot use the Redis Cluster",
+                "several URLs without REDIS_SENTINEL_MASTER",
+            ],
+        )
+        .await;
+    }
+    let ids: Vec<String> = good.iter().map(|(id, _)| id.clone()).collect();
+    let report = |good: &[(String, Running)]| {
+        good.iter()
+            .map(|(_, r)| format!("--- {} ---\n{}", r.name, r.stderr()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let every_one_owns_units =
+        wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+            let ids = ids.clone();
+            let acquired = good
+                .iter()
+                .all(|(_, r)| r.stdout().contains(r#""event":"acquired""#));
+            async move {
+                // Every unit in a row, and a row with units for every worker.
+                let (mut units, mut owners) = (0, 0);
+                for id in &ids {
+                    let row: Option<String> = master.cmd(&["HGET", TABLE, id]).await;
+                    let n = row.map_or(0, |r| r.split(',').filter(|u| !u.is_empty()).count());
+                    units += n;
+                    owners += usize::from(n > 0);
+                }
+                acquired && units == 12 && owners == ids.len()
+            }
+        })
+        .await;
+    assert!(
+        every_one_owns_units,
+        "not every example worker owns units on the master {}: table {:?}\n{}",
+        master.port(),
+        master
+            .cmd::<std::collections::HashMap<String, String>>(&["HGETALL", TABLE])
+            .await,
+        report(&good)
+    );
+
+    for (_, r) in &good {
+        r.signal("TERM");
+    }
+    for (_, r) in &mut good {
+        let status = r.exited(Duration::from_secs(30)).await;
+        assert!(
+            status.success(),
+            "{} exited {status}\n{}",
+            r.name,
+            r.stderr()
+        );
+    }
+    let listed: Vec<String> = master.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+    assert!(listed.is_empty(), "still registered: {listed:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The distributor and two members run through the sentinels; a failover
 /// (`SENTINEL FAILOVER`) moves the master to the replica; the holder then
 /// writes the table on the new master, a change of the units reaches the
