@@ -18,6 +18,7 @@ mod compat;
 mod controls;
 mod dashboard;
 mod detection;
+mod durability;
 mod example_workers;
 mod failover;
 mod fault_proxy;

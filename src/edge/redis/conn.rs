@@ -9,7 +9,13 @@
 //! - a pipeline is one round trip on a single node and one pipeline per slot,
 //!   all at once, on a cluster; replies come back in the order of the commands;
 //! - a `WRONGTYPE` reply is turned into an error naming the offending key;
-//! - with [`WaitFor`] set, a write counts only once enough replicas have it.
+//! - with [`WaitFor`] set, a write counts only once enough replicas have it:
+//!   `WAIT` goes in the write's own pipeline (see `invoke.rs`), so it counts
+//!   what the connection that wrote it wrote, never on a connection that
+//!   replaced it meanwhile (a reconnect after a timeout, the connection
+//!   manager's own, a Sentinel link that moved): `WAIT` from a connection
+//!   that wrote nothing counts every connected replica at once. The write's
+//!   bound includes the `WAIT`'s timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -276,38 +282,27 @@ impl Store {
         }
     }
 
-    /// With [`WaitFor`] set: `WAIT` on the connection that wrote (on a
-    /// cluster, the master of the table's slot), and an error when fewer
-    /// replicas than required acknowledged everything this connection wrote.
-    pub(super) async fn replicated(&self, op: &'static str) -> Result<(), StoreError> {
-        let Some(w) = self.wait else {
-            return Ok(());
-        };
+    /// With [`WaitFor`] set, the `WAIT` that follows a write in its own
+    /// pipeline, and how much longer it lets the write's call take.
+    pub(super) fn wait_after(&self) -> Option<(redis::Cmd, Duration)> {
+        let w = self.wait?;
         let cmd = redis::cmd("WAIT")
             .arg(w.replicas)
             .arg(w.timeout.as_millis() as u64)
             .to_owned();
-        let bound = w.timeout + self.op_timeout;
-        let acked: Value = match self.conn() {
-            // The connection that wrote: WAIT counts what it wrote.
-            c @ (Conn::Single(_) | Conn::Sentinel(_)) => {
-                let mut c = c;
-                self.bounded(op, bound, cmd.query_async(&mut c)).await?
-            }
-            Conn::Cluster(link) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(crate::core::keys::slot(&self.keys.table), SlotAddr::Master),
-                ));
-                let run = async {
-                    Conn::cluster(&link.client, &link.cell)
-                        .await?
-                        .route_command(cmd, route)
-                        .await
-                };
-                self.bounded(op, bound, run).await?
-            }
+        Some((cmd, w.timeout))
+    }
+
+    /// What the reply of a write's `WAIT` says: an error when fewer replicas
+    /// than required acknowledged everything its connection wrote (or the
+    /// `WAIT` failed).
+    pub(super) fn replicated(&self, op: &'static str, acked: Value) -> Result<(), StoreError> {
+        let Some(w) = self.wait else {
+            return Ok(());
         };
+        if let Value::ServerError(e) = acked {
+            return Err(redis_err(op)(e.into()));
+        }
         let acked = int(&acked).ok_or_else(|| reply_err(op, &acked))?;
         if acked < i64::from(w.replicas) {
             return Err(StoreError::NotDurable {

@@ -13,16 +13,37 @@
 //!   "function not found" (the library is loaded first), `NOSCRIPT` (the
 //!   script is loaded first), or a refusal of `FCALL` itself (it is sent by
 //!   `EVALSHA` then); never after a timeout or any other error;
+//! - a write's `WAIT` ([`Store::write`], with `WaitFor` set) goes in one
+//!   pipeline with the script, so both run on the same connection (on a
+//!   cluster, redis-rs sends the pipeline to the master of the script's
+//!   first key's slot: `WAIT` has no key); the `WAIT` reply of an attempt
+//!   whose script did not run is dropped with it, and counts only for the
+//!   attempt that ran the script;
 //! - where Functions are refused (an ACL, Redis before 7.0, a renamed
 //!   command), calls go by `EVALSHA`, one warning says so, and Functions
 //!   are tried again after `Timing::client_refused_backoff`.
 
+use std::time::Duration;
+
 use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, RedisResult, Value};
 
-use super::Store;
 use super::calls::ScriptCall;
 use super::scripts::Which;
+use super::{Store, redis_err};
+use crate::error::StoreError;
+
+/// What a write ([`Store::write`]) got back.
+pub(super) struct Wrote {
+    /// The replies to the commands sent before the script, in order.
+    pub(super) before: Vec<Value>,
+    /// The script's reply, or its error reply.
+    pub(super) script: Result<Value, StoreError>,
+    /// Whether enough replicas acknowledged what the connection wrote, as
+    /// the `WAIT` after the script said (`Ok` without `WaitFor`). Means
+    /// something only when the script wrote.
+    pub(super) replicated: Result<(), StoreError>,
+}
 
 /// What to do after a script call's error.
 enum Retry {
@@ -58,22 +79,66 @@ impl Store {
         inv.invoke_async(conn).await
     }
 
-    /// Runs `pipe`'s commands and then `which` with `call`, in one
-    /// pipeline (errors as values, so the other replies are kept): the
-    /// replies, the script's last. Sent again, at most twice, only after an
-    /// error that says the script did not run.
-    pub(super) async fn eval_after<C: ConnectionLike + Send>(
+    /// Runs `before`'s commands, then `which` with `call`, then, with
+    /// `WaitFor` set, `WAIT`, all in one pipeline on `conn`, within
+    /// `timeout` plus the `WAIT`'s own timeout.
+    pub(super) async fn write<C: ConnectionLike + Send>(
         &self,
-        pipe: &redis::Pipeline,
+        op: &'static str,
+        timeout: Duration,
+        before: &redis::Pipeline,
         which: Which,
         call: &ScriptCall,
+        conn: &mut C,
+    ) -> Result<Wrote, StoreError> {
+        let wait = self.wait_after();
+        let (after, longer) = match wait {
+            Some((cmd, t)) => (vec![cmd], t),
+            None => (Vec::new(), Duration::ZERO),
+        };
+        let run = self.eval_between(before, which, call, &after, conn);
+        let mut replies = self.bounded(op, timeout + longer, run).await?;
+        let sent = before.len() + 1 + after.len();
+        if replies.len() != sent {
+            return Err(StoreError::Reply {
+                op,
+                detail: format!("{} replies to a pipeline of {sent}", replies.len()),
+            });
+        }
+        let replicated = if after.is_empty() {
+            Ok(())
+        } else {
+            self.replicated(op, replies.pop().expect("counted above"))
+        };
+        let script = match replies.pop().expect("counted above") {
+            Value::ServerError(e) => Err(redis_err(op)(e.into())),
+            v => Ok(v),
+        };
+        Ok(Wrote {
+            before: replies,
+            script,
+            replicated,
+        })
+    }
+
+    /// Runs `before`'s commands, then `which` with `call`, then `after`'s,
+    /// in one pipeline (errors as values, so the other replies are kept):
+    /// the replies, in that order. Sent again whole, at most twice, only
+    /// after a script reply that says the script did not run (the replies
+    /// of that attempt, `after`'s included, are dropped).
+    async fn eval_between<C: ConnectionLike + Send>(
+        &self,
+        before: &redis::Pipeline,
+        which: Which,
+        call: &ScriptCall,
+        after: &[Cmd],
         conn: &mut C,
     ) -> RedisResult<Vec<Value>> {
         let mut functions = self.functions.allowed();
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let mut full = pipe.clone();
+            let mut full = before.clone();
             full.ignore_errors();
             let mut inv = self.scripts.get(which).prepare_invoke();
             if functions {
@@ -82,8 +147,11 @@ impl Store {
                 call.load(&mut inv);
                 full.invoke_script(&inv);
             }
+            for cmd in after {
+                full.add_command(cmd.clone());
+            }
             let replies: Vec<Value> = full.query_async(conn).await?;
-            let Some(Value::ServerError(e)) = replies.last() else {
+            let Some(Value::ServerError(e)) = replies.get(before.len()) else {
                 return Ok(replies);
             };
             if attempts == 3 {

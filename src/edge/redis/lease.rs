@@ -7,7 +7,10 @@
 //!   epoch, so a holder that lost the lease can neither extend nor drop the
 //!   next holder's;
 //! - with `WaitFor` set, an acquisition or renewal that too few replicas
-//!   acknowledged is never acted on (an acquisition is given back);
+//!   acknowledged is never acted on (an acquisition is given back): the
+//!   `WAIT` goes in the script's pipeline, so it counts what the connection
+//!   that wrote the lease wrote, even if the lease connection was replaced
+//!   before the reply came back;
 //! - the connection record (`meta.holder_conn`, see `acquire.lua`) names the
 //!   connection the acquisition or renewal itself went over, and the server
 //!   it is on: `CLIENT ID` and `INFO server` are pipelined with the script,
@@ -33,7 +36,7 @@ use super::calls::{self, ScriptCall};
 use super::scripts::Which;
 use super::{
     Acquisition, Claim, HolderConnection, LeaseClient, LeaseGrant, Renewal, Store, checked,
-    redis_err, refused_commands, text,
+    refused_commands, text,
 };
 use crate::core::handoff::{RedisConnection, RunId};
 use crate::core::timing::Timing;
@@ -47,13 +50,13 @@ impl Store {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let client = self.lease_client_arg();
         let call = calls::acquire(&self.keys, claim, &token, &client);
-        let (v, learned) = self
+        let (v, learned, replicated) = self
             .with_client_id("acquire lease", self.op_timeout, Which::Acquire, &call)
             .await?;
         match calls::acquired(v)? {
             Ok(epoch) => {
                 let grant = LeaseGrant { token, epoch };
-                if let Err(e) = self.replicated("acquire lease").await {
+                if let Err(e) = replicated {
                     // Not on enough replicas: a failed-over master may not have
                     // it, so never act on it. Give it back (best effort).
                     let _ = self.release(&grant).await;
@@ -86,14 +89,14 @@ impl Store {
     ) -> Result<Renewal, StoreError> {
         let deadline = clock::now() + timeout;
         let mut attempts = 0;
-        let v = loop {
+        let (v, replicated) = loop {
             attempts += 1;
             let client = self.lease_client_arg();
             let call = calls::renew(&self.keys, grant, ttl, &client);
             let left = deadline
                 .saturating_duration_since(clock::now())
                 .max(Duration::from_millis(1));
-            let (v, learned) = self
+            let (v, learned, replicated) = self
                 .with_client_id("renew lease", left, Which::Renew, &call)
                 .await?;
             let v = checked(v)?;
@@ -105,14 +108,14 @@ impl Store {
                 self.retire_done();
             }
             if !renewed || learned == client || attempts == 2 {
-                break v;
+                break (v, replicated);
             }
         };
         let renewal = calls::renewed(&v)?;
         if renewal == Renewal::Renewed {
             // A renewal that a promoted replica may not have does not
             // extend what this holder may rely on.
-            self.replicated("renew lease").await?;
+            replicated?;
         }
         Ok(renewal)
     }
@@ -190,17 +193,18 @@ impl Store {
     }
 
     /// Runs the script `inv` on the lease connection with `CLIENT ID` and
-    /// `INFO server` in front, in one pipeline, so all go over the same
-    /// connection; returns the script's reply and the connection argument
-    /// that would have been right ('' where there is none). On a cluster the
-    /// script runs alone.
+    /// `INFO server` in front and, with `WaitFor` set, `WAIT` after it, in
+    /// one pipeline, so all go over the same connection; returns the
+    /// script's reply, the connection argument that would have been right
+    /// ('' where there is none) and what the `WAIT` said. On a cluster the
+    /// script runs without `CLIENT ID` and `INFO`.
     async fn with_client_id(
         &self,
         op: &'static str,
         timeout: Duration,
         which: Which,
         call: &ScriptCall,
-    ) -> Result<(Value, String), StoreError> {
+    ) -> Result<(Value, String, Result<(), StoreError>), StoreError> {
         let refused_lately = matches!(
             self.lease_client(),
             LeaseClient::Refused { at, .. } if at.elapsed() < Timing::DEFAULT.client_refused_backoff
@@ -212,10 +216,11 @@ impl Store {
             // refusal, asking again at every call would only fill ACL LOG.
             other => {
                 let mut other = other;
-                let v = self
-                    .bounded(op, timeout, self.eval(which, call, &mut other))
+                let empty = redis::pipe();
+                let w = self
+                    .write(op, timeout, &empty, which, call, &mut other)
                     .await?;
-                return Ok((v, String::new()));
+                return Ok((w.script?, String::new(), w.replicated));
             }
         };
         let info = self.server_info.allowed();
@@ -224,16 +229,10 @@ impl Store {
         if info {
             pipe.cmd("INFO").arg("server");
         }
-        let run = self.eval_after(&pipe, which, call, &mut conn);
-        let mut replies = self.bounded(op, timeout, run).await?;
-        let sent = if info { 3 } else { 2 };
-        if replies.len() != sent {
-            return Err(StoreError::Reply {
-                op,
-                detail: format!("{} replies to a pipeline of {sent}", replies.len()),
-            });
-        }
-        let script = replies.pop().expect("a script reply");
+        let wrote = self
+            .write(op, timeout, &pipe, which, call, &mut conn)
+            .await?;
+        let mut replies = wrote.before;
         let server = match info.then(|| replies.pop().expect("an INFO reply")) {
             Some(Value::ServerError(e)) => {
                 let e: redis::RedisError = e.into();
@@ -273,10 +272,7 @@ impl Store {
             _ => String::new(),
         };
         *self.lease_client.lock().expect("lease client poisoned") = learned;
-        if let Value::ServerError(e) = script {
-            return Err(redis_err(op)(e.into()));
-        }
-        Ok((script, arg))
+        Ok((wrote.script?, arg, wrote.replicated))
     }
 }
 

@@ -11,6 +11,11 @@
 //!   row count its plan read and replaces only rows as it read them (an
 //!   edit of another row in between is healed by the next cycle's full
 //!   check, not by this write), and readers never see a half-written table;
+//! - with `WaitFor` set, a write Redis applied counts as written only when
+//!   the `WAIT` sent in its own pipeline, on the connection that wrote it,
+//!   says enough replicas have it; otherwise it is
+//!   [`Committed::Unconfirmed`], whatever happened to the connection after
+//!   the script's reply;
 //! - a stored counter that is not an integer below 2^53 is an error naming
 //!   its key and value, never a floor.
 
@@ -51,29 +56,32 @@ impl Store {
         let timeout = self.op_timeout
             + Duration::from_millis((rows as u64) / 10)
             + Duration::from_millis((bytes as u64) / 20_000);
-        let v: Value = match self
-            .bounded(
+        let keys = [
+            self.keys.table.as_str(),
+            self.keys.liveness.as_str(),
+            self.keys.meta.as_str(),
+        ];
+        let empty = redis::pipe();
+        let wrote = self
+            .write(
                 "write table",
                 timeout,
-                self.eval(Which::Commit, &call, &mut conn),
+                &empty,
+                Which::Commit,
+                &call,
+                &mut conn,
             )
             .await
-        {
-            Ok(v) => v,
-            Err(e) => {
-                let keys = [
-                    self.keys.table.as_str(),
-                    self.keys.liveness.as_str(),
-                    self.keys.meta.as_str(),
-                ];
-                return Err(self.classify(e, &keys, "hash").await);
-            }
+            .and_then(|w| w.script.map(|v| (v, w.replicated)));
+        let (v, replicated) = match wrote {
+            Ok(r) => r,
+            Err(e) => return Err(self.classify(e, &keys, "hash").await),
         };
         match calls::committed(v)? {
             CommitReply::Applied {
                 generation,
                 version,
-            } => match self.replicated("write table").await {
+            } => match replicated {
                 Ok(()) => Ok(Committed::Written {
                     generation,
                     version,
