@@ -5,7 +5,9 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use distributor::edge::redis::SentinelOptions;
+use distributor::core::handoff::MemberReport;
+use distributor::edge::redis::{Acquisition, RedisOptions, Renewal, SentinelOptions, Store};
+use std::time::Instant;
 
 use crate::support::*;
 
@@ -136,6 +138,32 @@ impl Sentinels {
             },
         )
         .await;
+    }
+
+    /// Every sentinel forgets the master it monitors.
+    async fn forget(&self) {
+        for i in 0..self.sentinels.len() {
+            let _: String = self
+                .ask(i, &["SENTINEL", "REMOVE", MASTER])
+                .await
+                .expect("SENTINEL REMOVE");
+        }
+    }
+
+    /// Every sentinel monitors the master on `port`, as `start` set them up.
+    async fn monitor(&self, port: u16) {
+        let port = port.to_string();
+        for i in 0..self.sentinels.len() {
+            let monitor = ["SENTINEL", "MONITOR", MASTER, "127.0.0.1", &port, "2"];
+            let _: String = self.ask(i, &monitor).await.expect("SENTINEL MONITOR");
+            for (option, value) in [
+                ("down-after-milliseconds", "1000"),
+                ("failover-timeout", "5000"),
+            ] {
+                let set = ["SENTINEL", "SET", MASTER, option, value];
+                let _: String = self.ask(i, &set).await.expect("SENTINEL SET");
+            }
+        }
     }
 
     fn server_on(&self, port: u16) -> &RedisServer {
@@ -413,4 +441,147 @@ async fn the_distributor_and_members_follow_a_sentinel_failover() {
         }
     }
     fleet.shutdown().await;
+}
+
+/// Calls `write` until it succeeds, for up to 15 s; the errors it returned
+/// before (a panic names the last ones when it never does).
+async fn until_written<T, F, Fut>(what: &str, mut write: F) -> Vec<String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, distributor::StoreError>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut errors = Vec::new();
+    loop {
+        match write().await {
+            Ok(_) => return errors,
+            Err(e) => errors.push(e.to_string()),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} still fails after 15 s ({} errors), the last: {:?}",
+            errors.len(),
+            &errors[errors.len().saturating_sub(2)..]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Finding 3 (server errors come back from redis-rs as values, so a
+/// `READONLY` reply never made the Sentinel link ask the sentinels again):
+/// the master is demoted without its clients being killed (an operator's
+/// `REPLICAOF`, here after the replica was promoted and the sentinels
+/// pointed at it by hand). A store's writes get `READONLY` there; the first
+/// one makes the store leave that node, and the next lands on the new
+/// master. One store per way a write goes: a script alone (`register`), a
+/// script in a pipeline (a renewal: `CLIENT ID`, `INFO`, the script) and
+/// plain commands in a pipeline (a member's report).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_leaves_a_master_demoted_without_its_clients_killed() {
+    let s = Sentinels::start();
+    s.wait_ready().await;
+    assert_eq!(s.master_port().await, Some(s.master.port()));
+    let opts = RedisOptions {
+        sentinel: Some(SentinelOptions {
+            master: MASTER.into(),
+            ..SentinelOptions::default()
+        }),
+        ..RedisOptions::from_urls(&s.urls())
+    };
+    let timeout = Duration::from_secs(2);
+    let open = || Store::connect(&opts, TABLE, timeout).unwrap();
+    let (lists, lease, reports) = (open(), open(), open());
+    // Each store connects to the master with a first write.
+    assert!(lists.register(SERVICES, "10.0.0.1:1").await.unwrap());
+    let Acquisition::Acquired(grant) = lease.acquire(&lease_claim("a")).await.unwrap() else {
+        panic!("the lease is free")
+    };
+    let report = |applied| MemberReport {
+        applied,
+        draining: false,
+        deadline: Duration::from_secs(10),
+        weight: 1,
+        client: None,
+    };
+    reports
+        .write_report("10.0.0.1:1", &report(1), true)
+        .await
+        .unwrap();
+    wait_for("the replica in sync", Duration::from_secs(20), || async {
+        let members: Option<String> = s
+            .replica
+            .cmd(&["HGET", &keys().members, "10.0.0.1:1"])
+            .await;
+        let lease: Option<String> = s.replica.cmd(&["GET", &keys().lease]).await;
+        members.is_some() && lease.is_some()
+    })
+    .await;
+
+    // The replica is promoted by hand and the sentinels name it; then the
+    // old master replicates it. Nothing kills the old master's clients.
+    s.forget().await;
+    let () = s.replica.cmd(&["REPLICAOF", "NO", "ONE"]).await;
+    s.monitor(s.replica.port()).await;
+    wait_for(
+        "every sentinel names the promoted replica",
+        Duration::from_secs(20),
+        || async { s.master_port().await == Some(s.replica.port()) },
+    )
+    .await;
+    let () = s
+        .master
+        .cmd(&["REPLICAOF", "127.0.0.1", &s.replica.port().to_string()])
+        .await;
+    wait_for(
+        "the old master replicates the promoted replica",
+        Duration::from_secs(20),
+        || async {
+            let info: String = s.master.cmd(&["INFO", "replication"]).await;
+            info.contains("role:slave") && info.contains("master_link_status:up")
+        },
+    )
+    .await;
+
+    // Every store's first write meets READONLY; a later one lands on the
+    // new master.
+    let second = report(2);
+    let (registered, renewed, reported) = tokio::join!(
+        until_written("a registration", || lists.register(SERVICES, "10.0.0.2:2")),
+        until_written("a renewal", || async {
+            match lease.renew(&grant, Duration::from_secs(30), timeout).await {
+                Ok(Renewal::Renewed) => Ok(()),
+                Ok(other) => panic!("the lease was lost: {other:?}"),
+                Err(e) => Err(e),
+            }
+        }),
+        until_written("a report", || reports.write_report(
+            "10.0.0.1:1",
+            &second,
+            true
+        )),
+    );
+    for (what, errors) in [
+        ("registration", registered),
+        ("renewal", renewed),
+        ("report", reported),
+    ] {
+        assert!(
+            errors
+                .first()
+                .is_some_and(|e| e.contains("write against a read only replica")),
+            "the {what} never met the demoted master: {errors:?}"
+        );
+    }
+    let listed: Vec<String> = s.replica.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
+    assert!(listed.contains(&"10.0.0.2:2".to_string()), "{listed:?}");
+    let raw: Option<String> = s
+        .replica
+        .cmd(&["HGET", &keys().members, "10.0.0.1:1"])
+        .await;
+    assert_eq!(
+        raw.and_then(|r| MemberReport::decode(&r))
+            .map(|r| r.applied),
+        Some(2),
+        "the report on the new master"
+    );
 }

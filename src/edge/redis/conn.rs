@@ -15,7 +15,10 @@
 //!   replaced it meanwhile (a reconnect after a timeout, the connection
 //!   manager's own, a Sentinel link that moved): `WAIT` from a connection
 //!   that wrote nothing counts every connected replica at once. The write's
-//!   bound includes the `WAIT`'s timeout.
+//!   bound includes the `WAIT`'s timeout;
+//! - through Sentinel, a call that fails on its connection, or whose reply
+//!   holds a `READONLY` error anywhere, abandons that connection (see
+//!   `sentinel.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,9 +80,10 @@ impl redis::aio::ConnectionLike for Conn {
             Conn::Sentinel(link) => Box::pin(async move {
                 let (n, mut c) = link.connection().await?;
                 let reply = c.req_packed_command(cmd).await;
-                if let Err(e) = &reply {
-                    link.failed(n, e).await;
-                }
+                // A server error comes back as a value (redis-rs extracts it
+                // later): READONLY is seen here or never.
+                link.replied(n, reply.as_ref().map(std::slice::from_ref))
+                    .await;
                 reply
             }),
         }
@@ -102,9 +106,7 @@ impl redis::aio::ConnectionLike for Conn {
             Conn::Sentinel(link) => Box::pin(async move {
                 let (n, mut c) = link.connection().await?;
                 let reply = c.req_packed_commands(pipeline, offset, count).await;
-                if let Err(e) = &reply {
-                    link.failed(n, e).await;
-                }
+                link.replied(n, reply.as_ref().map(Vec::as_slice)).await;
                 reply
             }),
         }

@@ -4,10 +4,14 @@
 //! Guarantees:
 //! - every connection goes to the node the sentinels name as the master and
 //!   that itself answers `ROLE` with `master` (redis-rs checks both);
-//! - a connection that drops, or that a write finds read-only (its node was
-//!   demoted), is abandoned: the next call asks the sentinels again. Sentinel
-//!   kills the clients of every instance it reconfigures, so a failover
-//!   surfaces as a dropped connection;
+//! - a connection that drops, or whose reply holds a `READONLY` error
+//!   anywhere (a command's, a pipeline element's, a transaction's: its node
+//!   was demoted), is abandoned: the next call asks the sentinels again.
+//!   Sentinel kills the clients of every instance it reconfigures, so a
+//!   failover surfaces as a dropped connection; a demotion that kills no
+//!   client (an operator's `REPLICAOF`, sentinels whose ACL user may not
+//!   `CLIENT KILL`) surfaces as the first write's `READONLY`, which that
+//!   call returns;
 //! - the first URL's user and password authenticate to every sentinel, and
 //!   [`SentinelOptions`]' to the master; a `rediss://` URL among them means
 //!   TLS to every sentinel and to the master, with the same custom CA and
@@ -15,14 +19,17 @@
 //! - limit: a connection is re-resolved only when it fails. An old master
 //!   cut off from the sentinels but still reachable from here keeps
 //!   answering until Sentinel reconfigures it (Redis' own split-brain limit:
-//!   `min-replicas-to-write` on the master bounds it).
+//!   `min-replicas-to-write` on the master bounds it). A connection that
+//!   only reads never meets `READONLY`: after a demotion that kills no
+//!   client it reads the demoted node (a replica of the new master: its
+//!   data lags) until it fails.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisError, RedisResult, TlsMode};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisError, RedisResult, TlsMode, Value};
 
 use crate::edge::tls::TlsFiles;
 
@@ -172,18 +179,58 @@ impl SentinelLink {
         Ok((conn.0, c))
     }
 
-    /// After a call failed on connection `n`: abandons it if the error says
-    /// it is gone or its node is no longer the master.
-    pub(super) async fn failed(&self, n: u64, e: &RedisError) {
-        let demoted = e.code() == Some("READONLY");
-        if demoted || e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() {
-            let mut conn = self.conn.lock().await;
-            if conn.0 == n && conn.1.is_some() {
-                tracing::debug!(master = %self.sentinels.master, error = %e, "abandoning the connection to the master; asking the sentinels again");
-                conn.1 = None;
+    /// After a call on connection `n` returned `reply` (a value per
+    /// command): abandons the connection if the reply says it is gone or
+    /// its node is no longer the master.
+    pub(super) async fn replied(&self, n: u64, reply: Result<&[Value], &RedisError>) {
+        let gone = match reply {
+            Ok(values) => values.iter().any(read_only),
+            Err(e) => failed_for_good(e),
+        };
+        if !gone {
+            return;
+        }
+        let mut conn = self.conn.lock().await;
+        if conn.0 == n && conn.1.is_some() {
+            match reply {
+                Ok(_) => {
+                    tracing::debug!(master = %self.sentinels.master, "the master refused a write as READONLY (demoted); asking the sentinels again")
+                }
+                Err(e) => {
+                    tracing::debug!(master = %self.sentinels.master, error = %e, "abandoning the connection to the master; asking the sentinels again")
+                }
             }
+            conn.1 = None;
         }
     }
+}
+
+/// Whether `v` holds a `READONLY` error reply (the node is a replica now),
+/// at any depth: a command's reply, a transaction's `EXEC` array, a script's
+/// error. redis-rs returns error replies as values, so that a pipeline
+/// keeps its other replies.
+fn read_only(v: &Value) -> bool {
+    match v {
+        Value::ServerError(e) => e.code() == "READONLY",
+        Value::Array(items) | Value::Set(items) => items.iter().any(read_only),
+        Value::Map(pairs) => pairs.iter().any(|(k, v)| read_only(k) || read_only(v)),
+        Value::Attribute { data, .. } => read_only(data),
+        _ => false,
+    }
+}
+
+/// Whether a failed call says its connection is useless: dropped, broken,
+/// or on a node that refuses writes as a replica (`READONLY`, or a
+/// transaction discarded for one: redis-rs turns `EXECABORT` into an error
+/// listing the refused commands).
+fn failed_for_good(e: &RedisError) -> bool {
+    e.is_connection_dropped()
+        || e.is_io_error()
+        || e.is_unrecoverable_error()
+        || e.code() == Some("READONLY")
+        || e.clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "READONLY"))
 }
 
 /// Where a store opens a connection of its own (table guards, pub/sub): a
@@ -204,5 +251,42 @@ impl Node {
             Node::Fixed(c) => Box::pin(std::future::ready(Ok(redis::Client::clone(c)))),
             Node::Sentinel(s) => Box::pin(s.master()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(resp: &str) -> Value {
+        redis::parse_redis_value(resp.as_bytes()).expect("RESP")
+    }
+
+    #[test]
+    fn a_read_only_reply_is_found_wherever_it_is() {
+        let refused = "-READONLY You can't write against a read only replica.\r\n";
+        assert!(read_only(&parsed(refused)));
+        // A pipeline's element, a transaction's EXEC array, nested deeper.
+        let exec = format!("*2\r\n:1\r\n{refused}");
+        assert!(read_only(&parsed(&exec)));
+        assert!(read_only(&parsed(&format!("*2\r\n+OK\r\n{exec}"))));
+        // Other errors, and data that merely says READONLY, are not.
+        assert!(!read_only(&parsed("-ERR READONLY in the text\r\n")));
+        assert!(!read_only(&parsed("*2\r\n$8\r\nREADONLY\r\n+READONLY\r\n")));
+        assert!(!read_only(&parsed("-NOPERM no\r\n")));
+    }
+
+    #[test]
+    fn a_failed_call_abandons_only_for_a_dead_link_or_a_demotion() {
+        let Value::ServerError(e) = parsed("-READONLY You can't write.\r\n") else {
+            panic!("an error reply")
+        };
+        assert!(failed_for_good(&RedisError::from(e)));
+        let Value::ServerError(e) = parsed("-WRONGTYPE Operation against a key\r\n") else {
+            panic!("an error reply")
+        };
+        assert!(!failed_for_good(&RedisError::from(e)));
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(failed_for_good(&RedisError::from(io)));
     }
 }
