@@ -27,12 +27,39 @@ caller to run. Rules:
   stopped was in a processed row of generation ``>= a``;
 - contact is lost (fenced: pings answered UNAVAILABLE) ``margin`` before
   ``deadline`` after the earlier of the last read and the last ping.
+
+What a holder's ping says of its holder (protocol version 2,
+:class:`PingView`; older holders say nothing, and then none of these
+rules applies):
+
+- a ping of a lower epoch than the highest seen counts as contact but
+  refreshes no hold; a ping naming another Redis server than the previous
+  view did ends what reads of the old server extend: their holds end
+  ``deadline`` after the last ping that named it;
+- a read of another server than the last view names (``OTHER_SERVER``) is
+  not processed, not even as contact: the first one since a read of the
+  holder's server makes the last report due again, freezes, and the member
+  registers again and finds the master again;
+- a numbered read sent after a ping whose view names a higher generation
+  (``BEHIND``), a lower generation than the last processed (``STALE``), or
+  a missing generation after a numbered one: Redis lost writes; the last
+  report is due again (once per episode), the member registers again at
+  once, and it freezes;
+- while frozen nothing is acquired; it thaws once a numbered generation
+  above the one processed at the freeze was processed and the last view (if
+  any) names no recovery and a generation at most the processed one;
+  acquisitions also need the processed generation at least the last view's;
+- a view naming a recovery not answered yet freezes, and makes a statement
+  due (:meth:`Ownership.held_due`): every unit worked on within its hold,
+  with its token, and the processed generation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+
+from ._recovery import HeldReport, PingView, RecoveryTag
 
 
 class Reason(str, Enum):
@@ -105,9 +132,19 @@ Step = Revoke | Acquire | Overran
 
 
 class Outcome(Enum):
+    #: Processed (a new generation, or the same one again).
     PROCESSED = "processed"
+    #: A lower generation than the last processed: ignored (Redis lost writes).
     STALE = "stale"
+    #: On another connection than the last written report names, while units
+    #: are owned or stopping: not processed; a report naming it is due.
     OTHER_CONNECTION = "other_connection"
+    #: Of another Redis server than the one the holder's last view names: not
+    #: processed, not even as contact. Find the master again.
+    OTHER_SERVER = "other_server"
+    #: A numbered read sent after a view naming a higher generation of the
+    #: holder's server: that server lost writes since. Ignored like a stale read.
+    BEHIND = "behind"
 
 
 @dataclass
@@ -152,12 +189,32 @@ class Ownership:
     processed: _Processed | None = None
     owned: dict[str, int] = field(default_factory=dict)
     stopping: dict[str, _Stopping] = field(default_factory=dict)
+    #: The last ping answered OK that may refresh a hold: of the highest
+    #: epoch seen, or from a holder that sends no view.
     last_ping: float | None = None
+    #: The last ping answered OK, of any holder: contact.
+    contact_ping: float | None = None
+    #: What the last ping of the highest epoch said of its holder, and when
+    #: it came (``None`` before the first, and from holders that send none).
+    pinged: tuple[PingView, float] | None = None
+    #: The highest holder epoch a view named.
+    max_epoch: int = 0
     last_read: float | None = None
     written: Report | None = None
     owed: set[int] = field(default_factory=set)
     missed: bool = False
     client: Connection | None = None
+    #: The recovery whose statement was written, and the one being written.
+    held_done: RecoveryTag | None = None
+    held_building: RecoveryTag | None = None
+    #: Writes may have been lost, or a holder recovers: nothing more starts
+    #: from the rows processed so far. The generation processed at the freeze.
+    frozen: int | None = None
+    #: The report written last is due again (Redis lost writes, or reads
+    #: went to another server than the holder's), with a registration.
+    reassert: bool = False
+    #: The last read was of another server than the holder's view names.
+    off_server: bool = False
     draining: bool = False
     stopped: bool = False
     fenced: bool = False
@@ -169,6 +226,20 @@ class Ownership:
     def read(self, now: float, sent: float, generation: int | None, row: str | None,
              client: Connection | None) -> Outcome:
         self._expire(now)
+        holder = self.pinged[0].server if self.pinged is not None else None
+        if holder is not None and client is not None and client.server is not None and \
+                client.server.lower() != holder:
+            # An old master still answering shows rows the holder no longer
+            # writes: nothing more starts from the rows processed, and the
+            # last report is written again where this member reads.
+            if not self.off_server:
+                self.off_server = True
+                self.reassert = True
+                self._freeze()
+            self.client = client
+            self._update_contact(now)
+            return Outcome.OTHER_SERVER
+        self.off_server = False
         self.client = client
         working = bool(self.owned) or bool(self.stopping)
         named = self.written.client if self.written is not None else None
@@ -178,11 +249,20 @@ class Ownership:
         self.last_read = sent if self.last_read is None else max(self.last_read, sent)
         prev = self.processed.generation if self.processed is not None else None
         numbered = generation is not None
+        if not numbered and self.processed is not None and self.processed.numbered:
+            # The generation is gone: Redis lost its data (or an edit removed it).
+            self._lost_writes()
         g = generation if generation is not None else (prev if prev is not None else 0)
         if prev is not None and g < prev:
+            self._lost_writes()
             self._update_contact(now)
-            self.missed = True
             return Outcome.STALE
+        if numbered and self.pinged is not None and sent >= self.pinged[1] and g < self.pinged[0].generation:
+            # Sent after a view naming a higher generation of this server:
+            # the server lost writes since the holder saw them.
+            self._lost_writes()
+            self._update_contact(now)
+            return Outcome.BEHIND
         p = self.processed
         if p is not None and p.generation == g and p.raw == row:
             p.shown = max(p.shown, sent)
@@ -218,22 +298,79 @@ class Ownership:
                 s.seen = max(s.seen, g)
         self.processed = _Processed(g, row, units, sent, client, numbered)
         self.revision += 1
+        self._thaw()
         self._update_contact(now)
         self._try_acquire(now)
         return Outcome.PROCESSED
 
-    def ping(self, now: float) -> bool:
-        """A ping received at ``now``: whether to answer it OK. Only a ping
-        answered OK counts (docs/protocol.md: count only pings you answered OK)."""
+    def ping(self, now: float, view: PingView | None = None) -> bool:
+        """A ping received at ``now``, with what it says of its holder
+        (``None`` from a holder that says nothing): whether to answer it OK.
+        Only a ping answered OK counts as contact or refreshes a hold
+        (docs/protocol.md: count only pings you answered OK); its view is
+        taken either way (it only ever restricts).
+
+        A ping of a lower epoch than one already seen counts as contact but
+        refreshes no hold. A view that names another Redis server than the
+        previous one did ends what reads of the old server extend: their
+        holds end ``deadline`` after the last ping that named it."""
         self._expire(now)
+        refreshes = view is None or view.epoch >= self.max_epoch
+        if refreshes and view is not None:
+            before = self.pinged[0].server if self.pinged is not None else None
+            if before is not None and view.server is not None and before != view.server \
+                    and self.last_ping is not None:
+                self._server_changed(self.last_ping)
+            self.max_epoch = view.epoch
+            self.pinged = (view, now)
+            if view.recovery is not None and self.held_done != view.recovery:
+                self._freeze()
         read = self.last_read if self.last_read is not None else self.started
         if self.stopped or now >= min(read, now) + self.deadline - self.margin:
+            self._thaw()
             self._update_contact(now)
             return False
-        self.last_ping = now if self.last_ping is None else max(self.last_ping, now)
+        self.contact_ping = now if self.contact_ping is None else max(self.contact_ping, now)
+        if refreshes:
+            self.last_ping = now if self.last_ping is None else max(self.last_ping, now)
+        self._thaw()
         self._update_contact(now)
         self._try_acquire(now)
         return not self.fenced
+
+    def held_due(self, now: float) -> HeldReport | None:
+        """The statement the holder's recovery asks for (the last view names a
+        recovery whose statement was neither written nor is being written),
+        if due: every unit worked on within its hold (owned, or being stopped
+        and not overrun), with its token, and the last processed generation.
+        From now on nothing starts from the rows processed so far. Pass the
+        outcome of its write to :meth:`held_written`."""
+        tag = self.pinged[0].recovery if self.pinged is not None else None
+        if tag is None or self.held_done == tag or self.held_building == tag:
+            return None
+        self._expire(now)
+        units: dict[str, int] = {}
+        end = self.owned_end()
+        if end is not None and now < end and not self.stopped:
+            units.update(self.owned)
+        for u, s in self.stopping.items():
+            if not s.overran and now < self.end_of(s.shown):
+                units[u] = s.token
+        self._freeze()
+        self.held_building = tag
+        return HeldReport(tag, self.generation, units)
+
+    def held_written(self, tag: RecoveryTag, ok: bool) -> None:
+        """The statement for ``tag`` was written (``ok``), or its write failed (it is due again)."""
+        if self.held_building == tag:
+            self.held_building = None
+        if ok:
+            self.held_done = tag
+
+    def reassert_due(self) -> bool:
+        """Whether the report written last is due again (Redis lost writes, or
+        reads went to another server than the holder's): register again now."""
+        return self.reassert
 
     def tick(self, now: float) -> None:
         self._expire(now)
@@ -268,12 +405,13 @@ class Ownership:
         acknowledge = any(g <= applied for g in self.owed) or (self.draining and applied > w.applied)
         if acknowledge:
             return report(max(applied, w.applied))
-        if w.draining != self.draining or w.client != self.client or w.weight != self.weight:
+        if self.reassert or w.draining != self.draining or w.client != self.client or w.weight != self.weight:
             return report(w.applied)
         return None
 
     def reported(self, now: float, report: Report) -> None:
         self._expire(now)
+        self.reassert = False
         if self.written is None or self.written.applied <= report.applied:
             self.written = report
             self.owed = {g for g in self.owed if g > report.applied}
@@ -300,6 +438,11 @@ class Ownership:
         return steps
 
     # -- views ----------------------------------------------------------
+
+    @property
+    def pinged_view(self) -> PingView | None:
+        """What the last ping of the highest epoch said of its holder."""
+        return self.pinged[0] if self.pinged is not None else None
 
     @property
     def generation(self) -> int:
@@ -367,10 +510,47 @@ class Ownership:
 
     def contact_end(self) -> float:
         read = self.last_read if self.last_read is not None else self.started
-        ping = self.last_ping if self.last_ping is not None else self.started
+        ping = self.contact_ping if self.contact_ping is not None else self.started
         return min(read, ping) + self.deadline
 
     # -- internals --------------------------------------------------------
+
+    def _server_changed(self, last: float) -> None:
+        """The holder writes on another server than the previous view named:
+        reads of that one refreshed the holds up to ``last`` (the last ping
+        that named it) at most."""
+        if self.processed is not None:
+            self.processed.shown = min(self.processed.shown, last)
+        for s in self.stopping.values():
+            s.shown = min(s.shown, last)
+        self.revision += 1
+
+    def _lost_writes(self) -> None:
+        """A read showed that Redis lost writes this member saw: the tables it
+        missed are unknown (the next generation processed is reported), the
+        last report is due again (once per episode, with a registration), and
+        nothing more starts from the rows processed so far."""
+        if not self.missed:
+            self.reassert = True
+        self.missed = True
+        self._freeze()
+
+    def _freeze(self) -> None:
+        if self.frozen is None:
+            self.frozen = self.generation
+
+    def _thaw(self) -> None:
+        """Units start again once a numbered generation above the one processed
+        at the freeze was processed, and the last view (if any) names no
+        recovery and a generation at most the processed one."""
+        if self.frozen is None:
+            return
+        g = self.generation
+        numbered = self.processed is not None and self.processed.numbered
+        view = self.pinged_view
+        pinged_ok = view is None or (view.recovery is None and view.generation <= g)
+        if numbered and g > self.frozen and pinged_ok:
+            self.frozen = None
 
     def _update_contact(self, now: float) -> None:
         fenced = self.stopped or now >= self.contact_end() - self.margin
@@ -410,14 +590,17 @@ class Ownership:
             self.steps.append(Revoke(tenures, why, ended))
 
     def _try_acquire(self, now: float) -> None:
-        if self.draining or self.stopped or self.fenced:
+        if self.draining or self.stopped or self.fenced or self.frozen is not None:
             return
         p = self.processed
         if p is None:
             return
+        # A row older than the table the holder's last view said Redis holds
+        # starts nothing (the holder may have planned past it: a recovery).
         if (
             len(self.owned) == len(p.row)
             or not p.numbered
+            or (self.pinged is not None and p.generation < self.pinged[0].generation)
             or self.written is None
             or self.written.client != p.client
             or self.owed
