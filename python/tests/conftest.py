@@ -167,10 +167,22 @@ class RedisServer:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.dir), *self.extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+            self._command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
         )
+        wait_for("redis-server to answer", self._answers, 10)
+
+    def _command(self) -> list[str]:
+        return ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", str(self.dir), *self.extra]
+
+    def restart_empty(self) -> None:
+        """Kills the server and starts another on the same port, without the
+        data (no persistence) and with a new run id: Redis lost every write.
+        Safe while other threads run (gRPC's): no ``preexec_fn``, whose fork
+        may crash then; ``setpriv --pdeathsig`` where there is one."""
+        self.stop()
+        wrap = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
+        self.proc = subprocess.Popen([*wrap, *self._command()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for("redis-server to answer", self._answers, 10)
 
     def _answers(self) -> bool:

@@ -1,13 +1,20 @@
 """The ping server (docs/protocol.md, step 1): ``/proto.GRPCPinger/Ping``,
 ``/proto.Liveness/Beats`` and ``grpc.health.v1.Health/Check``, without
 generated code (``google.protobuf.Empty`` is zero bytes; a ``Beat`` and a
-``HealthCheckResponse`` are encoded by hand)."""
+``HealthCheckResponse`` are encoded by hand).
+
+A holder of protocol version 2 says what it knows (:class:`PingView`) in
+the metadata ``distributor-holder`` of a ``Ping`` call, and in a beat's
+``holder`` field (2) when it changed since the last beat of its stream (an
+empty field: as before). A malformed view counts as none."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import grpc
+
+from ._recovery import METADATA, PingView, decode_view
 
 SERVING, NOT_SERVING = b"\x08\x01", b"\x08\x02"  # HealthCheckResponse.status
 SERVICE_UNKNOWN = b"\x08\x03"
@@ -39,9 +46,10 @@ def write_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def decode_beat(data: bytes) -> int:
-    """The ``seq`` (field 1) of a ``proto.Beat``; other fields are skipped."""
-    i, seq = 0, 0
+def decode_beat(data: bytes) -> tuple[int, bytes]:
+    """The ``seq`` (field 1) and ``holder`` (field 2, undecoded: empty when
+    absent) of a ``proto.Beat``; other fields are skipped."""
+    i, seq, holder = 0, 0, b""
     while i < len(data):
         key, i = read_varint(data, i)
         if key & 7 == 0:
@@ -50,6 +58,8 @@ def decode_beat(data: bytes) -> int:
                 seq = value
         elif key & 7 == 2:
             n, i = read_varint(data, i)
+            if key >> 3 == 2:
+                holder = data[i : i + n]
             i += n
         elif key & 7 == 1:
             i += 8
@@ -59,11 +69,29 @@ def decode_beat(data: bytes) -> int:
             raise ValueError("unexpected wire type in a beat")
     if i > len(data):
         raise ValueError("truncated beat")
-    return seq
+    return seq, holder
 
 
-def encode_beat(seq: int) -> bytes:
-    return b"\x08" + write_varint(seq) if seq else b""
+def encode_beat(seq: int, holder: str = "") -> bytes:
+    """A ``proto.Beat`` (a member answers with ``seq`` alone; ``holder`` for tests)."""
+    out = b"\x08" + write_varint(seq) if seq else b""
+    if holder:
+        raw = holder.encode("utf-8")
+        out += b"\x12" + write_varint(len(raw)) + raw
+    return out
+
+
+def metadata_view(metadata: Iterable[tuple[str, str | bytes]] | None) -> PingView | None:
+    """The holder's view in a call's invocation metadata, if any and well formed."""
+    if not metadata:
+        return None
+    try:
+        for key, value in metadata:
+            if key == METADATA:
+                return decode_view(value)
+    except (TypeError, ValueError):
+        return None
+    return None
 
 
 def decode_health_service(data: bytes) -> str:
@@ -89,15 +117,16 @@ def _raw(b: bytes) -> bytes:
 
 
 class PingService:
-    """``admit(now)`` says whether to answer a ping OK (None) or why not;
-    ``serving()`` whether the health service says SERVING."""
+    """``admit(view)`` says whether to answer a ping carrying ``view`` (the
+    holder's, ``None`` for none) OK (None) or why not; ``serving()`` whether
+    the health service says SERVING."""
 
-    def __init__(self, admit: Callable[[], str | None], serving: Callable[[], bool]) -> None:
+    def __init__(self, admit: Callable[[PingView | None], str | None], serving: Callable[[], bool]) -> None:
         self.admit = admit
         self.serving = serving
 
     async def ping(self, _request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-        refused = self.admit()
+        refused = self.admit(metadata_view(context.invocation_metadata()))
         if refused is not None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, refused)
         return b""
@@ -109,13 +138,21 @@ class PingService:
         # UNAVAILABLE when a ping would be refused. The headers go at once:
         # the holder waits for them before its first beat.
         await context.send_initial_metadata(())
+        # The holder's view as the last beat of this stream that carried one
+        # said (a beat whose view did not change carries none).
+        view: PingView | None = None
         async for beat in requests:
-            refused = self.admit()
+            try:
+                seq, holder = decode_beat(beat)
+            except ValueError:
+                # Still a ping (answered as before): only its view is unknown.
+                seq, holder = None, b""
+            if holder:
+                view = decode_view(holder)
+            refused = self.admit(view)
             if refused is not None:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, refused)
-            try:
-                seq = decode_beat(beat)
-            except ValueError:
+            if seq is None:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed beat")
             yield encode_beat(seq)
 

@@ -50,11 +50,14 @@ class Keys:
     transit: str
     changed: str
     acked: str
+    #: Members' statements for a holder's recovery: member -> ``<tag> <processed> <unit>=<token>,...``.
+    held: str
 
     @classmethod
     def of(cls, table: str) -> Keys:
         p = coordination_prefix(table)
-        return cls(table, p + ":meta", p + ":members", p + ":loads", p + ":transit", p + ":changed", p + ":acked")
+        return cls(table, p + ":meta", p + ":members", p + ":loads", p + ":transit", p + ":changed", p + ":acked",
+                   p + ":held")
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,23 @@ class Clients:
                 pool = BlockingConnectionPool(max_connections=1, **pool_kw)
             self.rows = Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
 
+    async def find_master_again(self) -> None:
+        """Drops every connection (the subscription's too), so that the next
+        call connects anew: where the sentinels name the master, they are
+        asked again (an old master still answering is left); elsewhere it
+        reconnects to the same node. A call running on another task then fails
+        once and is retried as any failure is."""
+        seen: set[int] = set()
+        for c in (self.main, self.rows):
+            pool = getattr(c, "connection_pool", None)
+            if pool is None or id(pool) in seen:
+                continue
+            seen.add(id(pool))
+            try:
+                await pool.disconnect(inuse_connections=True)
+            except (RedisError, OSError, RuntimeError) as e:
+                log.debug("could not drop a redis connection: %s", e)
+
     async def aclose(self) -> None:
         for c in {id(self.main): self.main, id(self.rows): self.rows}.values():
             try:
@@ -191,11 +211,12 @@ class Clients:
 
 
 def run_id(info: object) -> str | None:
-    """The run id in redis-py's parsed INFO reply (one of only digits comes as an int)."""
+    """The run id in redis-py's parsed INFO reply (one of only digits comes as
+    an int), lowercased as a holder's ping names it."""
     v = info.get("run_id") if isinstance(info, dict) else None
     if isinstance(v, int):
         v = "%040d" % v
-    return v if isinstance(v, str) and len(v) == 40 else None
+    return v.lower() if isinstance(v, str) and len(v) == 40 else None
 
 
 def refused_command(e: RedisError) -> bool:

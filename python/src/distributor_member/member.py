@@ -10,6 +10,9 @@ Structure (all on one asyncio loop):
 - the *watchdog* task ends holds at their end (minus the fence margin), even
   while a Redis call hangs;
 - the ping handlers count pings answered OK and refuse pings while fenced;
+  what a ping says of its holder (protocol version 2) goes to the state:
+  when it names a recovery, the follower first writes what this member
+  works on (``{T}:held``) with its last report;
 - each unit's ``acquired`` and ``revoked`` callbacks run in a task of their
   own (for one unit, ``revoked`` starts only once ``acquired`` returned), so
   a slow stop delays no read, no ping and no other unit's callbacks. What the
@@ -34,6 +37,7 @@ from redis.exceptions import RedisError
 from ._grpc import PingService, server_credentials
 from ._load import LoadBook
 from ._ownership import Acquire, Outcome, Overran, Ownership, Reason, Report, Revoke, Tenure
+from ._recovery import HeldReport, PingView, RecoveryTag
 from ._redact import check_member_addr
 from ._redis import REGISTER, Clients, Keys, RowReader, refused_command
 from .options import MAX_WEIGHT, MemberOptions, OptionsError, split_host_port
@@ -409,6 +413,10 @@ class Member:
         self._reader: RowReader | None = None
         self._stale = False
         self._other_connection: object = None
+        self._other_server: str | None = None
+        #: How many times every Redis connection was dropped to find the master again.
+        self._dropped = 0
+        self._held_failing: RecoveryTag | None = None
         self._bad_generation = False
 
     # -- public API ---------------------------------------------------------
@@ -623,10 +631,10 @@ class Member:
             fenced = self._own.fenced
         return not fenced and self._phase in (_Phase.FOLLOWING, _Phase.DRAINING)
 
-    def _admit(self) -> str | None:
+    def _admit(self, view: PingView | None = None) -> str | None:
         now = monotonic()
         with self._lock:
-            ok = self._own.ping(now)
+            ok = self._own.ping(now, view)
         self._changed()
         if ok:
             return None
@@ -651,7 +659,7 @@ class Member:
             self._fenced_seen = fenced
             if fenced and self._phase in (_Phase.FOLLOWING, _Phase.DRAINING):
                 with self._lock:
-                    read, ping = self._own.last_read, self._own.last_ping
+                    read, ping = self._own.last_read, self._own.contact_ping
                 log.warning("fenced: no successful read of the table or no ping within the deadline; holding "
                             "nothing and answering pings unavailable (last read %s, last ping %s)",
                             _ago(read, now), _ago(ping, now), extra={"member": self._id})
@@ -799,6 +807,14 @@ class Member:
         assert self._clients is not None and self._reader is not None
         main = self._clients.main
         if self._report_wait <= now:
+            # A holder recovering from lost state asks what this member works
+            # on: the statement goes first (nothing starts meanwhile).
+            with self._lock:
+                held = self._own.held_due(monotonic())
+                last = self._own.written
+            if held is not None:
+                await self._state_held(held, last)
+                return True
             with self._lock:
                 due = self._own.report_due()
                 written = self._own.written
@@ -844,6 +860,8 @@ class Member:
             with self._lock:
                 processed = self._own.generation
                 outcome = self._own.read(monotonic(), sent, got.generation, got.row, got.client)
+                reassert = self._own.reassert_due()
+                view = self._own.pinged_view
             if outcome is Outcome.PROCESSED:
                 self._stale = False
                 self._other_connection = None
@@ -853,11 +871,33 @@ class Member:
                                 "until the holder writes one above", got.generation, processed,
                                 extra={"member": self._id})
                 self._stale = True
+            elif outcome is Outcome.BEHIND:
+                if not self._stale:
+                    log.warning("the table's generation (%s) is below the one the holder's ping named (%s: redis "
+                                "lost writes); ignoring rows until the holder writes one above it", got.generation,
+                                view.generation if view is not None else "?", extra={"member": self._id})
+                self._stale = True
+            elif outcome is Outcome.OTHER_SERVER:
+                read_server = got.client.server if got.client is not None else None
+                if self._other_server != read_server:
+                    log.warning("this member reads another redis server (%s) than the one the holder writes on (%s; "
+                                "an old master still answering): its reads extend no hold; finding the master again",
+                                read_server, view.server if view is not None else "?", extra={"member": self._id})
+                self._other_server = read_server
+                self._dropped += 1
+                await self._clients.find_master_again()
             else:
                 if self._other_connection != got.client:
                     log.info("this member's redis connection changed (%s): naming it in a report before its reads "
                              "extend any hold", got.client, extra={"member": self._id})
                 self._other_connection = got.client
+            if outcome is not Outcome.OTHER_SERVER:
+                self._other_server = None
+            if reassert:
+                # Redis lost writes (or this member read another server): its
+                # report written last is due again, and it registers again now
+                # (the list may have lost it).
+                self._want_register = True
             self._want_transit = True
             self._read_once = True
             self._check_ready()
@@ -901,6 +941,42 @@ class Member:
                 return True
         return False
 
+    async def _state_held(self, held: HeldReport, last: Report | None) -> None:
+        """Writes the statement for the holder's recovery (``HSET {T}:held``),
+        this member's last report again (Redis may have lost it) and the
+        ``{T}:acked`` hint, in one round trip (the hint apart on a cluster)."""
+        assert self._clients is not None
+        main = self._clients.main
+        ok = False
+        try:
+            async with main.pipeline(transaction=False) as p:
+                p.execute_command("HSET", self._keys.held, self._id, held.encode())
+                if last is not None:
+                    p.execute_command("HSET", self._keys.members, self._id, last.encode())
+                if not self._clients.cluster:
+                    p.execute_command("PUBLISH", self._keys.acked, self._id)
+                await p.execute()
+            ok = True
+        except (RedisError, OSError) as e:
+            if self._held_failing != held.tag:
+                log.warning("could not state what this member works on for the holder's recovery %s; retrying: %s",
+                            held.tag, e, extra={"member": self._id})
+            self._held_failing = held.tag
+            self._report_wait = monotonic() + REPORT_RETRY
+        finally:
+            with self._lock:
+                self._own.held_written(held.tag, ok)
+        if ok:
+            self._held_failing = None
+            log.info("stated what this member works on (%d units at generation %d) for the holder's recovery %s",
+                     len(held.units), held.processed, held.tag, extra={"member": self._id})
+            if self._clients.cluster:
+                try:
+                    await main.execute_command("PUBLISH", self._keys.acked, self._id)
+                except (RedisError, OSError) as e:
+                    log.debug("could not announce the statement: %s", e, extra={"member": self._id})
+        self._changed()
+
     async def _transit_waits(self) -> bool:
         """Whether the holder still waits on a unit revoked from this member
         (``{T}:transit``): leaving before it read the acknowledgement would
@@ -925,7 +1001,7 @@ class Member:
             self._emit(Ready(monotonic()))
 
     async def _leave(self) -> None:
-        """Deregisters: ``LREM`` from the list, then ``HDEL`` of the report and the loads."""
+        """Deregisters: ``LREM`` from the list, then ``HDEL`` of the report, the statement (``{T}:held``) and the loads."""
         assert self._clients is not None
         for t in self._tasks:
             if t.get_name() == "distributor-member-loads":
@@ -935,6 +1011,7 @@ class Member:
         async def deregister() -> None:
             await main.execute_command("LREM", self.options.services_key, 0, self._id)
             await main.execute_command("HDEL", self._keys.members, self._id)
+            await main.execute_command("HDEL", self._keys.held, self._id)
             await main.execute_command("HDEL", self._keys.loads, self._id)
 
         try:
@@ -1034,6 +1111,7 @@ class Member:
         failures = _Failures("the subscription to table changes", self._id)
         while True:
             ps = self._clients.main.pubsub()
+            dropped = self._dropped
             try:
                 await ps.subscribe(self._keys.changed)
                 failures.recovered()
@@ -1044,7 +1122,10 @@ class Member:
                         self._want_read = True
                         self._wake.set()
             except (RedisError, OSError) as e:
-                failures.failed(e)
+                # Connections this member dropped itself (to find the master
+                # again) are no failure: subscribe anew.
+                if self._dropped == dropped:
+                    failures.failed(e)
             finally:
                 try:
                     await ps.aclose()
