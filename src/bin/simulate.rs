@@ -6,6 +6,7 @@
 //! (the faults and events left out while a violation stays).
 //! `--trace SEED` prints one seed's; `--shrink SEED` shrinks one;
 //! `--replay SEED N` checks that N runs give the same trace.
+//! `SIMULATE_SHRINK=0` skips shrinking the first failing seeds.
 
 use std::time::{Duration, Instant};
 
@@ -126,7 +127,12 @@ fn main() -> std::process::ExitCode {
         println!("{}", o.trace.join("\n"));
         print_violations(o);
     }
-    for o in failed.iter().take(SHRINK_SEEDS) {
+    // SIMULATE_SHRINK=0 skips the shrinking (a quicker look at many seeds).
+    let shrinks = match std::env::var("SIMULATE_SHRINK").as_deref() {
+        Ok("0") => 0,
+        _ => SHRINK_SEEDS,
+    };
+    for o in failed.iter().take(shrinks) {
         print_shrunk(o.seed, run);
     }
     let violations: usize = failed.iter().map(|o| o.violations.len()).sum();
@@ -137,11 +143,12 @@ fn main() -> std::process::ExitCode {
             seeds.join(" ")
         );
     }
-    println!(
-        "documented limit (handoff state lost with Redis' data or an edit, then a holder change): \
-         {} overlaps or lower tokens in {} seeds",
-        batch.documented, batch.documented_seeds
-    );
+    let injected: Vec<String> = batch
+        .injected
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
+    println!("injected: {}", injected.join(", "));
     println!(
         "simulated {n} seeds, {violations} violations, {:.1} seeds/s",
         n as f64 / took.as_secs_f64()

@@ -103,10 +103,14 @@ use crate::core::table::{MatchingTable, SEPARATOR};
 mod connection;
 mod ledger;
 mod plan;
+mod recovery;
 
 pub use connection::{RedisConnection, RunId};
 pub use ledger::{HeldTable, Ledger, Resync};
 pub use plan::plan;
+pub use recovery::{
+    HeldReport, LossSign, MAX_HELD_UNITS, PingView, Recovery, RecoveryClaims, RecoveryTag,
+};
 
 /// What, besides its acknowledgement or its wait, proves that a member no
 /// longer works on a unit revoked from it: decided when the unit is revoked,
@@ -708,6 +712,10 @@ pub struct PlanInput<'a> {
     /// hand edit, never lets a unit be given away while its last owner may
     /// still work on it.
     pub held_before: &'a [HeldTable],
+    /// With `verify`, while the holder recovers from possibly lost state:
+    /// what members stated they work on, and who stated nothing (see
+    /// [`RecoveryClaims`]).
+    pub recovery: Option<&'a RecoveryClaims>,
     /// The rows the solver gives (eligible members only: live, or suspects,
     /// and not draining).
     pub desired: &'a MatchingTable,

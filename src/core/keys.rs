@@ -37,6 +37,10 @@ pub struct Keys {
     /// Members' own reports (handoff protocol): member → "applied draining
     /// deadline_ms weight", written by the members.
     pub members: String,
+    /// Members' statements for a holder's recovery (`core::handoff::Recovery`):
+    /// member → `<tag> <processed> <unit>=<token>,...`, written by each
+    /// member when a ping names a recovery it has not answered.
+    pub held: String,
     /// The operator's weight overrides: member → integer 1..=1000, written by
     /// `distributor weights set`; an override beats the member's report.
     pub weights: String,
@@ -82,6 +86,7 @@ impl Keys {
             replicas: k("replicas"),
             suspects: k("suspects"),
             members: k("members"),
+            held: k("held"),
             weights: k("weights"),
             costs: k("costs"),
             loads: k("loads"),

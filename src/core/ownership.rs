@@ -3,13 +3,42 @@
 //! work to do comes back as [`Step`]s for the caller to run.
 //!
 //! ```text
-//!  read (generation g, row, client c)  on another connection than reported ──▶ report naming c, read again
+//!  read (generation g, row, client c)  of another server than the holder's ──▶ nothing (find the master again)
+//!                                      on another connection than reported ──▶ report naming c, read again
+//!                                      below the last processed (or pinged) ──▶ ignored; report again, freeze
 //!                                      units owned, not in the row ──▶ Revoke (stopping)
 //!                                      revocations done ─────────────▶ report applied = g
 //!                                      report written (if one was due) ──▶ Acquire the rest of the row
-//!  ping received                       refreshes every hold
+//!  ping received (holder's view v)     refreshes every hold (v of the highest epoch seen, or none)
+//!                                      v names a recovery ──▶ freeze; state what is held ({T}:held)
 //!  hold ended (no read, no ping)       ──▶ Revoke (fenced); contact lost ──▶ answer pings UNAVAILABLE
 //! ```
+//!
+//! Rules of the holder's view (protocol version 2: a holder's ping says its
+//! epoch, the generation it knows Redis holds, its Redis server's run id
+//! and the recovery it runs; older holders say nothing, and then none of
+//! these applies), each checked by `tests/views.rs`:
+//! - a ping of a lower epoch than one seen counts as contact, and
+//!   refreshes no hold; a ping naming another server than the last one
+//!   did ends what reads of the old server extend (holds they refreshed end
+//!   the deadline after the last ping that named it);
+//! - **a read of another server than the last ping names counts for
+//!   nothing**, not even contact (an old master still answering: its rows
+//!   are not the holder's); the first such read makes the last report due
+//!   again (with a registration), and freezes;
+//! - a numbered read sent after a ping that named a higher generation is
+//!   ignored as a lower generation is (the server lost writes since);
+//! - **after Redis lost writes** (a lower generation, or none after a
+//!   numbered one) the last report is due again at once, once, and nothing
+//!   more starts from the rows processed so far (*frozen*): a table Redis
+//!   lost may have given them; nothing starts either from a row below the
+//!   generation the last ping named;
+//! - a ping naming a recovery freezes too, and makes a statement due
+//!   ([`Ownership::held_due`]: every unit worked on within its hold, with
+//!   its token, and the last processed generation), once per recovery;
+//! - units start again (*thaw*) once a generation above the one processed
+//!   at the freeze is processed, and the last ping names no recovery and a
+//!   generation at most the one processed.
 //!
 //! Rules, each checked by the tests below against an independent model:
 //! - **a read counts only on the reported connection**: a read whose Redis
@@ -69,7 +98,9 @@ use std::time::Duration;
 
 use std::time::Instant;
 
-use crate::core::handoff::{MemberReport, RedisConnection};
+use crate::core::handoff::{
+    HeldReport, MemberReport, PingView, RecoveryTag, RedisConnection, RunId,
+};
 use crate::core::table::decode_row;
 
 /// The generation of the table at which a member acquired a unit. It grows
@@ -148,6 +179,15 @@ pub enum ReadOutcome {
     /// (`named`), while units are owned or stopping: not processed. A report
     /// naming the new connection is due; read again once it is written.
     OtherConnection { named: Option<RedisConnection> },
+    /// Made on another Redis server than the one the holder's last ping
+    /// names (`holder`): not processed, and not counted as contact (an old
+    /// master that the sentinels no longer name, cut off from them, still
+    /// answers). Find the master again.
+    OtherServer { holder: RunId },
+    /// Sent after a ping from the holder's server whose generation
+    /// (`pinged`) is above the one read: that server lost writes since.
+    /// Ignored, as a lower generation is.
+    Behind { pinged: u64 },
 }
 
 #[derive(Debug, Clone)]
@@ -197,7 +237,16 @@ pub struct Ownership {
     /// they share one hold: see [`Ownership::owned_end`].
     owned: BTreeMap<String, FencingToken>,
     stopping: BTreeMap<String, Stopping>,
+    /// The last ping that may refresh a hold: of the highest epoch seen, or
+    /// from a holder that sends no view.
     last_ping: Option<Instant>,
+    /// The last ping of any holder: contact.
+    contact_ping: Option<Instant>,
+    /// What the last ping that refreshes holds said of its holder, and when
+    /// it came (`None` before the first, and from holders that send none).
+    pinged: Option<(PingView, Instant)>,
+    /// The highest holder epoch a ping named.
+    max_epoch: u64,
     /// Send instant of the last successful read (stale ones included: Redis
     /// answered).
     last_read: Option<Instant>,
@@ -213,6 +262,24 @@ pub struct Ownership {
     missed: bool,
     /// The Redis client of the last read: every report names it.
     client: Option<RedisConnection>,
+    /// The recovery whose statement ([`Ownership::held_due`]) was written,
+    /// and the one being written.
+    held_written: Option<RecoveryTag>,
+    held_building: Option<RecoveryTag>,
+    /// Writes may have been lost (a lower generation, or none, was read),
+    /// or a holder recovers from lost state (a ping named a recovery): the
+    /// rows processed so far may come from a lineage a holder no longer
+    /// knows, so nothing more starts from them. Holds the last processed
+    /// generation then; see [`Ownership::thaw`] for when it ends.
+    frozen: Option<u64>,
+    /// Redis lost writes (a lower generation, none after a numbered one,
+    /// or a read of another server than the holder's): the report written
+    /// last is due again at once, which restores it if it was lost and
+    /// shows the holder a generation above the one Redis holds.
+    reassert: bool,
+    /// The last read was of another server than the holder's last ping
+    /// named.
+    off_server: bool,
     draining: bool,
     stopped: bool,
     fenced: bool,
@@ -234,11 +301,19 @@ impl Ownership {
             owned: BTreeMap::new(),
             stopping: BTreeMap::new(),
             last_ping: None,
+            contact_ping: None,
+            pinged: None,
+            max_epoch: 0,
             last_read: None,
             written: None,
             owed: BTreeSet::new(),
             missed: false,
             client: None,
+            held_written: None,
+            held_building: None,
+            frozen: None,
+            reassert: false,
+            off_server: false,
             draining: false,
             stopped: false,
             fenced: false,
@@ -264,6 +339,28 @@ impl Ownership {
         client: Option<RedisConnection>,
     ) -> ReadOutcome {
         self.expire(now);
+        // A read of another server than the holder's (its pings name the
+        // server it writes on) counts for nothing: an old master still
+        // answering shows rows the holder no longer writes.
+        if let Some((view, _)) = &self.pinged
+            && let Some(holder) = view.server
+            && client.and_then(|c| c.server).is_some_and(|s| s != holder)
+        {
+            // Which server is right is not known here (a restart, a
+            // failover the holder has not pinged from yet, or an old master
+            // still answering): nothing more starts from the rows processed,
+            // and the last report is written again where this member reads
+            // (with a registration), so that a holder there learns of it.
+            if !self.off_server {
+                self.off_server = true;
+                self.reassert = true;
+                self.freeze();
+            }
+            self.client = client;
+            self.update_contact(now);
+            return ReadOutcome::OtherServer { holder };
+        }
+        self.off_server = false;
         self.client = client;
         let working = !self.owned.is_empty() || !self.stopping.is_empty();
         let named = self.written.and_then(|w| w.client);
@@ -276,14 +373,31 @@ impl Ownership {
         self.last_read = Some(self.last_read.map_or(sent, |r| r.max(sent)));
         let prev = self.processed.as_ref().map(|p| p.generation);
         let numbered = generation.is_some();
+        // A generation gone after one was processed: Redis lost its data
+        // (or an edit removed it).
+        if !numbered && self.processed.as_ref().is_some_and(|p| p.numbered) {
+            self.lost_writes();
+        }
         let generation = generation.or(prev).unwrap_or(0);
         let outcome = ReadOutcome::Processed;
         if let Some(p) = prev
             && generation < p
         {
+            self.lost_writes();
             self.update_contact(now);
-            self.missed = true;
             return ReadOutcome::Stale { processed: p };
+        }
+        // Sent after a ping that named a higher generation of this server:
+        // the server lost writes since the holder saw them.
+        if numbered
+            && let Some((view, at)) = &self.pinged
+            && sent >= *at
+            && generation < view.generation
+        {
+            let pinged = view.generation;
+            self.lost_writes();
+            self.update_contact(now);
+            return ReadOutcome::Behind { pinged };
         }
         // The same generation and row again (most reads): only the holds
         // are refreshed.
@@ -368,20 +482,146 @@ impl Ownership {
             numbered,
         });
         self.revision += 1;
+        self.thaw();
         self.update_contact(now);
         self.try_acquire(now);
         outcome
     }
 
-    /// A ping received at `now`. Returns whether to answer it OK: `false`
-    /// while fenced (or stopped).
-    pub fn ping(&mut self, now: Instant) -> bool {
+    /// A ping received at `now`, with what it says of its holder (`None`
+    /// from a holder that says nothing). Returns whether to answer it OK:
+    /// `false` while fenced (or stopped).
+    ///
+    /// A ping of a lower epoch than one already seen counts as contact but
+    /// refreshes no hold. A ping that names another Redis server than the
+    /// last one did ends what reads of the old server can extend: holds
+    /// refreshed by them end the deadline after the last ping that named
+    /// that server.
+    pub fn ping(&mut self, now: Instant, view: Option<PingView>) -> bool {
         // Holds that ended before this ping stay ended.
         self.expire(now);
-        self.last_ping = Some(self.last_ping.map_or(now, |p| p.max(now)));
+        self.contact_ping = Some(self.contact_ping.map_or(now, |p| p.max(now)));
+        let refreshes = view.is_none_or(|v| v.epoch >= self.max_epoch);
+        if refreshes {
+            if let Some(v) = view {
+                let before = self.pinged.and_then(|(p, _)| p.server);
+                if let (Some(old), Some(new)) = (before, v.server)
+                    && old != new
+                    && let Some(last) = self.last_ping
+                {
+                    self.server_changed(last);
+                }
+                self.max_epoch = v.epoch;
+                self.pinged = Some((v, now));
+                if v.recovery.is_some_and(|r| self.held_written != Some(r)) {
+                    self.freeze();
+                }
+            }
+            self.last_ping = Some(self.last_ping.map_or(now, |p| p.max(now)));
+            self.thaw();
+        }
         self.update_contact(now);
         self.try_acquire(now);
         !self.fenced
+    }
+
+    /// The holder writes on another server than the one the last ping
+    /// named: reads of that one refreshed the holds up to `last` (the last
+    /// ping naming it) at most.
+    fn server_changed(&mut self, last: Instant) {
+        if let Some(p) = &mut self.processed {
+            p.shown = p.shown.min(last);
+        }
+        for s in self.stopping.values_mut() {
+            s.shown = s.shown.min(last);
+        }
+        self.revision += 1;
+    }
+
+    /// A read showed that Redis lost writes this member saw: the tables it
+    /// missed are unknown (the next generation it processes is reported),
+    /// its last report is written again at once, also re-registering, and
+    /// nothing more starts from the rows processed so far.
+    fn lost_writes(&mut self) {
+        if !self.missed {
+            self.reassert = true;
+        }
+        self.missed = true;
+        self.freeze();
+    }
+
+    /// Nothing more starts from the rows processed so far (see `frozen`).
+    fn freeze(&mut self) {
+        if self.frozen.is_none() {
+            self.frozen = Some(self.generation());
+        }
+    }
+
+    /// Units start again once a generation above the one processed when
+    /// the freeze began was processed, and the holder's last ping (if it
+    /// says anything) names no recovery and a generation at most the one
+    /// processed: a table written after the recovery's plan.
+    fn thaw(&mut self) {
+        let Some(at) = self.frozen else { return };
+        let g = self.generation();
+        let numbered = self.processed.as_ref().is_some_and(|p| p.numbered);
+        let pinged_ok = self
+            .pinged
+            .is_none_or(|(v, _)| v.recovery.is_none() && v.generation <= g);
+        if numbered && g > at && pinged_ok {
+            self.frozen = None;
+        }
+    }
+
+    /// Whether a lower generation than the last processed was read since
+    /// the last processed one (and a registration and report are due again).
+    pub fn reassert_due(&self) -> bool {
+        self.reassert
+    }
+
+    /// The statement the holder's recovery asks for (a ping named a
+    /// recovery whose statement was not written yet), if due: every unit
+    /// worked on within its hold (owned, or being stopped), with its token,
+    /// and the last processed generation. From now on nothing starts from
+    /// the rows processed so far, only from a later generation: so after
+    /// the statement this member works only on what it names and what a
+    /// holder that read it writes. Pass the outcome of its write to
+    /// [`Ownership::held_written`].
+    pub fn held_due(&mut self, now: Instant) -> Option<HeldReport> {
+        let tag = self.pinged.and_then(|(v, _)| v.recovery)?;
+        if self.held_written == Some(tag) || self.held_building == Some(tag) {
+            return None;
+        }
+        self.expire(now);
+        let owned_end = self.owned_end();
+        let mut units: BTreeMap<String, u64> = BTreeMap::new();
+        if owned_end.is_some_and(|end| now < end) && !self.stopped {
+            units.extend(self.owned.iter().map(|(u, t)| (u.clone(), t.0)));
+        }
+        units.extend(
+            self.stopping
+                .iter()
+                .filter(|(_, s)| !s.overran && now < self.end_of(s.shown))
+                .map(|(u, s)| (u.clone(), s.token.0)),
+        );
+        self.freeze();
+        self.held_building = Some(tag);
+        Some(HeldReport {
+            tag,
+            processed: self.generation(),
+            units,
+        })
+    }
+
+    /// The statement for `tag` was written (`ok`), or its write failed (it
+    /// is due again).
+    pub fn held_written(&mut self, tag: RecoveryTag, ok: bool) {
+        if self.held_building == Some(tag) {
+            self.held_building = None;
+        }
+        if ok {
+            self.held_written = Some(tag);
+        }
     }
 
     /// Ends the holds that ended by `now`; call it at [`Ownership::next_wake`].
@@ -441,7 +681,10 @@ impl Ownership {
         if acknowledge {
             Some(report(applied))
         } else {
-            (w.draining != self.draining || w.client != self.client || w.weight != self.weight)
+            (self.reassert
+                || w.draining != self.draining
+                || w.client != self.client
+                || w.weight != self.weight)
                 .then(|| report(w.applied))
         }
     }
@@ -456,6 +699,7 @@ impl Ownership {
     /// `report` was written.
     pub fn reported(&mut self, now: Instant, report: MemberReport) {
         self.expire(now);
+        self.reassert = false;
         if self.written.is_none_or(|w| w.applied <= report.applied) {
             self.written = Some(report);
             self.owed = self.owed.split_off(&(report.applied + 1));
@@ -536,7 +780,12 @@ impl Ownership {
     /// The send instant of the last successful read and the last ping
     /// received, if any.
     pub fn last_contact(&self) -> (Option<Instant>, Option<Instant>) {
-        (self.last_read, self.last_ping)
+        (self.last_read, self.contact_ping)
+    }
+
+    /// What the last ping that refreshes holds said of its holder.
+    pub fn pinged(&self) -> Option<PingView> {
+        self.pinged.map(|(v, _)| v)
     }
 
     /// Changes whenever [`Ownership::owned`], `generation`, `in_table` or
@@ -624,7 +873,7 @@ impl Ownership {
 
     fn contact_end(&self) -> Instant {
         let read = self.last_read.unwrap_or(self.started);
-        let ping = self.last_ping.unwrap_or(self.started);
+        let ping = self.contact_ping.unwrap_or(self.started);
         read.min(ping) + self.deadline
     }
 
@@ -706,15 +955,20 @@ impl Ownership {
     /// names the read's connection, no acknowledgement is owed, and the hold
     /// a read and a ping give is still running.
     fn try_acquire(&mut self, now: Instant) {
-        if self.draining || self.stopped {
+        if self.draining || self.stopped || self.frozen.is_some() {
             return;
         }
         let Some(p) = &self.processed else {
             return;
         };
-        // Owned units are in the row: all of it is owned already.
+        // Owned units are in the row: all of it is owned already. A row
+        // older than the table the holder's last ping said Redis holds
+        // starts nothing (the holder may have planned past it: a recovery).
         if self.owned.len() == p.row.len()
             || !p.numbered
+            || self
+                .pinged
+                .is_some_and(|(v, _)| p.generation < v.generation)
             || self.written.is_none_or(|w| w.client != p.client)
             || !self.owed.is_empty()
             || self.last_ping.is_none()

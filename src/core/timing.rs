@@ -25,6 +25,14 @@ pub struct Timing {
     pub first_contact: Duration,
     /// The least time between two handoff cycles started by hints.
     pub handoff_spacing: Duration,
+    /// How long a holder recovering from possibly lost state waits for the
+    /// members to state what they work on before it plans without those
+    /// that did not (`core::handoff::Recovery`). It ends earlier once every
+    /// member it knows stated; the wait is for members it does not know (a
+    /// registration lost too), which notice the loss at their next read of
+    /// Redis (`Member` reads every second by default, and at once after a
+    /// reconnection).
+    pub recovery_gather: Duration,
     /// The least time between the start of a full cycle and an early one
     /// brought forward by a member that went down.
     pub early_cycle_spacing: Duration,
@@ -103,6 +111,7 @@ impl Timing {
         ping_grace: Duration::from_millis(50),
         first_contact: Duration::from_secs(2),
         handoff_spacing: Duration::from_millis(2),
+        recovery_gather: Duration::from_secs(3),
         early_cycle_spacing: Duration::from_millis(2),
         refusal_settle: Duration::from_millis(5),
         confirm_spacing: Duration::from_millis(250),

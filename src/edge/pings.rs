@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use crate::core::handoff::PingView;
 use crate::edge::grpc::{PingSet, Pinger};
 
 /// Pings members for a holder cycle.
@@ -14,6 +15,9 @@ pub trait MemberPings: Clone + Send + Sync + 'static {
 
     /// Forgets (closes) what is kept for members not in `listed`.
     fn retain(&self, listed: &HashSet<&str>);
+
+    /// What every ping from now on tells the members of the holder.
+    fn set_view(&self, view: Option<PingView>);
 
     /// How many pings went as beats on members' streams, in all.
     fn beats_sent(&self) -> u64 {
@@ -28,6 +32,10 @@ impl MemberPings for Pinger {
 
     fn retain(&self, listed: &HashSet<&str>) {
         Pinger::retain(self, listed)
+    }
+
+    fn set_view(&self, view: Option<PingView>) {
+        Pinger::set_view(self, view)
     }
 
     fn beats_sent(&self) -> u64 {

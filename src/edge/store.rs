@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::handoff::RedisConnection;
+use crate::core::handoff::{RedisConnection, RunId};
 use crate::core::keys::Keys;
 use crate::core::lease::{Acquisition, Claim, HolderConnection, LeaseGrant, Renewal};
 use crate::core::table::MatchingTable;
@@ -108,6 +108,20 @@ pub trait HoldingStore: Clone + Send + Sync + 'static {
 
     /// The highest generation stored (`generation`, `generation_floor`).
     fn read_generation(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// The run id of the Redis server this replica's lease connection is on,
+    /// as it last learnt it (`None`: not known).
+    fn server(&self) -> Option<RunId>;
+
+    /// The members' statements for a recovery (`{T}:held`), undecoded.
+    fn read_held(&self) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send;
+
+    /// Writes each (member, report) to `{T}:members` where the member has
+    /// none (`HSETNX`): a report Redis lost, written back.
+    fn restore_reports(
+        &self,
+        reports: &[(String, String)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Fenced: removes each (list, entry) pair's list entry and report;
     /// returns the pairs that were listed.
@@ -212,6 +226,21 @@ impl HoldingStore for crate::edge::redis::Store {
 
     fn read_generation(&self) -> impl Future<Output = Result<u64, StoreError>> + Send {
         crate::edge::redis::Store::read_generation(self)
+    }
+
+    fn server(&self) -> Option<RunId> {
+        crate::edge::redis::Store::server(self)
+    }
+
+    fn read_held(&self) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send {
+        crate::edge::redis::Store::read_held(self)
+    }
+
+    fn restore_reports(
+        &self,
+        reports: &[(String, String)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        crate::edge::redis::Store::restore_reports(self, reports)
     }
 
     fn forget_many(

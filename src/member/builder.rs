@@ -358,8 +358,12 @@ struct ServedGate {
 }
 
 impl PingGate for ServedGate {
-    fn admit(&self, received: std::time::Instant) -> Result<(), String> {
-        self.shared.admit(received)
+    fn admit(
+        &self,
+        received: std::time::Instant,
+        view: Option<crate::core::handoff::PingView>,
+    ) -> Result<(), String> {
+        self.shared.admit(received, view)
     }
 }
 

@@ -37,7 +37,7 @@ use tonic_health::server::HealthReporter;
 use super::handoff::{Handoff, Shared};
 use super::meters::Meters;
 use super::{Assignment, MemberOptions};
-use crate::core::handoff::{MemberReport, RedisConnection};
+use crate::core::handoff::{MemberReport, RecoveryTag, RedisConnection, RunId};
 use crate::core::load::LoadBook;
 use crate::core::ownership::{Ownership, ReadOutcome, Revocation, Step};
 use crate::core::timing::Timing;
@@ -104,6 +104,11 @@ enum Io {
         announce: bool,
         result: Result<(), StoreError>,
     },
+    /// A statement for a holder's recovery was written (or not).
+    Held {
+        tag: RecoveryTag,
+        result: Result<(), StoreError>,
+    },
     Registered(Result<bool, StoreError>),
     Transit(Result<bool, StoreError>),
     Left,
@@ -155,6 +160,9 @@ struct Loop {
     /// The connection whose unprocessed read was logged last: one line per
     /// new connection, not per read.
     other_connection: Option<Option<RedisConnection>>,
+    /// The server of the last read of another server than the holder's,
+    /// logged once.
+    other_server: Option<RunId>,
     failures: ReadFailures,
 }
 
@@ -189,6 +197,7 @@ impl Follower {
             bad_generation: false,
             stale: false,
             other_connection: None,
+            other_server: None,
             failures: ReadFailures::default(),
         };
         loop {
@@ -512,6 +521,22 @@ impl Follower {
             Phase::Stopping { .. } => return None,
             Phase::Following | Phase::Draining { .. } => {}
         }
+        // A holder recovering from lost state asks what this member works
+        // on: the statement goes first (nothing starts meanwhile), at the
+        // report's pace after a failure.
+        let held = if l.report_wait.is_none_or(|t| now >= t) {
+            let mut c = self.shared.lock();
+            c.held_due(now).map(|h| (h, c.written_report()))
+        } else {
+            None
+        };
+        if let Some((held, report)) = held {
+            return Some(Box::pin(async move {
+                let tag = held.tag;
+                let result = store.write_held(&id, &held, report.as_ref()).await;
+                Io::Held { tag, result }
+            }));
+        }
         if l.report_wait.is_none_or(|t| now >= t) {
             l.report_wait = None;
             let (due, written) = {
@@ -613,6 +638,31 @@ impl Follower {
                             }
                             l.other_connection = Some(client);
                         }
+                        ReadOutcome::OtherServer { holder } => {
+                            let read = client.and_then(|c| c.server);
+                            if l.other_server != read {
+                                tracing::warn!(member = %self.id, holder = %holder, read = ?read, "this member reads another Redis server than the one the holder writes on (an old master still answering): its reads extend no hold; finding the master again");
+                            }
+                            l.other_server = read;
+                            self.store.find_master_again();
+                            // (The report written last is due again, and a
+                            // registration, on the server it reads.)
+                        }
+                        ReadOutcome::Behind { pinged } => {
+                            if !l.stale {
+                                tracing::warn!(member = %self.id, read = ?generation, pinged, "the table's generation is below the one the holder's ping named (Redis lost writes): ignoring rows until the holder writes one above it");
+                            }
+                            l.stale = true;
+                        }
+                    }
+                    if !matches!(outcome, ReadOutcome::OtherServer { .. }) {
+                        l.other_server = None;
+                    }
+                    if self.shared.lock().reassert_due() {
+                        // Redis lost writes: register again now (the list
+                        // may have lost this member), and the report written
+                        // last is due again.
+                        l.want_register = true;
                     }
                     l.want_transit = true;
                 }
@@ -649,6 +699,22 @@ impl Follower {
                     l.report_wait = Some(now + REPORT_RETRY);
                 }
             },
+            Io::Held { tag, result } => {
+                let ok = result.is_ok();
+                match result {
+                    Ok(()) => {
+                        tracing::info!(member = %self.id, recovery = %tag, "stated what this member works on, for the holder's recovery");
+                    }
+                    Err(e) => {
+                        log_store_error(
+                            &e,
+                            "could not state what this member works on for the holder's recovery; retrying",
+                        );
+                        l.report_wait = Some(now + REPORT_RETRY);
+                    }
+                }
+                self.shared.lock().held_written(tag, ok);
+            }
             Io::Registered(result) => match result {
                 Ok(added) => {
                     if added && l.registered {

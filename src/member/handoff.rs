@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::sync::Notify;
 
+use crate::core::handoff::PingView;
 use crate::core::ownership::{FencingToken, Ownership, Revocation, Tenure};
 use crate::edge::clock;
 use crate::edge::grpc::PingGate;
@@ -285,8 +286,8 @@ impl Shared {
 }
 
 impl PingGate for Shared {
-    fn admit(&self, received: Instant) -> Result<(), String> {
-        let ok = self.lock().ping(received);
+    fn admit(&self, received: Instant, view: Option<PingView>) -> Result<(), String> {
+        let ok = self.lock().ping(received, view);
         self.wake.notify_one();
         if ok {
             Ok(())

@@ -126,7 +126,10 @@ impl Executor {
         }
         // The books of the write; what it makes of the cycle is `summary`'s.
         let written = match report.write {
-            Write::Unchanged | Write::NotActing | Write::Written { generation: None } => Ok(()),
+            Write::Unchanged
+            | Write::NotActing
+            | Write::Recovering
+            | Write::Written { generation: None } => Ok(()),
             Write::Written {
                 generation: Some(g),
             } => {

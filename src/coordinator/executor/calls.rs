@@ -141,6 +141,8 @@ impl Executor {
                 detail,
             } => {
                 self.metrics.lease(transition.label());
+                // A standby's pings (its warm channels) speak for no holder.
+                self.pinger.set_view(None);
                 let why = match transition {
                     Transition::Lapsed => "could not renew the lease within the renew deadline",
                     Transition::Lost => detail.unwrap_or("the lease is someone else's"),

@@ -151,6 +151,9 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             generation_floor: self.generation_floor,
             reads_costs: self.solve.reads_costs(),
             join_delay: self.solve.join_delay(),
+            epoch: self.grant.epoch,
+            server: self.store.server(),
+            recovery_gather: self.timing.recovery_gather,
         };
         let mut core = CycleCore::new(kind, config, view, refused, self.warm.take());
         // Pings of earlier cycles still running (hung members): collected
@@ -207,12 +210,15 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                     Outcome::State(state, reports)
                 }
                 Ready::Ping { members } => {
+                    // Every ping tells the members what this holder knows.
+                    self.pinger.set_view(Some(core.ping_view()));
                     let reports = self
                         .ping_round(&core, &members, &mut pending, &mut pending_members)
                         .await;
                     Outcome::Pinged(reports)
                 }
                 Ready::ReadTable => Outcome::Table(self.store.read_table().await),
+                Ready::ReadHeld => Outcome::Held(self.store.read_held().await),
                 Ready::Solve { granted } => {
                     let inputs = Arc::clone(core.inputs());
                     let (desired, solved) =
@@ -265,6 +271,9 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                         last_change: plan.last_change.as_deref(),
                         expected_version: plan.expected_version,
                         history: plan.history.as_deref(),
+                        server: self.store.server(),
+                        reports: view.handoff.reports_known(),
+                        deadline_max: view.handoff.deadline_max().unwrap_or_default(),
                     };
                     if let Some((kind, _, bytes)) = commit.table_sent() {
                         span.record("write", kind);
@@ -291,6 +300,9 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 }
                 Ready::Forget { pairs } => {
                     Outcome::Forgotten(self.store.forget_many(&self.grant, &pairs).await)
+                }
+                Ready::RestoreReports { reports } => {
+                    Outcome::Restored(self.store.restore_reports(&reports).await)
                 }
                 Ready::Done(r) => return self.report(kind, *r, pending, pending_members),
             };

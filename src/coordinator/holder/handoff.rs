@@ -129,6 +129,16 @@ pub(in crate::coordinator) struct HandoffState {
     /// generation: the write that grants them links to it, so that a move
     /// reads as revoke → grant in the trace view.
     pub(in crate::coordinator) revocations: BTreeMap<u64, opentelemetry::trace::SpanContext>,
+    /// A recovery from possibly lost state, while it runs (see
+    /// `holder::recovery`).
+    pub(in crate::coordinator) recovery: Option<handoff::Recovery>,
+    /// Recoveries begun in this holding (each is tagged with the next).
+    pub(in crate::coordinator) recoveries: u32,
+    /// Members that answered a ping that named the recovery running.
+    pub(in crate::coordinator) recovery_answered: BTreeSet<String>,
+    /// The longest deadline of the reports the last holder knew
+    /// (`{T}:meta`'s `deadline_max`, a new holding's inheritance).
+    pub(in crate::coordinator) deadline_inherited: Option<std::time::Duration>,
 }
 
 /// A plan that changed nothing: nothing in transit, no unit revoked, placed
@@ -485,11 +495,68 @@ impl HandoffState {
     /// The holder then numbers its writes above it, and revokes again what
     /// it would acknowledge (`Ledger::renumber_up_to`).
     pub(in crate::coordinator) fn lost_numbering(&self, known: u64) -> Option<u64> {
+        let stated = self
+            .recovery
+            .iter()
+            .flat_map(|r| r.held.values().map(|h| h.processed));
         self.reports
             .values()
             .map(|r| r.applied)
+            .chain(stated)
             .filter(|a| *a > known && *a < MAX_FLOOR_FROM_REPORTS)
             .max()
+    }
+
+    /// How many members' reports this holder knows: read, or vanished
+    /// (lost while the member had a row or owed a unit), not of members
+    /// that finished their drain.
+    pub(in crate::coordinator) fn reports_known(&self) -> usize {
+        self.reports.len()
+            + self
+                .vanished
+                .keys()
+                .filter(|m| !self.departed.contains(*m))
+                .count()
+    }
+
+    /// The longest deadline of the reports this holder knows (read,
+    /// vanished, or inherited from the last holder's record).
+    pub(in crate::coordinator) fn deadline_max(&self) -> Option<std::time::Duration> {
+        self.reports
+            .values()
+            .chain(self.vanished.values())
+            .map(|r| r.deadline)
+            .chain(self.deadline_inherited)
+            .max()
+    }
+
+    /// How many reports the last read found (decoded or not).
+    pub(in crate::coordinator) fn reports_read_count(&self) -> usize {
+        self.reports.len() + self.unreadable.len()
+    }
+
+    /// Whether the last read of the reports worked (else `{T}:members`
+    /// holds another type, or the read failed).
+    pub(in crate::coordinator) fn reports_read(&self) -> bool {
+        self.reports_read
+    }
+
+    /// Members whose report vanished while they had a row or owed a unit.
+    pub(in crate::coordinator) fn vanished_members(&self) -> impl Iterator<Item = &str> {
+        self.vanished.keys().map(String::as_str)
+    }
+
+    /// The vanished reports to write back (see `step::restore`), encoded:
+    /// only while the reports were read (a key of another type holds none).
+    pub(in crate::coordinator) fn to_restore(&self) -> Vec<(String, String)> {
+        if !self.reports_read {
+            return Vec::new();
+        }
+        self.vanished
+            .iter()
+            .filter(|(m, _)| !self.departed.contains(*m))
+            .map(|(m, r)| (m.clone(), r.encode()))
+            .collect()
     }
 
     /// Forgets the vanished reports of members that have no row in the table

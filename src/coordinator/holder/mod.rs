@@ -235,6 +235,7 @@ pub(in crate::coordinator) fn summarize(
     let (outcome, next_release) = match &r.write {
         Write::Unchanged => (CycleOutcome::Unchanged, release),
         Write::NotActing => (CycleOutcome::NotActing, release),
+        Write::Recovering => (CycleOutcome::Unchanged, release),
         Write::Written { generation } => (
             CycleOutcome::Written {
                 table: generation.is_some(),
@@ -296,6 +297,9 @@ pub(in crate::coordinator) enum Write {
     Unchanged,
     /// The lease is past its renew deadline locally: nothing written.
     NotActing,
+    /// A recovery from possibly lost state waits for members to state what
+    /// they work on: nothing planned, nothing written.
+    Recovering,
     Written {
         generation: Option<u64>,
     },

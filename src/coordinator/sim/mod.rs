@@ -5,15 +5,20 @@
 //! drives. Time is tokio's paused clock on one thread: a run takes no wall
 //! time beyond its CPU, and a seed replays exactly.
 //!
-//! Faults, drawn from the seed: Redis calls lost before they apply, applied
-//! with the reply lost, or acknowledged by too few replicas; member reads
-//! and report writes that fail; members killed and restarted on the same
-//! address, paused, cut off from the holder's pings; replicas killed and
-//! restarted (holder failovers); Redis restarted with its data lost (client
-//! ids start from 1 again); coordination keys of the wrong type; units and
-//! members coming and going; member clocks running up to 5 % fast or slow.
+//! Faults, drawn from the seed, each counted by kind (`SeedOutcome::injected`,
+//! printed by `scripts/simulate`): Redis calls lost before they apply,
+//! applied with the reply lost, or acknowledged by too few replicas; member
+//! reads, report and statement writes that fail; members killed and
+//! restarted on the same address, paused, cut off from the holder's pings;
+//! replicas killed and restarted (holder failovers); Redis restarted, with
+//! its data (`redis-data-loss`) or without; a failover to a replica that
+//! lagged (`lagging-failover`: the keyspace as it was 5 ms to 1.5 s before,
+//! a new server, every connection closed); the members' reports or the
+//! units in transit overwritten by an edit (`state-overwrite`), and other
+//! coordination keys of the wrong type; units and members coming and going;
+//! member clocks running up to 5 % fast or slow.
 //!
-//! Invariants, checked throughout:
+//! Invariants, checked throughout, with no exemption for lost writes:
 //! - no unit is worked on by two members, judged by the members' own holds
 //!   (`World::check_overlap`, at every acquisition);
 //! - a unit acquired from another member gets a higher fencing token;
@@ -23,6 +28,7 @@
 mod replica;
 mod world;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -98,10 +104,8 @@ pub struct SeedOutcome {
     /// How many events the schedule drew (those omitted included).
     pub events: usize,
     pub violations: Vec<Violation>,
-    /// Overlaps (and lower tokens) `docs/guarantees.md` documents as a limit: across
-    /// handoff state that Redis lost, or that an edit overwrote, followed by
-    /// a holder change.
-    pub documented: usize,
+    /// The faults injected, by kind.
+    pub injected: BTreeMap<&'static str, usize>,
     /// The schedule and what followed, one line per event.
     pub trace: Vec<String>,
 }
@@ -198,14 +202,26 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
     let server = Server::new(UNIX_BASE_MS);
     let faulty = Arc::new(AtomicBool::new(true));
     let store_faults = 5 + rng.below(25);
+    let store_injected: Arc<Mutex<BTreeMap<&'static str, usize>>> = Arc::default();
     {
         let mut s = server.lock().expect("server lock");
         s.clock = Some(wall);
         let mut frng = Rng::new(seed ^ 0x5eed);
         let on = Arc::clone(&faulty);
+        let counts = Arc::clone(&store_injected);
         s.faults = Some(Box::new(move |op, _client| {
             if on.load(Ordering::Relaxed) && !omit.store_faults {
-                World::store_fault(&mut frng, op, store_faults)
+                let f = World::store_fault(&mut frng, op, store_faults);
+                let kind = match f {
+                    crate::edge::memory::Fault::None => None,
+                    crate::edge::memory::Fault::Lost => Some("redis-call-lost"),
+                    crate::edge::memory::Fault::ReplyLost => Some("redis-reply-lost"),
+                    crate::edge::memory::Fault::NotDurable => Some("redis-not-durable"),
+                };
+                if let Some(k) = kind {
+                    *counts.lock().expect("counts lock").entry(k).or_default() += 1;
+                }
+                f
             } else {
                 crate::edge::memory::Fault::None
             }
@@ -360,11 +376,11 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         },
         trace: Vec::new(),
         acked: false,
-        data_losses: Vec::new(),
         holdings: Vec::new(),
         flushes: Vec::new(),
         seen_overlaps: Default::default(),
-        documented: 0,
+        injected: BTreeMap::new(),
+        copies: Default::default(),
     }));
     world.lock().expect("world lock").log(
         start,
@@ -380,6 +396,7 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         .map(|r| start_replica(r, &server, &world, &settings))
         .collect();
     let members_task = tokio::spawn(drive_members(Arc::clone(&world)));
+    let copies_task = tokio::spawn(keep_copies(Arc::clone(&world)));
 
     // The schedule of faults.
     let faults_end = start + run.faults;
@@ -401,7 +418,10 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                 }
                 // A restart that loses the data draws when its lists come
                 // back.
-                60..=64 if rng.chance(500) => {
+                60..=62 if rng.chance(500) => {
+                    rng.next();
+                }
+                63..=64 => {
                     rng.next();
                 }
                 65..=71 => {
@@ -415,24 +435,29 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         match kind {
             0..=19 => {
                 if w.members[i].alive {
+                    w.injected("member-killed");
                     w.kill_member(i, now);
                 } else {
+                    w.injected("member-restarted");
                     w.restart_member(i, now);
                 }
             }
             20..=34 => {
                 let d = rng.millis(200, 4_000);
                 let name = w.members[i].name.clone();
+                w.injected("member-paused");
                 w.members[i].paused_until = Some(now + d);
                 w.log(now, format!("{name} paused for {d:?}"));
             }
             35..=44 => {
                 let d = rng.millis(200, 3_000);
                 let name = w.members[i].name.clone();
+                w.injected("member-cut-off");
                 w.members[i].cut_until = Some(now + d);
                 w.log(now, format!("{name} cut off from pings for {d:?}"));
             }
             45..=59 => {
+                w.injected("replica-killed");
                 drop(w);
                 let r = rng.below(replicas.len() as u64) as usize;
                 let (store, task) = &replicas[r];
@@ -445,9 +470,33 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                 replicas[r] = start_replica(r, &server, &world, &settings);
                 continue;
             }
-            60..=64 => {
+            63..=64 => {
+                // A failover to a replica that lagged: the writes of the
+                // last `lag` are lost (the lease's, the table's, the
+                // members' reports and registrations alike).
+                let lag = rng.millis(5, 1_500);
+                let copy = w
+                    .copies
+                    .iter()
+                    .rev()
+                    .find(|(at, _)| *at + lag <= now)
+                    .or(w.copies.front())
+                    .map(|(at, k)| (*at, k.clone()));
+                if let Some((at, copy)) = copy {
+                    w.injected("lagging-failover");
+                    let behind = now - at;
+                    server.lock().expect("server lock").fail_over_to(&copy);
+                    w.flushes.push(now);
+                    w.log(
+                        now,
+                        format!(
+                            "redis failed over to a replica {behind:?} behind (writes since lost)"
+                        ),
+                    );
+                }
+            }
+            60..=62 => {
                 let lose = rng.chance(500);
-                let generation = w.stored_generation();
                 let lists = {
                     let mut s = server.lock().expect("server lock");
                     let at = s.tick();
@@ -461,8 +510,12 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                     lists
                 };
                 w.log(now, format!("redis restarted (data lost: {lose})"));
+                w.injected(if lose {
+                    "redis-data-loss"
+                } else {
+                    "redis-restart"
+                });
                 if lose {
-                    w.state_lost(now, generation);
                     w.flushes.push(now);
                     // The operator's configuration puts the lists back a
                     // little later (members and units as they were).
@@ -484,7 +537,6 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
             }
             65..=71 => {
                 let k = w.keys.clone();
-                let generation = w.stored_generation();
                 let key = [&k.liveness, &k.transit, &k.suspects, &k.members, &k.meta]
                     [rng.below(5) as usize]
                     .clone();
@@ -492,12 +544,14 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                 s.keyspace.put(&key, Data::Str(b"oops".to_vec()));
                 drop(s);
                 w.log(now, format!("{key} set to a string"));
-                if key == k.members || key == k.transit {
-                    // Handoff state an edit destroyed (the reports, until
-                    // each member writes its own again; the units in
-                    // transit): a holder that takes over cannot know it.
-                    w.state_lost(now, generation);
-                }
+                // Handoff state an edit destroys (the reports, until each
+                // member writes its own again; the units in transit), or a
+                // derived key of the wrong type.
+                w.injected(if key == k.members || key == k.transit {
+                    "state-overwrite"
+                } else {
+                    "key-wrong-type"
+                });
                 drop(w);
                 fix_later(&server, key, rng.millis(300, 3_000));
                 continue;
@@ -521,6 +575,7 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                         .push(&units_key, &[unit.clone().into_bytes()], false, at);
                 }
                 drop(s);
+                w.injected("unit-churn");
                 w.log(
                     now,
                     format!("unit {unit} {}", if listed { "removed" } else { "added" }),
@@ -536,6 +591,7 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                 };
                 let mut s = server.lock().expect("server lock");
                 let at = s.tick();
+                w.injected("balance-input-edit");
                 if crng.chance(200) {
                     s.keyspace.put(&key, Data::Str(b"oops".to_vec()));
                     drop(s);
@@ -568,6 +624,7 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
                 // resume, an entry nobody can read, or the key overwritten
                 // and fixed later.
                 let key = w.keys.controls.clone();
+                w.injected("operator-control");
                 let member = w.members[krng.below(n as u64) as usize].name.clone();
                 let mut s = server.lock().expect("server lock");
                 let at = s.tick();
@@ -617,6 +674,22 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
             }
             w.members[i].paused_until = None;
             w.members[i].cut_until = None;
+        }
+        // The operator removes every stray value left (a failover to a
+        // replica that lagged can bring back one already removed).
+        {
+            let mut s = server.lock().expect("server lock");
+            let at = s.tick();
+            let stray: Vec<String> = s
+                .keyspace
+                .dump(at)
+                .into_iter()
+                .filter(|(_, (d, _))| *d == Data::Str(b"oops".to_vec()))
+                .map(|(k, _)| k)
+                .collect();
+            for k in stray {
+                s.keyspace.del(&k, at);
+            }
         }
         w.log(now, "faults end: every member runs".into());
     }
@@ -676,17 +749,22 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         }
     }
     members_task.abort();
+    copies_task.abort();
     for (_, task) in &replicas {
         task.abort();
     }
     if omit != Omit::default() {
         w.trace.insert(0, omit.describe());
     }
+    let mut injected = std::mem::take(&mut w.injected);
+    for (k, n) in store_injected.lock().expect("counts lock").iter() {
+        *injected.entry(k).or_default() += n;
+    }
     SeedOutcome {
         seed,
         events,
         violations: w.violations.clone(),
-        documented: w.documented,
+        injected,
         trace: std::mem::take(&mut w.trace),
     }
 }
@@ -705,6 +783,37 @@ fn start_replica(
         settings.clone(),
     ));
     (store, task)
+}
+
+/// How long the copies of the keyspace go back (a promoted replica lagged
+/// by at most this).
+const COPIES_KEPT: Duration = Duration::from_secs(2);
+
+/// A replica's copy of the keyspace, taken every few milliseconds when it
+/// changed: a failover to a replica that lagged restores one of them.
+async fn keep_copies(world: Arc<Mutex<World>>) {
+    let mut copied = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let now = clock::now();
+        let mut w = world.lock().expect("world lock");
+        let copy = {
+            let s = w.server.lock().expect("server lock");
+            let at = (s.run, s.keyspace.changes());
+            (copied != Some(at)).then(|| {
+                copied = Some(at);
+                s.keyspace.copy()
+            })
+        };
+        if let Some(copy) = copy {
+            w.copies.push_back((now, copy));
+        }
+        // The newest copy older than the window stays: a replica lags by
+        // at most the window, and holds at least that copy.
+        while w.copies.len() > 1 && w.copies[1].0 + COPIES_KEPT <= now {
+            w.copies.pop_front();
+        }
+    }
 }
 
 /// Every member's reads, stops and hold ends, in time order.
@@ -750,9 +859,8 @@ async fn drive_members(world: Arc<Mutex<World>>) {
 pub struct Batch {
     /// The outcomes of the seeds with a violation, by seed.
     pub failed: Vec<SeedOutcome>,
-    /// Seeds with overlaps of the documented limit, and how many.
-    pub documented_seeds: usize,
-    pub documented: usize,
+    /// The faults injected, by kind, over every seed.
+    pub injected: BTreeMap<&'static str, usize>,
 }
 
 /// Runs `seeds`, `threads` at a time.
@@ -768,9 +876,8 @@ pub fn run_seeds(seeds: impl Iterator<Item = u64> + Send, run: Run, threads: usi
                     };
                     let outcome = run_seed(seed, run);
                     let mut b = batch.lock().expect("batch lock");
-                    if outcome.documented > 0 {
-                        b.documented_seeds += 1;
-                        b.documented += outcome.documented;
+                    for (k, n) in &outcome.injected {
+                        *b.injected.entry(k).or_default() += n;
                     }
                     if !outcome.violations.is_empty() {
                         b.failed.push(outcome);

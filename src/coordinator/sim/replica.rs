@@ -20,6 +20,7 @@ use crate::coordinator::holder::{
 use crate::coordinator::machine::{Action, Event, Machine, Settings};
 use crate::core::balance::Balance;
 use crate::core::handoff;
+use crate::core::handoff::PingView;
 use crate::core::lease::{Claim, LeaseTiming};
 use crate::core::suspicion::Guard;
 use crate::core::table::Assignment;
@@ -54,10 +55,13 @@ pub struct ReplicaSettings {
 pub struct SimPings {
     pub world: Arc<Mutex<World>>,
     pub timeout: Duration,
+    /// What the pings tell of the holder ([`MemberPings::set_view`]).
+    pub view: Arc<Mutex<Option<PingView>>>,
 }
 
 impl MemberPings for SimPings {
     fn ping_tasks(&self, members: &[String]) -> PingSet {
+        let view = *self.view.lock().expect("view lock");
         members
             .iter()
             .map(|m| {
@@ -65,10 +69,11 @@ impl MemberPings for SimPings {
                 let handle = tokio::spawn(async move {
                     // A round trip takes 1 ms each way.
                     tokio::time::sleep(Duration::from_millis(1)).await;
-                    let answer = world
-                        .lock()
-                        .expect("world lock")
-                        .ping(&member, clock::now());
+                    let answer =
+                        world
+                            .lock()
+                            .expect("world lock")
+                            .ping(&member, clock::now(), view);
                     let result = match answer {
                         Some(true) => {
                             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -96,6 +101,10 @@ impl MemberPings for SimPings {
     }
 
     fn retain(&self, _listed: &HashSet<&str>) {}
+
+    fn set_view(&self, view: Option<PingView>) {
+        *self.view.lock().expect("view lock") = view;
+    }
 }
 
 fn is_alive(world: &Arc<Mutex<World>>, member: &str) -> bool {
@@ -137,6 +146,7 @@ pub async fn run(
     let pings = SimPings {
         world: Arc::clone(&world),
         timeout: settings.ping_timeout,
+        view: Arc::default(),
     };
     // The notification channels, as the executor subscribes to them: a
     // table write is a hint to re-read the generation, a release wakes the
@@ -154,6 +164,9 @@ pub async fn run(
             r = async { cycle.as_mut().expect("checked").await }, if cycle.is_some() => {
                 cycle = None;
                 let r = r.unwrap_or(Err(CycleError::NotReady));
+                if std::env::var_os("SIM_DEBUG").is_some() && let Err(e) = &r {
+                    eprintln!("{:?} {id} cycle failed: {e}", clock::now());
+                }
                 let Some(h) = holding.as_mut() else { continue };
                 let summary = summarize(&r, h.epoch, &id);
                 if let Ok(report) = &r

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use std::time::Instant;
 
-use crate::core::handoff::{MemberReport, RedisConnection};
+use crate::core::handoff::{MemberReport, PingView, RedisConnection};
 use crate::core::keys::Keys;
 use crate::core::ownership::{Ownership, Step};
 use crate::edge::memory::{Fault, Server};
@@ -156,23 +156,17 @@ pub struct World {
     /// Set when a member wrote a report: the holder's hint (the `acked`
     /// channel).
     pub acked: bool,
-    /// When Redis lost its data, or an edit overwrote the members' reports
-    /// or the units in transit: handoff state a holder that takes over
-    /// cannot know (`docs/guarantees.md`'s limit "Redis losing writes can lose the
-    /// handoff state across a holder change").
-    /// With the table generation stored then: a unit acquired at or below
-    /// it was acquired from a table the loss may have taken with it.
-    pub data_losses: Vec<(Instant, u64)>,
     /// Every holding so far: when it began, its epoch, its replica.
     pub holdings: Vec<(Instant, u64, String)>,
     /// When Redis lost its data (the epoch counter with it).
     pub flushes: Vec<Instant>,
     /// Overlaps already recorded: (unit, members).
     pub seen_overlaps: BTreeSet<(String, Vec<String>)>,
-    /// Overlaps `docs/guarantees.md` documents as a limit (a holder that takes over
-    /// after Redis lost its data may grant a unit a member still works on,
-    /// until that member's hold ends).
-    pub documented: usize,
+    /// The faults injected, by kind: what the run tested.
+    pub injected: BTreeMap<&'static str, usize>,
+    /// Copies of the keyspace, the newest last (a replica's view, for a
+    /// failover to one that lagged).
+    pub copies: std::collections::VecDeque<(Instant, crate::edge::memory::Keyspace)>,
 }
 
 impl World {
@@ -195,60 +189,19 @@ impl World {
         self.violations.push(Violation { at_ms, what });
     }
 
-    /// No unit is worked on by two members at `now`, but for the
-    /// documented limit: an owner from before Redis lost its data may
-    /// overlap with one that acquired the unit after the loss, until its
-    /// hold ends.
+    /// No unit is worked on by two members at `now`, whatever Redis lost.
     pub fn check_overlap(&mut self, now: Instant) {
-        let mut by_unit: BTreeMap<String, Vec<(String, Instant, u64)>> = BTreeMap::new();
+        let mut by_unit: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for m in &self.members {
             for u in m.working(now) {
-                let (since, token) = m.since.get(&u).copied().unwrap_or((self.start, 0));
-                by_unit
-                    .entry(u)
-                    .or_default()
-                    .push((m.name.clone(), since, token));
+                by_unit.entry(u).or_default().push(m.name.clone());
             }
         }
-        for (unit, workers) in by_unit {
-            if workers.len() < 2 {
+        for (unit, names) in by_unit {
+            if names.len() < 2 || !self.seen_overlaps.insert((unit.clone(), names.clone())) {
                 continue;
             }
-            let names: Vec<String> = workers.iter().map(|w| w.0.clone()).collect();
-            if !self.seen_overlaps.insert((unit.clone(), names.clone())) {
-                continue;
-            }
-            // The limit is a holder change after the loss: the holder that
-            // saw the state keeps it in its ledger; a new one cannot know it.
-            let latest = workers.iter().map(|w| w.1).max().expect("two");
-            let changed_since = |at: Instant| {
-                self.holdings
-                    .iter()
-                    .any(|(h, _, _)| *h >= at && *h <= latest)
-            };
-            // One acquired from a table the loss may have taken, the other
-            // after the loss and a holder change.
-            let across = |(at, g): &(Instant, u64)| {
-                workers.iter().any(|a| a.2 <= *g)
-                    && workers.iter().any(|b| b.1 >= *at)
-                    && changed_since(*at)
-            };
-            let first = workers
-                .iter()
-                .min_by_key(|w| w.1)
-                .map(|w| w.0.clone())
-                .expect("two");
-            if self.data_losses.iter().any(across) || self.report_lost(&first, &changed_since) {
-                self.documented += 1;
-                self.log(
-                    now,
-                    format!(
-                        "documented limit: unit {unit} worked on by {names:?} across lost handoff state"
-                    ),
-                );
-            } else {
-                self.violation(now, format!("unit {unit} worked on by {names:?}"));
-            }
+            self.violation(now, format!("unit {unit} worked on by {names:?}"));
         }
     }
 
@@ -274,54 +227,18 @@ impl World {
         self.holdings.push((now, epoch, replica.to_string()));
     }
 
-    /// Records that handoff state was lost at `now`, with the table
-    /// generation stored just before.
-    pub fn state_lost(&mut self, now: Instant, generation: u64) {
-        self.data_losses.push((now, generation));
-    }
-
-    /// The table generation Redis stores now (0 for none).
-    pub fn stored_generation(&self) -> u64 {
-        let mut s = self.server.lock().expect("server lock");
-        let at = s.tick();
-        s.keyspace
-            .hget(&self.keys.meta, b"generation", at)
-            .ok()
-            .flatten()
-            .and_then(|g| String::from_utf8(g).ok()?.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// Whether `member` wrote a report that Redis no longer holds because
-    /// Redis lost its data or an edit overwrote the reports since (not
-    /// `-forget-after`): the holder cannot know its deadline, and waits
-    /// `-handoff-delay` for it.
-    fn report_lost(&self, member: &str, changed_since: &dyn Fn(Instant) -> bool) -> bool {
-        let Some(m) = self.members.iter().find(|m| m.name == member) else {
-            return false;
-        };
-        let Some(written) = m.reported_at else {
-            return false;
-        };
-        if !self
-            .data_losses
-            .iter()
-            .any(|(l, _)| *l >= written && changed_since(*l))
-        {
-            return false;
-        }
-        let mut s = self.server.lock().expect("server lock");
-        let at = s.now_ms;
-        !matches!(
-            s.keyspace.hget(&self.keys.members, member.as_bytes(), at),
-            Ok(Some(_))
-        )
+    /// Counts one fault of `kind`.
+    pub fn injected(&mut self, kind: &'static str) {
+        *self.injected.entry(kind).or_default() += 1;
     }
 
     /// A member's read of its row, as `Member` reads it: the row, the
     /// generation and its connection, in one transaction (or a failure).
     pub fn member_read(&mut self, i: usize, now: Instant) {
         let fail = self.rng.chance(self.member_faults);
+        if fail {
+            self.injected("member-read-failed");
+        }
         let name = self.members[i].name.clone();
         let read = {
             let mut s = self.server.lock().expect("server lock");
@@ -374,8 +291,61 @@ impl World {
                 self.ms(now)
             );
         }
+        if self.members[i].ownership.reassert_due() {
+            // Redis lost writes: register again at once, as `Member` does.
+            self.members[i].next_refresh = now;
+        }
         self.after_steps(i, now);
+        self.write_held(i, now);
         self.write_report(i, now);
+    }
+
+    /// Writes the member's statement for a holder's recovery if one is due
+    /// (it may fail, and is then due again).
+    pub fn write_held(&mut self, i: usize, now: Instant) {
+        let m = &mut self.members[i];
+        let local = m.local(now);
+        let Some(held) = m.ownership.held_due(local) else {
+            return;
+        };
+        let name = m.name.clone();
+        let failed = self.rng.chance(self.member_faults);
+        if failed {
+            self.injected("member-statement-failed");
+        }
+        let report = self.members[i].ownership.written_report();
+        let ok = !failed && {
+            let mut s = self.server.lock().expect("server lock");
+            let at = s.tick();
+            // The statement, and the last report again (as `Member` writes
+            // them, in one round trip: either may be refused).
+            let held_ok = s
+                .keyspace
+                .hset(
+                    &self.keys.held,
+                    &[(name.clone().into_bytes(), held.encode().into_bytes())],
+                    at,
+                )
+                .is_ok();
+            let report_ok = report.is_none_or(|r| {
+                s.keyspace
+                    .hset(
+                        &self.keys.members,
+                        &[(name.clone().into_bytes(), r.encode().into_bytes())],
+                        at,
+                    )
+                    .is_ok()
+            });
+            held_ok && report_ok
+        };
+        self.members[i].ownership.held_written(held.tag, ok);
+        if ok {
+            self.acked = true;
+            self.log(
+                now,
+                format!("{name} states for recovery {}: {}", held.tag, held.encode()),
+            );
+        }
     }
 
     /// Writes the member's report if one is due (it may fail).
@@ -384,6 +354,7 @@ impl World {
             return;
         };
         if self.rng.chance(self.member_faults) {
+            self.injected("member-report-failed");
             return;
         }
         if !self.put_report(i, &report) {
@@ -425,35 +396,17 @@ impl World {
                 Step::Acquire { units } => {
                     for t in units {
                         let name = self.members[i].name.clone();
-                        // A token from a table Redis then lost, below one
-                        // numbered after the loss: the documented limit.
-                        let stale = |last: u64| {
-                            self.data_losses
-                                .iter()
-                                .any(|(_, g)| t.token.0 <= *g && last > *g)
-                        };
                         if let Some((last, by)) = self.tokens.get(&t.unit).cloned()
                             && by != name
                             && t.token.0 <= last
                         {
-                            if stale(last) {
-                                self.documented += 1;
-                                self.log(
-                                    now,
-                                    format!(
-                                        "documented limit: unit {} acquired by {name} with token {} from a table Redis lost, after {by} held it with {last}",
-                                        t.unit, t.token.0
-                                    ),
-                                );
-                            } else {
-                                self.violation(
+                            self.violation(
                                 now,
                                 format!(
                                     "unit {} acquired by {name} with token {} after {by} held it with {last}",
                                     t.unit, t.token.0
                                 ),
                             );
-                            }
                         }
                         self.members[i]
                             .since
@@ -527,6 +480,7 @@ impl World {
         }
         m.ownership.tick(local);
         self.after_steps(i, now);
+        self.write_held(i, now);
         self.write_report(i, now);
     }
 
@@ -553,7 +507,7 @@ impl World {
     /// A ping from the holder reaches member `name` at `now`: whether it
     /// answers OK (`None`: no answer, it times out; `Some(false)`: refused,
     /// nothing listens).
-    pub fn ping(&mut self, name: &str, now: Instant) -> Option<bool> {
+    pub fn ping(&mut self, name: &str, now: Instant, view: Option<PingView>) -> Option<bool> {
         let i = self.members.iter().position(|m| m.name == name)?;
         let m = &mut self.members[i];
         if !m.alive {
@@ -564,8 +518,9 @@ impl World {
         }
         let local = m.local(now);
         m.remember_ends();
-        let ok = m.ownership.ping(local);
+        let ok = m.ownership.ping(local, view);
         self.after_steps(i, now);
+        self.write_held(i, now);
         self.write_report(i, now);
         Some(ok)
     }

@@ -78,6 +78,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     // whoever the stored table gives them to.
     if input.verify {
         claim(input, &group_of, &mut transit, &mut out);
+        unanswered(input, &group_of, &mut transit, &mut out);
     }
 
     // Repairs: a unit in two rows of a group, or in a row and in transit.
@@ -176,7 +177,8 @@ fn claim(
     out: &mut Plan,
 ) {
     let mut claimed: HashSet<(&str, &str)> = HashSet::new();
-    for held in input.held_before {
+    let stated = input.recovery.map(|r| &r.stated);
+    for held in input.held_before.iter().chain(stated) {
         for (member, row) in held.table.rows() {
             let stored = input.granted.rows().get(member);
             if stored == Some(row) {
@@ -208,6 +210,81 @@ fn claim(
                         revoke_into(transit, g, u, member, input);
                     }
                 }
+            }
+        }
+    }
+}
+
+/// See [`RecoveryClaims`](super::RecoveryClaims): every unit of a group
+/// (listed, in a row of its members, or in its transit) that no statement
+/// names goes into transit from each member that stated nothing, but for
+/// the one whose row alone has it when it is the only such member. The
+/// repairs then revoke it from the rows that have it. Proportional to the
+/// table, once per recovery.
+fn unanswered(
+    input: &PlanInput<'_>,
+    group_of: &HashMap<&str, &str>,
+    transit: &mut Transits,
+    out: &mut Plan,
+) {
+    let Some(r) = input.recovery else {
+        return;
+    };
+    if r.unanswered.is_empty() {
+        return;
+    }
+    let stated: HashSet<&str> = r
+        .stated
+        .table
+        .rows()
+        .values()
+        .flat_map(|row| decode(row))
+        .collect();
+    for g in input.groups {
+        // The members that stated nothing and may hold units of this group:
+        // listed in it, else last seen in it, else (unknown) of every group.
+        let silent: Vec<&str> = r
+            .unanswered
+            .iter()
+            .map(String::as_str)
+            .filter(|m| match group_of.get(m) {
+                Some(x) => *x == g.name,
+                None => (input.former_group)(m).is_none_or(|f| f == g.name),
+            })
+            .collect();
+        if silent.is_empty() {
+            continue;
+        }
+        // Every unit of the group, with the rows that have it.
+        let mut units: HashMap<&str, Vec<&str>> = HashMap::new();
+        for u in input.units {
+            units.entry(u.as_str()).or_default();
+        }
+        for m in g.members {
+            if let Some(row) = input.granted.rows().get(m) {
+                for u in decode(row) {
+                    units.entry(u).or_default().push(m);
+                }
+            }
+        }
+        let in_transit: Vec<String> = transit
+            .get(g.name)
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default();
+        for u in &in_transit {
+            units.entry(u.as_str()).or_default();
+        }
+        for (u, owners) in units {
+            if stated.contains(u) {
+                continue;
+            }
+            let keeper = match owners.as_slice() {
+                [only] if silent.len() == 1 && silent[0] == *only => Some(*only),
+                _ => None,
+            };
+            for &m in silent.iter().filter(|m| Some(**m) != keeper) {
+                out.revoked += 1;
+                revoke_into(transit, g.name, u, m, input);
             }
         }
     }

@@ -61,6 +61,8 @@ struct Call {
     verify: bool,
     /// With `verify`: the tables members may still work from.
     held: Vec<HeldTable>,
+    /// With `verify`: a recovery's claims.
+    recovery: Option<RecoveryClaims>,
     now: Instant,
 }
 
@@ -78,6 +80,7 @@ impl Call {
             facts: BTreeMap::new(),
             verify: false,
             held: Vec::new(),
+            recovery: None,
             now: t0,
         }
     }
@@ -93,6 +96,7 @@ impl Call {
             granted: &self.granted,
             verify: self.verify,
             held_before: &self.held,
+            recovery: self.recovery.as_ref(),
             desired: &self.desired,
             transit: &self.transit,
             groups: &groups,
@@ -455,6 +459,7 @@ fn several_groups_hand_off_independently() {
         granted: &granted,
         verify: false,
         held_before: &[],
+        recovery: None,
         desired: &desired,
         transit: &Transits::new(),
         groups: &groups,
@@ -863,4 +868,55 @@ fn weight_overrides_are_integers_from_one_to_the_maximum() {
     ] {
         assert_eq!(decode_weight_override(s), want, "{s:?}");
     }
+}
+
+/// A recovery (`RecoveryClaims`): a unit a member stated it works on is
+/// that member's alone; any other unit is in transit from every member that
+/// stated nothing, but for the one whose row alone has it when it is the
+/// only such member.
+#[test]
+fn a_recovery_claims_what_members_state_and_waits_for_those_silent() {
+    let t0 = crate::core::timing::test_t0();
+    let mut c = Call::new(t0, &["a:1", "b:2", "c:3"], &["u1", "u2", "u3", "u4", "u5"]);
+    // Redis holds an old table: a lost write had moved u2 to b:2.
+    c.granted = table(&[("a:1", "u1,u2"), ("b:2", "u3"), ("c:3", "u4")]);
+    c.desired = c.granted.clone();
+    c.verify = true;
+    for m in ["a:1", "b:2", "c:3"] {
+        c.facts.insert(m.into(), acking(1));
+    }
+    let stated = table(&[("a:1", "u1"), ("b:2", "u2,u3")]);
+    c.recovery = Some(RecoveryClaims {
+        stated: HeldTable::new(Arc::new(stated), None),
+        unanswered: BTreeSet::from(["c:3".to_string()]),
+    });
+    let p = c.plan();
+    let g = &p.transit["g"];
+    // u2: b:2 works on it (claimed from it) and a:1's stored row has it
+    // (revoked from a:1 too): it waits for both.
+    assert_eq!(
+        g["u2"].origins().collect::<Vec<_>>(),
+        ["a:1", "b:2"],
+        "{g:?}"
+    );
+    // u4: in c:3's row alone, and c:3 the only silent member: kept.
+    assert!(!g.contains_key("u4"));
+    assert!(decode(&p.granted.rows()["c:3"]).any(|u| u == "u4"));
+    // u5 (never placed) and u2 may be worked on by c:3, which said nothing.
+    assert_eq!(g["u5"].origins().collect::<Vec<_>>(), ["c:3"]);
+    assert!(g["u2"].from.contains_key("a:1"));
+    // u1 and u3 are stated by their row's owner: they stay.
+    assert!(!g.contains_key("u1") && !g.contains_key("u3"));
+    assert!(decode(&p.granted.rows()["a:1"]).any(|u| u == "u1"));
+
+    // With two silent members, a unit in either's row waits for the other.
+    c.recovery = Some(RecoveryClaims {
+        stated: HeldTable::new(Arc::new(table(&[("a:1", "u1")])), None),
+        unanswered: BTreeSet::from(["b:2".to_string(), "c:3".to_string()]),
+    });
+    let p = c.plan();
+    let g = &p.transit["g"];
+    assert_eq!(g["u4"].origins().collect::<Vec<_>>(), ["b:2", "c:3"]);
+    assert_eq!(g["u3"].origins().collect::<Vec<_>>(), ["b:2", "c:3"]);
+    assert!(!g.contains_key("u1"));
 }

@@ -68,7 +68,7 @@ fn c(id: u64) -> Option<RedisConnection> {
 /// The same, its reads on the Redis connection `client`.
 fn owning_on(t: Instant, g: u64, row: &str, client: Option<RedisConnection>) -> Ownership {
     let mut o = Ownership::new(DEADLINE, 1, t);
-    o.ping(t);
+    o.ping(t, None);
     o.read(t, t, Some(g), Some(row), client);
     report(&mut o, t);
     o.take_steps();
@@ -90,7 +90,7 @@ fn units_are_acquired_after_a_read_its_report_and_a_ping() {
     o.reported(t, r);
     assert!(o.take_steps().is_empty(), "not before a ping");
     assert_eq!(o.holds("a", t), None);
-    assert!(o.ping(t + ms(10)));
+    assert!(o.ping(t + ms(10), None));
     assert_eq!(
         o.take_steps(),
         [Step::Acquire {
@@ -108,7 +108,7 @@ fn a_revocation_completes_before_the_report_and_the_report_before_acquisitions()
     let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a,b");
     let t1 = t + ms(100);
-    o.ping(t1);
+    o.ping(t1, None);
     o.read(t1, t1, Some(5), Some("b,c"), None);
     assert_eq!(
         o.take_steps(),
@@ -203,9 +203,16 @@ fn lower_generations_are_ignored() {
     );
     assert!(o.take_steps().is_empty());
     assert_eq!(o.generation(), 7);
+    // Redis lost writes: the report written last is due again at once (it
+    // may be lost too), with what it claimed; once only.
+    assert!(o.reassert_due());
+    assert_eq!(report(&mut o, t), Some(7));
+    assert!(!o.reassert_due());
+    o.read(t, t, Some(6), Some("x"), None);
+    assert_eq!(o.report_due(), None);
     // The same generation again is processed (and refreshes holds).
     let t1 = t + ms(500);
-    o.ping(t1);
+    o.ping(t1, None);
     assert_eq!(
         o.read(t1, t1, Some(7), Some("a"), None),
         ReadOutcome::Processed
@@ -266,14 +273,14 @@ fn a_hold_ends_a_deadline_after_the_earlier_of_read_and_ping_and_stays_ended() {
     let t = crate::core::timing::test_t0();
     let mut o = owning(t, 3, "a");
     // Pings go on, reads stop: the hold ends a deadline after the read.
-    o.ping(t + ms(900));
+    o.ping(t + ms(900), None);
     assert_eq!(o.next_wake(), Some(t + DEADLINE));
     assert!(o.holds("a", t + ms(999)).is_some());
     assert!(o.holds("a", t + DEADLINE).is_none(), "ended, even unticked");
     // The process was paused; it wakes long after, and a ping and a fresh
     // read arrive before anything else: the hold is ended first, at its end.
     let woke = t + ms(5000);
-    o.ping(woke);
+    o.ping(woke, None);
     assert_eq!(
         o.take_steps(),
         [Step::Revoke {
@@ -301,10 +308,10 @@ fn contact_is_lost_without_reads_or_without_pings_and_comes_back_with_both() {
     let t = crate::core::timing::test_t0();
     let mut o = Ownership::new(DEADLINE, 1, t);
     assert!(!o.fenced(), "not fenced at start");
-    assert!(o.ping(t), "answers its first ping before any read");
+    assert!(o.ping(t, None), "answers its first ping before any read");
     o.tick(t + DEADLINE);
     assert!(o.fenced(), "no read within the deadline");
-    assert!(!o.ping(t + DEADLINE), "UNAVAILABLE while fenced");
+    assert!(!o.ping(t + DEADLINE, None), "UNAVAILABLE while fenced");
     let t1 = t + ms(1500);
     o.read(t1, t1, Some(1), Some("a"), None);
     assert!(!o.fenced());
@@ -325,7 +332,7 @@ fn contact_is_lost_without_reads_or_without_pings_and_comes_back_with_both() {
     ));
     assert_eq!(o.holds("a", t + ms(2000)), None);
     assert!(
-        o.ping(t + ms(2100)),
+        o.ping(t + ms(2100), None),
         "a ping with a fresh read ends the fence"
     );
 }
@@ -368,7 +375,7 @@ fn a_stop_revokes_everything_and_settles_when_stops_end_or_overrun() {
     let mut o = owning(t, 3, "a,b");
     o.stop(t);
     assert!(o.fenced());
-    assert!(!o.ping(t), "UNAVAILABLE once stopped");
+    assert!(!o.ping(t, None), "UNAVAILABLE once stopped");
     assert_eq!(
         o.take_steps(),
         [Step::Revoke {
@@ -399,7 +406,7 @@ fn a_read_on_another_connection_than_reported_is_not_processed_while_units_are_h
     let mut o = owning_on(t, 3, "a,b", c(1));
     assert_eq!(o.written_report().unwrap().encode(), "3 0 1000 1 1");
     let t1 = t + ms(300);
-    o.ping(t1);
+    o.ping(t1, None);
     // Reconnected: the read on client 2 takes `a` away, but counts for
     // nothing, not even contact.
     assert_eq!(
@@ -579,7 +586,7 @@ fn a_generation_after_a_gap_is_acknowledged() {
     let t = crate::core::timing::test_t0();
     let mut o = owning(t, 2, "a,b");
     assert_eq!(o.written_report().unwrap().applied, 2);
-    o.ping(t);
+    o.ping(t, None);
     assert_eq!(
         o.read(t, t, Some(6), Some("a,b,d"), None),
         ReadOutcome::Processed
@@ -612,11 +619,12 @@ fn a_generation_after_a_gap_is_acknowledged() {
 fn ignored_rows_are_acknowledged_at_the_next_numbered_generation() {
     let t = crate::core::timing::test_t0();
     let mut o = owning(t, 5, "a,b");
-    o.ping(t);
+    o.ping(t, None);
     assert_eq!(
         o.read(t, t, Some(3), Some("a,x"), None),
         ReadOutcome::Stale { processed: 5 }
     );
+    assert_eq!(report(&mut o, t), Some(5), "the last report, again");
     // Unnumbered: followed at 5 for what it takes (b), nothing more.
     assert_eq!(o.read(t, t, None, Some("a"), None), ReadOutcome::Processed);
     o.take_steps();
@@ -637,7 +645,7 @@ fn a_lower_generation_is_ignored_until_the_holder_writes_above() {
     let mut o = owning(t, 50, "a");
     // While `a` is held, the lower generation is ignored.
     let t1 = t + ms(400);
-    o.ping(t1);
+    o.ping(t1, None);
     assert_eq!(
         o.read(t1, t1, Some(3), Some("a,x"), None),
         ReadOutcome::Stale { processed: 50 }
@@ -645,7 +653,7 @@ fn a_lower_generation_is_ignored_until_the_holder_writes_above() {
     assert!(o.take_steps().is_empty());
     // Its hold ends (no read of generation 50 refreshed it); it is stopped.
     let t2 = t + DEADLINE;
-    o.ping(t2);
+    o.ping(t2, None);
     assert!(matches!(
         o.read(t2, t2, Some(3), Some("a,x"), None),
         ReadOutcome::Stale { processed: 50 }
@@ -670,7 +678,7 @@ fn a_lower_generation_is_ignored_until_the_holder_writes_above() {
     );
     // The holder, reading that report, writes above it.
     let t3 = t2 + ms(10);
-    o.ping(t3);
+    o.ping(t3, None);
     assert_eq!(
         o.read(t3, t3, Some(51), Some("a,x"), None),
         ReadOutcome::Processed
@@ -720,10 +728,13 @@ enum Op {
 impl Op {
     /// A read of the last processed generation, all of `row`, now, on the
     /// current connection.
+    /// A read of `row` at the next generation (the holder writes one above
+    /// every generation a member reported, so a member that saw Redis lose
+    /// writes gets one).
     fn read_now(row: u8) -> Op {
         Op::Read {
             ago: 0,
-            dg: Some(0),
+            dg: Some(1),
             row: Some(row),
             add: false,
             client: None,
@@ -774,6 +785,8 @@ struct Seen {
     row: Option<BTreeSet<String>>,
     sent: Instant,
     client: Option<RedisConnection>,
+    /// A read showed this row with its generation.
+    numbered: bool,
 }
 
 /// A written report: `applied`, `draining`, `client`.
@@ -795,6 +808,12 @@ struct Model {
     owed: BTreeSet<u64>,
     /// A stale read since the last processed one.
     ignored: bool,
+    /// The report written last is due again: the first stale read since
+    /// the last processed one showed Redis lost writes.
+    reassert: bool,
+    /// Since Redis lost writes (a stale read, or a generation gone),
+    /// nothing starts until a generation above this one is processed.
+    frozen: Option<u64>,
     /// The connection reads go over now, and the one of the last read.
     conn: Option<RedisConnection>,
     client: Option<RedisConnection>,
@@ -821,6 +840,8 @@ impl Model {
             written: None,
             owed: BTreeSet::new(),
             ignored: false,
+            reassert: false,
+            frozen: None,
             conn: None,
             client: None,
             draining: false,
@@ -849,8 +870,9 @@ impl Model {
             } => self.read(now, ago, dg, row, add, client),
             Op::Ping => {
                 self.fence(now);
-                let ok = self.o.ping(now);
+                let ok = self.o.ping(now, None);
                 self.last_ping = Some(now);
+                self.thaw();
                 let steps = self.o.take_steps();
                 self.steps(steps, now);
                 // Answered OK unless stopped or no read for the deadline.
@@ -886,6 +908,7 @@ impl Model {
                 if let Some(r) = self.o.report_due() {
                     self.check_report(&r);
                     self.o.reported(now, r);
+                    self.reassert = false;
                     self.written = Some((r.applied, r.draining, r.client));
                     self.owed = self.owed.split_off(&(r.applied + 1));
                     assert_eq!(self.o.written_report(), Some(r));
@@ -1008,6 +1031,16 @@ impl Model {
             return;
         }
         self.last_read = Some(sent);
+        // A generation gone after a numbered one was processed: Redis lost
+        // writes; the last report is due again (once), and the tables
+        // missed are unknown.
+        if dg.is_none() && self.processed.as_ref().is_some_and(|p| p.numbered) {
+            if !self.ignored {
+                self.reassert = true;
+            }
+            self.ignored = true;
+            self.freeze();
+        }
         let g = g.unwrap_or(base as u64);
         let expected = ReadOutcome::Processed;
         if let Some(p) = &self.processed
@@ -1020,7 +1053,11 @@ impl Model {
                 }
             );
             assert!(only_fenced(&steps), "a stale read did something: {steps:?}");
+            if !self.ignored {
+                self.reassert = true;
+            }
             self.ignored = true;
+            self.freeze();
             self.steps(steps, now);
             return;
         }
@@ -1082,13 +1119,36 @@ impl Model {
                 w.shown = w.shown.max(sent);
             }
         }
+        let numbered =
+            dg.is_some() || (again && self.processed.as_ref().is_some_and(|p| p.numbered));
         self.processed = Some(Seen {
             generation: g,
             row,
             sent,
             client,
+            numbered,
         });
+        if !again {
+            self.thaw();
+        }
         self.steps(steps, now);
+    }
+
+    fn freeze(&mut self) {
+        if self.frozen.is_none() {
+            self.frozen = Some(self.processed.as_ref().map_or(0, |p| p.generation));
+        }
+    }
+
+    /// Units start again once a numbered generation above the frozen one
+    /// was processed (pings here say nothing of their holder).
+    fn thaw(&mut self) {
+        if let (Some(at), Some(p)) = (self.frozen, &self.processed)
+            && p.numbered
+            && p.generation > at
+        {
+            self.frozen = None;
+        }
     }
 
     /// Every call first ends the holds that ended by `now`: the model
@@ -1134,6 +1194,10 @@ impl Model {
                     }
                 }
                 Step::Acquire { units } => {
+                    assert_eq!(
+                        self.frozen, None,
+                        "acquired after Redis lost writes, from rows processed before"
+                    );
                     let p = self.processed.clone().expect("acquired before a read");
                     assert!(!self.draining && !self.stopped, "acquired while leaving");
                     let w = self.written.expect("acquired before any report");
@@ -1195,7 +1259,7 @@ impl Model {
         let owed = self.owed.iter().any(|&g| g <= most);
         if owed || (self.draining && most > w.0) {
             Some((most, self.draining, self.client))
-        } else if w.1 != self.draining || w.2 != self.client {
+        } else if w.1 != self.draining || w.2 != self.client || self.reassert {
             Some((w.0, self.draining, self.client))
         } else {
             None
@@ -1327,3 +1391,6 @@ proptest! {
         }
     }
 }
+
+/// Rules of the holder's view (protocol version 2: `PingView`).
+mod views;

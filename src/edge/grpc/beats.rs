@@ -88,6 +88,9 @@ pub(super) struct Stream {
     beats: mpsc::Sender<Beat>,
     waiting: Waiting,
     ended: Arc<AtomicBool>,
+    /// The holder's view the last beat carried: a beat carries it only
+    /// when it changed (the member keeps the stream's last one).
+    said: Mutex<Arc<str>>,
 }
 
 /// Numbers beats: unique per process, so an answer is never mistaken for
@@ -121,6 +124,7 @@ impl Stream {
             beats,
             waiting,
             ended,
+            said: Mutex::new(Arc::from("")),
         }))
     }
 
@@ -129,10 +133,11 @@ impl Stream {
         !self.ended.load(Ordering::SeqCst) && !self.beats.is_closed()
     }
 
-    /// Sends one beat; `None` when the stream cannot take it (the ping is
-    /// then a call). The beat's answer arrives on the receiver; a dropped
-    /// sender means the stream ended first.
-    pub(super) fn send(&self) -> Option<(Instant, oneshot::Receiver<Answer>)> {
+    /// Sends one beat, carrying `holder` (the holder's view, encoded; empty
+    /// for none) if it changed since the last beat; `None` when the stream
+    /// cannot take it (the ping is then a call). The beat's answer arrives
+    /// on the receiver; a dropped sender means the stream ended first.
+    pub(super) fn send(&self, holder: &Arc<str>) -> Option<(Instant, oneshot::Receiver<Answer>)> {
         if !self.is_open() {
             return None;
         }
@@ -146,7 +151,19 @@ impl Stream {
                 w.take();
             }
         };
-        let beat = Beat { seq };
+        // (A beat cannot say "no view" once it said one: the stream keeps
+        // its last. Only a holder pings, and a holder always has a view; a
+        // standby's pings are calls.)
+        let holder = {
+            let mut said = self.said.lock().expect("beat view poisoned");
+            if *said == *holder || holder.is_empty() {
+                String::new()
+            } else {
+                *said = Arc::clone(holder);
+                holder.to_string()
+            }
+        };
+        let beat = Beat { seq, holder };
         // Ended after the waiter was set: `read` may have looked before it
         // was, so this beat is taken back (SeqCst on both sides: when this
         // load sees the stream open, `read`'s take comes after the set).

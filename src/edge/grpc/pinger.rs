@@ -23,6 +23,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use super::beats::{CALL_EVERY, Link, Stream};
 use super::closes::{CloseHints, Closed, Closes, WatchingConnector};
 use super::failure::PingFailure;
+use crate::core::handoff::PingView;
 use crate::core::inputs::check_member_addr;
 use crate::core::timing::Timing;
 use crate::edge::clock;
@@ -155,6 +156,10 @@ pub struct Pinger {
     opening: Arc<tokio::sync::Semaphore>,
     /// First contacts running, at most [`CONTACT_CONCURRENCY`].
     contacts: Arc<tokio::sync::Semaphore>,
+    /// What the holder knows, encoded ([`PingView::encode`]; empty for
+    /// nothing): every ping carries it (a call in its metadata, a beat when
+    /// it changed).
+    view: Arc<Mutex<Arc<str>>>,
 }
 
 /// A runtime for pings alone. Every ping and every connection task it opens
@@ -190,7 +195,22 @@ impl Pinger {
             beats_sent: Arc::default(),
             opening: Arc::new(tokio::sync::Semaphore::new(OPEN_CONCURRENCY)),
             contacts: Arc::new(tokio::sync::Semaphore::new(CONTACT_CONCURRENCY)),
+            view: Arc::new(Mutex::new(Arc::from(""))),
         }
+    }
+
+    /// What every ping from now on tells the members of the holder
+    /// (`None`: nothing, as a standby's pings).
+    pub fn set_view(&self, view: Option<PingView>) {
+        let text: Arc<str> = view.map_or_else(|| Arc::from(""), |v| Arc::from(v.encode()));
+        let mut current = self.view.lock().expect("pinger view poisoned");
+        if *current != text {
+            *current = text;
+        }
+    }
+
+    fn view(&self) -> Arc<str> {
+        Arc::clone(&self.view.lock().expect("pinger view poisoned"))
     }
 
     /// Pings by calls only, never by beats (the benches' reference).
@@ -375,7 +395,7 @@ impl Pinger {
         timeout: Duration,
         to_record: bool,
     ) -> Result<Duration, PingFailure> {
-        let result = call(channel, timeout).await;
+        let result = call(channel, timeout, &self.view()).await;
         if result.is_ok() && to_record {
             self.answered(member);
         }
@@ -436,7 +456,7 @@ impl Pinger {
                 entry.beats_in_row = 0;
                 return None;
             }
-            let sent = stream.send()?;
+            let sent = stream.send(&self.view())?;
             entry.beats_in_row += 1;
             sent
         };
@@ -499,8 +519,8 @@ impl Pinger {
     /// connections (hyper may still be tearing the old one down), and its
     /// answer would say more about that than about the member.
     pub async fn probe(&self, member: &str) -> Result<Duration, PingFailure> {
-        let (endpoint, timeout) = (self.endpoint(member)?, self.timeout);
-        self.run(async move { call(endpoint.connect_lazy(), timeout).await })
+        let (endpoint, timeout, view) = (self.endpoint(member)?, self.timeout, self.view());
+        self.run(async move { call(endpoint.connect_lazy(), timeout, &view).await })
             .await
     }
 
@@ -573,13 +593,19 @@ impl Pinger {
     }
 }
 
-/// One ping on `channel`, bounded by `timeout`; its round-trip time.
-async fn call(channel: Channel, timeout: Duration) -> Result<Duration, PingFailure> {
+/// One ping on `channel`, bounded by `timeout`, carrying `view` (the
+/// holder's, encoded; empty for none); its round-trip time.
+async fn call(channel: Channel, timeout: Duration, view: &str) -> Result<Duration, PingFailure> {
     let started = clock::now();
     // Carries the current (ping) span as `traceparent`, so the member's
     // handling joins the distributor's trace.
     let mut request = tonic::Request::new(());
     super::trace::inject(request.metadata_mut());
+    if !view.is_empty()
+        && let Ok(v) = tonic::metadata::MetadataValue::try_from(view)
+    {
+        request.metadata_mut().insert(PingView::METADATA, v);
+    }
     let call = async move { GrpcPingerClient::new(channel).ping(request).await };
     match tokio::time::timeout(timeout, call).await {
         Err(_) => Err(PingFailure::Timeout),

@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use futures::StreamExt as _;
 
+use crate::core::handoff::PingView;
 use crate::edge::clock;
 use crate::proto::Beat;
 use crate::proto::grpc_pinger_server::{GrpcPinger, GrpcPingerServer};
@@ -28,9 +29,11 @@ use crate::proto::liveness_server::{Liveness, LivenessServer};
 
 /// Decides the answer to each ping.
 pub trait PingGate: Send + Sync + 'static {
-    /// A ping arrived at `received`: `Ok` answers it OK, `Err(why)` answers
-    /// it `UNAVAILABLE` with that message.
-    fn admit(&self, received: Instant) -> Result<(), String>;
+    /// A ping arrived at `received`, saying `view` of its holder (`None`
+    /// from a holder that says nothing, or says it in a form this version
+    /// does not read): `Ok` answers it OK, `Err(why)` answers it
+    /// `UNAVAILABLE` with that message.
+    fn admit(&self, received: Instant, view: Option<PingView>) -> Result<(), String>;
 }
 
 /// The member side: answers every ping while the member is up (or as its
@@ -68,9 +71,9 @@ impl PingResponder {
     }
 
     /// The answer to a ping or a beat that arrived at `received`.
-    fn answer(&self, received: Instant) -> Result<(), String> {
+    fn answer(&self, received: Instant, view: Option<PingView>) -> Result<(), String> {
         match &self.gate {
-            Some(gate) => gate.admit(received),
+            Some(gate) => gate.admit(received, view),
             None => Ok(()),
         }
     }
@@ -82,7 +85,13 @@ impl GrpcPinger for PingResponder {
         &self,
         request: tonic::Request<()>,
     ) -> Result<tonic::Response<()>, tonic::Status> {
-        let answer = self.answer(clock::now());
+        let received = clock::now();
+        let view = request
+            .metadata()
+            .get(PingView::METADATA)
+            .and_then(|v| v.to_str().ok())
+            .and_then(PingView::decode);
+        let answer = self.answer(received, view);
         // Only traced pings make a span: 10,000 members pinged every second
         // must not flood a collector with root spans.
         if request.metadata().contains_key("traceparent") {
@@ -113,13 +122,23 @@ impl Liveness for PingResponder {
         request: tonic::Request<tonic::Streaming<Beat>>,
     ) -> Result<tonic::Response<Beats>, tonic::Status> {
         let this = self.clone();
+        // The holder's view, as the last beat of this stream that carried
+        // one said (a beat whose view did not change carries none).
+        let mut view: Option<PingView> = None;
         // Answered as each beat is read: no task, no buffer of its own. A
         // refusal ends the stream (tonic sends an error as the last item),
         // so a member that stops never keeps a draining connection open.
         let answers = request.into_inner().map(move |beat| {
             let beat = beat?;
-            match this.answer(clock::now()) {
-                Ok(()) => Ok(Beat { seq: beat.seq }),
+            let received = clock::now();
+            if !beat.holder.is_empty() {
+                view = PingView::decode(&beat.holder);
+            }
+            match this.answer(received, view) {
+                Ok(()) => Ok(Beat {
+                    seq: beat.seq,
+                    holder: String::new(),
+                }),
                 Err(why) => Err(tonic::Status::unavailable(why)),
             }
         });

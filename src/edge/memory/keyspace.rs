@@ -423,6 +423,29 @@ impl Keyspace {
             .collect()
     }
 
+    /// How many changes the keyspace saw: equal counts, equal content.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// The keys and values alone, for a replica's copy (see
+    /// [`Keyspace::restore`]).
+    pub fn copy(&self) -> Keyspace {
+        Keyspace {
+            entries: self.entries.clone(),
+            ..Keyspace::default()
+        }
+    }
+
+    /// Takes `older`'s keys and values (a replica that lagged was promoted:
+    /// the writes after its copy are lost). Every key counts as changed.
+    pub fn restore(&mut self, older: &Keyspace) {
+        self.entries = older.entries.clone();
+        self.touched.clear();
+        self.changes += 1;
+        self.flushed_at = self.changes;
+    }
+
     /// `FLUSHALL`: Redis lost its data.
     pub fn flush(&mut self) {
         self.entries.clear();

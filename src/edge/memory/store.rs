@@ -22,7 +22,8 @@ use redis::Value;
 
 use super::keyspace::{Keyspace, WrongType};
 use super::scripts::{Script, run};
-use crate::core::handoff::RedisConnection;
+use crate::core::count::parse_count;
+use crate::core::handoff::{RedisConnection, RunId};
 use crate::core::keys::Keys;
 use crate::core::lease::{Acquisition, Claim, HolderConnection, LeaseGrant, Renewal};
 use crate::core::suspicion::Suspect;
@@ -115,6 +116,14 @@ impl Server {
         if lose_data {
             self.keyspace.flush();
         }
+    }
+
+    /// A failover to a replica whose copy of the keyspace is `older` (it
+    /// lagged: the writes since are lost): a new server (another run id,
+    /// client ids from 1), every connection closed.
+    pub fn fail_over_to(&mut self, older: &Keyspace) {
+        self.restart(false);
+        self.keyspace.restore(older);
     }
 
     /// The server's run id (`INFO server`), new at every restart.
@@ -583,6 +592,21 @@ impl HoldingStore for MemoryStore {
                 None
             };
             let (generation, version) = self.meta_counts(s, true)?;
+            let now = s.now_ms;
+            let field = |s: &mut Server, f: &str| -> Option<String> {
+                let raw = s.keyspace.hget(&k.meta, f.as_bytes(), now).ok()??;
+                String::from_utf8(raw).ok()
+            };
+            let table_generation = match field(s, "generation") {
+                Some(g) => stored_count(&k.meta, "generation", g.as_bytes())?,
+                None => 0,
+            };
+            let server = field(s, "server").and_then(|r| RunId::parse(&r));
+            let transit_recorded = field(s, "transit").and_then(|t| parse_count(&t));
+            let reports_recorded = field(s, "reports").and_then(|t| parse_count(&t));
+            let deadline_recorded = field(s, "deadline_max")
+                .and_then(|t| parse_count(&t))
+                .filter(|d| *d > 0);
             Ok(Inheritance {
                 table,
                 version,
@@ -590,6 +614,11 @@ impl HoldingStore for MemoryStore {
                 suspects,
                 unreadable_suspects,
                 generation,
+                table_generation,
+                server,
+                transit_recorded,
+                reports_recorded,
+                deadline_recorded,
                 transit,
             })
         });
@@ -598,6 +627,44 @@ impl HoldingStore for MemoryStore {
 
     fn read_generation(&self) -> impl Future<Output = Result<u64, StoreError>> + Send {
         let out = self.call("read generation", |s, _| Ok(self.meta_counts(s, false)?.0));
+        async move { out.map(|(r, _)| r) }
+    }
+
+    fn server(&self) -> Option<RunId> {
+        let (run, _) = *self.conn.lock().expect("conn lock");
+        let s = self.lock();
+        (s.run == run).then(|| s.run_id())
+    }
+
+    fn read_held(&self) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send {
+        let out = self.call("read held", |s, _| Self::hash(s, &self.keys.held));
+        async move { out.map(|(r, _)| r) }
+    }
+
+    fn restore_reports(
+        &self,
+        reports: &[(String, String)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let out = self.call("restore reports", |s, _| {
+            let now = s.now_ms;
+            let key = &self.keys.members;
+            for (m, r) in reports {
+                let present = s
+                    .keyspace
+                    .hget(key, m.as_bytes(), now)
+                    .map_err(|_| wrong_type(s, key, "hash"))?;
+                if present.is_none() {
+                    s.keyspace
+                        .hset(
+                            key,
+                            &[(m.clone().into_bytes(), r.clone().into_bytes())],
+                            now,
+                        )
+                        .map_err(|_| wrong_type(s, key, "hash"))?;
+                }
+            }
+            Ok(())
+        });
         async move { out.map(|(r, _)| r) }
     }
 
@@ -672,6 +739,9 @@ mod tests {
             last_change: None,
             expected_version: None,
             history: None,
+            server: None,
+            reports: 0,
+            deadline_max: Duration::ZERO,
         };
         store.commit(grant, &c).await
     }

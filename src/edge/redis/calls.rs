@@ -196,7 +196,10 @@ pub fn commit(keys: &Keys, grant: &LeaseGrant, c: &Commit<'_>) -> ScriptCall {
         .arg(history.len())
         .arg(HISTORY_KEPT)
         .arg(delta.map_or("", |d| d.base_digest))
-        .arg(delta.map_or(0, |d| d.removed.len()));
+        .arg(delta.map_or(0, |d| d.removed.len()))
+        .arg(c.server.map_or_else(String::new, |s| s.to_string()))
+        .arg(c.reports)
+        .arg(c.deadline_max.as_millis() as u64);
     match (&delta, c.table) {
         (Some(d), _) => {
             for r in &d.written {

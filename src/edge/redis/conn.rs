@@ -251,7 +251,7 @@ impl Store {
     /// Replaces both connections with fresh ones (connected lazily on next
     /// use). The old lease connection stays open until the new one's client
     /// id is recorded ([`Store::retire_done`]).
-    fn reconnect(&self) {
+    pub(super) fn reconnect(&self) {
         if let (Ok(lease), Ok(bulk)) = (self.links.dialer.dial(), self.links.dialer.dial()) {
             let old = std::mem::replace(
                 &mut *self.links.lease.lock().expect("links poisoned"),

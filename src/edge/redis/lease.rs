@@ -271,6 +271,12 @@ impl Store {
             LeaseClient::Id(c) => c.encode(),
             _ => String::new(),
         };
+        if let LeaseClient::Id(RedisConnection {
+            server: Some(s), ..
+        }) = &learned
+        {
+            *self.server_seen.lock().expect("server seen poisoned") = Some(*s);
+        }
         *self.lease_client.lock().expect("lease client poisoned") = learned;
         Ok((wrote.script?, arg, wrote.replicated))
     }

@@ -20,7 +20,7 @@
 //!   the holder decodes.
 
 use super::{BULK_TIMEOUT, Store, refused_commands, stored_count};
-use crate::core::handoff::{MemberReport, RedisConnection, RunId, Transit};
+use crate::core::handoff::{HeldReport, MemberReport, RedisConnection, RunId, Transit};
 use crate::edge::clock;
 use crate::error::StoreError;
 
@@ -178,18 +178,131 @@ impl Store {
         }
     }
 
-    /// Removes `member`'s report (`HDEL {T}:members`).
+    /// Writes `member`'s statement for a holder's recovery (`HSET
+    /// {T}:held`) and its last report again (`report`: Redis may have lost
+    /// it, and the holder learns from it that this member speaks the
+    /// protocol, with which deadline), then publishes its id on
+    /// `{T}:acked` (a hint for the holder to look now), in the same round
+    /// trip.
+    pub async fn write_held(
+        &self,
+        member: &str,
+        held: &HeldReport,
+        report: Option<&MemberReport>,
+    ) -> Result<(), StoreError> {
+        let k = &self.keys;
+        let mut cmds = vec![(
+            k.held.clone(),
+            redis::cmd("HSET")
+                .arg(&k.held)
+                .arg(member)
+                .arg(held.encode())
+                .to_owned(),
+        )];
+        if let Some(r) = report {
+            cmds.push((
+                k.members.clone(),
+                redis::cmd("HSET")
+                    .arg(&k.members)
+                    .arg(member)
+                    .arg(r.encode())
+                    .to_owned(),
+            ));
+        }
+        cmds.push((
+            k.held.clone(),
+            redis::cmd("PUBLISH")
+                .arg(&k.acked_channel)
+                .arg(member)
+                .to_owned(),
+        ));
+        match self
+            .pipelined(self.conn(), "write held", self.op_timeout, cmds)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.classify(e, &[&k.held, &k.members], "hash").await),
+        }
+    }
+
+    /// The members' statements for a holder's recovery (`{T}:held`),
+    /// undecoded, on the bulk connection (a statement may name thousands of
+    /// units).
+    pub async fn read_held(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let mut conn = self.bulk();
+        let cmd = redis::cmd("HGETALL").arg(&self.keys.held).to_owned();
+        match self
+            .bounded("read held", BULK_TIMEOUT, cmd.query_async(&mut conn))
+            .await
+        {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.classify(e, &[&self.keys.held], "hash").await),
+        }
+    }
+
+    /// Writes each (member, report) back to `{T}:members` where the member
+    /// has none (`HSETNX`, one pipeline): reports Redis lost, that the
+    /// holder knew. A member that wrote its own since keeps it.
+    pub async fn restore_reports(&self, reports: &[(String, String)]) -> Result<(), StoreError> {
+        let k = &self.keys;
+        let cmds = reports
+            .iter()
+            .map(|(m, r)| {
+                (
+                    k.members.clone(),
+                    redis::cmd("HSETNX")
+                        .arg(&k.members)
+                        .arg(m)
+                        .arg(r)
+                        .to_owned(),
+                )
+            })
+            .collect();
+        match self
+            .pipelined(self.conn(), "restore reports", self.op_timeout, cmds)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.classify(e, &[&k.members], "hash").await),
+        }
+    }
+
+    /// The run id of the Redis server the lease connection is on, as the
+    /// last acquisition or renewal that asked learnt it (kept across a
+    /// reconnect until the next one asks: after a failover it may name the
+    /// old server for one renewal, which makes members ignore their reads
+    /// meanwhile, never count one of another server). `None`: never
+    /// learnt (`INFO` not permitted, a cluster).
+    pub fn server(&self) -> Option<RunId> {
+        *self.server_seen.lock().expect("server seen poisoned")
+    }
+
+    /// Finds the master again: where the sentinels name one, the next call
+    /// asks them (a member that reads another server than the holder's,
+    /// an old master still answering); elsewhere the next call reconnects
+    /// to the same node.
+    pub fn find_master_again(&self) {
+        self.reconnect();
+    }
+
+    /// Removes `member`'s report (`HDEL {T}:members`), and its statement for
+    /// a recovery (`{T}:held`).
     pub async fn remove_report(&self, member: &str) -> Result<(), StoreError> {
         let mut conn = self.conn();
-        let cmd = redis::cmd("HDEL")
+        let mut cmd = redis::pipe();
+        cmd.cmd("HDEL")
             .arg(&self.keys.members)
             .arg(member)
-            .to_owned();
+            .ignore()
+            .cmd("HDEL")
+            .arg(&self.keys.held)
+            .arg(member)
+            .ignore();
         match self
             .bounded(
                 "remove report",
                 self.op_timeout,
-                cmd.query_async::<i64>(&mut conn),
+                cmd.query_async::<()>(&mut conn),
             )
             .await
         {

@@ -219,6 +219,9 @@ pub struct Store {
     functions: Arc<Optional>,
     /// The Redis client id of the lease connection, as last learned on it.
     lease_client: Arc<std::sync::Mutex<LeaseClient>>,
+    /// The run id of the server the lease connection was last found on
+    /// (kept across a reconnect until the next `INFO` says otherwise).
+    server_seen: Arc<std::sync::Mutex<Option<crate::core::handoff::RunId>>>,
     /// A table whose digest this replica knows: what its last confirmed
     /// write left in Redis, or, as a standby, the stored table it verified.
     /// A table read whole with the same rows takes its digest (see
@@ -351,6 +354,15 @@ pub struct Commit<'a> {
     /// ([`crate::core::history::ChangeRecord::fields`]); ignored without a
     /// table.
     pub history: Option<&'a [(&'static str, String)]>,
+    /// The run id of the server the holder writes on, kept in `{T}:meta`'s
+    /// `server` (`None`: not known; the field is removed).
+    pub server: Option<crate::core::handoff::RunId>,
+    /// How many members' reports the holder knows, kept in `{T}:meta`'s
+    /// `reports`: a new holder that reads fewer knows some were lost.
+    pub reports: usize,
+    /// The longest deadline of the reports the holder knows, kept in
+    /// `{T}:meta`'s `deadline_max` (zero: none).
+    pub deadline_max: std::time::Duration,
 }
 
 impl Commit<'_> {
@@ -379,6 +391,20 @@ pub struct Inheritance {
     pub suspects: std::collections::BTreeMap<String, Suspect>,
     pub unreadable_suspects: Vec<(String, String)>,
     pub generation: u64,
+    /// `{T}:meta`'s `generation` alone (the stored table's; 0: none).
+    pub table_generation: u64,
+    /// `{T}:meta`'s `server`: the run id of the Redis server the last
+    /// write went to (`None`: not recorded, or not a run id).
+    pub server: Option<crate::core::handoff::RunId>,
+    /// `{T}:meta`'s `transit`: how many entries the last write of the
+    /// units in transit left (`None`: not recorded).
+    pub transit_recorded: Option<u64>,
+    /// `{T}:meta`'s `reports`: how many members' reports the last writer
+    /// knew (`None`: not recorded).
+    pub reports_recorded: Option<u64>,
+    /// `{T}:meta`'s `deadline_max`: the longest deadline, in ms, of the
+    /// reports the last writer knew (`None`: not recorded, or zero).
+    pub deadline_recorded: Option<u64>,
     /// `{T}:transit`, undecoded: units a handoff is moving.
     pub transit: Vec<(String, String)>,
 }
@@ -579,6 +605,7 @@ impl Store {
             server_info: Arc::default(),
             functions: Arc::default(),
             lease_client: Arc::new(std::sync::Mutex::new(LeaseClient::Unknown)),
+            server_seen: Arc::default(),
             known_table: Arc::default(),
             scripts: Arc::new(Scripts::new()),
             op_timeout,

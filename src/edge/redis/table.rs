@@ -180,6 +180,10 @@ impl Store {
                 .arg("generation")
                 .arg("generation_floor")
                 .arg("version")
+                .arg("server")
+                .arg("transit")
+                .arg("reports")
+                .arg("deadline_max")
                 .to_owned(),
         ));
         let replies = match self
@@ -206,6 +210,12 @@ impl Store {
         }
         let meta = replies.next().expect("counted above");
         let (mut generation, mut version) = (0, 0);
+        let (mut table_generation, mut server) = (0, None);
+        let (transit_recorded, reports_recorded, deadline_recorded): (
+            Option<u64>,
+            Option<u64>,
+            Option<u64>,
+        );
         match &meta {
             Value::ServerError(e) if e.code() == "WRONGTYPE" => {
                 return Err(self
@@ -219,9 +229,27 @@ impl Store {
                         generation = generation.max(stored_count(&k.meta, field, raw)?);
                     }
                 }
+                if let Some(Value::BulkString(raw)) = values.first() {
+                    table_generation = stored_count(&k.meta, "generation", raw)?;
+                }
                 if let Some(Value::BulkString(raw)) = values.get(2) {
                     version = stored_count(&k.meta, "version", raw)?;
                 }
+                // Unreadable, they count as unrecorded: a recovery follows.
+                if let Some(Value::BulkString(raw)) = values.get(3) {
+                    server = std::str::from_utf8(raw)
+                        .ok()
+                        .and_then(crate::core::handoff::RunId::parse);
+                }
+                let recorded = |i: usize| match values.get(i) {
+                    Some(Value::BulkString(raw)) => std::str::from_utf8(raw)
+                        .ok()
+                        .and_then(crate::core::count::parse_count),
+                    _ => None,
+                };
+                transit_recorded = recorded(4);
+                reports_recorded = recorded(5);
+                deadline_recorded = recorded(6).filter(|d| *d > 0);
             }
             other => return Err(reply_err("read holding", other)),
         }
@@ -249,6 +277,11 @@ impl Store {
             suspects,
             unreadable_suspects: bad,
             generation,
+            table_generation,
+            server,
+            transit_recorded,
+            reports_recorded,
+            deadline_recorded,
             transit,
         })
     }

@@ -251,6 +251,11 @@ mod tests {
             suspects: BTreeMap::new(),
             unreadable_suspects: Vec::new(),
             generation: 6,
+            table_generation: 6,
+            server: None,
+            transit_recorded: None,
+            reports_recorded: None,
+            deadline_recorded: None,
             transit,
         }
     }

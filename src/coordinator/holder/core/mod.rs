@@ -11,7 +11,9 @@
 //! - here: the plan (break before make, skipped while nothing changed),
 //!   whether anything must be written, and what a write's outcome (as the
 //!   store reported it) makes of the view;
-//! - `forget`: whom `-forget-after` removes.
+//! - `forget`: whom `-forget-after` removes;
+//! - `recover`: the recovery from handoff state Redis may have lost (when it
+//!   begins, whom a plan waits for, when it ends).
 //!
 //! The cycle task (`holder::cycle`) does what `step` asks and feeds back
 //! what happened. Guarantees of this file, tested below:
@@ -43,6 +45,7 @@ mod forget;
 mod inherit;
 mod observe;
 mod ready;
+pub(super) mod recover;
 mod round;
 mod start;
 mod step;
@@ -96,6 +99,7 @@ impl HolderView {
         inputs: &Arc<Inputs>,
         granted: &Arc<MatchingTable>,
         verify: bool,
+        recovery: Option<&handoff::RecoveryClaims>,
         desired: &Arc<MatchingTable>,
         settings: handoff::Settings,
         now: Instant,
@@ -103,7 +107,33 @@ impl HolderView {
     ) -> Planned {
         let groups = inputs.group_members();
         let hs = &self.handoff;
-        let facts = |m: &str| hs.facts(m);
+        // In a recovery, a member that stated nothing and has no report may
+        // speak the protocol all the same (its report lost with Redis'
+        // data, or an edit): its revocations wait as for a member whose
+        // report vanished, with the longest deadline known (or its
+        // acknowledgement), and no refusal releases them.
+        // (The longest deadline any report it knows of, or the last holder
+        // knew of, stands for it; unknown, the longest any member may ask.)
+        let longest = hs.deadline_max();
+        let facts = |m: &str| {
+            let mut f = hs.facts(m);
+            if f.report.is_none() && recovery.is_some_and(|r| r.unanswered.contains(m)) {
+                match longest {
+                    Some(deadline) => {
+                        f.report = Some(handoff::MemberReport {
+                            applied: 0,
+                            draining: false,
+                            deadline,
+                            weight: 1,
+                            client: None,
+                        });
+                        f.report_vanished = true;
+                    }
+                    None => f.reports_read = false,
+                }
+            }
+            f
+        };
         let rows_for = |m: &str| self.keeps_units(m);
         let former = |m: &str| hs.former_group.get(m).cloned();
         let here = Steady {
@@ -121,6 +151,7 @@ impl HolderView {
         };
         let known_transit = hs.ledger.transit();
         let steady = !verify
+            && recovery.is_none()
             && known_transit.is_empty()
             && hs.steady.as_ref().is_some_and(|s| s.matches(&here));
         let plan = if steady {
@@ -130,6 +161,7 @@ impl HolderView {
                 granted,
                 verify,
                 held_before: if verify { hs.ledger.held() } else { &[] },
+                recovery: recovery.filter(|_| verify),
                 desired,
                 transit: known_transit,
                 groups: &groups,
@@ -510,15 +542,15 @@ pub(super) mod tests {
         let t = table(&[("a:1", "u1"), ("b:2", "u2")]);
         let mut v = live_view(&["a:1", "b:2"], &t);
         let now = clock::now();
-        let p = v.plan(&inputs, &t, false, &t, SETTINGS, now, 1);
+        let p = v.plan(&inputs, &t, false, None, &t, SETTINGS, now, 1);
         assert!(p.unchanged);
         assert!(v.handoff.steady.is_some(), "the next plan may be skipped");
-        let p = v.plan(&inputs, &t, false, &t, SETTINGS, now, 1);
+        let p = v.plan(&inputs, &t, false, None, &t, SETTINGS, now, 1);
         assert!(p.unchanged && p.plan.transit.is_empty());
         // Another desired table (by identity): planned, and it moves a unit
         // only by revoking it first.
         let wanted = table(&[("a:1", "u1,u2"), ("b:2", "")]);
-        let p = v.plan(&inputs, &t, false, &wanted, SETTINGS, now, 1);
+        let p = v.plan(&inputs, &t, false, None, &wanted, SETTINGS, now, 1);
         assert!(!p.unchanged, "u2 is revoked from b:2");
         assert_eq!(p.plan.revoked, 1);
         assert!(
@@ -528,8 +560,8 @@ pub(super) mod tests {
         assert_eq!(v.handoff.last.revoked, 1);
         // A verified plan (the table read from Redis) is never skipped.
         let mut v = live_view(&["a:1", "b:2"], &t);
-        v.plan(&inputs, &t, false, &t, SETTINGS, now, 1);
-        v.plan(&inputs, &t, true, &t, SETTINGS, now, 1);
+        v.plan(&inputs, &t, false, None, &t, SETTINGS, now, 1);
+        v.plan(&inputs, &t, true, None, &t, SETTINGS, now, 1);
         assert!(v.handoff.steady.is_none());
     }
 

@@ -47,6 +47,13 @@ pub(in crate::coordinator::holder) struct CoreConfig {
     /// `-join-delay` in sticky count mode, else 0 (see `SolveSettings::
     /// join_delay`).
     pub(in crate::coordinator::holder) join_delay: Duration,
+    /// The holding's epoch (it tags its recoveries).
+    pub(in crate::coordinator::holder) epoch: u64,
+    /// The run id of the Redis server this replica writes on, if known.
+    pub(in crate::coordinator::holder) server: Option<handoff::RunId>,
+    /// How long a recovery waits for members to state what they hold
+    /// (`Timing::recovery_gather`).
+    pub(in crate::coordinator::holder) recovery_gather: Duration,
 }
 
 /// The clocks, passed in with every outcome.
@@ -109,6 +116,8 @@ pub(in crate::coordinator::holder) enum Ready {
     },
     /// Read the stored table: the plan must start from it.
     ReadTable,
+    /// Read the members' statements for the recovery running (`{T}:held`).
+    ReadHeld,
     /// Solve the desired table (`holder::solve`, memoised in the view).
     Solve {
         granted: Arc<MatchingTable>,
@@ -124,6 +133,11 @@ pub(in crate::coordinator::holder) enum Ready {
     /// Remove these (list, entry) pairs, fenced (`-forget-after`).
     Forget {
         pairs: Vec<(String, Vec<u8>)>,
+    },
+    /// Write these members' last known reports back where `{T}:members`
+    /// has none (Redis lost them): member, encoded report.
+    RestoreReports {
+        reports: Vec<(String, String)>,
     },
     Done(Box<Result<Finished, CycleError>>),
 }
@@ -142,11 +156,14 @@ pub(in crate::coordinator::holder) enum Outcome {
     ),
     Pinged(Vec<PingReport>),
     Table(Result<MatchingTable, StoreError>),
+    /// `{T}:held`, undecoded.
+    Held(Result<Vec<(String, String)>, StoreError>),
     Solved(Arc<MatchingTable>),
     /// The digested table and what it changes.
     Digested(Arc<MatchingTable>, ChangeRecord),
     Committed(Result<Committed, StoreError>),
     Forgotten(Result<Vec<(String, Vec<u8>)>, StoreError>),
+    Restored(Result<(), StoreError>),
 }
 
 /// A write, owned: the cycle task builds the store's `Commit` from it and

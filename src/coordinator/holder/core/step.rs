@@ -84,10 +84,12 @@ enum Phase {
     State,
     Pings,
     Table,
+    Held,
     Solve,
     Digest,
     Commit,
     Forget,
+    Restore,
     Done,
 }
 
@@ -116,8 +118,16 @@ pub(in crate::coordinator::holder) struct CycleCore {
     note: Option<CommitNote>,
     /// A new holding's first cycle: its view is what the last holder left.
     inherited: bool,
-    /// It decided on the inherited liveness without pinging.
+    /// It decided on the inherited liveness without pinging, or began a
+    /// recovery: a full cycle should ping at once.
     unverified: bool,
+    /// The members' statements for the recovery running were read.
+    held_read: bool,
+    /// This cycle's plan took the recovery's claims.
+    recovery_planned: bool,
+    /// How many members' reports the last writer knew (a new holding's
+    /// inheritance).
+    reports_recorded: Option<u64>,
 }
 
 impl CycleCore {
@@ -153,6 +163,47 @@ impl CycleCore {
             note: None,
             inherited: false,
             unverified: false,
+            held_read: false,
+            recovery_planned: false,
+            reports_recorded: None,
+        }
+    }
+
+    /// What this cycle's pings tell the members of the holder: its epoch,
+    /// the generation Redis holds as this cycle read it, the server it
+    /// writes on, and the recovery it runs.
+    pub(in crate::coordinator::holder) fn ping_view(&self) -> handoff::PingView {
+        handoff::PingView {
+            epoch: self.config.epoch,
+            generation: self.stored.as_ref().map_or(0, |s| s.generation),
+            server: self.config.server,
+            recovery: self
+                .view
+                .as_ref()
+                .and_then(|v| v.handoff.recovery.as_ref())
+                .map(|r| r.tag),
+        }
+    }
+
+    /// Begins a recovery from possibly lost state (see `core::recover`),
+    /// unless one runs; its next full cycle pings at once (the pings name
+    /// it).
+    fn begin_recovery(&mut self, why: handoff::LossSign, now: Now) {
+        let view = self.view.as_mut().expect("the view is known");
+        if let Some(tag) = view.handoff.begin_recovery(
+            why.clone(),
+            self.config.epoch,
+            now.at,
+            now.unix_ms,
+            self.config.recovery_gather,
+        ) {
+            tracing::warn!(
+                recovery = %tag,
+                why = %why,
+                gather = ?self.config.recovery_gather,
+                "redis may have lost handoff state: asking every member what it works on before planning"
+            );
+            self.unverified = true;
         }
     }
 
@@ -195,19 +246,41 @@ impl CycleCore {
                     match (self.read(), prefetched) {
                         (Ready::ReadInputs(asked), Some(p)) if p.request == asked => {
                             let Prefetched { inputs, costs, .. } = *p;
-                            self.inputs_read(inputs, costs)
+                            self.inputs_read(inputs, costs, now)
                         }
                         (ready, _) => ready,
                     }
                 }
                 Err(e) => self.done(Err(CycleError::Unreadable(e))),
             },
-            (Phase::Inputs, Outcome::Inputs(r, costs)) => self.inputs_read(r, costs),
+            (Phase::Inputs, Outcome::Inputs(r, costs)) => self.inputs_read(r, costs, now),
             (Phase::Lists, Outcome::Lists(r)) => match r {
                 Ok(cache) => self.lists_made(cache, now),
                 Err(e) => self.done(Err(e)),
             },
             (Phase::State, Outcome::State(state, reports)) => self.state_read(state, reports, now),
+            (Phase::Held, Outcome::Held(r)) => {
+                self.held_read = true;
+                match r {
+                    Ok(raw) => {
+                        let view = self.view.as_mut().expect("the view is known");
+                        let bad = view.handoff.take_held(raw);
+                        if let Some((m, v)) = bad.first() {
+                            tracing::warn!(
+                                key = %self.config.keys.held,
+                                count = bad.len(),
+                                member = %m,
+                                value = %crate::core::inputs::excerpt(v.as_bytes()),
+                                "unreadable statements for the recovery: those members count as ones that stated nothing"
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(key = %self.config.keys.held, error = %e, "could not read the members' statements for the recovery; planning waits")
+                    }
+                }
+                self.settle(now)
+            }
             (Phase::Pings, Outcome::Pinged(reports)) => self.round_taken(reports, now),
             (Phase::Table, Outcome::Table(r)) => match r {
                 Ok(t) => {
@@ -234,6 +307,12 @@ impl CycleCore {
                     }
                     Err(e) => tracing::warn!(error = %e, "could not forget long-failing members"),
                 }
+                self.restore()
+            }
+            (Phase::Restore, Outcome::Restored(r)) => {
+                if let Err(e) = r {
+                    tracing::warn!(key = %self.config.keys.members, error = %e, "could not write lost member reports back; trying again next cycle");
+                }
                 self.finish()
             }
             (_, _) => unreachable!("the cycle task answers each request with its outcome"),
@@ -246,8 +325,10 @@ impl CycleCore {
     }
 
     /// The write's first decisions: the numbering (a numbering Redis lost
-    /// renumbers) and where the plan starts.
-    fn settle(&mut self) -> Ready {
+    /// renumbers, and begins a recovery), the members' statements while a
+    /// recovery runs, and where the plan starts (a recovery verifies the
+    /// stored table).
+    fn settle(&mut self, now: Now) -> Ready {
         let stored = self.stored.as_ref().expect("the state was read");
         let (generation, digest) = (stored.generation, stored.digest.clone());
         self.floor = self.floor.max(generation);
@@ -264,7 +345,27 @@ impl CycleCore {
             );
         }
         self.renumber = lost.is_some();
-        match view.known_granted(digest.as_deref()) {
+        if let Some(lost) = lost {
+            self.begin_recovery(
+                handoff::LossSign::GenerationLost {
+                    stored: generation,
+                    known: lost.applied,
+                },
+                now,
+            );
+        }
+        let view = self.view.as_mut().expect("the view is known");
+        let recovering = view.handoff.recovery.is_some();
+        if recovering && !self.held_read {
+            self.phase = Phase::Held;
+            return Ready::ReadHeld;
+        }
+        let known = if recovering {
+            None
+        } else {
+            view.known_granted(digest.as_deref())
+        };
+        match known {
             Some(granted) => self.solve(granted, false),
             None => match self.stored.as_mut().and_then(|s| s.table.take()) {
                 Some(t) => self.start_from_stored(t, generation),
@@ -306,12 +407,41 @@ impl CycleCore {
         let inputs = Arc::clone(self.inputs());
         let planning = self.planning.as_mut().expect("a write is planned");
         let view = self.view.as_mut().expect("the view is known");
+        // A recovery plans once the members stated what they work on (or
+        // the gathering time passed), and writes a table numbered above
+        // every generation they stated, so that each starts again from it.
+        let claims = match view.recovery_claims(&inputs, &planning.granted, now.at) {
+            None => None,
+            Some(Err(until)) => {
+                let r = view.handoff.recovery.as_ref().expect("recovering");
+                tracing::debug!(recovery = %r.tag, stated = r.held.len(), "waiting for members to state what they work on");
+                // Nothing is planned: look again when the gathering ends
+                // (what an earlier plan said of its releases waits too).
+                view.handoff.last.next_release = Some(until);
+                self.planning = None;
+                return self.written(Write::Recovering, now);
+            }
+            Some(Ok(claims)) => {
+                let r = view.handoff.recovery.as_ref().expect("recovering");
+                tracing::info!(
+                    recovery = %r.tag,
+                    stated = r.held.len(),
+                    silent = claims.unanswered.len(),
+                    first_silent = ?claims.unanswered.iter().next(),
+                    "planning the recovery: units no member stated wait for the members that stated nothing"
+                );
+                self.renumber = true;
+                self.recovery_planned = true;
+                Some(claims)
+            }
+        };
         let Planned { plan, unchanged } =
             info_span!("handoff", verify = planning.verify).in_scope(|| {
                 view.plan(
                     &inputs,
                     &planning.granted,
                     planning.verify,
+                    claims.as_ref(),
                     &desired,
                     self.config.handoff,
                     now.at,
@@ -432,6 +562,17 @@ impl CycleCore {
         };
         let view = self.view.as_mut().expect("the view is known");
         let advanced = view.advance(sent, outcome, &mut self.floor, &mut digest, now.at);
+        // The recovery's plan is in Redis now (its claims are in transit,
+        // numbered above every generation a member stated): it is over.
+        if let Write::Written {
+            generation: Some(g),
+        } = advanced.write
+            && let Some(r) = view.handoff.recovery.as_ref()
+            && self.recovery_planned
+        {
+            tracing::info!(recovery = %r.tag, generation = g, stated = r.held.len(), "recovered: the table and the units in transit hold what the members stated");
+            view.handoff.end_recovery();
+        }
         self.note = Some(CommitNote {
             generation: match advanced.write {
                 Write::Written { generation } => generation,
@@ -475,10 +616,30 @@ impl CycleCore {
         };
         self.write = Some(write);
         if forget.is_empty() {
-            return self.finish();
+            return self.restore();
         }
         self.phase = Phase::Forget;
         Ready::Forget { pairs: forget }
+    }
+
+    /// Writes back the reports Redis lost of members that still have a row
+    /// or owe a unit (where `{T}:members` has none): a holder that follows
+    /// this one then knows them as members of the protocol (their
+    /// deadline, their connection), not as old workers.
+    fn restore(&mut self) -> Ready {
+        let view = self.view.as_ref().expect("the view is known");
+        let reports = view.handoff.to_restore();
+        if reports.is_empty() {
+            return self.finish();
+        }
+        tracing::info!(
+            key = %self.config.keys.members,
+            count = reports.len(),
+            first = %reports[0].0,
+            "writing back member reports redis lost (where the member wrote none since)"
+        );
+        self.phase = Phase::Restore;
+        Ready::RestoreReports { reports }
     }
 
     fn finish(&mut self) -> Ready {

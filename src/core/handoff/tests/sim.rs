@@ -689,6 +689,11 @@ impl World {
             let reports = &h.reports;
             h.vanished.retain(|m, _| !reports.contains_key(m));
             h.reports_read = true;
+            // Reports Redis lost are written back where the member wrote
+            // none since (as `holder::core::step` does at a cycle's end).
+            for (m, r) in &h.vanished {
+                self.redis.reports.entry(m.clone()).or_insert(*r);
+            }
         }
         h.floor = h.floor.max(self.redis.generation);
         let lost_numbering = h
@@ -734,6 +739,7 @@ impl World {
             granted: &granted,
             verify,
             held_before: if verify { h.ledger.held() } else { &[] },
+            recovery: None,
             desired: &desired,
             transit: h.ledger.transit(),
             groups: &groups,

@@ -18,7 +18,7 @@ struct Gate {
 }
 
 impl PingGate for Gate {
-    fn admit(&self, _: Instant) -> Result<(), String> {
+    fn admit(&self, _: Instant, _: Option<crate::core::handoff::PingView>) -> Result<(), String> {
         while self.hang.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
         }

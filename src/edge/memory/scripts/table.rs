@@ -74,7 +74,7 @@ impl Call<'_> {
             ] => {
                 let n = |x: u64| u128::from(x);
                 (self.argv.len() as u128
-                    == 22
+                    == 25
                         + row_width * n(r)
                         + 2 * n(rm)
                         + 2 * n(s)
@@ -126,6 +126,21 @@ impl Call<'_> {
                 "0 and no base_digest without a rows write",
             ));
         }
+        let server = a(23).unwrap_or_default().to_vec();
+        if !server.is_empty() && (server.len() != 40 || !server.iter().all(u8::is_ascii_hexdigit)) {
+            return Ok(invalid(
+                b"ARGV",
+                b"server",
+                Some(&server),
+                "a run id (40 hex digits) or empty",
+            ));
+        }
+        let Some(n_reports) = count(a(24)) else {
+            return Ok(invalid(b"ARGV", b"reports", a(24), COUNT));
+        };
+        let Some(deadline_max) = count(a(25)) else {
+            return Ok(invalid(b"ARGV", b"deadline_max", a(25), COUNT));
+        };
         let Some(history_kept) = count(a(20)).filter(|&k| k > 0) else {
             return Ok(invalid(
                 b"ARGV",
@@ -204,7 +219,7 @@ impl Call<'_> {
             }
             generation = g as i64;
         }
-        let rows_at = 23;
+        let rows_at = 26;
         let removed_at = rows_at + row_width as usize * n_rows;
         if rows_only && let Some(what) = self.off_base(rows_at, n_rows, removed_at, n_removed)? {
             return Ok(Value::Array(vec![int(-4), int(version as i64), bulk(what)]));
@@ -349,6 +364,22 @@ impl Call<'_> {
             }
         }
         self.hset(2, vec![Self::pair("version", num(version + 1))])?;
+        let k = self.key(2).to_string();
+        if server.is_empty() {
+            self.ks.hdel(&k, &[b"server".to_vec()], now)?;
+        } else {
+            self.hset(2, vec![(b"server".to_vec(), server)])?;
+        }
+        if write_transit {
+            self.hset(2, vec![Self::pair("transit", num(n_transit as u64))])?;
+        }
+        self.hset(
+            2,
+            vec![
+                Self::pair("reports", num(n_reports)),
+                Self::pair("deadline_max", num(deadline_max)),
+            ],
+        )?;
         if write_table {
             let channel = self.arg(7).unwrap_or_default().to_vec();
             self.publish(&channel, generation.to_string().into_bytes());

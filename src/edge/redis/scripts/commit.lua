@@ -7,7 +7,15 @@
 --       empty last_change leaves the stored one), expected_version (meta's
 --       `version` the caller's plan is based on; empty: no check),
 --       n_history, history_kept, base_digest (rows only, else empty),
---       n_removed (rows only, else 0), then
+--       n_removed (rows only, else 0), server (the run id of the Redis
+--       server the holder writes on, 40 hex digits, or empty when it cannot
+--       tell: kept in meta's `server`, so that a new holder sees whether
+--       the state it inherits was written on its own server), reports (how
+--       many members' reports the holder knows, kept in meta's `reports`:
+--       a new holder that finds fewer knows that reports were lost),
+--       deadline_max (the longest deadline, in ms, of the reports the holder
+--       knows, kept in meta's `deadline_max`: what a new holder waits for a
+--       member whose report was lost), then
 --       n_rows (member, units) pairs (rows: (member, units, replaces)
 --       triples), n_removed (member, replaces) pairs (rows only),
 --       n_health_set (member, state) pairs,
@@ -24,7 +32,9 @@
 -- writer and the pairs given, trimmed to the newest history_kept entries. A user
 -- whose ACL lacks XADD still writes the table: the error is kept in meta's
 -- `history_error` (`<generation> XADD: <error>`) until an entry is added again.
--- With write_transit, the transit hash is replaced whole; a value that
+-- With write_transit, the transit hash is replaced whole (its entry count
+-- is kept in meta's `transit`: a new holder that finds fewer knows that
+-- entries were lost); a value that
 -- starts with "0 " (a revocation this write makes) gets the new generation
 -- instead of the 0, so revocations are numbered by the write that makes them.
 -- Every write increments meta's `version`: a write whose plan was based on
@@ -58,7 +68,7 @@ local rows_only = ARGV[8] == '2'
 local row_width = rows_only and 3 or 2
 if not (n_rows and n_set and n_del and n_sus and n_unsus and n_transit and n_history
     and n_removed)
-  or #ARGV ~= 22 + row_width * n_rows + 2 * n_removed + 2 * n_set + n_del + 2 * n_sus
+  or #ARGV ~= 25 + row_width * n_rows + 2 * n_removed + 2 * n_set + n_del + 2 * n_sus
     + n_unsus + 2 * n_transit + 2 * n_history then
   return invalid('ARGV', 'counts', table.concat({ARGV[9] or '', ARGV[10] or '', ARGV[11] or '',
     ARGV[12] or '', ARGV[13] or '', ARGV[15] or '', ARGV[19] or '', ARGV[22] or ''}, ' ')
@@ -67,6 +77,13 @@ end
 if not rows_only and (n_removed ~= 0 or ARGV[21] ~= '') then
   return invalid('ARGV', 'n_removed', ARGV[22] .. ' ' .. ARGV[21], '0 and no base_digest without a rows write')
 end
+if ARGV[23] ~= '' and not string.match(ARGV[23], '^' .. string.rep('%x', 40) .. '$') then
+  return invalid('ARGV', 'server', ARGV[23], 'a run id (40 hex digits) or empty')
+end
+local n_reports = count(ARGV[24])
+if not n_reports then return invalid('ARGV', 'reports', ARGV[24], COUNT) end
+local deadline_max = count(ARGV[25])
+if not deadline_max then return invalid('ARGV', 'deadline_max', ARGV[25], COUNT) end
 local history_kept = count(ARGV[20])
 if not history_kept or history_kept == 0 then
   return invalid('ARGV', 'history_kept', ARGV[20], 'an integer in 1..2^53-1')
@@ -119,7 +136,7 @@ if write_table then
     return invalid(KEYS[2], 'generation', decimal(generation - 1), COUNT .. ', below its largest')
   end
 end
-local rows_at = 23
+local rows_at = 26
 local removed_at = rows_at + row_width * n_rows
 local set_at = removed_at + 2 * n_removed
 local del_at = set_at + 2 * n_set
@@ -258,6 +275,15 @@ if write_transit then
   end
 end
 redis.call('HSET', KEYS[2], 'version', version + 1)
+if ARGV[23] ~= '' then
+  redis.call('HSET', KEYS[2], 'server', ARGV[23])
+else
+  redis.call('HDEL', KEYS[2], 'server')
+end
+if write_transit then
+  redis.call('HSET', KEYS[2], 'transit', n_transit)
+end
+redis.call('HSET', KEYS[2], 'reports', n_reports, 'deadline_max', deadline_max)
 if write_table then
   redis.call('PUBLISH', ARGV[7], generation)
 end

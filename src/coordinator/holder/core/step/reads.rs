@@ -16,8 +16,10 @@ use tracing::info_span;
 use super::{CycleCore, Phase, Stored, judge};
 use crate::coordinator::holder::core::HolderView;
 use crate::coordinator::holder::core::ready::{CoreConfig, InputsRequest, Kind, Now, Ready};
+use crate::coordinator::holder::core::recover;
 use crate::coordinator::holder::lists::ListCache;
 use crate::coordinator::holder::{CycleError, listed_entries};
+use crate::core::handoff::LossSign;
 use crate::core::table::MatchingTable;
 use crate::edge::grpc::PingReport;
 use crate::edge::redis::{CostsRead, Inheritance, ReportsRead, Snapshot};
@@ -59,6 +61,41 @@ impl CycleCore {
         let keys = &self.config.keys;
         // A view to reconcile: a resync after a write of unknown outcome.
         let resync = self.view.is_some();
+        // What says that a new holding may not know what members work on:
+        // the state was written on another server (or nobody recorded
+        // which), a generation is known above the stored table's, entries
+        // of `{T}:transit` were lost. (A holding that resyncs keeps its own
+        // ledger: what it wrote, members may hold.)
+        if !resync {
+            self.reports_recorded = inherited.reports_recorded;
+        }
+        let deadline_recorded = inherited
+            .deadline_recorded
+            .map(std::time::Duration::from_millis);
+        let sign = (!resync)
+            .then(|| {
+                let known = inherited.generation.max(self.config.generation_floor);
+                recover::server_sign(
+                    inherited.server,
+                    self.config.server,
+                    inherited.table_generation,
+                )
+                .or_else(|| {
+                    (known > inherited.table_generation).then_some(LossSign::GenerationLost {
+                        stored: inherited.table_generation,
+                        known,
+                    })
+                })
+                .or_else(|| {
+                    inherited
+                        .transit_recorded
+                        .filter(|n| *n > inherited.transit.len() as u64)
+                        .map(|_| LossSign::KeyLost {
+                            key: keys.transit.clone(),
+                        })
+                })
+            })
+            .flatten();
         let (mut view, r) = HolderView::reconcile(
             self.view.take(),
             inherited,
@@ -73,9 +110,30 @@ impl CycleCore {
         if !resync && let Some(warm) = self.warm.take() {
             view.warm_from(warm);
         }
+        if !resync {
+            view.handoff.deadline_inherited = deadline_recorded;
+        }
         r.log_view(&view);
         self.held_table = r.table;
         self.view = Some(view);
+        if let Some(why) = sign {
+            self.begin_recovery(why, now);
+        }
+    }
+
+    /// A new holding that finds `{T}:members` of another type, or fewer
+    /// reports in it than the last writer knew (an edit overwrote the
+    /// members' reports, and someone removed it), cannot know which members
+    /// speak the protocol, nor their deadlines: it recovers.
+    fn reports_lost(&mut self, now: Now) {
+        let view = self.view.as_ref().expect("the view is known");
+        let fewer = self
+            .reports_recorded
+            .is_some_and(|n| (view.handoff.reports_read_count() as u64) < n);
+        if self.inherited && (!view.handoff.reports_read() || fewer) {
+            let key = self.config.keys.members.clone();
+            self.begin_recovery(LossSign::KeyLost { key }, now);
+        }
     }
 
     /// The cycle's own read, once the view is known.
@@ -109,6 +167,7 @@ impl CycleCore {
         &mut self,
         r: Result<Snapshot, StoreError>,
         costs: Option<CostsRead>,
+        now: Now,
     ) -> Ready {
         let snapshot = match r {
             Ok(s) => s,
@@ -128,6 +187,8 @@ impl CycleCore {
         if let Err(e) = view.handoff.observe(reports, &self.config.keys) {
             return self.done(Err(CycleError::Read(e)));
         }
+        self.reports_lost(now);
+        let view = self.view.as_mut().expect("the view is known");
         if let Some(read) = costs
             && let Err(e) = view.costs.observe(read)
         {
@@ -176,12 +237,13 @@ impl CycleCore {
         let inputs = Arc::clone(self.inputs());
         let listed = listed_entries(&inputs);
         let view = self.view.as_mut().expect("the view is known");
+        view.handoff.recovery_pinged(&reports);
         let judge = judge(&self.config, now);
         self.observed = view.take_round(&inputs, &listed, reports, &self.was_live, true, judge);
         view.note_joins(&inputs, now.at, self.config.join_delay);
         view.handoff.forget_departed(&inputs);
         view.handoff.inputs = Some(inputs);
-        self.settle()
+        self.settle(now)
     }
 
     pub(super) fn state_read(
@@ -198,6 +260,8 @@ impl CycleCore {
         if let Err(e) = view.handoff.observe(reports, &self.config.keys) {
             return self.done(Err(CycleError::Read(e)));
         }
+        self.reports_lost(now);
+        let view = self.view.as_mut().expect("the view is known");
         self.stored = Some(Stored {
             digest,
             generation,
@@ -242,7 +306,7 @@ impl CycleCore {
                 .in_scope(|| view.take_round(&inputs, &listed, refused, &was_live, false, judge));
         }
         self.inputs = Some(inputs);
-        self.settle()
+        self.settle(now)
     }
 }
 

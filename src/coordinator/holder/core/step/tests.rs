@@ -29,7 +29,16 @@ fn config(forget_after: Option<Duration>) -> CoreConfig {
         reads_costs: false,
         join_delay: Duration::ZERO,
         generation_floor: 3,
+        epoch: 2,
+        server: Some(server()),
+        recovery_gather: Duration::from_secs(3),
     }
+}
+
+/// The Redis server the tests' holder writes on, and the state was written
+/// on (no recovery).
+fn server() -> handoff::RunId {
+    handoff::RunId::parse(&"ab".repeat(20)).expect("a run id")
 }
 
 /// The clocks at `ms` into the test, the lease valid for a second more.
@@ -150,6 +159,8 @@ fn finished(ready: Ready) -> Finished {
             Ok(f) => f,
             Err(e) => panic!("the cycle failed: {e}"),
         },
+        Ready::ReadHeld => panic!("the cycle goes on: reads {{T}}:held"),
+        Ready::RestoreReports { reports } => panic!("the cycle goes on: restores {reports:?}"),
         _ => panic!("the cycle goes on"),
     }
 }
@@ -183,6 +194,11 @@ fn inheritance(liveness: &[(&str, &str)]) -> Inheritance {
         suspects: Default::default(),
         unreadable_suspects: Vec::new(),
         generation: 7,
+        table_generation: 7,
+        server: Some(server()),
+        transit_recorded: None,
+        reports_recorded: None,
+        deadline_recorded: None,
         transit: Vec::new(),
     }
 }
@@ -457,6 +473,18 @@ fn joining_core(forget_after: Option<Duration>) -> CycleCore {
     )
 }
 
+/// Answers the cycle's write-back of a:1's report, which vanished from
+/// Redis (the tests' reads hold no report) while it has a row.
+fn restored(core: &mut CycleCore, ready: Ready, now: Now) -> Ready {
+    match ready {
+        Ready::RestoreReports { reports } => {
+            assert_eq!(reports, [("a:1".to_string(), "7 0 1000 1".to_string())]);
+            core.step(Outcome::Restored(Ok(())), now)
+        }
+        other => other,
+    }
+}
+
 #[tokio::test]
 async fn a_change_is_written_revoking_first_and_only_while_the_lease_lets_it() {
     let t0 = test_t0();
@@ -474,7 +502,8 @@ async fn a_change_is_written_revoking_first_and_only_while_the_lease_lets_it() {
     assert_eq!(plan.generation_floor, 7);
 
     let mut late = joining_core(None);
-    let f = finished(to_commit(&mut late, t0, 5).await);
+    let r = to_commit(&mut late, t0, 5).await;
+    let f = finished(restored(&mut late, r, at(t0, 5)));
     assert!(
         matches!(f.write, Write::NotActing),
         "past the lease's bound nothing is written"
@@ -488,7 +517,8 @@ async fn a_write_of_unknown_outcome_makes_the_next_cycle_read_redis_first() {
     let Ready::Commit(_) = to_commit(&mut core, t0, 1_000).await else {
         panic!("a change is written");
     };
-    let f = finished(core.step(Outcome::Committed(Err(timeout())), at(t0, 6)));
+    let r = core.step(Outcome::Committed(Err(timeout())), at(t0, 6));
+    let f = finished(restored(&mut core, r, at(t0, 6)));
     assert!(matches!(f.write, Write::Unknown(_)));
     assert!(f.view.handoff.ledger.stale());
     assert!(f.generation_floor > 7, "its generation is never reused");
@@ -510,13 +540,14 @@ async fn a_confirmed_write_is_what_the_next_plan_starts_from() {
         panic!("a change is written");
     };
     let written = plan.table.expect("the table changed");
-    let f = finished(core.step(
+    let r = core.step(
         Outcome::Committed(Ok(Committed::Written {
             generation: Some(8),
             version: 2,
         })),
         at(t0, 6),
-    ));
+    );
+    let f = finished(restored(&mut core, r, at(t0, 6)));
     assert!(matches!(
         f.write,
         Write::Written {
@@ -577,4 +608,114 @@ async fn forget_after_waits_for_a_settled_write() {
     let mut core = forgetting_core(t0).await;
     let f = finished(core.step(Outcome::Committed(Err(timeout())), at(t0, 5)));
     assert!(f.forgotten.is_empty());
+}
+
+/// A new holding whose inherited state was written on another Redis server
+/// (a failover or a restart since) recovers: its first cycle asks for a
+/// full cycle at once (whose pings name the recovery), reads the members'
+/// statements and plans nothing during the gathering; then it plans with
+/// them, numbered above every generation a member stated, and a confirmed
+/// write ends the recovery.
+#[tokio::test]
+async fn a_new_holding_on_another_server_recovers_before_it_plans() {
+    let t0 = test_t0();
+    let mut config = config(None);
+    config.server = handoff::RunId::parse(&"cd".repeat(20));
+    let gather = config.recovery_gather;
+    let mut core = CycleCore::new(Kind::Full, config.clone(), None, Vec::new(), None);
+    // The inherited liveness: a:1 live, b:2 failing.
+    let ready = inherited_to_lists(&mut core, &[("a:1", "1 0 0"), ("b:2", "1 3 900")]).await;
+    let tag = core
+        .view()
+        .handoff
+        .recovery
+        .as_ref()
+        .expect("a recovery began")
+        .tag;
+    assert_eq!(tag.epoch, config.epoch);
+    assert_eq!(core.ping_view().recovery, Some(tag), "pings name it");
+    let Ready::ReadHeld = ready else {
+        panic!("a recovery reads the members' statements first");
+    };
+    let stated = |units: &str| format!("{} 12 {units}", tag.encode());
+    let ready = core.step(
+        Outcome::Held(Ok(vec![("a:1".into(), stated("u1=7"))])),
+        at(t0, 3),
+    );
+    let Ready::Solve { granted } = ready else {
+        panic!("then solves");
+    };
+    let ready = core.step(Outcome::Solved(Arc::clone(&granted)), at(t0, 4));
+    let f = finished(ready);
+    assert!(matches!(f.write, Write::Recovering), "nothing planned yet");
+    assert!(f.unverified, "a full cycle at once");
+    assert!(f.view.handoff.last.next_release.is_some());
+
+    // After the gathering time: planned with the statements. b:2 said
+    // nothing: u2 (in no statement) waits for it; the table is written
+    // above generation 12 (a:1's).
+    let later = gather.as_millis() as u64 + 10;
+    let mut core = CycleCore::new(Kind::Full, config, Some(f.view), Vec::new(), None);
+    let members = to_pings(
+        &mut core,
+        snapshot(&["a:1", "b:2"], &["u1", "u2"], &table(&[("a:1", "u1,u2")])),
+        t0,
+    )
+    .await;
+    // b:2 does not answer (hung: not proven gone, and it may speak the
+    // protocol).
+    let mut pinged = answered(&members, &[]);
+    for r in pinged.iter_mut().filter(|r| r.member == "b:2") {
+        r.result = Err(PingFailure::Timeout);
+    }
+    let ready = core.step(Outcome::Pinged(pinged), at(t0, later));
+    let Ready::ReadHeld = ready else {
+        panic!("each cycle of a recovery reads the statements");
+    };
+    let ready = core.step(
+        Outcome::Held(Ok(vec![("a:1".into(), stated("u1=7"))])),
+        at(t0, later),
+    );
+    let ready = match ready {
+        Ready::ReadTable => core.step(
+            Outcome::Table(Ok((*table(&[("a:1", "u1,u2")])).clone())),
+            at(t0, later),
+        ),
+        other => other,
+    };
+    let Ready::Solve { granted } = ready else {
+        panic!("then solves");
+    };
+    let ready = core.step(Outcome::Solved(granted), at(t0, later));
+    let Ready::Commit(plan) = digested(&mut core, ready, at(t0, later)) else {
+        panic!("the recovery's plan is written");
+    };
+    assert!(
+        plan.generation_floor >= 12,
+        "numbered above what a:1 stated"
+    );
+    let transit: Vec<&(String, String)> = plan.transit.as_ref().expect("transit").iter().collect();
+    assert!(
+        transit
+            .iter()
+            .any(|(f, v)| f.starts_with("u2,") && v.contains("b:2")),
+        "u2 waits for b:2, which stated nothing: {transit:?}"
+    );
+    let ready = core.step(
+        Outcome::Committed(Ok(Committed::Written {
+            generation: Some(13),
+            version: 4,
+        })),
+        at(t0, later + 1),
+    );
+    let f = finished(restored_any(&mut core, ready, at(t0, later + 1)));
+    assert!(f.view.handoff.recovery.is_none(), "the recovery is over");
+}
+
+/// Answers a write-back of vanished reports, whichever.
+fn restored_any(core: &mut CycleCore, ready: Ready, now: Now) -> Ready {
+    match ready {
+        Ready::RestoreReports { .. } => core.step(Outcome::Restored(Ok(())), now),
+        other => other,
+    }
 }
