@@ -31,7 +31,11 @@ impl Counts {
 struct Gate(Arc<Counts>);
 
 impl PingGate for Gate {
-    fn admit(&self, _: Instant) -> Result<(), String> {
+    fn admit(
+        &self,
+        _: Instant,
+        _: Option<distributor::core::handoff::PingView>,
+    ) -> Result<(), String> {
         while self.0.hang.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -358,6 +358,25 @@ impl World {
             self.rng.mostly(&["3", "2"], &["0", "x", ""]),
             base_digest,
             n_removed,
+            // The server's run id (40 hex digits or empty; rarely unusable)
+            // and the reports known (a count; rarely unusable), chosen by
+            // the table's digest, so that the generator's draws stay as
+            // they were.
+            s(match table.digest().as_bytes()[0] {
+                b'0' => "x",
+                b'1'..=b'7' => "00000000000000000000000000000000000000a1",
+                _ => "",
+            }),
+            s(match table.digest().as_bytes()[1] {
+                b'0' => "x",
+                b'1'..=b'7' => "3",
+                _ => "0",
+            }),
+            s(match table.digest().as_bytes()[2] {
+                b'0' => "",
+                b'1'..=b'7' => "10000",
+                _ => "0",
+            }),
         ];
         if self.rng.chance(15) {
             // A floor from the whole range, up to 2^53 and past 1e14.

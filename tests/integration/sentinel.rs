@@ -585,3 +585,100 @@ async fn a_store_leaves_a_master_demoted_without_its_clients_killed() {
         "the report on the new master"
     );
 }
+
+/// Issue 38, finding 1: an old master that the sentinels cannot reconfigure
+/// (here an ACL that refuses them `CLIENT KILL`, standing in for a
+/// partition: their reconfiguration fails whole, so the old master stays a
+/// master and keeps its clients) keeps answering a member's reads with the
+/// last row it has, while a holder on the new master pings that member. Its
+/// reads must not keep its holds: it fences by its deadline (or finds the
+/// new master and acknowledges), so no unit the holder moves is worked on
+/// by two members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_reading_an_old_master_never_keeps_units_the_holder_moved() {
+    let s = Sentinels::start();
+    s.wait_ready().await;
+    // Sentinel's connections use the default user: on the old master it
+    // may no longer kill clients, so every reconfiguration of it fails.
+    let _: String = s
+        .master
+        .cmd(&["ACL", "SETUSER", "default", "-client|kill"])
+        .await;
+    let units = units(12);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.redis_url = s.urls();
+    fleet.config.redis_sentinel = Some(SentinelOptions {
+        master: MASTER.into(),
+        ..SentinelOptions::default()
+    });
+    let mut add = vec!["RPUSH", UNITS];
+    add.extend(units.iter().map(String::as_str));
+    let _: i64 = s.master.cmd(&add).await;
+    let on_sentinel = |fleet: &Fleet| {
+        let mut o = fleet.member_options();
+        o.redis_sentinel = fleet.config.redis_sentinel.clone();
+        o.deadline = Duration::from_secs(2);
+        o.poll_interval = Duration::from_millis(100);
+        o
+    };
+    let a = distributor::Member::start(on_sentinel(&fleet))
+        .await
+        .unwrap();
+    let holder = fleet.add_replica();
+    wait_for("a owns every unit", Duration::from_secs(20), || {
+        let n = a.assignment().borrow().units.len();
+        async move { n == 12 }
+    })
+    .await;
+    wait_for("the replica in sync", Duration::from_secs(20), || async {
+        let info: String = s.replica.cmd(&["INFO", "replication"]).await;
+        let n: i64 = s.replica.cmd(&["HLEN", TABLE]).await;
+        info.contains("master_link_status:up") && n == 1
+    })
+    .await;
+
+    let _: String = s
+        .ask(0, &["SENTINEL", "FAILOVER", MASTER])
+        .await
+        .expect("a failover starts");
+    wait_for("the replica promoted", Duration::from_secs(30), || async {
+        s.master_port().await == Some(s.replica.port())
+    })
+    .await;
+    let role: Vec<redis::Value> = s.master.cmd(&["ROLE"]).await;
+    assert!(
+        matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master"),
+        "the old master could not be reconfigured: {role:?}"
+    );
+    // The holder moves to the new master (its process stops; the next one
+    // asks the sentinels), and a second member joins there.
+    fleet.replicas[holder].take();
+    fleet.add_replica();
+    let b = distributor::Member::start(on_sentinel(&fleet))
+        .await
+        .unwrap();
+    // Until b owns its half, check every few milliseconds that no unit is
+    // held by both.
+    let started = Instant::now();
+    let mut overlaps = Vec::new();
+    loop {
+        for u in &units {
+            if let (Some(ta), Some(tb)) = (a.holds(u), b.holds(u)) {
+                overlaps.push(format!("{u} (a: {ta}, b: {tb})"));
+            }
+        }
+        let nb = b.assignment().borrow().units.len();
+        if nb == 6 && a.assignment().borrow().units.len() == 6 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "b never got its half (b owns {nb})"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(overlaps.is_empty(), "worked on by both: {overlaps:?}");
+    a.shutdown().await;
+    b.shutdown().await;
+    fleet.shutdown().await;
+}

@@ -284,6 +284,9 @@ pub fn bare_commit<'a>(
         last_change: None,
         expected_version: None,
         history: None,
+        server: None,
+        reports: 0,
+        deadline_max: std::time::Duration::ZERO,
     }
 }
 
