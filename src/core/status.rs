@@ -87,6 +87,9 @@ pub struct Status {
     /// holder left (or Redis' state after a write of unknown outcome) could
     /// not be read; it retries every poll interval.
     pub holding_blocked: Option<String>,
+    /// While the holder recovers from handoff state Redis may have lost
+    /// (`core::handoff::Recovery`): its tag and why.
+    pub recovering: Option<String>,
     /// With `-balance cost`, as the holder's last cycle saw it.
     pub balance: Option<BalanceStatus>,
     /// The operator's controls in force, as the holder's last cycle read them.

@@ -61,6 +61,9 @@ pub struct ThisReplica {
     pub census_replicas: Option<u64>,
     /// While it holds the lease but does not act: why (what it cannot read).
     pub holding_blocked: Option<String>,
+    /// While it recovers from handoff state Redis may have lost: the
+    /// recovery and why.
+    pub recovering: Option<String>,
 }
 
 impl ThisReplica {
@@ -75,6 +78,7 @@ impl ThisReplica {
             census_index: s.census.map(|c| c.index),
             census_replicas: s.census.map(|c| c.replicas),
             holding_blocked: s.holding_blocked.clone().filter(|_| s.role == Role::Holder),
+            recovering: s.recovering.clone().filter(|_| s.role == Role::Holder),
         }
     }
 }

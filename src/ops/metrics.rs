@@ -92,6 +92,8 @@ pub struct Metrics {
     pub holding_blocked: Gauge,
     pub resyncs: Counter,
     pub claimed_units: Counter,
+    pub recovering: Gauge,
+    pub recoveries: Counter,
     pub load_imbalance: Gauge<f64, AtomicU64>,
     pub load_least: Gauge<f64, AtomicU64>,
     pub members_out_of_band: Gauge,
@@ -327,6 +329,18 @@ impl Metrics {
             "Units the stored table took from a member that may still work on them, without a revocation (Redis lost a write, a lagging replica was promoted, a hand edit): revoked from it (and from whoever the table gives them to) before anyone gets them",
             claimed_units.clone(),
         );
+        let recovering = Gauge::default();
+        r.register(
+            "recovering",
+            "1 while the holder recovers from handoff state Redis may have lost (a failover, a restart, an edit): it asks every member what it works on and plans only after the gathering time (holder only)",
+            recovering.clone(),
+        );
+        let recoveries = Counter::default();
+        r.register(
+            "recoveries",
+            "Recoveries from handoff state Redis may have lost that this replica began (see distributor_recovering)",
+            recoveries.clone(),
+        );
         let transit_oldest = Gauge::<f64, AtomicU64>::default();
         r.register(
             "transit_oldest_seconds",
@@ -420,6 +434,8 @@ impl Metrics {
             holding_blocked,
             resyncs,
             claimed_units,
+            recovering,
+            recoveries,
             load_imbalance,
             load_least,
             members_out_of_band,
@@ -535,6 +551,8 @@ impl Metrics {
         self.holding_blocked.set(i64::from(
             s.role == Role::Holder && s.holding_blocked.is_some(),
         ));
+        self.recovering
+            .set(i64::from(s.role == Role::Holder && s.recovering.is_some()));
         if let Some(c) = s.census {
             self.census_replicas.set(c.replicas as i64);
             self.census_index.set(c.index as i64);

@@ -22,9 +22,10 @@ pub(crate) async fn create_acl_user(redis: &RedisServer) {
 /// the check that a refused member's Redis connection is gone too), and the
 /// server's run id that tells a member's connection from another server's,
 /// and the change history (written by the commit script, read by the CLI),
-/// and Redis Functions (the scripts as a library, else `EVALSHA`).
+/// and Redis Functions (the scripts as a library, else `EVALSHA`), and the
+/// write-back of reports Redis lost (`HSETNX`).
 const OPTIONAL: &str = "+llen +memory|usage +watch +unwatch +client|id +client|list +info +xadd \
-     +xrevrange +fcall +function|load";
+     +xrevrange +fcall +function|load +hsetnx";
 
 pub(crate) async fn create_acl_user_with(redis: &RedisServer, optional: &str) {
     let coordination = coordination_glob();

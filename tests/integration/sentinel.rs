@@ -668,16 +668,15 @@ async fn a_member_reading_an_old_master_never_keeps_units_the_holder_moved() {
             }
         }
         let nb = b.assignment().borrow().units.len();
-        if nb == 6 && a.assignment().borrow().units.len() == 6 {
+        let na = a.assignment().borrow().units.len();
+        if (nb == 6 && na == 6) || started.elapsed() > Duration::from_secs(30) {
+            overlaps.dedup();
+            assert!(overlaps.is_empty(), "worked on by both: {overlaps:?}");
+            assert_eq!((na, nb), (6, 6), "a and b share the units");
             break;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "b never got its half (b owns {nb})"
-        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(overlaps.is_empty(), "worked on by both: {overlaps:?}");
     a.shutdown().await;
     b.shutdown().await;
     fleet.shutdown().await;

@@ -116,9 +116,19 @@ impl Executor {
             &report.view.handoff.controls,
             report.view.handoff.bad_controls.len(),
         );
+        let recovering = report
+            .view
+            .handoff
+            .recovery
+            .as_ref()
+            .map(|r| format!("{} ({})", r.tag, r.why));
         let costs_key = self.store.keys().costs.clone();
         span.in_scope(|| log_costs(&report.view, &costs_key));
         h.view = Some(report.view);
+        if recovering.is_some() && self.status.borrow().recovering != recovering {
+            self.metrics.recoveries.inc();
+        }
+        self.update(|s| s.recovering = recovering);
         for (member, list) in &report.forgotten {
             span.in_scope(|| {
                 tracing::info!(member, list, "forgot a long-failing member (-forget-after)")

@@ -139,6 +139,8 @@ pub(in crate::coordinator) struct HandoffState {
     /// The longest deadline of the reports the last holder knew
     /// (`{T}:meta`'s `deadline_max`, a new holding's inheritance).
     pub(in crate::coordinator) deadline_inherited: Option<std::time::Duration>,
+    /// Why the last write-back of lost reports failed (logged on change).
+    pub(in crate::coordinator) restore_error: Option<String>,
 }
 
 /// A plan that changed nothing: nothing in transit, no unit revoked, placed

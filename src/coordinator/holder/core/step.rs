@@ -310,8 +310,20 @@ impl CycleCore {
                 self.restore()
             }
             (Phase::Restore, Outcome::Restored(r)) => {
-                if let Err(e) = r {
-                    tracing::warn!(key = %self.config.keys.members, error = %e, "could not write lost member reports back; trying again next cycle");
+                // Logged when the outcome changes, not every cycle (an ACL
+                // without HSETNX refuses it every time).
+                let view = self.view.as_mut().expect("the view is known");
+                let error = r.err().map(|e| e.to_string());
+                if error != view.handoff.restore_error {
+                    match &error {
+                        Some(e) => {
+                            tracing::warn!(key = %self.config.keys.members, error = %e, "could not write lost member reports back; a later holder learns them when each member reports again (trying again every cycle)")
+                        }
+                        None => {
+                            tracing::info!(key = %self.config.keys.members, "lost member reports written back")
+                        }
+                    }
+                    view.handoff.restore_error = error;
                 }
                 self.finish()
             }
@@ -632,7 +644,7 @@ impl CycleCore {
         if reports.is_empty() {
             return self.finish();
         }
-        tracing::info!(
+        tracing::debug!(
             key = %self.config.keys.members,
             count = reports.len(),
             first = %reports[0].0,
