@@ -21,24 +21,45 @@ use std::time::Duration;
 
 /// The end of a replica's census report (`{T}:replicas`: `index replicas
 /// unix_ms interval`, `-` for what the census does not know yet) while it
-/// holds the lease but does not act: ` blocked <why>`, on one line and
-/// shortened, so that `distributor status` can say so.
-pub fn blocked_suffix(why: &str) -> String {
-    let why: String = why
+/// holds the lease: ` blocked <why>` when it does not act, ` recovering
+/// <tag (why)>` while it recovers from state Redis may have lost; on one line
+/// and shortened, so that `distributor status` can say so. Readers that know
+/// neither word ignore the end.
+pub fn note_suffix(note: &HolderNote<'_>) -> String {
+    let (word, text) = match note {
+        HolderNote::Blocked(why) => ("blocked", why),
+        HolderNote::Recovering(what) => ("recovering", what),
+    };
+    let text: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .take(300)
         .collect();
-    format!(" blocked {why}")
+    format!(" {word} {text}")
 }
 
-/// Why a replica said it does not act, from its census report.
-pub fn blocked_of(report: &str) -> Option<&str> {
+/// What a replica holding the lease says about itself in its census report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HolderNote<'a> {
+    /// It holds the lease but does not act, and why.
+    Blocked(&'a str),
+    /// It recovers from handoff state Redis may have lost: tag and why.
+    Recovering(&'a str),
+}
+
+/// The note at the end of a replica's census report, if any.
+pub fn note_of(report: &str) -> Option<HolderNote<'_>> {
     let mut it = report.splitn(6, ' ');
     for _ in 0..4 {
         it.next()?;
     }
-    (it.next()? == "blocked").then(|| it.next()).flatten()
+    let word = it.next()?;
+    let text = it.next()?;
+    match word {
+        "blocked" => Some(HolderNote::Blocked(text)),
+        "recovering" => Some(HolderNote::Recovering(text)),
+        _ => None,
+    }
 }
 
 /// One census step's reply: our counter value this interval, and the previous
@@ -153,12 +174,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_blocked_replica_says_why_in_its_report() {
-        let r = format!("0 2 9000 7{}", blocked_suffix("cannot read x:\nthe key"));
-        assert_eq!(blocked_of(&r), Some("cannot read x: the key"));
-        assert_eq!(blocked_of("0 2 9000 7"), None);
-        assert_eq!(blocked_of("- - 9000 -"), None);
-        assert_eq!(blocked_of("- - 9000"), None);
+    fn a_holding_replica_says_why_it_blocks_or_recovers_in_its_report() {
+        let r = format!(
+            "0 2 9000 7{}",
+            note_suffix(&HolderNote::Blocked("cannot read x:\nthe key"))
+        );
+        assert_eq!(
+            note_of(&r),
+            Some(HolderNote::Blocked("cannot read x: the key"))
+        );
+        let r = format!(
+            "0 2 9000 7{}",
+            note_suffix(&HolderNote::Recovering("4.1 (the table's server changed)"))
+        );
+        assert_eq!(
+            note_of(&r),
+            Some(HolderNote::Recovering("4.1 (the table's server changed)"))
+        );
+        assert_eq!(note_of("0 2 9000 7"), None);
+        assert_eq!(note_of("0 2 9000 7 later something"), None);
+        assert_eq!(note_of("- - 9000 -"), None);
+        assert_eq!(note_of("- - 9000"), None);
     }
 
     #[test]

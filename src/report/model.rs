@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::controls::ControlsReport;
+use crate::core::census::{HolderNote, note_of};
 use crate::core::handoff;
 use crate::core::inputs::{RawInputs, Rejection, excerpt, normalize};
 use crate::core::liveness::Health;
@@ -154,6 +155,9 @@ pub struct ReplicaReport {
     /// While it holds the lease but does not act: why (it cannot read what
     /// it must know before it plans).
     pub blocked: Option<String>,
+    /// While it holds the lease and recovers from handoff state Redis may
+    /// have lost: the recovery's tag and why.
+    pub recovering: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -221,7 +225,14 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
                 index,
                 replicas,
                 seen_ms_ago: now_ms.saturating_sub(seen),
-                blocked: crate::core::census::blocked_of(v).map(str::to_string),
+                blocked: match note_of(v) {
+                    Some(HolderNote::Blocked(why)) => Some(why.to_string()),
+                    _ => None,
+                },
+                recovering: match note_of(v) {
+                    Some(HolderNote::Recovering(what)) => Some(what.to_string()),
+                    _ => None,
+                },
             }
         })
         .collect();

@@ -198,6 +198,7 @@ fn status_sorts_members_into_live_and_failed_with_reasons() {
             replicas: Some(2),
             seen_ms_ago: 1000,
             blocked: None,
+            recovering: None,
         }
     );
     assert_eq!(r.replicas[1].index, None);
@@ -267,6 +268,44 @@ fn a_holder_without_a_connection_record_is_replaced_after_its_ttl() {
         );
         assert!(render_status(&r).contains("takeover: ttl ("));
     }
+}
+
+#[test]
+fn a_holder_that_blocks_or_recovers_says_so_under_its_replica() {
+    use crate::core::census::{HolderNote, note_suffix};
+    let mut o = overview();
+    let recovering = HolderNote::Recovering("3.1 (the table was written on another server)");
+    o.replicas.insert(
+        "r1".into(),
+        format!("0 2 9000 7{}", note_suffix(&recovering)),
+    );
+    o.replicas.insert(
+        "r2".into(),
+        format!(
+            "1 2 9500 7{}",
+            note_suffix(&HolderNote::Blocked("cannot read t:held"))
+        ),
+    );
+    let r = status(&o, "t", 10_000);
+    let by_id = |id: &str| r.replicas.iter().find(|x| x.id == id).unwrap().clone();
+    assert_eq!(
+        by_id("r1").recovering.as_deref(),
+        Some("3.1 (the table was written on another server)")
+    );
+    assert_eq!(by_id("r1").blocked, None);
+    assert_eq!(by_id("r2").blocked.as_deref(), Some("cannot read t:held"));
+    assert_eq!(by_id("r2").recovering, None);
+    let text = render_status(&r);
+    assert!(
+        text.contains(
+            "    recovering from state Redis may have lost: 3.1 (the table was written on another server)\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("    not acting: cannot read t:held\n"),
+        "{text}"
+    );
 }
 
 #[test]

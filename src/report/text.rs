@@ -105,6 +105,9 @@ pub fn render_status(r: &StatusReport) -> String {
         if let Some(why) = &rep.blocked {
             out += &format!("    not acting: {why}\n");
         }
+        if let Some(what) = &rep.recovering {
+            out += &format!("    recovering from state Redis may have lost: {what}\n");
+        }
     }
     for g in &r.groups {
         out += &format!(

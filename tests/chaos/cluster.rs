@@ -1046,7 +1046,7 @@ impl Drop for Cluster {
 
 /// Spawns a worker: stdout (its events) into `events`, stderr appended to
 /// `log`; killed (SIGKILL) when dropped, and by a later run if this one dies.
-fn spawn_worker(mut cmd: Command, log: &Path, events: &Path) -> Process {
+pub fn spawn_worker(mut cmd: Command, log: &Path, events: &Path) -> Process {
     let err = File::options()
         .create(true)
         .append(true)
@@ -1114,7 +1114,7 @@ async fn single_redis(network: Option<&BridgeNetwork>, prefix: &str) -> Redis {
 
 /// A Redis server on `net`, without persistence, a replica of `master` if
 /// given; full syncs start at once (no diskless-sync delay).
-async fn redis_server(
+pub async fn redis_server(
     net: &BridgeNetwork,
     name: &str,
     master: Option<&str>,
@@ -1174,7 +1174,7 @@ async fn replicated_redis(net: &BridgeNetwork, prefix: &str) -> Redis {
 /// (up to a second later) when the first ACK came before the sync's child
 /// was reaped; meanwhile nothing written reaches the replica, and a failover
 /// loses it.
-async fn wait_replica_online(url: &str) {
+pub async fn wait_replica_online(url: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = String::new();
     let mut stalled: Option<Instant> = None;
@@ -1235,7 +1235,7 @@ async fn wait_replica_online(url: &str) {
     }
 }
 
-async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
+pub async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection()

@@ -23,6 +23,7 @@ mod cluster;
 mod forward;
 mod owners;
 mod scenarios;
+mod sentinel;
 
 use std::future::Future;
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -159,4 +160,34 @@ fn chaos_12_a_worker_rejected_by_the_holders_firewall_is_not_taken_for_dead() {
         "reject-one-worker",
         scenarios::reject_one_worker_from_the_holder,
     );
+}
+
+/// Sentinel failovers that lose writes (issue 38, scenario 13): see
+/// `sentinel.rs`; `CHAOS_SENTINEL_RUNS` runs each (default 1).
+#[test]
+fn chaos_13a_sentinel_failover_to_a_lagging_replica() {
+    scenario("sentinel-lagging", |d| {
+        sentinel::sentinel_failover(d, sentinel::Variant::Lagging)
+    });
+}
+
+#[test]
+fn chaos_13b_sentinel_failover_to_a_lagging_replica_wait_replicas_1() {
+    scenario("sentinel-lagging-wait-replicas", |d| {
+        sentinel::sentinel_failover(d, sentinel::Variant::LaggingWaitReplicas)
+    });
+}
+
+#[test]
+fn chaos_13c_sentinel_failover_master_only_killed() {
+    scenario("sentinel-master-only", |d| {
+        sentinel::sentinel_failover(d, sentinel::Variant::MasterOnly)
+    });
+}
+
+#[test]
+fn chaos_13d_sentinel_master_restarted_empty() {
+    scenario("sentinel-restart-empty", |d| {
+        sentinel::sentinel_failover(d, sentinel::Variant::RestartEmpty)
+    });
 }

@@ -120,7 +120,8 @@ pub(super) async fn prepare_task(
 /// step's outcome, and the view when one is emitted.
 ///
 /// The report also says when this replica holds the lease but does not act
-/// (`status.holding_blocked`), so that `distributor status` shows it.
+/// (`status.holding_blocked`) or recovers (`status.recovering`), so that
+/// `distributor status` shows it.
 pub(super) async fn census_task(
     store: Store,
     replica_id: String,
@@ -141,12 +142,20 @@ pub(super) async fn census_task(
             Some(v) => format!("{} {} {} {}", v.index, v.replicas, unix_ms(), v.interval),
             None => format!("- - {} -", unix_ms()),
         };
-        let blocked = {
+        let note = {
             let s = status.borrow();
-            s.holding_blocked.clone().filter(|_| s.role == Role::Holder)
+            match (s.role, &s.holding_blocked, &s.recovering) {
+                (Role::Holder, Some(why), _) => {
+                    Some(census::note_suffix(&census::HolderNote::Blocked(why)))
+                }
+                (Role::Holder, None, Some(what)) => {
+                    Some(census::note_suffix(&census::HolderNote::Recovering(what)))
+                }
+                _ => None,
+            }
         };
-        if let Some(why) = blocked {
-            report += &census::blocked_suffix(&why);
+        if let Some(note) = note {
+            report += &note;
         }
         let step = store
             .census_step(number, interval, &replica_id, &report)
