@@ -653,7 +653,8 @@ async fn a_member_reading_an_old_master_never_keeps_units_the_holder_moved() {
     // The holder moves to the new master (its process stops; the next one
     // asks the sentinels), and a second member joins there.
     fleet.replicas[holder].take();
-    fleet.add_replica();
+    let next = fleet.add_replica();
+    let status = fleet.replicas[next].as_ref().unwrap().status();
     let b = distributor::Member::start(on_sentinel(&fleet))
         .await
         .unwrap();
@@ -661,7 +662,9 @@ async fn a_member_reading_an_old_master_never_keeps_units_the_holder_moved() {
     // held by both.
     let started = Instant::now();
     let mut overlaps = std::collections::BTreeSet::new();
+    let mut recovery = None;
     loop {
+        recovery = recovery.or_else(|| status.borrow().recovering.clone());
         for u in &units {
             if let (Some(ta), Some(tb)) = (a.holds(u), b.holds(u)) {
                 overlaps.insert(format!("{u} (a: {ta}, b: {tb})"));
@@ -676,6 +679,12 @@ async fn a_member_reading_an_old_master_never_keeps_units_the_holder_moved() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // The table was written on the old master: the next holder cannot know
+    // that it has every write, so it recovered before it moved anything.
+    let recovery = recovery.expect("the next holder recovered");
+    assert!(recovery.contains("server"), "{recovery}");
+    let metrics = fleet.replicas[next].as_ref().unwrap().metrics();
+    assert_eq!(metrics.recoveries.get(), 1, "{recovery}");
     a.shutdown().await;
     b.shutdown().await;
     fleet.shutdown().await;
