@@ -60,7 +60,9 @@
     const reps = $("replicas");
     reps.replaceChildren(...s.replicas.map((r) => el("li", null,
       r.id + ": census index " + (r.index === null ? "?" : r.index) + " of " + (r.replicas === null ? "?" : r.replicas) +
-      (r.id === s.lease.holder ? " — holder" : "") + (r.id === me.id ? " — this replica" : ""))));
+      (r.id === s.lease.holder ? " — holder" : "") + (r.id === me.id ? " — this replica" : "") +
+      (r.blocked ? " — not acting: " + r.blocked : "") +
+      (r.recovering ? " — recovering from state Redis may have lost: " + r.recovering : ""))));
     const tr = $("transit");
     tr.replaceChildren(...s.transit.map((t) => el("li", null,
       t.unit + " (" + t.group + "): from " + (t.from.join(", ") || "?") + " to " + (t.to || "?") + ", " + t.for_ms + " ms")));
