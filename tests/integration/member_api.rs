@@ -413,13 +413,15 @@ async fn the_members_metrics_reach_the_applications_recorder() {
         .unwrap();
     let _pinger = Pinger::start(&id);
     let m = |name: &str| format!("{name}{{member={id}}}");
-    wait_for("three units held", Duration::from_secs(5), || {
+    // Readiness also needs the registration's reply, which can come after
+    // the units are started: wait for both.
+    wait_for("three units held and ready", Duration::from_secs(5), || {
         let n = recorder.gauge(&m("distributor_member_units"));
-        async move { n == 3.0 }
+        let ready = recorder.gauge(&m("distributor_member_ready"));
+        async move { n == 3.0 && ready == 1.0 }
     })
     .await;
     assert_eq!(recorder.counter(&m("distributor_member_acquired_total")), 3);
-    assert_eq!(recorder.gauge(&m("distributor_member_ready")), 1.0);
     assert_eq!(recorder.gauge(&m("distributor_member_weight")), 3.0);
     assert_eq!(recorder.gauge(&m("distributor_member_fenced")), 0.0);
     assert!(recorder.counter(&m("distributor_member_reports_total")) >= 1);
