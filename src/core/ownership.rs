@@ -89,6 +89,11 @@
 //! - **contact** is lost (the member is *fenced*) when no read succeeded, or
 //!   no ping came, for `deadline` (counted from the start before the first
 //!   one); while fenced it holds nothing and answers pings `UNAVAILABLE`;
+//! - **a stop that failed** (the application's handler panicked: its work
+//!   may still run) counts as done only once the unit's hold has ended: the
+//!   report that acknowledges its revocation waits until then, and the
+//!   holder, without that acknowledgement, waits out the member's deadline
+//!   before it grants the unit;
 //! - a drain completes once the member reported `draining` at the last
 //!   processed generation, that generation's row is empty or absent, and it
 //!   owns and stops nothing.
@@ -224,6 +229,9 @@ struct Stopping {
     /// Revoked because its hold ended: late by definition, never reported
     /// as late.
     fenced: bool,
+    /// The application's stop failed (its handler panicked): the unit's
+    /// work may still run, so it counts as stopped only once its hold ends.
+    failed: bool,
 }
 
 /// One member's ownership state (see the module documentation).
@@ -656,6 +664,26 @@ impl Ownership {
         late
     }
 
+    /// The application's stop of `units` (revoked earlier) failed: its
+    /// handler panicked, so the work may still run. Each counts as stopped
+    /// only once its hold has ended (at once if it has), and the report that
+    /// acknowledges its revocation waits until then. Returns when the last
+    /// of those holds ends.
+    pub fn stop_failed(&mut self, now: Instant, units: &[String]) -> Option<Instant> {
+        let mut last = None;
+        for u in units {
+            let end = self.stopping.get(u).map(|s| self.end_of(s.shown));
+            if let Some(s) = self.stopping.get_mut(u) {
+                s.failed = true;
+                last = last.max(end);
+            }
+        }
+        self.expire(now);
+        self.update_contact(now);
+        self.try_acquire(now);
+        last
+    }
+
     /// The report to write now, if one is due (see the module
     /// documentation).
     pub fn report_due(&self) -> Option<MemberReport> {
@@ -895,11 +923,22 @@ impl Ownership {
             let seen = self.generation();
             self.revoke(all, Revocation::Fenced { ended: end }, seen, true);
         }
+        // A failed stop counts as done once its hold ended: no one else
+        // can have had the unit before.
+        let given_up: Vec<String> = self
+            .stopping
+            .iter()
+            .filter(|(_, s)| s.failed && self.end_of(s.shown) <= now)
+            .map(|(u, _)| u.clone())
+            .collect();
+        for u in given_up {
+            self.stopping.remove(&u);
+        }
         let mut overran: BTreeMap<Instant, Vec<Tenure>> = BTreeMap::new();
         let ends: Vec<(String, Instant)> = self
             .stopping
             .iter()
-            .filter(|(_, s)| !s.overran)
+            .filter(|(_, s)| !s.overran && !s.failed)
             .map(|(u, s)| (u.clone(), self.end_of(s.shown)))
             .filter(|(_, end)| *end <= now)
             .collect();
@@ -939,6 +978,7 @@ impl Ownership {
                     seen,
                     overran: fenced,
                     fenced,
+                    failed: false,
                 },
             );
         }

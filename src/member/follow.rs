@@ -88,6 +88,8 @@ enum Phase {
 /// A finished handler call, for one unit.
 enum Done {
     Revoked(String),
+    /// The revocation handler panicked: the unit's work may still run.
+    StopFailed(String),
     Acquired(String),
 }
 
@@ -376,8 +378,11 @@ impl Follower {
                                     unit,
                                     panic = panic_text(&panic),
                                     reason = why.reason(),
-                                    "the revocation handler panicked; counting its unit as stopped"
+                                    "the revocation handler panicked: its work may still run, so the unit counts as stopped only once its hold ends, and the acknowledgement waits until then"
                                 );
+                                meters.revocations_failed.increment(1);
+                                let _ = done.send(Done::StopFailed(unit));
+                                return;
                             }
                             meters.revoked(
                                 why.reason(),
@@ -486,15 +491,28 @@ impl Follower {
 
     fn finished(&self, l: &mut Loop, batch: Vec<Done>) {
         let mut revoked = Vec::new();
+        let mut failed = Vec::new();
         for done in batch {
             match done {
                 Done::Revoked(unit) => revoked.push(unit),
+                Done::StopFailed(unit) => failed.push(unit),
                 Done::Acquired(unit) => {
                     if l.acquiring.get(&unit).is_some_and(|t| t.is_cancelled()) {
                         l.acquiring.remove(&unit);
                     }
                 }
             }
+        }
+        if !failed.is_empty() {
+            let now = clock::now();
+            let end = self.shared.lock().stop_failed(now, &failed);
+            tracing::warn!(
+                member = %self.id,
+                units = failed.len(),
+                first = %failed[0],
+                counts_as_stopped_in = ?end.map(|e| e.saturating_duration_since(now)),
+                "units whose stop failed count as stopped when their hold ends"
+            );
         }
         if revoked.is_empty() {
             return;

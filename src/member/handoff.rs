@@ -22,8 +22,12 @@ pub type HandoffFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 ///
 /// One call per unit, each on a task of its own: a slow start or stop of
 /// one unit delays no other unit's. For one unit, calls never overlap: its
-/// `revoked` starts only once its `acquired` returned. A call that panics
-/// counts as returned (and is logged).
+/// `revoked` starts only once its `acquired` returned. An `acquired` that
+/// panics counts as returned (and is logged). A `revoked` that panics may
+/// have left the unit's work running: the unit counts as stopped only once
+/// its hold has ended, and the acknowledgement of the generation that
+/// revoked it waits until then (logged, and counted by
+/// `distributor_member_revocations_failed_total`).
 ///
 /// ```
 /// use distributor::member::{Handoff, HandoffFuture, Owned, Revocation};

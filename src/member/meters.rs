@@ -30,6 +30,10 @@ pub const MEMBER_METRICS: &[(&str, &str)] = &[
         "distributor_member_revocations_late_total",
         "Stops that finished after the unit's hold had ended (the next owner may have started)",
     ),
+    (
+        "distributor_member_revocations_failed_total",
+        "Stops whose handler panicked: each unit counted as stopped only once its hold ended",
+    ),
     ("distributor_member_units", "Units this member owns now"),
     (
         "distributor_member_fenced",
@@ -83,6 +87,7 @@ pub(super) struct Meters {
     revoked: [(&'static str, Counter); 4],
     pub revocation_seconds: Histogram,
     pub revocations_late: Counter,
+    pub revocations_failed: Counter,
     pub units: Gauge,
     pub fenced: Gauge,
     pub ready: Gauge,
@@ -120,6 +125,10 @@ impl Meters {
                 ),
                 revocations_late: metrics::counter!(
                     "distributor_member_revocations_late_total",
+                    &[m()]
+                ),
+                revocations_failed: metrics::counter!(
+                    "distributor_member_revocations_failed_total",
                     &[m()]
                 ),
                 units: metrics::gauge!("distributor_member_units", &[m()]),

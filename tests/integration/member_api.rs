@@ -13,7 +13,7 @@ use distributor::{Handoff, Member, Owned, Revocation};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use std::time::Instant;
 
-use crate::member_handoff::{Pinger, SERVING, options, report, wait_report, write_table};
+use crate::member_handoff::{DEADLINE, Pinger, SERVING, options, report, wait_report, write_table};
 use crate::support::*;
 
 /// A unit, `acquired` or `revoked`, and when that call returned.
@@ -281,8 +281,12 @@ impl Handoff for Panicky {
     }
 }
 
+/// A panicking acquisition counts as started; a panicking stop may leave
+/// the unit's work running, so the generation that revoked it is
+/// acknowledged only once its hold ended (the holder, meanwhile, waits out
+/// the deadline before granting it), and the member goes on afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_that_panics_counts_as_returned() {
+async fn a_handler_that_panics_is_acknowledged_only_once_its_hold_ended() {
     let redis = RedisServer::start();
     let port = free_port();
     let id = format!("127.0.0.1:{port}");
@@ -299,10 +303,18 @@ async fn a_handler_that_panics_counts_as_returned() {
         async move { n == 3 }
     })
     .await;
-    // Both panicking units are taken: their stops count as returned, so
-    // generation 4 is acknowledged, and 5's new unit is acquired.
+    let written = Instant::now();
     write_table(&redis, 4, &[(&id, "calm")]).await;
     wait_report(&redis, &id, 4, false).await;
+    // The last read that showed `boom` came at most a poll (100 ms) before
+    // the write: its hold ran about a deadline past it. (A clean stop is
+    // acknowledged within milliseconds.)
+    let took = written.elapsed();
+    assert!(
+        took >= DEADLINE / 2,
+        "generation 4 acknowledged {took:?} after the write, before boom's hold ended"
+    );
+    assert_eq!(member.holds("boom"), None);
     write_table(&redis, 5, &[(&id, "calm,next")]).await;
     wait_for("the next unit held", Duration::from_secs(5), || {
         let held = member.holds("next").is_some();

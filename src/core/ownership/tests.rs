@@ -138,6 +138,61 @@ fn a_revocation_completes_before_the_report_and_the_report_before_acquisitions()
     );
 }
 
+/// A stop whose handler panicked may still be running: its unit counts as
+/// stopped only once its hold ended, so the acknowledgement (and what waits
+/// for it) waits that long, and nothing says it overran.
+#[test]
+fn a_failed_stop_counts_as_done_only_once_its_hold_ended() {
+    let t = crate::core::timing::test_t0();
+    let mut o = owning(t, 3, "a,b");
+    let t1 = t + ms(100);
+    o.ping(t1, None);
+    o.read(t1, t1, Some(5), Some("b,c"), None);
+    o.take_steps();
+    let failed = t1 + ms(5);
+    let end = o
+        .stop_failed(failed, &names(&["a"]))
+        .expect("a is being stopped");
+    assert!(
+        end > failed && end <= t1 + DEADLINE,
+        "its hold's end, within the deadline of the last read showing it"
+    );
+    assert_eq!(o.next_wake().map(|w| w <= end), Some(true));
+    o.tick(end - ms(1));
+    assert_eq!(report(&mut o, end - ms(1)), None, "still possibly running");
+    o.tick(end);
+    assert!(o.take_steps().is_empty(), "no overrun, no revocation");
+    assert_eq!(report(&mut o, end), Some(5));
+    assert_eq!(o.stopping(), 0);
+    // Its hold is over: `c` is not acquired on the strength of it, but by a
+    // read and a ping that give a new hold.
+    let t2 = end + ms(1);
+    o.ping(t2, None);
+    o.read(t2, t2, Some(5), Some("b,c"), None);
+    assert_eq!(
+        o.take_steps(),
+        [Step::Acquire {
+            units: tenures(&["c"], 5)
+        }]
+    );
+}
+
+/// A failed stop of a unit whose hold already ended is done at once.
+#[test]
+fn a_failed_stop_after_the_hold_ended_is_done_at_once() {
+    let t = crate::core::timing::test_t0();
+    let mut o = owning(t, 3, "a,b");
+    o.read(t + ms(1), t + ms(1), Some(5), Some("b"), None);
+    o.take_steps();
+    let late = t + DEADLINE + ms(1);
+    o.tick(late);
+    o.take_steps();
+    let end = o.stop_failed(late, &names(&["a"]));
+    assert!(end.is_some_and(|e| e <= late));
+    assert_eq!(o.stopping(), 1, "only b, fenced with the rest, is stopping");
+    assert_eq!(o.stop_failed(late, &names(&["a"])), None, "once");
+}
+
 #[test]
 fn a_report_never_covers_a_skipped_revocation_still_being_stopped() {
     let t = crate::core::timing::test_t0();
