@@ -1,7 +1,8 @@
 //! The operations HTTP server: `/metrics`, `/healthz`, `/readyz`, `/version`.
 //!
-//! - `/metrics`: Prometheus text format (the Go implementation served `/metrics`
-//!   on `-prom-port` too);
+//! - `/metrics`: OpenMetrics to a scraper that asks for it, the Prometheus
+//!   text format 0.0.4 otherwise (`ops::exposition`; the Go implementation
+//!   served `/metrics` on `-prom-port` too);
 //! - `/healthz`: 200 while the replica's coordinator runs its loop; 503 once
 //!   it stopped (a panic) or stalled, so that an orchestrator restarts it;
 //! - `/readyz`: 200 when Redis answered recently, the census knows this
@@ -22,7 +23,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -33,6 +34,7 @@ use std::time::Instant;
 use crate::core::status::{Role, Status};
 use crate::edge::clock;
 use crate::ops::api::Api;
+use crate::ops::exposition::{Format, text_from_openmetrics};
 use crate::ops::metrics::Metrics;
 
 #[derive(Clone)]
@@ -186,13 +188,22 @@ pub async fn serve_with(
         .await
 }
 
-async fn metrics_page(State(ops): State<Ops>) -> impl IntoResponse {
+/// OpenMetrics to a scraper that asks for it (Prometheus does), the 0.0.4
+/// text to any other (`curl`, `promtool check metrics`).
+async fn metrics_page(State(ops): State<Ops>, headers: HeaderMap) -> impl IntoResponse {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::negotiate(accept);
+    let openmetrics = ops.metrics.encode();
+    let body = match format {
+        Format::OpenMetrics => openmetrics,
+        Format::Text => text_from_openmetrics(&openmetrics),
+    };
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        ops.metrics.encode(),
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "Accept"),
+        ],
+        body,
     )
 }
 

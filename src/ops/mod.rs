@@ -3,6 +3,7 @@
 //! Prometheus metrics and the telemetry (logs, traces).
 
 pub mod api;
+pub mod exposition;
 pub mod http;
 pub mod metrics;
 pub mod telemetry;

@@ -108,12 +108,16 @@ fn checked_exprs(d: &Value) -> Vec<(String, String)> {
     exprs
 }
 
-/// `/metrics` on `port` once `done` holds for it, or the last one after 15 s.
+/// The `Accept` header Prometheus (2.x, 3.x) sends.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// `/metrics` as Prometheus scrapes it (OpenMetrics) on `port` once `done`
+/// holds for it, or the last one after 15 s.
 async fn scrape_until(port: u16, done: impl Fn(&str) -> bool) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let text = match http_get(port, "/metrics").await {
-            Ok((200, text)) => text,
+        let text = match http_get_with(port, "/metrics", &[("Accept", PROMETHEUS_ACCEPT)]).await {
+            Ok((200, _, text)) => text,
             other => panic!("/metrics: {other:?}"),
         };
         if done(&text) || std::time::Instant::now() >= deadline {
@@ -211,7 +215,86 @@ async fn the_dashboard_queries_only_metrics_a_replica_serves() {
         );
     }
 
+    both_formats_are_valid(port).await;
+
     stop.cancel();
     server.await.unwrap().unwrap();
     fleet.shutdown().await;
+}
+
+/// One scrape in each format: OpenMetrics for Prometheus' `Accept`, the
+/// 0.0.4 text for `curl`'s, with the same samples (but OpenMetrics'
+/// `_created`), and `promtool check metrics` passes on the text (required
+/// where `REQUIRE_PROMTOOL=1`, as in `scripts/test`).
+async fn both_formats_are_valid(port: u16) {
+    let names = |text: &str| -> BTreeSet<String> {
+        parse_metrics(text)
+            .into_iter()
+            .map(|s| s.name)
+            .filter(|n| !n.ends_with("_created"))
+            .collect()
+    };
+    // The two scrapes are apart: a family may appear in between.
+    let mut tries = 0;
+    let (openmetrics, text) = loop {
+        let (code, head, openmetrics) =
+            http_get_with(port, "/metrics", &[("Accept", PROMETHEUS_ACCEPT)])
+                .await
+                .unwrap();
+        assert_eq!(code, 200);
+        assert!(
+            head["content-type"].starts_with("application/openmetrics-text; version=1.0.0"),
+            "{head:?}"
+        );
+        let (code, head, text) = http_get_with(port, "/metrics", &[("Accept", "*/*")])
+            .await
+            .unwrap();
+        assert_eq!(code, 200);
+        assert!(
+            head["content-type"].starts_with("text/plain; version=0.0.4"),
+            "{head:?}"
+        );
+        assert_eq!(head.get("vary").map(String::as_str), Some("Accept"));
+        tries += 1;
+        if names(&openmetrics) == names(&text) || tries == 5 {
+            break (openmetrics, text);
+        }
+    };
+    assert_eq!(names(&openmetrics), names(&text), "the same samples");
+    assert!(openmetrics.ends_with("# EOF\n"));
+    assert!(!text.contains("# EOF") && !text.contains("# UNIT"));
+    assert!(
+        text.contains("# TYPE distributor_redis_errors_total counter"),
+        "0.0.4 names a counter by its samples' name"
+    );
+
+    let promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut promtool = match promtool {
+        Ok(child) => child,
+        Err(e) if std::env::var("REQUIRE_PROMTOOL").as_deref() != Ok("1") => {
+            eprintln!("promtool not run ({e}): set REQUIRE_PROMTOOL=1 to require it");
+            return;
+        }
+        Err(e) => panic!("promtool: {e}"),
+    };
+    use std::io::Write;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

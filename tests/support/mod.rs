@@ -618,19 +618,39 @@ pub fn units(n: usize) -> Vec<String> {
 
 /// A minimal HTTP/1.0 GET against loopback: (status code, body).
 pub async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let (code, _, body) = http_get_with(port, path, &[]).await?;
+    Ok((code, body))
+}
+
+/// GET `path` with extra request `headers`: the status, the response's
+/// headers (lowercase names) and its body.
+pub async fn http_get_with(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, std::collections::BTreeMap<String, String>, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n{extra}\r\n").as_bytes())
         .await?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).await?;
     let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
+    let mut lines = head.lines();
+    let code = lines
+        .next()
+        .and_then(|status| status.split_whitespace().nth(1))
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    Ok((code, body.to_string()))
+    let fields = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Ok((code, fields, body.to_string()))
 }
 
 /// The samples of `/metrics` on `port`, if it answers 200.
