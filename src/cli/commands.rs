@@ -321,11 +321,21 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
                     );
                 }
             };
-            let r = report::owner_report(&unit, &table, generation, &h.entries);
+            let units_key = &config.workunits_namespace;
+            let listed = store
+                .list(units_key)
+                .await
+                .with_context(|| format!("failed to read {units_key:?}"))?
+                .iter()
+                .any(|u| u == unit.as_bytes());
+            let r = report::owner_report(&unit, listed, &table, generation, &h.entries);
             if json {
                 print_json(&r)?;
             } else {
                 print!("{}", report::render_owner(&r, crate::unix_ms()));
+            }
+            if !listed && r.owners.is_empty() {
+                anyhow::bail!("work unit {unit:?} is not in {units_key:?}, and no member owns it");
             }
         }
     }

@@ -106,6 +106,8 @@ pub fn render_history(r: &HistoryReport, now_ms: u64) -> String {
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct OwnerReport {
     pub unit: String,
+    /// Whether the work-unit list holds it.
+    pub listed: bool,
     /// The table's generation as read.
     pub generation: u64,
     /// The members whose row holds it (one per group; none while it is in
@@ -127,6 +129,7 @@ pub struct OwnerReport {
 /// Who owns `unit` in `table`, and since when by `entries` (newest first).
 pub fn owner_report(
     unit: &str,
+    listed: bool,
     table: &MatchingTable,
     generation: u64,
     entries: &[HistoryEntry],
@@ -156,6 +159,7 @@ pub fn owner_report(
     };
     OwnerReport {
         unit: unit.to_string(),
+        listed,
         generation,
         since_generation: entry.map(|e| e.generation),
         since_ms: entry.map(|e| e.at_ms),
@@ -171,6 +175,12 @@ pub fn render_owner(r: &OwnerReport, now_ms: u64) -> String {
         (Some(g), Some(ms)) => format!("generation {g}, {}s ago", now_ms.saturating_sub(ms) / 1000),
         _ => r.note.clone().unwrap_or_default(),
     };
+    if r.owners.is_empty() && !r.listed {
+        return format!(
+            "{}: not listed (not in the work-unit list): no member owns it, in generation {}\n",
+            r.unit, r.generation
+        );
+    }
     if r.owners.is_empty() {
         return format!(
             "{}: no owner in generation {} (in transit, or not listed); last taken from its owner: {when}\n",
@@ -180,8 +190,13 @@ pub fn render_owner(r: &OwnerReport, now_ms: u64) -> String {
     let token = r
         .token
         .map_or_else(|| "unknown".to_string(), |t| t.to_string());
+    let unlisted = if r.listed {
+        ""
+    } else {
+        " (no longer listed: its owner is told to stop it at the next write)"
+    };
     format!(
-        "{}: owned by {} since {when}; fencing token {token}\n",
+        "{}: owned by {} since {when}; fencing token {token}{unlisted}\n",
         r.unit,
         r.owners.join(", ")
     )
@@ -215,21 +230,30 @@ mod tests {
                 ..HistoryEntry::default()
             },
         ];
-        let r = owner_report("u1", &t2, 2, &entries);
+        let r = owner_report("u1", true, &t2, 2, &entries);
         assert_eq!((r.since_generation, r.token), (Some(1), Some(1)));
         assert_eq!(
             render_owner(&r, 11_000),
             "u1: owned by a:1 since generation 1, 10s ago; fencing token 1\n"
         );
-        let gone = owner_report("u2", &t2, 2, &entries);
+        let gone = owner_report("u2", true, &t2, 2, &entries);
         assert_eq!((gone.since_generation, gone.token), (Some(2), None));
         assert!(render_owner(&gone, 3_000).starts_with("u2: no owner in generation 2"));
-        let old = owner_report("u1", &t2, 2, &entries[..1]);
+        let old = owner_report("u1", true, &t2, 2, &entries[..1]);
         assert_eq!(old.token, None);
         assert_eq!(
             render_owner(&old, 3_000),
             "u1: owned by a:1 since before generation 2, the oldest change kept; fencing token unknown\n"
         );
+        let never = owner_report("u9", false, &t2, 2, &entries);
+        assert_eq!(
+            render_owner(&never, 3_000),
+            "u9: not listed (not in the work-unit list): no member owns it, in generation 2\n"
+        );
+        let removed = owner_report("u1", false, &t2, 2, &entries);
+        assert!(render_owner(&removed, 11_000).ends_with(
+            "fencing token 1 (no longer listed: its owner is told to stop it at the next write)\n"
+        ));
     }
 
     #[test]

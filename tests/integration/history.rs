@@ -172,10 +172,19 @@ async fn every_write_is_recorded_and_the_history_outlives_every_replica() {
     );
     let out = cli(&fleet.redis.url(), &["owner", "never-listed"]);
     let text = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        text.starts_with("never-listed: no owner in generation "),
+        text.starts_with("never-listed: not listed (not in the work-unit list)"),
         "{text}"
     );
+    assert!(
+        !out.status.success() && stderr.contains("work unit \"never-listed\" is not in"),
+        "exits non-zero: {stderr}"
+    );
+    let out = cli(&fleet.redis.url(), &["owner", "never-listed", "--json"]);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["listed"], false, "{r}");
+    assert!(!out.status.success());
 
     // The text form: one paragraph per entry, newest first.
     let out = cli(&fleet.redis.url(), &["history", "--limit", "2"]);
