@@ -72,6 +72,10 @@ FAILURE_SUMMARY = 30.0
 LEAVE_BOUND = 3.0
 #: The longest the member's other tasks may take to end once cancelled when it closes.
 CLOSE_BOUND = 5.0
+#: How long the ping server lets the calls in flight finish when the member
+#: closes, before it cancels them (the holder's and the standbys' open beat
+#: streams included, which would otherwise last the whole grace).
+SERVER_STOP_GRACE = 0.01
 
 
 async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -1031,7 +1035,14 @@ class Member:
             for t in others:
                 t.cancel()
             if self._server is not None:
-                await self._bounded(self._server.stop(0.5), "stop the ping server")
+                # A tiny grace (a ping being answered gets its answer), not a
+                # longer one: the member closes once it has deregistered (or
+                # tried) and every hold has ended, so nothing it still serves
+                # matters. A refused connection from now on is the truth
+                # (nothing works on this member's units any more), and a grace
+                # would only hold the process up for as long as the holder's
+                # or a standby's beat stream stays open: all of it.
+                await self._bounded(self._server.stop(SERVER_STOP_GRACE), "stop the ping server")
             if self._clients is not None:
                 await self._bounded(self._clients.aclose(), "close the redis clients")
             # Wait for the other tasks to end, cancelling again whichever still
