@@ -211,3 +211,15 @@ def check_member_addr(addr: str) -> str | None:
     if not all(c.isascii() and (c.isalnum() or c in "._-") for c in host):
         return "host has characters outside [A-Za-z0-9._-]"
     return None
+
+
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@]*@")
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """Free text (an error's message) with each of ``secrets`` (passwords)
+    as ``***``, and the credentials of any URL in it (``scheme://user:pass@``)
+    as ``***@``: safe to show."""
+    for secret in sorted({x for x in secrets if x}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return _URL_USERINFO.sub(r"\1***@", text)

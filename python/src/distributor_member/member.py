@@ -25,11 +25,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
 from redis.exceptions import RedisError
@@ -39,6 +41,7 @@ from ._load import LoadBook
 from ._ownership import Acquire, Outcome, Overran, Ownership, Reason, Report, Revoke, Tenure
 from ._recovery import HeldReport, PingView, RecoveryTag
 from ._redact import check_member_addr
+from ._redact import check_member_addr, scrub
 from ._redis import REGISTER, Clients, Keys, RowReader, refused_command
 from .options import MAX_WEIGHT, MemberOptions, OptionsError, split_host_port
 
@@ -58,6 +61,7 @@ __all__ = [
     "Ready",
     "Left",
     "MemberError",
+    "ReadyTimeout",
     "AcquiredCallback",
     "RevokedCallback",
 ]
@@ -102,6 +106,22 @@ def monotonic() -> float:
 
 class MemberError(Exception):
     """The member could not start (its address), or was used wrongly."""
+
+
+_READY_TIMEOUT_DOC = """:meth:`Member.ready` timed out: a :class:`TimeoutError` (and an
+    :class:`asyncio.TimeoutError`) whose message says what the member waited
+    for and what is missing (registration, first read, report, contact with
+    Redis or a holder's ping, the last Redis error), passwords hidden."""
+
+if sys.version_info >= (3, 11):
+
+    class ReadyTimeout(TimeoutError):
+        __doc__ = _READY_TIMEOUT_DOC
+
+else:  # asyncio.TimeoutError is another class before Python 3.11: this is both
+
+    class ReadyTimeout(asyncio.TimeoutError, TimeoutError):
+        __doc__ = _READY_TIMEOUT_DOC
 
 
 class HoldLost(Exception):
@@ -422,6 +442,8 @@ class Member:
         self._dropped = 0
         self._held_failing: RecoveryTag | None = None
         self._bad_generation = False
+        #: The last Redis failure (kind and message, passwords hidden), for :meth:`ready`'s timeout.
+        self._last_error: tuple[str, float] | None = None
 
     # -- public API ---------------------------------------------------------
 
@@ -524,7 +546,9 @@ class Member:
     async def ready(self, timeout: float | None = None) -> None:
         """Waits until the member registered and processed its first read of
         the table. Raises :class:`MemberError` if it stopped first, and
-        :class:`asyncio.TimeoutError` after ``timeout`` seconds."""
+        :class:`ReadyTimeout` (a :class:`TimeoutError`, and an
+        :class:`asyncio.TimeoutError`) after ``timeout`` seconds, saying what
+        is missing."""
         ready, done = self._require()
         wait_ready: asyncio.Future[Any] = asyncio.ensure_future(ready.wait())
         try:
@@ -535,7 +559,7 @@ class Member:
             return
         if done.done():
             raise MemberError("the member stopped before it was ready")
-        raise asyncio.TimeoutError("the member is not ready yet")
+        raise ReadyTimeout(self._not_ready(timeout))
 
     def events(self) -> EventStream:
         """A new async iterator of this member's events from now on
@@ -831,6 +855,7 @@ class Member:
                 try:
                     await main.execute_command("HSET", self._keys.members, self._id, report.encode())
                 except (RedisError, OSError) as e:
+                    self._redis_failed(e)
                     log.debug("could not write this member's report; retrying: %s", e, extra={"member": self._id})
                     self._report_wait = monotonic() + REPORT_RETRY
                     return True
@@ -844,6 +869,7 @@ class Member:
                     try:
                         await main.execute_command("PUBLISH", self._keys.acked, self._id)
                     except (RedisError, OSError) as e:
+                        self._redis_failed(e)
                         log.debug("could not announce the report: %s", e, extra={"member": self._id})
                     log.debug("reported %s", report.encode(), extra={"member": self._id})
                 self._changed()
@@ -854,6 +880,7 @@ class Member:
             try:
                 got = await self._reader.read(sent)
             except (RedisError, OSError) as e:
+                self._redis_failed(e)
                 reads.failed(e)
                 return True
             reads.recovered()
@@ -912,6 +939,7 @@ class Member:
             try:
                 added = await main.execute_command("EVAL", REGISTER, 1, self.options.services_key, self._id)
             except (RedisError, OSError) as e:
+                self._redis_failed(e)
                 log.debug("could not register; retrying: %s", e, extra={"member": self._id})
                 return True
             if added:
@@ -928,6 +956,7 @@ class Member:
                 try:
                     waits = await self._transit_waits()
                 except RedisError as e:
+                    self._redis_failed(e)
                     if not refused_command(e):
                         log.debug("could not read the units in transit; retrying: %s", e, extra={"member": self._id})
                         return True
@@ -936,6 +965,7 @@ class Member:
                                 extra={"member": self._id})
                     waits = False
                 except OSError as e:
+                    self._redis_failed(e)
                     log.debug("could not read the units in transit; retrying: %s", e, extra={"member": self._id})
                     return True
                 if not waits:
@@ -962,6 +992,7 @@ class Member:
                 await p.execute()
             ok = True
         except (RedisError, OSError) as e:
+            self._redis_failed(e)
             if self._held_failing != held.tag:
                 log.warning("could not state what this member works on for the holder's recovery %s; retrying: %s",
                             held.tag, e, extra={"member": self._id})
@@ -978,6 +1009,7 @@ class Member:
                 try:
                     await main.execute_command("PUBLISH", self._keys.acked, self._id)
                 except (RedisError, OSError) as e:
+                    self._redis_failed(e)
                     log.debug("could not announce the statement: %s", e, extra={"member": self._id})
         self._changed()
 
@@ -996,6 +1028,46 @@ class Member:
             elif self._id in str(v):
                 return True
         return False
+
+    def _redis_failed(self, error: BaseException) -> None:
+        """Notes the last Redis failure (for :meth:`ready`'s timeout), passwords hidden."""
+        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        self._last_error = (scrub(text, self._secrets()), monotonic())
+
+    def _secrets(self) -> list[str]:
+        """Every password of the options: never shown."""
+        secrets = [self.options.redis_password or ""]
+        for url in self.options.redis_urls():
+            try:
+                secrets.append(urlsplit(url).password or "")
+            except ValueError:
+                pass
+        return secrets
+
+    def _not_ready(self, timeout: float | None) -> str:
+        """Why the member is not ready: what it waits for, and what is missing."""
+        o = self.options
+        now = monotonic()
+        missing = []
+        if not self._registered:
+            missing.append(f"not registered in {o.services_key!r}")
+        if not self._read_once:
+            missing.append(f"no read of the table {o.table_key!r} processed")
+        with self._lock:
+            written = self._own.written
+            fenced = self._own.fenced
+            read, ping = self._own.last_read, self._own.contact_ping
+        if written is None:
+            missing.append("no report written")
+        if fenced:
+            missing.append(f"fenced (out of contact: last successful read of redis {_ago(read, now)}, "
+                           f"last ping {_ago(ping, now)})")
+        if self._last_error is not None:
+            error, at = self._last_error
+            missing.append(f"last redis error {now - at:.1f} s ago: {error}")
+        waited = "" if timeout is None else f" within {timeout:g} s"
+        return (f"member {self._id} not ready{waited} (waiting to be registered in {o.services_key!r} and to "
+                f"process a first read of {o.table_key!r} at {o.redacted_redis_url()}): " + "; ".join(missing))
 
     def _check_ready(self) -> None:
         assert self._ready is not None
@@ -1136,6 +1208,7 @@ class Member:
                 # Connections this member dropped itself (to find the master
                 # again) are no failure: subscribe anew.
                 if self._dropped == dropped:
+                    self._redis_failed(e)
                     failures.failed(e)
             finally:
                 try:
@@ -1174,6 +1247,7 @@ class Member:
                 await self._clients.main.execute_command("HSET", self._keys.loads, self._id, value)
                 failures.recovered()
             except (RedisError, OSError) as e:
+                self._redis_failed(e)
                 failures.failed(e)
 
 
