@@ -84,6 +84,8 @@ class Work:
         task = self.tasks.pop(hold.unit, None)
         if task is not None:
             task.cancel()
+            # Its end, before returning (gather: its cancellation is not raised here).
+            await asyncio.gather(task, return_exceptions=True)
         await asyncio.sleep(self.stop_s)  # flushing, closing: still touching the unit
 
 
