@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import time
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ import grpc
 import pytest
 
 import distributor_member as dm
+from distributor_member._ownership import Report
 from conftest import SERVICES, Fleet, Proc, await_for, run, wait_for
 
 DEADLINE = 2.0
@@ -602,3 +604,83 @@ def test_a_drained_member_closes_at_once_after_the_handover(fleet: Fleet, monkey
 
     run(scenario(), 60)
 
+
+def test_a_revocation_that_fails_is_acknowledged_only_once_its_hold_ended(
+        fleet: Fleet, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    all_units = units(6)
+    fleet.set_units(all_units)
+    fleet.start_daemon()
+    failing: dict[str, str] = {}  # unit -> how a's stop of it fails: "raise" or "cancel"
+
+    async def scenario() -> None:
+        async def a_revoked(h: dm.Hold, reason: dm.Reason) -> None:
+            how = failing.get(h.unit)
+            if how == "raise":
+                raise RuntimeError(f"could not stop {h.unit}")
+            if how == "cancel":
+                # Awaiting a task it cancelled: the CancelledError escapes the callback.
+                work = asyncio.create_task(asyncio.sleep(30))
+                work.cancel()
+                await work
+
+        journal = Journal()
+        a = dm.Member(options(fleet), revoked=a_revoked)
+        b = dm.Member(options(fleet))
+        for m in (a, b):
+            journal.follow(m)
+            await m.start()
+        await await_for("the split", lambda: settled(fleet, journal, [a, b], all_units) and len(a.owned()) >= 3, 20)
+        mine = [h.unit for h in a.owned()]
+        failing[mine[0]] = "raise"
+        failing[mine[1]] = "cancel"
+        # Every report a writes, as it writes it (after the HSET).
+        acked: list[tuple[float, int]] = []
+        reported = a._own.reported
+
+        def noting(now: float, report: Report) -> None:
+            acked.append((time.monotonic(), report.applied))
+            reported(now, report)
+
+        monkeypatch.setattr(a._own, "reported", noting)
+        drained = asyncio.create_task(a.drain())
+        await await_for("the revocations", lambda: all(a.holds(u) is None for u in mine), 10)
+        revoking = a.generation  # the generation that emptied a's row (or a later one)
+        how = await asyncio.wait_for(drained, 20)
+        assert how is dm.Drained.HANDED_OVER
+        await asyncio.wait_for(journal.tasks[0], 5)  # a's events, up to Left
+        mine_events = [e for i, e in journal.events if i == a.id]
+        revoked_at = {e.unit: e.at for e in mine_events if isinstance(e, dm.Revoking)}
+        released = {e.unit: e for e in mine_events if isinstance(e, dm.Released)}
+        assert sorted(released) == sorted(mine)
+        ends = []
+        for u in mine:
+            r = released[u]
+            if u in failing:
+                # Counted as stopped once its hold had ended, not when the callback failed.
+                assert r.failed and not r.late and r.hold_end is not None
+                assert r.hold_end <= r.at < r.hold_end + 0.5, (u, r)
+                assert r.at - revoked_at[u] > DEADLINE / 2, "its hold ends about a deadline after the last read"
+                ends.append(r.hold_end)
+            else:
+                # The other units' stops are not delayed.
+                assert not r.failed and r.at - revoked_at[u] < 0.5, (u, r)
+                assert r.at < min(released[f].at for f in failing)
+        hold_end = max(ends)
+        # The acknowledgement of the generation that revoked them waited for their holds' end.
+        early = [(t, g) for t, g in acked if g >= revoking and t < hold_end]
+        assert not early, f"acknowledged {early} before the hold ended at {hold_end}"
+        assert any(g >= revoking for _, g in acked)
+        assert a.stops_failed == 2
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert any(mine[0] in m and "RuntimeError" in m for m in errors), errors
+        assert any(mine[1] in m and "cancelled" in m for m in errors), errors
+        # The holder granted them elsewhere only after that: never two owners.
+        await await_for("b owns every unit", lambda: settled(fleet, journal, [b], all_units), 20)
+        for i, e in journal.events:
+            if i == b.id and isinstance(e, dm.Acquired) and e.unit in failing:
+                assert e.at >= released[e.unit].at, (e, released[e.unit])
+        assert not any(isinstance(e, dm.Released) and e.late for _, e in journal.events)
+        await b.shutdown()
+        journal.check_no_overlap()
+
+    run(scenario(), 60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from distributor_member._ownership import (
     Acquire,
     Connection,
+    GaveUp,
     Outcome,
     Overran,
     Ownership,
@@ -203,3 +204,86 @@ def test_an_empty_field_is_no_units_and_none_is_no_field() -> None:
     assert o.in_table() and o.owned_units() == []
     o.read(0.2, 0.2, 2, None, C1)
     assert not o.in_table()
+
+
+def gave_up(steps: list[Step]) -> list[tuple[str, float]]:
+    return [(t.unit, s.ended) for s in steps if isinstance(s, GaveUp) for t in s.units]
+
+
+def test_a_failed_stop_counts_as_done_only_once_its_hold_ended() -> None:
+    o = started(fresh(), row="a,b", now=1.0)
+    o.ping(2.0)
+    o.read(2.0, 2.0, 6, "b,c", C1)
+    assert revoked(o.take_steps()) == [("a", Reason.MOVED)]
+    # The stop of a fails at 2.1: its work may still run. Its hold ends a
+    # deadline after the last read that showed it (at 1.0).
+    end = o.stop_failed(2.1, ["a"])
+    assert end == 1.0 + D
+    assert o.stop_failed(2.1, ["a"]) is None, "once"
+    assert o.next_wake() is not None and o.next_wake() <= end  # type: ignore[operator]
+    # Reads and pings go on, b's hold is extended, but nothing acknowledges
+    # generation 6 (and c does not start) before a's hold ended.
+    for t in (4.0, 6.0, 8.0, end - 0.01):
+        o.ping(t)
+        o.read(t, t, 6, "b,c", C1)
+        o.tick(t)
+        assert o.report_due() is None, f"acknowledged at {t} while a's work may run"
+        assert o.take_steps() == []
+        assert o.holds("b", t) == 5
+    o.ping(end)
+    o.tick(end)
+    steps = o.take_steps()
+    assert gave_up(steps) == [("a", end)]
+    assert not any(isinstance(s, Overran) for s in steps), "a failed stop is no overrun"
+    assert "a" not in o.stopping
+    due = o.report_due()
+    assert due is not None and due.applied == 6
+    o.reported(end, due)
+    assert acquired(o.take_steps()) == ["c"]
+
+
+def test_other_units_of_the_generation_stop_at_once_but_the_report_waits() -> None:
+    o = started(fresh(), row="a,b,c", now=1.0)
+    o.ping(2.0)
+    o.read(2.0, 2.0, 6, "c", C1)
+    assert revoked(o.take_steps()) == [("a", Reason.MOVED), ("b", Reason.MOVED)]
+    o.revoked(2.1, ["b"])
+    assert "b" not in o.stopping
+    o.stop_failed(2.2, ["a"])
+    assert o.report_due() is None
+    o.tick(1.0 + D)
+    assert gave_up(o.take_steps()) == [("a", 1.0 + D)]
+    due = o.report_due()
+    assert due is not None and due.applied == 6
+
+
+def test_a_failed_stop_after_its_hold_ended_is_done_at_once() -> None:
+    o = started(fresh(), row="a,b", now=1.0)
+    o.read(1.5, 1.5, 6, "b", C1)
+    o.take_steps()
+    late = 1.0 + D + 0.01
+    o.tick(late)
+    assert any(isinstance(s, Overran) for s in o.take_steps())
+    assert o.stop_failed(late, ["a"]) == 1.0 + D
+    assert gave_up(o.take_steps()) == [("a", 1.0 + D)]
+    assert list(o.stopping) == ["b"], "only b, fenced with the rest, is being stopped"
+
+
+def test_reads_no_longer_extend_the_hold_of_a_failed_stop() -> None:
+    # Fenced (a ping missing) while the row still lists the unit: the stop
+    # fails; reads that go on showing it do not push its end back.
+    o = started(fresh(), row="a", now=1.0)
+    for t in (3.0, 5.0, 7.0, 9.0):
+        o.read(t, t, 5, "a", C1)
+    o.tick(1.0 + D - M)
+    assert revoked(o.take_steps()) == [("a", Reason.FENCED)]
+    end = o.stop_failed(1.0 + D - M + 0.01, ["a"])
+    assert end == 1.0 + D
+    o.read(1.0 + D - 0.2, 1.0 + D - 0.2, 5, "a", C1)
+    o.tick(1.0 + D)
+    assert gave_up(o.take_steps()) == [("a", 1.0 + D)]
+    # Contact again: a starts anew, with a hold of its own.
+    t = 1.0 + D + 0.1
+    assert o.ping(t)
+    o.read(t, t, 5, "a", C1)
+    assert acquired(o.take_steps()) == ["a"]

@@ -26,7 +26,15 @@ caller to run. Rules:
   generation. It claims ``applied = a`` only when every unit still being
   stopped was in a processed row of generation ``>= a``;
 - contact is lost (fenced: pings answered UNAVAILABLE) ``margin`` before
-  ``deadline`` after the earlier of the last read and the last ping.
+  ``deadline`` after the earlier of the last read and the last ping;
+- a stop that failed (the application's revocation callback raised or was
+  cancelled: its work may still run) counts as done only once the unit's
+  hold has ended: ``deadline`` after the earlier of the last read that
+  showed the unit before it failed and the last ping (reads no longer
+  extend it); the report that acknowledges its revocation waits until then
+  (:meth:`Ownership.stop_failed`, then a :class:`GaveUp` step), and the
+  holder, without that acknowledgement, waits out the deadline before it
+  grants the unit.
 
 What a holder's ping says of its holder (protocol version 2,
 :class:`PingView`; older holders say nothing, and then none of these
@@ -128,7 +136,16 @@ class Overran:
     ended: float
 
 
-Step = Revoke | Acquire | Overran
+@dataclass(frozen=True)
+class GaveUp:
+    """Failed stops (:meth:`Ownership.stop_failed`) that count as done now:
+    the units' hold ended at ``ended``."""
+
+    units: list[Tenure]
+    ended: float
+
+
+Step = Revoke | Acquire | Overran | GaveUp
 
 
 class Outcome(Enum):
@@ -165,6 +182,8 @@ class _Stopping:
     seen: int
     overran: bool
     fenced: bool
+    #: The application's stop failed: done once the hold ends, which reads no longer extend.
+    failed: bool = False
 
 
 def decode_row(raw: str | None) -> list[str]:
@@ -269,7 +288,7 @@ class Ownership:
             p.client = client
             p.numbered = p.numbered or numbered
             for s in self.stopping.values():
-                if s.in_row:
+                if s.in_row and not s.failed:
                     s.shown = max(s.shown, sent)
             self._update_contact(now)
             self._try_acquire(now)
@@ -294,7 +313,8 @@ class Ownership:
         for u, s in self.stopping.items():
             s.in_row = u in in_row
             if s.in_row:
-                s.shown = max(s.shown, sent)
+                if not s.failed:
+                    s.shown = max(s.shown, sent)
                 s.seen = max(s.seen, g)
         self.processed = _Processed(g, row, units, sent, client, numbered)
         self.revision += 1
@@ -390,6 +410,28 @@ class Ownership:
         self._try_acquire(now)
         return late
 
+    def stop_failed(self, now: float, units: list[str]) -> float | None:
+        """The application's stop of ``units`` (revoked earlier) failed: its
+        work may still run. Each counts as stopped only once its hold has
+        ended (at once if it has: a :class:`GaveUp` step says when), and the
+        report that acknowledges its revocation waits until then; reads no
+        longer extend that hold. Returns when the last of those holds ends
+        (``None``: none of them is being stopped)."""
+        last: float | None = None
+        for u in units:
+            s = self.stopping.get(u)
+            if s is None or s.failed:
+                continue
+            s.failed = True
+            end = self.end_of(s.shown)
+            last = end if last is None else max(last, end)
+        if last is not None:
+            self.revision += 1
+        self._expire(now)
+        self._update_contact(now)
+        self._try_acquire(now)
+        return last
+
     def report_due(self) -> Report | None:
         p = self.processed
         if p is None:
@@ -456,7 +498,7 @@ class Ownership:
         owned = self.owned_lapse()
         if owned is not None:
             times.append(owned)
-        times.extend(self.end_of(s.shown) for s in self.stopping.values() if not s.overran)
+        times.extend(self.end_of(s.shown) for s in self.stopping.values() if not s.overran or s.failed)
         if not self.fenced:
             times.append(self.contact_end() - self.margin)
         return min(times) if times else None
@@ -563,9 +605,22 @@ class Ownership:
         if lapse is not None and lapse <= now:
             end = self.owned_end()
             self._revoke(list(self.owned), Reason.FENCED, self.generation, fenced=True, ended=end)
+        # A failed stop counts as done once its hold ended: no one else can
+        # have had the unit before.
+        gave_up: dict[float, list[Tenure]] = {}
+        for u, s in list(self.stopping.items()):
+            if s.failed:
+                end = self.end_of(s.shown)
+                if end <= now:
+                    del self.stopping[u]
+                    gave_up.setdefault(end, []).append(Tenure(u, s.token))
+        if gave_up:
+            self.revision += 1
+        for ended in sorted(gave_up):
+            self.steps.append(GaveUp(gave_up[ended], ended))
         overran: dict[float, list[Tenure]] = {}
         for u, s in self.stopping.items():
-            if s.overran:
+            if s.overran or s.failed:
                 continue
             end = self.end_of(s.shown)
             if end <= now:

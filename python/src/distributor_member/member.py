@@ -17,7 +17,10 @@ Structure (all on one asyncio loop):
   own (for one unit, ``revoked`` starts only once ``acquired`` returned), so
   a slow stop delays no read, no ping and no other unit's callbacks. What the
   protocol orders stays ordered: a generation that took units is reported
-  only once they stopped, and units are started only after that report.
+  only once they stopped, and units are started only after that report. A
+  ``revoked`` callback that raises (or is cancelled) has not shown that its
+  work stopped: its unit counts as stopped only once its hold has ended by
+  itself, and that report waits until then.
 """
 
 from __future__ import annotations
@@ -38,9 +41,8 @@ from redis.exceptions import RedisError
 
 from ._grpc import PingService, server_credentials
 from ._load import LoadBook
-from ._ownership import Acquire, Outcome, Overran, Ownership, Reason, Report, Revoke, Tenure
+from ._ownership import Acquire, GaveUp, Outcome, Overran, Ownership, Reason, Report, Revoke, Tenure
 from ._recovery import HeldReport, PingView, RecoveryTag
-from ._redact import check_member_addr
 from ._redact import check_member_addr, scrub
 from ._redis import REGISTER, Clients, Keys, RowReader, refused_command
 from .options import MAX_WEIGHT, MemberOptions, OptionsError, split_host_port
@@ -266,13 +268,16 @@ class Released:
     """The unit's stop finished (the revocation callback returned) at ``at``.
     ``hold_end`` is the instant the holder could give it away at the
     earliest (monotonic, ``None`` if it was never pinged); ``late`` says the
-    stop finished after it."""
+    stop finished after it. ``failed``: the revocation callback raised or was
+    cancelled, so its work may have gone on; the unit counted as stopped only
+    once its hold had ended, at ``at`` (then ``hold_end <= at``, and not late)."""
 
     hold: Hold
     reason: Reason
     at: float
     hold_end: float | None
     late: bool
+    failed: bool = False
 
     @property
     def unit(self) -> str:
@@ -387,8 +392,11 @@ class Member:
     ``acquired(hold)`` is awaited when a unit becomes this member's: start
     its work and return. ``revoked(hold, reason)`` is awaited when it is taken
     back: stop the work completely, then return; the member reports that to
-    the holder, which only then gives the unit to its next owner. Each unit's
-    calls run in a task of their own. Without ``revoked`` a revocation
+    the holder, which only then gives the unit to its next owner. If it
+    raises (or is cancelled), the work may still run: the unit counts as
+    stopped, and that report is written, only once its hold has ended (the
+    holder waits out the deadline meanwhile). Each unit's calls run in a task
+    of their own. Without ``revoked`` a revocation
     completes at once: then check the hold before every side effect (or
     follow :meth:`events`). Leaving the ``async with`` block shuts the member
     down (:meth:`shutdown`); call :meth:`drain` first to hand units over.
@@ -442,8 +450,11 @@ class Member:
         self._dropped = 0
         self._held_failing: RecoveryTag | None = None
         self._bad_generation = False
+        #: Units whose stop failed, waiting for their hold to end: their hold and why they were revoked.
+        self._failed_stops: dict[str, tuple[Hold, Reason]] = {}
         #: The last Redis failure (kind and message, passwords hidden), for :meth:`ready`'s timeout.
         self._last_error: tuple[str, float] | None = None
+        self._stops_failed = 0
 
     # -- public API ---------------------------------------------------------
 
@@ -474,6 +485,12 @@ class Member:
         """Whether the last processed read found a field for this member."""
         with self._lock:
             return self._own.in_table()
+
+    @property
+    def stops_failed(self) -> int:
+        """How many revocation callbacks raised or were cancelled (each such
+        unit counted as stopped only once its hold had ended)."""
+        return self._stops_failed
 
     @property
     def weight(self) -> int:
@@ -683,6 +700,8 @@ class Member:
                 log.error("a revocation is still running after the hold ended: the next owner may already work "
                           "on %s (make revocations finish within the deadline minus the fence margin)",
                           ",".join(t.unit for t in step.units), extra={"member": self._id})
+            elif isinstance(step, GaveUp):
+                self._gave_up(step, now)
         if fenced != self._fenced_seen:
             self._fenced_seen = fenced
             if fenced and self._phase in (_Phase.FOLLOWING, _Phase.DRAINING):
@@ -744,13 +763,19 @@ class Member:
         if hold._acquiring is not None:
             await asyncio.wait({hold._acquiring})
         if self._revoked_cb is not None:
+            # In a task of its own, so that a cancellation of the callback
+            # (it awaited a task it had cancelled, say) is told apart from one
+            # of this task (the loop closing), which goes on to the callback.
+            call = asyncio.ensure_future(self._revoked_cb(hold, reason))
             try:
-                await self._revoked_cb(hold, reason)
+                await asyncio.wait({call})
             except asyncio.CancelledError:
+                call.cancel()
                 raise
-            except Exception:
-                log.exception("the revocation callback of %s failed; counting it as stopped", hold.unit,
-                              extra={"member": self._id})
+            error = None if call.cancelled() else call.exception()
+            if call.cancelled() or error is not None:
+                self._stop_failed(hold, reason, error)
+                return
         now = monotonic()
         with self._lock:
             s = self._own.stopping.get(hold.unit)
@@ -763,6 +788,40 @@ class Member:
         is_late = hold_end is not None and now > hold_end
         self._emit(Released(hold, reason, now, hold_end, is_late))
         self._changed()
+
+    def _stop_failed(self, hold: Hold, reason: Reason, error: BaseException | None) -> None:
+        """The revocation callback raised ``error`` (``None``: it was
+        cancelled): the unit's work may still run, so it counts as stopped
+        only once its hold has ended by itself, and the acknowledgement of
+        the generation that revoked it waits until then (the holder waits
+        out this member's deadline meanwhile)."""
+        self._stops_failed += 1
+        now = monotonic()
+        with self._lock:
+            stopping = hold.unit in self._own.stopping
+            if stopping:
+                self._failed_stops[hold.unit] = (hold, reason)
+            end = self._own.stop_failed(now, [hold.unit])
+        what = "was cancelled" if error is None else f"raised {type(error).__name__}: {error}"
+        wait = f"{max(0.0, end - now):.3f} s" if end is not None else "no time"
+        log.error("the revocation callback of %s (token %d) %s: its work may still run, so the unit counts as "
+                  "stopped only once its hold ends (in %s), and the acknowledgement of its revocation waits until "
+                  "then", hold.unit, hold.token, what, wait, extra={"member": self._id},
+                  exc_info=(type(error), error, error.__traceback__) if error is not None else None)
+        if not stopping:
+            self._emit(Released(hold, reason, now, None, False, failed=True))
+        self._changed()
+
+    def _gave_up(self, step: GaveUp, now: float) -> None:
+        """Failed stops whose hold has now ended: they count as stopped."""
+        for t in step.units:
+            failed = self._failed_stops.pop(t.unit, None)
+            if failed is None or failed[0].token != t.token:
+                continue
+            hold, reason = failed
+            log.info("the hold on %s (token %d), whose revocation failed, has ended: counting it as stopped",
+                     t.unit, t.token, extra={"member": self._id})
+            self._emit(Released(hold, reason, now, step.ended, False, failed=True))
 
     # The follower -----------------------------------------------------------
 

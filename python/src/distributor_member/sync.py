@@ -47,7 +47,8 @@ class SyncMember:
 
     ``acquired(hold)`` and ``revoked(hold, reason)`` run in a thread pool of
     ``max_workers`` threads: ``revoked`` must return once the unit's work has
-    stopped completely. :class:`Hold` is thread-safe: check it before every
+    stopped completely (if it raises, the unit counts as stopped only once
+    its hold has ended: see :class:`Member`). :class:`Hold` is thread-safe: check it before every
     side effect (``hold.check()``), or wait on ``hold.wait_ended_sync()``.
     Leaving the ``with`` block shuts the member down; call :meth:`drain`
     first to hand the units over."""
