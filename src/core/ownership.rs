@@ -90,7 +90,8 @@
 //!   no ping came, for `deadline` (counted from the start before the first
 //!   one); while fenced it holds nothing and answers pings `UNAVAILABLE`;
 //! - **a stop that failed** (the application's handler panicked: its work
-//!   may still run) counts as done only once the unit's hold has ended: the
+//!   may still run) counts as done only once the unit's hold, as it was when
+//!   the stop failed, has ended (reads after that do not extend it): the
 //!   report that acknowledges its revocation waits until then, and the
 //!   holder, without that acknowledgement, waits out the member's deadline
 //!   before it grants the unit;
@@ -230,8 +231,10 @@ struct Stopping {
     /// as late.
     fenced: bool,
     /// The application's stop failed (its handler panicked): the unit's
-    /// work may still run, so it counts as stopped only once its hold ends.
-    failed: bool,
+    /// work may still run, so it counts as stopped only at its hold's end as
+    /// of the failure (fixed then: a unit still in the row would otherwise
+    /// wait for as long as the row lists it).
+    failed: Option<Instant>,
 }
 
 /// One member's ownership state (see the module documentation).
@@ -609,7 +612,10 @@ impl Ownership {
         units.extend(
             self.stopping
                 .iter()
-                .filter(|(_, s)| !s.overran && now < self.end_of(s.shown))
+                .filter(|(_, s)| match s.failed {
+                    Some(end) => now < end,
+                    None => !s.overran && now < self.end_of(s.shown),
+                })
                 .map(|(u, s)| (u.clone(), s.token.0)),
         );
         self.freeze();
@@ -672,10 +678,12 @@ impl Ownership {
     pub fn stop_failed(&mut self, now: Instant, units: &[String]) -> Option<Instant> {
         let mut last = None;
         for u in units {
-            let end = self.stopping.get(u).map(|s| self.end_of(s.shown));
+            let Some(end) = self.stopping.get(u).map(|s| self.end_of(s.shown)) else {
+                continue;
+            };
             if let Some(s) = self.stopping.get_mut(u) {
-                s.failed = true;
-                last = last.max(end);
+                s.failed = Some(end);
+                last = last.max(Some(end));
             }
         }
         self.expire(now);
@@ -778,11 +786,10 @@ impl Ownership {
     /// ends, contact is lost); call [`Ownership::tick`] then.
     pub fn next_wake(&self) -> Option<Instant> {
         let owned = self.owned_end();
-        let stopping = self
-            .stopping
-            .values()
-            .filter(|s| !s.overran)
-            .map(|s| self.end_of(s.shown));
+        let stopping = self.stopping.values().filter_map(|s| match s.failed {
+            Some(end) => Some(end),
+            None => (!s.overran).then(|| self.end_of(s.shown)),
+        });
         let contact = (!self.fenced).then(|| self.contact_end());
         owned.into_iter().chain(stopping).chain(contact).min()
     }
@@ -928,7 +935,7 @@ impl Ownership {
         let given_up: Vec<String> = self
             .stopping
             .iter()
-            .filter(|(_, s)| s.failed && self.end_of(s.shown) <= now)
+            .filter(|(_, s)| s.failed.is_some_and(|end| end <= now))
             .map(|(u, _)| u.clone())
             .collect();
         for u in given_up {
@@ -938,7 +945,7 @@ impl Ownership {
         let ends: Vec<(String, Instant)> = self
             .stopping
             .iter()
-            .filter(|(_, s)| !s.overran && !s.failed)
+            .filter(|(_, s)| !s.overran && s.failed.is_none())
             .map(|(u, s)| (u.clone(), self.end_of(s.shown)))
             .filter(|(_, end)| *end <= now)
             .collect();
@@ -978,7 +985,7 @@ impl Ownership {
                     seen,
                     overran: fenced,
                     fenced,
-                    failed: false,
+                    failed: None,
                 },
             );
         }

@@ -177,6 +177,36 @@ fn a_failed_stop_counts_as_done_only_once_its_hold_ended() {
     );
 }
 
+/// A failed stop's end is fixed when it fails: a unit still in the row
+/// (fenced, then back in contact) does not wait for as long as reads show
+/// it, and is acquired again once it counts as stopped.
+#[test]
+fn a_failed_stop_of_a_unit_still_in_the_row_ends_with_its_hold_as_it_was() {
+    let t = crate::core::timing::test_t0();
+    let mut o = owning(t, 3, "a,b");
+    let fenced = t + DEADLINE;
+    o.tick(fenced);
+    o.take_steps();
+    o.revoked(fenced, &names(&["b"]));
+    let back = fenced + ms(10);
+    o.ping(back, None);
+    o.read(back, back, Some(4), Some("a,b"), None);
+    let end = o.stop_failed(back + ms(1), &names(&["a"]));
+    assert_eq!(end, Some(back + DEADLINE));
+    for i in 1..=15 {
+        let now = back + ms(100 * i);
+        o.ping(now, None);
+        o.read(now, now, Some(4), Some("a,b"), None);
+        o.tick(now);
+        if let Some(r) = o.report_due() {
+            o.reported(now, r);
+        }
+        let want = usize::from(now < back + DEADLINE);
+        assert_eq!(o.stopping(), want, "at {:?}", now - back);
+    }
+    assert_eq!(o.holds("a", back + ms(1500)), Some(FencingToken(4)));
+}
+
 /// A failed stop of a unit whose hold already ended is done at once.
 #[test]
 fn a_failed_stop_after_the_hold_ended_is_done_at_once() {
