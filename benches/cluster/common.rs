@@ -559,6 +559,24 @@ impl Drop for Proc {
     }
 }
 
+/// Spawns `cmd` as a [`Proc`] named `name`.
+pub fn spawn_proc(mut cmd: Command, name: &str) -> Proc {
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+    let pid = child.id();
+    Proc {
+        child,
+        pid,
+        name: name.to_string(),
+    }
+}
+
+impl Proc {
+    /// The exit status if it has exited, without waiting.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
 fn spawn_self(mode: &[&str]) -> (Proc, BufReader<std::process::ChildStdout>) {
     let exe = std::env::current_exe().expect("own executable");
     let mut child = Command::new(exe)

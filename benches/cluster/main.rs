@@ -11,7 +11,8 @@
 //! Sections: `pings` (target 2), `detection` (3), `failover` (4),
 //! `redis_cost` (5), `table_write` (6), `memory` (holder peak RSS per unit),
 //! `handoff` (revoke → acknowledge → grant between live members), `rolling`
-//! (owner changes per unit over a rolling restart, issue 23), `scale` (kill
+//! (owner changes per unit over a rolling restart, issue 23), `drain`
+//! (SIGTERM to exit of a draining worker, issue 39), `scale` (kill
 //! to units owned again in `ring` and `sticky` up to 1,000 × 100,000, issue
 //! 24's reference), `ui` (the
 //! status page's first render in headless Chromium, issue 14).
@@ -31,6 +32,7 @@ mod support;
 
 mod common;
 mod detection;
+mod drain;
 mod failover;
 mod handoff;
 mod member_reads;
@@ -51,6 +53,7 @@ const SECTIONS: &[&str] = &[
     "handoff",
     "member_reads",
     "rolling",
+    "drain",
     "scale",
     "ui",
     "renewals",
@@ -108,6 +111,7 @@ fn main() {
                 "member_reads" => member_reads::run().await,
                 "handoff" => handoff::run().await,
                 "rolling" => rolling::run().await,
+                "drain" => drain::run().await,
                 "scale" => detection::scale().await,
                 "ui" => ui::run().await,
                 "renewals" => failover::renewals().await,

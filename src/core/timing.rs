@@ -89,8 +89,8 @@ pub struct Timing {
     /// How long a `Member` dropped without a runtime to run its task waits
     /// for its deregistration (`LREM`, then `HDEL`) on a thread of its own.
     pub leave_bound: Duration,
-    /// How long a stopping `Member` waits for its ping server to finish
-    /// the calls in progress.
+    /// How long a stopped `Member`'s ping server finishes the calls in
+    /// progress before it closes every connection (it holds nothing then).
     pub server_shutdown: Duration,
 
     // Operations.
@@ -125,7 +125,7 @@ impl Timing {
         report_retry: Duration::from_millis(250),
         failure_summary: Duration::from_secs(30),
         leave_bound: Duration::from_secs(3),
-        server_shutdown: Duration::from_secs(5),
+        server_shutdown: Duration::from_millis(20),
         stall: Duration::from_secs(30),
         min_read_gap: Duration::from_secs(1),
         max_read_gap: Duration::from_secs(5),

@@ -223,21 +223,36 @@ impl MemberBuilder {
         let beats = LivenessServer::new(responder);
         let server = tokio::spawn(async move {
             let routes = Route::new(pinger, Route::new(beats, Unimplemented));
-            let result = match health_service {
-                Some(health) => {
-                    server
-                        .serve_with_incoming_shutdown(
-                            Route::new(health, routes),
-                            incoming,
-                            serving.cancelled(),
-                        )
-                        .await
+            let serve = async {
+                match health_service {
+                    Some(health) => {
+                        server
+                            .serve_with_incoming_shutdown(
+                                Route::new(health, routes),
+                                incoming,
+                                serving.cancelled(),
+                            )
+                            .await
+                    }
+                    None => {
+                        server
+                            .serve_with_incoming_shutdown(routes, incoming, serving.cancelled())
+                            .await
+                    }
                 }
-                None => {
-                    server
-                        .serve_with_incoming_shutdown(routes, incoming, serving.cancelled())
-                        .await
-                }
+            };
+            // Once the member stopped serving it holds nothing (it handed
+            // every unit over, or stopped each, or its holds ended), so a
+            // refused connection is the truth: calls in progress get a short
+            // grace, and connections the replicas keep open (the holder's
+            // beat stream, a standby's channel) do not hold the exit.
+            let closed = async {
+                serving.cancelled().await;
+                tokio::time::sleep(crate::core::timing::Timing::DEFAULT.server_shutdown).await;
+            };
+            let result = tokio::select! {
+                result = serve => result,
+                () = closed => Ok(()),
             };
             if !serving.is_cancelled() {
                 ended(result.err().map(|e| e.to_string()));

@@ -310,8 +310,10 @@ impl Member {
         };
         self.stop_loads();
         if let Some(s) = self.server.take() {
-            let _ =
-                tokio::time::timeout(crate::core::timing::Timing::DEFAULT.server_shutdown, s).await;
+            // It ends by itself within its grace; this bounds the wait should
+            // the runtime be too busy to run it.
+            let grace = crate::core::timing::Timing::DEFAULT.server_shutdown;
+            let _ = tokio::time::timeout(grace + Duration::from_secs(1), s).await;
         }
         ending
     }

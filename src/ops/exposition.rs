@@ -110,7 +110,7 @@ pub fn text_from_openmetrics(openmetrics: &str) -> String {
         }
         let sample = without_exemplar(line);
         let name = sample
-            .split(|c: char| c == '{' || c == ' ')
+            .split(['{', ' '])
             .next()
             .unwrap_or("");
         if let Some(family) = &counter

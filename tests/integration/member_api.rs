@@ -324,6 +324,50 @@ async fn a_handler_that_panics_is_acknowledged_only_once_its_hold_ended() {
     member.shutdown().await;
 }
 
+/// A drained member's process may exit at once: `drain()` returns moments
+/// after the deregistration even while pingers (a holder, a standby) keep
+/// their connections open, since a member that holds nothing may refuse
+/// them. (The figure is measured in `benches/cluster/drain.rs`; the bound
+/// here only catches a wait for those connections to close.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_returns_at_once_while_pingers_keep_their_connections() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let id = format!("127.0.0.1:{port}");
+    write_table(&redis, 3, &[(&id, "")]).await;
+    let member = Member::builder()
+        .options(options(&redis, port))
+        .start()
+        .await
+        .unwrap();
+    let _holder = Pinger::start(&id);
+    let _standby = Pinger::start(&id);
+    tokio::time::timeout(Duration::from_secs(10), member.ready())
+        .await
+        .expect("ready within 10 s")
+        .unwrap();
+    // A beat stream that stays open: no beat comes for the member to refuse.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{id}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut beats = distributor::proto::liveness_client::LivenessClient::new(channel);
+    let _stream = beats
+        .beats(futures::stream::pending::<distributor::proto::Beat>())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    assert_eq!(member.drain().await, distributor::Drained::HandedOver);
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "drain() took {took:?} with nothing to hand over"
+    );
+    let gone: Option<String> = redis.cmd(&["HGET", &keys().members, &id]).await;
+    assert_eq!(gone, None, "deregistered");
+}
+
 /// A recorder of the test's own: counters and gauges by name and labels.
 #[derive(Default)]
 struct TestRecorder {
