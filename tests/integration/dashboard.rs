@@ -224,8 +224,9 @@ async fn the_dashboard_queries_only_metrics_a_replica_serves() {
 
 /// One scrape in each format: OpenMetrics for Prometheus' `Accept`, the
 /// 0.0.4 text for `curl`'s, with the same samples (but OpenMetrics'
-/// `_created`), and `promtool check metrics` passes on the text (required
-/// where `REQUIRE_PROMTOOL=1`, as in `scripts/test`).
+/// `_created`); `promtool check metrics` passes on the text (required where
+/// `REQUIRE_PROMTOOL=1`, as in `scripts/test`), and the OpenMetrics parses
+/// with a strict parser (promtool reads the 0.0.4 text only).
 async fn both_formats_are_valid(port: u16) {
     let names = |text: &str| -> BTreeSet<String> {
         parse_metrics(text)
@@ -268,6 +269,8 @@ async fn both_formats_are_valid(port: u16) {
         "0.0.4 names a counter by its samples' name"
     );
 
+    openmetrics_parses_strictly(&openmetrics);
+
     let promtool = std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
@@ -297,4 +300,44 @@ async fn both_formats_are_valid(port: u16) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The OpenMetrics exposition through `prometheus_client`'s OpenMetrics
+/// parser (strict: `# EOF`, family names, suffixes, clashes), with the
+/// Python of `DISTRIBUTOR_PYTHON` (`examples/python/requirements.txt`).
+fn openmetrics_parses_strictly(openmetrics: &str) {
+    let Some(python) = crate::python_worker::python("the OpenMetrics check") else {
+        return;
+    };
+    let check = "import sys\n\
+from prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
+families = list(text_string_to_metric_families(sys.stdin.read()))\n\
+print(len(families), sum(len(f.samples) for f in families))\n";
+    let mut child = std::process::Command::new(python)
+        .args(["-c", check])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(openmetrics.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the OpenMetrics exposition does not parse: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    let families: usize = said
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(families >= 20, "only {families} families parsed: {said}");
 }
