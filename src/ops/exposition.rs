@@ -109,10 +109,7 @@ pub fn text_from_openmetrics(openmetrics: &str) -> String {
             continue;
         }
         let sample = without_exemplar(line);
-        let name = sample
-            .split(['{', ' '])
-            .next()
-            .unwrap_or("");
+        let name = sample.split(['{', ' ']).next().unwrap_or("");
         if let Some(family) = &counter
             && name.strip_prefix(family.as_str()) == Some("_created")
         {
