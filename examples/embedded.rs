@@ -139,11 +139,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("member {} ready", member.id());
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    distributor::member::shutdown_signal().await;
     println!("draining: {:?}", member.drain().await);
     let _ = stop_server.send(());
     server.await??;

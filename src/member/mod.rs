@@ -15,6 +15,7 @@
 //!  options.rs  MemberOptions, their checks, the environment (MEMBER_ENV)
 //!  builder.rs  MemberBuilder: its own server or the application's, Redis
 //!  handoff.rs  the application's side: Handoff, Owned, Hold
+//!  handle.rs   MemberHandle (loads, weight, holds, cloneable); shutdown_signal
 //!  follow.rs   the member's task: reads, reports, handler calls, leaving
 //!  meters.rs   its metrics, through the `metrics` facade
 //! ```
@@ -54,6 +55,7 @@
 
 mod builder;
 mod follow;
+mod handle;
 mod handoff;
 mod meters;
 mod options;
@@ -69,6 +71,7 @@ use tokio::task::JoinHandle;
 
 pub use self::builder::{MemberBuilder, MemberServices};
 use self::follow::{Ending, Mode};
+pub use self::handle::{MemberHandle, shutdown_signal};
 use self::handoff::Shared;
 pub use self::handoff::{Handoff, HandoffFuture, Hold, HoldLost, Owned};
 pub use self::meters::MEMBER_METRICS;
@@ -225,6 +228,16 @@ impl Member {
     /// The member id: the address written into the services list.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// A cloneable handle for handlers and tasks: loads, the weight, holds
+    /// ([`MemberHandle`]); the `Member` itself stays with whoever drains it.
+    pub fn handle(&self) -> MemberHandle {
+        MemberHandle {
+            id: Arc::from(self.id.as_str()),
+            shared: self.shared.clone(),
+            loads: self.loads.clone(),
+        }
     }
 
     /// Where its own server listens; `None` when the application serves

@@ -194,7 +194,15 @@ async fn a_weight_set_at_run_time_is_reported_and_changes_the_share() {
     let m = fleet.members[0].as_ref().unwrap();
     assert!(m.set_weight(0).is_err(), "0 is out of range");
     assert!(m.set_weight(1001).is_err(), "1001 is out of range");
-    m.set_weight(2).unwrap();
+    // Through the cloneable handle, from a task of its own, as a handler
+    // would (it cannot hold the `Member`, which `drain` consumes).
+    let handle = m.handle();
+    assert_eq!(handle.id(), a);
+    let h = handle.clone();
+    tokio::spawn(async move { h.set_weight(2) })
+        .await
+        .unwrap()
+        .unwrap();
     wait_for(
         "the report carries weight 2",
         Duration::from_secs(5),
@@ -210,6 +218,18 @@ async fn a_weight_set_at_run_time_is_reported_and_changes_the_share() {
         t.units_of(&a).len() == 8 && t.units_of(&b).len() == 4
     })
     .await;
+    let unit = fleet.table().await.units_of(&a)[0].to_string();
+    wait_for("the handle sees the hold", Duration::from_secs(5), || {
+        let held = handle.holds(&unit).is_some();
+        async move { held }
+    })
+    .await;
+    assert_eq!(handle.holds(&unit), m.holds(&unit));
+    assert!(handle.hold(&unit).is_some());
+    assert!(handle.report_load(&unit, 1.5));
+    assert!(!handle.report_load(&unit, f64::NAN), "not a load");
+    fleet.members[0].take().unwrap().shutdown().await;
+    assert_eq!(handle.holds(&unit), None, "a handle outlives its member");
     fleet.members[1].take().unwrap().shutdown().await;
     fleet.shutdown().await;
 }
