@@ -12,6 +12,7 @@
 //! `edge::grpc::trace`, which the member library builds without this module),
 //! so a worker's ping handling appears under the distributor's cycle.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -89,7 +90,13 @@ pub fn init(default_level: &str, json: bool, provider: Option<SdkTracerProvider>
             .with_filter(filter)
             .boxed()
     } else {
-        tracing_subscriber::fmt::layer().with_filter(filter).boxed()
+        // Colour only on a terminal (and not with NO_COLOR): a log file or a
+        // collector gets plain text.
+        let ansi = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        tracing_subscriber::fmt::layer()
+            .with_ansi(ansi)
+            .with_filter(filter)
+            .boxed()
     };
     let otel = provider.as_ref().map(|p| {
         let targets = Targets::new().with_target("distributor", LevelFilter::INFO);

@@ -305,6 +305,10 @@ async fn served_on(log: &std::path::Path) -> Option<std::net::SocketAddr> {
                     .unwrap()
             });
             let none = text.contains("are all taken: running without /metrics");
+            assert!(
+                !text.contains('\u{1b}'),
+                "a log written to a file has no colour codes: {text:?}"
+            );
             found = addr;
             async move { addr.is_some() || none }
         },
