@@ -121,8 +121,12 @@ pub struct TransitReport {
 pub struct ProtocolReport {
     /// The highest generation it applied.
     pub applied: u64,
-    /// How many generations the table is ahead of it.
+    /// How many generations the table is ahead of it (normal: a generation
+    /// that only adds units needs no report).
     pub behind: u64,
+    /// Units in transit from it revoked above `applied`: acknowledgements
+    /// the holder waits for.
+    pub owes: usize,
     pub draining: bool,
     pub deadline_ms: u64,
     pub weight: u32,
@@ -248,6 +252,29 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
     let (balance, loads) = balance_of(o, assignment.as_deref(), &inputs);
     let generation = num("generation").unwrap_or(0);
     let controls = super::controls::controls_of(&o.controls, now_ms);
+    let mut transit: Vec<TransitReport> = o
+        .transit
+        .iter()
+        .map(|(field, value)| {
+            let (group, unit) = handoff::parse_transit_field(field).unwrap_or(("?", field));
+            let mut it = value.split(' ');
+            let revoked_at = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+            let since: u64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(now_ms);
+            let to = it.next().filter(|t| *t != "-").map(str::to_string);
+            let from = it
+                .next()
+                .map(|f| f.split(',').map(str::to_string).collect())
+                .unwrap_or_default();
+            TransitReport {
+                unit: unit.to_string(),
+                group: group.to_string(),
+                from,
+                to,
+                revoked_at,
+                for_ms: now_ms.saturating_sub(since),
+            }
+        })
+        .collect();
     let member = |id: &str, reason: Option<String>| {
         let raw = o.reports.get(id);
         let decoded = raw.and_then(|v| handoff::MemberReport::decode(v));
@@ -259,6 +286,10 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
             protocol: decoded.map(|r| ProtocolReport {
                 applied: r.applied,
                 behind: generation.saturating_sub(r.applied),
+                owes: transit
+                    .iter()
+                    .filter(|t| t.revoked_at > r.applied && t.from.iter().any(|f| f == id))
+                    .count(),
                 draining: r.draining,
                 deadline_ms: r.deadline.as_millis() as u64,
                 weight: r.weight,
@@ -288,8 +319,9 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
                     report.live.push(m)
                 }
                 Some(h) => {
+                    // The count stops at the threshold: say "at least".
                     let streak = if h.answered {
-                        format!("{} failed pings in a row", h.failures)
+                        format!("pings failing (at least {} in a row)", h.failures)
                     } else {
                         "has never answered a ping".into()
                     };
@@ -332,29 +364,6 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         .iter()
         .filter(|r| r.kind() == "unit")
         .count();
-    let mut transit: Vec<TransitReport> = o
-        .transit
-        .iter()
-        .map(|(field, value)| {
-            let (group, unit) = handoff::parse_transit_field(field).unwrap_or(("?", field));
-            let mut it = value.split(' ');
-            let revoked_at = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-            let since: u64 = it.next().and_then(|x| x.parse().ok()).unwrap_or(now_ms);
-            let to = it.next().filter(|t| *t != "-").map(str::to_string);
-            let from = it
-                .next()
-                .map(|f| f.split(',').map(str::to_string).collect())
-                .unwrap_or_default();
-            TransitReport {
-                unit: unit.to_string(),
-                group: group.to_string(),
-                from,
-                to,
-                revoked_at,
-                for_ms: now_ms.saturating_sub(since),
-            }
-        })
-        .collect();
     transit.sort_by(|a, b| b.for_ms.cmp(&a.for_ms).then_with(|| a.unit.cmp(&b.unit)));
     let in_transit = transit.len();
     transit.truncate(TRANSIT_SHOWN);

@@ -175,7 +175,7 @@ fn status_sorts_members_into_live_and_failed_with_reasons() {
     assert_eq!(ids(&g.failed), ["h:3", "h:4", "h:5", "bad"]);
     assert_eq!(
         g.failed[0].reason.as_deref(),
-        Some("2 failed pings in a row")
+        Some("pings failing (at least 2 in a row)")
     );
     assert_eq!(g.failed[0].failing_for_ms, Some(5000));
     assert_eq!(
@@ -343,4 +343,38 @@ fn table_report_counts_shares_and_balance() {
     assert_eq!(table(&o, "t").rows[0].weight, 5);
     o.weights.insert("h:2".into(), "3".to_string());
     assert_eq!(table(&o, "t").rows[1].weight, 3, "no report");
+}
+
+/// A member's applied generation behind the table is normal unless it owes
+/// acknowledgements: the status says which.
+#[test]
+fn a_member_behind_the_table_says_whether_it_owes_acknowledgements() {
+    let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let mut o = overview();
+    o.reports = [s("h:1", "5 0 10000 1"), s("h:2", "4 0 10000 1")].into();
+    o.transit = [(
+        crate::core::handoff::transit_field("g", "d"),
+        "6 9000 h:2 h:1".to_string(),
+    )]
+    .into();
+    let r = status(&o, "t", 10_000);
+    let g = &r.groups[0];
+    let owes = |id: &str| {
+        g.live
+            .iter()
+            .find(|m| m.id == id)
+            .and_then(|m| m.protocol.as_ref())
+            .map(|p| (p.applied, p.behind, p.owes))
+    };
+    assert_eq!(owes("h:1"), Some((5, 2, 1)), "revoked at 6, above its 5");
+    assert_eq!(owes("h:2"), Some((4, 3, 0)), "the receiver owes nothing");
+    let text = render_status(&r);
+    assert!(
+        text.contains("applied 5 (table at 7; owes the acknowledgement of 1 units in transit)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("applied 4 (table at 7; owes nothing: only a generation that takes units from it needs a report)"),
+        "{text}"
+    );
 }

@@ -22,7 +22,15 @@ fn protocol_text(m: &MemberReport, generation: u64) -> String {
             let lag = if p.behind == 0 {
                 String::new()
             } else {
-                format!(" ({} behind generation {generation})", p.behind)
+                match p.owes {
+                    // Normal: a generation that only adds units needs no report.
+                    0 => format!(
+                        " (table at {generation}; owes nothing: only a generation that takes units from it needs a report)"
+                    ),
+                    n => format!(
+                        " (table at {generation}; owes the acknowledgement of {n} units in transit)"
+                    ),
+                }
             };
             let draining = if p.draining { ", draining" } else { "" };
             let reported = if m.weight == p.weight {

@@ -737,10 +737,16 @@ async fn status_and_metrics_show_the_handoff() {
         text.contains(&format!("in transit: {} units", moving.len())),
         "{text}"
     );
-    let behind = generation - g;
+    // The joiner is behind and owes nothing; those that lose units owe.
     assert!(
         text.contains(&format!(
-            "applied {g} ({behind} behind generation {generation})"
+            "applied {g} (table at {generation}; owes nothing: "
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "(table at {generation}; owes the acknowledgement of "
         )),
         "{text}"
     );

@@ -105,7 +105,7 @@
       row.append(track);
       let info = m.units + " units, weight " + m.weight;
       if (m.load) info += ", load " + +m.load.load.toFixed(3) + " of share " + +m.load.share.toFixed(3) + (m.load.in_band ? "" : " (outside)") + (m.load.hot.length ? ", hot: " + m.load.hot.join(",") : "");
-      if (m.protocol) info += ", applied " + m.protocol.applied + (m.protocol.behind ? " (" + m.protocol.behind + " behind)" : "");
+      if (m.protocol) info += ", applied " + m.protocol.applied + (m.protocol.owes ? " (owes " + m.protocol.owes + " acknowledgements)" : "");
       if (draining) info += ", draining";
       if (m.control) { info += ", " + m.control; row.classList.add("controlled"); }
       if (!m.live) info += ", failed: " + (m.reason || "?");
