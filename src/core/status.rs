@@ -76,6 +76,9 @@ pub struct Status {
     /// Members kept in the table although they fail, as suspects of a mass
     /// failure that is not confirmed yet.
     pub suspects: usize,
+    /// Listed members whose pings have failed for `Timing::failing_long`
+    /// or more (holder only).
+    pub failing_long: usize,
     /// Why no replica can hold the lease, when its key is not a replica's
     /// (no TTL, another type): seen by the last acquisition attempt.
     pub lease_problem: Option<String>,

@@ -94,6 +94,10 @@ pub struct Timing {
     pub server_shutdown: Duration,
 
     // Operations.
+    /// How long a listed member's pings fail before status, the page and
+    /// `distributor_members_failing_long` say it failed for long (with
+    /// `-forget-after` off it stays listed and pinged until removed).
+    pub failing_long: Duration,
     /// How long the coordinator's loop may go without turning before the
     /// replica counts as wedged. The loop wakes at least every lease timer
     /// (well under a second by default) and each of its awaits is bounded
@@ -126,6 +130,7 @@ impl Timing {
         failure_summary: Duration::from_secs(30),
         leave_bound: Duration::from_secs(3),
         server_shutdown: Duration::from_millis(20),
+        failing_long: Duration::from_secs(600),
         stall: Duration::from_secs(30),
         min_read_gap: Duration::from_secs(1),
         max_read_gap: Duration::from_secs(5),

@@ -311,6 +311,7 @@ mod tests {
             units,
             reason: None,
             failing_for_ms: None,
+            failing_long: false,
             protocol: None,
             unreadable_report: None,
             weight: 1,

@@ -65,6 +65,7 @@ pub struct Metrics {
     pub members: Family<GroupState, Gauge>,
     pub work_units: Gauge,
     pub suspects: Gauge,
+    pub failing_long: Gauge,
     pub invalid_inputs: Family<Kind, Gauge>,
     pub controls: Family<Kind, Gauge>,
     pub table_writes: Counter,
@@ -166,6 +167,12 @@ impl Metrics {
             "suspected_members",
             "Failing members kept in the table as suspects of an unconfirmed mass failure (holder only)",
             suspects.clone(),
+        );
+        let failing_long = Gauge::default();
+        r.register(
+            "members_failing_long",
+            "Listed members whose pings have failed for 10 minutes or more: with -forget-after off they stay listed and pinged until removed (holder only)",
+            failing_long.clone(),
         );
         let invalid_inputs = Family::<Kind, Gauge>::default();
         r.register(
@@ -407,6 +414,7 @@ impl Metrics {
             members,
             work_units,
             suspects,
+            failing_long,
             invalid_inputs,
             controls,
             table_writes,
@@ -560,6 +568,7 @@ impl Metrics {
         if s.role == Role::Holder {
             self.work_units.set(s.units as i64);
             self.suspects.set(s.suspects as i64);
+            self.failing_long.set(s.failing_long as i64);
             self.set_members(&s.groups);
             self.units_in_transit.set(s.handoff.in_transit as i64);
             let age_ms = s
@@ -587,6 +596,7 @@ impl Metrics {
             // Only the holder observes members; a standby's view would be stale.
             self.set_members(&[]);
             self.suspects.set(0);
+            self.failing_long.set(0);
             self.units_in_transit.set(0);
             self.transit_oldest.set(0.0);
             self.members_owing.set(0);
@@ -683,12 +693,14 @@ mod tests {
         s.handoff.in_transit = 7;
         s.handoff.owing = 2;
         s.handoff.draining = 1;
+        s.failing_long = 3;
         m.sync(&s);
         let text = m.encode();
         for line in [
             "distributor_units_in_transit 7",
             "distributor_members_owing 2",
             "distributor_members_draining 1",
+            "distributor_members_failing_long 3",
         ] {
             assert!(text.contains(line), "{line}\n{text}");
         }
@@ -696,5 +708,6 @@ mod tests {
         s.role = Role::Standby;
         m.sync(&s);
         assert!(m.encode().contains("distributor_units_in_transit 0"));
+        assert!(m.encode().contains("distributor_members_failing_long 0"));
     }
 }

@@ -178,6 +178,9 @@ pub struct MemberReport {
     /// Why it gets no work, for failed members.
     pub reason: Option<String>,
     pub failing_for_ms: Option<u64>,
+    /// Failed for `Timing::failing_long` or more: it stays listed and
+    /// pinged until removed or forgotten (`-forget-after`).
+    pub failing_long: bool,
     /// Its own report, if it speaks the handoff protocol; `None` for a
     /// member that only reads its row (it gets `-handoff-delay`).
     pub protocol: Option<ProtocolReport>,
@@ -283,6 +286,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
             units: units_of(id),
             reason,
             failing_for_ms: None,
+            failing_long: false,
             protocol: decoded.map(|r| ProtocolReport {
                 applied: r.applied,
                 behind: generation.saturating_sub(r.applied),
@@ -333,6 +337,10 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
                         }),
                     );
                     m.failing_for_ms = h.failing_since_ms.map(|s| now_ms.saturating_sub(s));
+                    let long = crate::core::timing::Timing::DEFAULT.failing_long;
+                    m.failing_long = m
+                        .failing_for_ms
+                        .is_some_and(|ms| ms >= long.as_millis() as u64);
                     report.failed.push(m);
                 }
                 None => report

@@ -378,3 +378,18 @@ fn a_member_behind_the_table_says_whether_it_owes_acknowledgements() {
         "{text}"
     );
 }
+
+/// Members failing for long get a hint, once per group: they stay listed
+/// and pinged until removed or forgotten.
+#[test]
+fn members_failing_for_long_get_a_hint() {
+    let text = render_status(&status(&overview(), "t", 10_000));
+    assert!(!text.contains("hint:"), "5 s is not long: {text}");
+    // h:3 failing since 5 s (601 s at 606 s), h:4 since 9 s (597 s).
+    let r = status(&overview(), "t", 606_000);
+    let text = render_status(&r);
+    assert!(
+        text.contains("  hint: 1 failed for 10 minutes or more; a failed member stays listed and pinged until it is removed (distributor services remove g ADDR) or forgotten (-forget-after)\n"),
+        "{text}"
+    );
+}

@@ -134,16 +134,26 @@ pub fn render_status(r: &StatusReport) -> String {
                 m.control.map(|c| format!(", {c}")).unwrap_or_default()
             );
         }
+        let long = crate::core::timing::Timing::DEFAULT.failing_long;
+        let mut failing_long = 0;
         for m in &g.failed {
             let since = m
                 .failing_for_ms
                 .map(|ms| format!(", for {}", ago(ms)))
                 .unwrap_or_default();
+            failing_long += usize::from(m.failing_long);
             out += &format!(
                 "  failed  {:<28} {}{}\n",
                 m.id,
                 m.reason.as_deref().unwrap_or(""),
                 since
+            );
+        }
+        if failing_long > 0 {
+            out += &format!(
+                "  hint: {failing_long} failed for {} minutes or more; a failed member stays listed and pinged until it is removed (distributor services remove {} ADDR) or forgotten (-forget-after)\n",
+                long.as_secs() / 60,
+                g.name
             );
         }
     }

@@ -314,3 +314,36 @@ async fn non_ascii_and_non_utf8_arguments_never_panic() {
         );
     }
 }
+
+/// A member whose pings have failed for 10 minutes (its liveness as a
+/// holder before this one stored it) is counted by the holder's status and
+/// `distributor_members_failing_long`, and `distributor status` ends its
+/// group with a hint: with `-forget-after` off it stays listed until removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_failing_for_long_is_counted_and_hinted() {
+    let redis = RedisServer::start();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let since = distributor::unix_ms() - 11 * 60 * 1000;
+    let _: i64 = redis
+        .cmd(&[
+            "HSET",
+            &keys().liveness,
+            &dead,
+            &format!("1 1 {since} connection refused"),
+        ])
+        .await;
+    let _: i64 = redis.cmd(&["RPUSH", SERVICES, &dead]).await;
+    let units = units(6);
+    let (fleet, _) = Fleet::converged_on(redis, |_| {}, 1, 1, &units).await;
+    wait_for("the holder counts it", Duration::from_secs(10), || async {
+        fleet.statuses().iter().any(|s| s.failing_long == 1)
+    })
+    .await;
+    let out = cli(&fleet.redis.url(), &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("  hint: 1 failed for 10 minutes or more;"),
+        "{text}"
+    );
+    fleet.shutdown().await;
+}

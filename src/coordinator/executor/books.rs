@@ -12,6 +12,7 @@ use crate::coordinator::holder::{
 use crate::coordinator::machine::{CycleOutcome, CycleSummary};
 use crate::core::inputs::Rejection;
 use crate::core::status::{BalanceStatus, ControlsStatus, HandoffStatus};
+use crate::core::timing::Timing;
 use crate::edge::grpc::PingFailure;
 use crate::error::StoreError;
 use crate::unix_ms;
@@ -122,6 +123,22 @@ impl Executor {
             .recovery
             .as_ref()
             .map(|r| format!("{} ({})", r.tag, r.why));
+        // Listed members failing for long (wall clock: `failing_since_ms`
+        // is shared between replicas).
+        let long_ms = Timing::DEFAULT.failing_long.as_millis() as u64;
+        let now_ms = unix_ms();
+        let failing_long = report
+            .inputs
+            .members()
+            .filter(|m| {
+                report
+                    .view
+                    .liveness
+                    .health(m)
+                    .and_then(|h| h.failing_since_ms)
+                    .is_some_and(|since| now_ms.saturating_sub(since) >= long_ms)
+            })
+            .count();
         let costs_key = self.store.keys().costs.clone();
         span.in_scope(|| log_costs(&report.view, &costs_key));
         h.view = Some(report.view);
@@ -244,6 +261,7 @@ impl Executor {
                 s.invalid_by_kind = by_kind;
                 s.groups = report.groups;
                 s.suspects = suspects;
+                s.failing_long = failing_long;
                 s.controls = controls;
                 s.handoff = HandoffStatus {
                     in_transit: handoff.in_transit,

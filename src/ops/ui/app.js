@@ -109,6 +109,12 @@
       if (draining) info += ", draining";
       if (m.control) { info += ", " + m.control; row.classList.add("controlled"); }
       if (!m.live) info += ", failed: " + (m.reason || "?");
+      // With -forget-after off, a failed member stays listed and pinged
+      // until it is removed.
+      if (!m.live && m.failing_long) {
+        info += " for " + Math.floor(m.failing_for_ms / 60000) + " min: remove it (distributor services remove) or set -forget-after";
+        row.classList.add("failing-long");
+      }
       row.append(el("div", "info", info));
       return row;
     }));
