@@ -5,11 +5,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Subcommand;
 
+use super::checks::{check_units, checked_addr, checked_unit};
 use super::controls::{Control, MembersOp};
 use crate::config::Config;
 use crate::core::costs::{UnitCosts, decode_cost, display_cost};
 use crate::core::handoff::{MAX_WEIGHT, MemberReport, decode_weight_override};
-use crate::core::inputs::{check_member_addr, check_unit, excerpt};
+use crate::core::inputs::excerpt;
 use crate::edge::redis::Store;
 use crate::report;
 
@@ -468,25 +469,6 @@ fn render_weights(overrides: &[(String, String)], reports: &[(String, String)]) 
 fn print_json(report: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(report)?);
     Ok(())
-}
-
-/// The daemon's own rule for units, so the CLI never writes one it would skip.
-fn check_units(units: &[String]) -> anyhow::Result<()> {
-    units.iter().try_for_each(|u| checked_unit(u))
-}
-
-/// A member address as the daemon reads it, or an error naming it.
-pub(super) fn checked_addr(addr: &str) -> anyhow::Result<()> {
-    check_member_addr(addr.as_bytes())
-        .map(drop)
-        .map_err(|why| anyhow::anyhow!("invalid member address {addr:?}: {why}"))
-}
-
-/// A work unit as the daemon reads it, or an error naming it.
-pub(super) fn checked_unit(unit: &str) -> anyhow::Result<()> {
-    check_unit(unit.as_bytes())
-        .map(drop)
-        .map_err(|why| anyhow::anyhow!("invalid work unit {unit:?}: {why}"))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use anyhow::Context as _;
 use clap::Subcommand;
 
-use super::commands::{checked_addr, checked_unit};
+use super::checks::{checked_addr, checked_unit};
 use crate::core::controls::{MEMBER_PREFIX, MemberControl, PAUSE_FIELD, PIN_PREFIX};
 use crate::edge::redis::Store;
 

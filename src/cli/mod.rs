@@ -7,6 +7,7 @@
 //! gives a [`CliError`]; `main` prints it and exits (help and version with 0,
 //! everything else with 2).
 
+mod checks;
 pub mod commands;
 pub mod controls;
 pub mod daemon;
