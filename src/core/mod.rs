@@ -20,6 +20,7 @@ pub mod liveness;
 pub mod load;
 pub mod ownership;
 pub mod ring;
+pub mod row;
 pub mod status;
 pub mod sticky;
 pub mod suspicion;

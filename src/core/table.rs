@@ -26,6 +26,7 @@ use crate::core::balance::{self, Balance};
 use crate::core::controls::Controls;
 use crate::core::costs::SCALE;
 use crate::core::inputs::Inputs;
+pub use crate::core::row::{SEPARATOR, decode_row};
 use crate::core::{ring, sticky};
 
 /// How the table is solved (`-assignment`).
@@ -166,9 +167,6 @@ impl Solve<'_> {
         }
     }
 }
-
-/// Separator between units in a row. Units containing it are rejected on input.
-pub const SEPARATOR: char = ',';
 
 #[derive(Clone, Default)]
 pub struct MatchingTable {
@@ -572,15 +570,6 @@ fn live_weighted<'g>(
         .filter(|m| is_live(m))
         .map(|m| (m, weight(m)))
         .collect()
-}
-
-/// Splits a stored row. An empty or missing row means "no units".
-pub fn decode_row(value: &str) -> Vec<&str> {
-    if value.is_empty() {
-        Vec::new()
-    } else {
-        value.split(SEPARATOR).collect()
-    }
 }
 
 #[cfg(test)]

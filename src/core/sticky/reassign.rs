@@ -29,7 +29,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::{Counts, FREE_SEED, SLOT_SEED, least_moves, targets};
 use crate::core::ring::{self, member_position};
-use crate::core::table::{SEPARATOR, decode_row};
+use crate::core::row::{SEPARATOR, decode_row};
 
 /// A live member's row in the result.
 #[derive(Debug, PartialEq, Eq)]
