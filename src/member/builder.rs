@@ -18,8 +18,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tonic_health::server::HealthReporter;
 
-use super::follow::{self, Follower, Mode};
+use super::follow::{Follower, Mode};
 use super::handoff::{Handoff, Shared};
+use super::loads;
 use super::meters::Meters;
 use super::options::MemberOptions;
 use super::{Assignment, CALL_TIMEOUT, Member, RedisSource};
@@ -441,7 +442,7 @@ impl Prepared {
         let (ready_tx, ready) = watch::channel(false);
         let left = Arc::new(AtomicBool::new(false));
         let loads = Arc::new(std::sync::Mutex::new(LoadBook::new(opts.load_half_life)));
-        let loads_task = tokio::spawn(follow::report_loads(
+        let loads_task = tokio::spawn(loads::report_loads(
             store.clone(),
             id.clone(),
             shared.clone(),

@@ -1,6 +1,6 @@
 //! The member's task: all of its IO. It reads its row, writes its report,
-//! registers, runs the application's [`Handoff`] calls, keeps the assignment
-//! and the health service current, drains and leaves. What to do is decided
+//! registers, starts the application's [`Handoff`] calls (`calls.rs`), keeps
+//! the assignment and the health service current, drains and leaves. What to do is decided
 //! by `core::ownership`; this file only carries it out.
 //!
 //! Guarantees:
@@ -9,8 +9,8 @@
 //!   revoked at its end even while a call hangs for its deadline;
 //! - the assignment without a unit is published before the application's
 //!   revocation starts, and the report follows only once it returned;
-//! - for one unit, `revoked` never starts before `acquired` returned; a
-//!   handler that panics counts as returned (and is logged);
+//! - for one unit, `revoked` never starts before `acquired` returned
+//!   (`calls.rs`);
 //! - each read carries its Redis connection (client id and server run id) to the state;
 //!   once a report naming a new connection is written, the row is read
 //!   again at once (reads on it count from then on);
@@ -20,25 +20,24 @@
 //! - a failing read logs once, then a summary every 30 s, then once when
 //!   reads work again: never a line per poll.
 
-use std::collections::{HashMap, HashSet};
-use std::panic::AssertUnwindSafe;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::FutureExt;
 use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+use super::calls::{self, Done};
+use super::failures::{ReadFailures, log_store_error};
 use super::handoff::{Handoff, Shared};
 use super::meters::Meters;
 use super::{Assignment, MemberOptions};
 use crate::core::handoff::{MemberReport, RecoveryTag, RedisConnection, RunId};
-use crate::core::load::LoadBook;
 use crate::core::ownership::{Ownership, ReadOutcome, Revocation, Step};
 use crate::core::timing::Timing;
 use crate::edge::clock;
@@ -85,14 +84,6 @@ enum Phase {
     },
 }
 
-/// A finished handler call, for one unit.
-enum Done {
-    Revoked(String),
-    /// The revocation handler panicked: the unit's work may still run.
-    StopFailed(String),
-    Acquired(String),
-}
-
 type ReadResult = Result<RowRead, StoreError>;
 
 /// A finished Redis call.
@@ -120,8 +111,6 @@ type IoCall = Pin<Box<dyn Future<Output = Io> + Send>>;
 
 /// How long a failed report waits before it is written again.
 const REPORT_RETRY: Duration = Timing::DEFAULT.report_retry;
-/// How often a read failure that goes on is summarised in the log.
-const FAILURE_SUMMARY: Duration = Timing::DEFAULT.failure_summary;
 
 pub(super) struct Follower {
     pub(super) store: Store,
@@ -358,38 +347,15 @@ impl Follower {
                     // One task per unit: a slow stop delays no other unit's.
                     for owned in self.shared.owned(units) {
                         let acquiring = l.acquiring.get(&owned.unit).cloned();
-                        let handoff = self.handoff.clone();
-                        let done = done.clone();
-                        let member = self.id.clone();
-                        let meters = self.meters.clone();
-                        tokio::spawn(async move {
-                            if let Some(acquiring) = acquiring {
-                                acquiring.cancelled().await;
-                            }
-                            let unit = owned.unit.clone();
-                            let started = clock::now();
-                            // The call itself inside: a handler may panic
-                            // before it returns its future.
-                            let call =
-                                AssertUnwindSafe(async { handoff.revoked(owned, why).await });
-                            if let Err(panic) = call.catch_unwind().await {
-                                tracing::error!(
-                                    member,
-                                    unit,
-                                    panic = panic_text(&panic),
-                                    reason = why.reason(),
-                                    "the revocation handler panicked: its work may still run, so the unit counts as stopped only once its hold ends, and the acknowledgement waits until then"
-                                );
-                                meters.revocations_failed.increment(1);
-                                let _ = done.send(Done::StopFailed(unit));
-                                return;
-                            }
-                            meters.revoked(
-                                why.reason(),
-                                clock::now().saturating_duration_since(started),
-                            );
-                            let _ = done.send(Done::Revoked(unit));
-                        });
+                        tokio::spawn(calls::revoke(
+                            self.handoff.clone(),
+                            owned,
+                            why,
+                            acquiring,
+                            self.id.clone(),
+                            self.meters.clone(),
+                            done.clone(),
+                        ));
                     }
                 }
                 Step::Acquire { units } => {
@@ -398,29 +364,13 @@ impl Follower {
                     for owned in self.shared.owned(units) {
                         let finished = CancellationToken::new();
                         l.acquiring.insert(owned.unit.clone(), finished.clone());
-                        let handoff = self.handoff.clone();
-                        let done = done.clone();
-                        let member = self.id.clone();
-                        tokio::spawn(async move {
-                            // Cancelled also if this task is dropped unfinished.
-                            let _finished = finished.clone().drop_guard();
-                            let unit = owned.unit.clone();
-                            // The call itself inside: a handler may panic
-                            // before it returns its future.
-                            let call = AssertUnwindSafe(async { handoff.acquired(owned).await });
-                            if let Err(panic) = call.catch_unwind().await {
-                                tracing::error!(
-                                    member,
-                                    unit,
-                                    panic = panic_text(&panic),
-                                    "the acquisition handler panicked"
-                                );
-                            }
-                            // Ended before it is reported, so that the loop
-                            // taking the report forgets the unit's entry.
-                            finished.cancel();
-                            let _ = done.send(Done::Acquired(unit));
-                        });
+                        tokio::spawn(calls::acquire(
+                            self.handoff.clone(),
+                            owned,
+                            finished,
+                            self.id.clone(),
+                            done.clone(),
+                        ));
                     }
                 }
                 Step::Overran { units, ended } => {
@@ -786,62 +736,6 @@ pub(super) async fn leave(store: &Store, list: &str, id: &str) {
     }
 }
 
-/// Writes the smoothed loads of the units this member owns to `{T}:loads`
-/// every `every`, once the application reported one
-/// ([`super::Member::report_load`]), until the member stops serving or has
-/// left. A failed write is retried at the next turn.
-pub(super) async fn report_loads(
-    store: Store,
-    id: String,
-    shared: Arc<Shared>,
-    loads: Arc<std::sync::Mutex<LoadBook>>,
-    every: Duration,
-    serving: CancellationToken,
-    left: Arc<AtomicBool>,
-) {
-    let mut failing = false;
-    loop {
-        tokio::select! {
-            _ = serving.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
-        }
-        if left.load(Ordering::SeqCst) {
-            return;
-        }
-        let value = {
-            let mut book = loads.lock().unwrap_or_else(|e| e.into_inner());
-            if !book.reported() {
-                continue;
-            }
-            let owned: HashSet<String> =
-                shared.lock().owned().into_iter().map(|t| t.unit).collect();
-            book.retain(|u| owned.contains(u));
-            book.encode(owned.iter().map(String::as_str), crate::unix_ms())
-        };
-        match store.write_loads(&id, &value).await {
-            Ok(()) if failing => {
-                failing = false;
-                tracing::info!(member = %id, "measured loads written again");
-            }
-            Ok(()) => {}
-            Err(e) if !failing => {
-                failing = true;
-                tracing::warn!(member = %id, error = %e, "could not write the measured loads; retrying every report interval");
-            }
-            Err(_) => {}
-        }
-    }
-}
-
-/// What a handler's panic said, if it said it as text.
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(not text)")
-}
-
 fn assignment_of(c: &Ownership) -> Assignment {
     let owned = c.owned();
     Assignment {
@@ -864,53 +758,5 @@ async fn poll_io(io: &mut Option<IoCall>) -> Io {
     match io {
         Some(call) => call.await,
         None => std::future::pending().await,
-    }
-}
-
-/// Read failures, summarised.
-#[derive(Default)]
-struct ReadFailures {
-    since: Option<Instant>,
-    count: u64,
-    said: Option<Instant>,
-}
-
-impl ReadFailures {
-    fn failed(&mut self, member: &str, e: &StoreError) {
-        let now = clock::now();
-        self.count += 1;
-        let since = *self.since.get_or_insert(now);
-        match self.said {
-            None => {
-                tracing::warn!(member, error = %e, kind = e.kind(), "could not read the matching table; retrying (further failures are summarised)");
-                self.said = Some(now);
-            }
-            Some(said) if now - said >= FAILURE_SUMMARY => {
-                tracing::warn!(member, error = %e, kind = e.kind(), failures = self.count, failing_for = ?now - since, "still cannot read the matching table");
-                self.said = Some(now);
-            }
-            Some(_) => {}
-        }
-    }
-
-    fn recovered(&mut self, member: &str) {
-        if let Some(since) = self.since.take() {
-            tracing::info!(
-                member,
-                failures = self.count,
-                failed_for = ?since.elapsed(),
-                "reading the matching table again"
-            );
-        }
-        self.count = 0;
-        self.said = None;
-    }
-}
-
-pub(super) fn log_store_error(e: &StoreError, what: &str) {
-    if e.is_retryable() {
-        tracing::debug!(error = %e, "{what}");
-    } else {
-        tracing::warn!(error = %e, "{what}");
     }
 }

@@ -16,7 +16,10 @@
 //!  builder.rs  MemberBuilder: its own server or the application's, Redis
 //!  handoff.rs  the application's side: Handoff, Owned, Hold
 //!  handle.rs   MemberHandle (loads, weight, holds, cloneable); shutdown_signal
-//!  follow.rs   the member's task: reads, reports, handler calls, leaving
+//!  follow.rs   the member's task: reads, reports, leaving
+//!  calls.rs    the application's handler calls, one task per unit
+//!  failures.rs how Redis failures are logged: once, then summarised
+//!  loads.rs    measured loads, written on a timer of their own
 //!  meters.rs   its metrics, through the `metrics` facade
 //! ```
 //!
@@ -54,9 +57,12 @@
 //!   simply stops answering.
 
 mod builder;
+mod calls;
+mod failures;
 mod follow;
 mod handle;
 mod handoff;
+mod loads;
 mod meters;
 mod options;
 
