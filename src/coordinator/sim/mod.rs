@@ -25,7 +25,9 @@
 //! - once the faults stop, every listed unit is owned again within the
 //!   bound (`Run::quiet`).
 
+mod drivers;
 mod replica;
+mod runner;
 mod world;
 
 use std::collections::BTreeMap;
@@ -33,7 +35,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use self::drivers::{drive_members, keep_copies};
 use self::replica::ReplicaSettings;
+pub use self::runner::{Batch, run_seeds, shrink};
 pub use self::world::Violation;
 use self::world::{Rng, SimMember, World};
 use crate::core::balance::{Balance, Tolerance};
@@ -115,66 +119,6 @@ const UNIX_BASE_MS: u64 = 1_700_000_000_000;
 /// Runs one seed to its end.
 pub fn run_seed(seed: u64, run: Run) -> SeedOutcome {
     run_seed_omitting(seed, run, Omit::default())
-}
-
-/// Shrinks a failing seed: leaves out the store faults, the member faults,
-/// then ever smaller runs of schedule events, keeping each omission after
-/// which a violation remains, within `budget` runs. Returns what it left
-/// out and the last failing outcome (`None`: the seed does not fail).
-pub fn shrink(seed: u64, run: Run, budget: usize) -> Option<(Omit, SeedOutcome)> {
-    let mut outcome = run_seed(seed, run);
-    if outcome.violations.is_empty() {
-        return None;
-    }
-    let mut omit = Omit::default();
-    let runs = std::cell::Cell::new(0);
-    let attempt = |candidate: Omit, omit: &mut Omit, outcome: &mut SeedOutcome| {
-        runs.set(runs.get() + 1);
-        let o = run_seed_omitting(seed, run, candidate);
-        if !o.violations.is_empty() {
-            *omit = candidate;
-            *outcome = o;
-        }
-    };
-    attempt(
-        Omit {
-            store_faults: true,
-            ..omit
-        },
-        &mut omit,
-        &mut outcome,
-    );
-    attempt(
-        Omit {
-            member_faults: true,
-            ..omit
-        },
-        &mut omit,
-        &mut outcome,
-    );
-    let n = outcome.events.min(128);
-    let mut chunk = n.div_ceil(2).max(1);
-    loop {
-        for start in (0..n).step_by(chunk) {
-            if runs.get() >= budget {
-                return Some((omit, outcome));
-            }
-            let end = (start + chunk).min(n);
-            let bits = (start..end).fold(0u128, |b, i| b | (1 << i));
-            if omit.events & bits == bits {
-                continue;
-            }
-            let candidate = Omit {
-                events: omit.events | bits,
-                ..omit
-            };
-            attempt(candidate, &mut omit, &mut outcome);
-        }
-        if chunk == 1 {
-            return Some((omit, outcome));
-        }
-        chunk = chunk.div_ceil(2);
-    }
 }
 
 /// Runs one seed, leaving out `omit`.
@@ -783,112 +727,6 @@ fn start_replica(
         settings.clone(),
     ));
     (store, task)
-}
-
-/// How long the copies of the keyspace go back (a promoted replica lagged
-/// by at most this).
-const COPIES_KEPT: Duration = Duration::from_secs(2);
-
-/// A replica's copy of the keyspace, taken every few milliseconds when it
-/// changed: a failover to a replica that lagged restores one of them.
-async fn keep_copies(world: Arc<Mutex<World>>) {
-    let mut copied = None;
-    loop {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        let now = clock::now();
-        let mut w = world.lock().expect("world lock");
-        let copy = {
-            let s = w.server.lock().expect("server lock");
-            let at = (s.run, s.keyspace.changes());
-            (copied != Some(at)).then(|| {
-                copied = Some(at);
-                s.keyspace.copy()
-            })
-        };
-        if let Some(copy) = copy {
-            w.copies.push_back((now, copy));
-        }
-        // The newest copy older than the window stays: a replica lags by
-        // at most the window, and holds at least that copy.
-        while w.copies.len() > 1 && w.copies[1].0 + COPIES_KEPT <= now {
-            w.copies.pop_front();
-        }
-    }
-}
-
-/// Every member's reads, stops and hold ends, in time order.
-async fn drive_members(world: Arc<Mutex<World>>) {
-    loop {
-        let wake = {
-            let w = world.lock().expect("world lock");
-            let now = clock::now();
-            (0..w.members.len())
-                .map(|i| w.member_wake(i, now))
-                .min()
-                .unwrap_or_else(|| clock::now() + Duration::from_millis(100))
-        };
-        tokio::time::sleep_until(wake.max(clock::now() + Duration::from_millis(1)).into()).await;
-        let now = clock::now();
-        let mut w = world.lock().expect("world lock");
-        if std::env::var_os("SIM_DEBUG").is_some() {
-            eprintln!("{} members wake", w.ms(now));
-        }
-        for i in 0..w.members.len() {
-            if !w.members[i].active(now) {
-                // A paused or dead process does nothing; its reads resume
-                // when it does.
-                let m = &mut w.members[i];
-                if m.next_read <= now {
-                    m.next_read = now + m.read_every;
-                }
-                continue;
-            }
-            if w.members[i].next_read <= now {
-                let every = w.members[i].read_every;
-                w.members[i].next_read = now + every;
-                w.member_read(i, now);
-            }
-            w.member_refresh(i, now);
-            w.member_tick(i, now);
-        }
-    }
-}
-
-/// What a batch of seeds did.
-#[derive(Debug, Default)]
-pub struct Batch {
-    /// The outcomes of the seeds with a violation, by seed.
-    pub failed: Vec<SeedOutcome>,
-    /// The faults injected, by kind, over every seed.
-    pub injected: BTreeMap<&'static str, usize>,
-}
-
-/// Runs `seeds`, `threads` at a time.
-pub fn run_seeds(seeds: impl Iterator<Item = u64> + Send, run: Run, threads: usize) -> Batch {
-    let seeds = Mutex::new(seeds);
-    let batch = Mutex::new(Batch::default());
-    std::thread::scope(|s| {
-        for _ in 0..threads.max(1) {
-            s.spawn(|| {
-                loop {
-                    let Some(seed) = seeds.lock().expect("seeds lock").next() else {
-                        return;
-                    };
-                    let outcome = run_seed(seed, run);
-                    let mut b = batch.lock().expect("batch lock");
-                    for (k, n) in &outcome.injected {
-                        *b.injected.entry(k).or_default() += n;
-                    }
-                    if !outcome.violations.is_empty() {
-                        b.failed.push(outcome);
-                    }
-                }
-            });
-        }
-    });
-    let mut batch = batch.into_inner().expect("batch lock");
-    batch.failed.sort_by_key(|o| o.seed);
-    batch
 }
 
 /// An operator notices a key overwritten with a string and deletes it
