@@ -278,6 +278,17 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
             }
         })
         .collect();
+    // Per member, the generations that revoked units in transit from it,
+    // sorted: what it owes is counted by a search, not a scan per member.
+    let mut revoked_from: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for t in &transit {
+        for f in &t.from {
+            revoked_from.entry(f).or_default().push(t.revoked_at);
+        }
+    }
+    for gens in revoked_from.values_mut() {
+        gens.sort_unstable();
+    }
     let member = |id: &str, reason: Option<String>| {
         let raw = o.reports.get(id);
         let decoded = raw.and_then(|v| handoff::MemberReport::decode(v));
@@ -290,10 +301,9 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
             protocol: decoded.map(|r| ProtocolReport {
                 applied: r.applied,
                 behind: generation.saturating_sub(r.applied),
-                owes: transit
-                    .iter()
-                    .filter(|t| t.revoked_at > r.applied && t.from.iter().any(|f| f == id))
-                    .count(),
+                owes: revoked_from.get(id).map_or(0, |gens| {
+                    gens.len() - gens.partition_point(|g| *g <= r.applied)
+                }),
                 draining: r.draining,
                 deadline_ms: r.deadline.as_millis() as u64,
                 weight: r.weight,
