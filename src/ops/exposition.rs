@@ -69,6 +69,16 @@ pub fn text_from_openmetrics(openmetrics: &str) -> String {
     // The current family, when it is a counter: its samples keep their names,
     // and only the `_total` one is a 0.0.4 sample.
     let mut counter: Option<String> = None;
+    // A HELP line waits for its family's TYPE, which may rename the family;
+    // (name, help text) until then.
+    let mut help: Option<(String, String)> = None;
+    let write_help = |out: &mut String, name: &str, text: &str| {
+        out.push_str("# HELP ");
+        out.push_str(name);
+        out.push(' ');
+        out.push_str(text);
+        out.push('\n');
+    };
     for line in openmetrics.lines() {
         if let Some(rest) = line.strip_prefix("# ") {
             let (keyword, rest) = rest.split_once(' ').unwrap_or((rest, ""));
@@ -76,14 +86,10 @@ pub fn text_from_openmetrics(openmetrics: &str) -> String {
             match keyword {
                 "EOF" | "UNIT" => {}
                 "HELP" => {
-                    // The TYPE line follows; the name is fixed up below once
-                    // the type is known, so keep it for now.
-                    out.push_str("# HELP ");
-                    out.push_str(name);
-                    out.push('\u{0}');
-                    out.push(' ');
-                    out.push_str(&help_text(tail));
-                    out.push('\n');
+                    if let Some((n, t)) = help.take() {
+                        write_help(&mut out, &n, &t);
+                    }
+                    help = Some((name.to_string(), help_text(tail)));
                 }
                 "TYPE" => {
                     let (kind, renamed) = match tail {
@@ -94,7 +100,9 @@ pub fn text_from_openmetrics(openmetrics: &str) -> String {
                         other => (other, name.to_string()),
                     };
                     counter = (kind == "counter").then(|| name.to_string());
-                    rename_pending_help(&mut out, name, &renamed);
+                    if let Some((n, t)) = help.take() {
+                        write_help(&mut out, if n == name { &renamed } else { &n }, &t);
+                    }
                     out.push_str("# TYPE ");
                     out.push_str(&renamed);
                     out.push(' ');
@@ -108,6 +116,10 @@ pub fn text_from_openmetrics(openmetrics: &str) -> String {
         if line.is_empty() {
             continue;
         }
+        // A HELP whose TYPE never came keeps its name.
+        if let Some((n, t)) = help.take() {
+            write_help(&mut out, &n, &t);
+        }
         let sample = without_exemplar(line);
         let name = sample.split(['{', ' ']).next().unwrap_or("");
         if let Some(family) = &counter
@@ -118,8 +130,10 @@ pub fn text_from_openmetrics(openmetrics: &str) -> String {
         out.push_str(sample);
         out.push('\n');
     }
-    // A HELP whose TYPE never came keeps its name.
-    out.replace('\u{0}', "")
+    if let Some((n, t)) = help.take() {
+        write_help(&mut out, &n, &t);
+    }
+    out
 }
 
 /// A sample line without its exemplar, which follows ` # ` after the
@@ -146,15 +160,6 @@ fn without_exemplar(line: &str) -> &str {
     match line[labels_end..].find(" # ") {
         Some(at) => &line[..labels_end + at],
         None => line,
-    }
-}
-
-/// Renames the `# HELP` line just written for `name` (marked with a NUL
-/// after the name) to `renamed`.
-fn rename_pending_help(out: &mut String, name: &str, renamed: &str) {
-    let marker = format!("# HELP {name}\u{0}");
-    if let Some(at) = out.rfind(&marker) {
-        out.replace_range(at..at + marker.len(), &format!("# HELP {renamed}"));
     }
 }
 
