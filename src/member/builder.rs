@@ -23,7 +23,7 @@ use super::handoff::{Handoff, Shared};
 use super::loads;
 use super::meters::Meters;
 use super::options::MemberOptions;
-use super::{Assignment, CALL_TIMEOUT, Member, RedisSource};
+use super::{Assignment, CALL_TIMEOUT, Member, MemberHandle, RedisSource};
 use crate::core::inputs::check_member_addr;
 use crate::core::load::LoadBook;
 use crate::core::ownership::Ownership;
@@ -476,6 +476,11 @@ impl Prepared {
             serving.cancel();
             ending
         });
+        let handle = MemberHandle {
+            id: Arc::from(id.as_str()),
+            shared: shared.clone(),
+            loads,
+        };
         Member {
             id,
             local_addr,
@@ -486,7 +491,7 @@ impl Prepared {
             task: Some(task),
             server,
             left,
-            loads,
+            handle,
             loads_task: Some(loads_task),
             redis,
             table_key,

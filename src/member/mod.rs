@@ -82,7 +82,6 @@ use self::handoff::Shared;
 pub use self::handoff::{Handoff, HandoffFuture, Hold, HoldLost, Owned};
 pub use self::meters::MEMBER_METRICS;
 pub use self::options::{EnvVar, MEMBER_ENV, MemberOptions};
-use crate::core::load::LoadBook;
 pub use crate::core::ownership::{FencingToken, Revocation};
 use crate::edge::clock;
 use crate::edge::redis::RedisOptions;
@@ -156,8 +155,9 @@ pub struct Member {
     server: Option<JoinHandle<()>>,
     /// Set by the task once it deregistered.
     left: Arc<AtomicBool>,
-    /// The smoothed loads the application reported, and their writer.
-    loads: Arc<std::sync::Mutex<LoadBook>>,
+    /// Loads, the weight and holds: what the application's tasks may use
+    /// too (the smoothed loads it reports are in there).
+    handle: MemberHandle,
     loads_task: Option<JoinHandle<()>>,
     /// What a drop without a runtime needs to deregister.
     redis: RedisSource,
@@ -212,10 +212,7 @@ impl Member {
     /// on reading it. An operator's override (`distributor weights set`)
     /// still wins.
     pub fn set_weight(&self, weight: u32) -> Result<(), MemberError> {
-        options::check_weight(weight)?;
-        self.shared.lock().set_weight(weight);
-        self.shared.wake.notify_one();
-        Ok(())
+        self.handle.set_weight(weight)
     }
 
     /// Reports a measurement of `unit`'s load, for `-balance load`: any
@@ -225,10 +222,7 @@ impl Member {
     /// unit it owns to `{T}:loads` every `load_report_interval` (`docs/assignment.md`,
     /// "Measured load"). `false`: not such a number, ignored.
     pub fn report_load(&self, unit: &str, load: f64) -> bool {
-        self.loads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .sample(unit, load, clock::now())
+        self.handle.report_load(unit, load)
     }
 
     /// The member id: the address written into the services list.
@@ -239,11 +233,7 @@ impl Member {
     /// A cloneable handle for handlers and tasks: loads, the weight, holds
     /// ([`MemberHandle`]); the `Member` itself stays with whoever drains it.
     pub fn handle(&self) -> MemberHandle {
-        MemberHandle {
-            id: Arc::from(self.id.as_str()),
-            shared: self.shared.clone(),
-            loads: self.loads.clone(),
-        }
+        self.handle.clone()
     }
 
     /// Where its own server listens; `None` when the application serves
@@ -262,13 +252,13 @@ impl Member {
     /// revoked, and its hold not ended (by the monotonic clock, now). Check
     /// it before each side effect on the unit.
     pub fn holds(&self, unit: &str) -> Option<FencingToken> {
-        self.shared.lock().holds(unit, clock::now())
+        self.handle.holds(unit)
     }
 
     /// A handle on the current hold of `unit`, to check before each side
     /// effect without the `Member`; `None` if it is not held now.
     pub fn hold(&self, unit: &str) -> Option<Hold> {
-        self.shared.hold(unit)
+        self.handle.hold(unit)
     }
 
     /// Drains: reports `draining`, lets the holder move every unit away
