@@ -845,12 +845,7 @@ impl Rig {
     /// The master's address as the first answering sentinel names it.
     async fn named_master(&self) -> Option<String> {
         for s in &self.sentinels {
-            let addr: Option<(String, String)> =
-                sentinel_ask(&s.ip, &["SENTINEL", "get-master-addr-by-name", MASTER_NAME])
-                    .await
-                    .ok()
-                    .flatten();
-            if let Some((ip, _)) = addr {
+            if let Some(ip) = master_named_by(&s.ip).await {
                 return Some(ip);
             }
         }
@@ -902,12 +897,7 @@ impl Rig {
         loop {
             let mut agree = 0;
             for s in &self.sentinels {
-                let addr: Option<(String, String)> =
-                    sentinel_ask(&s.ip, &["SENTINEL", "get-master-addr-by-name", MASTER_NAME])
-                        .await
-                        .ok()
-                        .flatten();
-                if addr.is_some_and(|(a, _)| a == ip) {
+                if master_named_by(&s.ip).await.is_some_and(|a| a == ip) {
                     agree += 1;
                 }
             }
@@ -1067,18 +1057,22 @@ async fn conn(ip: &str, port: u16) -> redis::aio::MultiplexedConnection {
         .unwrap_or_else(|_| panic!("no connection to {url} within 2 s"))
 }
 
+/// The master's address as the sentinel at `sentinel` names it, if it
+/// answers.
+async fn master_named_by(sentinel: &str) -> Option<String> {
+    let addr: Option<(String, String)> = sentinel_ask(
+        sentinel,
+        &["SENTINEL", "get-master-addr-by-name", MASTER_NAME],
+    )
+    .await
+    .ok()
+    .flatten();
+    addr.map(|(ip, _)| ip)
+}
+
 async fn sentinel_ask<T: redis::FromRedisValue>(ip: &str, args: &[&str]) -> redis::RedisResult<T> {
-    let ask = async {
-        let mut c = redis::Client::open(format!("redis://{ip}:26379"))?
-            .get_multiplexed_async_connection()
-            .await?;
-        let mut cmd = redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query_async(&mut c).await
-    };
-    tokio::time::timeout(Duration::from_millis(500), ask)
+    let url = format!("redis://{ip}:26379");
+    tokio::time::timeout(Duration::from_millis(500), crate::support::ask(&url, args))
         .await
         .unwrap_or_else(|_| {
             Err(redis::RedisError::from((

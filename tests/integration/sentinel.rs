@@ -84,14 +84,7 @@ impl Sentinels {
         args: &[&str],
     ) -> redis::RedisResult<T> {
         let url = format!("redis://127.0.0.1:{}", self.sentinels[i].0);
-        let mut c = redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?;
-        let mut cmd = redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query_async(&mut c).await
+        ask(&url, args).await
     }
 
     /// The master's port, as every sentinel names it now.

@@ -571,9 +571,7 @@ async fn a_dead_members_client_id_reused_by_a_promoted_replica_does_not_keep_it_
     // that the replica's client ids stay below the member's.
     let mut admin = replica.conn().await;
     let mut on_replica = async |args: &[&str]| -> redis::Value {
-        let mut cmd = redis::cmd(args[0]);
-        cmd.arg(&args[1..]);
-        cmd.query_async(&mut admin).await.unwrap()
+        command(args).query_async(&mut admin).await.unwrap()
     };
     let encoded = redis::Value::BulkString(report.encode().into_bytes());
     let deadline = Instant::now() + Duration::from_secs(10);

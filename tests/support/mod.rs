@@ -183,11 +183,8 @@ pub trait Backend: Sync {
     fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> impl Future<Output = T> + Send {
         async move {
             let mut c = self.conn().await;
-            let mut cmd = redis::cmd(args[0]);
-            for a in &args[1..] {
-                cmd.arg(*a);
-            }
-            cmd.query_async(&mut c)
+            command(args)
+                .query_async(&mut c)
                 .await
                 .unwrap_or_else(|e| panic!("{args:?}: {e}"))
         }
@@ -614,6 +611,22 @@ pub fn example_worker() -> std::path::PathBuf {
 
 pub fn units(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("unit-{i:04}")).collect()
+}
+
+/// One command from its words, e.g. `&["HGET", TABLE, member]`.
+pub fn command(args: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(args[0]);
+    cmd.arg(&args[1..]);
+    cmd
+}
+
+/// One command to the server at `url` (a sentinel, a replica), on a
+/// connection of its own.
+pub async fn ask<T: redis::FromRedisValue>(url: &str, args: &[&str]) -> redis::RedisResult<T> {
+    let mut c = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    command(args).query_async(&mut c).await
 }
 
 /// A minimal HTTP/1.0 GET against loopback: (status code, body).
