@@ -297,12 +297,22 @@ impl Checker {
     /// can act) or ended (`false`: a holder acts again). Detection windows
     /// (rules 2 and 4) count from its end: meanwhile the table stays as it was.
     pub fn failover(&self, started: bool) {
-        let mut s = lock(&self.state);
         let now = Instant::now();
         if started {
-            s.failovers.push((now, None));
-        } else if let Some(f) = s.failovers.last_mut().filter(|f| f.1.is_none()) {
-            f.1 = Some(now);
+            lock(&self.state).failovers.push((now, None));
+        } else {
+            self.failover_ends_at(now);
+        }
+    }
+
+    /// Records that the Redis failover that runs ends at `at` (now, or later:
+    /// a holder recovering from state Redis lost waits up to a member's
+    /// deadline for the units a member that cannot say what it holds, such
+    /// as a killed worker, may still work on).
+    pub fn failover_ends_at(&self, at: Instant) {
+        let mut s = lock(&self.state);
+        if let Some(f) = s.failovers.last_mut().filter(|f| f.1.is_none()) {
+            f.1 = Some(at);
         }
     }
 

@@ -8,7 +8,7 @@ use distributor::core::keys::Keys;
 use std::time::Instant;
 
 use crate::checker::{GRACE, TTL};
-use crate::cluster::{Cluster, Cut, FAILOVER_SLACK, Options, ms, say};
+use crate::cluster::{Cluster, Cut, FAILOVER_SLACK, Options, WORKER_DEADLINE, ms, say};
 use crate::support::docker::bollard;
 use crate::support::{Fleet, TABLE};
 
@@ -729,7 +729,11 @@ pub async fn redis_promotion(docker: bollard::Docker) {
                 }
             }
             if let Some(i) = found {
-                c.checker.failover(false);
+                // Units of the killed worker, if the write that moved them
+                // was lost, wait out its deadline: it cannot say it holds
+                // nothing, and its refused connection is no proof (a
+                // firewall refuses too).
+                c.checker.failover_ends_at(Instant::now() + WORKER_DEADLINE);
                 break i;
             }
             assert!(
