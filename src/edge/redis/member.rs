@@ -151,14 +151,7 @@ impl Store {
         announce: bool,
     ) -> Result<(), StoreError> {
         let k = &self.keys;
-        let mut cmds = vec![(
-            k.members.clone(),
-            redis::cmd("HSET")
-                .arg(&k.members)
-                .arg(member)
-                .arg(report.encode())
-                .to_owned(),
-        )];
+        let mut cmds = vec![self.report_hset(member, report)];
         if announce {
             // Same hash tag as the report: one slot, one pipeline.
             cmds.push((
@@ -176,6 +169,17 @@ impl Store {
             Ok(_) => Ok(()),
             Err(e) => Err(self.classify(e, &[&k.members], "hash").await),
         }
+    }
+
+    /// `HSET {T}:members member report`, with the key it goes to.
+    fn report_hset(&self, member: &str, report: &MemberReport) -> (String, redis::Cmd) {
+        let members = &self.keys.members;
+        let cmd = redis::cmd("HSET")
+            .arg(members)
+            .arg(member)
+            .arg(report.encode())
+            .to_owned();
+        (members.clone(), cmd)
     }
 
     /// Writes `member`'s statement for a holder's recovery (`HSET
@@ -200,14 +204,7 @@ impl Store {
                 .to_owned(),
         )];
         if let Some(r) = report {
-            cmds.push((
-                k.members.clone(),
-                redis::cmd("HSET")
-                    .arg(&k.members)
-                    .arg(member)
-                    .arg(r.encode())
-                    .to_owned(),
-            ));
+            cmds.push(self.report_hset(member, r));
         }
         cmds.push((
             k.held.clone(),
