@@ -22,6 +22,12 @@ impl RunId {
     /// Its length in hex digits.
     pub const LEN: usize = 40;
 
+    /// The run id of 40 times `c` (a hex digit), for tests.
+    #[cfg(test)]
+    pub(crate) fn repeated(c: char) -> RunId {
+        RunId::parse(&c.to_string().repeat(RunId::LEN)).expect("a hex digit")
+    }
+
     /// Parses exactly 40 hex digits (either case); `None` for anything else.
     pub fn parse(s: &str) -> Option<RunId> {
         let b = s.as_bytes();

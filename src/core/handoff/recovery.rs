@@ -335,16 +335,12 @@ pub struct RecoveryClaims {
 mod tests {
     use super::*;
 
-    fn run_id(c: char) -> RunId {
-        RunId::parse(&c.to_string().repeat(40)).unwrap()
-    }
-
     #[test]
     fn a_ping_view_round_trips_and_tolerates_later_fields() {
         let v = PingView {
             epoch: 7,
             generation: 42,
-            server: Some(run_id('a')),
+            server: Some(RunId::repeated('a')),
             recovery: Some(RecoveryTag { epoch: 7, seq: 2 }),
         };
         assert_eq!(PingView::decode(&v.encode()), Some(v));

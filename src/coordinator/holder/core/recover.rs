@@ -176,13 +176,9 @@ mod tests {
     use crate::core::timing::test_t0;
     use crate::edge::grpc::PingFailure;
 
-    fn run_id(c: char) -> RunId {
-        RunId::parse(&c.to_string().repeat(40)).unwrap()
-    }
-
     #[test]
     fn a_new_holding_recovers_unless_the_state_was_written_on_its_own_server() {
-        let (a, b) = (Some(run_id('a')), Some(run_id('b')));
+        let (a, b) = (Some(RunId::repeated('a')), Some(RunId::repeated('b')));
         assert_eq!(server_sign(a, a, 9), None);
         assert!(server_sign(a, b, 9).is_some(), "a failover or a restart");
         assert!(server_sign(None, a, 9).is_some(), "nobody recorded it");
