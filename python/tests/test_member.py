@@ -344,6 +344,14 @@ def test_fencing_when_redis_goes_away(fleet: Fleet) -> None:
             # Fenced before the hold's end (the margin), not long before.
             assert DEADLINE - 1.0 <= fenced_after <= DEADLINE + 0.3, fenced_after
             assert all(not h.is_held() for h in holds)
+            # The fence came at the earlier of the last read's end and the
+            # last ping's; a ping is refused once the read's has passed too
+            # (before that, this test's own ping would count as contact).
+            with m._lock:
+                own = m._own
+                read = own.last_read if own.last_read is not None else own.started
+                read_end = read + own.deadline - own.margin
+            await await_for("the last read's end", lambda: time.monotonic() >= read_end, 2)
             assert await ping(m) == grpc.StatusCode.UNAVAILABLE
             assert await ping(m, "/proto.Liveness/Beats") != grpc.StatusCode.OK
             assert await health(m) == b"\x08\x02"
