@@ -27,6 +27,11 @@ const SHORT: Duration = Duration::from_secs(1);
 /// How long the proxy holds that call (past `SHORT`, well inside `CALL`).
 const HELD: Duration = Duration::from_secs(2);
 const WAIT_TIMEOUT: Duration = Duration::from_millis(200);
+/// The `WAIT` bound of the store that checks a running replica does
+/// acknowledge: a loaded machine may take longer than [`WAIT_TIMEOUT`] to
+/// answer a `GETACK`, and an acknowledgement, unlike its absence, needs
+/// no short bound to be seen.
+const PATIENT_WAIT: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(30);
 
 /// `redis-server` stopped (`SIGSTOP`) or continued.
@@ -121,11 +126,12 @@ async fn a_write_is_durable_only_by_the_wait_of_the_connection_that_wrote_it() {
         ..RedisOptions::from_urls(&proxy.url())
     };
     let store = Store::connect(&opts, TABLE, CALL).unwrap();
-    let Acquisition::Acquired(grant) = store.acquire(&lease_claim("a")).await.unwrap() else {
+    let patient = patient_store(&opts);
+    let Acquisition::Acquired(grant) = patient.acquire(&lease_claim("a")).await.unwrap() else {
         panic!("the lease is free")
     };
     assert_eq!(
-        store.renew(&grant, TTL, CALL).await.unwrap(),
+        patient.renew(&grant, TTL, CALL).await.unwrap(),
         Renewal::Renewed,
         "a replica that runs acknowledges"
     );
@@ -193,6 +199,25 @@ async fn a_write_is_durable_only_by_the_wait_of_the_connection_that_wrote_it() {
     );
 
     signal(&replica, "-CONT");
+}
+
+/// A store on `opts`'s servers whose `WAIT` allows [`PATIENT_WAIT`]: for
+/// the writes a running replica must acknowledge. The grant it acquires is
+/// a value the short-bounded store renews as well.
+fn patient_store(opts: &RedisOptions) -> Store {
+    let wait = opts.wait.as_ref().map(|w| WaitFor {
+        replicas: w.replicas,
+        timeout: PATIENT_WAIT,
+    });
+    Store::connect(
+        &RedisOptions {
+            wait,
+            ..opts.clone()
+        },
+        TABLE,
+        CALL,
+    )
+    .unwrap()
 }
 
 /// The master serving `slot`, from `CLUSTER NODES`: its node id and port.
@@ -281,7 +306,8 @@ async fn on_a_cluster_the_wait_asks_the_master_of_the_tables_slot() {
         ..RedisOptions::from_urls(&cluster.urls())
     };
     let store = Store::connect(&opts, TABLE, CALL).unwrap();
-    let Acquisition::Acquired(grant) = store.acquire(&lease_claim("a")).await.unwrap() else {
+    let patient = patient_store(&opts);
+    let Acquisition::Acquired(grant) = patient.acquire(&lease_claim("a")).await.unwrap() else {
         panic!("the lease is free")
     };
     let table = MatchingTable::from_rows([("w1".to_string(), "x,y".to_string())]);
@@ -293,7 +319,7 @@ async fn on_a_cluster_the_wait_asks_the_master_of_the_tables_slot() {
     };
     assert!(
         matches!(
-            store.commit(&grant, &commit(2)).await,
+            patient.commit(&grant, &commit(2)).await,
             Ok(Committed::Written { .. })
         ),
         "a replica that runs acknowledges"
