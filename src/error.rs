@@ -20,9 +20,11 @@ pub enum StoreError {
         expected: &'static str,
         actual: String,
     },
-    /// A list holds more entries (or bytes) than its setting allows.
-    #[error("list {key:?} has more than {limit} {what} ({setting}); refusing to read it")]
+    /// A list or hash holds more entries (or bytes) than its setting allows.
+    #[error("{container} {key:?} has more than {limit} {what} ({setting}); refusing to read it")]
     TooLong {
+        /// `list` or `hash`.
+        container: &'static str,
         key: String,
         what: &'static str,
         limit: u64,
@@ -84,6 +86,27 @@ fn field_part(field: &str) -> String {
 }
 
 impl StoreError {
+    /// `container` (`list` or `hash`) `key` over `limit` of `what`
+    /// (`entries` or `bytes`), naming the setting that bounds it.
+    pub fn too_long(
+        container: &'static str,
+        key: &str,
+        what: &'static str,
+        limit: u64,
+    ) -> StoreError {
+        StoreError::TooLong {
+            container,
+            key: key.to_string(),
+            what,
+            limit,
+            setting: if what == "bytes" {
+                "-max-list-bytes"
+            } else {
+                "-max-list-entries"
+            },
+        }
+    }
+
     /// Whether the same call may succeed later without anyone changing anything.
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -245,6 +268,7 @@ mod tests {
                 actual: s(),
             },
             StoreError::TooLong {
+                container: "list",
                 key: s(),
                 what: "entries",
                 limit: 1,

@@ -87,6 +87,7 @@ def test_durations_like_the_daemon() -> None:
         ({"MEMBER_POLL_INTERVAL": "6s"}, "MEMBER_POLL_INTERVAL", "poll_interval", "half the deadline"),
         ({"MEMBER_FENCE_MARGIN": "5s"}, "MEMBER_FENCE_MARGIN", "fence_margin", "half the deadline"),
         ({"MEMBER_LOAD_REPORT_INTERVAL": "0"}, "MEMBER_LOAD_REPORT_INTERVAL", "load_report_interval", "positive"),
+        ({"MEMBER_LOAD_REPORT_INTERVAL": "61s"}, "MEMBER_LOAD_REPORT_INTERVAL", "load_report_interval", "at most 1m"),
         ({"MEMBER_LISTEN": "0.0.0.0:7001"}, "MEMBER_LISTEN", "listen", "set advertise"),
         ({"MEMBER_LISTEN": "nohost"}, "MEMBER_LISTEN", "listen", "host:port"),
         ({"MEMBER_ADVERTISE": "0.0.0.0:7001"}, "MEMBER_ADVERTISE", "advertise", "cannot be dialled"),

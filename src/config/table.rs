@@ -216,9 +216,9 @@ settings! {
     TRACES: OneOf = OneOf(&["otlp", "none"]), "traces" ["OTEL_TRACES_EXPORTER"] = Some("otlp"), "otlp|none",
         "Span export: otlp (when OTEL_EXPORTER_OTLP_ENDPOINT is set) or none";
     MAX_LIST_ENTRIES: Whole<usize> = Whole { min: 1, max: None }, "max-list-entries" ["MAX_LIST_ENTRIES"] = Some("2000000"), "N",
-        "Longest services or work-units list read; a longer one skips the cycle with an error";
+        "Most entries of a services or work-units list, or of a hash a holder reads whole ({T}:members, :loads, :costs, :controls, :weights, :transit); a longer one skips the cycle with an error naming it, and the table stays";
     MAX_LIST_BYTES: Bytes = Bytes(1 << 10), "max-list-bytes" ["MAX_LIST_BYTES"] = Some("64MiB"), "SIZE",
-        "Largest list read, in bytes of Redis memory (MEMORY USAGE); a larger one skips the cycle with an error. Holder memory is about 11 MB + 212 B per unit + 5.5 bytes per list byte: 0.8 GB at the defaults";
+        "Largest list, or hash read whole, in bytes of Redis memory (MEMORY USAGE); a larger one skips the cycle with an error. Holder memory is about 11 MB + 212 B per unit + 5.5 bytes per list byte: 0.8 GB at the defaults";
     MASS_FAILURE_PERCENT: Percent = Percent, "mass-failure-percent" ["MASS_FAILURE_PERCENT"] = Some("50"), "PERCENT",
         "When more than this percent of a group's live members fail at once, the holder keeps their units until another replica or -mass-failure-confirm confirms it (100: off)";
     MASS_FAILURE_CONFIRM: Dur = Dur(NS), "mass-failure-confirm" ["MASS_FAILURE_CONFIRM"] = Some("10s"), "DURATION",

@@ -33,6 +33,17 @@
 //! thousandths, at least one (a unit measured at 0 costs a thousandth), and
 //! a unit nobody reports counts as the mean of the reported ones, as an
 //! undeclared cost does (`core::costs`).
+//!
+//! A field older than [`LoadAge::max_age`] by the reader's clock is left
+//! out, and so is one dated more than [`LoadAge::max_ahead`] after it: a
+//! member that stopped writing (killed, or removed without `-forget-after`)
+//! neither counts in the mean nor keeps its old units' loads, and one whose
+//! clock runs ahead wins for a unit it no longer reports for at most
+//! `max_age + max_ahead`. Members write every `load_report_interval` (at
+//! most a minute), so a living member's field is never that old. The
+//! decoding says when its answer changes by time alone
+//! ([`DecodedLoads::fresh_until`]): the reader decodes again then, even if
+//! nobody wrote.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -142,19 +153,54 @@ pub fn decode_report(value: &str) -> Option<(u64, Vec<(&str, f64)>)> {
     Some((ms, pairs))
 }
 
+/// How old, or how far ahead of the reader's clock, a `{T}:loads` field
+/// may be dated and still count (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadAge {
+    pub max_age: Duration,
+    pub max_ahead: Duration,
+}
+
+/// A `{T}:loads` field left out for its date: the member's id and how far
+/// its date is from the reader's clock (negative: ahead of it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleLoads {
+    pub member: String,
+    pub age_ms: i64,
+}
+
+/// The `{T}:loads` hash as the holder reads it ([`decode_loads`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DecodedLoads {
+    pub costs: UnitCosts,
+    /// Fields that could not be read, as unreadable costs: the member's id
+    /// and the value.
+    pub unreadable: Vec<UnreadableCost>,
+    /// Fields left out for their date, sorted by member.
+    pub stale: Vec<StaleLoads>,
+    /// The reader's unix ms at which the first field counted now turns too
+    /// old, or the first one left out for being ahead comes within bounds:
+    /// the same hash decodes differently from then on.
+    pub fresh_until: Option<u64>,
+}
+
 /// The holder's costs from the `{T}:loads` hash's `(member, value)` pairs,
-/// in any order: for each unit the newest report's load (see the module
-/// docs), and the fields that could not be read (as unreadable costs: the
-/// member's id and the value).
-pub fn decode_loads<I, K, V>(pairs: I) -> (UnitCosts, Vec<UnreadableCost>)
+/// in any order, read at `now_ms` (unix ms): for each unit the newest
+/// report's load among those dated within `age` (see the module docs).
+pub fn decode_loads<I, K, V>(pairs: I, now_ms: u64, age: LoadAge) -> DecodedLoads
 where
     I: IntoIterator<Item = (K, V)>,
     K: AsRef<str>,
     V: AsRef<str>,
 {
     let pairs: Vec<(K, V)> = pairs.into_iter().collect();
+    let oldest = now_ms.saturating_sub(age.max_age.as_millis() as u64);
+    let latest = now_ms.saturating_add(age.max_ahead.as_millis() as u64);
     let mut newest: HashMap<&str, ((u64, &str), f64)> = HashMap::new();
     let mut unreadable = Vec::new();
+    let mut stale = Vec::new();
+    let mut fresh_until: Option<u64> = None;
+    let mut until = |at: u64| fresh_until = Some(fresh_until.map_or(at, |f| f.min(at)));
     for (member, value) in &pairs {
         let (member, value) = (member.as_ref(), value.as_ref());
         let Some((ms, loads)) = decode_report(value) else {
@@ -164,6 +210,19 @@ where
             });
             continue;
         };
+        if ms < oldest || ms > latest {
+            stale.push(StaleLoads {
+                member: member.to_string(),
+                age_ms: (now_ms as i64).saturating_sub(ms as i64),
+            });
+            if ms > latest {
+                // Counted once the reader's clock is within `max_ahead`.
+                until(ms - age.max_ahead.as_millis() as u64);
+            }
+            continue;
+        }
+        // Too old one millisecond past `max_age`.
+        until(ms.saturating_add(age.max_age.as_millis() as u64) + 1);
         for (unit, load) in loads {
             let key = (ms, member);
             match newest.get(unit) {
@@ -175,10 +234,16 @@ where
         }
     }
     unreadable.sort_by(|a, b| (&a.unit, &a.value).cmp(&(&b.unit, &b.value)));
+    stale.sort_by(|a, b| a.member.cmp(&b.member));
     let thousandths = newest
         .into_iter()
         .map(|(u, (_, load))| (u, ((load * SCALE as f64).round() as u64).max(1)));
-    (UnitCosts::from_thousandths(thousandths), unreadable)
+    DecodedLoads {
+        costs: UnitCosts::from_thousandths(thousandths),
+        unreadable,
+        stale,
+        fresh_until,
+    }
 }
 
 #[cfg(test)]
@@ -235,13 +300,21 @@ mod tests {
         assert_eq!(value, "1000 u=1=2.500,v=0.000");
         assert_eq!(b.encode([], 7), "7");
         assert_eq!(decode_report("7"), Some((7, vec![])));
-        let (costs, bad) = decode_loads([
-            ("m1:1", "1000 u=1=2.500,v=0.000".to_string()),
-            ("m2:1", "2000 v=4".to_string()),
-            ("m3:1", "1500 v=9".to_string()),
-            ("m4:1", "junk".to_string()),
-            ("m5:1", "3000 w=-1".to_string()),
-        ]);
+        let DecodedLoads {
+            costs,
+            unreadable: bad,
+            ..
+        } = decode_loads(
+            [
+                ("m1:1", "1000 u=1=2.500,v=0.000".to_string()),
+                ("m2:1", "2000 v=4".to_string()),
+                ("m3:1", "1500 v=9".to_string()),
+                ("m4:1", "junk".to_string()),
+                ("m5:1", "3000 w=-1".to_string()),
+            ],
+            3_000,
+            AGE,
+        );
         assert_eq!(costs.of("u=1"), 2500);
         assert_eq!(costs.of("v"), 4000, "m2's report is the newest");
         assert_eq!(bad.len(), 2);
@@ -250,5 +323,62 @@ mod tests {
         assert_eq!(costs.of("x"), 3250);
         assert_eq!(decode_report("1 a=1,=2"), None);
         assert_eq!(decode_report("1 a=inf"), None);
+    }
+
+    const AGE: LoadAge = LoadAge {
+        max_age: Duration::from_secs(300),
+        max_ahead: Duration::from_secs(60),
+    };
+
+    #[test]
+    fn fields_too_old_or_too_far_ahead_are_left_out_until_their_date_fits() {
+        let now = 1_000_000_000;
+        let min = 60_000;
+        let pairs = [
+            // Killed five minutes and a millisecond ago: left out.
+            ("dead:1", format!("{} u=50", now - 5 * min - 1)),
+            // Its unit's new owner, whose report is older than the clock
+            // runner's but counts.
+            ("new:1", format!("{} u=2,v=3", now - 10_000)),
+            // A clock running 61 s ahead: left out, not winning `u`.
+            ("ahead:1", format!("{} u=90,w=7", now + min + 1_000)),
+            // 59 s ahead: counts, and wins `v` as the newest.
+            ("near:1", format!("{} v=4", now + 59_000)),
+        ];
+        let d = decode_loads(pairs.clone(), now, AGE);
+        assert_eq!(
+            d.costs.of("u"),
+            2000,
+            "the dead member's and the far-ahead's left out"
+        );
+        assert_eq!(d.costs.of("v"), 4000);
+        assert_eq!(d.costs.declared(), 2, "w is not counted either");
+        assert_eq!(
+            d.stale,
+            vec![
+                StaleLoads {
+                    member: "ahead:1".into(),
+                    age_ms: -((min + 1_000) as i64),
+                },
+                StaleLoads {
+                    member: "dead:1".into(),
+                    age_ms: 5 * min as i64 + 1,
+                },
+            ]
+        );
+        // The answer holds until the far-ahead field comes within bounds
+        // (1 s from now), before `new:1` turns old.
+        assert_eq!(d.fresh_until, Some(now + 1_000));
+        let later = decode_loads(pairs.clone(), now + 1_000, AGE);
+        assert_eq!(later.costs.of("u"), 90_000, "now the newest, counted");
+        assert_eq!(later.costs.of("w"), 7000);
+        // At exactly `max_age` a field still counts; a millisecond later not.
+        let at = now - 10_000 + 5 * min;
+        let edge = decode_loads([("new:1", format!("{} u=2", now - 10_000))], at, AGE);
+        assert_eq!((edge.costs.of("u"), edge.fresh_until), (2000, Some(at + 1)));
+        let past = decode_loads([("new:1", format!("{} u=2", now - 10_000))], at + 1, AGE);
+        assert_eq!(past.costs.declared(), 0);
+        assert_eq!(past.stale.len(), 1);
+        assert_eq!(past.fresh_until, None, "nothing changes by time any more");
     }
 }

@@ -144,6 +144,8 @@ pub struct BalanceStatus {
     pub loads: Option<std::sync::Arc<crate::core::balance::LoadSummary>>,
     /// Unreadable `{T}:costs` entries, skipped.
     pub invalid_costs: usize,
+    /// `{T}:loads` fields left out for their date (`core::load`).
+    pub stale_loads: usize,
     /// Why `{T}:costs` could not be read, while that lasts (the costs
     /// known are used meanwhile).
     pub costs_problem: Option<String>,

@@ -93,6 +93,15 @@ pub struct Timing {
     /// progress before it closes every connection (it holds nothing then).
     pub server_shutdown: Duration,
 
+    // Measured loads (`core::load`).
+    /// A `{T}:loads` field dated longer ago than this is left out: its
+    /// member stopped writing (members write every `load_report_interval`,
+    /// at most a minute).
+    pub load_max_age: Duration,
+    /// A `{T}:loads` field dated further ahead of the reader's clock than
+    /// this is left out until it is not: a member whose clock runs ahead.
+    pub load_max_ahead: Duration,
+
     // Operations.
     /// How long a listed member's pings fail before status, the page and
     /// `distributor_members_failing_long` say it failed for long (with
@@ -130,11 +139,23 @@ impl Timing {
         failure_summary: Duration::from_secs(30),
         leave_bound: Duration::from_secs(3),
         server_shutdown: Duration::from_millis(20),
+        load_max_age: Duration::from_secs(300),
+        load_max_ahead: Duration::from_secs(60),
         failing_long: Duration::from_secs(600),
         stall: Duration::from_secs(30),
         min_read_gap: Duration::from_secs(1),
         max_read_gap: Duration::from_secs(5),
     };
+}
+
+impl Timing {
+    /// The dates a `{T}:loads` field may carry and count.
+    pub const fn load_age(&self) -> crate::core::load::LoadAge {
+        crate::core::load::LoadAge {
+            max_age: self.load_max_age,
+            max_ahead: self.load_max_ahead,
+        }
+    }
 }
 
 impl Default for Timing {

@@ -16,6 +16,11 @@ use crate::edge::redis::url::{display_urls, with_credentials};
 use crate::edge::tls::TlsFiles;
 use crate::error::MemberError;
 
+/// The longest `load_report_interval`: a holder leaves out loads dated over
+/// five minutes ago (`Timing::load_max_age`), so a living member writes
+/// several times within that.
+pub const MAX_LOAD_REPORT: Duration = Duration::from_secs(60);
+
 /// How a member finds Redis and the table, and how it is reached.
 ///
 /// Build it with named fields over the defaults, or from the environment:
@@ -401,7 +406,7 @@ pub static MEMBER_ENV: &[EnvVar] = &[
     EnvVar {
         names: &["MEMBER_LOAD_REPORT_INTERVAL"],
         default: "10s",
-        help: "How often smoothed loads are written to {T}:loads",
+        help: "How often smoothed loads are written to {T}:loads (at most 1m)",
         secret: false,
         apply: |o, _, v| {
             o.load_report_interval = duration(v)?;
@@ -545,8 +550,15 @@ impl MemberOptions {
         if self.reregister_interval.is_zero() {
             return bad("reregister_interval", "must be positive".into());
         }
-        if self.load_report_interval.is_zero() {
-            return bad("load_report_interval", "must be positive".into());
+        let stale = crate::core::timing::Timing::DEFAULT.load_max_age;
+        if self.load_report_interval.is_zero() || self.load_report_interval > MAX_LOAD_REPORT {
+            return bad(
+                "load_report_interval",
+                format!(
+                    "{:?} must be positive and at most {MAX_LOAD_REPORT:?}: a holder leaves out loads older than {stale:?}",
+                    self.load_report_interval
+                ),
+            );
         }
         check_weight(self.weight)?;
         if let Some(s) = &self.redis_sentinel {
@@ -778,6 +790,14 @@ mod tests {
             e.contains("poll_interval") && e.contains("half the deadline"),
             "{e}"
         );
+        let e = from(&[("MEMBER_LOAD_REPORT_INTERVAL", "61s")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("load_report_interval") && e.contains("61s") && e.contains("at most 60s"),
+            "{e}"
+        );
+        assert!(from(&[("MEMBER_LOAD_REPORT_INTERVAL", "60s")]).is_ok());
     }
 
     #[test]

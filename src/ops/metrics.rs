@@ -100,6 +100,7 @@ pub struct Metrics {
     pub members_out_of_band: Gauge,
     pub hot_units: Gauge,
     pub invalid_costs: Gauge,
+    pub stale_loads: Gauge,
     /// Groups that have `members` series now.
     member_groups: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -378,6 +379,12 @@ impl Metrics {
             "With -balance cost or load: units costlier than any member's share, each alone on a member where possible (holder only)",
             hot_units.clone(),
         );
+        let stale_loads = Gauge::default();
+        r.register(
+            "stale_loads",
+            "With -balance load: fields of {T}:loads left out for their date, older than 5 minutes (a member that stopped writing) or over a minute ahead of the holder's clock (holder only)",
+            stale_loads.clone(),
+        );
         let invalid_costs = Gauge::default();
         r.register(
             "invalid_costs",
@@ -449,6 +456,7 @@ impl Metrics {
             members_out_of_band,
             hot_units,
             invalid_costs,
+            stale_loads,
             member_groups: Default::default(),
         }
     }
@@ -626,6 +634,7 @@ impl Metrics {
         self.hot_units.set(loads.map_or(0, |l| l.hot.len()) as i64);
         self.invalid_costs
             .set(b.map_or(0, |b| b.invalid_costs) as i64);
+        self.stale_loads.set(b.map_or(0, |b| b.stale_loads) as i64);
     }
 }
 

@@ -75,6 +75,9 @@ pub struct BalanceReport {
     /// entries that are not readable (with loads: members' fields).
     pub declared_costs: usize,
     pub invalid_costs: usize,
+    /// With loads: members' fields left out for their date (older than 5
+    /// minutes, or over a minute ahead of this clock).
+    pub stale_loads: usize,
 }
 
 /// The last solve that changed the table, as the holder recorded it.
@@ -252,7 +255,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         units: o.units.clone(),
     });
     let units_of = |id: &str| o.table.get(id).map_or(0, |v| decode_row(v).len());
-    let (balance, loads) = balance_of(o, assignment.as_deref(), &inputs);
+    let (balance, loads) = balance_of(o, assignment.as_deref(), &inputs, now_ms);
     let generation = num("generation").unwrap_or(0);
     let controls = super::controls::controls_of(&o.controls, now_ms);
     let mut transit: Vec<TransitReport> = o
@@ -414,14 +417,26 @@ fn balance_of(
     o: &Overview,
     assignment: Option<&str>,
     inputs: &crate::core::inputs::Inputs,
+    now_ms: u64,
 ) -> (Option<BalanceReport>, BTreeMap<String, LoadReport>) {
     use crate::core::balance::Balance;
     use crate::core::costs::{SCALE, UnitCosts};
     let balance = assignment.map_or(Balance::Count, Balance::decode);
-    let (costs, unreadable) = match balance {
+    let (costs, unreadable, stale) = match balance {
         Balance::Count => return (None, BTreeMap::new()),
-        Balance::Cost(_) => UnitCosts::decode(o.costs.iter().map(|(u, c)| (u.clone(), c))),
-        Balance::Load(_) => crate::core::load::decode_loads(o.loads.iter()),
+        Balance::Cost(_) => {
+            let (costs, unreadable) =
+                UnitCosts::decode(o.costs.iter().map(|(u, c)| (u.clone(), c)));
+            (costs, unreadable, 0)
+        }
+        Balance::Load(_) => {
+            let d = crate::core::load::decode_loads(
+                o.loads.iter(),
+                now_ms,
+                crate::core::timing::Timing::DEFAULT.load_age(),
+            );
+            (d.costs, d.unreadable, d.stale.len())
+        }
     };
     let tolerance = balance.tolerance().expect("cost or load");
     let table = MatchingTable::from_rows(o.table.clone());
@@ -456,6 +471,7 @@ fn balance_of(
         hot_count: summary.hot.len(),
         declared_costs: costs.declared(),
         invalid_costs: unreadable.len(),
+        stale_loads: stale,
     };
     (Some(report), loads)
 }

@@ -173,6 +173,12 @@ pub fn render_status(r: &StatusReport) -> String {
             b.by,
             b.invalid_costs
         );
+        if b.stale_loads > 0 {
+            out += &format!(
+                "{} members' loads left out for their date: older than 5 minutes (stopped writing; see -forget-after) or over a minute ahead of this clock\n",
+                b.stale_loads
+            );
+        }
         if b.hot_count > 0 {
             let more = b.hot_count - b.hot_units.len();
             out += &format!(

@@ -337,3 +337,106 @@ async fn a_list_over_a_limit_is_never_transferred() {
         .await;
     fleet.shutdown().await;
 }
+
+/// Issue 39, item 8: every hash a holder reads whole is bounded by
+/// `-max-list-entries` and `-max-list-bytes`, measured before it is read.
+/// Members' reports (or controls) past a limit skip the cycle and keep the
+/// last table, saying why; the costs, the loads and the units in transit
+/// are refused the same way, naming the key and the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_over_a_limit_skips_the_cycle_and_keeps_the_table() {
+    let units = units(40);
+    let (fleet, before) = Fleet::converged(
+        |c| {
+            c.max_list_entries = 50;
+            c.max_list_bytes = 64 * 1024;
+        },
+        2,
+        1,
+        &units,
+    )
+    .await;
+    let generation = fleet.generation().await;
+    let k = keys();
+    let junk = |n: usize, len: usize| -> Vec<String> {
+        (0..n)
+            .flat_map(|i| [format!("junk-{i}:1"), "x".repeat(len)])
+            .collect()
+    };
+    let hset = |key: String, fields: Vec<String>| {
+        let redis = &fleet.redis;
+        async move {
+            let mut args = vec!["HSET".to_string(), key];
+            args.extend(fields);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let _: i64 = redis.cmd(&args).await;
+        }
+    };
+    for (key, fields, setting) in [
+        (k.members.clone(), junk(60, 1), "-max-list-entries"),
+        (k.controls.clone(), junk(60, 1), "-max-list-entries"),
+        (k.members.clone(), junk(2, 100_000), "-max-list-bytes"),
+    ] {
+        hset(key.clone(), fields.clone()).await;
+        // A change the holder would act on, if it read.
+        fleet.set_units(&units[..30]).await;
+        let says = format!("hash {key:?} has more than");
+        wait_for("the limit is reported", Duration::from_secs(5), || async {
+            holder_status(&fleet)
+                .await
+                .last_error
+                .is_some_and(|e| e.contains(&says) && e.contains(setting))
+        })
+        .await;
+        let failed = holder_status(&fleet).await.failed_cycles;
+        wait_for(
+            "three more skipped cycles",
+            Duration::from_secs(10),
+            || async { holder_status(&fleet).await.failed_cycles >= failed + 3 },
+        )
+        .await;
+        assert_eq!(fleet.table().await, before, "{key}: the table is kept");
+        assert_eq!(fleet.generation().await, generation);
+        // The units as the table has them first: no cycle acts on the
+        // change once the hash is within the limit again.
+        fleet.set_units(&units).await;
+        let mut del = vec!["HDEL".to_string(), key.clone()];
+        del.extend(fields.iter().step_by(2).cloned());
+        let del: Vec<&str> = del.iter().map(String::as_str).collect();
+        let _: i64 = fleet.redis.cmd(&del).await;
+    }
+    fleet.set_units(&units[..30]).await;
+    fleet
+        .wait_for_table(&units[..30], Duration::from_secs(5))
+        .await;
+
+    // The store's other whole-hash reads: costs, loads, units in transit.
+    let limits = distributor::edge::redis::ListLimits {
+        entries: 50,
+        bytes: 64 * 1024,
+    };
+    let store =
+        distributor::edge::redis::Store::open(&fleet.redis.url(), TABLE, Duration::from_secs(2))
+            .unwrap()
+            .with_limits(limits);
+    hset(k.costs.clone(), junk(60, 1)).await;
+    let costs = store.read_costs_since(None).await.content.unwrap();
+    assert!(
+        matches!(&costs, Err(e) if e.to_string().contains(&format!("hash {:?} has more than 50 entries (-max-list-entries)", k.costs))),
+        "{costs:?}"
+    );
+    hset(k.loads.clone(), junk(1, 100_000)).await;
+    let loads = store.read_loads_since(None).await.content.unwrap();
+    assert!(
+        matches!(&loads, Err(e) if e.to_string().contains("-max-list-bytes")),
+        "{loads:?}"
+    );
+    hset(k.transit.clone(), junk(60, 1)).await;
+    let holding = store.read_holding(false).await;
+    assert!(
+        matches!(&holding, Err(e) if e.to_string().contains(&format!("hash {:?}", k.transit))),
+        "{:?}",
+        holding.err()
+    );
+    fleet.shutdown().await;
+}

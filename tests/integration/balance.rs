@@ -279,3 +279,86 @@ async fn measured_loads_put_a_heavy_unit_alone_on_a_member() {
     assert!(!loads.contains_key(&id), "{loads:?}");
     fleet.shutdown().await;
 }
+
+/// Issue 39, item 8: a `{T}:loads` field dated long ago (a member killed,
+/// never forgotten) or far ahead of the holder's clock (a clock running
+/// ahead) is left out: the units it claims heavy are not put alone, the
+/// holder's status and `distributor status` count it, and once the field
+/// ahead comes within bounds by the clock alone (nobody writes), it counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loads_dated_out_of_bounds_are_left_out_until_their_date_fits() {
+    let units = units(40);
+    let mut fleet = Fleet::new(RedisServer::start());
+    fleet.config.balance = Balance::Load(Tolerance::DEFAULT);
+    fleet.set_units(&units).await;
+    for _ in 0..4 {
+        let mut o = fleet.member_options();
+        o.load_report_interval = Duration::from_millis(200);
+        o.load_half_life = Duration::ZERO;
+        let m = distributor::Member::start(o).await.unwrap();
+        fleet.members.push(Some(m));
+    }
+    fleet.add_replica();
+    let age = distributor::core::timing::Timing::DEFAULT.load_age();
+    let now = distributor::unix_ms();
+    let (dead, ahead) = (units[3].clone(), units[7].clone());
+    // Dated past `max_age`: left out for good. Dated `max_ahead` and 3 s
+    // ahead: left out for 3 s, then the newest report of its unit.
+    let old = now - age.max_age.as_millis() as u64 - 1_000;
+    let soon = now + age.max_ahead.as_millis() as u64 + 3_000;
+    let k = keys();
+    let (): () = fleet
+        .redis
+        .cmd(&["HSET", &k.loads, "gone:1", &format!("{old} {dead}=500")])
+        .await;
+    let (): () = fleet
+        .redis
+        .cmd(&["HSET", &k.loads, "ahead:1", &format!("{soon} {ahead}=500")])
+        .await;
+    let measure = |fleet: &Fleet| {
+        for m in fleet.members.iter().flatten() {
+            for u in m.assignment().borrow().units.clone() {
+                assert!(m.report_load(&u, 1.0));
+            }
+        }
+    };
+    let alone = |t: &MatchingTable, unit: &str| t.rows().values().any(|v| v == unit);
+    wait_for(
+        "both stale fields counted by the holder",
+        Duration::from_secs(20),
+        || async {
+            measure(&fleet);
+            fleet
+                .statuses()
+                .iter()
+                .any(|s| s.balance.as_ref().is_some_and(|b| b.stale_loads == 2))
+        },
+    )
+    .await;
+    assert!(distributor::unix_ms() < soon - age.max_ahead.as_millis() as u64);
+    let t = fleet.table().await;
+    assert!(!alone(&t, &dead) && !alone(&t, &ahead), "{:?}", t.rows());
+    let status = ok(cli(&fleet.redis.url(), &["status"]));
+    assert!(
+        status.contains("2 members' loads left out for their date"),
+        "{status}"
+    );
+    // The clock alone brings the field ahead within bounds: it counts, and
+    // its unit, far heavier than any share, ends alone on a member.
+    wait_for(
+        "the unit reported ahead alone once its date fits",
+        Duration::from_secs(30),
+        || async {
+            measure(&fleet);
+            let t = fleet.table().await;
+            let transit: usize = fleet.redis.cmd(&["HLEN", &k.transit]).await;
+            transit == 0 && alone(&t, &ahead)
+        },
+    )
+    .await;
+    assert!(!alone(&fleet.table().await, &dead));
+    let h = fleet.wait_for_holder().await;
+    let b = fleet.statuses()[h].balance.clone().unwrap();
+    assert_eq!(b.stale_loads, 1, "{b:?}");
+    fleet.shutdown().await;
+}

@@ -620,11 +620,12 @@ async fn unreadable_reports_never_shorten_a_wait() {
     fleet.shutdown().await;
 }
 
-/// `-forget-after` removes a long-failing member's report with its list
-/// entry (fenced, in the same script), so that `{T}:members` does not grow
-/// with every address a worker ever had.
+/// `-forget-after` removes a long-failing member's report and measured
+/// loads with its list entry (fenced, in the same script), so that
+/// `{T}:members` and `{T}:loads` do not grow with every address a worker
+/// ever had.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_forgotten_member_takes_its_report_along() {
+async fn a_forgotten_member_takes_its_report_and_loads_along() {
     let units = units(6);
     let (mut fleet, mut workers, _) = two_acking(&units, |f| {
         f.config.forget_after = Some(Duration::from_millis(300));
@@ -633,22 +634,30 @@ async fn a_forgotten_member_takes_its_report_along() {
     let w2 = FlakyWorker::start(&fleet).await;
     report(&fleet, &w2.addr, 0, false, PATIENT).await;
     workers.push(w2);
+    let k = keys();
+    for w in &workers {
+        let value = format!("{} ", distributor::unix_ms());
+        let (): () = fleet.redis.cmd(&["HSET", &k.loads, &w.addr, &value]).await;
+    }
     let gone = workers[2].addr.clone();
     workers[2].kill().await;
     wait_for(
-        "the member and its report forgotten",
+        "the member, its report and its loads forgotten",
         Duration::from_secs(10),
         || async {
             let listed: Vec<String> = fleet.redis.cmd(&["LRANGE", SERVICES, "0", "-1"]).await;
-            let report: Option<String> = fleet.redis.cmd(&["HGET", &keys().members, &gone]).await;
-            !listed.contains(&gone) && report.is_none()
+            let report: Option<String> = fleet.redis.cmd(&["HGET", &k.members, &gone]).await;
+            let loads: Option<String> = fleet.redis.cmd(&["HGET", &k.loads, &gone]).await;
+            !listed.contains(&gone) && report.is_none() && loads.is_none()
         },
     )
     .await;
     // The others keep theirs.
     for w in &workers[..2] {
-        let r: Option<String> = fleet.redis.cmd(&["HGET", &keys().members, &w.addr]).await;
+        let r: Option<String> = fleet.redis.cmd(&["HGET", &k.members, &w.addr]).await;
         assert!(r.is_some(), "{} lost its report", w.addr);
+        let l: Option<String> = fleet.redis.cmd(&["HGET", &k.loads, &w.addr]).await;
+        assert!(l.is_some(), "{} lost its loads", w.addr);
     }
     fleet.replicas.truncate(1);
     fleet.shutdown().await;

@@ -26,6 +26,9 @@ __all__ = [
 MAX_DEADLINE = 300.0
 #: The highest capacity weight.
 MAX_WEIGHT = 1000
+#: The longest load_report_interval: a holder leaves out loads dated over
+#: five minutes ago, so a living member writes several times within that.
+MAX_LOAD_REPORT = 60.0
 
 _SECRET_FIELDS = frozenset({"redis_password"})
 
@@ -221,8 +224,11 @@ class MemberOptions:
             raise bad("drain_timeout", "must not be negative")
         if not _number(self.load_half_life) or self.load_half_life < 0:
             raise bad("load_half_life", "must not be negative")
-        if not _positive(self.load_report_interval):
-            raise bad("load_report_interval", "must be positive")
+        if not _positive(self.load_report_interval) or self.load_report_interval > MAX_LOAD_REPORT:
+            raise bad(
+                "load_report_interval",
+                f"must be positive and at most {format_duration(MAX_LOAD_REPORT)}: a holder leaves out loads older than 5m",
+            )
         if self.fence_margin is not None and (
             not _number(self.fence_margin) or self.fence_margin < 0 or self.fence_margin * 2 >= self.deadline
         ):

@@ -363,6 +363,7 @@ fn balance_status(view: &HolderView) -> Option<BalanceStatus> {
     Some(BalanceStatus {
         loads,
         invalid_costs: costs.decoded.as_ref().map_or(0, |d| d.unreadable.len()),
+        stale_loads: costs.decoded.as_ref().map_or(0, |d| d.stale.len()),
         costs_problem: costs.problem.clone(),
     })
 }
@@ -381,9 +382,29 @@ fn log_costs(view: &HolderView, key: &str) {
             "unit costs or loads unreadable; the holder balances with those it knew (none if it knew none)"
         );
     }
-    let Some(decoded) = costs.decoded.as_ref().filter(|d| !d.unreadable.is_empty()) else {
+    let Some(decoded) = costs.decoded.as_ref() else {
         return;
     };
+    if !decoded.stale.is_empty() {
+        let first: Vec<String> = decoded
+            .stale
+            .iter()
+            .take(LOG_FIRST)
+            .map(|s| format!("{}({}ms)", s.member, s.age_ms))
+            .collect();
+        let age = crate::core::timing::Timing::DEFAULT.load_age();
+        tracing::warn!(
+            key,
+            count = decoded.stale.len(),
+            first = %first.join(" "),
+            "measured loads left out for their date (age in ms; negative: ahead of this holder's clock): older than {:?} (a member that stopped writing) or more than {:?} ahead (a clock running ahead); their units count as the mean",
+            age.max_age,
+            age.max_ahead
+        );
+    }
+    if decoded.unreadable.is_empty() {
+        return;
+    }
     let first: Vec<String> = decoded
         .unreadable
         .iter()

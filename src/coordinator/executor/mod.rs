@@ -123,6 +123,7 @@ impl Executor {
         status: watch::Sender<Status>,
         metrics: Arc<Metrics>,
     ) -> Executor {
+        let store = store.with_limits(list_limits(&config));
         Executor {
             config,
             store,

@@ -175,6 +175,9 @@ pub struct MemoryStore {
     /// (server run, client id) of this store's connection, named in the
     /// lease's connection record.
     conn: Arc<Mutex<(u64, u64)>>,
+    /// Per hash read by [`Self::read_hash_since`], the sim's unix ms from
+    /// which its last decoding no longer holds (`{T}:loads`' dates).
+    fresh_until: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl MemoryStore {
@@ -186,6 +189,7 @@ impl MemoryStore {
             keys: Arc::new(Keys::new(table_key)),
             server: Arc::clone(server),
             conn: Arc::new(Mutex::new(conn)),
+            fresh_until: Arc::default(),
         }
     }
 
@@ -298,23 +302,31 @@ impl MemoryStore {
         Ok((generation, version))
     }
 
-    /// Hash `key` decoded by `decode`, unless unchanged since `held` (by
-    /// the keyspace's version of it).
+    /// Hash `key` decoded by `decode` (with the sim's unix ms), unless
+    /// unchanged since `held` (by the keyspace's version of it) and the
+    /// decoding made then still holds by the clock, as the Redis store.
     fn read_hash_since(
         &self,
         key: &str,
         held: Option<u64>,
-        decode: fn(Vec<(String, String)>) -> DecodedCosts,
+        decode: fn(Vec<(String, String)>, u64) -> DecodedCosts,
     ) -> impl Future<Output = CostsRead> + Send + use<> {
+        let fresh_until = Arc::clone(&self.fresh_until);
         let out = self.call("read costs", |s, _| {
-            let version = s.keyspace.version(key, s.now_ms);
-            if held == Some(version) {
+            let now = s.now_ms;
+            let version = s.keyspace.version(key, now);
+            let mut fresh_until = fresh_until.lock().expect("fresh lock");
+            if held == Some(version) && fresh_until.get(key).is_none_or(|until| now < *until) {
                 return Ok(CostsRead {
                     version: Some(version),
                     content: None,
                 });
             }
-            let read = Self::hash(s, key).map(|p| Arc::new(decode(p)));
+            let read = Self::hash(s, key).map(|p| Arc::new(decode(p, now)));
+            match read.as_ref().ok().and_then(|d| d.fresh_until) {
+                Some(until) => fresh_until.insert(key.to_string(), until),
+                None => fresh_until.remove(key),
+            };
             Ok(CostsRead {
                 version: read.is_ok().then_some(version),
                 content: Some(read),
@@ -504,10 +516,15 @@ impl HoldingStore for MemoryStore {
                         .map_err(|_| wrong_type(s, key, "list"))?;
                     let bytes: u64 = entries.iter().map(|e| e.len() as u64 + 8).sum();
                     if entries.len() > limits.entries {
-                        return Err(too_long(key, "entries", limits.entries as u64));
+                        return Err(StoreError::too_long(
+                            "list",
+                            key,
+                            "entries",
+                            limits.entries as u64,
+                        ));
                     }
                     if bytes > limits.bytes {
-                        return Err(too_long(key, "bytes", limits.bytes));
+                        return Err(StoreError::too_long("list", key, "bytes", limits.bytes));
                     }
                     Some(entries)
                 };
@@ -560,7 +577,9 @@ impl HoldingStore for MemoryStore {
     }
 
     fn read_costs_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send {
-        self.read_hash_since(&self.keys.costs, held, DecodedCosts::decode)
+        self.read_hash_since(&self.keys.costs, held, |pairs, _| {
+            DecodedCosts::decode(pairs)
+        })
     }
 
     fn read_loads_since(&self, held: Option<u64>) -> impl Future<Output = CostsRead> + Send {
@@ -689,19 +708,6 @@ impl HoldingStore for MemoryStore {
             calls::forgotten(v, &pairs)
         });
         async move { out.map(|(r, _)| r) }
-    }
-}
-
-fn too_long(key: &str, what: &'static str, limit: u64) -> StoreError {
-    StoreError::TooLong {
-        key: key.to_string(),
-        what,
-        limit,
-        setting: if what == "bytes" {
-            "-max-list-bytes"
-        } else {
-            "-max-list-entries"
-        },
     }
 }
 

@@ -327,7 +327,10 @@ pub fn forget(
     lists: &[&str],
 ) -> ScriptCall {
     let mut c = ScriptCall::default();
-    c.key(&keys.lease).key(&keys.epoch).key(&keys.members);
+    c.key(&keys.lease)
+        .key(&keys.epoch)
+        .key(&keys.members)
+        .key(&keys.loads);
     for l in lists {
         c.key(l);
     }

@@ -11,9 +11,11 @@ use std::sync::Arc;
 
 use redis::Value;
 
+use super::sizes::Container;
 use super::{BULK_TIMEOUT, Store, reply_err, text_pairs};
 use crate::core::costs::{UnitCosts, UnreadableCost};
-use crate::core::load::decode_loads;
+use crate::core::load::{DecodedLoads, StaleLoads, decode_loads};
+use crate::core::timing::Timing;
 use crate::error::StoreError;
 
 /// The costs as a holder cycle read them ([`Store::read_costs_since`]).
@@ -33,19 +35,45 @@ pub struct CostsRead {
 pub struct DecodedCosts {
     pub costs: UnitCosts,
     pub unreadable: Vec<UnreadableCost>,
+    /// `{T}:loads` fields left out for their date (`core::load`); none in
+    /// a costs hash.
+    pub stale: Vec<StaleLoads>,
+    /// The unix ms from which the same hash decodes differently by time
+    /// alone (`core::load`): read again then, even unchanged.
+    pub fresh_until: Option<u64>,
 }
 
 impl DecodedCosts {
     /// A `{T}:costs` hash (`core::costs`).
     pub fn decode(pairs: Vec<(String, String)>) -> DecodedCosts {
         let (costs, unreadable) = UnitCosts::decode(pairs);
-        DecodedCosts { costs, unreadable }
+        DecodedCosts {
+            costs,
+            unreadable,
+            ..DecodedCosts::default()
+        }
     }
 
-    /// A `{T}:loads` hash: the loads members measured (`core::load`).
-    pub fn from_loads(pairs: Vec<(String, String)>) -> DecodedCosts {
-        let (costs, unreadable) = decode_loads(pairs);
-        DecodedCosts { costs, unreadable }
+    /// A `{T}:loads` hash read at `now_ms` (unix ms): the loads members
+    /// measured, dated within [`Timing::load_age`] (`core::load`).
+    pub fn from_loads(pairs: Vec<(String, String)>, now_ms: u64) -> DecodedCosts {
+        let DecodedLoads {
+            costs,
+            unreadable,
+            stale,
+            fresh_until,
+        } = decode_loads(pairs, now_ms, Timing::DEFAULT.load_age());
+        DecodedCosts {
+            costs,
+            unreadable,
+            stale,
+            fresh_until,
+        }
+    }
+
+    /// Whether a decoding made earlier still holds at `now_ms`.
+    pub fn fresh_at(&self, now_ms: u64) -> bool {
+        self.fresh_until.is_none_or(|until| now_ms < until)
     }
 }
 
@@ -53,41 +81,48 @@ impl Store {
     /// The costs, unless the guard shows them unchanged since `held`.
     pub async fn read_costs_since(&self, held: Option<u64>) -> CostsRead {
         let key = self.keys.costs.clone();
-        self.read_guarded_hash(&self.costs, &key, held, DecodedCosts::decode)
-            .await
+        self.read_guarded_hash(&self.costs, &key, held, |pairs, _| {
+            DecodedCosts::decode(pairs)
+        })
+        .await
     }
 
     /// The measured loads (`-balance load`), unless the guard shows them
-    /// unchanged since `held`.
+    /// unchanged since `held` and their decoding still holds by the clock
+    /// (`core::load`: a field turns too old without anyone writing).
     pub async fn read_loads_since(&self, held: Option<u64>) -> CostsRead {
         let key = self.keys.loads.clone();
         self.read_guarded_hash(&self.loads, &key, held, DecodedCosts::from_loads)
             .await
     }
 
-    /// Hash `key` decoded by `decode`, unless `guard` shows it unchanged
-    /// since `held`: probed (armed) before the read it must cover (see
-    /// `guard.rs`), and decoded off the runtime's workers (a million
+    /// Hash `key` decoded by `decode` (with the wall clock's unix ms: the
+    /// dates in `{T}:loads` are shared between processes), unless `guard`
+    /// shows it unchanged since `held` and the decoding made then still
+    /// holds by the clock: probed (armed) before the read it must cover
+    /// (see `guard.rs`), and decoded off the runtime's workers (a million
     /// entries take a while).
     async fn read_guarded_hash(
         &self,
         guard: &tokio::sync::Mutex<super::guard::Versioned>,
         key: &str,
         held: Option<u64>,
-        decode: fn(Vec<(String, String)>) -> DecodedCosts,
+        decode: fn(Vec<(String, String)>, u64) -> DecodedCosts,
     ) -> CostsRead {
         let mut g = guard.lock().await;
         let known = g.guard.probe().await;
+        let now_ms = crate::unix_ms();
         if let Some(v) = known
             && held == Some(v)
+            && g.fresh_until.is_none_or(|until| now_ms < until)
         {
             return CostsRead {
                 version: Some(v),
                 content: None,
             };
         }
-        let read = match self.read_text_hash(key).await {
-            Ok(pairs) => tokio::task::spawn_blocking(move || decode(pairs))
+        let read = match self.read_bounded_hash(key).await {
+            Ok(pairs) => tokio::task::spawn_blocking(move || decode(pairs, now_ms))
                 .await
                 .map(Arc::new)
                 .map_err(|e| StoreError::Reply {
@@ -97,7 +132,10 @@ impl Store {
             Err(e) => Err(e),
         };
         let version = match &read {
-            Ok(_) => Some(g.read()),
+            Ok(decoded) => {
+                g.fresh_until = decoded.fresh_until;
+                Some(g.read())
+            }
             Err(_) => {
                 g.guard.forget();
                 None
@@ -113,6 +151,15 @@ impl Store {
     /// is an error naming it.
     pub async fn read_costs(&self) -> Result<Vec<(String, String)>, StoreError> {
         self.read_text_hash(&self.keys.costs).await
+    }
+
+    /// [`read_text_hash`](Self::read_text_hash) within the limits
+    /// (`sizes.rs`): a hash over one is an error naming it.
+    async fn read_bounded_hash(&self, key: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.sizes(&[key], Container::Hash, self.limits).await?;
+        let pairs = self.read_text_hash(key).await?;
+        self.check_read(key, pairs.len(), self.limits)?;
+        Ok(pairs)
     }
 
     /// A whole hash, undecoded (lossy UTF-8), on the bulk connection.

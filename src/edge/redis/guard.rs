@@ -347,6 +347,9 @@ impl ListGuards {
 pub struct Versioned {
     pub guard: KeyGuard<u64>,
     next_version: u64,
+    /// For content whose decoding changes with the clock (`{T}:loads`):
+    /// the unix ms from which the last read's decoding no longer holds.
+    pub fresh_until: Option<u64>,
 }
 
 impl Versioned {
@@ -354,6 +357,7 @@ impl Versioned {
         Versioned {
             guard,
             next_version: 1,
+            fresh_until: None,
         }
     }
 

@@ -69,6 +69,7 @@ mod pubsub;
 mod reply;
 pub mod scripts;
 mod sentinel;
+mod sizes;
 mod snapshot;
 mod table;
 pub mod url;
@@ -209,6 +210,10 @@ pub struct Store {
     loads: Arc<tokio::sync::Mutex<guard::Versioned>>,
     /// Whether Redis lets us ask `LLEN` and `MEMORY USAGE` (off after a NOPERM).
     list_sizing: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether Redis lets us ask `HLEN` (off after a NOPERM).
+    hash_sizing: Arc<std::sync::atomic::AtomicBool>,
+    /// The bounds on every list and hash a holder reads whole (`sizes.rs`).
+    limits: ListLimits,
     memory_usage: Arc<std::sync::atomic::AtomicBool>,
     /// Whether Redis lets a member ask `CLIENT ID` with its row reads.
     row_client: Arc<Optional>,
@@ -245,12 +250,21 @@ pub enum LeaseClient {
     Refused { why: String, at: std::time::Instant },
 }
 
-/// Bounds on every list a cycle reads.
+/// Bounds on every list, and every hash, a holder reads whole
+/// (`-max-list-entries`, `-max-list-bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListLimits {
     pub entries: usize,
     /// Bytes of Redis memory (`MEMORY USAGE`), where Redis permits asking.
     pub bytes: u64,
+}
+
+impl ListLimits {
+    /// The settings' defaults.
+    pub const DEFAULT: ListLimits = ListLimits {
+        entries: 2_000_000,
+        bytes: 64 << 20,
+    };
 }
 
 /// One list as a holder cycle read it.
@@ -600,6 +614,8 @@ impl Store {
             guard: Arc::new(tokio::sync::Mutex::new(guard)),
             wait: opts.wait,
             list_sizing: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            hash_sizing: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            limits: ListLimits::DEFAULT,
             memory_usage: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             row_client: Arc::default(),
             server_info: Arc::default(),

@@ -19,9 +19,10 @@ use redis::Value;
 
 use super::calls;
 use super::scripts::Which;
+use super::sizes::Container;
 use super::{
     BULK_TIMEOUT, ListLimits, ListRead, Reports, ReportsContent, ReportsRead, Snapshot, Store,
-    bytes_list, int, reply_err, text_pairs,
+    bytes_list, reply_err, text_pairs,
 };
 use crate::core::table::MatchingTable;
 use crate::error::StoreError;
@@ -226,7 +227,7 @@ impl Store {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        self.list_sizes(keys, limits).await?;
+        self.sizes(keys, Container::List, limits).await?;
         // One more than the limit tells, without another round trip, that a
         // list grew past it since it was measured.
         let cmds: Vec<(String, redis::Cmd)> = keys
@@ -259,12 +260,12 @@ impl Store {
         for (key, reply) in keys.iter().zip(replies) {
             let entries = bytes_list(reply);
             if entries.len() > limits.entries {
-                return Err(StoreError::TooLong {
-                    key: key.to_string(),
-                    what: "entries",
-                    limit: limits.entries as u64,
-                    setting: "-max-list-entries",
-                });
+                return Err(StoreError::too_long(
+                    "list",
+                    key,
+                    "entries",
+                    limits.entries as u64,
+                ));
             }
             lists.push(entries);
         }
@@ -347,6 +348,10 @@ impl Store {
             self.keys.weights.clone(),
             self.keys.controls.clone(),
         ];
+        let measured: Vec<&str> = keys.iter().map(String::as_str).collect();
+        if let Err(e) = self.sizes(&measured, Container::Hash, self.limits).await {
+            return ReportsContent::failed(e);
+        }
         let cmds = keys
             .iter()
             .map(|key| (key.clone(), redis::cmd("HGETALL").arg(key).to_owned()))
@@ -368,6 +373,15 @@ impl Store {
         let controls = self
             .hash_reply(&keys[2], "read controls", replies.next())
             .await;
+        // Grown past a limit since measured (or not measurable): nothing
+        // of this read is used, as if it had been refused before.
+        for (key, read) in keys.iter().zip([&reports, &overrides, &controls]) {
+            if let Err(e) = read.as_ref().map_or(Ok(()), |pairs| {
+                self.check_read(key, pairs.len(), self.limits)
+            }) {
+                return ReportsContent::failed(e);
+            }
+        }
         ReportsContent {
             reports,
             overrides: Some(overrides),
@@ -397,83 +411,6 @@ impl Store {
                 detail: "no reply".into(),
             }),
         }
-    }
-
-    /// `LLEN` and `MEMORY USAGE` of every list, refusing any over a limit.
-    async fn list_sizes(&self, keys: &[&str], limits: ListLimits) -> Result<(), StoreError> {
-        use std::sync::atomic::Ordering::Relaxed;
-        if !self.list_sizing.load(Relaxed) {
-            return Ok(());
-        }
-        let memory = self.memory_usage.load(Relaxed);
-        let mut cmds = Vec::new();
-        for key in keys {
-            cmds.push((key.to_string(), redis::cmd("LLEN").arg(*key).to_owned()));
-            if memory {
-                let usage = redis::cmd("MEMORY")
-                    .arg("USAGE")
-                    .arg(*key)
-                    .arg("SAMPLES")
-                    .arg(0)
-                    .to_owned();
-                cmds.push((key.to_string(), usage));
-            }
-        }
-        let replies = self
-            .pipelined_lenient(self.conn(), "measure lists", self.op_timeout, cmds)
-            .await?;
-        let per_key = if memory { 2 } else { 1 };
-        for (key, r) in keys.iter().zip(replies.chunks(per_key)) {
-            match &r[0] {
-                Value::ServerError(e) if e.code() == "NOPERM" => {
-                    self.list_sizing.store(false, Relaxed);
-                    tracing::warn!(
-                        "LLEN is not permitted: lists are bounded after they are read, by -max-list-entries only"
-                    );
-                    return Ok(());
-                }
-                Value::ServerError(e) if e.code() == "WRONGTYPE" => {
-                    return Err(self
-                        .find_wrong_type(&[key], "list")
-                        .await
-                        .unwrap_or_else(|| reply_err("measure lists", &r[0])));
-                }
-                v @ Value::ServerError(_) => return Err(reply_err("measure lists", v)),
-                v => {
-                    let n = int(v).unwrap_or(0).max(0) as u64;
-                    if n > limits.entries as u64 {
-                        return Err(StoreError::TooLong {
-                            key: key.to_string(),
-                            what: "entries",
-                            limit: limits.entries as u64,
-                            setting: "-max-list-entries",
-                        });
-                    }
-                }
-            }
-            match r.get(1) {
-                Some(Value::ServerError(e)) if e.code() == "NOPERM" => {
-                    self.memory_usage.store(false, Relaxed);
-                    tracing::warn!(
-                        "MEMORY USAGE is not permitted: lists are bounded by -max-list-entries only"
-                    );
-                }
-                Some(v @ Value::ServerError(_)) => return Err(reply_err("measure lists", v)),
-                Some(v) => {
-                    let bytes = int(v).unwrap_or(0).max(0) as u64;
-                    if bytes > limits.bytes {
-                        return Err(StoreError::TooLong {
-                            key: key.to_string(),
-                            what: "bytes",
-                            limit: limits.bytes,
-                            setting: "-max-list-bytes",
-                        });
-                    }
-                }
-                None => {}
-            }
-        }
-        Ok(())
     }
 
     /// The stored table's digest (when intact) and generation, by

@@ -26,6 +26,7 @@ use redis::Value;
 
 use super::calls::{self, CommitReply};
 use super::scripts::Which;
+use super::sizes::Container;
 use super::{
     BULK_TIMEOUT, Commit, Committed, Inheritance, LeaseGrant, Store, reply_err, stored_count,
 };
@@ -169,6 +170,8 @@ impl Store {
         if with_table {
             hashes.push(&k.table);
         }
+        let measured: Vec<&str> = hashes.iter().map(|k| k.as_str()).collect();
+        self.sizes(&measured, Container::Hash, self.limits).await?;
         let mut cmds: Vec<(String, redis::Cmd)> = hashes
             .iter()
             .map(|key| (key.to_string(), redis::cmd("HGETALL").arg(*key).to_owned()))
@@ -206,7 +209,9 @@ impl Store {
         let mut pairs = Vec::with_capacity(hashes.len());
         for key in &hashes {
             let reply = replies.next().expect("counted above");
-            pairs.push(self.hash_reply(key, "read holding", Some(reply)).await?);
+            let read = self.hash_reply(key, "read holding", Some(reply)).await?;
+            self.check_read(key, read.len(), self.limits)?;
+            pairs.push(read);
         }
         let meta = replies.next().expect("counted above");
         let (mut generation, mut version) = (0, 0);

@@ -9,6 +9,9 @@
 //!   would move units for nothing, only to move them back;
 //! - a key of the wrong type is bad input, not a passing fault: with none
 //!   known the holder balances as if no cost were declared, and says so;
+//! - a hash over `-max-list-entries` or `-max-list-bytes` plans nothing,
+//!   costs known or not: the last table stays, and the error names the key
+//!   and the setting (what is in it cannot be told);
 //! - unreadable entries are skipped (`core::costs`), and reported when
 //!   they change, never every cycle (where `WATCH` is not permitted the
 //!   hash is read every cycle).
@@ -46,8 +49,9 @@ impl KnownCosts {
                 })
             }
             Some(Ok(decoded)) => {
-                let before = self.decoded.as_ref().map(|d| &d.unreadable);
-                self.news = before != Some(&decoded.unreadable) || self.problem.is_some();
+                let before = self.decoded.as_ref().map(|d| (&d.unreadable, stale(d)));
+                self.news = before != Some((&decoded.unreadable, stale(&decoded)))
+                    || self.problem.is_some();
                 self.version = read.version;
                 self.decoded = Some(decoded);
                 self.problem = None;
@@ -58,7 +62,9 @@ impl KnownCosts {
                 let problem = Some(e.to_string());
                 self.news = self.problem != problem;
                 self.problem = problem;
-                if self.decoded.is_some() {
+                if matches!(e, StoreError::TooLong { .. }) {
+                    Err(e)
+                } else if self.decoded.is_some() {
                     Ok(())
                 } else if matches!(e, StoreError::WrongType { .. }) {
                     self.decoded = Some(Arc::default());
@@ -74,6 +80,11 @@ impl KnownCosts {
     pub(in crate::coordinator) fn costs(&self) -> Arc<DecodedCosts> {
         self.decoded.clone().unwrap_or_default()
     }
+}
+
+/// The members whose loads were left out for their date.
+fn stale(d: &DecodedCosts) -> Vec<&str> {
+    d.stale.iter().map(|s| s.member.as_str()).collect()
 }
 
 #[cfg(test)]
@@ -155,5 +166,24 @@ mod tests {
             content: None,
         };
         assert!(fresh.observe(unchanged).is_err());
+    }
+
+    #[test]
+    fn a_hash_over_a_limit_plans_nothing_even_with_costs_known() {
+        let mut k = KnownCosts::default();
+        k.observe(read(1, &[("a", "5")])).unwrap();
+        let e = StoreError::too_long("hash", "{t}:costs", "entries", 10);
+        assert!(matches!(
+            k.observe(failed(e)),
+            Err(StoreError::TooLong { .. })
+        ));
+        assert_eq!(k.version, None, "read again next cycle");
+        assert!(k.problem.as_deref().unwrap().contains("-max-list-entries"));
+        // Within the limit again, the read is taken as usual.
+        k.observe(read(2, &[("a", "7")])).unwrap();
+        assert_eq!(
+            (k.costs().costs.of("a"), k.problem.as_deref()),
+            (7000, None)
+        );
     }
 }

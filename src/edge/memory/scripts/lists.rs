@@ -43,8 +43,8 @@ impl Call<'_> {
         if !self.holds(2, 2)? {
             return Ok(Value::Array(vec![int(0), bulk("epoch")]));
         }
-        let lists = self.keys.len() - 3;
-        for i in 4..=self.keys.len() {
+        let lists = self.keys.len() - 4;
+        for i in 5..=self.keys.len() {
             let t = self.type_of(i);
             if t != "list" && t != "none" {
                 return Ok(wrong_type(self.key(i), t, "list"));
@@ -64,19 +64,24 @@ impl Call<'_> {
             }
         }
         let reports = self.type_of(3) == "hash";
+        let loads = self.type_of(4) == "hash";
         let now = self.now;
         let mut out = vec![int(1)];
         for i in (3..=self.argv.len()).step_by(2) {
             let n = count(self.arg(i)).expect("checked above") as usize;
             let member = self.arg(i + 1).unwrap_or_default().to_vec();
             if n > 0 {
-                let list = self.key(3 + n).to_string();
+                let list = self.key(4 + n).to_string();
                 out.push(int(self.ks.lrem_all(&list, &member, now)? as i64));
             } else {
                 out.push(int(0));
             }
             if reports {
                 let k = self.key(3).to_string();
+                self.ks.hdel(&k, std::slice::from_ref(&member), now)?;
+            }
+            if loads {
+                let k = self.key(4).to_string();
                 self.ks.hdel(&k, &[member], now)?;
             }
         }
