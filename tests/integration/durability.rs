@@ -135,6 +135,7 @@ async fn a_write_is_durable_only_by_the_wait_of_the_connection_that_wrote_it() {
         Renewal::Renewed,
         "a replica that runs acknowledges"
     );
+    warm_up(&store, &grant).await;
 
     // The replica stops: the master still counts it as connected.
     signal(&replica, "-STOP");
@@ -218,6 +219,18 @@ fn patient_store(opts: &RedisOptions) -> Store {
         CALL,
     )
     .unwrap()
+}
+
+/// Connects `store` (on a cluster: to every node, the replica too) while
+/// the replica runs: a first connection to a stopped replica would time the
+/// call out. The renewal's outcome does not matter (its `WAIT` may or may
+/// not be answered within the short bound on a loaded machine).
+async fn warm_up(store: &Store, grant: &LeaseGrant) {
+    let renewed = store.renew(grant, TTL, CALL).await;
+    assert!(
+        matches!(renewed, Ok(Renewal::Renewed) | Err(StoreError::NotDurable { .. })),
+        "{renewed:?}"
+    );
 }
 
 /// The master serving `slot`, from `CLUSTER NODES`: its node id and port.
@@ -324,6 +337,7 @@ async fn on_a_cluster_the_wait_asks_the_master_of_the_tables_slot() {
         ),
         "a replica that runs acknowledges"
     );
+    warm_up(&store, &grant).await;
 
     signal(&replica, "-STOP");
     let committed = store.commit(&grant, &commit(3)).await;
