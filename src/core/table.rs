@@ -122,6 +122,10 @@ pub struct Moves {
     pub placed: usize,
 }
 
+/// `{T}:meta`'s `last_change` for a change whose moves were not counted
+/// (ring mode without a move limit): [`Moves::decode`] reads no count.
+pub const UNCOUNTED: &str = "uncounted";
+
 impl Moves {
     /// As `{T}:meta` stores it: `moved=<n> minimum=<n> placed=<n>`.
     pub fn encode(&self) -> String {

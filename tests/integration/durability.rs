@@ -228,7 +228,10 @@ fn patient_store(opts: &RedisOptions) -> Store {
 async fn warm_up(store: &Store, grant: &LeaseGrant) {
     let renewed = store.renew(grant, TTL, CALL).await;
     assert!(
-        matches!(renewed, Ok(Renewal::Renewed) | Err(StoreError::NotDurable { .. })),
+        matches!(
+            renewed,
+            Ok(Renewal::Renewed) | Err(StoreError::NotDurable { .. })
+        ),
         "{renewed:?}"
     );
 }

@@ -461,3 +461,51 @@ async fn sticky_adopts_an_existing_table_moving_only_the_minimum() {
     }
     fleet.shutdown().await;
 }
+
+/// Issue 39, item 10: `last_change` names the last change of the table, or
+/// none. A ring solve does not count its moves; it used to leave the count
+/// of an earlier sticky change in `{T}:meta`, and status showed it as the
+/// last change long after ring had moved units. Now a ring change replaces
+/// it with `uncounted`, which status shows as no count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_change_never_shows_an_older_sticky_count() {
+    let units = units(12);
+    let (mut fleet, _) =
+        Fleet::converged(|c| c.assignment = Assignment::Sticky, 2, 1, &units).await;
+    async fn last_change(fleet: &Fleet) -> Option<String> {
+        let meta: BTreeMap<String, String> = fleet.redis.cmd(&["HGETALL", &keys().meta]).await;
+        meta.get("last_change").cloned()
+    }
+    fleet.add_member().await;
+    wait_for(
+        "sticky counts the join",
+        Duration::from_secs(10),
+        || async {
+            last_change(&fleet)
+                .await
+                .and_then(|v| Moves::decode(&v))
+                .is_some_and(|m| m.moved == 4)
+        },
+    )
+    .await;
+    // The same fleet, now under a ring replica; a member leaves.
+    fleet.replicas[0].take().unwrap().shutdown().await;
+    fleet.config.assignment = Assignment::Ring;
+    fleet.add_replica();
+    fleet.members[0].take().unwrap().abort();
+    let live = fleet.live_member_ids();
+    wait_for(
+        "the ring table without it",
+        Duration::from_secs(10),
+        || async {
+            let t = fleet.table().await;
+            t.rows().len() == 2 && live.iter().all(|m| !t.units_of(m).is_empty())
+        },
+    )
+    .await;
+    assert_eq!(last_change(&fleet).await.as_deref(), Some("uncounted"));
+    let status = String::from_utf8(cli(&fleet.redis.url(), &["status"]).stdout).unwrap();
+    assert!(status.contains("assignment ring\n"), "{status}");
+    assert!(!status.contains("last change"), "{status}");
+    fleet.shutdown().await;
+}

@@ -151,10 +151,13 @@ impl HolderView {
     }
 }
 
-/// The last solve that changed the table: its moves against the minimum.
+/// The last solve that changed the table: its moves against the minimum,
+/// or `None` where the solve does not count them (ring mode without a move
+/// limit: `{T}:meta` then says `uncounted`, so that no older count passes
+/// for this change).
 #[derive(Clone, Debug, Default)]
 pub(in crate::coordinator) struct LastChange {
-    pub(in crate::coordinator) moves: Moves,
+    pub(in crate::coordinator) moves: Option<Moves>,
     /// Not written to `{T}:meta` yet.
     pub(in crate::coordinator) unsaved: bool,
 }

@@ -274,6 +274,7 @@ pub(super) async fn desired(
                 .filter(|_| !current_is_solved)
                 .map(|(m, u)| (m.to_string(), u.to_string()))
                 .collect();
+            let held = Arc::clone(granted);
             let table = super::blocking(move || {
                 let also_held: Vec<(&str, &str)> = also_held
                     .iter()
@@ -306,6 +307,9 @@ pub(super) async fn desired(
                 let live = |m: &str| weights.contains_key(m);
                 let (table, moves) =
                     assign.in_scope(|| MatchingTable::solve_counted(&inp, live, &how));
+                // Not counted (ring): a change if the table is not the one
+                // held. Digests are kept, and the write needs this one.
+                let uncounted_change = moves.is_none() && table.digest() != held.digest();
                 let loads = match balance {
                     Balance::Cost(t) | Balance::Load(t) => {
                         let c = Costs::Aligned(aligned.as_deref().expect("cost mode"));
@@ -313,16 +317,20 @@ pub(super) async fn desired(
                     }
                     Balance::Count => None,
                 };
-                (table, moves, loads, aligned)
+                (table, moves, loads, aligned, uncounted_change)
             })
             .await;
-            let (table, moves, loads, aligned) = table;
+            let (table, moves, loads, aligned, uncounted_change) = table;
             view.aligned_costs = aligned.map(|values| AlignedCosts {
                 units: units_part,
                 costs: costs_digest,
                 values,
             });
-            if let Some(moves) = moves.filter(|m| m.moved + m.placed > 0) {
+            let changed = match &moves {
+                Some(m) => m.moved + m.placed > 0,
+                None => uncounted_change,
+            };
+            if changed {
                 view.handoff.last_change = Some(LastChange {
                     moves,
                     unsaved: true,

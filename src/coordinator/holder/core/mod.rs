@@ -66,6 +66,7 @@ use crate::core::inputs::Inputs;
 use crate::core::liveness::HealthChanges;
 use crate::core::suspicion::SuspectChanges;
 use crate::core::table::MatchingTable;
+use crate::core::table::{Moves, UNCOUNTED};
 use crate::edge::redis::Committed;
 use crate::error::StoreError;
 
@@ -271,7 +272,11 @@ impl HolderView {
             .last_change
             .as_ref()
             .filter(|c| c.unsaved)
-            .map(|c| c.moves.encode());
+            .map(|c| {
+                c.moves
+                    .as_ref()
+                    .map_or_else(|| UNCOUNTED.into(), Moves::encode)
+            });
         (fields, last_change)
     }
 }
