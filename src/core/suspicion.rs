@@ -23,6 +23,8 @@
 //!                                                          fail   → confirmed, units move
 //! ```
 
+#[cfg(test)]
+use std::collections::BTreeSet;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::core::inputs::GroupMembers;
@@ -116,6 +118,12 @@ pub struct Guard {
     /// How long a suspicion stands before its suspecting replica may confirm
     /// it alone.
     pub confirm_ms: u64,
+    /// Failures this close together count as one: a member failed alone in
+    /// a round (its units moved at once) counts, for this long after, as
+    /// failed and live before in a later round's judgement, so that a burst
+    /// of deaths split over rounds is judged as one
+    /// (`Timing::refusal_settle`).
+    pub together_ms: u64,
 }
 
 /// What one cycle did to the suspects.
@@ -145,7 +153,10 @@ impl Review {
 /// - `was_live`: members live before this cycle's results;
 /// - `is_live`: liveness after them;
 /// - `answered`: this cycle's results (`true` answered, `false` failed;
-///   members without a result this cycle are absent).
+///   members without a result this cycle are absent);
+/// - `recent`: members an earlier round failed alone within
+///   [`Guard::together_ms`]: each still failed counts as failed and as live
+///   before in its group, never as a new suspect (its units have moved).
 #[allow(clippy::too_many_arguments)]
 pub fn review(
     guard: Guard,
@@ -154,6 +165,7 @@ pub fn review(
     was_live: &HashSet<String>,
     is_live: impl Fn(&str) -> bool,
     answered: &HashMap<&str, bool>,
+    recent: &HashSet<&str>,
     me: &str,
     now_ms: u64,
 ) -> Review {
@@ -182,14 +194,26 @@ pub fn review(
         return out;
     }
     for g in groups {
-        let live_before = g.members.iter().filter(|m| was_live.contains(*m)).count();
+        let earlier = g
+            .members
+            .iter()
+            .filter(|m| {
+                recent.contains(m.as_str())
+                    && !was_live.contains(*m)
+                    && !is_live(m)
+                    && !suspects.contains_key(*m)
+            })
+            .count();
+        let live_before = g.members.iter().filter(|m| was_live.contains(*m)).count() + earlier;
         let failed: Vec<String> = g
             .members
             .iter()
             .filter(|m| was_live.contains(*m) && !is_live(m) && !suspects.contains_key(*m))
             .cloned()
             .collect();
-        if !failed.is_empty() && failed.len() * 100 > guard.percent as usize * live_before {
+        if !failed.is_empty()
+            && (failed.len() + earlier) * 100 > guard.percent as usize * live_before
+        {
             for m in &failed {
                 suspects.insert(
                     m.clone(),
@@ -221,6 +245,7 @@ mod tests {
     const GUARD: Guard = Guard {
         percent: 50,
         confirm_ms: 10_000,
+        together_ms: 5,
     };
 
     fn names(n: usize) -> Vec<String> {
@@ -281,6 +306,7 @@ mod tests {
                 &was_live,
                 |m| !down.contains(m),
                 &answered,
+                &HashSet::new(),
                 me,
                 now,
             )
@@ -360,6 +386,7 @@ mod tests {
             &was_live,
             |_| false,
             &HashMap::new(),
+            &HashSet::new(),
             "a",
             0,
         );
@@ -409,6 +436,55 @@ mod tests {
                 }
                 dead = down;
             }
+        }
+    }
+
+    proptest! {
+        /// A burst of deaths split over rounds, each earlier one failing
+        /// alone (its members' units moved at once), is judged as one
+        /// round: the guard fires in some round exactly when it fires for
+        /// the burst judged at once, and then only for that round's members.
+        #[test]
+        fn a_burst_split_over_rounds_is_judged_as_one(
+            n in 1usize..30,
+            burst in 1usize..30,
+            cuts in proptest::collection::vec(any::<bool>(), 30),
+        ) {
+            let burst = burst.min(n);
+            let members = names(n);
+            let groups = [GroupMembers { name: "g", members: &members }];
+            let at_once = burst * 100 > GUARD.percent as usize * n;
+            let mut suspects = BTreeMap::new();
+            let mut dead: Vec<&str> = Vec::new();
+            let mut fired = None;
+            let mut start = 0;
+            for end in 1..=burst {
+                if end < burst && !cuts[end] {
+                    continue;
+                }
+                let round: Vec<&str> = members[start..end].iter().map(String::as_str).collect();
+                let was_live: HashSet<String> = members
+                    .iter()
+                    .filter(|m| !dead.contains(&m.as_str()))
+                    .cloned()
+                    .collect();
+                let answered: HashMap<&str, bool> = round.iter().map(|m| (*m, false)).collect();
+                let recent: HashSet<&str> = dead.iter().copied().collect();
+                let down = |m: &str| dead.contains(&m) || round.contains(&m);
+                let r = review(
+                    GUARD, &mut suspects, &groups, &was_live, |m| !down(m), &answered, &recent, "a", 0,
+                );
+                if r.new_episode() {
+                    let suspected: BTreeSet<&str> = suspects.keys().map(String::as_str).collect();
+                    let round: BTreeSet<&str> = round.iter().copied().collect();
+                    prop_assert_eq!(suspected, round);
+                    fired = Some(end);
+                    break;
+                }
+                dead.extend(round);
+                start = end;
+            }
+            prop_assert_eq!(fired.is_some(), at_once, "fired at {:?}", fired);
         }
     }
 }

@@ -38,12 +38,18 @@ pub struct Timing {
     pub early_cycle_spacing: Duration,
 
     // The executor's probes.
-    /// How long, from the first close, closes are gathered before a handoff
-    /// cycle fails the refused ones (once every probe of the window
-    /// answered): members dying together (a node, a rollout's batch) close
-    /// their connections within a millisecond or two, and are then seen as
-    /// one round, so that the mass-failure guard (`core::suspicion`) judges
-    /// them together, as a full cycle would, instead of one by one.
+    /// How close together member deaths count as one burst. A close alone
+    /// is acted on as soon as its probe is refused (unless three deaths
+    /// turn the mass-failure guard on in the smallest group: a group of
+    /// five at 50 %); a second close within this of the previous one opens
+    /// a window this long (extended by each
+    /// close of the burst) before a handoff cycle fails the refused ones
+    /// (once every probe of the window answered): members dying together (a
+    /// node, a rollout's batch) close their connections within a
+    /// millisecond or two, and are then seen as one round, and a death
+    /// acted on alone just before counts in that round's judgement
+    /// (`Guard::together_ms`), so that the mass-failure guard
+    /// (`core::suspicion`) judges the burst as a full cycle would.
     pub refusal_settle: Duration,
     /// The least time between two confirmation probes of one member, unless
     /// a newer revocation needs one opened after its write: a member whose

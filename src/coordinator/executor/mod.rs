@@ -32,7 +32,7 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -90,6 +90,8 @@ pub(super) struct Executor {
     /// When the refusals gathered so far have settled (see
     /// `Timing::refusal_settle`).
     refusals_due: Option<Instant>,
+    /// When the last member connection closed (see [`gathering_until`]).
+    last_close: Option<Instant>,
     status: watch::Sender<Status>,
     metrics: Arc<Metrics>,
     /// The lease's local deadline, for the cycle's last check before writing.
@@ -131,6 +133,7 @@ impl Executor {
             closes: Some(closes),
             refused: Vec::new(),
             refusals_due: None,
+            last_close: None,
             status,
             metrics,
             acts_until: watch::channel(clock::now()).0,
@@ -354,8 +357,15 @@ impl Executor {
                     }
                     let member = closed.member;
                     if self.holding.is_some() && book.start(&member) {
-                        // The gathering window opens with the first close.
-                        self.refusals_due.get_or_insert(clock::now() + self.timing.refusal_settle);
+                        let now = clock::now();
+                        let settle = self.timing.refusal_settle;
+                        let mut due = gathering_until(self.last_close, self.refusals_due, now, settle);
+                        let smallest = self.status.borrow().groups.iter().map(|g| g.1).min();
+                        if burst_may_turn_on(self.config.mass_failure_percent, smallest) {
+                            due = due.max(now + settle);
+                        }
+                        self.refusals_due = Some(due);
+                        self.last_close = Some(now);
                         probe(&self.pinger, &self.store, member, ProbeCause::Closed, &mut probes);
                     }
                     continue;
@@ -517,6 +527,7 @@ impl Executor {
             guard: Guard {
                 percent: self.config.mass_failure_percent,
                 confirm_ms: self.config.mass_failure_confirm.as_millis() as u64,
+                together_ms: self.timing.refusal_settle.as_millis() as u64,
             },
             failure_threshold: self.config.failure_threshold,
             ping_timeout: self.config.ping_timeout,
@@ -567,6 +578,41 @@ fn lease_span(replica: &str, transition: &'static str, epoch: u64) -> Span {
     )
 }
 
+/// Until when refusals are gathered before a handoff cycle fails them, on
+/// a close at `now`: a close alone is acted on as soon as its probe answers
+/// (the guard's judgement of a burst does not need it held back: a later
+/// round counts it, `Guard::together_ms`); a close within `settle` of the
+/// previous one opens (or extends) a window of `settle`, so that the rest
+/// of a burst is seen as one round.
+fn gathering_until(
+    last_close: Option<Instant>,
+    due: Option<Instant>,
+    now: Instant,
+    settle: Duration,
+) -> Instant {
+    let until = match last_close {
+        Some(last) if now.saturating_duration_since(last) < settle => now + settle,
+        _ => now,
+    };
+    due.map_or(until, |d| d.max(until))
+}
+
+/// Whether one close should be held back for the rest of a possible burst
+/// even alone: where the mass-failure guard turns on for a burst of three
+/// or fewer (a group of five live members at the default 50 %), a death is
+/// a large share of its group and of the units, so acting on it before the
+/// burst is seen would move much of what the guard is there to keep. Also
+/// while no group is known yet. (Elsewhere a later round of the burst
+/// counts it: `Guard::together_ms`.)
+fn burst_may_turn_on(percent: u32, smallest_live: Option<usize>) -> bool {
+    let Some(live) = smallest_live else {
+        return percent < 100;
+    };
+    // The fewest failures that turn the guard on: k with k * 100 > p * live.
+    let needed = percent as usize * live / 100 + 1;
+    percent < 100 && needed <= 3
+}
+
 /// The bounds on every list a cycle (or a warm view) reads.
 fn list_limits(config: &Config) -> ListLimits {
     ListLimits {
@@ -582,5 +628,50 @@ fn solve_settings(config: &Config) -> SolveSettings {
         balance: config.balance,
         max_moves: config.max_moves_per_cycle,
         join_delay: config.join_delay,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::timing::test_t0;
+
+    #[test]
+    fn a_close_is_held_back_alone_only_where_three_deaths_are_a_mass_failure() {
+        assert!(burst_may_turn_on(50, Some(4)), "3 of 4");
+        assert!(burst_may_turn_on(50, Some(5)), "3 of 5");
+        assert!(!burst_may_turn_on(50, Some(6)), "4 of 6 needed");
+        assert!(!burst_may_turn_on(50, Some(10)));
+        assert!(burst_may_turn_on(20, Some(10)), "3 of 10 at 20 %");
+        assert!(burst_may_turn_on(50, None), "no group known yet");
+        assert!(!burst_may_turn_on(100, Some(2)), "the guard is off");
+    }
+
+    #[test]
+    fn a_lone_close_is_not_held_back_and_a_second_one_opens_the_window() {
+        let (t0, settle) = (test_t0(), Duration::from_millis(5));
+        let ms = Duration::from_millis;
+        assert_eq!(gathering_until(None, None, t0, settle), t0, "alone");
+        assert_eq!(
+            gathering_until(Some(t0 - ms(6)), None, t0, settle),
+            t0,
+            "the last close is past the window"
+        );
+        let second = t0 + ms(1);
+        assert_eq!(
+            gathering_until(Some(t0), Some(t0), second, settle),
+            second + settle,
+            "a burst: the rest is gathered"
+        );
+        assert_eq!(
+            gathering_until(Some(second), Some(second + settle), t0 + ms(2), settle),
+            t0 + ms(2) + settle,
+            "each close of the burst extends it"
+        );
+        assert_eq!(
+            gathering_until(None, Some(t0 + ms(9)), t0, settle),
+            t0 + ms(9),
+            "never shortened"
+        );
     }
 }

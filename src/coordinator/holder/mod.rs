@@ -61,6 +61,10 @@ pub(in crate::coordinator) struct HolderView {
     /// Members of a mass failure not yet confirmed: their units stay.
     pub(in crate::coordinator) suspects: BTreeMap<String, Suspect>,
     pub(in crate::coordinator) unsaved_suspects: SuspectChanges,
+    /// Members a round failed alone (not suspected), with the unix ms of
+    /// that round, kept for `Guard::together_ms`: a later round of the same
+    /// burst counts them (`suspicion::review`).
+    pub(in crate::coordinator) recent_failures: BTreeMap<String, u64>,
     /// The table the solver wants (desired), memoised.
     pub(in crate::coordinator) memo: Option<Memo>,
     /// Per group (name, live, failed) as the last cycle counted it.
@@ -89,6 +93,7 @@ impl HolderView {
             unsaved: HealthChanges::default(),
             suspects: BTreeMap::new(),
             unsaved_suspects: SuspectChanges::default(),
+            recent_failures: BTreeMap::new(),
             memo: None,
             lists: None,
             groups: Vec::new(),

@@ -345,6 +345,7 @@ pub async fn run(
                             guard: Guard {
                                 percent: 100,
                                 confirm_ms: 0,
+                                together_ms: 0,
                             },
                             failure_threshold: settings.failure_threshold,
                             ping_timeout: settings.ping_timeout,

@@ -120,8 +120,14 @@ impl HolderView {
         );
         self.unsaved.merge(changes);
         // Most of a group failing at once: keep their units until confirmed.
+        // Members failed alone shortly before count with this round, so
+        // that a burst split over rounds is judged as one.
         let answered: HashMap<&str, bool> = results.iter().map(|(m, r)| (*m, r.is_ok())).collect();
         let groups = inputs.group_members();
+        let together = judge.guard.together_ms;
+        self.recent_failures
+            .retain(|_, at| judge.now_ms.saturating_sub(*at) <= together);
+        let recent: HashSet<&str> = self.recent_failures.keys().map(String::as_str).collect();
         let liveness = &self.liveness;
         let review = suspicion::review(
             judge.guard,
@@ -130,9 +136,21 @@ impl HolderView {
             was_live,
             |m| liveness.is_live(m),
             &answered,
+            &recent,
             judge.replica_id,
             judge.now_ms,
         );
+        drop(recent);
+        if together > 0 {
+            for (m, _) in results.iter().filter(|(_, r)| r.is_err()) {
+                if was_live.contains(*m)
+                    && !self.liveness.is_live(m)
+                    && !self.suspects.contains_key(*m)
+                {
+                    self.recent_failures.insert(m.to_string(), judge.now_ms);
+                }
+            }
+        }
         self.unsaved_suspects.record(&review, &self.suspects);
         review
     }
@@ -147,6 +165,7 @@ mod tests {
         guard: Guard {
             percent: 50,
             confirm_ms: 10_000,
+            together_ms: 5,
         },
         replica_id: "r1",
         now_ms: 1_000,
@@ -218,6 +237,47 @@ mod tests {
         );
     }
 
+    /// Issue 40, item 2: a lone refusal is acted on in its own round (no
+    /// gathering window); the rest of its burst, a few ms later, is judged
+    /// with it as one, and the guard fires for them as it would have for
+    /// all at once. Past `together_ms`, the earlier failure no longer counts.
+    #[test]
+    fn a_burst_whose_first_death_was_acted_on_alone_is_judged_as_one() {
+        let members = ["a:1", "b:2", "c:3", "d:4", "e:5"];
+        let inputs = inputs(&members, &["u1"]);
+        for (later_ms, fires) in [(4, true), (6, false)] {
+            let mut v = live_view(&members, &table(&[]));
+            let was = live(&v, &inputs);
+            let first = v.observe_round(
+                &inputs,
+                &listed(&inputs),
+                &[("e:5", Err("refused"))],
+                &was,
+                false,
+                JUDGE,
+            );
+            assert!(!first.new_episode(), "one of five");
+            assert!(!v.keeps_units("e:5"), "failed at once: its units move");
+            // Two more: 3 of 5 together is most of the group; 2 of 4 is not.
+            let was = live(&v, &inputs);
+            let later = Judge {
+                now_ms: JUDGE.now_ms + later_ms,
+                ..JUDGE
+            };
+            let burst = v.observe_round(
+                &inputs,
+                &listed(&inputs),
+                &[("c:3", Err("refused")), ("d:4", Err("refused"))],
+                &was,
+                false,
+                later,
+            );
+            assert_eq!(burst.new_episode(), fires, "{later_ms} ms later");
+            assert_eq!(v.keeps_units("c:3"), fires);
+            assert!(!v.suspects.contains_key("e:5"), "its units moved already");
+        }
+    }
+
     #[test]
     fn malformed_entries_fail_in_full_rounds_only() {
         let raw: Vec<Vec<u8>> = [&b"a:1"[..], b"no-port"]
@@ -239,6 +299,7 @@ mod tests {
             guard: Guard {
                 percent: 100,
                 confirm_ms: 0,
+                together_ms: 0,
             },
             ..JUDGE
         };

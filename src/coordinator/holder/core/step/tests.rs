@@ -18,6 +18,7 @@ fn config(forget_after: Option<Duration>) -> CoreConfig {
         guard: Guard {
             percent: 100,
             confirm_ms: 0,
+            together_ms: 0,
         },
         replica_id: "r1".into(),
         forget_after,
