@@ -316,7 +316,7 @@ impl Executor {
                         None => continue,
                     }
                 }
-                _ = sleep_until(wake.unwrap_or_else(clock::now).into()), if wake.is_some() => Event::Tick,
+                _ = reached(wake.unwrap_or_else(clock::now)), if wake.is_some() => Event::Tick,
                 n = notifications.recv(), if listening => match n {
                     Some(Notification::Message(ch, payload)) if ch == keys.lease_channel => {
                         Event::ReleaseNotice { epoch: payload.parse().ok() }
@@ -422,7 +422,7 @@ impl Executor {
                 }
                 // The window closed and every probe of it answered: a handoff
                 // cycle fails the refused ones together.
-                _ = sleep_until(self.refusals_due.unwrap_or_else(clock::now).into()), if self.refusals_due.is_some() && book.idle() => {
+                _ = reached(self.refusals_due.unwrap_or_else(clock::now)), if self.refusals_due.is_some() && book.idle() => {
                     self.refusals_due = None;
                     if self.refused.is_empty() {
                         continue;
@@ -595,6 +595,16 @@ fn gathering_until(
         _ => now,
     };
     due.map_or(until, |d| d.max(until))
+}
+
+/// Ready once `at` has come: at once where it has (tokio's timer rounds a
+/// deadline up to its next millisecond tick, so a sleep until now waits up
+/// to a millisecond more: on a refusal's path, about a tenth of a killed
+/// worker's time to owned again), else a sleep until then.
+async fn reached(at: Instant) {
+    if at > clock::now() {
+        sleep_until(at.into()).await;
+    }
 }
 
 /// Whether one close should be held back for the rest of a possible burst
