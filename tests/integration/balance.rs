@@ -211,12 +211,9 @@ async fn costs_set_list_and_unset_with_validation() {
     fails(cli(&url, &["costs", "list"]), "costs");
 }
 
-/// `-balance load`: members measure their units through
-/// `Member::report_load`; the smoothed loads reach `{T}:loads` in the
-/// documented format, and a unit that turns out far heavier than any share
-/// ends alone on a member. A member that leaves removes its field.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn measured_loads_put_a_heavy_unit_alone_on_a_member() {
+/// A fleet balancing by measured load: 40 units, 4 members writing their
+/// loads every 200 ms, smoothed with `half_life`, and a replica.
+async fn load_fleet(half_life: Duration) -> (Fleet, Vec<String>) {
     let units = units(40);
     let mut fleet = Fleet::new(RedisServer::start());
     fleet.config.balance = Balance::Load(Tolerance::DEFAULT);
@@ -224,11 +221,21 @@ async fn measured_loads_put_a_heavy_unit_alone_on_a_member() {
     for _ in 0..4 {
         let mut o = fleet.member_options();
         o.load_report_interval = Duration::from_millis(200);
-        o.load_half_life = Duration::from_secs(1);
+        o.load_half_life = half_life;
         let m = distributor::Member::start(o).await.unwrap();
         fleet.members.push(Some(m));
     }
     fleet.add_replica();
+    (fleet, units)
+}
+
+/// `-balance load`: members measure their units through
+/// `Member::report_load`; the smoothed loads reach `{T}:loads` in the
+/// documented format, and a unit that turns out far heavier than any share
+/// ends alone on a member. A member that leaves removes its field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measured_loads_put_a_heavy_unit_alone_on_a_member() {
+    let (mut fleet, units) = load_fleet(Duration::from_secs(1)).await;
     let heavy = units[7].clone();
     let measure = |fleet: &Fleet| {
         for m in fleet.members.iter().flatten() {
@@ -287,18 +294,7 @@ async fn measured_loads_put_a_heavy_unit_alone_on_a_member() {
 /// ahead comes within bounds by the clock alone (nobody writes), it counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loads_dated_out_of_bounds_are_left_out_until_their_date_fits() {
-    let units = units(40);
-    let mut fleet = Fleet::new(RedisServer::start());
-    fleet.config.balance = Balance::Load(Tolerance::DEFAULT);
-    fleet.set_units(&units).await;
-    for _ in 0..4 {
-        let mut o = fleet.member_options();
-        o.load_report_interval = Duration::from_millis(200);
-        o.load_half_life = Duration::ZERO;
-        let m = distributor::Member::start(o).await.unwrap();
-        fleet.members.push(Some(m));
-    }
-    fleet.add_replica();
+    let (fleet, units) = load_fleet(Duration::ZERO).await;
     let age = distributor::core::timing::Timing::DEFAULT.load_age();
     let now = distributor::unix_ms();
     let (dead, ahead) = (units[3].clone(), units[7].clone());
