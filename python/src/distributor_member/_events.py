@@ -35,12 +35,10 @@ class Drained(enum.Enum):
     STOPPED = "stopped"
 
 
-@dataclass(frozen=True)
-class Acquired:
-    """The unit is this member's from now on (``hold.token`` is its fencing token)."""
+class _OfHold:
+    """An event about one hold: its unit and fencing token come from it."""
 
     hold: Hold
-    at: float
 
     @property
     def unit(self) -> str:
@@ -52,7 +50,15 @@ class Acquired:
 
 
 @dataclass(frozen=True)
-class Revoking:
+class Acquired(_OfHold):
+    """The unit is this member's from now on (``hold.token`` is its fencing token)."""
+
+    hold: Hold
+    at: float
+
+
+@dataclass(frozen=True)
+class Revoking(_OfHold):
     """The member takes the unit back: its hold has ended; the revocation
     callback (if any) runs now."""
 
@@ -60,17 +66,9 @@ class Revoking:
     reason: Reason
     at: float
 
-    @property
-    def unit(self) -> str:
-        return self.hold.unit
-
-    @property
-    def token(self) -> int:
-        return self.hold.token
-
 
 @dataclass(frozen=True)
-class Released:
+class Released(_OfHold):
     """The unit's stop finished (the revocation callback returned) at ``at``.
     ``hold_end`` is the instant the holder could give it away at the
     earliest (monotonic, ``None`` if it was never pinged); ``late`` says the
@@ -84,14 +82,6 @@ class Released:
     hold_end: float | None
     late: bool
     failed: bool = False
-
-    @property
-    def unit(self) -> str:
-        return self.hold.unit
-
-    @property
-    def token(self) -> int:
-        return self.hold.token
 
 
 @dataclass(frozen=True)
