@@ -7,7 +7,8 @@ use std::collections::HashSet;
 use tracing::Span;
 
 use crate::coordinator::holder::{
-    CycleError, CycleReport, HolderView, LOG_FIRST, Write, count_by, log_review, summarize,
+    CycleError, CycleReport, HolderView, LOG_FIRST, Write, count_by, first_few, log_review,
+    summarize,
 };
 use crate::coordinator::machine::{CycleOutcome, CycleSummary};
 use crate::core::inputs::Rejection;
@@ -386,17 +387,18 @@ fn log_costs(view: &HolderView, key: &str) {
         return;
     };
     if !decoded.stale.is_empty() {
-        let first: Vec<String> = decoded
-            .stale
-            .iter()
-            .take(LOG_FIRST)
-            .map(|s| format!("{}({}ms)", s.member, s.age_ms))
-            .collect();
+        let first = first_few(
+            decoded
+                .stale
+                .iter()
+                .map(|s| format!("{}({}ms)", s.member, s.age_ms)),
+            " ",
+        );
         let age = crate::core::timing::Timing::DEFAULT.load_age();
         tracing::warn!(
             key,
             count = decoded.stale.len(),
-            first = %first.join(" "),
+            first = %first,
             "measured loads left out for their date (age in ms; negative: ahead of this holder's clock): older than {:?} (a member that stopped writing) or more than {:?} ahead (a clock running ahead); their units count as the mean",
             age.max_age,
             age.max_ahead
@@ -405,16 +407,17 @@ fn log_costs(view: &HolderView, key: &str) {
     if decoded.unreadable.is_empty() {
         return;
     }
-    let first: Vec<String> = decoded
-        .unreadable
-        .iter()
-        .take(LOG_FIRST)
-        .map(|u| format!("{}={}", u.unit, u.value))
-        .collect();
+    let first = first_few(
+        decoded
+            .unreadable
+            .iter()
+            .map(|u| format!("{}={}", u.unit, u.value)),
+        " ",
+    );
     tracing::warn!(
         key,
         count = decoded.unreadable.len(),
-        first = %first.join(" "),
+        first = %first,
         "unreadable entries skipped: a cost is a number above 0 and at most 1e9 (those units count as the mean of the others); a load report is `<unix_ms> <unit>=<load>,...`"
     );
 }

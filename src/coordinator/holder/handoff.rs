@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use std::time::Instant;
 
-use super::{LOG_FIRST, LastChange};
+use super::{LastChange, first_few};
 use crate::core::controls::Controls;
 use crate::core::handoff::{
     self, Ledger, MemberFacts, MemberReport, Proof, RedisConnection, UNKNOWN_ORIGIN,
@@ -385,7 +385,7 @@ impl HandoffState {
             tracing::warn!(
                 key,
                 count = bad.len(),
-                first = %bad.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                first = %first_few(&bad, " "),
                 "unreadable member reports (expected `applied draining deadline_ms weight [client]`); units revoked from those members wait the longest any member may ask for"
             );
         }
@@ -436,7 +436,7 @@ impl HandoffState {
             tracing::warn!(
                 key,
                 count = bad.len(),
-                first = %bad.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                first = %first_few(&bad, " "),
                 "unreadable weight overrides (expected an integer from 1 to {}); those members' reported weights are used",
                 handoff::MAX_WEIGHT
             );
@@ -480,7 +480,7 @@ impl HandoffState {
             tracing::warn!(
                 key,
                 count = bad.len(),
-                first = %bad.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(" "),
+                first = %first_few(&bad, " "),
                 "unreadable controls skipped"
             );
         }

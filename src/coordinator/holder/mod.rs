@@ -401,14 +401,14 @@ pub(in crate::coordinator) fn log_review(review: &Review, view: &HolderView) {
             group,
             failed = failed.len(),
             live_before,
-            first = %failed.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(","),
+            first = %first_few(failed.iter(), ","),
             "mass failure: most of a group failed at once; keeping their units until another replica confirms it or -mass-failure-confirm passes"
         );
     }
     if !review.confirmed.is_empty() {
         tracing::warn!(
             confirmed = review.confirmed.len(),
-            first = %review.confirmed.iter().take(LOG_FIRST).cloned().collect::<Vec<_>>().join(","),
+            first = %first_few(&review.confirmed, ","),
             "mass failure confirmed: their units move"
         );
     }
@@ -423,6 +423,19 @@ pub(in crate::coordinator) fn log_review(review: &Review, view: &HolderView) {
 
 /// How many lines a burst of similar events gets before one summary line.
 pub(in crate::coordinator) const LOG_FIRST: usize = 5;
+
+/// The first [`LOG_FIRST`] of `items`, joined by `sep`, for a summary line.
+pub(in crate::coordinator) fn first_few<T: std::fmt::Display>(
+    items: impl IntoIterator<Item = T>,
+    sep: &str,
+) -> String {
+    let first: Vec<String> = items
+        .into_iter()
+        .take(LOG_FIRST)
+        .map(|x| x.to_string())
+        .collect();
+    first.join(sep)
+}
 
 /// `kind=count` pairs, sorted, for a summary line.
 pub(in crate::coordinator) fn count_by<'a>(kinds: impl Iterator<Item = &'a str>) -> String {
