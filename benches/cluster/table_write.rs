@@ -212,10 +212,10 @@ async fn table_check(store: &Store, url: &str) {
         .await
         .unwrap();
     let conn = &mut conn;
-    let limits = ListLimits {
+    let store = store.clone().with_limits(ListLimits {
         entries: 2_000_000,
         bytes: 1 << 30,
-    };
+    });
     let services = [SERVICES.to_string()];
     // The first read after the writes verifies the content once.
     let member = "10.0.0.0:7000";
@@ -236,7 +236,7 @@ async fn table_check(store: &Store, url: &str) {
             .unwrap();
         let t = Instant::now();
         let snap = store
-            .read_snapshot(&services, UNITS, limits, &Default::default(), None)
+            .read_snapshot(&services, UNITS, &Default::default(), None)
             .await
             .unwrap();
         full.push(ms(t.elapsed()));
@@ -250,7 +250,7 @@ async fn table_check(store: &Store, url: &str) {
             .await
             .unwrap();
         store
-            .read_snapshot(&services, UNITS, limits, &Default::default(), None)
+            .read_snapshot(&services, UNITS, &Default::default(), None)
             .await
             .unwrap();
     }
@@ -265,7 +265,7 @@ async fn table_check(store: &Store, url: &str) {
     for _ in 0..20 {
         let t = Instant::now();
         let snap = store
-            .read_snapshot(&services, UNITS, limits, &Default::default(), None)
+            .read_snapshot(&services, UNITS, &Default::default(), None)
             .await
             .unwrap();
         idle.push(ms(t.elapsed()));

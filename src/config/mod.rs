@@ -491,6 +491,10 @@ mod tests {
         assert!(
             c.lease.renew_interval < c.lease.renew_deadline && c.lease.renew_deadline < c.lease.ttl
         );
+        // A store given no limits (the CLI, a member) bounds reads as the
+        // settings' defaults do.
+        let d = crate::edge::redis::ListLimits::DEFAULT;
+        assert_eq!((c.max_list_entries, c.max_list_bytes), (d.entries, d.bytes));
     }
 
     #[test]

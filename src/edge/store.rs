@@ -17,9 +17,7 @@ use crate::core::handoff::{RedisConnection, RunId};
 use crate::core::keys::Keys;
 use crate::core::lease::{Acquisition, Claim, HolderConnection, LeaseGrant, Renewal};
 use crate::core::table::MatchingTable;
-use crate::edge::redis::{
-    Commit, Committed, CostsRead, Inheritance, ListLimits, ReportsRead, Snapshot,
-};
+use crate::edge::redis::{Commit, Committed, CostsRead, Inheritance, ReportsRead, Snapshot};
 use crate::error::StoreError;
 
 /// The coordination state as a replica uses it. Futures are `Send`, so a
@@ -60,12 +58,12 @@ pub trait HoldingStore: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Committed, StoreError>> + Send;
 
     /// The lists (those not held at their version), the table's state and
-    /// the members' reports.
+    /// the members' reports, every list within the store's limits
+    /// (`-max-list-entries`, `-max-list-bytes`).
     fn read_snapshot(
         &self,
         services: &[String],
         units_key: &str,
-        limits: ListLimits,
         held: &HashMap<String, u64>,
         held_reports: Option<u64>,
     ) -> impl Future<Output = Result<Snapshot, StoreError>> + Send;
@@ -176,18 +174,10 @@ impl HoldingStore for crate::edge::redis::Store {
         &self,
         services: &[String],
         units_key: &str,
-        limits: ListLimits,
         held: &HashMap<String, u64>,
         held_reports: Option<u64>,
     ) -> impl Future<Output = Result<Snapshot, StoreError>> + Send {
-        crate::edge::redis::Store::read_snapshot(
-            self,
-            services,
-            units_key,
-            limits,
-            held,
-            held_reports,
-        )
+        crate::edge::redis::Store::read_snapshot(self, services, units_key, held, held_reports)
     }
 
     fn read_table(&self) -> impl Future<Output = Result<MatchingTable, StoreError>> + Send {

@@ -100,7 +100,9 @@ async fn cluster_fences_a_stale_holder() {
         cluster: true,
         ..RedisOptions::from_urls(&cluster.urls())
     };
-    let store = Store::connect(&opts, TABLE, Duration::from_secs(2)).unwrap();
+    let store = Store::connect(&opts, TABLE, Duration::from_secs(2))
+        .unwrap()
+        .with_limits(LIMITS);
     let claim = |id| Claim {
         ttl: Duration::from_secs(30),
         epoch_floor: 0,
@@ -144,7 +146,7 @@ async fn cluster_fences_a_stale_holder() {
     let services = [SERVICES.to_string()];
     let none = std::collections::HashMap::new();
     let snap = store
-        .read_snapshot(&services, UNITS, LIMITS, &none, None)
+        .read_snapshot(&services, UNITS, &none, None)
         .await
         .unwrap();
     assert_eq!(snap.units.entries, Some(vec![b"x".to_vec()]));
@@ -158,7 +160,7 @@ async fn cluster_fences_a_stale_holder() {
         .map(|l| (l.key.clone(), l.version))
         .collect();
     let again = store
-        .read_snapshot(&services, UNITS, LIMITS, &held, None)
+        .read_snapshot(&services, UNITS, &held, None)
         .await
         .unwrap();
     assert_eq!(again.units.entries, None);
@@ -166,7 +168,7 @@ async fn cluster_fences_a_stale_holder() {
     assert_eq!(again.groups[0].entries, None);
     let () = c.rpush(UNITS, "y").await.unwrap();
     let changed = store
-        .read_snapshot(&services, UNITS, LIMITS, &held, None)
+        .read_snapshot(&services, UNITS, &held, None)
         .await
         .unwrap();
     assert_eq!(

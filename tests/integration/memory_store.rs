@@ -65,6 +65,11 @@ enum Step {
 }
 
 const LISTS: [&str; 3] = ["svc-a", "svc-b", "units"];
+/// The limits both stores read with.
+const LIMITS: distributor::edge::redis::ListLimits = distributor::edge::redis::ListLimits {
+    entries: 100,
+    bytes: 1 << 20,
+};
 const MEMBERS: [&str; 4] = ["m1:1", "m2:2", "m3:3", "m4:4"];
 /// Counters as the scripts might find them: good, odd, malformed, at the
 /// edges of 2^53 and of Lua's exponent form (1e14).
@@ -952,12 +957,8 @@ async fn apply<S: HoldingStore>(store: &S, grants: &mut Vec<LeaseGrant>, op: &Op
         },
         Op::ReadSnapshot => {
             let services = vec![LISTS[0].to_string(), LISTS[1].to_string()];
-            let limits = distributor::edge::redis::ListLimits {
-                entries: 100,
-                bytes: 1 << 20,
-            };
             match store
-                .read_snapshot(&services, LISTS[2], limits, &Default::default(), None)
+                .read_snapshot(&services, LISTS[2], &Default::default(), None)
                 .await
             {
                 // List and report versions name content in each store's own
@@ -1047,9 +1048,11 @@ async fn the_in_memory_store_reads_and_writes_as_the_redis_store_does() {
     let mut results: Vec<String> = Vec::new();
     for seed in 1..=60u64 {
         let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
-        let store = Store::open(&redis.url(), TABLE, std::time::Duration::from_secs(2)).unwrap();
+        let store = Store::open(&redis.url(), TABLE, std::time::Duration::from_secs(2))
+            .unwrap()
+            .with_limits(LIMITS);
         let server = memory::Server::new(1_700_000_000_000);
-        let mem = MemoryStore::connect(&server, TABLE);
+        let mem = MemoryStore::connect(&server, TABLE).with_limits(LIMITS);
         let mut world = World {
             rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
             k: keys(),

@@ -60,7 +60,7 @@ use crate::edge::clock;
 use crate::edge::clock::WallClock;
 use crate::edge::grpc::{PingReport, Pinger};
 use crate::edge::pings::MemberPings;
-use crate::edge::redis::{Commit, Committed, CostsRead, LeaseGrant, ListLimits, Snapshot, Store};
+use crate::edge::redis::{Commit, Committed, CostsRead, LeaseGrant, Snapshot, Store};
 use crate::edge::store::HoldingStore;
 use crate::error::StoreError;
 use crate::ops::metrics::Metrics;
@@ -76,7 +76,6 @@ pub(in crate::coordinator) struct CycleContext<S = Store, P = Pinger> {
     pub(in crate::coordinator) metrics: Arc<Metrics>,
     pub(in crate::coordinator) services: Vec<String>,
     pub(in crate::coordinator) units_key: String,
-    pub(in crate::coordinator) limits: ListLimits,
     pub(in crate::coordinator) replica_id: String,
     pub(in crate::coordinator) forget_after: Option<Duration>,
     pub(in crate::coordinator) grant: LeaseGrant,
@@ -342,13 +341,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         );
         let r = self
             .store
-            .read_snapshot(
-                &self.services,
-                &self.units_key,
-                self.limits,
-                held,
-                reports_since,
-            )
+            .read_snapshot(&self.services, &self.units_key, held, reports_since)
             .instrument(read.clone())
             .await;
         match &r {

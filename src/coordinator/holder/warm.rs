@@ -9,7 +9,7 @@ use super::solve::{SolveSettings, desired};
 use super::{CycleError, HolderView};
 use crate::core::liveness::Liveness;
 use crate::core::table::MatchingTable;
-use crate::edge::redis::{ListLimits, Store};
+use crate::edge::redis::Store;
 use crate::ops::metrics::Metrics;
 
 /// A standby's view ahead of a holding: the lists read through the same
@@ -46,7 +46,6 @@ pub(in crate::coordinator) struct Preparer {
     pub(in crate::coordinator) metrics: Arc<Metrics>,
     pub(in crate::coordinator) services: Vec<String>,
     pub(in crate::coordinator) units_key: String,
-    pub(in crate::coordinator) limits: ListLimits,
     pub(in crate::coordinator) failure_threshold: u32,
     pub(in crate::coordinator) solve: SolveSettings,
 }
@@ -86,7 +85,7 @@ impl Preparer {
             .unwrap_or_default();
         let (groups, units) = self
             .store
-            .read_lists_since(&self.services, &self.units_key, self.limits, &held)
+            .read_lists_since(&self.services, &self.units_key, &held)
             .await
             .map_err(CycleError::Read)?;
         let read_lists = groups.iter().chain([&units]).any(|l| l.entries.is_some());

@@ -48,6 +48,7 @@ use crate::core::table::Assignment;
 use crate::edge::clock;
 use crate::edge::clock::WallClock;
 use crate::edge::memory::{Data, MemoryStore, Server};
+use crate::edge::redis::ListLimits;
 
 /// The shape of one run (the same for every seed; the seed draws the rest).
 #[derive(Debug, Clone, Copy)]
@@ -727,7 +728,10 @@ fn start_replica(
     world: &Arc<Mutex<World>>,
     settings: &ReplicaSettings,
 ) -> (MemoryStore, tokio::task::JoinHandle<()>) {
-    let store = MemoryStore::connect(server, "sim");
+    let store = MemoryStore::connect(server, "sim").with_limits(ListLimits {
+        entries: 10_000,
+        bytes: 1 << 24,
+    });
     let task = tokio::spawn(replica::run(
         format!("r{r}"),
         store.clone(),

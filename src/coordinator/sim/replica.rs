@@ -30,7 +30,6 @@ use crate::edge::clock::WallClock;
 use crate::edge::grpc::{PingFailure, PingReport, PingSet, PingTask};
 use crate::edge::memory::MemoryStore;
 use crate::edge::pings::MemberPings;
-use crate::edge::redis::ListLimits;
 use crate::edge::store::HoldingStore;
 use crate::ops::metrics::Metrics;
 
@@ -331,10 +330,6 @@ pub async fn run(
                             metrics: Arc::clone(&metrics),
                             services,
                             units_key,
-                            limits: ListLimits {
-                                entries: 10_000,
-                                bytes: 1 << 24,
-                            },
                             replica_id: id.clone(),
                             forget_after: settings.forget_after,
                             grant,

@@ -178,6 +178,8 @@ pub struct MemoryStore {
     /// Per hash read by [`Self::read_hash_since`], the sim's unix ms from
     /// which its last decoding no longer holds (`{T}:loads`' dates).
     fresh_until: Arc<Mutex<HashMap<String, u64>>>,
+    /// The bounds on every list a cycle reads, as the Redis store's.
+    limits: ListLimits,
 }
 
 impl MemoryStore {
@@ -190,7 +192,14 @@ impl MemoryStore {
             server: Arc::clone(server),
             conn: Arc::new(Mutex::new(conn)),
             fresh_until: Arc::default(),
+            limits: ListLimits::DEFAULT,
         }
+    }
+
+    /// This store with `limits` on every list a cycle reads.
+    pub fn with_limits(mut self, limits: ListLimits) -> MemoryStore {
+        self.limits = limits;
+        self
     }
 
     /// This connection's client id.
@@ -498,10 +507,10 @@ impl HoldingStore for MemoryStore {
         &self,
         services: &[String],
         units_key: &str,
-        limits: ListLimits,
         held: &HashMap<String, u64>,
         held_reports: Option<u64>,
     ) -> impl Future<Output = Result<Snapshot, StoreError>> + Send {
+        let limits = self.limits;
         let out = self.call("read lists", |s, _| {
             let now = s.now_ms;
             let mut reads = Vec::new();

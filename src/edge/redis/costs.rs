@@ -156,9 +156,9 @@ impl Store {
     /// [`read_text_hash`](Self::read_text_hash) within the limits
     /// (`sizes.rs`): a hash over one is an error naming it.
     async fn read_bounded_hash(&self, key: &str) -> Result<Vec<(String, String)>, StoreError> {
-        self.sizes(&[key], Container::Hash, self.limits).await?;
+        self.sizes(&[key], Container::Hash).await?;
         let pairs = self.read_text_hash(key).await?;
-        self.check_read(key, pairs.len(), self.limits)?;
+        self.check_read(Container::Hash, key, pairs.len())?;
         Ok(pairs)
     }
 

@@ -49,13 +49,13 @@ impl Store {
     }
 
     /// `LLEN` (or `HLEN`) and `MEMORY USAGE` of every key, refusing any over
-    /// `limits`.
+    /// the limits.
     pub(super) async fn sizes(
         &self,
         keys: &[&str],
         container: Container,
-        limits: ListLimits,
     ) -> Result<(), StoreError> {
+        let limits = self.limits;
         let sizing = match container {
             Container::List => &self.list_sizing,
             Container::Hash => &self.hash_sizing,
@@ -152,20 +152,21 @@ impl Store {
         Ok(())
     }
 
-    /// Refuses a hash read whole with more entries than `limits` allow
-    /// (it grew since it was measured, or Redis does not let us measure).
+    /// Refuses a key read with more entries than the limits allow (it grew
+    /// since it was measured, or Redis does not let us measure).
     pub(super) fn check_read(
         &self,
+        container: Container,
         key: &str,
         entries: usize,
-        limits: ListLimits,
     ) -> Result<(), StoreError> {
-        if entries > limits.entries {
+        let limit = self.limits.entries;
+        if entries > limit {
             return Err(StoreError::too_long(
-                "hash",
+                container.name(),
                 key,
                 "entries",
-                limits.entries as u64,
+                limit as u64,
             ));
         }
         Ok(())

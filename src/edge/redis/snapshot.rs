@@ -21,8 +21,8 @@ use super::calls;
 use super::scripts::Which;
 use super::sizes::Container;
 use super::{
-    BULK_TIMEOUT, ListLimits, ListRead, Reports, ReportsContent, ReportsRead, Snapshot, Store,
-    bytes_list, reply_err, text_pairs,
+    BULK_TIMEOUT, ListRead, Reports, ReportsContent, ReportsRead, Snapshot, Store, bytes_list,
+    reply_err, text_pairs,
 };
 use crate::core::table::MatchingTable;
 use crate::error::StoreError;
@@ -46,7 +46,6 @@ impl Store {
         &self,
         services: &[String],
         units_key: &str,
-        limits: ListLimits,
         held: &HashMap<String, u64>,
         held_reports: Option<u64>,
     ) -> Result<Snapshot, StoreError> {
@@ -62,9 +61,7 @@ impl Store {
         );
         // Every list's guard is armed from here on: a list read below is
         // covered from before its read (the ordering rule of `guard.rs`).
-        let mut reads = self
-            .read_guarded(&mut lists, &keys, &listed, held, limits)
-            .await?;
+        let mut reads = self.read_guarded(&mut lists, &keys, &listed, held).await?;
         let (meta_digest, stored_generation) = state?;
         drop(lists);
         let units = reads.pop().expect("the units list");
@@ -157,15 +154,12 @@ impl Store {
         &self,
         services: &[String],
         units_key: &str,
-        limits: ListLimits,
         held: &HashMap<String, u64>,
     ) -> Result<(Vec<ListRead>, ListRead), StoreError> {
         let keys = list_keys(services, units_key);
         let mut lists = self.lists.lock().await;
         let listed = lists.probe(&keys).await;
-        let mut reads = self
-            .read_guarded(&mut lists, &keys, &listed, held, limits)
-            .await?;
+        let mut reads = self.read_guarded(&mut lists, &keys, &listed, held).await?;
         let units = reads.pop().expect("the units list");
         Ok((reads, units))
     }
@@ -179,7 +173,6 @@ impl Store {
         keys: &[&str],
         listed: &[Option<u64>],
         held: &HashMap<String, u64>,
-        limits: ListLimits,
     ) -> Result<Vec<ListRead>, StoreError> {
         let read = super::guard::must_read(keys, listed, held);
         let to_read: Vec<&str> = keys
@@ -188,7 +181,7 @@ impl Store {
             .filter(|(_, r)| **r)
             .map(|(k, _)| *k)
             .collect();
-        let fresh = match self.read_lists(&to_read, limits).await {
+        let fresh = match self.read_lists(&to_read).await {
             Ok(f) => f,
             Err(e) => {
                 // Nothing read here is trusted later: read again next cycle.
@@ -218,16 +211,12 @@ impl Store {
     }
 
     /// Sizes, then reads, the lists `keys` in full: two round trips (none
-    /// when `keys` is empty), and every list within `limits`.
-    async fn read_lists(
-        &self,
-        keys: &[&str],
-        limits: ListLimits,
-    ) -> Result<Vec<Vec<Vec<u8>>>, StoreError> {
+    /// when `keys` is empty), and every list within the limits.
+    async fn read_lists(&self, keys: &[&str]) -> Result<Vec<Vec<Vec<u8>>>, StoreError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        self.sizes(keys, Container::List, limits).await?;
+        self.sizes(keys, Container::List).await?;
         // One more than the limit tells, without another round trip, that a
         // list grew past it since it was measured.
         let cmds: Vec<(String, redis::Cmd)> = keys
@@ -238,7 +227,7 @@ impl Store {
                     redis::cmd("LRANGE")
                         .arg(*key)
                         .arg(0)
-                        .arg(limits.entries)
+                        .arg(self.limits.entries)
                         .to_owned(),
                 )
             })
@@ -259,14 +248,7 @@ impl Store {
         let mut lists = Vec::with_capacity(keys.len());
         for (key, reply) in keys.iter().zip(replies) {
             let entries = bytes_list(reply);
-            if entries.len() > limits.entries {
-                return Err(StoreError::too_long(
-                    "list",
-                    key,
-                    "entries",
-                    limits.entries as u64,
-                ));
-            }
+            self.check_read(Container::List, key, entries.len())?;
             lists.push(entries);
         }
         Ok(lists)
@@ -349,7 +331,7 @@ impl Store {
             self.keys.controls.clone(),
         ];
         let measured: Vec<&str> = keys.iter().map(String::as_str).collect();
-        if let Err(e) = self.sizes(&measured, Container::Hash, self.limits).await {
+        if let Err(e) = self.sizes(&measured, Container::Hash).await {
             return ReportsContent::failed(e);
         }
         let cmds = keys
@@ -377,7 +359,7 @@ impl Store {
         // of this read is used, as if it had been refused before.
         for (key, read) in keys.iter().zip([&reports, &overrides, &controls]) {
             if let Err(e) = read.as_ref().map_or(Ok(()), |pairs| {
-                self.check_read(key, pairs.len(), self.limits)
+                self.check_read(Container::Hash, key, pairs.len())
             }) {
                 return ReportsContent::failed(e);
             }

@@ -171,7 +171,7 @@ impl Store {
             hashes.push(&k.table);
         }
         let measured: Vec<&str> = hashes.iter().map(|k| k.as_str()).collect();
-        self.sizes(&measured, Container::Hash, self.limits).await?;
+        self.sizes(&measured, Container::Hash).await?;
         let mut cmds: Vec<(String, redis::Cmd)> = hashes
             .iter()
             .map(|key| (key.to_string(), redis::cmd("HGETALL").arg(*key).to_owned()))
@@ -210,7 +210,7 @@ impl Store {
         for key in &hashes {
             let reply = replies.next().expect("counted above");
             let read = self.hash_reply(key, "read holding", Some(reply)).await?;
-            self.check_read(key, read.len(), self.limits)?;
+            self.check_read(Container::Hash, key, read.len())?;
             pairs.push(read);
         }
         let meta = replies.next().expect("counted above");
