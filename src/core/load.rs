@@ -184,6 +184,13 @@ pub struct DecodedLoads {
     pub fresh_until: Option<u64>,
 }
 
+/// Whether a decoding whose [`DecodedLoads::fresh_until`] was `fresh_until`
+/// still holds at `now_ms`: a reader that finds the hash unchanged decodes
+/// it again once this is false.
+pub fn still_holds(fresh_until: Option<u64>, now_ms: u64) -> bool {
+    fresh_until.is_none_or(|until| now_ms < until)
+}
+
 /// The holder's costs from the `{T}:loads` hash's `(member, value)` pairs,
 /// in any order, read at `now_ms` (unix ms): for each unit the newest
 /// report's load among those dated within `age` (see the module docs).
@@ -369,6 +376,8 @@ mod tests {
         // The answer holds until the far-ahead field comes within bounds
         // (1 s from now), before `new:1` turns old.
         assert_eq!(d.fresh_until, Some(now + 1_000));
+        assert!(still_holds(d.fresh_until, now + 999) && !still_holds(d.fresh_until, now + 1_000));
+        assert!(still_holds(None, u64::MAX), "nothing changes by time");
         let later = decode_loads(pairs.clone(), now + 1_000, AGE);
         assert_eq!(later.costs.of("u"), 90_000, "now the newest, counted");
         assert_eq!(later.costs.of("w"), 7000);

@@ -26,6 +26,7 @@ use crate::core::count::parse_count;
 use crate::core::handoff::{RedisConnection, RunId};
 use crate::core::keys::Keys;
 use crate::core::lease::{Acquisition, Claim, HolderConnection, LeaseGrant, Renewal};
+use crate::core::load::still_holds;
 use crate::core::suspicion::Suspect;
 use crate::core::table::MatchingTable;
 use crate::edge::redis::calls::{self, CommitReply, ScriptCall};
@@ -325,7 +326,7 @@ impl MemoryStore {
             let now = s.now_ms;
             let version = s.keyspace.version(key, now);
             let mut fresh_until = fresh_until.lock().expect("fresh lock");
-            if held == Some(version) && fresh_until.get(key).is_none_or(|until| now < *until) {
+            if held == Some(version) && still_holds(fresh_until.get(key).copied(), now) {
                 return Ok(CostsRead {
                     version: Some(version),
                     content: None,

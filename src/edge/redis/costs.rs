@@ -14,7 +14,7 @@ use redis::Value;
 use super::sizes::Container;
 use super::{BULK_TIMEOUT, Store, reply_err, text_pairs};
 use crate::core::costs::{UnitCosts, UnreadableCost};
-use crate::core::load::{DecodedLoads, StaleLoads, decode_loads};
+use crate::core::load::{DecodedLoads, StaleLoads, decode_loads, still_holds};
 use crate::core::timing::Timing;
 use crate::error::StoreError;
 
@@ -70,11 +70,6 @@ impl DecodedCosts {
             fresh_until,
         }
     }
-
-    /// Whether a decoding made earlier still holds at `now_ms`.
-    pub fn fresh_at(&self, now_ms: u64) -> bool {
-        self.fresh_until.is_none_or(|until| now_ms < until)
-    }
 }
 
 impl Store {
@@ -114,7 +109,7 @@ impl Store {
         let now_ms = crate::unix_ms();
         if let Some(v) = known
             && held == Some(v)
-            && g.fresh_until.is_none_or(|until| now_ms < until)
+            && still_holds(g.fresh_until, now_ms)
         {
             return CostsRead {
                 version: Some(v),
