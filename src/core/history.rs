@@ -18,7 +18,7 @@ use std::hash::BuildHasherDefault;
 
 use crate::core::held::{Change, Held};
 use crate::core::sticky::StrHasher;
-use crate::core::table::{MatchingTable, Moves, decode_row};
+use crate::core::table::{MatchingTable, Moves, decode_row, split_row};
 
 /// Entries the stream keeps (`XADD ... MAXLEN`): the newest.
 pub const HISTORY_KEPT: usize = 1000;
@@ -128,7 +128,7 @@ impl Listed {
         };
         let units: Vec<String> = units
             .filter(|u| !u.is_empty())
-            .map(|u| u.split(',').map(str::to_string).collect())
+            .map(|u| split_row(u).map(str::to_string).collect())
             .unwrap_or_default();
         Ok(Listed {
             count: count.max(units.len()),

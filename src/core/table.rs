@@ -26,7 +26,7 @@ use crate::core::balance::{self, Balance};
 use crate::core::controls::Controls;
 use crate::core::costs::SCALE;
 use crate::core::inputs::Inputs;
-pub use crate::core::row::{SEPARATOR, decode_row};
+pub use crate::core::row::{SEPARATOR, decode_row, split_row};
 use crate::core::{ring, sticky};
 
 /// How the table is solved (`-assignment`).
@@ -468,7 +468,7 @@ impl MatchingTable {
         *self.increasing.get_or_init(|| {
             self.rows
                 .values()
-                .all(|row| row.split(SEPARATOR).is_sorted_by(|a, b| a < b))
+                .all(|row| split_row(row).is_sorted_by(|a, b| a < b))
         })
     }
 

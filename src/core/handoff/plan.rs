@@ -11,7 +11,8 @@ use std::time::Instant;
 use super::{Moved, Origin, Plan, PlanInput, Transit, Transits};
 use crate::core::held::{Change, Held};
 use crate::core::inputs::GroupMembers;
-use crate::core::table::{MatchingTable, SEPARATOR};
+use crate::core::row::split_row;
+use crate::core::table::MatchingTable;
 
 /// Plans the next granted table (see the module documentation).
 pub fn plan(input: &PlanInput<'_>) -> Plan {
@@ -291,7 +292,7 @@ fn unanswered(
 }
 
 fn decode(row: &str) -> impl Iterator<Item = &str> {
-    row.split(SEPARATOR).filter(|u| !u.is_empty())
+    split_row(row).filter(|u| !u.is_empty())
 }
 
 /// Per group, which members' rows have each unit (a full pass over the
