@@ -165,10 +165,23 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
         // hashing those rows again.
         let mut digested: Option<(Arc<MatchingTable>, Arc<MatchingTable>, ReplacedRows)> = None;
         let mut outcome = Outcome::Start;
+        // Per-step timings, only when asked for (`RUST_LOG=distributor::cycle_steps=debug`).
+        let mut steps =
+            tracing::enabled!(target: "distributor::cycle_steps", tracing::Level::DEBUG)
+                .then(StepTimes::default);
         loop {
+            let stepped = clock::now();
             let mut ready = core.step(outcome, self.now());
             if let Some(span) = write_span.take() {
                 self.record_write(&mut core, &mut ready, &span);
+            }
+            if let Some(t) = steps.as_mut() {
+                t.core += clock::now().saturating_duration_since(stepped);
+                t.io_from = Some(clock::now());
+                t.name = ready.name();
+                if let Ready::Done(_) = ready {
+                    t.log(kind);
+                }
             }
             outcome = match ready {
                 Ready::ReadHolding { with_table, inputs } => {
@@ -231,7 +244,8 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                     // rows that differ) and change record are computed on a
                     // blocking thread.
                     let base = Arc::clone(&history.previous);
-                    let (next, record, replaced) = super::blocking(move || {
+                    let small = table.bytes().max(base.bytes()) <= super::INLINE_BYTES;
+                    let (next, record, replaced) = super::blocking_unless(small, move || {
                         let table = Arc::new(table);
                         let replaced = TableDelta::between(&history.previous, &table).replaced();
                         let record = history.record(&table);
@@ -305,6 +319,9 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 }
                 Ready::Done(r) => return self.report(kind, *r, pending, pending_members),
             };
+            if let Some(t) = steps.as_mut() {
+                t.done();
+            }
         }
     }
 
@@ -545,5 +562,39 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             in_flight_members,
             unverified: f.unverified,
         })
+    }
+}
+
+/// A cycle's time by step, logged once at its end (debug, target
+/// `distributor::cycle_steps`): where a cycle's milliseconds go.
+#[derive(Default)]
+struct StepTimes {
+    core: Duration,
+    name: &'static str,
+    io_from: Option<Instant>,
+    io: Vec<(&'static str, Duration)>,
+}
+
+impl StepTimes {
+    fn done(&mut self) {
+        if let Some(from) = self.io_from.take() {
+            self.io
+                .push((self.name, clock::now().saturating_duration_since(from)));
+        }
+    }
+
+    fn log(&self, kind: Kind) {
+        let steps: Vec<String> = self
+            .io
+            .iter()
+            .map(|(name, d)| format!("{name}={:.2}", d.as_secs_f64() * 1e3))
+            .collect();
+        tracing::debug!(
+            target: "distributor::cycle_steps",
+            ?kind,
+            core_ms = self.core.as_secs_f64() * 1e3,
+            steps = %steps.join(" "),
+            "cycle steps (ms)"
+        );
     }
 }

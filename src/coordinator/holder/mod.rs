@@ -209,6 +209,28 @@ pub(in crate::coordinator) async fn blocking<R: Send + 'static>(
         .expect("the holder's CPU-bound steps do not panic")
 }
 
+/// Up to this many units (or [`INLINE_BYTES`] of table), a CPU-bound step
+/// runs inline on the cycle's task: the hop to the blocking pool and back
+/// wakes a thread each way, which on a loaded 2-core host costs more than
+/// solving or digesting a table this small (BENCHMARKS.md, "A lone death
+/// without the gathering window"). Above it, the step could stall the
+/// runtime's workers (renewals, pings) for milliseconds.
+pub(in crate::coordinator) const INLINE_UNITS: usize = 20_000;
+/// [`INLINE_UNITS`] of about 12-byte names, for steps sized by table bytes.
+pub(in crate::coordinator) const INLINE_BYTES: usize = 256 * 1024;
+
+/// [`blocking`], or inline when the caller found the step `small`
+/// ([`INLINE_UNITS`], [`INLINE_BYTES`]).
+pub(in crate::coordinator) async fn blocking_unless<R: Send + 'static>(
+    small: bool,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> R {
+    if small {
+        return f();
+    }
+    blocking(f).await
+}
+
 /// Makes [`blocking`] run inline on this thread (the simulation's).
 #[cfg(any(test, feature = "simulation"))]
 pub(in crate::coordinator) fn run_inline() {

@@ -275,7 +275,8 @@ pub(super) async fn desired(
                 .map(|(m, u)| (m.to_string(), u.to_string()))
                 .collect();
             let held = Arc::clone(granted);
-            let table = super::blocking(move || {
+            let small = inputs.units.len() <= super::INLINE_UNITS;
+            let table = super::blocking_unless(small, move || {
                 let also_held: Vec<(&str, &str)> = also_held
                     .iter()
                     .map(|(m, u)| (m.as_str(), u.as_str()))

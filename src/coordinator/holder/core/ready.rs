@@ -142,6 +142,27 @@ pub(in crate::coordinator::holder) enum Ready {
     Done(Box<Result<Finished, CycleError>>),
 }
 
+impl Ready {
+    /// The step's name, for the cycle's step timings (`cycle steps`).
+    pub(in crate::coordinator::holder) fn name(&self) -> &'static str {
+        match self {
+            Ready::ReadHolding { .. } => "read_holding",
+            Ready::ReadInputs(_) => "read_inputs",
+            Ready::AssembleLists { .. } => "assemble",
+            Ready::ReadState { .. } => "read_state",
+            Ready::Ping { .. } => "ping",
+            Ready::ReadTable => "read_table",
+            Ready::ReadHeld => "read_held",
+            Ready::Solve { .. } => "solve",
+            Ready::Digest { .. } => "digest",
+            Ready::Commit(_) => "commit",
+            Ready::Forget { .. } => "forget",
+            Ready::RestoreReports { .. } => "restore_reports",
+            Ready::Done(_) => "done",
+        }
+    }
+}
+
 /// What the cycle task did, for [`CycleCore::step`].
 pub(in crate::coordinator::holder) enum Outcome {
     /// Nothing yet: the cycle starts.
