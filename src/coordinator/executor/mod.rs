@@ -92,6 +92,11 @@ pub(super) struct Executor {
     refusals_due: Option<Instant>,
     /// When the last member connection closed (see [`gathering_until`]).
     last_close: Option<Instant>,
+    /// Members' acknowledgements that arrived while a probe ran: held until
+    /// it answers (at most until this instant, `Timing::refusal_settle`
+    /// after the first), so that a refusal it finds is released by the same
+    /// handoff cycle as they are, not by the one after it.
+    hints_held: Option<Instant>,
     status: watch::Sender<Status>,
     metrics: Arc<Metrics>,
     /// The lease's local deadline, for the cycle's last check before writing.
@@ -134,6 +139,7 @@ impl Executor {
             refused: Vec::new(),
             refusals_due: None,
             last_close: None,
+            hints_held: None,
             status,
             metrics,
             acts_until: watch::channel(clock::now()).0,
@@ -322,6 +328,11 @@ impl Executor {
                     }
                     // A member wrote its report: its payload is never read.
                     Some(Notification::Message(ch, _)) if ch == keys.acked_channel => {
+                        if self.holding.is_some() && !book.idle() {
+                            let until = clock::now() + self.timing.refusal_settle;
+                            self.hints_held.get_or_insert(until);
+                            continue;
+                        }
                         Event::HandoffHint
                     }
                     // A table write by some holder, or a new subscription (a
@@ -426,6 +437,14 @@ impl Executor {
                     if self.refused.is_empty() {
                         continue;
                     }
+                    self.hints_held = None;
+                    Event::HandoffHint
+                }
+                // Acknowledgements held for a probe: every probe answered
+                // (without a refusal to act on, or the arm above took them
+                // along), or the wait ran out.
+                _ = reached(if book.idle() { clock::now() } else { self.hints_held.unwrap_or_else(clock::now) }), if self.hints_held.is_some() && (self.refusals_due.is_none() || !book.idle()) => {
+                    self.hints_held = None;
                     Event::HandoffHint
                 }
                 Some(step) = census_rx.recv() => {
