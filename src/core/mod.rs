@@ -18,6 +18,7 @@ pub mod keys;
 pub mod lease;
 pub mod liveness;
 pub mod load;
+pub mod owners;
 pub mod ownership;
 pub mod ring;
 pub mod row;

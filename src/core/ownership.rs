@@ -116,6 +116,17 @@ use crate::core::table::decode_row;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct FencingToken(pub u64);
 
+impl FencingToken {
+    /// Whether a request routed by a copy of the table at generation
+    /// `routed_by` (a `Lookup`'s) was routed to the holding this token
+    /// numbers: the copy is at least as new as the write that granted it. An
+    /// older copy may have named another owner, or this member's earlier
+    /// holding.
+    pub fn admits_route(self, routed_by: u64) -> bool {
+        routed_by >= self.0
+    }
+}
+
 impl std::fmt::Display for FencingToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.fmt(f)
