@@ -65,6 +65,7 @@ mod lease;
 mod lists;
 mod lookups;
 mod member;
+mod owners;
 mod pubsub;
 mod reply;
 pub mod scripts;
@@ -77,6 +78,7 @@ mod weights;
 
 use conn::{Conn, Dialer, Links};
 pub use member::RowRead;
+pub use owners::OwnersRead;
 use reply::{bytes_list, int, redis_err, refused_commands, reply_err, text, text_pairs};
 pub use scripts::MAX_COUNT;
 use scripts::{Scripts, checked, stored_count};
