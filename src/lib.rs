@@ -11,6 +11,7 @@
 //!    inputs       validation of lists     census     interval counter
 //!    suspicion    mass-failure guard      keys       Redis key names
 //!    status       what a replica knows    ownership  a member's holds
+//!    owners       a lookup's copy of who owns each unit
 //!  coordinator/   one replica: the lease state machine and its executor
 //!  edge/          IO at the edges
 //!    redis/       connections, bounded calls, Lua scripts, pub/sub
@@ -75,8 +76,9 @@ pub use core::table::MatchingTable;
 pub use error::{MemberError, StartError, StoreError};
 #[cfg(feature = "member")]
 pub use member::{
-    Assignment, Drained, FencingToken, Handoff, HandoffFuture, Hold, HoldLost, Member,
-    MemberBuilder, MemberOptions, MemberServices, Owned, Revocation,
+    Assignment, Drained, FencingToken, Handoff, HandoffFuture, Hold, HoldLost, Lookup,
+    LookupOptions, Member, MemberBuilder, MemberOptions, MemberServices, Owned, Placement,
+    Revocation,
 };
 
 /// Milliseconds since the Unix epoch, for values shared between processes.

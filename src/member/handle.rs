@@ -53,6 +53,11 @@ impl MemberHandle {
     pub fn hold(&self, unit: &str) -> Option<Hold> {
         self.shared.hold(unit)
     }
+
+    /// As [`super::Member::routed_current`].
+    pub fn routed_current(&self, unit: &str, routed_by: u64) -> bool {
+        self.holds(unit).is_some_and(|t| t.admits_route(routed_by))
+    }
 }
 
 /// Resolves on the first SIGTERM or Ctrl-C (SIGINT), the signals an

@@ -20,6 +20,7 @@
 //!  calls.rs    the application's handler calls, one task per unit
 //!  failures.rs how Redis failures are logged: once, then summarised
 //!  loads.rs    measured loads, written on a timer of their own
+//!  lookup.rs   Lookup: who owns a unit, for callers that are not members
 //!  meters.rs   its metrics, through the `metrics` facade
 //! ```
 //!
@@ -63,6 +64,7 @@ mod follow;
 mod handle;
 mod handoff;
 mod loads;
+mod lookup;
 mod meters;
 mod options;
 
@@ -80,8 +82,10 @@ use self::follow::{Ending, Mode};
 pub use self::handle::{MemberHandle, shutdown_signal};
 use self::handoff::Shared;
 pub use self::handoff::{Handoff, HandoffFuture, Hold, HoldLost, Owned};
+pub use self::lookup::{LOOKUP_METRICS, Lookup, LookupOptions};
 pub use self::meters::MEMBER_METRICS;
 pub use self::options::{EnvVar, MEMBER_ENV, MemberOptions};
+pub use crate::core::owners::{OwnerIndex, Placement};
 pub use crate::core::ownership::{FencingToken, Revocation};
 use crate::edge::clock;
 use crate::edge::redis::RedisOptions;
@@ -259,6 +263,15 @@ impl Member {
     /// effect without the `Member`; `None` if it is not held now.
     pub fn hold(&self, unit: &str) -> Option<Hold> {
         self.handle.hold(unit)
+    }
+
+    /// Whether a request for `unit` that a caller routed here by its
+    /// [`Lookup`] copy of generation `routed_by` reached the current
+    /// holding: this member holds the unit now, and the copy already showed
+    /// the table that granted it ([`FencingToken::admits_route`]). A request
+    /// routed by an older copy is refused; the caller asks its lookup again.
+    pub fn routed_current(&self, unit: &str, routed_by: u64) -> bool {
+        self.handle.routed_current(unit, routed_by)
     }
 
     /// Drains: reports `draining`, lets the holder move every unit away
