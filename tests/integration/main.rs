@@ -30,6 +30,7 @@ mod hardening;
 mod history;
 mod idle;
 mod join_delay;
+mod lookup;
 mod member_api;
 mod member_handoff;
 mod memory_store;
