@@ -9,6 +9,7 @@ pings, follows its row of the matching table with the handoff protocol
 from ._durations import parse_duration
 from ._ownership import Reason
 from ._redact import redact_url
+from .lookup import Lookup, LookupReadError, Placement, PlacementKind, SyncLookup
 from .member import (
     Acquired,
     AcquiredCallback,
@@ -55,9 +56,13 @@ __all__ = [
     "Hold",
     "HoldLost",
     "Left",
+    "Lookup",
+    "LookupReadError",
     "MAX_DEADLINE",
     "MAX_WEIGHT",
     "Member",
+    "Placement",
+    "PlacementKind",
     "MemberError",
     "MemberOptions",
     "OptionsError",
@@ -67,6 +72,7 @@ __all__ = [
     "Released",
     "RevokedCallback",
     "Revoking",
+    "SyncLookup",
     "SyncMember",
     "Unfenced",
     "environment_variables",

@@ -64,6 +64,13 @@ class Hold:
             raise HoldLost(self.unit, self.token)
         return self.token
 
+    def admits_route(self, routed_by: int) -> bool:
+        """Whether a request routed here by a :class:`~distributor_member.Lookup`
+        copy of generation ``routed_by`` reached this holding: it is held now
+        and the copy already showed the table that granted it (docs/protocol.md,
+        "Lookups"). Refuse the request otherwise: the caller asks again."""
+        return self.is_held() and routed_by >= self.token
+
     @property
     def ends(self) -> float | None:
         """When the hold ends (on :func:`time.monotonic`'s clock) unless a read

@@ -10,11 +10,10 @@ noted, with every password of the options hidden.
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlsplit
 
 from ._clock import ago, monotonic
 from ._events import Ready
-from ._redact import scrub
+from ._redact import scrub, secrets_of
 from ._state import MemberState
 
 log = logging.getLogger("distributor_member")
@@ -30,13 +29,7 @@ class Readiness(MemberState):
 
     def _secrets(self) -> list[str]:
         """Every password of the options: never shown."""
-        secrets = [self.options.redis_password or ""]
-        for url in self.options.redis_urls():
-            try:
-                secrets.append(urlsplit(url).password or "")
-            except ValueError:
-                pass
-        return secrets
+        return secrets_of(self.options.redis_password, self.options.redis_urls())
 
     def _not_ready(self, timeout: float | None) -> str:
         """Why the member is not ready: what it waits for, and what is missing."""

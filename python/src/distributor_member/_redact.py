@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from urllib.parse import urlsplit
 
 _Span = tuple[tuple[int, int], tuple[int, int], int]
 
@@ -223,3 +224,15 @@ def scrub(text: str, secrets: list[str]) -> str:
     for secret in sorted({x for x in secrets if x}, key=len, reverse=True):
         text = text.replace(secret, "***")
     return _URL_USERINFO.sub(r"\1***@", text)
+
+
+def secrets_of(password: str | None, urls: list[str]) -> list[str]:
+    """Every password of a member's Redis settings (``password`` and those
+    in ``urls``): to be scrubbed from anything shown."""
+    secrets = [password or ""]
+    for url in urls:
+        try:
+            secrets.append(urlsplit(url).password or "")
+        except ValueError:
+            pass
+    return secrets

@@ -238,6 +238,12 @@ class Member(Follower, Contact):
         h = self._holds.get(unit)
         return h if h is not None and h.is_held() else None
 
+    def routed_current(self, unit: str, routed_by: int) -> bool:
+        """Whether a request for ``unit`` routed by a lookup copy of generation
+        ``routed_by`` reached the current holding (:meth:`Hold.admits_route`)."""
+        h = self.holds(unit)
+        return h is not None and h.admits_route(routed_by)
+
     def owned(self) -> list[Hold]:
         """The holds of the units owned now, in row order."""
         with self._lock:

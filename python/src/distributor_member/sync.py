@@ -111,6 +111,9 @@ class SyncMember:
     def owned(self) -> list[Hold]:
         return self.member.owned()
 
+    def routed_current(self, unit: str, routed_by: int) -> bool:
+        return self.member.routed_current(unit, routed_by)
+
     def set_weight(self, weight: int) -> None:
         async def set_it() -> None:
             self.member.set_weight(weight)
