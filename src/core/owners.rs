@@ -12,13 +12,14 @@
 //!
 //! Memory: the rows as Redis holds them, one shared name per member, and
 //! 8 bytes per unit (its member and its offset in that row), sorted by unit
-//! name; no per-unit string.
+//! name; no per-unit string. A change builds the next index from the rows
+//! that changed ([`OwnerIndex::apply`]); the unchanged rows are shared.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::core::handoff::parse_transit_field;
-use crate::core::row::SEPARATOR;
+use crate::core::row::{SEPARATOR, split_row};
 
 /// Where a unit is, in one generation of the table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,19 +34,22 @@ pub enum Placement {
     Unowned,
 }
 
+/// One member's place in an index: its name and its row (`None`: no row
+/// now). Shared, unchanged, by the copies before and after a change.
+type Slot = (Arc<str>, Option<Arc<str>>);
+
 /// One generation of the table, indexed by unit.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct OwnerIndex {
     /// `meta.generation` as read (`None`: none stored).
     generation: Option<u64>,
-    members: Vec<Arc<str>>,
-    rows: Vec<Box<str>>,
-    /// (member index, byte offset of the unit in that member's row), sorted
-    /// by the unit's name.
+    slots: Vec<Slot>,
+    slot_of: HashMap<Arc<str>, u32>,
+    /// (slot, byte offset of the unit in that slot's row), sorted by the
+    /// unit's name; a unit in several rows has an entry for each.
     units: Vec<(u32, u32)>,
-    /// Units of `{T}:transit`, and units in more than one row.
-    unsettled: HashSet<Box<str>>,
-    bytes: usize,
+    /// Units of `{T}:transit`.
+    transit: HashSet<Box<str>>,
 }
 
 impl OwnerIndex {
@@ -60,62 +64,100 @@ impl OwnerIndex {
     ) -> OwnerIndex {
         let mut rows: Vec<(String, String)> = rows.into_iter().collect();
         rows.sort_unstable();
-        let mut members = Vec::with_capacity(rows.len());
-        let mut kept: Vec<Box<str>> = Vec::with_capacity(rows.len());
-        let mut bytes = 0;
-        for (member, row) in rows {
-            bytes += member.len() + row.len();
-            members.push(Arc::<str>::from(member));
-            kept.push(row.into_boxed_str());
-        }
-        let mut units: Vec<(u32, u32)> = Vec::new();
-        for (m, row) in kept.iter().enumerate() {
-            let mut at = 0usize;
-            for unit in crate::core::row::split_row(row) {
-                if !unit.is_empty() {
-                    units.push((m as u32, at as u32));
-                }
-                at += unit.len() + SEPARATOR.len_utf8();
-            }
-        }
-        let name = |&(m, at): &(u32, u32)| unit_at(&kept[m as usize], at);
-        units.sort_unstable_by(|a, b| name(a).cmp(name(b)));
-        let mut unsettled: HashSet<Box<str>> = transit_fields
+        let slots: Vec<Slot> = rows
             .into_iter()
-            .filter_map(|f| parse_transit_field(&f).map(|(_, u)| Box::from(u)))
+            .map(|(m, r)| (Arc::from(m), Some(Arc::from(r))))
             .collect();
-        // A unit in two members' rows has no single owner: it counts as
-        // unsettled. Each unit keeps one entry.
-        units.dedup_by(|b, a| {
-            let same = name(a) == name(b);
-            if same && a.0 != b.0 {
-                unsettled.insert(Box::from(name(a)));
-            }
-            same
-        });
-        bytes += units.len() * std::mem::size_of::<(u32, u32)>();
-        bytes += unsettled.iter().map(|u| u.len()).sum::<usize>();
+        let slot_of = slots
+            .iter()
+            .enumerate()
+            .map(|(i, (m, _))| (Arc::clone(m), i as u32))
+            .collect();
+        let mut units = Vec::new();
+        for s in 0..slots.len() as u32 {
+            entries(&slots, s, &mut units);
+        }
+        units.sort_unstable_by(|a, b| name(&slots, a).cmp(name(&slots, b)));
         OwnerIndex {
             generation,
-            members,
-            rows: kept,
+            slots,
+            slot_of,
             units,
-            unsettled,
-            bytes,
+            transit: transit_set(transit_fields),
+        }
+    }
+
+    /// The next generation's index from this one and the rows that changed
+    /// (member, new row; `None`: removed), with that generation's transit
+    /// fields: the same answers as [`OwnerIndex::build`] of the whole new
+    /// table, reading only the changed rows. Its cost: the changed rows,
+    /// and one linear merge of the 8-byte unit index.
+    pub fn apply(
+        &self,
+        generation: Option<u64>,
+        changed: impl IntoIterator<Item = (String, Option<String>)>,
+        transit_fields: impl IntoIterator<Item = String>,
+    ) -> OwnerIndex {
+        let mut slots = self.slots.clone();
+        let mut slot_of = self.slot_of.clone();
+        let mut touched: HashSet<u32> = HashSet::new();
+        for (member, row) in changed {
+            let row = row.map(Arc::<str>::from);
+            let s = match slot_of.get(member.as_str()) {
+                Some(&s) => {
+                    slots[s as usize].1 = row;
+                    s
+                }
+                None => {
+                    let s = slots.len() as u32;
+                    let member: Arc<str> = Arc::from(member);
+                    slot_of.insert(Arc::clone(&member), s);
+                    slots.push((member, row));
+                    s
+                }
+            };
+            touched.insert(s);
+        }
+        let mut fresh = Vec::new();
+        for &s in &touched {
+            entries(&slots, s, &mut fresh);
+        }
+        fresh.sort_unstable_by(|a, b| name(&slots, a).cmp(name(&slots, b)));
+        let kept = self.units.iter().filter(|(s, _)| !touched.contains(s));
+        let mut units = Vec::with_capacity(self.units.len() + fresh.len());
+        let mut fresh = fresh.into_iter().peekable();
+        for &k in kept {
+            while let Some(f) = fresh.next_if(|f| name(&slots, f) < name(&slots, &k)) {
+                units.push(f);
+            }
+            units.push(k);
+        }
+        units.extend(fresh);
+        OwnerIndex {
+            generation,
+            slots,
+            slot_of,
+            units,
+            transit: transit_set(transit_fields),
         }
     }
 
     /// Where `unit` is in this generation.
     pub fn owner(&self, unit: &str) -> Placement {
-        if self.unsettled.contains(unit) {
+        if self.transit.contains(unit) {
             return Placement::InTransit;
         }
-        match self
-            .units
-            .binary_search_by(|&(m, at)| unit_at(&self.rows[m as usize], at).cmp(unit))
-        {
-            Ok(i) => Placement::Owned(Arc::clone(&self.members[self.units[i].0 as usize])),
-            Err(_) => Placement::Unowned,
+        let at = self.units.partition_point(|e| name(&self.slots, e) < unit);
+        let mut same = self.units[at..]
+            .iter()
+            .take_while(|e| name(&self.slots, e) == unit)
+            .map(|e| e.0);
+        match same.next() {
+            None => Placement::Unowned,
+            Some(s) if same.all(|o| o == s) => {
+                Placement::Owned(Arc::clone(&self.slots[s as usize].0))
+            }
+            Some(_) => Placement::InTransit,
         }
     }
 
@@ -124,35 +166,64 @@ impl OwnerIndex {
         self.generation
     }
 
-    /// Units in some row (each counted once).
-    pub fn units(&self) -> usize {
+    /// Rows (member, unit) in the table, a unit counted once per row.
+    pub fn assignments(&self) -> usize {
         self.units.len()
     }
 
     /// Members with a row.
     pub fn members(&self) -> usize {
-        self.members.len()
+        self.slots.iter().filter(|(_, r)| r.is_some()).count()
     }
 
-    /// Units in transit or in two rows.
-    pub fn unsettled(&self) -> usize {
-        self.unsettled.len()
+    /// Units in transit.
+    pub fn in_transit(&self) -> usize {
+        self.transit.len()
     }
 
     /// The bytes this index keeps: rows, member names, the unit index and
-    /// the unsettled units (not the allocator's overhead).
+    /// the units in transit (not the allocator's overhead).
     pub fn bytes(&self) -> usize {
-        self.bytes
+        let slots: usize = self
+            .slots
+            .iter()
+            .map(|(m, r)| m.len() + r.as_ref().map_or(0, |r| r.len()))
+            .sum();
+        slots
+            + self.units.len() * std::mem::size_of::<(u32, u32)>()
+            + self.transit.iter().map(|u| u.len()).sum::<usize>()
     }
 }
 
-/// The unit that starts at byte `at` of `row`.
-fn unit_at(row: &str, at: u32) -> &str {
+/// The entries of slot `s`'s row, appended to `out`.
+fn entries(slots: &[Slot], s: u32, out: &mut Vec<(u32, u32)>) {
+    let Some(row) = &slots[s as usize].1 else {
+        return;
+    };
+    let mut at = 0usize;
+    for unit in split_row(row) {
+        if !unit.is_empty() {
+            out.push((s, at as u32));
+        }
+        at += unit.len() + SEPARATOR.len_utf8();
+    }
+}
+
+/// The unit an entry names.
+fn name<'a>(slots: &'a [Slot], &(s, at): &(u32, u32)) -> &'a str {
+    let row = slots[s as usize].1.as_deref().unwrap_or_default();
     let rest = &row[at as usize..];
     match rest.bytes().position(|b| b == SEPARATOR as u8) {
         Some(end) => &rest[..end],
         None => rest,
     }
+}
+
+fn transit_set(fields: impl IntoIterator<Item = String>) -> HashSet<Box<str>> {
+    fields
+        .into_iter()
+        .filter_map(|f| parse_transit_field(&f).map(|(_, u)| Box::from(u)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -182,7 +253,7 @@ mod tests {
         assert_eq!(i.owner("u5"), Placement::Unowned);
         assert_eq!(i.owner(""), Placement::Unowned);
         assert_eq!(i.generation(), Some(7));
-        assert_eq!((i.units(), i.members(), i.unsettled()), (3, 3, 1));
+        assert_eq!((i.assignments(), i.members(), i.in_transit()), (3, 3, 1));
     }
 
     #[test]
@@ -196,7 +267,7 @@ mod tests {
     fn malformed_transit_fields_are_skipped() {
         let i = index(&[("a:1", "u1")], &["nogroup", ",g", "u1,"]);
         assert_eq!(i.owner("u1"), Placement::Owned("a:1".into()));
-        assert_eq!(i.unsettled(), 0);
+        assert_eq!(i.in_transit(), 0);
     }
 
     #[test]
@@ -240,6 +311,42 @@ mod tests {
                     }
                 };
                 prop_assert_eq!(i.owner(u), want, "unit {:?}", u);
+            }
+        }
+    }
+
+    proptest! {
+        /// A change applied to an index answers every unit as the index
+        /// built from the whole new table does (rows changed, added and
+        /// removed; units moving between rows; several changes in a row).
+        #[test]
+        fn apply_answers_as_a_whole_build(
+            start in proptest::collection::btree_map("[a-e]", "[uvwé,]{0,10}", 0..5),
+            steps in proptest::collection::vec(
+                proptest::collection::btree_map("[a-f]", proptest::option::of("[uvwé,]{0,10}"), 0..4),
+                1..4,
+            ),
+            transit in proptest::collection::vec("[uvwé]{1,2}", 0..2),
+        ) {
+            let mut table = start.clone();
+            let mut index = OwnerIndex::build(Some(1), start, Vec::new());
+            for (n, step) in steps.into_iter().enumerate() {
+                for (m, row) in &step {
+                    match row {
+                        Some(r) => table.insert(m.clone(), r.clone()),
+                        None => table.remove(m),
+                    };
+                }
+                let fields: Vec<String> = transit.iter().map(|u| format!("{u},g")).collect();
+                let g = Some(n as u64 + 2);
+                index = index.apply(g, step, fields.clone());
+                let whole = OwnerIndex::build(g, table.clone(), fields);
+                let names = ["u", "v", "w", "é", "uv", "vé", "ww", "x", ""];
+                for u in names {
+                    prop_assert_eq!(index.owner(u), whole.owner(u), "unit {:?} after step {}", u, n);
+                }
+                prop_assert_eq!(index.assignments(), whole.assignments());
+                prop_assert_eq!(index.members(), whole.members());
             }
         }
     }
