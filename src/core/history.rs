@@ -317,6 +317,11 @@ pub struct HistoryEntry {
     pub at_ms: u64,
     pub epoch: u64,
     pub writer: String,
+    /// The members whose rows the write set or deleted (`commit.lua`'s
+    /// `rows`); `None`: not known (a whole write, too many, or an entry of
+    /// an older holder). What a lookup reads to follow the table.
+    #[cfg_attr(feature = "daemon", serde(skip))]
+    pub rows: Option<Vec<String>>,
     #[cfg_attr(feature = "daemon", serde(flatten))]
     pub record: ChangeRecord,
     /// What could not be read (an entry someone else wrote, or cut short).
@@ -413,6 +418,12 @@ pub fn decode(id: &str, fields: &[(String, String)]) -> HistoryEntry {
         at_ms,
         epoch,
         writer: get("writer").unwrap_or("").to_string(),
+        rows: get("rows").filter(|r| *r != "*").map(|r| {
+            split_row(r)
+                .filter(|m| !m.is_empty())
+                .map(str::to_string)
+                .collect()
+        }),
         record: ChangeRecord {
             why,
             members_changed: members_changed.max(members.len()),

@@ -272,6 +272,7 @@ mod tests {
             at_ms: 1_000,
             epoch: 2,
             writer: "r1".into(),
+            rows: None,
             record: r,
             unreadable: None,
         };

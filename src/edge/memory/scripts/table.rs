@@ -305,6 +305,15 @@ impl Call<'_> {
             self.del(8);
         }
         let now = self.now;
+        // The history entry's `rows`: the members set, then those deleted.
+        let written_names: Vec<Vec<u8>> = if rows_only {
+            rows.iter()
+                .map(|(m, _)| m.clone())
+                .chain(removed.iter().cloned())
+                .collect()
+        } else {
+            Vec::new()
+        };
         if write_table {
             let table = self.key(1).to_string();
             let members = if rows_only {
@@ -330,12 +339,14 @@ impl Call<'_> {
             }
             self.hset(2, fields)?;
             if n_history > 0 {
+                let written = rows_written(rows_only, &written_names);
                 let mut entry = vec![
                     Self::pair("generation", num(generation as u64)),
                     Self::pair("previous_generation", num(current)),
                     Self::pair("at_ms", self.arg(5).unwrap_or_default()),
                     Self::pair("epoch", self.arg(2).unwrap_or_default()),
                     Self::pair("writer", self.arg(6).unwrap_or_default()),
+                    Self::pair("rows", written),
                 ];
                 entry.extend(history);
                 let k = self.key(8).to_string();
@@ -446,4 +457,20 @@ impl Call<'_> {
         }
         Ok(None)
     }
+}
+
+/// `commit.lua`'s `rows` of a history entry: the members a rows write set or
+/// deleted, comma-separated, or `*` (a whole write, over 1,000 rows or
+/// 64 KiB, or a member named with a comma).
+fn rows_written(rows_only: bool, names: &[Vec<u8>]) -> Vec<u8> {
+    let mut bytes = 0;
+    let whole = !rows_only
+        || names.iter().any(|n| {
+            bytes += n.len() + 1;
+            names.len() > 1000 || bytes > 65536 || n.contains(&b',')
+        });
+    if whole {
+        return b"*".to_vec();
+    }
+    names.join(&b',')
 }

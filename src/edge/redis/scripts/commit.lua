@@ -29,7 +29,10 @@
 -- nothing is written. `digest` is the table's digest after either.
 -- With n_history > 0 (only with a table write), the change history (a
 -- stream) gets one entry: generation, previous_generation, at_ms, epoch,
--- writer and the pairs given, trimmed to the newest history_kept entries. A user
+-- writer, rows (the members whose rows this write set or deleted,
+-- comma-separated, or `*`: a whole write, over 1,000 rows or 64 KiB, or a
+-- member named with a comma; what a lookup reads to follow the table) and
+-- the pairs given, trimmed to the newest history_kept entries. A user
 -- whose ACL lacks XADD still writes the table: the error is kept in meta's
 -- `history_error` (`<generation> XADD: <error>`) until an entry is added again.
 -- With write_transit, the transit hash is replaced whole (its entry count
@@ -247,11 +250,25 @@ if write_table then
     redis.call('HSET', KEYS[2], 'last_change', ARGV[17])
   end
   if n_history > 0 then
+    local written = '*'
+    if rows_only then
+      local names, bytes = {}, 0
+      for i = rows_at, removed_at - 1, 3 do names[#names + 1] = ARGV[i] end
+      for i = removed_at, set_at - 1, 2 do names[#names + 1] = ARGV[i] end
+      written = table.concat(names, ',')
+      for _, n in ipairs(names) do
+        bytes = bytes + #n + 1
+        if #names > 1000 or bytes > 65536 or string.find(n, ',', 1, true) then
+          written = '*'
+          break
+        end
+      end
+    end
     -- pcall: an ACL without XADD (written for an older version) refuses
     -- only this, and refuses it before it writes anything.
     local added = redis.pcall('XADD', KEYS[8], 'MAXLEN', history_kept, '*',
       'generation', decimal(generation), 'previous_generation', decimal(current),
-      'at_ms', ARGV[5], 'epoch', ARGV[2], 'writer', ARGV[6],
+      'at_ms', ARGV[5], 'epoch', ARGV[2], 'writer', ARGV[6], 'rows', written,
       unpack(ARGV, history_at, history_at + 2 * n_history - 1))
     if type(added) == 'table' and added.err then
       redis.call('HSET', KEYS[2], 'history_error', decimal(generation) .. ' XADD: ' .. added.err)
