@@ -5,10 +5,14 @@
 //! The copy follows the table: the holder's notification of each write
 //! (`{T}:changed`, a hint whose payload is never read) and a poll of the
 //! generation every `poll_interval` (a lost notification) make it check
-//! `meta.generation`, and a different one makes it read the table again,
-//! whole, with the units in transit, in one transaction. A resubscription (a
-//! reconnect, a restarted Redis) and every `resync_interval` read it whole
-//! whatever the generation says (a hand edit does not change it).
+//! `meta.generation`. A different one is followed by reading only the rows
+//! the writes in between set or deleted (each write's `rows` in the change
+//! history, `{T}:changes`), with the generation and the units in transit in
+//! one transaction; where the history cannot say (a whole write, a gap, an
+//! ACL without `XREVRANGE`, the table moved on meanwhile) the table is read
+//! whole. A resubscription (a reconnect, a restarted Redis) and every
+//! `resync_interval` read it whole whatever the generation says (a hand
+//! edit does not change it).
 //!
 //! Guarantees: every answer comes from one generation of the table
 //! (`core::owners`); a failed read keeps the last copy, counts, and is
@@ -17,14 +21,17 @@
 //! the generation it was routed by so that the member can tell
 //! ([`super::Member::routed_current`], `docs/protocol.md`, "Lookups").
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use metrics::{Counter, Gauge};
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::MemberOptions;
+use crate::core::history::HistoryEntry;
 use crate::core::owners::{OwnerIndex, Placement};
 use crate::edge::clock;
 use crate::edge::redis::{Notification, RedisOptions, SentinelOptions, Store};
@@ -44,7 +51,7 @@ pub const LOOKUP_METRICS: &[(&str, &str)] = &[
     ),
     (
         "distributor_lookup_reads_total",
-        "Whole reads of the table by a lookup",
+        "Reads of the table by a lookup: kind=whole, or kind=rows (only the rows a change wrote)",
     ),
     (
         "distributor_lookup_read_failures_total",
@@ -130,6 +137,7 @@ impl LookupOptions {
 /// clone the [`Lookup::copies`] receiver to follow changes.
 pub struct Lookup {
     copy: watch::Receiver<Arc<OwnerIndex>>,
+    counts: Arc<ReadCounts>,
     answers: Counter,
     _stop: DropGuard,
 }
@@ -149,10 +157,19 @@ impl Lookup {
         let labels = [("table", opts.table_key.clone())];
         let meters = Meters {
             staleness: metrics::gauge!("distributor_lookup_staleness_seconds", &labels),
-            reads: metrics::counter!("distributor_lookup_reads_total", &labels),
+            reads: metrics::counter!(
+                "distributor_lookup_reads_total",
+                &[("table", opts.table_key.clone()), ("kind", "whole".into())]
+            ),
+            row_reads: metrics::counter!(
+                "distributor_lookup_reads_total",
+                &[("table", opts.table_key.clone()), ("kind", "rows".into())]
+            ),
             failures: metrics::counter!("distributor_lookup_read_failures_total", &labels),
             generation: metrics::gauge!("distributor_lookup_generation", &labels),
+            counts: Arc::default(),
         };
+        let counts = Arc::clone(&meters.counts);
         let first = read(&store, &meters).await?;
         let (tx, copy) = watch::channel(Arc::new(first));
         let stop = CancellationToken::new();
@@ -165,6 +182,7 @@ impl Lookup {
         tokio::spawn(follow.run(stop.child_token()));
         Ok(Lookup {
             copy,
+            counts,
             answers: metrics::counter!("distributor_lookup_answers_total", &labels),
             _stop: stop.drop_guard(),
         })
@@ -186,6 +204,16 @@ impl Lookup {
         self.copy.borrow().generation()
     }
 
+    /// How the table was read so far.
+    pub fn reads(&self) -> LookupReads {
+        let c = &self.counts;
+        LookupReads {
+            whole: c.whole.load(Ordering::Relaxed),
+            rows: c.rows.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+        }
+    }
+
     /// Every new copy, as it replaces the last (it ends when the `Lookup`
     /// is dropped).
     pub fn copies(&self) -> watch::Receiver<Arc<OwnerIndex>> {
@@ -196,8 +224,27 @@ impl Lookup {
 struct Meters {
     staleness: Gauge,
     reads: Counter,
+    row_reads: Counter,
     failures: Counter,
     generation: Gauge,
+    counts: Arc<ReadCounts>,
+}
+
+/// How a lookup has read the table so far ([`Lookup::reads`]).
+#[derive(Debug, Default)]
+struct ReadCounts {
+    whole: AtomicU64,
+    rows: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// How a lookup has read the table so far: whole, by the rows a change
+/// wrote, and reads that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LookupReads {
+    pub whole: u64,
+    pub rows: u64,
+    pub failed: u64,
 }
 
 struct Follow {
@@ -207,12 +254,22 @@ struct Follow {
     tx: watch::Sender<Arc<OwnerIndex>>,
 }
 
+impl Meters {
+    fn failed(&self) {
+        self.failures.increment(1);
+        self.counts.failed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Reads the table whole and indexes it.
 async fn read(store: &Store, meters: &Meters) -> Result<OwnerIndex, StoreError> {
     let r = store.read_owners().await;
     match &r {
-        Ok(_) => meters.reads.increment(1),
-        Err(_) => meters.failures.increment(1),
+        Ok(_) => {
+            meters.reads.increment(1);
+            meters.counts.whole.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(_) => meters.failed(),
     }
     let r = r?;
     let index = OwnerIndex::build(r.generation, r.rows, r.transit);
@@ -223,7 +280,61 @@ async fn read(store: &Store, meters: &Meters) -> Result<OwnerIndex, StoreError> 
     Ok(index)
 }
 
+/// At most this many generations are followed by their changed rows; a copy
+/// further behind is read whole.
+const MAX_FOLLOWED: u64 = 64;
+
 impl Follow {
+    /// Reads the table whole and takes it as the copy; after a failure, the
+    /// next tick reads it whole again whatever the generation then says.
+    async fn read_whole(&self, read_whole_at: &mut Instant) -> Result<(), StoreError> {
+        match read(&self.store, &self.meters).await {
+            Ok(index) => {
+                *read_whole_at = clock::now() + self.opts.resync_interval;
+                self.tx.send_replace(Arc::new(index));
+                Ok(())
+            }
+            Err(e) => {
+                *read_whole_at = clock::now();
+                Err(e)
+            }
+        }
+    }
+
+    /// The copy at `target`, from the rows the writes since the copy's
+    /// generation set or deleted; `Ok(None)` where the change history
+    /// cannot say which (the caller reads the table whole).
+    async fn follow_changes(&self, target: Option<u64>) -> Result<Option<OwnerIndex>, StoreError> {
+        let current = Arc::clone(&self.tx.borrow());
+        let (Some(from), Some(target)) = (current.generation(), target) else {
+            return Ok(None);
+        };
+        if target <= from || target - from > MAX_FOLLOWED {
+            return Ok(None);
+        }
+        // A few more than the generations between: writes may have landed
+        // since the generation was read.
+        let Ok(history) = self.store.read_history((target - from) as usize + 8).await else {
+            return Ok(None);
+        };
+        let Some(members) = changed_rows(&history.entries, from, target) else {
+            return Ok(None);
+        };
+        let (rows, generation, transit) = self
+            .store
+            .read_owner_rows(&members)
+            .await
+            .inspect_err(|_| self.meters.failed())?;
+        if generation != Some(target) {
+            // The table moved on (or back) meanwhile.
+            return Ok(None);
+        }
+        self.meters.row_reads.increment(1);
+        self.meters.counts.rows.fetch_add(1, Ordering::Relaxed);
+        self.meters.generation.set(target as f64);
+        Ok(Some(current.apply(generation, rows, transit)))
+    }
+
     async fn run(self, stop: CancellationToken) {
         let mut notes = self.store.subscribe(
             vec![self.store.keys().table_channel.clone()],
@@ -250,31 +361,28 @@ impl Follow {
                 Err(None)
             } else {
                 match self.store.table_generation().await {
-                    Ok(g) if g == self.tx.borrow().generation() => Ok(()),
-                    Ok(_) => Err(None),
+                    Ok(g) if g == self.tx.borrow().generation() => Ok(None),
+                    Ok(g) => Ok(Some(g)),
                     Err(e) => Err(Some(e)),
                 }
             };
             let outcome = match outcome {
-                Ok(()) => Ok(()),
-                Err(Some(e)) => {
-                    self.meters.failures.increment(1);
-                    Err(e)
-                }
-                Err(None) => match read(&self.store, &self.meters).await {
-                    Ok(index) => {
-                        read_whole_at = clock::now() + self.opts.resync_interval;
+                Ok(None) => Ok(()),
+                Ok(Some(target)) => match self.follow_changes(target).await {
+                    Ok(Some(index)) => {
                         self.tx.send_replace(Arc::new(index));
                         Ok(())
                     }
-                    Err(e) => {
-                        // Read whole at the next tick, whatever the
-                        // generation then says.
-                        read_whole_at = clock::now();
-                        Err(e)
-                    }
+                    Ok(None) => self.read_whole(&mut read_whole_at).await,
+                    Err(e) => Err(e),
                 },
+                Err(Some(e)) => {
+                    self.meters.failed();
+                    Err(e)
+                }
+                Err(None) => self.read_whole(&mut read_whole_at).await,
             };
+
             let now = clock::now();
             match outcome {
                 Ok(()) => {
@@ -293,5 +401,69 @@ impl Follow {
                 .staleness
                 .set(now.saturating_duration_since(confirmed).as_secs_f64());
         }
+    }
+}
+
+/// The members whose rows the writes from generation `from` (excluded) to
+/// `target` set or deleted, from the change history (newest first, as read):
+/// `None` unless those writes form one unbroken chain, each entry readable
+/// and saying its rows.
+fn changed_rows(entries: &[HistoryEntry], from: u64, target: u64) -> Option<Vec<String>> {
+    let mut chain: Vec<&HistoryEntry> = entries
+        .iter()
+        .filter(|e| e.generation > from && e.generation <= target)
+        .collect();
+    chain.sort_by_key(|e| e.generation);
+    let mut at = from;
+    let mut members = BTreeSet::new();
+    for e in chain {
+        if e.previous_generation != at || e.unreadable.is_some() {
+            return None;
+        }
+        members.extend(e.rows.as_ref()?.iter().cloned());
+        at = e.generation;
+    }
+    (at == target).then(|| members.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(generation: u64, previous: u64, rows: Option<&[&str]>) -> HistoryEntry {
+        HistoryEntry {
+            generation,
+            previous_generation: previous,
+            rows: rows.map(|r| r.iter().map(|m| m.to_string()).collect()),
+            ..HistoryEntry::default()
+        }
+    }
+
+    #[test]
+    fn changed_rows_need_an_unbroken_chain_that_names_its_rows() {
+        let newest_first = [
+            entry(9, 8, Some(&["c"])),
+            entry(8, 7, Some(&["a", "b"])),
+            entry(7, 6, Some(&["a"])),
+        ];
+        assert_eq!(
+            changed_rows(&newest_first, 6, 8),
+            Some(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(changed_rows(&newest_first, 6, 9).unwrap().len(), 3);
+        // A write that moved the generation up by more than one links too.
+        let jump = [entry(20, 9, Some(&[])), entry(9, 8, Some(&["c"]))];
+        assert_eq!(changed_rows(&jump, 8, 20), Some(vec!["c".into()]));
+        // A gap, a whole write, an unreadable entry, a chain not reaching
+        // the target: unknown.
+        assert_eq!(changed_rows(&newest_first[..2], 6, 9), None);
+        let whole = [entry(7, 6, None)];
+        assert_eq!(changed_rows(&whole, 6, 7), None);
+        let mut bad = entry(7, 6, Some(&["a"]));
+        bad.unreadable = Some("generation".into());
+        assert_eq!(changed_rows(&[bad], 6, 7), None);
+        assert_eq!(changed_rows(&newest_first, 6, 10), None);
+        let forked = [entry(8, 6, Some(&["x"])), entry(7, 6, Some(&["a"]))];
+        assert_eq!(changed_rows(&forked, 6, 8), None);
     }
 }

@@ -82,7 +82,7 @@ use self::follow::{Ending, Mode};
 pub use self::handle::{MemberHandle, shutdown_signal};
 use self::handoff::Shared;
 pub use self::handoff::{Handoff, HandoffFuture, Hold, HoldLost, Owned};
-pub use self::lookup::{LOOKUP_METRICS, Lookup, LookupOptions};
+pub use self::lookup::{LOOKUP_METRICS, Lookup, LookupOptions, LookupReads};
 pub use self::meters::MEMBER_METRICS;
 pub use self::options::{EnvVar, MEMBER_ENV, MemberOptions};
 pub use crate::core::owners::{OwnerIndex, Placement};

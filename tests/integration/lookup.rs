@@ -71,6 +71,14 @@ async fn a_lookup_agrees_with_the_table_and_follows_a_killed_worker() {
     let victim = fleet.member_id(0);
     let before = table.units_of(&victim).len();
     assert!(before > 0);
+    // The first subscription reads the table whole once more (messages may
+    // have been missed before it): wait for it.
+    let subscribed = wait_until(Duration::from_secs(5), Duration::from_millis(5), || async {
+        lookup.reads().whole >= 2
+    })
+    .await;
+    assert!(subscribed, "{:?}", lookup.reads());
+    let before = lookup.reads();
     let mut copies = lookup.copies();
     copies.borrow_and_update();
     fleet.members[0].take().unwrap().abort();
@@ -89,6 +97,11 @@ async fn a_lookup_agrees_with_the_table_and_follows_a_killed_worker() {
         copies.has_changed().unwrap(),
         "the copies receiver saw no new copy"
     );
+    // The holder's writes are followed by the rows they wrote, not by
+    // reading the table whole again.
+    let reads = lookup.reads();
+    assert!(reads.rows > before.rows, "{before:?} then {reads:?}");
+    assert_eq!(reads.whole, before.whole, "{before:?} then {reads:?}");
     fleet.shutdown().await;
 }
 

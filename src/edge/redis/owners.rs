@@ -59,6 +59,62 @@ impl Store {
         })
     }
 
+    /// Only `members`' rows (`None`: no row), with the generation and the
+    /// units in transit: `MULTI; HMGET <table> <member>...; HGET {T}:meta
+    /// generation; HKEYS {T}:transit; EXEC`.
+    pub async fn read_owner_rows(
+        &self,
+        members: &[String],
+    ) -> Result<(Vec<(String, Option<String>)>, Option<u64>, Vec<String>), StoreError> {
+        let k = &self.keys;
+        let mut conn = self.bulk();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        if !members.is_empty() {
+            pipe.cmd("HMGET").arg(&k.table).arg(members);
+        }
+        pipe.cmd("HGET")
+            .arg(&k.meta)
+            .arg("generation")
+            .cmd("HKEYS")
+            .arg(&k.transit);
+        let read: Result<Vec<redis::Value>, StoreError> = self
+            .bounded("read changed rows for a lookup", BULK_TIMEOUT, async {
+                pipe.query_async(&mut conn).await
+            })
+            .await;
+        let replies = match read {
+            Ok(r) => r,
+            Err(e) => {
+                let keys = [k.table.as_str(), k.meta.as_str(), k.transit.as_str()];
+                return Err(self.classify(e, &keys, "hash").await);
+            }
+        };
+        let whole = || super::reply_err("read changed rows", &redis::Value::Array(replies.clone()));
+        let (rows, generation, transit) = match replies.as_slice() {
+            [r, g, t] if !members.is_empty() => (Some(r), g, t),
+            [g, t] if members.is_empty() => (None, g, t),
+            _ => return Err(whole()),
+        };
+        let rows: Vec<Option<String>> = match rows {
+            Some(r) => redis::from_redis_value(r.clone()).map_err(|_| whole())?,
+            None => Vec::new(),
+        };
+        if rows.len() != members.len() {
+            return Err(whole());
+        }
+        let generation: Option<Vec<u8>> =
+            redis::from_redis_value(generation.clone()).map_err(|_| whole())?;
+        let transit: Vec<String> = redis::from_redis_value(transit.clone()).map_err(|_| whole())?;
+        Ok((
+            members.iter().cloned().zip(rows).collect(),
+            generation
+                .map(|raw| stored_count(&k.meta, "generation", &raw))
+                .transpose()?,
+            transit,
+        ))
+    }
+
     /// `HGET {T}:meta generation`, validated (`None`: none stored).
     pub async fn table_generation(&self) -> Result<Option<u64>, StoreError> {
         let k = &self.keys;
