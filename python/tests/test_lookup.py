@@ -54,6 +54,9 @@ def test_a_lookup_agrees_with_the_table_and_follows_a_killed_member(fleet: Fleet
     async def scenario() -> None:
         async with await dm.Lookup.connect(fleet.redis.url, fleet.table) as lookup:
             await await_for("the lookup to agree with the table", lambda: agrees(fleet, lookup, units), 10)
+            # The first subscription reads the table whole once more: wait for it.
+            await await_for("the subscription's read", lambda: lookup.reads >= 2, 5)
+            reads, row_reads = lookup.reads, lookup.row_reads
             victim = ids[0]
             theirs = [u for u in units if lookup.owner(u) == victim]
             assert theirs
@@ -62,6 +65,8 @@ def test_a_lookup_agrees_with_the_table_and_follows_a_killed_member(fleet: Fleet
                             lambda: list(fleet.table_rows()) == [ids[1]] and len(fleet.table_rows()[ids[1]]) == 60, 20)
             await await_for("the lookup to agree again", lambda: agrees(fleet, lookup, units), 10)
             assert all(lookup.owner(u) == ids[1] for u in theirs)
+            # Followed by the rows the holder wrote, not by whole reads.
+            assert lookup.row_reads > row_reads and lookup.reads == reads
             assert lookup.answers > 0 and lookup.reads >= 2 and lookup.staleness < 5
 
     run(scenario(), 60)
@@ -148,3 +153,48 @@ def test_sync_lookup(fleet: Fleet) -> None:
     with dm.SyncLookup(fleet.redis.url, fleet.table) as lookup:
         assert lookup.owner("u1") == "a:1" and lookup.generation == 3
         assert lookup.placement("u2").kind is dm.PlacementKind.UNOWNED
+
+
+def test_a_copy_changed_by_rows_answers_as_the_whole_new_table() -> None:
+    import random
+
+    from distributor_member.lookup import Copy, changed_rows
+
+    rng = random.Random(7)
+    names = ["u", "v", "w", "é", "x"]
+    members = ["a", "b", "c", "d"]
+
+    def row() -> str:
+        return ",".join(rng.choice(names + [""]) for _ in range(rng.randrange(0, 5)))
+
+    for _ in range(300):
+        table = {m: row() for m in members if rng.random() < 0.7}
+        copy = Copy.build(1, table, [])
+        for step in range(3):
+            changed: dict[str, str | None] = {m: (row() if rng.random() < 0.7 else None)
+                                              for m in rng.sample(members, rng.randrange(0, 3))}
+            for m, r in changed.items():
+                if r is None:
+                    table.pop(m, None)
+                else:
+                    table[m] = r
+            transit = [f"{u},g" for u in rng.sample(names, rng.randrange(0, 2))]
+            copy = copy.apply(step + 2, changed, transit)
+            whole = Copy.build(step + 2, table, transit)
+            for u in names + ["never"]:
+                assert copy.placement(u) == whole.placement(u), (table, changed, u)
+
+    def entry(g: int, prev: int, rows: str | None) -> tuple[str, dict[str, str]]:
+        f = {"generation": str(g), "previous_generation": str(prev)}
+        if rows is not None:
+            f["rows"] = rows
+        return (f"{g}-0", f)
+
+    newest_first = [entry(9, 8, "c"), entry(8, 7, "a,b"), entry(7, 6, "a")]
+    assert changed_rows(newest_first, 6, 8) == ["a", "b"]
+    assert changed_rows(newest_first, 6, 9) == ["a", "b", "c"]
+    assert changed_rows([entry(20, 9, ""), entry(9, 8, "c")], 8, 20) == ["c"]
+    assert changed_rows(newest_first[:2], 6, 9) is None
+    assert changed_rows([entry(7, 6, "*")], 6, 7) is None
+    assert changed_rows([entry(7, 6, None)], 6, 7) is None
+    assert changed_rows(newest_first, 6, 10) is None

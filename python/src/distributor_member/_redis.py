@@ -52,12 +52,14 @@ class Keys:
     acked: str
     #: Members' statements for a holder's recovery: member -> ``<tag> <processed> <unit>=<token>,...``.
     held: str
+    #: The change history (a stream): one entry per table write, with the rows it wrote.
+    changes: str
 
     @classmethod
     def of(cls, table: str) -> Keys:
         p = coordination_prefix(table)
         return cls(table, p + ":meta", p + ":members", p + ":loads", p + ":transit", p + ":changed", p + ":acked",
-                   p + ":held")
+                   p + ":held", p + ":changes")
 
 
 @dataclass(frozen=True)

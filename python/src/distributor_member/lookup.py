@@ -61,27 +61,82 @@ class Copy:
     """One generation of the table, indexed by unit."""
 
     generation: int | None
+    rows: Mapping[str, str]
     owners: Mapping[str, str]
-    unsettled: frozenset[str]
+    #: Units in more than one member's row: member -> the members holding them.
+    shared: Mapping[str, frozenset[str]]
+    transit: frozenset[str]
 
     @classmethod
     def build(cls, generation: int | None, rows: Mapping[str, str], transit: list[str]) -> Copy:
-        owners: dict[str, str] = {}
-        unsettled = {f.split(",", 1)[0] for f in transit if "," in f and f.split(",", 1)[0] and f.split(",", 1)[1]}
-        for member in sorted(rows):
-            for unit in rows[member].split(","):
-                if not unit:
-                    continue
-                other = owners.setdefault(unit, member)
-                if other != member:
-                    unsettled.add(unit)
-        return cls(generation, owners, frozenset(unsettled))
+        return cls(generation, {}, {}, {}, frozenset()).apply(generation, dict(rows), transit, whole=True)
+
+    def apply(self, generation: int | None, changed: Mapping[str, str | None], transit: list[str],
+              whole: bool = False) -> Copy:
+        """The next generation's copy from this one and the rows that changed
+        (member -> new row, ``None``: removed); ``whole``: ``changed`` is the
+        whole table."""
+        rows = {} if whole else dict(self.rows)
+        owners: dict[str, str] = {} if whole else dict(self.owners)
+        shared: dict[str, set[str]] = {} if whole else {u: set(ms) for u, ms in self.shared.items()}
+
+        def holders(u: str) -> set[str]:
+            if u in shared:
+                return shared[u]
+            o = owners.get(u)
+            return {o} if o is not None else set()
+
+        def store(u: str, ms: set[str]) -> None:
+            shared.pop(u, None)
+            owners.pop(u, None)
+            if len(ms) == 1:
+                owners[u] = next(iter(ms))
+            elif ms:
+                shared[u] = ms
+
+        for member, row in changed.items():
+            for u in {x for x in rows.get(member, "").split(",") if x}:
+                store(u, holders(u) - {member})
+            if row is None:
+                rows.pop(member, None)
+                continue
+            rows[member] = row
+            for u in {x for x in row.split(",") if x}:
+                store(u, holders(u) | {member})
+        moving = frozenset(f.split(",", 1)[0] for f in transit if "," in f and all(f.split(",", 1)))
+        return Copy(generation, rows, owners, {u: frozenset(ms) for u, ms in shared.items()}, moving)
 
     def placement(self, unit: str) -> Placement:
-        if unit in self.unsettled:
+        if unit in self.transit or unit in self.shared:
             return _IN_TRANSIT
         owner = self.owners.get(unit)
         return Placement(PlacementKind.OWNED, owner) if owner is not None else _UNOWNED
+
+
+#: At most this many generations are followed by their changed rows.
+_MAX_FOLLOWED = 64
+
+
+def changed_rows(entries: list[tuple[str, dict[str, str]]], start: int, target: int) -> list[str] | None:
+    """The members whose rows the writes after generation ``start`` up to
+    ``target`` set or deleted, from ``{T}:changes`` entries (``rows`` of
+    each); ``None`` unless they form one unbroken chain, each saying its rows."""
+    chain = []
+    for _, f in entries:
+        try:
+            g, prev = int(f.get("generation", "")), int(f.get("previous_generation", ""))
+        except ValueError:
+            return None
+        if start < g <= target:
+            chain.append((g, prev, f.get("rows")))
+    chain.sort()
+    at, members = start, set[str]()
+    for g, prev, rows in chain:
+        if prev != at or rows is None or rows == "*":
+            return None
+        members.update(m for m in rows.split(",") if m)
+        at = g
+    return sorted(members) if at == target else None
 
 
 def _generation(key: str, raw: Any) -> int | None:
@@ -111,15 +166,17 @@ class Lookup:
         self.resync_interval = resync_interval
         self._keys = Keys.of(options.table_key)
         self._clients: Clients | None = None
-        self._copy = Copy(None, {}, frozenset())
+        self._copy = Copy.build(None, {}, [])
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
         self._whole = True
         self._closing = False
         self._confirmed = time.monotonic()
-        #: Questions answered, reads of the table whole, and failed reads.
+        #: Questions answered, reads of the table whole, reads of only the
+        #: rows a change wrote, and failed reads.
         self.answers = 0
         self.reads = 0
+        self.row_reads = 0
         self.read_failures = 0
 
     @classmethod
@@ -225,10 +282,51 @@ class Lookup:
         assert self._clients is not None
         if not self._whole:
             raw = await self._clients.main.execute_command("HGET", self._keys.meta, "generation")
-            if _generation(self._keys.meta, raw) == self._copy.generation:
+            target = _generation(self._keys.meta, raw)
+            if target == self._copy.generation:
                 self._confirmed = time.monotonic()
                 return
+            if await self._follow_changes(target):
+                return
         await self._read_whole()
+
+    async def _follow_changes(self, target: int | None) -> bool:
+        """Takes the copy to ``target`` by reading only the rows the writes in
+        between set or deleted; ``False`` where the change history cannot say
+        which (the caller reads the table whole)."""
+        assert self._clients is not None
+        start, k = self._copy.generation, self._keys
+        if start is None or target is None or not 0 < target - start <= _MAX_FOLLOWED:
+            return False
+        try:
+            entries = await self._clients.main.execute_command(
+                "XREVRANGE", k.changes, "+", "-", "COUNT", target - start + 8)
+        except RedisError:
+            return False
+        parsed = []
+        for entry in entries or []:
+            fields = entry[1] if isinstance(entry[1], dict) else dict(zip(entry[1][::2], entry[1][1::2]))
+            parsed.append((str(entry[0]), {str(a): str(b) for a, b in fields.items()}))
+        members = changed_rows(parsed, start, target)
+        if members is None:
+            return False
+        try:
+            async with self._clients.main.pipeline(transaction=True) as p:
+                if members:
+                    p.execute_command("HMGET", k.table, *members)
+                p.execute_command("HGET", k.meta, "generation")
+                p.execute_command("HKEYS", k.transit)
+                got = await p.execute()
+        except (RedisError, OSError):
+            self.read_failures += 1
+            raise
+        rows = got[0] if members else []
+        if _generation(k.meta, got[-2]) != target:
+            return False
+        self.row_reads += 1
+        self._copy = self._copy.apply(target, dict(zip(members, rows)), list(got[-1] or []))
+        self._confirmed = time.monotonic()
+        return True
 
     async def _follow(self) -> None:
         failing = False
