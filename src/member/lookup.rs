@@ -280,6 +280,18 @@ async fn read(store: &Store, meters: &Meters) -> Result<OwnerIndex, StoreError> 
     Ok(index)
 }
 
+/// What a wake-up of the follower leads to.
+enum Next {
+    /// The copy is at Redis' generation.
+    Current,
+    /// Redis is at this generation: follow the rows written since, or read
+    /// whole.
+    To(Option<u64>),
+    /// Read whole whatever the generation (a resubscription, the resync).
+    Whole,
+    Failed(StoreError),
+}
+
 /// At most this many generations are followed by their changed rows; a copy
 /// further behind is read whole.
 const MAX_FOLLOWED: u64 = 64;
@@ -357,18 +369,21 @@ impl Follow {
                 },
                 _ = poll.tick() => clock::now() >= read_whole_at,
             };
-            let outcome = if whole {
-                Err(None)
+            let next = if whole {
+                Next::Whole
             } else {
                 match self.store.table_generation().await {
-                    Ok(g) if g == self.tx.borrow().generation() => Ok(None),
-                    Ok(g) => Ok(Some(g)),
-                    Err(e) => Err(Some(e)),
+                    Ok(g) if g == self.tx.borrow().generation() => Next::Current,
+                    Ok(g) => Next::To(g),
+                    Err(e) => {
+                        self.meters.failed();
+                        Next::Failed(e)
+                    }
                 }
             };
-            let outcome = match outcome {
-                Ok(None) => Ok(()),
-                Ok(Some(target)) => match self.follow_changes(target).await {
+            let outcome = match next {
+                Next::Current => Ok(()),
+                Next::To(target) => match self.follow_changes(target).await {
                     Ok(Some(index)) => {
                         self.tx.send_replace(Arc::new(index));
                         Ok(())
@@ -376,13 +391,9 @@ impl Follow {
                     Ok(None) => self.read_whole(&mut read_whole_at).await,
                     Err(e) => Err(e),
                 },
-                Err(Some(e)) => {
-                    self.meters.failed();
-                    Err(e)
-                }
-                Err(None) => self.read_whole(&mut read_whole_at).await,
+                Next::Whole => self.read_whole(&mut read_whole_at).await,
+                Next::Failed(e) => Err(e),
             };
-
             let now = clock::now();
             match outcome {
                 Ok(()) => {
