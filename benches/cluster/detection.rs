@@ -392,3 +392,96 @@ async fn kills(
         cpu.as_secs_f64()
     ));
 }
+
+/// Issue 41: a `Lookup` in this process (a caller that is not a member)
+/// while victims are SIGKILLed, 10 workers (all members) × 1,000 units,
+/// `sticky`: from the kill to the lookup's copy showing every unit of the
+/// victim at a live owner, against the same for the table itself (the
+/// bench's 1 ms poll, as in [`scale`]). The lag is the difference, per
+/// kill; negative when the lookup saw the write before the poll did.
+pub async fn lookup_after_kills() -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let mut f = Fleet::start_of(&distributor_bin(), 10, 1_000, 10, &["-assignment=sticky"]).await;
+    let opts = distributor::LookupOptions {
+        redis_url: f.redis.url(),
+        table_key: TABLE.into(),
+        ..distributor::LookupOptions::default()
+    };
+    let lookup = distributor::Lookup::connect(opts).await.unwrap();
+    let mut rng = Rng::new(0x100c ^ seed().rotate_left(32));
+    let (mut table, mut seen, mut lag) = (Vec::new(), Vec::new(), Vec::new());
+    for trial in 0..12 {
+        let i = trial % VICTIMS;
+        f.present(i).await;
+        let victim = f.members[i].1.clone();
+        // The victim's units, once the lookup shows them at the victim.
+        let mut units: Vec<String> = Vec::new();
+        let shown = wait_until(Duration::from_secs(20), Duration::from_millis(5), || {
+            let copy = lookup.table();
+            let c = f.conn.clone();
+            let victim = victim.clone();
+            async move {
+                let mut c = c;
+                let row: Option<String> = redis::cmd("HGET")
+                    .arg(TABLE)
+                    .arg(&victim)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap_or(None);
+                let mine: Vec<String> = row
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter(|u| !u.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                !mine.is_empty()
+                    && mine.iter().all(|u| {
+                        copy.owner(u) == distributor::Placement::Owned(victim.as_str().into())
+                    })
+            }
+        })
+        .await;
+        assert!(shown, "the lookup never showed {victim}'s units");
+        let row: String = redis::cmd("HGET")
+            .arg(TABLE)
+            .arg(&victim)
+            .query_async(&mut f.conn)
+            .await
+            .unwrap();
+        units.extend(row.split(',').filter(|u| !u.is_empty()).map(str::to_string));
+        tokio::time::sleep(rng.below(POLL)).await;
+        let mut copies = lookup.copies();
+        copies.borrow_and_update();
+        let watch_victim = victim.clone();
+        let watcher = tokio::spawn(async move {
+            loop {
+                if copies.changed().await.is_err() {
+                    return None;
+                }
+                let copy = std::sync::Arc::clone(&copies.borrow_and_update());
+                let moved = units.iter().all(|u| match copy.owner(u) {
+                    distributor::Placement::Owned(m) => *m != *watch_victim,
+                    _ => false,
+                });
+                if moved {
+                    return Some(Instant::now());
+                }
+            }
+        });
+        let t0 = Instant::now();
+        f.members[i].0.kill();
+        f.gone_after(i, t0).await;
+        let owned = f.owned_after(i, t0).await;
+        let at = tokio::time::timeout(Duration::from_secs(20), watcher)
+            .await
+            .expect("the lookup never showed the victim's units moved")
+            .unwrap()
+            .expect("the lookup ended");
+        let shown = ms(at.saturating_duration_since(t0));
+        table.push(owned);
+        seen.push(shown);
+        lag.push(shown - owned);
+        f.replace(i).await;
+    }
+    note(&format!("lookup reads over the run: {:?}", lookup.reads()));
+    (table, seen, lag)
+}

@@ -35,6 +35,7 @@ mod detection;
 mod drain;
 mod failover;
 mod handoff;
+mod lookup;
 mod member_reads;
 mod memory;
 mod pings;
@@ -55,6 +56,7 @@ const SECTIONS: &[&str] = &[
     "rolling",
     "drain",
     "scale",
+    "lookup",
     "ui",
     "renewals",
 ];
@@ -113,6 +115,7 @@ fn main() {
                 "rolling" => rolling::run().await,
                 "drain" => drain::run().await,
                 "scale" => detection::scale().await,
+                "lookup" => lookup::run().await,
                 "ui" => ui::run().await,
                 "renewals" => failover::renewals().await,
                 _ => unreachable!(),
