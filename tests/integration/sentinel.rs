@@ -349,6 +349,17 @@ async fn the_distributor_and_members_follow_a_sentinel_failover() {
     .await;
     let row: Option<String> = master.cmd(&["HGET", TABLE, &a]).await;
     assert_eq!(row.map(|r| r.split(',').count()), Some(10));
+    // A caller that is not a member follows the table through the
+    // sentinels too.
+    let lookup = distributor::Lookup::connect(distributor::LookupOptions {
+        redis_url: s.urls(),
+        table_key: TABLE.into(),
+        redis_sentinel: fleet.config.redis_sentinel.clone(),
+        poll_interval: Duration::from_millis(200),
+        ..distributor::LookupOptions::default()
+    })
+    .await
+    .unwrap();
 
     // The replica has everything the master has: a failover loses nothing
     // (what an asynchronous replica may lose is the lost-writes case,
@@ -398,6 +409,24 @@ async fn the_distributor_and_members_follow_a_sentinel_failover() {
         Some(13),
         "the table on the new master"
     );
+    wait_for(
+        "the lookup at the new master's table",
+        Duration::from_secs(15),
+        || async {
+            let g: Option<u64> = promoted.cmd(&["HGET", &keys().meta, "generation"]).await;
+            let rows: std::collections::HashMap<String, String> =
+                promoted.cmd(&["HGETALL", TABLE]).await;
+            lookup.generation() == g
+                && rows.values().map(|r| r.split(',').count()).sum::<usize>() == 26
+                && rows.iter().all(|(m, r)| {
+                    r.split(',').all(|u| {
+                        lookup.owner(u) == distributor::Placement::Owned(m.as_str().into())
+                    })
+                })
+        },
+    )
+    .await;
+    drop(lookup);
     // Each member reads on the new master, and its report names that
     // connection (the run id is how a holder tells one server from another).
     let new_run_id = promoted.run_id().await;
