@@ -17,6 +17,8 @@
 //!  member.rs   a member's row read, its report, its removal, the transit
 //!              it is owed
 //!  lookups.rs  the operator overview; whether a member's connection is gone
+//!  owners.rs   a Lookup's reads: the table with its transit, or the rows a
+//!              change wrote, in one transaction; the generation alone
 //!  census.rs   the census step
 //!  costs.rs    the unit costs: the holder's guarded read, operator edits
 //!  pubsub.rs   notifications, on their own connection
