@@ -137,6 +137,7 @@ impl LookupOptions {
 /// clone the [`Lookup::copies`] receiver to follow changes.
 pub struct Lookup {
     copy: watch::Receiver<Arc<OwnerIndex>>,
+    generation: watch::Receiver<Option<u64>>,
     counts: Arc<ReadCounts>,
     answers: Counter,
     _stop: DropGuard,
@@ -171,6 +172,7 @@ impl Lookup {
         };
         let counts = Arc::clone(&meters.counts);
         let first = read(&store, &meters).await?;
+        let (generation_tx, generation) = watch::channel(first.generation());
         let (tx, copy) = watch::channel(Arc::new(first));
         let stop = CancellationToken::new();
         let follow = Follow {
@@ -178,10 +180,12 @@ impl Lookup {
             opts,
             meters,
             tx,
+            generation_tx,
         };
         tokio::spawn(follow.run(stop.child_token()));
         Ok(Lookup {
             copy,
+            generation,
             counts,
             answers: metrics::counter!("distributor_lookup_answers_total", &labels),
             _stop: stop.drop_guard(),
@@ -212,6 +216,12 @@ impl Lookup {
             rows: c.rows.load(Ordering::Relaxed),
             failed: c.failed.load(Ordering::Relaxed),
         }
+    }
+
+    /// The copy's generation, changing when a copy of another generation
+    /// replaces the last (it ends when the `Lookup` is dropped).
+    pub fn generations(&self) -> watch::Receiver<Option<u64>> {
+        self.generation.clone()
     }
 
     /// Every new copy, as it replaces the last (it ends when the `Lookup`
@@ -252,6 +262,7 @@ struct Follow {
     opts: LookupOptions,
     meters: Meters,
     tx: watch::Sender<Arc<OwnerIndex>>,
+    generation_tx: watch::Sender<Option<u64>>,
 }
 
 impl Meters {
@@ -297,13 +308,24 @@ enum Next {
 const MAX_FOLLOWED: u64 = 64;
 
 impl Follow {
+    /// Takes `index` as the copy, and its generation when it differs.
+    fn publish(&self, index: OwnerIndex) {
+        let g = index.generation();
+        self.tx.send_replace(Arc::new(index));
+        self.generation_tx.send_if_modified(|old| {
+            let changed = *old != g;
+            *old = g;
+            changed
+        });
+    }
+
     /// Reads the table whole and takes it as the copy; after a failure, the
     /// next tick reads it whole again whatever the generation then says.
     async fn read_whole(&self, read_whole_at: &mut Instant) -> Result<(), StoreError> {
         match read(&self.store, &self.meters).await {
             Ok(index) => {
                 *read_whole_at = clock::now() + self.opts.resync_interval;
-                self.tx.send_replace(Arc::new(index));
+                self.publish(index);
                 Ok(())
             }
             Err(e) => {
@@ -385,7 +407,7 @@ impl Follow {
                 Next::Current => Ok(()),
                 Next::To(target) => match self.follow_changes(target).await {
                     Ok(Some(index)) => {
-                        self.tx.send_replace(Arc::new(index));
+                        self.publish(index);
                         Ok(())
                     }
                     Ok(None) => self.read_whole(&mut read_whole_at).await,

@@ -81,6 +81,8 @@ async fn a_lookup_agrees_with_the_table_and_follows_a_killed_worker() {
     let before = lookup.reads();
     let mut copies = lookup.copies();
     copies.borrow_and_update();
+    let mut generations = lookup.generations();
+    let killed_at = *generations.borrow_and_update();
     fleet.members[0].take().unwrap().abort();
     // Every unit of the victim with a live owner in the lookup, and the
     // lookup at the table's generation, agreeing on every unit.
@@ -97,6 +99,8 @@ async fn a_lookup_agrees_with_the_table_and_follows_a_killed_worker() {
         copies.has_changed().unwrap(),
         "the copies receiver saw no new copy"
     );
+    assert!(generations.has_changed().unwrap());
+    assert!(*generations.borrow() > killed_at);
     // The holder's writes are followed by the rows they wrote, not by
     // reading the table whole again.
     let reads = lookup.reads();
