@@ -278,9 +278,9 @@ class Lookup:
         self._copy = Copy.build(generation, dict(rows or {}), list(transit or []))
         self._confirmed = time.monotonic()
 
-    async def _check(self) -> None:
+    async def _check(self, whole: bool) -> None:
         assert self._clients is not None
-        if not self._whole:
+        if not whole:
             raw = await self._clients.main.execute_command("HGET", self._keys.meta, "generation")
             target = _generation(self._keys.meta, raw)
             if target == self._copy.generation:
@@ -337,12 +337,11 @@ class Lookup:
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
-            if time.monotonic() >= whole_at:
-                self._whole = True
-            whole = self._whole
+            # Taken before the read: a resubscription meanwhile asks again.
+            whole = self._whole or time.monotonic() >= whole_at
+            self._whole = False
             try:
-                await self._check()
-                self._whole = False
+                await self._check(whole)
                 if whole:
                     whole_at = time.monotonic() + self.resync_interval
                 if failing:
