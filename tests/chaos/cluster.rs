@@ -910,6 +910,13 @@ impl Cluster {
         self.checker.assert_ok();
         self.check_workers();
         let summary = self.checker.summary();
+        // The replicas first: one still holding would move the units of
+        // each worker killed below to the next, and a tenure's end is the
+        // instant after this thread sent the signal, which a loaded host
+        // can delay by milliseconds (an overlap of the teardown's own making).
+        for i in 0..self.replicas.len() {
+            self.kill_replica(i).await;
+        }
         for w in &mut self.workers {
             if let Some(mut p) = w.process.take() {
                 // (One that had exited by itself: ended by now.)

@@ -481,7 +481,14 @@ async fn one_run(
         converged,
     );
 
-    // The verdict, on the workers' events.
+    // The verdict, on the workers' events. The replicas go first: one still
+    // holding would move the units of each worker killed here to the next
+    // (a refusal is proof), and the end of a tenure is the instant after
+    // this thread sent the signal, which a loaded host can delay by
+    // milliseconds: an overlap of the teardown's own making.
+    for r in &rig.replicas {
+        docker::signal(&rig.docker, r.container.id(), "SIGKILL").await;
+    }
     for i in 0..rig.workers.len() {
         rig.kill_worker(i);
     }
