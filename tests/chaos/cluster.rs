@@ -914,8 +914,8 @@ impl Cluster {
         // each worker killed below to the next, and a tenure's end is the
         // instant after this thread sent the signal, which a loaded host
         // can delay by milliseconds (an overlap of the teardown's own making).
-        for i in 0..self.replicas.len() {
-            self.kill_replica(i).await;
+        for r in &self.replicas {
+            docker::kill_if_running(&self.docker, r.container.id()).await;
         }
         for w in &mut self.workers {
             if let Some(mut p) = w.process.take() {

@@ -487,7 +487,7 @@ async fn one_run(
     // this thread sent the signal, which a loaded host can delay by
     // milliseconds: an overlap of the teardown's own making.
     for r in &rig.replicas {
-        docker::signal(&rig.docker, r.container.id(), "SIGKILL").await;
+        docker::kill_if_running(&rig.docker, r.container.id()).await;
     }
     for i in 0..rig.workers.len() {
         rig.kill_worker(i);

@@ -287,6 +287,22 @@ pub async fn signal(docker: &bollard::Docker, id: &str, signal: &str) {
         .unwrap_or_else(|e| panic!("could not send {signal} to {id}: {e}"));
 }
 
+/// SIGKILL, for a teardown: a container that is not running (killed by
+/// the scenario, or exited) is left as it is.
+pub async fn kill_if_running(docker: &bollard::Docker, id: &str) {
+    let sent = docker
+        .kill_container(
+            id,
+            Some(KillContainerOptionsBuilder::new().signal("SIGKILL").build()),
+        )
+        .await;
+    if let Err(e) = sent
+        && is_running(docker, id).await
+    {
+        panic!("could not send SIGKILL to {id}: {e}");
+    }
+}
+
 pub async fn is_running(docker: &bollard::Docker, id: &str) -> bool {
     docker
         .inspect_container(id, None::<InspectContainerOptions>)
