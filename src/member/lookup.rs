@@ -335,38 +335,47 @@ impl Follow {
         }
     }
 
-    /// The copy at `target`, from the rows the writes since the copy's
-    /// generation set or deleted; `Ok(None)` where the change history
-    /// cannot say which (the caller reads the table whole).
+    /// The copy at `target` (or a later generation the table reached
+    /// meanwhile), from the rows the writes since the copy's generation set
+    /// or deleted; `Ok(None)` where the change history cannot say which
+    /// (the caller reads the table whole).
     async fn follow_changes(&self, target: Option<u64>) -> Result<Option<OwnerIndex>, StoreError> {
         let current = Arc::clone(&self.tx.borrow());
-        let (Some(from), Some(target)) = (current.generation(), target) else {
+        let (Some(from), Some(mut target)) = (current.generation(), target) else {
             return Ok(None);
         };
-        if target <= from || target - from > MAX_FOLLOWED {
-            return Ok(None);
+        // A holder may write again between the generation's read and the
+        // rows' (a revocation, then its grant): follow it, a few times.
+        for _ in 0..3 {
+            if target <= from || target - from > MAX_FOLLOWED {
+                return Ok(None);
+            }
+            // A few more than the generations between: writes may have
+            // landed since the generation was read.
+            let Ok(history) = self.store.read_history((target - from) as usize + 8).await else {
+                return Ok(None);
+            };
+            let Some(members) = changed_rows(&history.entries, from, target) else {
+                return Ok(None);
+            };
+            let (rows, generation, transit) = self
+                .store
+                .read_owner_rows(&members)
+                .await
+                .inspect_err(|_| self.meters.failed())?;
+            match generation {
+                Some(g) if g == target => {
+                    self.meters.row_reads.increment(1);
+                    self.meters.counts.rows.fetch_add(1, Ordering::Relaxed);
+                    self.meters.generation.set(target as f64);
+                    return Ok(Some(current.apply(generation, rows, transit)));
+                }
+                Some(g) if g > target => target = g,
+                // Gone back, or gone: Redis lost writes.
+                _ => return Ok(None),
+            }
         }
-        // A few more than the generations between: writes may have landed
-        // since the generation was read.
-        let Ok(history) = self.store.read_history((target - from) as usize + 8).await else {
-            return Ok(None);
-        };
-        let Some(members) = changed_rows(&history.entries, from, target) else {
-            return Ok(None);
-        };
-        let (rows, generation, transit) = self
-            .store
-            .read_owner_rows(&members)
-            .await
-            .inspect_err(|_| self.meters.failed())?;
-        if generation != Some(target) {
-            // The table moved on (or back) meanwhile.
-            return Ok(None);
-        }
-        self.meters.row_reads.increment(1);
-        self.meters.counts.rows.fetch_add(1, Ordering::Relaxed);
-        self.meters.generation.set(target as f64);
-        Ok(Some(current.apply(generation, rows, transit)))
+        Ok(None)
     }
 
     async fn run(self, stop: CancellationToken) {

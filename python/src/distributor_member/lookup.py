@@ -264,7 +264,7 @@ class Lookup:
             async with self._clients.main.pipeline(transaction=True) as p:
                 p.execute_command("HGETALL", k.table)
                 p.execute_command("HGET", k.meta, "generation")
-                p.execute_command("HKEYS", k.transit)
+                p.execute_command("HGETALL", k.transit)
                 rows, raw, transit = await p.execute()
         except (RedisError, OSError):
             self.read_failures += 1
@@ -291,42 +291,51 @@ class Lookup:
         await self._read_whole()
 
     async def _follow_changes(self, target: int | None) -> bool:
-        """Takes the copy to ``target`` by reading only the rows the writes in
-        between set or deleted; ``False`` where the change history cannot say
-        which (the caller reads the table whole)."""
+        """Takes the copy to ``target`` (or a later generation the table
+        reached meanwhile) by reading only the rows the writes in between set
+        or deleted; ``False`` where the change history cannot say which (the
+        caller reads the table whole)."""
         assert self._clients is not None
         start, k = self._copy.generation, self._keys
-        if start is None or target is None or not 0 < target - start <= _MAX_FOLLOWED:
-            return False
-        try:
-            entries = await self._clients.main.execute_command(
-                "XREVRANGE", k.changes, "+", "-", "COUNT", target - start + 8)
-        except RedisError:
-            return False
-        parsed = []
-        for entry in entries or []:
-            fields = entry[1] if isinstance(entry[1], dict) else dict(zip(entry[1][::2], entry[1][1::2]))
-            parsed.append((str(entry[0]), {str(a): str(b) for a, b in fields.items()}))
-        members = changed_rows(parsed, start, target)
-        if members is None:
-            return False
-        try:
-            async with self._clients.main.pipeline(transaction=True) as p:
-                if members:
-                    p.execute_command("HMGET", k.table, *members)
-                p.execute_command("HGET", k.meta, "generation")
-                p.execute_command("HKEYS", k.transit)
-                got = await p.execute()
-        except (RedisError, OSError):
-            self.read_failures += 1
-            raise
-        rows = got[0] if members else []
-        if _generation(k.meta, got[-2]) != target:
-            return False
-        self.row_reads += 1
-        self._copy = self._copy.apply(target, dict(zip(members, rows)), list(got[-1] or []))
-        self._confirmed = time.monotonic()
-        return True
+        # A holder may write again between the generation's read and the
+        # rows' (a revocation, then its grant): follow it, a few times.
+        for _ in range(3):
+            if start is None or target is None or not 0 < target - start <= _MAX_FOLLOWED:
+                return False
+            try:
+                entries = await self._clients.main.execute_command(
+                    "XREVRANGE", k.changes, "+", "-", "COUNT", target - start + 8)
+            except RedisError:
+                return False
+            parsed = []
+            for entry in entries or []:
+                fields = entry[1] if isinstance(entry[1], dict) else dict(zip(entry[1][::2], entry[1][1::2]))
+                parsed.append((str(entry[0]), {str(a): str(b) for a, b in fields.items()}))
+            members = changed_rows(parsed, start, target)
+            if members is None:
+                return False
+            try:
+                async with self._clients.main.pipeline(transaction=True) as p:
+                    if members:
+                        p.execute_command("HMGET", k.table, *members)
+                    p.execute_command("HGET", k.meta, "generation")
+                    p.execute_command("HGETALL", k.transit)
+                    got = await p.execute()
+            except (RedisError, OSError):
+                self.read_failures += 1
+                raise
+            rows = got[0] if members else []
+            read = _generation(k.meta, got[-2])
+            if read == target:
+                self.row_reads += 1
+                self._copy = self._copy.apply(target, dict(zip(members, rows)), list(got[-1] or []))
+                self._confirmed = time.monotonic()
+                return True
+            if read is None or read < target:
+                # Gone back, or gone: Redis lost writes.
+                return False
+            target = read
+        return False
 
     async def _follow(self) -> None:
         failing = False

@@ -22,7 +22,7 @@ pub struct OwnersRead {
 }
 
 impl Store {
-    /// `MULTI; HGETALL <table>; HGET {T}:meta generation; HKEYS {T}:transit;
+    /// `MULTI; HGETALL <table>; HGET {T}:meta generation; HGETALL {T}:transit;
     /// EXEC`. A generation that is not a valid counter is an error naming
     /// the key and the value.
     pub async fn read_owners(&self) -> Result<OwnersRead, StoreError> {
@@ -35,9 +35,13 @@ impl Store {
             .cmd("HGET")
             .arg(&k.meta)
             .arg("generation")
-            .cmd("HKEYS")
+            .cmd("HGETALL")
             .arg(&k.transit);
-        type Read = (HashMap<String, String>, Option<Vec<u8>>, Vec<String>);
+        type Read = (
+            HashMap<String, String>,
+            Option<Vec<u8>>,
+            HashMap<String, String>,
+        );
         let read: Result<Read, StoreError> = self
             .bounded("read the table for a lookup", BULK_TIMEOUT, async {
                 pipe.query_async(&mut conn).await
@@ -55,13 +59,13 @@ impl Store {
             generation: generation
                 .map(|raw| stored_count(&k.meta, "generation", &raw))
                 .transpose()?,
-            transit,
+            transit: transit.into_keys().collect(),
         })
     }
 
     /// Only `members`' rows (`None`: no row), with the generation and the
     /// units in transit: `MULTI; HMGET <table> <member>...; HGET {T}:meta
-    /// generation; HKEYS {T}:transit; EXEC`.
+    /// generation; HGETALL {T}:transit; EXEC`.
     pub async fn read_owner_rows(
         &self,
         members: &[String],
@@ -76,7 +80,7 @@ impl Store {
         pipe.cmd("HGET")
             .arg(&k.meta)
             .arg("generation")
-            .cmd("HKEYS")
+            .cmd("HGETALL")
             .arg(&k.transit);
         let read: Result<Vec<redis::Value>, StoreError> = self
             .bounded("read changed rows for a lookup", BULK_TIMEOUT, async {
@@ -105,13 +109,14 @@ impl Store {
         }
         let generation: Option<Vec<u8>> =
             redis::from_redis_value(generation.clone()).map_err(|_| whole())?;
-        let transit: Vec<String> = redis::from_redis_value(transit.clone()).map_err(|_| whole())?;
+        let transit: HashMap<String, String> =
+            redis::from_redis_value(transit.clone()).map_err(|_| whole())?;
         Ok((
             members.iter().cloned().zip(rows).collect(),
             generation
                 .map(|raw| stored_count(&k.meta, "generation", &raw))
                 .transpose()?,
-            transit,
+            transit.into_keys().collect(),
         ))
     }
 
