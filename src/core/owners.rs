@@ -212,11 +212,7 @@ fn entries(slots: &[Slot], s: u32, out: &mut Vec<(u32, u32)>) {
 /// The unit an entry names.
 fn name<'a>(slots: &'a [Slot], &(s, at): &(u32, u32)) -> &'a str {
     let row = slots[s as usize].1.as_deref().unwrap_or_default();
-    let rest = &row[at as usize..];
-    match rest.bytes().position(|b| b == SEPARATOR as u8) {
-        Some(end) => &rest[..end],
-        None => rest,
-    }
+    split_row(&row[at as usize..]).next().unwrap_or_default()
 }
 
 fn transit_set(fields: impl IntoIterator<Item = String>) -> HashSet<Box<str>> {
