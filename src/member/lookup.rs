@@ -172,6 +172,7 @@ impl Lookup {
         };
         let counts = Arc::clone(&meters.counts);
         let first = read(&store, &meters).await?;
+        meters.shown(first.generation());
         let (generation_tx, generation) = watch::channel(first.generation());
         let (tx, copy) = watch::channel(Arc::new(first));
         let stop = CancellationToken::new();
@@ -265,30 +266,34 @@ struct Follow {
     generation_tx: watch::Sender<Option<u64>>,
 }
 
+/// Each count goes to its metric and to [`Lookup::reads`] in one place.
 impl Meters {
+    fn read_whole(&self) {
+        self.reads.increment(1);
+        self.counts.whole.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn read_rows(&self) {
+        self.row_reads.increment(1);
+        self.counts.rows.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn failed(&self) {
         self.failures.increment(1);
         self.counts.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A copy of `generation` is shown.
+    fn shown(&self, generation: Option<u64>) {
+        self.generation.set(generation.map_or(-1.0, |g| g as f64));
     }
 }
 
 /// Reads the table whole and indexes it.
 async fn read(store: &Store, meters: &Meters) -> Result<OwnerIndex, StoreError> {
-    let r = store.read_owners().await;
-    match &r {
-        Ok(_) => {
-            meters.reads.increment(1);
-            meters.counts.whole.fetch_add(1, Ordering::Relaxed);
-        }
-        Err(_) => meters.failed(),
-    }
-    let r = r?;
-    let index = OwnerIndex::build(r.generation, r.rows, r.transit);
-    meters
-        .generation
-        .set(index.generation().map_or(-1.0, |g| g as f64));
-    meters.staleness.set(0.0);
-    Ok(index)
+    let r = store.read_owners().await.inspect_err(|_| meters.failed())?;
+    meters.read_whole();
+    Ok(OwnerIndex::build(r.generation, r.rows, r.transit))
 }
 
 /// What a wake-up of the follower leads to.
@@ -311,6 +316,7 @@ impl Follow {
     /// Takes `index` as the copy, and its generation when it differs.
     fn publish(&self, index: OwnerIndex) {
         let g = index.generation();
+        self.meters.shown(g);
         self.tx.send_replace(Arc::new(index));
         self.generation_tx.send_if_modified(|old| {
             let changed = *old != g;
@@ -365,9 +371,7 @@ impl Follow {
                 .inspect_err(|_| self.meters.failed())?;
             match generation {
                 Some(g) if g == target => {
-                    self.meters.row_reads.increment(1);
-                    self.meters.counts.rows.fetch_add(1, Ordering::Relaxed);
-                    self.meters.generation.set(target as f64);
+                    self.meters.read_rows();
                     return Ok(Some(current.apply(generation, rows, transit)));
                 }
                 Some(g) if g > target => target = g,
