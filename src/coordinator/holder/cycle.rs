@@ -170,12 +170,12 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             tracing::enabled!(target: "distributor::cycle_steps", tracing::Level::DEBUG)
                 .then(StepTimes::default);
         loop {
-            let stepped = clock::now();
+            let stepped = steps.is_some().then(clock::now);
             let mut ready = core.step(outcome, self.now());
             if let Some(span) = write_span.take() {
                 self.record_write(&mut core, &mut ready, &span);
             }
-            if let Some(t) = steps.as_mut() {
+            if let (Some(t), Some(stepped)) = (steps.as_mut(), stepped) {
                 t.core += clock::now().saturating_duration_since(stepped);
                 t.io_from = Some(clock::now());
                 t.name = ready.name();
