@@ -25,7 +25,7 @@ from ._failures import Failures
 from ._ownership import Outcome, Report
 from ._readiness import Readiness
 from ._recovery import HeldReport
-from ._redis import REGISTER
+from ._redis import REGISTER, subscription
 
 log = logging.getLogger("distributor_member")
 
@@ -201,29 +201,26 @@ class RedisEdge(HandlerCalls, Readiness):
         """Subscribes to ``{T}:changed``: every message (only a hint) makes a read."""
         assert self._clients is not None and self._wake is not None
         failures = Failures("the subscription to table changes", self._id)
+        wake = self._wake
+
+        def read() -> None:
+            self._want_read = True
+            wake.set()
+
+        def subscribed() -> None:
+            failures.recovered()
+            read()
+
         while True:
-            ps = self._clients.main.pubsub()
             dropped = self._dropped
             try:
-                await ps.subscribe(self._keys.changed)
-                failures.recovered()
-                self._want_read = True
-                self._wake.set()
-                async for m in ps.listen():
-                    if m.get("type") == "message":
-                        self._want_read = True
-                        self._wake.set()
+                await subscription(self._clients.main, self._keys.changed, subscribed, read)
             except (RedisError, OSError) as e:
                 # Connections this member dropped itself (to find the master
                 # again) are no failure: subscribe anew.
                 if self._dropped == dropped:
                     self._redis_failed(e)
                     failures.failed(e)
-            finally:
-                try:
-                    await ps.aclose()
-                except (RedisError, OSError):
-                    pass
             await asyncio.sleep(0.5)
 
     async def _write_loads(self) -> None:

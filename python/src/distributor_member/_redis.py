@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import ssl
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -210,6 +211,26 @@ class Clients:
                 await c.aclose()
             except (RedisError, OSError, RuntimeError):
                 pass
+
+
+async def subscription(client: Any, channel: str, subscribed: Callable[[], None],
+                       message: Callable[[], None]) -> None:
+    """One subscription to ``channel`` on ``client``: ``subscribed()`` once
+    it is established (messages may have been missed before), ``message()``
+    for each message (a hint: its payload is never read). Returns, or raises
+    the Redis error, when the connection ends; the pubsub is closed either way."""
+    ps = client.pubsub()
+    try:
+        await ps.subscribe(channel)
+        subscribed()
+        async for m in ps.listen():
+            if m.get("type") == "message":
+                message()
+    finally:
+        try:
+            await ps.aclose()
+        except (RedisError, OSError):
+            pass
 
 
 def run_id(info: object) -> str | None:

@@ -26,7 +26,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ._redact import scrub, secrets_of
-from ._redis import Clients, Keys
+from ._redis import Clients, Keys, subscription
 from .options import MemberOptions
 
 log = logging.getLogger("distributor_member")
@@ -368,23 +368,17 @@ class Lookup:
 
     async def _listen(self) -> None:
         assert self._clients is not None
+
+        def subscribed() -> None:
+            # Messages may have been missed while unsubscribed.
+            self._whole = True
+            self._wake.set()
+
         while not self._closing:
-            ps = self._clients.main.pubsub()
             try:
-                await ps.subscribe(self._keys.changed)
-                # Messages may have been missed while unsubscribed.
-                self._whole = True
-                self._wake.set()
-                async for m in ps.listen():
-                    if m.get("type") == "message":
-                        self._wake.set()
+                await subscription(self._clients.main, self._keys.changed, subscribed, self._wake.set)
             except (RedisError, OSError) as e:
                 log.debug("lookup: the subscription to table changes was lost: %s", self._shown(e))
-            finally:
-                try:
-                    await ps.aclose()
-                except (RedisError, OSError):
-                    pass
             await asyncio.sleep(0.5)
 
 
