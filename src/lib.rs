@@ -12,6 +12,7 @@
 //!    suspicion    mass-failure guard      keys       Redis key names
 //!    status       what a replica knows    ownership  a member's holds
 //!    owners       a lookup's copy of who owns each unit
+//!    whatif       a change's table, solved as the holder solves it
 //!  coordinator/   one replica: the lease state machine and its executor
 //!  edge/          IO at the edges
 //!    redis/       connections, bounded calls, Lua scripts, pub/sub

@@ -84,6 +84,7 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()>) -> anyhow
         config.services_namespaces.clone(),
         config.workunits_namespace.clone(),
     );
+    let plan_settings = super::plan::settings(&config);
     let replica = crate::Distributor::start(config).context("failed to start the distributor")?;
     let stop_http = tokio_util::sync::CancellationToken::new();
     let http = listener.map(|listener| {
@@ -96,6 +97,7 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()>) -> anyhow
                 status.clone(),
                 stop.clone().cancelled_owned(),
             )
+            .with_plan(plan_settings)
         });
         tokio::spawn(http::serve_with(
             listener,

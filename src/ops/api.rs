@@ -1,5 +1,5 @@
-//! The status page's JSON API (`-http-ui`): `/api/status`, `/api/members`
-//! and `/api/changes`, on the same server as `/metrics`.
+//! The status page's JSON API (`-http-ui`): `/api/status`, `/api/members`,
+//! `/api/changes` and `/api/plan`, on the same server as `/metrics`.
 //!
 //! Guarantees: read-only (GET only, nothing is written to Redis); bounded
 //! answers whatever the fleet's size (counts, one page of at most
@@ -14,6 +14,14 @@
 //! the replica may be the holder: the report is built off the runtime, and
 //! the reader pauses at least [`READ_GAP_FACTOR`] times as long as its last
 //! read took, so it is busy a tenth of the time at most.
+//!
+//! `/api/plan` ([`Api::plan`]) is the exception, on demand: a what-if must
+//! start from the table as it is, so each request reads Redis once (the
+//! same read) and solves off the runtime, one request at a time per
+//! replica; it writes nothing, and its answer lists at most
+//! [`CHANGES_SHOWN`](crate::report::plan::CHANGES_SHOWN) units and
+//! [`MEMBERS_SHOWN`](crate::report::plan::MEMBERS_SHOWN) members, never
+//! the table.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +33,7 @@ use crate::core::history::HistoryEntry;
 use crate::core::status::{Role, Status};
 use crate::edge::clock;
 use crate::edge::redis::Store;
+use crate::report::plan::{PlanError, PlanReport, PlanRequest, PlanSettings};
 use crate::report::{self, MemberRow, StatusReport, StatusSummary};
 
 /// The most members one `/api/members` page holds.
@@ -151,6 +160,29 @@ struct View {
 pub struct Api {
     status: watch::Receiver<Status>,
     view: Arc<Mutex<View>>,
+    source: Arc<Source>,
+    /// `/api/plan`'s settings, when it is served ([`Api::with_plan`]).
+    plan: Option<PlanSettings>,
+}
+
+/// Where the API reads: the store and the keys.
+struct Source {
+    store: Store,
+    services: Vec<String>,
+    units_key: String,
+    /// One plan at a time: each reads Redis and solves.
+    planning: tokio::sync::Mutex<()>,
+}
+
+/// Why `/api/plan` has no plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanFailure {
+    /// Not served: the API was started without [`Api::with_plan`].
+    Off,
+    /// The request's changes are refused (400).
+    Refused(PlanError),
+    /// Redis could not be read: the error's kind only (503).
+    Unavailable(String),
 }
 
 impl Api {
@@ -165,6 +197,13 @@ impl Api {
         let api = Api {
             status,
             view: Arc::default(),
+            source: Arc::new(Source {
+                store: store.clone(),
+                services: services.clone(),
+                units_key: units_key.clone(),
+                planning: tokio::sync::Mutex::new(()),
+            }),
+            plan: None,
         };
         let reader = api.clone();
         tokio::spawn(async move {
@@ -174,6 +213,36 @@ impl Api {
             }
         });
         api
+    }
+
+    /// Serves `/api/plan` too, with `settings` (the daemon's flags) where
+    /// `{T}:meta` records no mode.
+    pub fn with_plan(mut self, settings: PlanSettings) -> Api {
+        self.plan = Some(settings);
+        self
+    }
+
+    /// `/api/plan`: what the holder would write after `request`'s changes,
+    /// from one read of Redis now (`distributor plan`'s, bounded: see the
+    /// module docs). Writes nothing.
+    pub async fn plan(&self, request: PlanRequest) -> Result<PlanReport, PlanFailure> {
+        let settings = self.plan.ok_or(PlanFailure::Off)?;
+        let src = &self.source;
+        let _one_at_a_time = src.planning.lock().await;
+        let o = src
+            .store
+            .read_overview(&src.services, &src.units_key)
+            .await
+            .map_err(|e| PlanFailure::Unavailable(format!("redis error ({})", e.kind())))?;
+        let table = src.store.keys().table.clone();
+        // A solve of the whole table: off the runtime, as the status
+        // page's report.
+        tokio::task::spawn_blocking(move || {
+            report::plan::plan(&o, &table, &request, &settings, crate::unix_ms(), false)
+        })
+        .await
+        .map_err(|_| PlanFailure::Unavailable("the plan failed".into()))?
+        .map_err(PlanFailure::Refused)
     }
 
     async fn read_loop(&self, store: Store, services: Vec<String>, units_key: String) {
@@ -349,6 +418,7 @@ mod tests {
             }),
             balance: None,
             controls: None,
+            quarantine: None,
         }
     }
 

@@ -13,8 +13,10 @@
 //!   at `/` (static HTML, CSS and JS embedded in the binary from
 //!   `src/ops/ui/`, no external resources, a `default-src 'self'` content
 //!   security policy) and its JSON API `/api/status`,
-//!   `/api/members?page=N&per_page=M` and `/api/changes?limit=N` (see `ops::api`);
-//!   without it they answer 404 like any unknown path.
+//!   `/api/members?page=N&per_page=M`, `/api/changes?limit=N` and
+//!   `/api/plan?leave=ADDR&join=ADDR[:W]&weight=ADDR=W&cordon=ADDR&group=NAME`
+//!   (see `ops::api`; a bad query answers 400 with the error); without it
+//!   they answer 404 like any unknown path.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -33,7 +35,7 @@ use std::time::Instant;
 
 use crate::core::status::{Role, Status};
 use crate::edge::clock;
-use crate::ops::api::Api;
+use crate::ops::api::{Api, PlanFailure};
 use crate::ops::exposition::{Format, text_from_openmetrics};
 use crate::ops::metrics::Metrics;
 
@@ -171,6 +173,7 @@ pub async fn serve_with(
                 .route("/api/status", get(api_status))
                 .route("/api/members", get(api_members))
                 .route("/api/changes", get(api_changes))
+                .route("/api/plan", get(api_plan))
                 .route("/", get(|| page(UI_HTML, "text/html; charset=utf-8")))
                 .route(
                     "/ui/app.js",
@@ -304,6 +307,76 @@ async fn api_changes(State(api): State<Api>, uri: axum::http::Uri) -> axum::resp
     json(&api.changes(limit_query(uri.query())))
 }
 
+/// One query component, percent-decoded (`+` is a space); `None` when an
+/// escape is malformed or the result is not UTF-8.
+fn percent_decoded(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = [bytes.next()?, bytes.next()?];
+                let hex = std::str::from_utf8(&hex).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+            }
+            b => out.push(b),
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `/api/plan`'s query: `leave`, `join`, `weight` and `cordon` (each may
+/// repeat) and `group`, as `distributor plan` takes them; anything else is
+/// refused, with the reason.
+fn plan_query(query: Option<&str>) -> Result<crate::report::plan::PlanRequest, String> {
+    let mut r = crate::report::plan::PlanRequest::default();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let (Some(k), Some(v)) = (percent_decoded(k), percent_decoded(v)) else {
+            return Err(format!(
+                "invalid query parameter {}: a malformed %-escape, or not UTF-8",
+                crate::core::inputs::excerpt(pair.as_bytes())
+            ));
+        };
+        match k.as_str() {
+            "leave" => r.leave.push(v),
+            "join" => r.join.push(v),
+            "weight" => r.weight.push(v),
+            "cordon" => r.cordon.push(v),
+            "group" if r.group.is_none() => r.group = Some(v),
+            "group" => return Err("group given twice".into()),
+            _ => {
+                return Err(format!(
+                    "unknown query parameter {} (expected leave, join, weight, cordon or group)",
+                    crate::core::inputs::excerpt(k.as_bytes())
+                ));
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// `{"error": why}` with `code`.
+fn error_json(code: StatusCode, why: String) -> axum::response::Response {
+    let mut r = json(&serde_json::json!({ "error": why }));
+    *r.status_mut() = code;
+    r
+}
+
+async fn api_plan(State(api): State<Api>, uri: axum::http::Uri) -> axum::response::Response {
+    let request = match plan_query(uri.query()) {
+        Ok(r) => r,
+        Err(why) => return error_json(StatusCode::BAD_REQUEST, why),
+    };
+    match api.plan(request).await {
+        Ok(report) => json(&report),
+        Err(PlanFailure::Off) => StatusCode::NOT_FOUND.into_response(),
+        Err(PlanFailure::Refused(e)) => error_json(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(PlanFailure::Unavailable(why)) => error_json(StatusCode::SERVICE_UNAVAILABLE, why),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,6 +446,31 @@ mod tests {
         assert_eq!(limit_query(None), 0);
         assert_eq!(limit_query(Some("limit=20")), 20);
         assert_eq!(limit_query(Some("other=1&limit=x")), 0);
+    }
+
+    #[test]
+    fn a_plan_comes_from_the_query_or_a_clear_refusal() {
+        let r = plan_query(Some(
+            "leave=10.0.0.1%3A7001&join=%5B%3A%3A1%5D:7001:2&weight=h:1%3D3&weight=g:2=4&cordon=c:1&group=a+b",
+        ))
+        .unwrap();
+        assert_eq!(r.leave, ["10.0.0.1:7001"]);
+        assert_eq!(r.join, ["[::1]:7001:2"]);
+        assert_eq!(r.weight, ["h:1=3", "g:2=4"]);
+        assert_eq!(r.cordon, ["c:1"]);
+        assert_eq!(r.group.as_deref(), Some("a b"));
+        assert_eq!(plan_query(None).unwrap(), Default::default());
+        assert_eq!(plan_query(Some("&")).unwrap(), Default::default());
+        for (q, says) in [
+            ("leave=%zz", "malformed"),
+            ("leave=%e2%82", "not UTF-8"),
+            ("leave=a%", "malformed"),
+            ("drain=a:1", "unknown query parameter \"drain\""),
+            ("group=a&group=b", "twice"),
+        ] {
+            let e = plan_query(Some(q)).unwrap_err();
+            assert!(e.contains(says), "{q}: {e}");
+        }
     }
 
     #[tokio::test]

@@ -1,7 +1,10 @@
-//! The reports' text rendering: what `distributor status` and
-//! `distributor table` print on a terminal. Pure: a report in, text out.
+//! The reports' text rendering: what `distributor status`,
+//! `distributor table` and `distributor plan` print on a terminal. Pure: a
+//! report in, text out.
 
 use super::model::{ChangeReport, MemberReport, StatusReport, TableReport};
+use super::plan::PlanReport;
+use crate::core::whatif::Kind;
 
 /// `assignment sticky, last change: 95 moved (minimum 95), 0 placed`.
 fn assignment_text(assignment: &Option<String>, change: &Option<ChangeReport>) -> String {
@@ -73,6 +76,15 @@ pub fn render_status(r: &StatusReport) -> String {
     );
     out += &assignment_text(&r.assignment, &r.last_change);
     out += &super::controls::controls_text(&r.controls);
+    if let Some(q) = &r.quarantine {
+        out += &format!(
+            "quarantined ({}): given to nobody (distributor workunits quarantine list | release UNIT)\n",
+            q.units
+        );
+        for line in super::quarantine_text(&r.quarantine, None).lines() {
+            out += &format!("  {line}\n");
+        }
+    }
     out += &match (&r.lease.holder, r.lease.expires_in_ms) {
         (Some(h), Some(ms)) => format!(
             "lease held by {h}, epoch {}, expires in {}\n",
@@ -253,4 +265,106 @@ fn load_text(m: &MemberReport) -> String {
 fn number(x: f64) -> String {
     let s = format!("{x:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// How many changed units the text lists.
+pub const UNITS_LISTED: usize = 50;
+
+/// Renders a plan for a terminal: the changes, the moves against the
+/// minimum, each member's units before and after, each group's balance,
+/// and the first [`UNITS_LISTED`] units that change owner.
+pub fn render_plan(r: &PlanReport) -> String {
+    let mut out = format!(
+        "plan for {} at generation {}\nmode: {} ({}); -max-moves-per-cycle {} (this command's: the holder does not record its own)\n",
+        r.table,
+        r.generation,
+        r.assignment,
+        match r.assignment_from {
+            "holder" => "as the holder records it",
+            _ => "this command's flags: the holder records none",
+        },
+        r.max_moves_per_cycle
+    );
+    let c = &r.changes;
+    let mut asked: Vec<String> = Vec::new();
+    asked.extend(c.leave.iter().map(|m| format!("leave {m}")));
+    asked.extend(
+        c.join
+            .iter()
+            .map(|j| format!("join {} (weight {})", j.member, j.weight)),
+    );
+    asked.extend(
+        c.weight
+            .iter()
+            .map(|w| format!("weight {}={}", w.member, w.weight)),
+    );
+    asked.extend(c.cordon.iter().map(|m| format!("cordon {m}")));
+    if asked.is_empty() {
+        asked.push("none (the table the holder converges to as things are)".into());
+    }
+    out += &format!("changes: {}\n", asked.join("; "));
+    out += &match r.moves {
+        Some(m) => format!(
+            "result: {} units change owner: {} moved between members that stay (minimum {}), {} placed\n",
+            r.units_changed, m.moved, m.minimum, m.placed
+        ),
+        None => format!("result: {} units change owner\n", r.units_changed),
+    };
+    if r.batches > 1 {
+        out += &format!("in {} batches (-max-moves-per-cycle)\n", r.batches);
+    }
+    for n in &r.notes {
+        out += &format!("note: {n}\n");
+    }
+    for g in &r.groups {
+        out += &format!(
+            "\ngroup {}: {} members get units, {} to {} each (at most {:.2} from a weighted share)\n",
+            g.group, g.members, g.min, g.max, g.max_off_share
+        );
+        let members: Vec<_> = r.members.iter().filter(|m| m.group == g.group).collect();
+        if !members.is_empty() {
+            out += &format!(
+                "  {:<32} {:>7} {:>7} {:>7} {:>9}\n",
+                "member", "before", "after", "weight", "share"
+            );
+        }
+        for m in members {
+            let share = match (m.share, m.eligible) {
+                (Some(s), _) => format!("{s:.2}"),
+                (None, false) => "no units".into(),
+                (None, true) => "-".into(),
+            };
+            out += &format!(
+                "  {:<32} {:>7} {:>7} {:>7} {:>9}\n",
+                m.member, m.before, m.after, m.weight, share
+            );
+        }
+    }
+    if r.units_changed > 0 {
+        out += &format!("\nunits that change owner ({}):\n", r.units_changed);
+        for u in r.units.iter().take(UNITS_LISTED) {
+            let from = if u.from.is_empty() {
+                "nobody".to_string()
+            } else {
+                u.from.join(",")
+            };
+            let to = u.to.as_deref().unwrap_or("nobody");
+            let kind = match u.kind {
+                Kind::Moved => "moved",
+                Kind::Placed => "placed",
+                Kind::Unowned => "unowned",
+            };
+            // With several groups a unit is placed once in each: say which.
+            let unit = if r.groups.len() > 1 {
+                format!("{} ({})", u.unit, u.group)
+            } else {
+                u.unit.clone()
+            };
+            out += &format!("  {unit:<32} {from} -> {to} ({kind})\n");
+        }
+        if r.units_changed > UNITS_LISTED {
+            out += &format!("  and {} more\n", r.units_changed - UNITS_LISTED);
+        }
+    }
+    out
 }
