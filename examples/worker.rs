@@ -119,6 +119,10 @@ struct Args {
     /// start: Redis unreachable or misconfigured. 0: wait for ever.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     ready_timeout: Duration,
+    /// Abort the process (SIGABRT) on acquiring this unit: a "poison" unit,
+    /// to try the holder's quarantine (`-quarantine-after`).
+    #[arg(long)]
+    crash_on: Option<String>,
 }
 
 impl Args {
@@ -190,6 +194,7 @@ struct Worker {
     member: watch::Receiver<Option<String>>,
     events: bool,
     work: Duration,
+    crash_on: Option<String>,
 }
 
 impl Worker {
@@ -221,6 +226,13 @@ impl Handoff for Worker {
     fn acquired(&self, unit: Owned) -> HandoffFuture<'_> {
         Box::pin(async move {
             let member = self.member().await;
+            if self.crash_on.as_deref() == Some(unit.unit.as_str()) {
+                eprintln!(
+                    "worker {member}: acquired {}: crashing, as --crash-on asks",
+                    unit.unit
+                );
+                std::process::abort();
+            }
             if self.events {
                 self.event("acquired", &unit, &member, unix_us(), None);
             } else {
@@ -369,6 +381,7 @@ async fn worker(args: Args, opts: MemberOptions) -> Result<(), String> {
         member: member_id_rx,
         events: args.events,
         work: Duration::from_millis(args.work_ms),
+        crash_on: args.crash_on.clone(),
     };
     let member = Member::start_with(opts.clone(), worker)
         .await

@@ -149,6 +149,28 @@ fn main() -> std::process::ExitCode {
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
     println!("injected: {}", injected.join(", "));
+    let mut crashes = batch.poison_crashes.clone();
+    crashes.sort_unstable();
+    let rate = |k: usize| {
+        100.0 * batch.healthy_quarantined[k] as f64 / batch.units_listed[k].max(1) as f64
+    };
+    println!(
+        "quarantine: healthy units quarantined {} of {} listed ({:.2} %) in seeds without a poison unit",
+        batch.healthy_quarantined[0],
+        batch.units_listed[0],
+        rate(0)
+    );
+    if let (Some(min), Some(max)) = (crashes.first(), crashes.last()) {
+        println!(
+            "quarantine: {} seeds with a poison unit, crashes it caused min {min} / median {} / max {max}, \
+             other units quarantined {} of {} ({:.2} %)",
+            crashes.len(),
+            crashes[crashes.len() / 2],
+            batch.healthy_quarantined[1],
+            batch.units_listed[1],
+            rate(1)
+        );
+    }
     println!(
         "simulated {n} seeds, {violations} violations, {:.1} seeds/s",
         n as f64 / took.as_secs_f64()

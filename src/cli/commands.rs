@@ -73,6 +73,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What the holder would write after members leave, join, change
+    /// weight or are cordoned: the units that move (from whom to whom),
+    /// the moves against the minimum and the balance after. Reads Redis,
+    /// writes nothing.
+    Plan(super::plan::PlanArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -145,6 +150,12 @@ pub enum UnitsOp {
     /// Remove a unit's pin.
     Unpin {
         unit: String,
+    },
+    /// Units quarantined because members holding them kept dying
+    /// (`-quarantine-after`): list them, or release one.
+    Quarantine {
+        #[command(subcommand)]
+        op: super::quarantine::QuarantineOp,
     },
 }
 
@@ -268,9 +279,13 @@ async fn execute(config: &Config, command: Command) -> anyhow::Result<()> {
         Command::Workunits {
             op: UnitsOp::Unpin { unit },
         } => control(Control::Unpin { unit }).await?,
+        Command::Workunits {
+            op: UnitsOp::Quarantine { op },
+        } => super::quarantine::run(&store, op).await?,
         Command::Members { op } => control(Control::Member(op)).await?,
         Command::Pause => control(Control::Pause).await?,
         Command::Resume => control(Control::Resume).await?,
+        Command::Plan(args) => super::plan::run(config, &store, &args).await?,
         Command::Weights { op } => weights(&store, op).await?,
         Command::Costs { op } => costs(&store, op).await?,
         Command::History { json, limit } => {

@@ -1,7 +1,8 @@
 //! The command line: clap's flags (built from [`config::SETTINGS`]) and
-//! operator commands ([`commands`]), and [`parse`], the whole pipeline from
-//! raw arguments to a validated [`Config`]: Go-style flags normalized, clap,
-//! then [`config::resolve`]. The daemon itself is [`daemon`].
+//! operator commands ([`commands`]; `distributor plan` in [`plan`]), and
+//! [`parse`], the whole pipeline from raw arguments to a validated
+//! [`Config`]: Go-style flags normalized, clap, then [`config::resolve`].
+//! The daemon itself is [`daemon`].
 //!
 //! [`parse`] never panics and never exits: any input, non-UTF-8 included,
 //! gives a [`CliError`]; `main` prints it and exits (help and version with 0,
@@ -11,6 +12,8 @@ mod checks;
 pub mod commands;
 pub mod controls;
 pub mod daemon;
+pub mod plan;
+pub mod quarantine;
 
 pub use commands::{Command, CostsOp, ServicesOp, UnitsOp, WeightsOp};
 
@@ -334,6 +337,12 @@ mod tests {
             "add",
             "remove",
             "set",
+            "plan",
+            "--leave",
+            "--join",
+            "--weight",
+            "--cordon",
+            "--group",
             "--json",
             "--help",
             "-h",

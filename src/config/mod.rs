@@ -106,6 +106,8 @@ pub struct Config {
     /// How long a member that becomes live without units waits before it
     /// takes units from live members (0: not at all).
     pub join_delay: Duration,
+    /// `-quarantine-after` and `-quarantine-window`.
+    pub quarantine: crate::core::quarantine::QuarantineRule,
     /// Redis replicas that must acknowledge (WAIT) lease and table writes.
     pub redis_wait_replicas: u32,
     pub redis_wait_timeout: Duration,
@@ -150,6 +152,7 @@ impl std::fmt::Debug for Config {
             balance,
             max_moves_per_cycle,
             join_delay,
+            quarantine,
             redis_wait_replicas,
             redis_wait_timeout,
             redis_tls,
@@ -185,6 +188,7 @@ impl std::fmt::Debug for Config {
             .field("balance", balance)
             .field("max_moves_per_cycle", max_moves_per_cycle)
             .field("join_delay", join_delay)
+            .field("quarantine", quarantine)
             .field("redis_wait_replicas", redis_wait_replicas)
             .field("redis_wait_timeout", redis_wait_timeout)
             .field("redis_tls", redis_tls)
@@ -341,6 +345,19 @@ pub fn resolve(
         || format!("must be at least -poll-interval ({poll_interval:?})"),
     )?;
 
+    let quarantine_after = l.get(&QUARANTINE_AFTER)?;
+    l.rule(quarantine_after != 1, &QUARANTINE_AFTER, || {
+        "must be 0 (off) or at least 2: 1 would quarantine every unit of any member that dies"
+            .to_string()
+    })?;
+    let quarantine = crate::core::quarantine::QuarantineRule {
+        after: quarantine_after,
+        window_ms: l.get(&QUARANTINE_WINDOW)?.as_millis() as u64,
+        probation_ms: crate::core::quarantine::QuarantineRule::probation_for(
+            poll_interval * failure_threshold + ping_timeout,
+        ),
+    };
+
     let lease = LeaseTiming {
         ttl: l.get(&LEASE_TTL)?,
         renew_interval: l.get(&LEASE_RENEW_INTERVAL)?,
@@ -423,6 +440,7 @@ pub fn resolve(
             .expect("a name of Balance::NAMES"),
         max_moves_per_cycle: l.get(&MAX_MOVES_PER_CYCLE)?,
         join_delay: l.get(&JOIN_DELAY)?,
+        quarantine,
         redis_wait_replicas: l.get(&REDIS_WAIT_REPLICAS)?,
         redis_wait_timeout: l.get(&REDIS_WAIT_TIMEOUT)?,
         redis_tls,

@@ -235,6 +235,10 @@ settings! {
         "At most this many units are moving at once (revoked from a live owner, not yet granted to the next), in both modes; the rest follow as those moves complete. Units of failed or departed members are never held back. 0: no limit";
     JOIN_DELAY: Dur = Dur(Duration::ZERO), "join-delay" ["JOIN_DELAY"] = Some("0s"), "DURATION",
         "With -assignment sticky and -balance count: how long a member that becomes live without units waits before it takes units from live members; a member that leaves, fails or drains meanwhile gives its units to the waiting newcomers first, so a rolling restart moves each unit once. 0: a newcomer gets its share at once";
+    QUARANTINE_AFTER: Whole<u32> = Whole { min: 0, max: Some(1000) }, "quarantine-after" ["QUARANTINE_AFTER"] = Some("3"), "N",
+        "Quarantine a unit after this many deaths of members holding it (alone, not in a mass failure; of two members at least) within -quarantine-window: it goes to nobody, recorded in {T}:quarantine until `distributor workunits quarantine release`. A unit one death short is tried alone on another member first. 0: off; 1 is refused (it would quarantine every unit of any member that dies)";
+    QUARANTINE_WINDOW: Dur = Dur(ms(1000)), "quarantine-window" ["QUARANTINE_WINDOW"] = Some("10m"), "DURATION",
+        "How long a member's death counts against the units it held (-quarantine-after)";
     REDIS_WAIT_REPLICAS: Whole<u32> = Whole { min: 0, max: Some(64) }, "redis-wait-replicas" ["REDIS_WAIT_REPLICAS"] = Some("0"), "N",
         "Redis replicas that must acknowledge a lease acquisition, renewal or table write (WAIT) before it counts";
     REDIS_WAIT_TIMEOUT: Dur = Dur(ms(1)), "redis-wait-timeout" ["REDIS_WAIT_TIMEOUT"] = Some("100ms"), "DURATION",

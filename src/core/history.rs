@@ -112,6 +112,15 @@ impl Listed {
         self.units.iter().any(|u| u == unit)
     }
 
+    /// Units of the given names (sorted, bounded as every list of a record).
+    pub fn named(names: &[String]) -> Listed {
+        Listed::of(names.iter().map(String::as_str).collect())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// Whether every unit of this kind is named.
     pub fn complete(&self) -> bool {
         self.units.len() == self.count
@@ -158,6 +167,10 @@ pub struct ChangeRecord {
     pub revoked: Listed,
     /// The solver's own account of its last solve (`{T}:meta` `last_change`).
     pub moves: Option<Moves>,
+    /// Units quarantined since the last table write (`core::quarantine`):
+    /// given to nobody from this write on.
+    #[cfg_attr(feature = "daemon", serde(skip_serializing_if = "Listed::is_empty"))]
+    pub quarantined: Listed,
 }
 
 /// What the holder knew of the members when it planned the write.
@@ -257,6 +270,7 @@ pub fn record(
         placed: Listed::of(placed),
         revoked: Listed::of(revoked),
         moves,
+        quarantined: Listed::default(),
     }
 }
 
@@ -300,6 +314,11 @@ impl ChangeRecord {
         }
         if let Some(m) = self.moves {
             f.push(("last_change", m.encode()));
+        }
+        if !self.quarantined.is_empty() {
+            let (count, units) = self.quarantined.encode();
+            f.push(("quarantined", count));
+            f.push(("quarantined_units", units));
         }
         f
     }
@@ -404,6 +423,7 @@ pub fn decode(id: &str, fields: &[(String, String)]) -> HistoryEntry {
     let moved = listed("moved", "moved_units");
     let placed = listed("placed", "placed_units");
     let revoked = listed("revoked", "revoked_units");
+    let quarantined = listed("quarantined", "quarantined_units");
     let moves = get("last_change").and_then(|v| {
         let m = Moves::decode(v);
         if m.is_none() {
@@ -432,6 +452,7 @@ pub fn decode(id: &str, fields: &[(String, String)]) -> HistoryEntry {
             placed,
             revoked,
             moves,
+            quarantined,
         },
         unreadable: (!bad.is_empty()).then(|| bad.join(", ")),
     }

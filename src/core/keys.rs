@@ -57,6 +57,10 @@ pub struct Keys {
     /// <unix_ms>`, `pin:<unit>` → member, `pause` → unix ms; written by the
     /// CLI, read by the holder with the reports.
     pub controls: String,
+    /// Quarantined units (`core::quarantine`): unit → `<since_ms>
+    /// <member>@<ms>,...` (the deaths that caused it), written by the holder
+    /// (fenced), removed by `distributor workunits quarantine release`.
+    pub quarantine: String,
     /// The change history: a capped stream, one entry per table write,
     /// added by the holder inside the fenced commit (`core::history`).
     pub changes: String,
@@ -93,6 +97,7 @@ impl Keys {
             transit: k("transit"),
             changes: k("changes"),
             controls: k("controls"),
+            quarantine: k("quarantine"),
             table_channel: k("changed"),
             lease_channel: k("released"),
             acked_channel: k("acked"),
@@ -189,6 +194,7 @@ mod tests {
             &k.transit,
             &k.changes,
             &k.controls,
+            &k.quarantine,
             &k.census(7),
         ] {
             assert!(k.is_reserved(key), "{key}");

@@ -97,6 +97,24 @@ pub struct Status {
     pub balance: Option<BalanceStatus>,
     /// The operator's controls in force, as the holder's last cycle read them.
     pub controls: ControlsStatus,
+    /// Poison units (`core::quarantine`), as the holder's last cycle knew them.
+    pub quarantine: QuarantineStatus,
+}
+
+/// Poison units (`core::quarantine`), counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QuarantineStatus {
+    /// Units given to nobody until released (`{T}:quarantine`).
+    pub quarantined: usize,
+    /// Units one death short of quarantine: held, trials included.
+    pub held: usize,
+    /// Held units placed now, each alone on a member, to see whether it
+    /// dies.
+    pub trials: usize,
+    /// Units quarantined by this replica since it started.
+    pub quarantined_here: u64,
+    /// Fields of `{T}:quarantine` that name no unit, skipped.
+    pub unreadable: usize,
 }
 
 /// The operator's controls in force (`core::controls`), counted.
@@ -197,6 +215,8 @@ pub struct Overview {
     pub loads: std::collections::BTreeMap<String, String>,
     /// `{T}:controls`: the operator's controls, undecoded.
     pub controls: std::collections::BTreeMap<String, String>,
+    /// `{T}:quarantine`: quarantined units and their records, undecoded.
+    pub quarantine: std::collections::BTreeMap<String, String>,
 }
 
 impl Overview {

@@ -128,6 +128,14 @@ pub trait HoldingStore: Clone + Send + Sync + 'static {
         grant: &LeaseGrant,
         pairs: &[(String, Vec<u8>)],
     ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, StoreError>> + Send;
+
+    /// Fenced: records quarantined units (unit, encoded record) in
+    /// `{T}:quarantine`; how many were new to it.
+    fn record_quarantine(
+        &self,
+        grant: &LeaseGrant,
+        records: &[(String, String)],
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 
 impl HoldingStore for crate::edge::redis::Store {
@@ -239,5 +247,13 @@ impl HoldingStore for crate::edge::redis::Store {
         pairs: &[(String, Vec<u8>)],
     ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, StoreError>> + Send {
         crate::edge::redis::Store::forget_many(self, grant, pairs)
+    }
+
+    fn record_quarantine(
+        &self,
+        grant: &LeaseGrant,
+        records: &[(String, String)],
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        crate::edge::redis::Store::record_quarantine(self, grant, records)
     }
 }

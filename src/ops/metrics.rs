@@ -65,6 +65,10 @@ pub struct Metrics {
     pub members: Family<GroupState, Gauge>,
     pub work_units: Gauge,
     pub suspects: Gauge,
+    pub units_quarantined: Gauge,
+    pub units_held: Gauge,
+    pub quarantine_unreadable: Gauge,
+    pub quarantines: Counter,
     pub failing_long: Gauge,
     pub invalid_inputs: Family<Kind, Gauge>,
     pub controls: Family<Kind, Gauge>,
@@ -162,6 +166,30 @@ impl Metrics {
             "work_units",
             "Distinct valid work units (holder only)",
             work_units.clone(),
+        );
+        let units_quarantined = Gauge::default();
+        r.register(
+            "units_quarantined",
+            "Work units given to nobody because members holding them kept dying, until released ({T}:quarantine; holder only)",
+            units_quarantined.clone(),
+        );
+        let units_held = Gauge::default();
+        r.register(
+            "units_held",
+            "Work units one death short of quarantine, placed one at a time to see whether their owner dies (holder only)",
+            units_held.clone(),
+        );
+        let quarantine_unreadable = Gauge::default();
+        r.register(
+            "quarantine_unreadable",
+            "Fields of {T}:quarantine that name no work unit, skipped (holder only)",
+            quarantine_unreadable.clone(),
+        );
+        let quarantines = Counter::default();
+        r.register(
+            "quarantines",
+            "Work units this replica quarantined",
+            quarantines.clone(),
         );
         let suspects = Gauge::default();
         r.register(
@@ -421,6 +449,10 @@ impl Metrics {
             members,
             work_units,
             suspects,
+            units_quarantined,
+            units_held,
+            quarantine_unreadable,
+            quarantines,
             failing_long,
             invalid_inputs,
             controls,
@@ -576,6 +608,15 @@ impl Metrics {
         if s.role == Role::Holder {
             self.work_units.set(s.units as i64);
             self.suspects.set(s.suspects as i64);
+            self.units_quarantined.set(s.quarantine.quarantined as i64);
+            self.units_held.set(s.quarantine.held as i64);
+            self.quarantine_unreadable
+                .set(s.quarantine.unreadable as i64);
+            let counted = self.quarantines.get();
+            if s.quarantine.quarantined_here > counted {
+                self.quarantines
+                    .inc_by(s.quarantine.quarantined_here - counted);
+            }
             self.failing_long.set(s.failing_long as i64);
             self.set_members(&s.groups);
             self.units_in_transit.set(s.handoff.in_transit as i64);
@@ -604,6 +645,9 @@ impl Metrics {
             // Only the holder observes members; a standby's view would be stale.
             self.set_members(&[]);
             self.suspects.set(0);
+            self.units_quarantined.set(0);
+            self.units_held.set(0);
+            self.quarantine_unreadable.set(0);
             self.failing_long.set(0);
             self.units_in_transit.set(0);
             self.transit_oldest.set(0.0);

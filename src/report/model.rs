@@ -47,6 +47,9 @@ pub struct StatusReport<G = GroupReport> {
     pub balance: Option<BalanceReport>,
     /// The operator's controls in force (`None`: none).
     pub controls: Option<ControlsReport>,
+    /// Units quarantined because members holding them kept dying (`None`:
+    /// none), the first [`super::QUARANTINED_SHOWN`] of them listed.
+    pub quarantine: Option<super::QuarantineReport>,
 }
 
 /// How many hot units a status report lists.
@@ -258,6 +261,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
     let (balance, loads) = balance_of(o, assignment.as_deref(), &inputs, now_ms);
     let generation = num("generation").unwrap_or(0);
     let controls = super::controls::controls_of(&o.controls, now_ms);
+    let quarantine = super::quarantine_of(&o.quarantine, super::QUARANTINED_SHOWN);
     let mut transit: Vec<TransitReport> = o
         .transit
         .iter()
@@ -408,6 +412,7 @@ pub fn status(o: &Overview, table_key: &str, now_ms: u64) -> StatusReport {
         last_change,
         balance,
         controls,
+        quarantine,
     }
 }
 
@@ -550,6 +555,7 @@ impl StatusReport {
             last_change: self.last_change,
             balance: self.balance.clone(),
             controls: self.controls.clone(),
+            quarantine: self.quarantine.clone(),
         }
     }
 

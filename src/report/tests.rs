@@ -48,6 +48,7 @@ fn overview() -> Overview {
         costs: Default::default(),
         loads: Default::default(),
         controls: Default::default(),
+        quarantine: Default::default(),
     }
 }
 

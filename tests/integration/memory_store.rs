@@ -120,7 +120,7 @@ impl World {
             _ => self.rng.pick(&["1", "2", "x", "0"]).to_string(),
         };
         let lease_keys = vec![k.lease.clone(), k.epoch.clone(), k.meta.clone()];
-        match self.rng.below(12) {
+        match self.rng.below(13) {
             0 | 1 => {
                 let holder_conn = hfield(ks, &k.meta, "holder_conn", now).unwrap_or_default();
                 let (dead_token, dead_epoch, dead_client) = if self.rng.chance(30) {
@@ -199,6 +199,30 @@ impl World {
                         s(self.rng.pick(&LISTS))
                     }],
                     argv: (0..n).map(|_| s(self.rng.pick(&MEMBERS))).collect(),
+                }
+            }
+            12 => {
+                let mut argv = vec![token, epoch_arg];
+                for _ in 0..self.rng.below(3) {
+                    argv.push(self.rng.mostly(&["u1", "u2"], &["a,b", ""]));
+                    argv.push(self.rng.mostly(&["1700 a:1@5,b:1@6", "17"], &["x", ""]));
+                }
+                if self.rng.chance(5) {
+                    argv.push(s("u3"));
+                }
+                Step::Script {
+                    script: Script::Quarantine,
+                    // Sometimes a key of another type, which it refuses.
+                    keys: vec![
+                        k.lease.clone(),
+                        k.epoch.clone(),
+                        if self.rng.chance(10) {
+                            k.lease.clone()
+                        } else {
+                            k.quarantine.clone()
+                        },
+                    ],
+                    argv,
                 }
             }
             _ if self.rng.chance(50) => Step::Script {

@@ -474,6 +474,14 @@ impl Replica {
                 "-census-interval=500ms",
                 "-http-addr=off",
                 "-traces=none",
+                // The schedules kill, freeze and cut workers every few
+                // hundred ms, far faster than a fleet fails: at that pace
+                // the quarantine's evidence convicts healthy units (the
+                // simulation measures the rate), and these schedules check
+                // that every listed unit is owned. The quarantine has its
+                // own test (tests/integration/quarantine.rs) and runs in
+                // every simulated seed.
+                "-quarantine-after=0",
             ])
             .arg(format!("-handoff-delay={}ms", HANDOFF_DELAY.as_millis()))
             .arg(format!("-replica-id={id}"))

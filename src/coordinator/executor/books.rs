@@ -12,7 +12,7 @@ use crate::coordinator::holder::{
 };
 use crate::coordinator::machine::{CycleOutcome, CycleSummary};
 use crate::core::inputs::Rejection;
-use crate::core::status::{BalanceStatus, ControlsStatus, HandoffStatus};
+use crate::core::status::{BalanceStatus, ControlsStatus, HandoffStatus, QuarantineStatus};
 use crate::core::timing::Timing;
 use crate::edge::grpc::PingFailure;
 use crate::error::StoreError;
@@ -53,7 +53,7 @@ impl Executor {
                 self.redis_result(&Ok::<(), StoreError>(()))
             }
         }
-        let report = match report {
+        let mut report = match report {
             Ok(r) => {
                 if std::mem::take(&mut self.read_failing) {
                     tracing::info!("cycles recovered");
@@ -118,6 +118,18 @@ impl Executor {
             &report.view.handoff.controls,
             report.view.handoff.bad_controls.len(),
         );
+        let events = report.view.quarantine.take_events();
+        let quarantine = QuarantineStatus {
+            quarantined: report.view.quarantine.quarantined().len(),
+            held: report.view.quarantine.held().len(),
+            trials: report.view.quarantine.trials().count(),
+            quarantined_here: self.status.borrow().quarantine.quarantined_here
+                + events.quarantined.len() as u64,
+            unreadable: report.view.bad_quarantine,
+        };
+        for unit in &events.released {
+            tracing::info!(unit = %unit, "quarantined unit released: placed again, its count restarted");
+        }
         let recovering = report
             .view
             .handoff
@@ -264,6 +276,7 @@ impl Executor {
                 s.suspects = suspects;
                 s.failing_long = failing_long;
                 s.controls = controls;
+                s.quarantine = quarantine;
                 s.handoff = HandoffStatus {
                     in_transit: handoff.in_transit,
                     oldest_transit_ms: handoff.oldest_transit_ms,

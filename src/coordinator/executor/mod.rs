@@ -532,6 +532,7 @@ impl Executor {
             units_key: self.config.workunits_namespace.clone(),
             replica_id: self.config.replica_id.clone(),
             forget_after: self.config.forget_after,
+            quarantine: self.config.quarantine,
             grant,
             acts_until: self.acts_until.subscribe(),
             generation_floor,

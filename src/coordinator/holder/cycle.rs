@@ -78,6 +78,8 @@ pub(in crate::coordinator) struct CycleContext<S = Store, P = Pinger> {
     pub(in crate::coordinator) units_key: String,
     pub(in crate::coordinator) replica_id: String,
     pub(in crate::coordinator) forget_after: Option<Duration>,
+    /// `-quarantine-after` and `-quarantine-window`.
+    pub(in crate::coordinator) quarantine: crate::core::quarantine::QuarantineRule,
     pub(in crate::coordinator) grant: LeaseGrant,
     pub(in crate::coordinator) acts_until: watch::Receiver<Instant>,
     pub(in crate::coordinator) generation_floor: u64,
@@ -153,6 +155,7 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
             epoch: self.grant.epoch,
             server: self.store.server(),
             recovery_gather: self.timing.recovery_gather,
+            quarantine: self.quarantine,
         };
         let mut core = CycleCore::new(kind, config, view, refused, self.warm.take());
         // Pings of earlier cycles still running (hung members): collected
@@ -314,6 +317,9 @@ impl<S: HoldingStore, P: MemberPings> CycleContext<S, P> {
                 Ready::Forget { pairs } => {
                     Outcome::Forgotten(self.store.forget_many(&self.grant, &pairs).await)
                 }
+                Ready::RecordQuarantine { records } => Outcome::QuarantineRecorded(
+                    self.store.record_quarantine(&self.grant, &records).await,
+                ),
                 Ready::RestoreReports { reports } => {
                     Outcome::Restored(self.store.restore_reports(&reports).await)
                 }

@@ -31,6 +31,7 @@ use tracing::Span;
 use super::machine::{CycleOutcome, CycleSummary};
 use crate::core::inputs::Inputs;
 use crate::core::liveness::{HealthChanges, Liveness};
+use crate::core::quarantine::Quarantine;
 use crate::core::suspicion::{Review, Suspect, SuspectChanges};
 use crate::core::table::Moves;
 use crate::edge::grpc::PingFailure;
@@ -44,7 +45,7 @@ mod pings;
 mod solve;
 mod warm;
 
-pub(super) use core::KnownCosts;
+pub(super) use core::{Excluded, KnownCosts};
 pub(super) use cycle::CycleContext;
 pub(super) use handoff::{Confirm, HandoffState, Refusal};
 pub(super) use lists::ListCache;
@@ -83,6 +84,14 @@ pub(in crate::coordinator) struct HolderView {
     /// cycle judged: those of them without units in the table the solve
     /// starts from wait (`holder::solve`).
     pub(in crate::coordinator) waiting: Arc<BTreeSet<String>>,
+    /// Poison units: deaths counted, quarantined and held units.
+    pub(in crate::coordinator) quarantine: Quarantine,
+    /// The inputs without the units given to nobody, as last made.
+    pub(in crate::coordinator) excluded: Option<Excluded>,
+    /// Unreadable fields of `{T}:quarantine` last logged, and the last read
+    /// error, so that each is logged once.
+    pub(in crate::coordinator) bad_quarantine: usize,
+    pub(in crate::coordinator) quarantine_error: Option<String>,
 }
 
 impl HolderView {
@@ -102,6 +111,10 @@ impl HolderView {
             aligned_costs: None,
             joined: HashMap::new(),
             waiting: Arc::default(),
+            quarantine: Quarantine::default(),
+            excluded: None,
+            bad_quarantine: 0,
+            quarantine_error: None,
         }
     }
 

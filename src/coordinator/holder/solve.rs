@@ -113,7 +113,18 @@ pub(super) async fn desired(
     // depend on it (so neither does the memo's key), and it is not read.
     // The operator's controls: cordoned and paused members keep what they
     // hold, so the solve reads the current table then.
-    let controls = Arc::clone(&view.handoff.controls);
+    // A held unit on trial (`core::quarantine`) goes to the member it is
+    // pinned to, as an operator's pin would send it.
+    let pins: Vec<(&str, &str)> = view.quarantine.trial_pins().collect();
+    let controls = if pins.is_empty() {
+        Arc::clone(&view.handoff.controls)
+    } else {
+        let mut c = (*view.handoff.controls).clone();
+        for (unit, member) in pins {
+            c.pins.insert(unit.to_string(), member.to_string());
+        }
+        Arc::new(c)
+    };
     // Newcomers that wait (`-join-delay`): members live for less than the
     // delay that hold no unit in the table this solve starts from (units
     // in transit towards one do not count: it waits while they arrive).
@@ -163,8 +174,9 @@ pub(super) async fn desired(
         .collect();
     // The units' part is computed once per units list read (see
     // `ListCache`): an idle cycle hashes members, never units.
-    let units_part = match &view.lists {
-        Some(c) if Arc::ptr_eq(&c.inputs, inputs) => c.units_key,
+    let units_part = match (&view.lists, &view.excluded) {
+        (_, Some(e)) if Arc::ptr_eq(&e.inputs, inputs) => e.units_key,
+        (Some(c), _) if Arc::ptr_eq(&c.inputs, inputs) => c.units_key,
         _ => units_key(&inputs.units),
     };
     // Each unit's cost in the units' order, looked up once per units list

@@ -57,6 +57,15 @@ pub(super) async fn drive_members(world: Arc<Mutex<World>>) {
         if std::env::var_os("SIM_DEBUG").is_some() {
             eprintln!("{} members wake", w.ms(now));
         }
+        let due: Vec<usize> = w
+            .restart_at
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(i, _)| *i)
+            .collect();
+        for i in due {
+            w.restart_member(i, now);
+        }
         for i in 0..w.members.len() {
             if !w.members[i].active(now) {
                 // A paused or dead process does nothing; its reads resume
@@ -71,6 +80,10 @@ pub(super) async fn drive_members(world: Arc<Mutex<World>>) {
                 let every = w.members[i].read_every;
                 w.members[i].next_read = now + every;
                 w.member_read(i, now);
+                if !w.members[i].alive {
+                    // It crashed on what it read (a poison unit).
+                    continue;
+                }
             }
             w.member_refresh(i, now);
             w.member_tick(i, now);

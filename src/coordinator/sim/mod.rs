@@ -108,6 +108,13 @@ pub struct SeedOutcome {
     pub seed: u64,
     /// How many events the schedule drew (those omitted included).
     pub events: usize,
+    /// With a poison unit: the crashes it caused.
+    pub poison: Option<usize>,
+    /// Units quarantined at the end that are not the poison unit (false
+    /// positives of the quarantine, under this run's failures).
+    pub healthy_quarantined: usize,
+    /// Units listed at the end.
+    pub units_listed: usize,
     pub violations: Vec<Violation>,
     /// The faults injected, by kind.
     pub injected: BTreeMap<&'static str, usize>,
@@ -116,6 +123,19 @@ pub struct SeedOutcome {
 }
 
 const UNIX_BASE_MS: u64 = 1_700_000_000_000;
+
+/// The quarantine of every seed: three deaths within five seconds. Members
+/// here fail (killed, paused, cut off) every few seconds, hundreds of times
+/// a real fleet's rate, and a death is seen up to a second after it: the
+/// window is scaled to that, long enough for a poison unit's three crashes
+/// (a second apart: its victims restart after one), and the false
+/// positives `scripts/simulate` reports are this pace's.
+pub const SIM_QUARANTINE: crate::core::quarantine::QuarantineRule =
+    crate::core::quarantine::QuarantineRule {
+        after: 3,
+        window_ms: 5_000,
+        probation_ms: 1_000,
+    };
 
 /// Runs one seed to its end.
 pub fn run_seed(seed: u64, run: Run) -> SeedOutcome {
@@ -192,6 +212,12 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
     let n_units = 4 + rng.below(12) as usize;
     let long_deadline = rng.chance(400);
     let forget_after = rng.chance(300).then(|| Duration::from_millis(1_500));
+    // A poison unit in a tenth of the seeds, from a stream of its own (every
+    // other seed stays as it was); the quarantine runs in every seed, its
+    // window scaled to the run's pace of failures.
+    let poison = Rng::new(seed ^ 0x9015)
+        .chance(100)
+        .then(|| "u1".to_string());
     let settings = ReplicaSettings {
         lease: LeaseTiming {
             ttl: Duration::from_millis(1_500),
@@ -210,6 +236,7 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
             rng.millis(2_000, 8_000)
         },
         forget_after,
+        quarantine: SIM_QUARANTINE,
         assignment: if rng.chance(500) {
             Assignment::Sticky
         } else {
@@ -334,12 +361,16 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
         seen_overlaps: Default::default(),
         injected: BTreeMap::new(),
         copies: Default::default(),
+        poison: poison.clone(),
+        restart_at: Default::default(),
+        poison_kills: 0,
     }));
     world.lock().expect("world lock").log(
         start,
         format!(
             "seed {seed}: {n_members} members, {n_units} units, store faults {store_faults}‰, \
-             handoff delay {:?}, forget after {forget_after:?}, {:?}, {:?}, join delay {:?}",
+             handoff delay {:?}, forget after {forget_after:?}, {:?}, {:?}, join delay {:?}, \
+             poison unit {poison:?}",
             settings.handoff_delay, settings.assignment, settings.balance, settings.join_delay
         ),
     );
@@ -682,18 +713,50 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
     let now = clock::now();
     w.check_overlap(now);
     let units = w.units();
+    let units_listed = units.len();
+    // Quarantined units have no owner (checked as every other unit's one
+    // owner); a quarantine of a unit that is not the poison is a false
+    // positive, counted; a poison unit still listed must be quarantined.
+    let quarantined: std::collections::BTreeSet<String> = {
+        let mut s = server.lock().expect("server lock");
+        let at = s.tick();
+        s.keyspace
+            .hgetall(&w.keys.quarantine, at)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(f, _)| String::from_utf8_lossy(&f).into_owned())
+            .collect()
+    };
+    let healthy_quarantined = quarantined
+        .iter()
+        .filter(|u| w.poison.as_ref() != Some(*u) && units.contains(*u))
+        .count();
+    if let Some(p) = w.poison.clone()
+        && units.contains(&p)
+        && !quarantined.contains(&p)
+    {
+        let what = format!(
+            "poison unit {p} not quarantined after {:?} without other faults ({} crashes)",
+            run.quiet, w.poison_kills
+        );
+        let at_ms = w.ms(now);
+        w.trace.push(format!("{at_ms:>6} ms  VIOLATION {what}"));
+        w.violations.push(Violation { at_ms, what });
+    }
     for unit in units {
+        let expected = usize::from(!quarantined.contains(&unit));
         let owners: Vec<String> = w
             .members
             .iter()
             .filter(|m| m.working(now).contains(&unit))
             .map(|m| m.name.clone())
             .collect();
-        if owners.len() != 1 {
+        if owners.len() != expected {
             let what = format!(
-                "unit {unit} has {} owners {:?} after {:?} without faults",
+                "unit {unit} has {} owners {:?} (quarantined: {}) after {:?} without faults",
                 owners.len(),
                 owners,
+                expected == 0,
                 run.quiet
             );
             let at_ms = w.ms(now);
@@ -716,6 +779,9 @@ async fn simulate(seed: u64, run: Run, omit: Omit) -> SeedOutcome {
     SeedOutcome {
         seed,
         events,
+        poison: w.poison.as_ref().map(|_| w.poison_kills),
+        healthy_quarantined,
+        units_listed,
         violations: w.violations.clone(),
         injected,
         trace: std::mem::take(&mut w.trace),

@@ -42,6 +42,8 @@ pub struct ReplicaSettings {
     pub failure_threshold: u32,
     pub handoff_delay: Duration,
     pub forget_after: Option<Duration>,
+    /// `-quarantine-after` and `-quarantine-window`.
+    pub quarantine: crate::core::quarantine::QuarantineRule,
     pub assignment: Assignment,
     pub balance: Balance,
     /// `-join-delay`.
@@ -332,6 +334,7 @@ pub async fn run(
                             units_key,
                             replica_id: id.clone(),
                             forget_after: settings.forget_after,
+                            quarantine: settings.quarantine,
                             grant,
                             acts_until: acts_tx.subscribe(),
                             generation_floor,

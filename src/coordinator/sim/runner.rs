@@ -74,6 +74,14 @@ pub struct Batch {
     pub failed: Vec<SeedOutcome>,
     /// The faults injected, by kind, over every seed.
     pub injected: BTreeMap<&'static str, usize>,
+    /// The crashes each poison unit caused, one entry per seed with one.
+    pub poison_crashes: Vec<usize>,
+    /// Units quarantined that were not the poison unit, and the units
+    /// listed, over the seeds without a poison unit (the quarantine's false
+    /// positives under unrelated failures) and over those with one (its
+    /// companions too).
+    pub healthy_quarantined: [usize; 2],
+    pub units_listed: [usize; 2],
 }
 
 /// Runs `seeds`, `threads` at a time.
@@ -92,6 +100,10 @@ pub fn run_seeds(seeds: impl Iterator<Item = u64> + Send, run: Run, threads: usi
                     for (k, n) in &outcome.injected {
                         *b.injected.entry(k).or_default() += n;
                     }
+                    b.poison_crashes.extend(outcome.poison);
+                    let k = usize::from(outcome.poison.is_some());
+                    b.healthy_quarantined[k] += outcome.healthy_quarantined;
+                    b.units_listed[k] += outcome.units_listed;
                     if !outcome.violations.is_empty() {
                         b.failed.push(outcome);
                     }

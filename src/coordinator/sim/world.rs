@@ -167,6 +167,13 @@ pub struct World {
     /// Copies of the keyspace, the newest last (a replica's view, for a
     /// failover to one that lagged).
     pub copies: std::collections::VecDeque<(Instant, crate::edge::memory::Keyspace)>,
+    /// The poison unit of this seed, if any: a member that acquires it
+    /// crashes at once, and its supervisor starts it again a second later.
+    pub poison: Option<String>,
+    /// Members a supervisor starts again then.
+    pub restart_at: BTreeMap<usize, Instant>,
+    /// Crashes the poison unit caused.
+    pub poison_kills: usize,
 }
 
 impl World {
@@ -303,6 +310,9 @@ impl World {
     /// Writes the member's statement for a holder's recovery if one is due
     /// (it may fail, and is then due again).
     pub fn write_held(&mut self, i: usize, now: Instant) {
+        if !self.members[i].alive {
+            return;
+        }
         let m = &mut self.members[i];
         let local = m.local(now);
         let Some(held) = m.ownership.held_due(local) else {
@@ -350,6 +360,9 @@ impl World {
 
     /// Writes the member's report if one is due (it may fail).
     pub fn write_report(&mut self, i: usize, now: Instant) {
+        if !self.members[i].alive {
+            return;
+        }
         let Some(report) = self.members[i].ownership.report_due() else {
             return;
         };
@@ -391,10 +404,12 @@ impl World {
     /// fencing tokens; revocations start stopping.
     pub fn after_steps(&mut self, i: usize, now: Instant) {
         let steps = self.members[i].ownership.take_steps();
+        let mut poisoned = false;
         for step in steps {
             match step {
                 Step::Acquire { units } => {
                     for t in units {
+                        poisoned |= self.poison.as_ref() == Some(&t.unit);
                         let name = self.members[i].name.clone();
                         if let Some((last, by)) = self.tokens.get(&t.unit).cloned()
                             && by != name
@@ -432,6 +447,13 @@ impl World {
             }
         }
         self.check_overlap(now);
+        if poisoned && self.members[i].alive {
+            // The application starts on the poison unit and crashes.
+            self.injected("poison-crash");
+            self.poison_kills += 1;
+            self.kill_member(i, now);
+            self.restart_at.insert(i, now + Duration::from_secs(1));
+        }
     }
 
     /// Re-registers member `i` and re-writes the report it wrote last, if
@@ -488,9 +510,15 @@ impl World {
     /// ending).
     pub fn member_wake(&self, i: usize, now: Instant) -> Instant {
         let m = &self.members[i];
-        // A dead process does nothing; a paused one nothing until it runs.
+        // A dead process does nothing (until its supervisor starts it
+        // again); a paused one nothing until it runs.
         if !m.alive {
-            return now + Duration::from_secs(1);
+            return self
+                .restart_at
+                .get(&i)
+                .copied()
+                .unwrap_or(now + Duration::from_secs(1))
+                .min(now + Duration::from_secs(1));
         }
         if let Some(p) = m.paused_until.filter(|p| *p > now) {
             return p;
@@ -544,6 +572,7 @@ impl World {
 
     /// A new process on member `i`'s address.
     pub fn restart_member(&mut self, i: usize, now: Instant) {
+        self.restart_at.remove(&i);
         let m = &mut self.members[i];
         m.alive = true;
         m.paused_until = None;

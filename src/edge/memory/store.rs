@@ -356,7 +356,8 @@ impl MemoryStore {
             .keyspace
             .version(&self.keys.members, now)
             .max(s.keyspace.version(&self.keys.weights, now))
-            .max(s.keyspace.version(&self.keys.controls, now));
+            .max(s.keyspace.version(&self.keys.controls, now))
+            .max(s.keyspace.version(&self.keys.quarantine, now));
         if held == Some(version) {
             return ReportsRead {
                 version: Some(version),
@@ -366,13 +367,15 @@ impl MemoryStore {
         let reports: Reports = Self::hash(s, &self.keys.members);
         let overrides: Reports = Self::hash(s, &self.keys.weights);
         let controls: Reports = Self::hash(s, &self.keys.controls);
-        let whole = reports.is_ok() && overrides.is_ok() && controls.is_ok();
+        let quarantine: Reports = Self::hash(s, &self.keys.quarantine);
+        let whole = reports.is_ok() && overrides.is_ok() && controls.is_ok() && quarantine.is_ok();
         ReportsRead {
             version: whole.then_some(version),
             content: Some(ReportsContent {
                 reports,
                 overrides: Some(overrides),
                 controls: Some(controls),
+                quarantine: Some(quarantine),
             }),
         }
     }
@@ -716,6 +719,25 @@ impl HoldingStore for MemoryStore {
                 &calls::forget(&self.keys, grant, &pairs, &lists),
             )?;
             calls::forgotten(v, &pairs)
+        });
+        async move { out.map(|(r, _)| r) }
+    }
+
+    fn record_quarantine(
+        &self,
+        grant: &LeaseGrant,
+        records: &[(String, String)],
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        // As the Redis store: no records, no call.
+        let out = self.call("record quarantined units", |s, _| {
+            if records.is_empty() {
+                return Ok(0);
+            }
+            let v = s.script(
+                Script::Quarantine,
+                &calls::quarantine(&self.keys, grant, records),
+            )?;
+            calls::quarantined(v)
         });
         async move { out.map(|(r, _)| r) }
     }

@@ -361,3 +361,30 @@ pub fn forgotten(
         other => Err(reply_err("forget members", &other)),
     }
 }
+
+/// `quarantine.lua` under `grant` for `records` (unit, encoded record).
+pub fn quarantine(keys: &Keys, grant: &LeaseGrant, records: &[(String, String)]) -> ScriptCall {
+    let mut c = ScriptCall::default();
+    c.key(&keys.lease).key(&keys.epoch).key(&keys.quarantine);
+    c.arg(&grant.token).arg(grant.epoch);
+    for (unit, record) in records {
+        c.arg(unit).arg(record);
+    }
+    c
+}
+
+/// What `quarantine.lua` answered: how many units were new to the hash.
+pub fn quarantined(v: Value) -> Result<u64, StoreError> {
+    const OP: &str = "record quarantined units";
+    match checked(v)? {
+        Value::Array(items) if items.len() == 2 && int(&items[0]) == Some(1) => int(&items[1])
+            .filter(|n| *n >= 0)
+            .map(|n| n as u64)
+            .ok_or_else(|| reply_err(OP, &items[1])),
+        Value::Array(items) if int(&items[0]) == Some(0) => Err(StoreError::Fenced {
+            op: OP,
+            reason: items.get(1).and_then(text).unwrap_or_default(),
+        }),
+        other => Err(reply_err(OP, &other)),
+    }
+}

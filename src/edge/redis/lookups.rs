@@ -163,6 +163,7 @@ impl Store {
             on("HGETALL", &k.costs),
             on("HGETALL", &k.loads),
             on("HGETALL", &k.controls),
+            on("HGETALL", &k.quarantine),
             range(units_key),
         ];
         cmds.extend(services.iter().map(|key| range(key)));
@@ -208,6 +209,7 @@ impl Store {
         let costs = lenient(next());
         let loads = lenient(next());
         let controls = lenient(next());
+        let quarantine = lenient(next());
         let units = bytes_list(next());
         let groups = services
             .iter()
@@ -229,6 +231,7 @@ impl Store {
             costs,
             loads,
             controls,
+            quarantine,
         })
     }
 }

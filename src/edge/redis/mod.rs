@@ -21,6 +21,7 @@
 //!              change wrote, in one transaction; the generation alone
 //!  census.rs   the census step
 //!  costs.rs    the unit costs: the holder's guarded read, operator edits
+//!  quarantine.rs  quarantined units: the holder's fenced record, reads, release
 //!  pubsub.rs   notifications, on their own connection
 //! ```
 //!
@@ -69,6 +70,7 @@ mod lookups;
 mod member;
 mod owners;
 mod pubsub;
+mod quarantine;
 mod reply;
 pub mod scripts;
 mod sentinel;
@@ -322,6 +324,8 @@ pub struct ReportsContent {
     pub overrides: Option<Reports>,
     /// `{T}:controls`, likewise.
     pub controls: Option<Reports>,
+    /// `{T}:quarantine`, likewise.
+    pub quarantine: Option<Reports>,
 }
 
 impl ReportsContent {
@@ -331,6 +335,7 @@ impl ReportsContent {
             reports: Err(e),
             overrides: None,
             controls: None,
+            quarantine: None,
         }
     }
 }
@@ -591,8 +596,9 @@ impl Store {
                 keys.members.clone(),
                 keys.weights.clone(),
                 keys.controls.clone(),
+                keys.quarantine.clone(),
             ],
-            "member reports, weight overrides and controls are read every cycle instead".into(),
+            "member reports, weight overrides, controls and quarantined units are read every cycle instead".into(),
             op_timeout,
         ));
         let costs = guard::Versioned::new(guard::KeyGuard::new(

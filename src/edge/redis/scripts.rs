@@ -28,6 +28,7 @@ pub const REGISTER: &str = script!("scripts/register.lua");
 pub const TABLE_STATE: &str = script!("scripts/table_state.lua");
 pub const REPLACE_LIST: &str = script!("scripts/replace_list.lua");
 pub const FORGET: &str = script!("scripts/forget.lua");
+pub const QUARANTINE: &str = script!("scripts/quarantine.lua");
 
 /// One of the scripts: for [`Scripts::get`], the library's function names
 /// and the in-memory emulation (`edge::memory`, which runs each one).
@@ -41,10 +42,11 @@ pub enum Which {
     TableState,
     ReplaceList,
     Forget,
+    Quarantine,
 }
 
 impl Which {
-    pub const ALL: [Which; 8] = [
+    pub const ALL: [Which; 9] = [
         Which::Acquire,
         Which::Renew,
         Which::Release,
@@ -53,6 +55,7 @@ impl Which {
         Which::TableState,
         Which::ReplaceList,
         Which::Forget,
+        Which::Quarantine,
     ];
 
     /// The Lua text Redis runs, prelude included.
@@ -66,6 +69,7 @@ impl Which {
             Which::TableState => TABLE_STATE,
             Which::ReplaceList => REPLACE_LIST,
             Which::Forget => FORGET,
+            Which::Quarantine => QUARANTINE,
         }
     }
 
@@ -93,6 +97,7 @@ impl Which {
             Which::TableState => "table_state",
             Which::ReplaceList => "replace_list",
             Which::Forget => "forget",
+            Which::Quarantine => "quarantine",
         }
     }
 }
@@ -108,6 +113,7 @@ pub(super) struct Scripts {
     table_state: Script,
     replace_list: Script,
     forget: Script,
+    quarantine: Script,
     pub(super) library: Library,
 }
 
@@ -122,6 +128,7 @@ impl Scripts {
             table_state: Script::new(TABLE_STATE),
             replace_list: Script::new(REPLACE_LIST),
             forget: Script::new(FORGET),
+            quarantine: Script::new(QUARANTINE),
             library: Library::new(),
         }
     }
@@ -136,6 +143,7 @@ impl Scripts {
             Which::TableState => &self.table_state,
             Which::ReplaceList => &self.replace_list,
             Which::Forget => &self.forget,
+            Which::Quarantine => &self.quarantine,
         }
     }
 }

@@ -303,8 +303,13 @@ impl Store {
         }
         let content = self.read_reports().await;
         // Only content read whole is versioned: an error is read again.
-        let version = match (&content.reports, &content.overrides, &content.controls) {
-            (Ok(_), Some(Ok(_)), Some(Ok(_))) => Some(g.read()),
+        let version = match (
+            &content.reports,
+            &content.overrides,
+            &content.controls,
+            &content.quarantine,
+        ) {
+            (Ok(_), Some(Ok(_)), Some(Ok(_)), Some(Ok(_))) => Some(g.read()),
             _ => {
                 g.guard.forget();
                 None
@@ -329,6 +334,7 @@ impl Store {
             self.keys.members.clone(),
             self.keys.weights.clone(),
             self.keys.controls.clone(),
+            self.keys.quarantine.clone(),
         ];
         let measured: Vec<&str> = keys.iter().map(String::as_str).collect();
         if let Err(e) = self.sizes(&measured, Container::Hash).await {
@@ -355,9 +361,15 @@ impl Store {
         let controls = self
             .hash_reply(&keys[2], "read controls", replies.next())
             .await;
+        let quarantine = self
+            .hash_reply(&keys[3], "read quarantined units", replies.next())
+            .await;
         // Grown past a limit since measured (or not measurable): nothing
         // of this read is used, as if it had been refused before.
-        for (key, read) in keys.iter().zip([&reports, &overrides, &controls]) {
+        for (key, read) in keys
+            .iter()
+            .zip([&reports, &overrides, &controls, &quarantine])
+        {
             if let Err(e) = read.as_ref().map_or(Ok(()), |pairs| {
                 self.check_read(Container::Hash, key, pairs.len())
             }) {
@@ -368,6 +380,7 @@ impl Store {
             reports,
             overrides: Some(overrides),
             controls: Some(controls),
+            quarantine: Some(quarantine),
         }
     }
 

@@ -57,6 +57,9 @@
       k.pins ? k.pins + " pinned" : "",
       k.unreadable ? k.unreadable + " unreadable" : "",
     ].filter((x) => x).join("; "));
+    const q = s.quarantine;
+    set("quarantined", !q ? "none" : q.units + ": " + q.quarantined.map((u) =>
+      u.unit + " (" + u.deaths.length + " deaths)").join(", ") + (q.units > q.quarantined.length ? ", …" : ""));
     const reps = $("replicas");
     reps.replaceChildren(...s.replicas.map((r) => el("li", null,
       r.id + ": census index " + (r.index === null ? "?" : r.index) + " of " + (r.replicas === null ? "?" : r.replicas) +

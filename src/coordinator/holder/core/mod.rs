@@ -44,6 +44,7 @@ mod costs;
 mod forget;
 mod inherit;
 mod observe;
+mod quarantine;
 mod ready;
 pub(super) mod recover;
 mod round;
@@ -53,6 +54,7 @@ mod step;
 pub(in crate::coordinator) use costs::KnownCosts;
 pub(super) use observe::Judge;
 use observe::Observed;
+pub(in crate::coordinator) use quarantine::Excluded;
 pub(super) use ready::{
     CommitPlan, CoreConfig, Finished, InputsRequest, Kind, Now, Outcome, Prefetched, Ready,
 };

@@ -14,6 +14,7 @@ use crate::core::handoff;
 use crate::core::history::{self, ChangeRecord, MemberStates};
 use crate::core::inputs::Inputs;
 use crate::core::keys::Keys;
+use crate::core::quarantine::QuarantineRule;
 use crate::core::suspicion::{Guard, Review};
 use crate::core::table::MatchingTable;
 use crate::edge::grpc::{PingFailure, PingReport};
@@ -54,6 +55,8 @@ pub(in crate::coordinator::holder) struct CoreConfig {
     /// How long a recovery waits for members to state what they hold
     /// (`Timing::recovery_gather`).
     pub(in crate::coordinator::holder) recovery_gather: Duration,
+    /// `-quarantine-after` and `-quarantine-window`.
+    pub(in crate::coordinator::holder) quarantine: QuarantineRule,
 }
 
 /// The clocks, passed in with every outcome.
@@ -134,6 +137,10 @@ pub(in crate::coordinator::holder) enum Ready {
     Forget {
         pairs: Vec<(String, Vec<u8>)>,
     },
+    /// Record these quarantined units (unit, encoded record), fenced.
+    RecordQuarantine {
+        records: Vec<(String, String)>,
+    },
     /// Write these members' last known reports back where `{T}:members`
     /// has none (Redis lost them): member, encoded report.
     RestoreReports {
@@ -157,6 +164,7 @@ impl Ready {
             Ready::Digest { .. } => "digest",
             Ready::Commit(_) => "commit",
             Ready::Forget { .. } => "forget",
+            Ready::RecordQuarantine { .. } => "record_quarantine",
             Ready::RestoreReports { .. } => "restore_reports",
             Ready::Done(_) => "done",
         }
@@ -184,6 +192,8 @@ pub(in crate::coordinator::holder) enum Outcome {
     Digested(Arc<MatchingTable>, ChangeRecord),
     Committed(Result<Committed, StoreError>),
     Forgotten(Result<Vec<(String, Vec<u8>)>, StoreError>),
+    /// The quarantine's records: how many were new to `{T}:quarantine`.
+    QuarantineRecorded(Result<u64, StoreError>),
     Restored(Result<(), StoreError>),
 }
 

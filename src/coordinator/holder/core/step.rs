@@ -50,7 +50,7 @@ use crate::coordinator::holder::handoff::Refusal;
 use crate::coordinator::holder::warm::WarmView;
 use crate::coordinator::holder::{CycleError, Write, group_counts, record_counts};
 use crate::core::handoff::{self, StartingPoint};
-use crate::core::history::{ChangeRecord, MemberStates};
+use crate::core::history::{ChangeRecord, Listed, MemberStates};
 use crate::core::inputs::Inputs;
 use crate::core::table::{MatchingTable, Moves};
 use crate::edge::redis::Committed;
@@ -89,6 +89,7 @@ enum Phase {
     Digest,
     Commit,
     Forget,
+    Quarantine,
     Restore,
     Done,
 }
@@ -114,6 +115,10 @@ pub(in crate::coordinator::holder) struct CycleCore {
     planning: Option<Planning>,
     write: Option<Write>,
     forgotten: Vec<(String, String)>,
+    /// The quarantine records being written.
+    recording: Vec<(String, String)>,
+    /// The quarantined units the table write's history entry names.
+    naming: Vec<String>,
     claimed: usize,
     note: Option<CommitNote>,
     /// A new holding's first cycle: its view is what the last holder left.
@@ -159,6 +164,8 @@ impl CycleCore {
             planning: None,
             write: None,
             forgotten: Vec::new(),
+            recording: Vec::new(),
+            naming: Vec::new(),
             claimed: 0,
             note: None,
             inherited: false,
@@ -285,7 +292,7 @@ impl CycleCore {
             (Phase::Table, Outcome::Table(r)) => match r {
                 Ok(t) => {
                     let generation = self.stored.as_ref().map_or(0, |s| s.generation);
-                    self.start_from_stored(Arc::new(t), generation)
+                    self.start_from_stored(Arc::new(t), generation, now)
                 }
                 Err(e) => self.written(Write::Failed(e), now),
             },
@@ -306,6 +313,22 @@ impl CycleCore {
                             .collect()
                     }
                     Err(e) => tracing::warn!(error = %e, "could not forget long-failing members"),
+                }
+                self.record_quarantine(now)
+            }
+            (Phase::Quarantine, Outcome::QuarantineRecorded(r)) => {
+                let view = self.view.as_mut().expect("the view is known");
+                match r {
+                    Ok(_) => {
+                        let units: Vec<String> = self.recording.drain(..).map(|(u, _)| u).collect();
+                        view.quarantine.saved(&units);
+                    }
+                    // Kept unsaved: the next cycle writes them again (the
+                    // units stay given to nobody meanwhile).
+                    Err(e) => {
+                        self.recording.clear();
+                        tracing::warn!(key = %self.config.keys.quarantine, error = %e, "could not record quarantined units; trying again next cycle")
+                    }
                 }
                 self.restore()
             }
@@ -378,9 +401,9 @@ impl CycleCore {
             view.known_granted(digest.as_deref())
         };
         match known {
-            Some(granted) => self.solve(granted, false),
+            Some(granted) => self.solve(granted, false, now),
             None => match self.stored.as_mut().and_then(|s| s.table.take()) {
-                Some(t) => self.start_from_stored(t, generation),
+                Some(t) => self.start_from_stored(t, generation, now),
                 None => {
                     self.phase = Phase::Table;
                     Ready::ReadTable
@@ -389,7 +412,12 @@ impl CycleCore {
         }
     }
 
-    fn start_from_stored(&mut self, stored: Arc<MatchingTable>, generation: u64) -> Ready {
+    fn start_from_stored(
+        &mut self,
+        stored: Arc<MatchingTable>,
+        generation: u64,
+        now: Now,
+    ) -> Ready {
         let view = self.view.as_mut().expect("the view is known");
         let (from, start) = view.start_from_stored(stored, generation);
         if from == StartingPoint::LastWritten {
@@ -398,10 +426,16 @@ impl CycleCore {
                 "the matching table is gone; handing off from the table this holder wrote last"
             );
         }
-        self.solve(start, true)
+        self.solve(start, true, now)
     }
 
-    fn solve(&mut self, granted: Arc<MatchingTable>, verify: bool) -> Ready {
+    fn solve(&mut self, granted: Arc<MatchingTable>, verify: bool, now: Now) -> Ready {
+        // The units given to nobody (quarantined, or held for a trial) are
+        // out of this cycle's inputs: the plan takes them from their rows
+        // as it does units no longer listed.
+        let view = self.view.as_mut().expect("the view is known");
+        let inputs = self.inputs.as_ref().expect("the inputs are known");
+        self.inputs = Some(view.without_excluded(inputs, &granted, now.unix_ms));
         self.planning = Some(Planning {
             granted: Arc::clone(&granted),
             verify,
@@ -521,11 +555,18 @@ impl CycleCore {
         let (encoded, last_change) = view.encoded(&plan.transit);
         // Every table write is recorded: one the plan left unchanged (an
         // edit healed, a lost numbering) with an empty record.
+        let unrecorded = view.quarantine.unrecorded();
         let history = table_changed.then(|| {
             let mut record = planning.history.take().unwrap_or_default();
             record.moves = last_change.as_deref().and_then(Moves::decode);
+            record.quarantined = Listed::named(&unrecorded);
             record.fields()
         });
+        self.naming = if table_changed {
+            unrecorded
+        } else {
+            Vec::new()
+        };
         // A grant links to the writes that revoked what it grants.
         let mut links: Vec<u64> = view
             .handoff
@@ -574,6 +615,10 @@ impl CycleCore {
         };
         let view = self.view.as_mut().expect("the view is known");
         let advanced = view.advance(sent, outcome, &mut self.floor, &mut digest, now.at);
+        let naming = std::mem::take(&mut self.naming);
+        if matches!(advanced.write, Write::Written { .. }) {
+            view.quarantine.recorded(&naming);
+        }
         // The recovery's plan is in Redis now (its claims are in transit,
         // numbered above every generation a member stated): it is over.
         if let Write::Written {
@@ -628,10 +673,42 @@ impl CycleCore {
         };
         self.write = Some(write);
         if forget.is_empty() {
-            return self.restore();
+            return self.record_quarantine(now);
         }
         self.phase = Phase::Forget;
         Ready::Forget { pairs: forget }
+    }
+
+    /// Records the units quarantined and not yet known to be in Redis,
+    /// fenced, while the lease lets this holder act.
+    fn record_quarantine(&mut self, now: Now) -> Ready {
+        let view = self.view.as_ref().expect("the view is known");
+        let records = view.quarantine.unsaved();
+        if records.is_empty() || !now.may_act() {
+            return self.restore();
+        }
+        self.recording = records.clone();
+        self.phase = Phase::Quarantine;
+        Ready::RecordQuarantine { records }
+    }
+
+    /// Counts the round's lone deaths against the units the dead members
+    /// held (the table members hold, as this holder knows it).
+    fn count_deaths(&mut self, now: Now) {
+        let view = self.view.as_mut().expect("the view is known");
+        let granted = view
+            .handoff
+            .ledger
+            .granted()
+            .or(view.handoff.ledger.last_written())
+            .cloned();
+        view.count_deaths(
+            self.config.quarantine,
+            &self.observed,
+            granted.as_deref(),
+            now.unix_ms,
+            self.config.guard.together_ms,
+        );
     }
 
     /// Writes back the reports Redis lost of members that still have a row

@@ -1,5 +1,6 @@
-//! `register.lua`, `replace_list.lua` and `forget.lua`: the services and
-//! units lists, and forgetting members.
+//! `register.lua`, `replace_list.lua`, `forget.lua` and `quarantine.lua`:
+//! the services and units lists, forgetting members, and recording
+//! quarantined units.
 
 use redis::Value;
 
@@ -86,5 +87,63 @@ impl Call<'_> {
             }
         }
         Ok(Value::Array(out))
+    }
+
+    /// `quarantine.lua`.
+    pub(super) fn quarantine(&mut self) -> Result<Value, WrongType> {
+        if !self.holds(1, 1)? {
+            return Ok(Value::Array(vec![int(0), bulk("lease")]));
+        }
+        if !self.holds(2, 2)? {
+            return Ok(Value::Array(vec![int(0), bulk("epoch")]));
+        }
+        let t = self.type_of(3);
+        if t != "hash" && t != "none" {
+            return Ok(wrong_type(self.key(3), t, "hash"));
+        }
+        if !self.argv.len().is_multiple_of(2) {
+            let n = (self.argv.len() as i64 - 2).to_string();
+            return Ok(invalid(
+                b"ARGV",
+                b"pairs",
+                Some(n.as_bytes()),
+                "an even count of unit and record",
+            ));
+        }
+        for i in (3..=self.argv.len()).step_by(2) {
+            let unit = self.arg(i).unwrap_or_default();
+            if unit.is_empty() || unit.contains(&b',') {
+                return Ok(invalid(
+                    b"ARGV",
+                    b"unit",
+                    Some(unit),
+                    "a unit name: not empty, no comma",
+                ));
+            }
+            let record = self.arg(i + 1).unwrap_or_default();
+            let digits: Vec<u8> = record
+                .iter()
+                .copied()
+                .take_while(u8::is_ascii_digit)
+                .collect();
+            if count(Some(&digits)).is_none() {
+                return Ok(invalid(
+                    b"ARGV",
+                    unit,
+                    Some(record),
+                    "<since_ms> <member>@<ms>,...",
+                ));
+            }
+        }
+        let (key, now) = (self.key(3).to_string(), self.now);
+        let mut added = 0;
+        for i in (3..=self.argv.len()).step_by(2) {
+            let pair = (
+                self.arg(i).unwrap_or_default().to_vec(),
+                self.arg(i + 1).unwrap_or_default().to_vec(),
+            );
+            added += self.ks.hset(&key, &[pair], now)?;
+        }
+        Ok(Value::Array(vec![int(1), int(added as i64)]))
     }
 }

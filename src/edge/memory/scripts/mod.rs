@@ -52,6 +52,7 @@ pub fn run(
         Script::TableState => call.table_state()?,
         Script::ReplaceList => call.replace_list()?,
         Script::Forget => call.forget()?,
+        Script::Quarantine => call.quarantine()?,
     };
     Ok((reply, call.effects))
 }

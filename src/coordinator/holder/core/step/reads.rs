@@ -181,7 +181,14 @@ impl CycleCore {
             stored_table,
             reports,
         } = snapshot;
+        let mut reports = reports;
         let view = self.view.as_mut().expect("the view is known");
+        let quarantine = reports.content.as_mut().and_then(|c| c.quarantine.take());
+        view.observe_quarantine(
+            self.config.quarantine,
+            quarantine,
+            &self.config.keys.quarantine,
+        );
         // The members' reports first: without them (a read that may work
         // next time) nothing is planned.
         if let Err(e) = view.handoff.observe(reports, &self.config.keys) {
@@ -240,6 +247,8 @@ impl CycleCore {
         view.handoff.recovery_pinged(&reports);
         let judge = judge(&self.config, now);
         self.observed = view.take_round(&inputs, &listed, reports, &self.was_live, true, judge);
+        self.count_deaths(now);
+        let view = self.view.as_mut().expect("the view is known");
         view.note_joins(&inputs, now.at, self.config.join_delay);
         view.handoff.forget_departed(&inputs);
         view.handoff.inputs = Some(inputs);
@@ -256,7 +265,14 @@ impl CycleCore {
             Ok(s) => s,
             Err(e) => return self.done(Err(CycleError::Read(e))),
         };
+        let mut reports = reports;
         let view = self.view.as_mut().expect("the view is known");
+        let quarantine = reports.content.as_mut().and_then(|c| c.quarantine.take());
+        view.observe_quarantine(
+            self.config.quarantine,
+            quarantine,
+            &self.config.keys.quarantine,
+        );
         if let Err(e) = view.handoff.observe(reports, &self.config.keys) {
             return self.done(Err(CycleError::Read(e)));
         }
@@ -304,6 +320,7 @@ impl CycleCore {
             let judge = judge(&self.config, now);
             self.observed = probes
                 .in_scope(|| view.take_round(&inputs, &listed, refused, &was_live, false, judge));
+            self.count_deaths(now);
         }
         self.inputs = Some(inputs);
         self.settle(now)

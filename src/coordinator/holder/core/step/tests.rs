@@ -33,6 +33,7 @@ fn config(forget_after: Option<Duration>) -> CoreConfig {
         epoch: 2,
         server: Some(server()),
         recovery_gather: Duration::from_secs(3),
+        quarantine: crate::core::quarantine::QuarantineRule::OFF,
     }
 }
 
@@ -74,6 +75,7 @@ fn no_reports() -> ReportsRead {
             reports: Ok(Vec::new()),
             overrides: None,
             controls: None,
+            quarantine: None,
         }),
     }
 }

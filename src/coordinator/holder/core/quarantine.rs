@@ -1,0 +1,262 @@
+//! The holder's side of `core::quarantine`: the lone deaths of a round
+//! counted against the units their rows held, `{T}:quarantine` as read,
+//! and the cycle's inputs without the units given to nobody (quarantined,
+//! or held for a trial). Pure: the round, the read and the time come in.
+//!
+//! Guarantees, tested below: a death the mass-failure guard judges (a
+//! suspect, or a burst it fired for) counts against nothing; the inputs a
+//! plan sees lack exactly the excluded units, and are the same `Arc` while
+//! neither the lists nor the excluded set changed (so a steady cycle stays
+//! one that plans nothing).
+
+use std::sync::Arc;
+
+use super::HolderView;
+use super::observe::Observed;
+use crate::core::inputs::Inputs;
+use crate::core::quarantine::QuarantineRule;
+use crate::core::table::MatchingTable;
+use crate::edge::redis::Reports;
+
+/// The inputs without the excluded units, for the inputs and excluded set
+/// they were made of.
+#[derive(Clone)]
+pub(in crate::coordinator) struct Excluded {
+    source: Arc<Inputs>,
+    key: u128,
+    pub(in crate::coordinator) inputs: Arc<Inputs>,
+    /// Their units' part of the solve's memo key (`solve::units_key`).
+    pub(in crate::coordinator) units_key: u128,
+}
+
+impl HolderView {
+    /// Takes `{T}:quarantine` as read with the reports (`None`: not read
+    /// this cycle). A key of another type keeps what was known; the first
+    /// unreadable field of each change is logged.
+    pub(in crate::coordinator::holder) fn observe_quarantine(
+        &mut self,
+        rule: QuarantineRule,
+        read: Option<Reports>,
+        key: &str,
+    ) {
+        self.quarantine.configure(rule);
+        let error = match read {
+            None => return,
+            Some(Ok(pairs)) => {
+                let bad = self.quarantine.observe_stored(pairs);
+                if bad.len() != self.bad_quarantine {
+                    if let Some(b) = bad.first() {
+                        tracing::warn!(key, count = bad.len(), field = %b.field, why = b.why, "fields of the quarantine that name no unit are skipped");
+                    }
+                    self.bad_quarantine = bad.len();
+                }
+                None
+            }
+            Some(Err(e)) => Some(e.to_string()),
+        };
+        if error != self.quarantine_error {
+            if let Some(e) = &error {
+                tracing::warn!(key, error = %e, "quarantined units unreadable; the ones known stay quarantined");
+            }
+            self.quarantine_error = error;
+        }
+    }
+
+    /// Counts the round's lone deaths against the units of the dead
+    /// members' rows in `granted` (the table members hold). A burst the
+    /// guard fired for retracts the deaths counted within `together_ms`
+    /// before it.
+    pub(in crate::coordinator::holder) fn count_deaths(
+        &mut self,
+        rule: QuarantineRule,
+        observed: &Observed,
+        granted: Option<&MatchingTable>,
+        now_ms: u64,
+        together_ms: u64,
+    ) {
+        self.quarantine.configure(rule);
+        if !rule.enabled() {
+            return;
+        }
+        if observed.review.new_episode() {
+            self.quarantine
+                .retract_since(now_ms.saturating_sub(together_ms));
+        }
+        let Some(granted) = granted else { return };
+        let deaths: Vec<(&str, Vec<&str>)> = observed
+            .transitions
+            .iter()
+            .filter(|(m, live)| !live && !self.suspects.contains_key(m))
+            .map(|(m, _)| (m.as_str(), granted.units_of(m)))
+            .filter(|(_, units)| !units.is_empty())
+            .collect();
+        if deaths.is_empty() {
+            return;
+        }
+        let quarantined = self.quarantine.observe_deaths(deaths, now_ms);
+        for unit in &quarantined {
+            let deaths = self.quarantine.quarantined_record(unit);
+            tracing::warn!(
+                unit = %unit,
+                deaths = %deaths,
+                "unit quarantined: members holding it kept dying; it goes to nobody until `distributor workunits quarantine release`"
+            );
+        }
+    }
+
+    /// The inputs a plan sees: `inputs` without the units given to nobody
+    /// (the trials moved on first, by `granted` and `now_ms`); `inputs`
+    /// itself when none is.
+    pub(in crate::coordinator::holder) fn without_excluded(
+        &mut self,
+        inputs: &Arc<Inputs>,
+        granted: &MatchingTable,
+        now_ms: u64,
+    ) -> Arc<Inputs> {
+        let before: std::collections::BTreeSet<String> =
+            self.quarantine.trials().map(str::to_string).collect();
+        // A trial goes to a member that may take units now.
+        let eligible: Vec<&str> = inputs
+            .members()
+            .filter(|m| {
+                self.keeps_units(m)
+                    && !self.handoff.draining(m)
+                    && !self.handoff.controls.cordoned(m)
+            })
+            .collect();
+        self.quarantine.tick(
+            now_ms,
+            |u| owner_of(granted, u).map(str::to_string),
+            &eligible,
+        );
+        for (unit, member) in self.quarantine.trial_pins() {
+            if !before.contains(unit) {
+                tracing::info!(
+                    unit,
+                    member,
+                    held = self.quarantine.held().len(),
+                    "trying a held unit alone on a member, to see whether it dies"
+                );
+            }
+        }
+        let key = self.quarantine.key();
+        if key == 0 {
+            self.excluded = None;
+            return Arc::clone(inputs);
+        }
+        if let Some(e) = &self.excluded
+            && e.key == key
+            && Arc::ptr_eq(&e.source, inputs)
+        {
+            return Arc::clone(&e.inputs);
+        }
+        let excluded = self.quarantine.excluded();
+        let units: Vec<String> = inputs
+            .units
+            .iter()
+            .filter(|u| !excluded.contains(u.as_str()))
+            .cloned()
+            .collect();
+        let units_key = crate::coordinator::holder::solve::units_key(&units);
+        let without = Arc::new(Inputs {
+            groups: inputs.groups.clone(),
+            units,
+            rejections: inputs.rejections.clone(),
+        });
+        self.excluded = Some(Excluded {
+            source: Arc::clone(inputs),
+            key,
+            inputs: Arc::clone(&without),
+            units_key,
+        });
+        without
+    }
+}
+
+/// The member whose row in `table` holds `unit` (the first, by id).
+fn owner_of<'t>(table: &'t MatchingTable, unit: &str) -> Option<&'t str> {
+    table
+        .rows()
+        .iter()
+        .find(|(_, row)| row.split(',').any(|u| u == unit))
+        .map(|(m, _)| m.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{inputs, live_view, table};
+    use super::*;
+    use crate::core::suspicion::Review;
+
+    const RULE: QuarantineRule = QuarantineRule {
+        after: 2,
+        window_ms: 60_000,
+        probation_ms: 1_000,
+    };
+
+    fn died(m: &str) -> Observed {
+        Observed {
+            review: Review::default(),
+            transitions: vec![(m.to_string(), false)],
+            failures: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn lone_deaths_quarantine_and_the_inputs_lack_the_unit_until_released() {
+        let inputs = Arc::new(inputs(&["a:1", "b:1", "c:1"], &["p", "u1", "u2"]));
+        let mut v = live_view(&["a:1", "b:1", "c:1"], &table(&[]));
+        v.observe_quarantine(RULE, Some(Ok(vec![])), "q");
+        let t1 = table(&[("a:1", "p,u1"), ("b:1", "u2")]);
+        v.count_deaths(RULE, &died("a:1"), Some(&t1), 1_000, 5);
+        let same = v.without_excluded(&inputs, &t1, 1_000);
+        assert!(
+            Arc::ptr_eq(&same, &inputs),
+            "nothing excluded: the same inputs"
+        );
+        let t2 = table(&[("b:1", "p,u2"), ("c:1", "u1")]);
+        v.count_deaths(RULE, &died("b:1"), Some(&t2), 2_000, 5);
+        let without = v.without_excluded(&inputs, &t2, 2_000);
+        assert_eq!(without.units, vec!["u1".to_string(), "u2".to_string()]);
+        let again = v.without_excluded(&inputs, &t2, 2_001);
+        assert!(Arc::ptr_eq(&again, &without), "unchanged: the same Arc");
+        assert_eq!(v.quarantine.unsaved().len(), 1);
+        v.quarantine.saved(&["p".to_string()]);
+        // Released by an operator: placed again.
+        v.observe_quarantine(RULE, Some(Ok(vec![])), "q");
+        let back = v.without_excluded(&inputs, &t2, 3_000);
+        assert!(Arc::ptr_eq(&back, &inputs));
+    }
+
+    #[test]
+    fn a_suspects_death_and_a_bursts_deaths_count_for_nothing() {
+        let mut v = live_view(&["a:1", "b:1", "c:1"], &table(&[]));
+        let t = table(&[("a:1", "p"), ("b:1", "p"), ("c:1", "p")]);
+        v.suspects.insert(
+            "a:1".into(),
+            crate::core::suspicion::Suspect {
+                replica: "r".into(),
+                since_ms: 0,
+            },
+        );
+        v.count_deaths(RULE, &died("a:1"), Some(&t), 1_000, 5);
+        assert_eq!(v.quarantine.deaths_of("p"), 0, "a suspect");
+        v.count_deaths(RULE, &died("b:1"), Some(&t), 2_000, 5);
+        assert_eq!(v.quarantine.deaths_of("p"), 1);
+        // The guard fires for a burst 3 ms later: b:1's death was in it.
+        let mut burst = died("c:1");
+        v.suspects.insert(
+            "c:1".into(),
+            crate::core::suspicion::Suspect {
+                replica: "r".into(),
+                since_ms: 2_003,
+            },
+        );
+        burst.review = Review {
+            episodes: vec![("g".into(), vec!["c:1".into()], 3)],
+            ..Review::default()
+        };
+        v.count_deaths(RULE, &burst, Some(&t), 2_003, 5);
+        assert_eq!(v.quarantine.deaths_of("p"), 0);
+    }
+}
