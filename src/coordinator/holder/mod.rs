@@ -84,6 +84,10 @@ pub(in crate::coordinator) struct HolderView {
     /// cycle judged: those of them without units in the table the solve
     /// starts from wait (`holder::solve`).
     pub(in crate::coordinator) waiting: Arc<BTreeSet<String>>,
+    /// The highest generation a write of this holding was confirmed to
+    /// write: members may have read it even if Redis lost it since (a
+    /// failover to a replica that lagged), so the pings never ask less.
+    pub(in crate::coordinator) confirmed_generation: u64,
     /// Poison units: deaths counted, quarantined and held units.
     pub(in crate::coordinator) quarantine: Quarantine,
     /// The inputs without the units given to nobody, as last made.
@@ -111,6 +115,7 @@ impl HolderView {
             aligned_costs: None,
             joined: HashMap::new(),
             waiting: Arc::default(),
+            confirmed_generation: 0,
             quarantine: Quarantine::default(),
             excluded: None,
             bad_quarantine: 0,

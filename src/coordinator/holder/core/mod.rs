@@ -329,6 +329,7 @@ impl HolderView {
                 if let Some(g) = generation {
                     *floor = (*floor).max(g);
                     *stored_digest = Some(sent.next.digest().to_string());
+                    self.confirmed_generation = self.confirmed_generation.max(g);
                 }
                 let revoked = ledger.written(
                     sent.next,

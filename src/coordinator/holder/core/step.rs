@@ -177,12 +177,20 @@ impl CycleCore {
     }
 
     /// What this cycle's pings tell the members of the holder: its epoch,
-    /// the generation Redis holds as this cycle read it, the server it
-    /// writes on, and the recovery it runs.
+    /// the generation Redis holds as this cycle read it (or, above it, the
+    /// highest this holding was confirmed to write: Redis lost that write,
+    /// a member may have read it, and a read of the older table must not
+    /// start or extend a hold, not even a new process's, until the holder
+    /// writes above it), the server it writes on, and the recovery it runs.
     pub(in crate::coordinator::holder) fn ping_view(&self) -> handoff::PingView {
+        let confirmed = self.view.as_ref().map_or(0, |v| v.confirmed_generation);
         handoff::PingView {
             epoch: self.config.epoch,
-            generation: self.stored.as_ref().map_or(0, |s| s.generation),
+            generation: self
+                .stored
+                .as_ref()
+                .map_or(0, |s| s.generation)
+                .max(confirmed),
             server: self.config.server,
             recovery: self
                 .view
@@ -368,6 +376,12 @@ impl CycleCore {
         let (generation, digest) = (stored.generation, stored.digest.clone());
         self.floor = self.floor.max(generation);
         let view = self.view.as_mut().expect("the view is known");
+        // Redis holds less than this holding was confirmed to write (a
+        // failover to a replica that lagged): the pings ask for that much
+        // (`ping_view`), so the next write must number above it, changed
+        // table or not.
+        let behind = generation < view.confirmed_generation;
+        self.floor = self.floor.max(view.confirmed_generation);
         let lost = view.renumber_lost(generation, &mut self.floor);
         if let Some(lost) = lost
             && (lost.raised || lost.renumbered > 0)
@@ -379,7 +393,7 @@ impl CycleCore {
                 "a member reports a generation above the table Redis holds (Redis lost a write, its data, or a lagging replica was promoted): numbering writes above it"
             );
         }
-        self.renumber = lost.is_some();
+        self.renumber = lost.is_some() || behind;
         if let Some(lost) = lost {
             self.begin_recovery(
                 handoff::LossSign::GenerationLost {

@@ -722,3 +722,31 @@ fn restored_any(core: &mut CycleCore, ready: Ready, now: Now) -> Ready {
         other => other,
     }
 }
+
+/// Seed 390 of the simulation: Redis failed over to a replica that lagged
+/// and lost generations this holding was confirmed to write. A member's
+/// fresh process read the older table and started units under a lower
+/// token than the last owner's. The pings ask for the highest confirmed
+/// generation, and the next write numbers above it though the table is
+/// unchanged.
+#[tokio::test]
+async fn a_confirmed_write_redis_lost_is_what_the_pings_ask_for_and_written_again() {
+    let t0 = test_t0();
+    let granted = table(&[("a:1", "u1")]);
+    let mut view = known_view(&["a:1"], &granted);
+    view.confirmed_generation = 9;
+    let mut core = CycleCore::new(Kind::Full, config(None), Some(view), Vec::new(), None);
+    let members = to_pings(&mut core, snapshot(&["a:1"], &["u1"], &granted), t0).await;
+    assert_eq!(core.ping_view().generation, 9, "not Redis' 7");
+    let Ready::Solve { granted: from } =
+        core.step(Outcome::Pinged(answered(&members, &[])), at(t0, 2))
+    else {
+        panic!("then solves");
+    };
+    let ready = core.step(Outcome::Solved(Arc::clone(&from)), at(t0, 3));
+    let Ready::Commit(plan) = digested(&mut core, ready, at(t0, 3)) else {
+        panic!("a write, numbered above the lost ones");
+    };
+    assert!(plan.table.is_some_and(|t| t.rows() == granted.rows()));
+    assert!(plan.generation_floor >= 9);
+}
