@@ -35,7 +35,8 @@ async fn the_page_shows_a_crash_without_a_reload() {
         fleet.config.workunits_namespace.clone(),
         replica.status(),
         stop.clone().cancelled_owned(),
-    );
+    )
+    .with_plan(distributor::cli::plan::settings(&fleet.config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(distributor::ops::http::serve_with(
@@ -93,6 +94,51 @@ async fn the_page_shows_a_crash_without_a_reload() {
             "return [...document.querySelectorAll('.member')]
                .reduce((n, r) => n + Number(r.dataset.units), 0) === 60
                && window.__notReloaded === 1",
+        )
+        .await;
+
+    // The what-if: a live member's leave, planned from the page.
+    let leaving = fleet.member_id(0);
+    driver
+        .run(&format!(
+            "document.getElementById('plan-leave').value = {id};
+             document.querySelector('#plan-form button').click(); return true",
+            id = Value::from(leaving.clone())
+        ))
+        .await;
+    driver
+        .wait_for(
+            "the plan of a leave, with the units it moves",
+            Duration::from_secs(20),
+            "const s = document.getElementById('plan-summary').textContent;
+             const u = [...document.querySelectorAll('#plan-units li')];
+             return /[1-9][0-9]* units change owner/.test(s) && u.length > 0
+               && u[0].textContent.includes(' → ') && window.__notReloaded === 1",
+        )
+        .await;
+    let from_it = driver
+        .run(&format!(
+            "return [...document.querySelectorAll('#plan-units li')].some(li => li.textContent.includes({id}))",
+            id = Value::from(leaving.clone())
+        ))
+        .await;
+    assert_eq!(
+        from_it,
+        Value::Bool(true),
+        "the leaving member's units move"
+    );
+    // A bad address is refused, with the reason.
+    driver
+        .run(
+            "document.getElementById('plan-leave').value = 'nope';
+             document.querySelector('#plan-form button').click(); return true",
+        )
+        .await;
+    driver
+        .wait_for(
+            "the refusal of a bad address",
+            Duration::from_secs(20),
+            "return document.getElementById('plan-summary').textContent.startsWith('refused: ')",
         )
         .await;
 

@@ -164,6 +164,33 @@
       schedule(1000);
     }
   }
+  // The what-if: /api/plan for the changes typed (comma-separated each).
+  const PLAN_SHOWN = 50;
+  async function plan(ev) {
+    ev.preventDefault();
+    const q = new URLSearchParams();
+    for (const k of ["leave", "join", "weight", "cordon"]) {
+      for (const v of $("plan-" + k).value.split(",").map((x) => x.trim()).filter((x) => x)) q.append(k, v);
+    }
+    const units = $("plan-units");
+    units.replaceChildren();
+    try {
+      const r = await fetch("/api/plan?" + q.toString(), { cache: "no-store" });
+      const p = await r.json();
+      if (!r.ok) { set("plan-summary", "refused: " + (p.error || r.status)); return; }
+      const m = p.moves;
+      set("plan-summary", "generation " + p.generation + ", " + p.assignment + ": " + p.units_changed + " units change owner" +
+        (m ? " (moved " + m.moved + ", minimum " + m.minimum + ", placed " + m.placed + ")" : "") +
+        "; " + p.groups.map((g) => g.group + ": " + g.members + " members, " + g.min + " to " + g.max + " units").join("; "));
+      units.replaceChildren(...p.units.slice(0, PLAN_SHOWN).map((c) =>
+        el("li", null, c.unit + ": " + (c.from.join(", ") || "nobody") + " → " + (c.to || "nobody") + " (" + c.kind + ")")));
+      if (p.units_changed > PLAN_SHOWN) units.append(el("li", "muted", "… " + (p.units_changed - PLAN_SHOWN) + " more"));
+    } catch (e) {
+      set("plan-summary", "not reachable: " + e.message);
+    }
+  }
+  $("plan-form").addEventListener("submit", plan);
+
   // One pending poll at most: a click re-polls at once instead of adding a loop.
   let timer = null;
   function schedule(ms) { clearTimeout(timer); timer = setTimeout(tick, ms); }
