@@ -30,9 +30,9 @@
 //!   `after` is 0;
 //! - a held unit is placed only on trial, and a trial's member holds no
 //!   other trial (one that never died holding it when there is one), so a
-//!   death in a trial names its unit alone; held units number at most [`HOLD_LIMIT`] (more candidates than
-//!   that are not held: holding them would keep too much work from running
-//!   while they are tried one by one);
+//!   death in a trial names its unit alone; held units number at most
+//!   [`HOLD_LIMIT`] (more candidates than that are not held: holding them
+//!   would keep too much work from running while they wait for trials);
 //! - a record counts as saved only once a write is confirmed or a read
 //!   shows it; a stored record that disappears (an operator's release)
 //!   restarts that unit's count;

@@ -176,7 +176,7 @@ impl Metrics {
         let units_held = Gauge::default();
         r.register(
             "units_held",
-            "Work units one death short of quarantine, placed one at a time to see whether their owner dies (holder only)",
+            "Work units one death short of quarantine, given to nobody until each is tried alone on a member (holder only)",
             units_held.clone(),
         );
         let quarantine_unreadable = Gauge::default();
