@@ -164,10 +164,20 @@ async fn a_poison_unit_crashes_at_most_three_workers_and_is_quarantined() {
     let redis = RedisServer::start();
     let mut fleet = Fleet::new(redis);
     let mut units = units(200);
-    units.push(POISON.to_string());
     fleet.set_units(&units).await;
     fleet.add_replica();
     let mut workers = Supervisor::start(&fleet.redis.url());
+    // The fleet runs first, every worker with its share; then the poison
+    // unit is listed. (Listed from the start, it crashes workers while
+    // the others still register: two of the first two live members dying
+    // together is most of the group, a mass failure whose deaths count
+    // for nothing, and the test would measure the start-up.)
+    let running = workers.running();
+    fleet
+        .wait_for_table_with(&units, &running, Duration::from_secs(30))
+        .await;
+    units.push(POISON.to_string());
+    let _: () = fleet.redis.cmd(&["RPUSH", UNITS, POISON]).await;
 
     let mut quarantined_at: Option<Duration> = None;
     let mut seen_after_quarantine = 0usize;
