@@ -4,7 +4,7 @@
 
 use redis::Value;
 
-use super::{Call, bulk, count, int, invalid, wrong_type};
+use super::{Call, count, int, invalid, wrong_type};
 use crate::edge::memory::keyspace::WrongType;
 
 impl Call<'_> {
@@ -38,11 +38,8 @@ impl Call<'_> {
 
     /// `forget.lua`.
     pub(super) fn forget(&mut self) -> Result<Value, WrongType> {
-        if !self.holds(1, 1)? {
-            return Ok(Value::Array(vec![int(0), bulk("lease")]));
-        }
-        if !self.holds(2, 2)? {
-            return Ok(Value::Array(vec![int(0), bulk("epoch")]));
+        if let Some(refused) = self.fenced(1, 2)? {
+            return Ok(refused);
         }
         let lists = self.keys.len() - 4;
         for i in 5..=self.keys.len() {
@@ -91,11 +88,8 @@ impl Call<'_> {
 
     /// `quarantine.lua`.
     pub(super) fn quarantine(&mut self) -> Result<Value, WrongType> {
-        if !self.holds(1, 1)? {
-            return Ok(Value::Array(vec![int(0), bulk("lease")]));
-        }
-        if !self.holds(2, 2)? {
-            return Ok(Value::Array(vec![int(0), bulk("epoch")]));
+        if let Some(refused) = self.fenced(1, 2)? {
+            return Ok(refused);
         }
         let t = self.type_of(3);
         if t != "hash" && t != "none" {

@@ -135,6 +135,19 @@ impl Call<'_> {
         Ok(v.as_deref() == self.arg(a))
     }
 
+    /// The prelude's `fenced(KEYS[lease], ARGV[1], KEYS[epoch], ARGV[2])`:
+    /// `{0, 'lease'}` or `{0, 'epoch'}` when the caller is fenced.
+    fn fenced(&mut self, lease: usize, epoch: usize) -> Result<Option<Value>, WrongType> {
+        let refused = |why: &str| Some(Value::Array(vec![int(0), bulk(why)]));
+        if !self.holds(lease, 1)? {
+            return Ok(refused("lease"));
+        }
+        if !self.holds(epoch, 2)? {
+            return Ok(refused("epoch"));
+        }
+        Ok(None)
+    }
+
     fn hget(&mut self, i: usize, field: &str) -> Result<Option<Vec<u8>>, WrongType> {
         let (key, now) = (self.key(i).to_string(), self.now);
         self.ks.hget(&key, field.as_bytes(), now)

@@ -44,11 +44,8 @@ impl Call<'_> {
 
     /// `commit.lua`.
     pub(super) fn commit(&mut self) -> Result<Value, WrongType> {
-        if !self.holds(4, 1)? {
-            return Ok(Value::Array(vec![int(0), bulk("lease")]));
-        }
-        if !self.holds(3, 2)? {
-            return Ok(Value::Array(vec![int(0), bulk("epoch")]));
+        if let Some(refused) = self.fenced(4, 3)? {
+            return Ok(refused);
         }
         let argv = self.argv;
         let a = |i: usize| argv.get(i - 1).map(Vec::as_slice);

@@ -52,12 +52,8 @@
 -- value or an argument is unusable; then nothing was written.
 
 -- Fencing.
-if type_of(KEYS[4]) ~= 'string' or redis.call('GET', KEYS[4]) ~= ARGV[1] then
-  return {0, 'lease'}
-end
-if type_of(KEYS[3]) ~= 'string' or redis.call('GET', KEYS[3]) ~= ARGV[2] then
-  return {0, 'epoch'}
-end
+local refused = fenced(KEYS[4], ARGV[1], KEYS[3], ARGV[2])
+if refused then return refused end
 
 -- Validate everything before the first write.
 local argv_floor = count(ARGV[3])

@@ -10,12 +10,8 @@
 --       cluster slot, removed by the caller once this fencing check passed)
 -- Returns {1, removed_1, ..., removed_k} (LREM counts, one per pair),
 -- {0, reason} when fenced, or {-3, key, type, 'list'} for a key that is not a list.
-if type_of(KEYS[1]) ~= 'string' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return {0, 'lease'}
-end
-if type_of(KEYS[2]) ~= 'string' or redis.call('GET', KEYS[2]) ~= ARGV[2] then
-  return {0, 'epoch'}
-end
+local refused = fenced(KEYS[1], ARGV[1], KEYS[2], ARGV[2])
+if refused then return refused end
 for i = 5, #KEYS do
   local t = type_of(KEYS[i])
   if t ~= 'list' and t ~= 'none' then

@@ -56,6 +56,19 @@ local function type_of(key)
   return redis.call('TYPE', key).ok
 end
 
+-- The fencing check of a holder's write, before anything else: {0, 'lease'}
+-- unless lease_key holds `token`, {0, 'epoch'} unless epoch_key holds
+-- `epoch`, else nil.
+local function fenced(lease_key, token, epoch_key, epoch)
+  if type_of(lease_key) ~= 'string' or redis.call('GET', lease_key) ~= token then
+    return {0, 'lease'}
+  end
+  if type_of(epoch_key) ~= 'string' or redis.call('GET', epoch_key) ~= epoch then
+    return {0, 'epoch'}
+  end
+  return nil
+end
+
 -- The table's content digest: SHA-1 of each field (length-prefixed) and its
 -- value, XOR-combined so that field order does not matter. The daemon
 -- computes the same in Rust (`MatchingTable::digest`).

@@ -7,12 +7,8 @@
 -- {-3, key, type, 'hash'} when the quarantine key holds another type, or
 -- {-2, 'ARGV', field, value, expected} for an argument it will not store;
 -- then nothing was written.
-if type_of(KEYS[1]) ~= 'string' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return {0, 'lease'}
-end
-if type_of(KEYS[2]) ~= 'string' or redis.call('GET', KEYS[2]) ~= ARGV[2] then
-  return {0, 'epoch'}
-end
+local refused = fenced(KEYS[1], ARGV[1], KEYS[2], ARGV[2])
+if refused then return refused end
 local t = type_of(KEYS[3])
 if t ~= 'hash' and t ~= 'none' then
   return wrong_type(KEYS[3], t, 'hash')
