@@ -105,12 +105,17 @@ pub struct Record {
 
 impl Record {
     pub fn encode(&self) -> String {
+        format!("{} {}", self.since_ms, self.deaths_text())
+    }
+
+    /// The deaths as the record lists them: `member@ms,...`.
+    pub fn deaths_text(&self) -> String {
         let deaths: Vec<String> = self
             .deaths
             .iter()
             .map(|d| format!("{}@{}", d.member, d.at_ms))
             .collect();
-        format!("{} {}", self.since_ms, deaths.join(","))
+        deaths.join(",")
     }
 
     /// `None` when the value does not parse: the unit stays quarantined
@@ -236,13 +241,7 @@ impl Quarantine {
         self.unsaved
             .get(unit)
             .or_else(|| self.stored.get(unit).and_then(Option::as_ref))
-            .map(|r| {
-                r.deaths
-                    .iter()
-                    .map(|d| format!("{}@{}", d.member, d.at_ms))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
+            .map(Record::deaths_text)
             .unwrap_or_default()
     }
 

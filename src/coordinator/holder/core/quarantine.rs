@@ -15,6 +15,7 @@ use super::HolderView;
 use super::observe::Observed;
 use crate::core::inputs::Inputs;
 use crate::core::quarantine::QuarantineRule;
+use crate::core::row::split_row;
 use crate::core::table::MatchingTable;
 use crate::edge::redis::Reports;
 
@@ -178,7 +179,7 @@ fn owner_of<'t>(table: &'t MatchingTable, unit: &str) -> Option<&'t str> {
     table
         .rows()
         .iter()
-        .find(|(_, row)| row.split(',').any(|u| u == unit))
+        .find(|(_, row)| split_row(row).any(|u| u == unit))
         .map(|(m, _)| m.as_str())
 }
 
