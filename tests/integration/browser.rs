@@ -11,8 +11,6 @@
 
 use std::time::Duration;
 
-use distributor::edge::redis::Store;
-use distributor::ops::api::Api;
 use serde_json::Value;
 
 use crate::support::browser::{Driver, base64_decode, browser_installed};
@@ -25,28 +23,8 @@ async fn the_page_shows_a_crash_without_a_reload() {
     }
     let units = units(60);
     let (mut fleet, _) = Fleet::converged(|_| {}, 4, 1, &units).await;
-    let replica = fleet.replicas[0].as_ref().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    let store =
-        Store::connect(&fleet.config.redis_options(), TABLE, Duration::from_secs(3)).unwrap();
-    let api = Api::start(
-        store,
-        fleet.config.services_namespaces.clone(),
-        fleet.config.workunits_namespace.clone(),
-        replica.status(),
-        stop.clone().cancelled_owned(),
-    )
-    .with_plan(distributor::cli::plan::settings(&fleet.config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(distributor::ops::http::serve_with(
-        listener,
-        replica.status(),
-        replica.metrics(),
-        Duration::from_secs(5),
-        Some(api),
-        stop.clone().cancelled_owned(),
-    ));
+    let port = serve_http(&fleet, 0, Ui::WithPlan, &stop).await;
 
     let driver = Driver::start().await;
     driver.goto(&format!("http://127.0.0.1:{port}/")).await;

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use distributor::MatchingTable;
-use distributor::cli::plan::{report, settings};
+use distributor::cli::plan::report;
 use distributor::core::table::Assignment;
 use distributor::edge::redis::Store;
 use distributor::report::plan::{PlanReport, PlanRequest};
@@ -143,32 +143,6 @@ fn plan_binary(fleet: &Fleet, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Serves the replica's HTTP endpoints with `/api/plan`; the port.
-async fn serve_api(fleet: &Fleet, stop: &tokio_util::sync::CancellationToken) -> u16 {
-    let replica = fleet.replicas[0].as_ref().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let store =
-        Store::connect(&fleet.config.redis_options(), TABLE, Duration::from_secs(3)).unwrap();
-    let api = distributor::ops::api::Api::start(
-        store,
-        fleet.config.services_namespaces.clone(),
-        fleet.config.workunits_namespace.clone(),
-        replica.status(),
-        stop.clone().cancelled_owned(),
-    )
-    .with_plan(settings(&fleet.config));
-    tokio::spawn(distributor::ops::http::serve_with(
-        listener,
-        replica.status(),
-        replica.metrics(),
-        Duration::from_secs(5),
-        Some(api),
-        stop.clone().cancelled_owned(),
-    ));
-    port
-}
-
 /// One fleet in `assignment` mode through five changes, each planned first.
 async fn every_change_is_written_as_planned(assignment: Assignment, max_moves: usize) {
     let mode = assignment.name();
@@ -192,7 +166,7 @@ async fn every_change_is_written_as_planned(assignment: Assignment, max_moves: u
     })
     .await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let port = serve_api(&fleet, &stop).await;
+    let port = serve_http(&fleet, 0, Ui::WithPlan, &stop).await;
 
     // 1. A member crashes.
     let before = quiet(&fleet).await;

@@ -5,46 +5,11 @@
 
 use std::time::Duration;
 
-use distributor::edge::redis::Store;
-use distributor::ops::api::Api;
 use serde_json::{Value, json};
 
 use crate::support::*;
 
 const SECRET: &str = "ui-test-s3cret-password";
-
-/// Serves replica `i`'s HTTP endpoints on a free loopback port, with the API
-/// when `ui`; returns the port.
-async fn serve(
-    fleet: &Fleet,
-    i: usize,
-    ui: bool,
-    stop: &tokio_util::sync::CancellationToken,
-) -> u16 {
-    let replica = fleet.replicas[i].as_ref().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let api = ui.then(|| {
-        let store =
-            Store::connect(&fleet.config.redis_options(), TABLE, Duration::from_secs(3)).unwrap();
-        Api::start(
-            store,
-            fleet.config.services_namespaces.clone(),
-            fleet.config.workunits_namespace.clone(),
-            replica.status(),
-            stop.clone().cancelled_owned(),
-        )
-    });
-    tokio::spawn(distributor::ops::http::serve_with(
-        listener,
-        replica.status(),
-        replica.metrics(),
-        Duration::from_secs(5),
-        api,
-        stop.clone().cancelled_owned(),
-    ));
-    port
-}
 
 async fn get_json(port: u16, path: &str, bodies: &mut Vec<String>) -> Value {
     let (code, body) = http_get(port, path).await.unwrap();
@@ -87,8 +52,8 @@ async fn the_api_pages_members_records_changes_and_shows_no_secret() {
     // The API on a standby too: it reads what it shows from Redis.
     let holder = fleet.wait_for_holder().await;
     let standby = 1 - holder;
-    let on = serve(&fleet, standby, true, &stop).await;
-    let off = serve(&fleet, holder, false, &stop).await;
+    let on = serve_http(&fleet, standby, Ui::On, &stop).await;
+    let off = serve_http(&fleet, holder, Ui::Off, &stop).await;
     let mut bodies = vec![];
 
     // Off: the API does not exist.
@@ -357,7 +322,7 @@ async fn status_and_table_json_are_the_api_s_documents() {
     // The API on a standby, once it read Redis after that.
     let stop = tokio_util::sync::CancellationToken::new();
     let holder = fleet.wait_for_holder().await;
-    let port = serve(&fleet, 1 - holder, true, &stop).await;
+    let port = serve_http(&fleet, 1 - holder, Ui::On, &stop).await;
     let mut bodies = vec![];
     let api = poll_json(
         port,

@@ -1213,3 +1213,54 @@ pub fn lease_claim(holder_id: &str) -> distributor::edge::redis::Claim<'_> {
         takeover: None,
     }
 }
+
+/// What [`serve_http`] serves beside `/metrics` and the probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ui {
+    Off,
+    /// The page and its JSON API.
+    On,
+    /// The same and `/api/plan`, with the fleet's settings.
+    WithPlan,
+}
+
+/// Serves replica `i`'s HTTP endpoints on a free loopback port, as the
+/// daemon does with `ui`, until `stop`; returns the port.
+pub async fn serve_http(
+    fleet: &Fleet,
+    i: usize,
+    ui: Ui,
+    stop: &tokio_util::sync::CancellationToken,
+) -> u16 {
+    let replica = fleet.replicas[i].as_ref().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let api = (ui != Ui::Off).then(|| {
+        let store = distributor::edge::redis::Store::connect(
+            &fleet.config.redis_options(),
+            TABLE,
+            Duration::from_secs(3),
+        )
+        .unwrap();
+        let api = distributor::ops::api::Api::start(
+            store,
+            fleet.config.services_namespaces.clone(),
+            fleet.config.workunits_namespace.clone(),
+            replica.status(),
+            stop.clone().cancelled_owned(),
+        );
+        match ui {
+            Ui::WithPlan => api.with_plan(distributor::cli::plan::settings(&fleet.config)),
+            _ => api,
+        }
+    });
+    tokio::spawn(distributor::ops::http::serve_with(
+        listener,
+        replica.status(),
+        replica.metrics(),
+        Duration::from_secs(5),
+        api,
+        stop.clone().cancelled_owned(),
+    ));
+    port
+}
