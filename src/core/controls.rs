@@ -223,15 +223,20 @@ impl Controls {
         R: IntoIterator<Item = &'c str>,
     {
         let member: HashMap<&str, &'a str> = live.iter().map(|(m, _)| (*m, *m)).collect();
-        let position: HashMap<&str, usize> =
-            units.iter().enumerate().map(|(i, u)| (*u, i)).collect();
+        // A pin finds its unit by binary search (the units are sorted): a
+        // few pins, such as a quarantine's trials, cost nothing per unit.
+        // Only a pause or a cordon reads every held unit by name.
+        debug_assert!(units.is_sorted(), "units must be sorted");
+        let find = |unit: &str| units.binary_search(&unit).ok();
         let mut owner: Vec<Option<&'a str>> = vec![None; units.len()];
         for (unit, to) in &self.pins {
-            if let (Some(&i), Some(&m)) = (position.get(unit.as_str()), member.get(to.as_str())) {
+            if let (Some(i), Some(&m)) = (find(unit), member.get(to.as_str())) {
                 owner[i] = Some(m);
             }
         }
         if self.keeps_units() {
+            let position: HashMap<&str, usize> =
+                units.iter().enumerate().map(|(i, u)| (*u, i)).collect();
             // The lowest member wins a unit two rows hold (a hand edit), so
             // that the row order does not matter.
             for (m, held) in current {
@@ -399,7 +404,8 @@ mod tests {
     mod properties {
         use super::*;
         use crate::core::inputs::{Group, Inputs};
-        use crate::core::table::{Assignment, MatchingTable, Solve};
+        use crate::core::sticky;
+        use crate::core::table::{Assignment, MatchingTable, Solve, decode_row};
         use proptest::prelude::*;
 
         const MEMBERS: [&str; 5] = ["a:1", "b:1", "c:1", "d:1", "e:1"];
@@ -494,8 +500,42 @@ mod tests {
                     controls: Some(&c),
                     ..Solve::ring()
                 };
-                let (next, _) = MatchingTable::solve_counted(&inputs, eligible, &how);
-                let _ = &transit_units;
+                let (next, moves) = MatchingTable::solve_counted(&inputs, eligible, &how);
+                // The counts are the whole table's, read against the
+                // current rows and the units in transit: the sticky solver
+                // counts its units apart from the fixed ones.
+                let held: Vec<(&str, Vec<&str>)> = current
+                    .rows()
+                    .iter()
+                    .map(|(m, v)| (m.as_str(), decode_row(v)))
+                    .chain(also_held.iter().map(|&(m, u)| (m, vec![u])))
+                    .collect();
+                let read = || held.iter().map(|(m, us)| (*m, us.iter().copied()));
+                let rows: sticky::Table<'_> =
+                    next.rows().iter().map(|(m, v)| (m.as_str(), decode_row(v))).collect();
+                let (moved, kept) = sticky::moved_and_kept(read(), &rows);
+                let moves = moves.expect("a current table");
+                prop_assert_eq!(moves.moved, moved, "moved");
+                prop_assert_eq!(moves.placed, next.assignments() - moved - kept, "placed");
+                let live_all: Vec<(&str, u32)> =
+                    MEMBERS.iter().filter(|m| eligible(m)).map(|m| (*m, 1)).collect();
+                let unit_refs: Vec<&str> = units.iter().map(String::as_str).collect();
+                // The split reads the current rows alone: units in transit
+                // are never kept by a cordon or a pause.
+                let rows_only = held[..held.len() - also_held.len()]
+                    .iter()
+                    .map(|(m, us)| (*m, us.iter().copied()));
+                let s = c.split(&live_all, &unit_refs, rows_only);
+                let free: Vec<&str> = s.free.iter().map(|&i| unit_refs[i]).collect();
+                let fixed = s.fixed.iter().fold(sticky::Table::new(), |mut t, &(m, u)| {
+                    t.entry(m).or_default().push(u);
+                    t
+                });
+                if sticky {
+                    let minimum = sticky::min_moves(read(), &s.receivers, &free)
+                        + sticky::moved_and_kept(read(), &fixed).0;
+                    prop_assert_eq!(moves.minimum, minimum, "minimum");
+                }
                 let holders = |t: &MatchingTable, u: &str| -> Vec<String> {
                     t.rows().keys().filter(|m| t.units_of(m).contains(&u)).cloned().collect()
                 };

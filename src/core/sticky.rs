@@ -480,6 +480,13 @@ impl Holders {
         R: IntoIterator<Item = &'c str>,
     {
         u32::try_from(units.len()).expect("more than u32::MAX work units");
+        if units.is_empty() {
+            // Nothing to look up: the current rows are not read at all.
+            return Holders {
+                of: Vec::new(),
+                contested: Vec::new(),
+            };
+        }
         let index: HashMap<&str, u32, BuildHasherDefault<StrHasher>> = units
             .iter()
             .enumerate()

@@ -314,7 +314,7 @@ impl MatchingTable {
                     ring::assign_weighted(solve_live, solve_units)
                 }
                 (Balance::Count, Assignment::Sticky)
-                    if split.is_none() && how.max_moves == 0 && how.current.is_some() =>
+                    if how.max_moves == 0 && how.current.is_some() =>
                 {
                     let (table, counts) =
                         sticky::assign_counted(current(), solve_live, solve_units);
@@ -354,8 +354,25 @@ impl MatchingTable {
                 )
                 .0;
                 let solver_minimum = cost_minimum
+                    .or(counted.map(|c| c.minimum))
                     .unwrap_or_else(|| sticky::min_moves(current(), solve_live, solve_units));
                 cost_minimum = Some(solver_minimum + pinned_moves);
+                // The solver counted its own units against the receivers.
+                // When the receivers are every row of the result, a unit's
+                // holder reads the same against either, so the fixed units,
+                // counted apart, complete the count; otherwise (a cordoned
+                // member has a row) the whole table is read again below.
+                counted = counted.and_then(|c| {
+                    let receivers: BTreeSet<&str> = s.receivers.iter().map(|(m, _)| *m).collect();
+                    (receivers.len() == solved.len()).then(|| {
+                        let (moved, kept) = fixed_counts(current(), &solved, &s.fixed);
+                        sticky::Counts {
+                            moved: c.moved + moved,
+                            kept: c.kept + kept,
+                            minimum: solver_minimum + pinned_moves,
+                        }
+                    })
+                });
             }
             if how.max_moves > 0 && how.current.is_some() {
                 solved = sticky::limit_moves(current(), &solved, budget);
@@ -574,6 +591,28 @@ fn live_weighted<'g>(
         .filter(|m| is_live(m))
         .map(|m| (m, weight(m)))
         .collect()
+}
+
+/// [`sticky::moved_and_kept`] of the `fixed` (member, unit) pairs alone,
+/// with every row of `solved` (which holds them) as the members a unit's
+/// holder is read against: the fixed units' share of the whole table's
+/// count, which reads the current rows against those few units only.
+fn fixed_counts<'c, R>(
+    current: impl IntoIterator<Item = (&'c str, R)>,
+    solved: &sticky::Table<'_>,
+    fixed: &[(&str, &str)],
+) -> (usize, usize)
+where
+    R: IntoIterator<Item = &'c str>,
+{
+    if fixed.is_empty() {
+        return (0, 0);
+    }
+    let mut only: sticky::Table<'_> = solved.keys().map(|m| (*m, Vec::new())).collect();
+    for &(m, u) in fixed {
+        only.entry(m).or_default().push(u);
+    }
+    sticky::moved_and_kept(current, &only)
 }
 
 #[cfg(test)]
