@@ -9,6 +9,8 @@
 //! neither the lists nor the excluded set changed (so a steady cycle stays
 //! one that plans nothing).
 
+use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use super::HolderView;
@@ -16,6 +18,7 @@ use super::observe::Observed;
 use crate::core::inputs::Inputs;
 use crate::core::quarantine::QuarantineRule;
 use crate::core::row::split_row;
+use crate::core::sticky::StrHasher;
 use crate::core::table::MatchingTable;
 use crate::edge::redis::Reports;
 
@@ -114,8 +117,7 @@ impl HolderView {
         granted: &MatchingTable,
         now_ms: u64,
     ) -> Arc<Inputs> {
-        let before: std::collections::BTreeSet<String> =
-            self.quarantine.trials().map(str::to_string).collect();
+        let before: BTreeSet<String> = self.quarantine.trials().map(str::to_string).collect();
         // A trial goes to a member that may take units now.
         let eligible: Vec<&str> = inputs
             .members()
@@ -125,9 +127,15 @@ impl HolderView {
                     && !self.handoff.controls.cordoned(m)
             })
             .collect();
+        // One pass over the table finds every trial's owner (the tick asks
+        // only of units on trial when it starts).
+        let owners = owners_of(granted, &before);
         self.quarantine.tick(
             now_ms,
-            |u| owner_of(granted, u).map(str::to_string),
+            |u| match owners.get(u) {
+                Some(owner) => owner.map(str::to_string),
+                None => owner_of(granted, u).map(str::to_string),
+            },
             &eligible,
         );
         for (unit, member) in self.quarantine.trial_pins() {
@@ -172,6 +180,30 @@ impl HolderView {
         });
         without
     }
+}
+
+/// [`owner_of`] each of `units`, in one pass over the rows that ends once
+/// every unit is found: the rows are read in id order, so the first row
+/// found holding a unit is its first by id.
+fn owners_of<'t, 'u>(
+    table: &'t MatchingTable,
+    units: &'u BTreeSet<String>,
+) -> HashMap<&'u str, Option<&'t str>, BuildHasherDefault<StrHasher>> {
+    let mut owners: HashMap<&'u str, Option<&'t str>, BuildHasherDefault<StrHasher>> =
+        units.iter().map(|u| (u.as_str(), None)).collect();
+    let mut missing = owners.len();
+    for (member, row) in table.rows() {
+        if missing == 0 {
+            break;
+        }
+        for unit in split_row(row) {
+            if let Some(owner @ None) = owners.get_mut(unit) {
+                *owner = Some(member.as_str());
+                missing -= 1;
+            }
+        }
+    }
+    owners
 }
 
 /// The member whose row in `table` holds `unit` (the first, by id).
@@ -259,5 +291,22 @@ mod tests {
         };
         v.count_deaths(RULE, &burst, Some(&t), 2_003, 5);
         assert_eq!(v.quarantine.deaths_of("p"), 0);
+    }
+
+    #[test]
+    fn one_pass_finds_each_trials_first_owner_by_id_as_the_scan_of_each_does() {
+        // `u1` in two rows (a hand edit): the first by id owns it.
+        let t = table(&[("a:1", "u0,u1"), ("b:1", "u1,u2"), ("c:1", "u3")]);
+        let wanted: BTreeSet<String> = ["u1", "u2", "u3", "gone"]
+            .iter()
+            .map(|u| u.to_string())
+            .collect();
+        let owners = owners_of(&t, &wanted);
+        for u in &wanted {
+            assert_eq!(owners[u.as_str()], owner_of(&t, u), "{u}");
+        }
+        assert_eq!(owners["u1"], Some("a:1"));
+        assert_eq!(owners["gone"], None);
+        assert!(owners_of(&t, &BTreeSet::new()).is_empty());
     }
 }
