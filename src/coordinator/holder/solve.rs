@@ -232,12 +232,15 @@ pub(super) async fn desired(
     // A sticky solve from the table the last one returned, for the same
     // inputs, returns that table (`sticky::holds_exactly`): during a
     // handoff, and once it is done, the solve is skipped. Only where the
-    // solver is plain sticky: a move limit, controls or waiting newcomers
-    // make a table that later solves change.
+    // solver is plain sticky: a move limit, a cordon, a pause or waiting
+    // newcomers make a table that later solves change. Pins alone (a
+    // quarantine's trials) do not: the pinned units are placed apart and
+    // the others solved from the result alone (`sticky::fixed_point`).
+    let pins_only = controls.members.is_empty() && !controls.paused();
     let plain_sticky = how.assignment == Assignment::Sticky
         && how.balance == Balance::Count
         && how.max_moves == 0
-        && controls.is_empty()
+        && pins_only
         && waiting.is_empty()
         && inputs.groups.len() == 1;
     let mut solved = false;

@@ -4,11 +4,13 @@
 //! (the stored rows, plus each unit in transit counted as its
 //! destination's) is exactly the table the last solve returned. For the
 //! same inputs (live members, weights, units) with the count balance, no
-//! move limit, no controls and no waiting newcomer, [`super::assign`] of a
-//! table it returned is that table: every member holds exactly its target
-//! (the ceilings go to the members above their floor, who are exactly the
-//! ones given them), so nothing is over, nothing has room, nothing is free
-//! or contested, and the rows come back sorted as they were. The caller
+//! move limit, no controls but pins and no waiting newcomer,
+//! [`super::assign`] of a table it returned is that table: every member
+//! holds exactly its target (the ceilings go to the members above their
+//! floor, who are exactly the ones given them), so nothing is over, nothing
+//! has room, nothing is free or contested, and the rows come back sorted as
+//! they were. Pins only set their units apart: the solve of the others is
+//! such a solve of its own. The caller
 //! checks the inputs (the memo's key); the property test below checks the
 //! claim through [`MatchingTable::solve_counted`], the holder's own call.
 //!
@@ -141,6 +143,69 @@ mod tests {
             let also: Vec<(&str, &str)> = also.iter().map(|(m, u)| (m.as_str(), u.as_str())).collect();
             proptest::prop_assert!(holds_exactly(granted.rows(), &also, &t));
             proptest::prop_assert_eq!(&solve(&inp, &granted, &also, &weights), &t);
+        }
+    }
+
+    /// [`solve`] under `controls` (the holder passes a quarantine's
+    /// trials as pins).
+    fn solve_pinned(
+        inp: &Inputs,
+        current: &MatchingTable,
+        also_held: &[(&str, &str)],
+        controls: &crate::core::controls::Controls,
+    ) -> MatchingTable {
+        use crate::core::table::{Assignment, Solve};
+        let how = Solve {
+            assignment: Assignment::Sticky,
+            current: Some(current),
+            also_held,
+            controls: Some(controls),
+            ..Solve::ring()
+        };
+        MatchingTable::solve_counted(inp, |_| true, &how).0
+    }
+
+    proptest::proptest! {
+        /// Pins alone keep the fixed point the holder's skip relies on
+        /// (`coordinator::holder::solve`): the pinned units are placed
+        /// apart, and the others are a sticky solve of their own. Pins
+        /// to members that left count for nothing.
+        #[test]
+        fn a_table_solved_under_pins_alone_is_a_fixed_point(
+            members in 1..7usize,
+            units in 1..60usize,
+            start in proptest::collection::vec((0..9usize, 0..60usize), 0..80),
+            pins in proptest::collection::vec((0..60usize, 0..9usize), 0..6),
+            in_transit in proptest::collection::vec(proptest::bool::ANY, 60),
+        ) {
+            let names: Vec<String> = (0..members).map(|i| format!("m{i}")).collect();
+            let unit_names: Vec<String> = (0..units).map(|i| format!("u{i:02}")).collect();
+            let inp = Inputs::one_group("g", &names, &unit_names);
+            let mut rows: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (m, u) in start {
+                rows.entry(format!("m{m}")).or_default().push(format!("u{u:02}"));
+            }
+            let x = MatchingTable::from_rows(rows.into_iter().map(|(m, us)| (m, us.join(","))));
+            let mut controls = crate::core::controls::Controls::default();
+            for (u, m) in pins {
+                controls.pins.insert(format!("u{:02}", u % units), format!("m{m}"));
+            }
+            let t = solve_pinned(&inp, &x, &[], &controls);
+            proptest::prop_assert!(holds_exactly(t.rows(), &[], &t));
+            proptest::prop_assert_eq!(&solve_pinned(&inp, &t, &[], &controls), &t);
+            let mut granted = BTreeMap::new();
+            let mut also: Vec<(String, String)> = Vec::new();
+            for (m, row) in t.rows() {
+                let (moving, kept): (Vec<&str>, Vec<&str>) = decode_row(row)
+                    .into_iter()
+                    .partition(|u| in_transit[u[1..].parse::<usize>().unwrap()]);
+                also.extend(moving.iter().map(|u| (m.clone(), u.to_string())));
+                granted.insert(m.clone(), kept.join(","));
+            }
+            let granted = MatchingTable::from_rows(granted);
+            let also: Vec<(&str, &str)> = also.iter().map(|(m, u)| (m.as_str(), u.as_str())).collect();
+            proptest::prop_assert!(holds_exactly(granted.rows(), &also, &t));
+            proptest::prop_assert_eq!(&solve_pinned(&inp, &granted, &also, &controls), &t);
         }
     }
 
