@@ -559,12 +559,13 @@ pub fn digest_of<'a>(rows: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> String
 
 /// One row's part of the digest: SHA-1 of `<field length>:<field><value>`.
 pub fn row_hash(field: &[u8], value: &[u8]) -> [u8; 20] {
-    let mut h = sha1_smol::Sha1::new();
+    use sha1::Digest as _;
+    let mut h = sha1::Sha1::new();
     h.update(field.len().to_string().as_bytes());
     h.update(b":");
     h.update(field);
     h.update(value);
-    h.digest().bytes()
+    h.finalize().into()
 }
 
 pub(crate) fn xor_into(acc: &mut [u8; 20], h: &[u8; 20]) {
@@ -633,6 +634,25 @@ mod tests {
             units: units.iter().map(|s| s.to_string()).collect(),
             rejections: vec![],
         }
+    }
+
+    #[test]
+    fn a_row_hash_is_sha1_of_the_length_the_field_and_the_row_as_lua_computes_it() {
+        // Values from Python's hashlib: `redis.sha1hex` in the scripts must
+        // find the same, whichever SHA-1 code computes it here.
+        assert_eq!(
+            hex(&row_hash(b"10.0.0.1:7", b"unit-1,unit-2")),
+            "704fbd7b76921aee3d2853b3294710f88711edd9"
+        );
+        assert_eq!(
+            hex(&row_hash(b"", b"")),
+            "b44b82a4bc6c35f6ad5e9fceefef9509c17fba74"
+        );
+        let long = vec![b'x'; 100_000];
+        assert_eq!(
+            hex(&row_hash(b"a", &long)),
+            "ecfd8de334694ffad4f3a990e31f4be5a9634d8f"
+        );
     }
 
     #[test]
