@@ -10,6 +10,9 @@
 //! the rows that changed and the next digest from the base's): a holder's
 //! write paid it twice before `TableDelta::again` (once for the digest, once
 //! for the commit), and pays it once now.
+//! Last, a leave while a quarantine tries 16 units (pins): the leave's
+//! solve, and a later cycle's solve again against the fixed-point check
+//! that replaces it.
 //!
 //! Run: `cargo bench --bench sticky`. Results: `BENCHMARKS.md`, "Sticky
 //! reassign: a membership change's solve".
@@ -19,8 +22,10 @@
 
 use std::time::Instant;
 
+use distributor::core::controls::Controls;
 use distributor::core::delta::TableDelta;
 use distributor::core::inputs::Inputs;
+use distributor::core::sticky::holds_exactly;
 use distributor::core::table::{Assignment, MatchingTable, Solve};
 
 #[path = "shared/machine.rs"]
@@ -124,6 +129,73 @@ fn case(label: &str, members: usize, units: usize) {
     }
 }
 
+/// [`solve`] under `controls` (the holder passes a quarantine's trials as
+/// pins), counting its moves as the holder does.
+fn solve_pinned(inp: &Inputs, current: &MatchingTable, controls: &Controls) -> MatchingTable {
+    let how = Solve {
+        assignment: Assignment::Sticky,
+        current: Some(current),
+        controls: Some(controls),
+        ..Solve::ring()
+    };
+    MatchingTable::solve_counted(inp, |_| true, &how).0
+}
+
+/// A leave while a quarantine tries 16 held units (its most), each pinned
+/// to a member of its own: the leave's solve, and what each later cycle of
+/// the handoff pays for the same inputs: the solve again, from the table it
+/// returned, or the check that the table is that fixed point
+/// (`sticky::holds_exactly`), which the holder makes instead since pins
+/// alone keep it.
+fn pinned_case(label: &str, members: usize, units: usize) {
+    const RUNS: usize = 15;
+    const TRIALS: usize = 16;
+    let names: Vec<String> = (0..members)
+        .map(|i| format!("10.0.{}.{}:7000", i / 250, i % 250))
+        .collect();
+    let mut units: Vec<String> = (0..units).map(|i| format!("site-{i:08}.example")).collect();
+    units.sort();
+    let mut controls = Controls::default();
+    for k in 0..TRIALS {
+        let unit = &units[k * units.len() / TRIALS];
+        controls
+            .pins
+            .insert(unit.clone(), names[(k * 7 + 1) % members].clone());
+    }
+    let all = inputs(&names, &units);
+    let first = solve_pinned(&all, &MatchingTable::default(), &controls);
+    let balanced = solve_pinned(&all, &first, &controls);
+    let leaver = names[members / 2].clone();
+    let without: Vec<String> = names.iter().filter(|m| **m != leaver).cloned().collect();
+    let inp = inputs(&without, &units);
+    let (mut leave, mut again, mut check) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        let next = solve_pinned(&inp, &balanced, &controls);
+        leave.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let same = solve_pinned(&inp, &next, &controls);
+        again.push(t.elapsed().as_secs_f64() * 1e3);
+        assert!(
+            same == next,
+            "{label}: a solve under pins moved its own result"
+        );
+        let t = Instant::now();
+        let fixed = holds_exactly(next.rows(), &[], &next);
+        check.push(t.elapsed().as_secs_f64() * 1e3);
+        assert!(fixed, "{label}: the result is not recognised");
+    }
+    let (l0, l1, l2) = spread(&mut leave);
+    let (a0, a1, a2) = spread(&mut again);
+    let (c0, c1, c2) = spread(&mut check);
+    println!(
+        "{label:>16} leave under {TRIALS} trial pins {l0:8.3} / {l1:8.3} / {l2:8.3} ms   \
+         a later cycle: solved again {a0:7.3} / {a1:7.3} / {a2:7.3} ms, \
+         checked {c0:7.3} / {c1:7.3} / {c2:7.3} ms   ratio {:.3}",
+        c1 / a1
+    );
+}
+
 fn main() {
     println!(
         "cpu: {} (n = 15 per figure, min / median / max)",
@@ -135,4 +207,7 @@ fn main() {
     if std::env::var("STICKY_BENCH_LARGE").as_deref() == Ok("1") {
         case("10,000 x 1M", 10_000, 1_000_000);
     }
+    pinned_case("10 x 1,000", 10, 1_000);
+    pinned_case("100 x 100,000", 100, 100_000);
+    pinned_case("1,000 x 100,000", 1_000, 100_000);
 }
