@@ -652,6 +652,28 @@ pub fn spawn_member(redis_url: &str) -> (Proc, String) {
     (proc, id)
 }
 
+/// A process running `n` real [`distributor::Member`]s on one runtime (each
+/// registers itself); returns it with their ids. Members on other hosts
+/// cost the holder's host nothing when a write wakes them; on the bench's
+/// two cores a process per member does (see BENCHMARKS.md, "Where a death's
+/// milliseconds go").
+pub fn spawn_member_host(redis_url: &str, n: usize) -> (Proc, Vec<String>) {
+    let (mut proc, mut out) = spawn_self(&["members", redis_url, &n.to_string()]);
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let id = line
+            .trim()
+            .strip_prefix("ID ")
+            .unwrap_or_else(|| panic!("member host said {line:?}"))
+            .to_string();
+        ids.push(id);
+    }
+    proc.name = format!("{n} members");
+    (proc, ids)
+}
+
 /// Lease and cycle timing of a `distributor` replica process.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -792,6 +814,7 @@ pub fn child_main(mode: &str) {
     match args.as_slice() {
         ["servers", n] => rt.block_on(child_servers(n.parse().unwrap())),
         ["member", url] => rt.block_on(child_member(url)),
+        ["members", url, n] => rt.block_on(child_members(url, n.parse().unwrap())),
         _ => panic!("unknown child mode {mode:?}"),
     }
 }
@@ -837,6 +860,29 @@ async fn child_servers(n: usize) {
 }
 
 async fn child_member(url: &str) {
+    let member = start_member(url).await;
+    println!("ID {}", member.id());
+    std::io::stdout().flush().unwrap();
+    stdin_closed().await;
+    member.shutdown().await;
+}
+
+/// `n` members in this process, started one after another.
+async fn child_members(url: &str, n: usize) {
+    let mut members = Vec::with_capacity(n);
+    for _ in 0..n {
+        let member = start_member(url).await;
+        println!("ID {}", member.id());
+        members.push(member);
+    }
+    std::io::stdout().flush().unwrap();
+    stdin_closed().await;
+    for member in members {
+        member.shutdown().await;
+    }
+}
+
+async fn start_member(url: &str) -> distributor::Member {
     let mut opts = distributor::MemberOptions {
         redis_url: url.to_string(),
         services_key: SERVICES.into(),
@@ -845,9 +891,5 @@ async fn child_member(url: &str) {
         ..distributor::MemberOptions::default()
     };
     opts.reregister_interval = Duration::from_secs(5);
-    let member = distributor::Member::start(opts).await.unwrap();
-    println!("ID {}", member.id());
-    std::io::stdout().flush().unwrap();
-    stdin_closed().await;
-    member.shutdown().await;
+    distributor::Member::start(opts).await.unwrap()
 }

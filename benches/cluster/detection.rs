@@ -31,6 +31,9 @@ struct Fleet {
     redis: RedisServer,
     conn: redis::aio::MultiplexedConnection,
     _servers: Vec<Proc>,
+    /// The members that are never killed, in one process, when
+    /// `BENCH_SCALE_MEMBER_HOST=1`.
+    _host: Option<Proc>,
     members: Vec<(Proc, String)>,
     replica: Replica,
 }
@@ -64,7 +67,15 @@ impl Fleet {
         if !addrs.is_empty() {
             set_list(&mut conn, SERVICES, &addrs).await;
         }
-        let members = (0..members).map(|_| spawn_member(&redis.url())).collect();
+        // The victims are processes of their own (each is SIGKILLed); the
+        // rest share one with `BENCH_SCALE_MEMBER_HOST=1`.
+        let (host, own) = if member_host() && members > VICTIMS {
+            let (host, _) = spawn_member_host(&redis.url(), members - VICTIMS);
+            (Some(host), VICTIMS)
+        } else {
+            (None, members)
+        };
+        let members = (0..own).map(|_| spawn_member(&redis.url())).collect();
         let replica = spawn_replica_of(
             bin,
             &redis.url(),
@@ -76,6 +87,7 @@ impl Fleet {
             redis,
             conn,
             _servers: servers,
+            _host: host,
             members,
             replica,
         };
@@ -322,6 +334,12 @@ async fn scenario(
 /// is a real `Member` (it acknowledges, so units leave transit as a fleet of
 /// members lets them); the 1,000-worker case has 4 and 996 plain servers,
 /// whose units wait in transit for their deadline.
+/// `BENCH_SCALE_MEMBER_HOST=1`: the members that are never killed run in
+/// one process instead of one each.
+fn member_host() -> bool {
+    std::env::var("BENCH_SCALE_MEMBER_HOST").as_deref() == Ok("1")
+}
+
 pub async fn scale() {
     section("kill to units owned again, ring and sticky (issue 24's reference)");
     let mut bins = Vec::new();
@@ -362,8 +380,14 @@ async fn kills(
     let mut f = Fleet::start_of(bin, workers, units, members, &[flag.as_str()]).await;
     let mut rng = Rng::new(0x5ca1e ^ workers as u64 ^ units as u64 ^ seed().rotate_left(32));
     let k = f.kills(&mut rng, trials).await;
-    let label =
-        format!("{build}, {assignment}, {workers} workers ({members} members) x {units} units");
+    let hosted = if member_host() && members > VICTIMS {
+        format!(", {} in one process", members - VICTIMS)
+    } else {
+        String::new()
+    };
+    let label = format!(
+        "{build}, {assignment}, {workers} workers ({members} members{hosted}) x {units} units"
+    );
     report(
         &format!("scale: SIGKILL to its row gone, {label}"),
         "ms",
