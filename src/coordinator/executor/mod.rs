@@ -404,6 +404,12 @@ impl Executor {
                             });
                             continue;
                         }
+                        (Verdict::Again, result) => {
+                            tracing::debug!(member, ?result, "a member's connection ended and a probe was reset; probing once more");
+                            book.start(&member);
+                            probe(&self.pinger, &self.store, member, ProbeCause::ClosedAgain, &mut probes);
+                            continue;
+                        }
                         (Verdict::Cycle, result) => {
                             tracing::debug!(member, ?result, "a member's connection ended and it does not answer; cycling now");
                             Event::MemberDown

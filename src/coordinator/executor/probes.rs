@@ -40,6 +40,10 @@ pub(super) struct Probe {
 pub(super) enum ProbeCause {
     /// Its watched connection ended.
     Closed,
+    /// Its watched connection ended and the first probe's connection was
+    /// reset: a process being torn down accepts, then resets, until its
+    /// listener is gone. Probed once more, at once.
+    ClosedAgain,
     /// It owes units whose revoking write is done, and a refusal (with
     /// Redis, for the connections recorded with them) could release them.
     Confirm(Confirm),
@@ -113,6 +117,9 @@ pub(super) enum Verdict {
     Reopen,
     /// A member whose connection ended does not answer: a full cycle now.
     Cycle,
+    /// A member whose connection ended reset the probe's connection: probe
+    /// it once more ([`ProbeCause::ClosedAgain`]).
+    Again,
     /// Nothing to do, and why (for the debug log).
     Nothing(&'static str),
 }
@@ -144,14 +151,20 @@ pub(super) fn verdict(
         (ProbeCause::Confirm(_), Err(_)) => {
             Verdict::Nothing("a gone member's confirmation probe failed")
         }
-        (ProbeCause::Closed, Ok(_)) => Verdict::Reopen,
+        (ProbeCause::Closed | ProbeCause::ClosedAgain, Ok(_)) => Verdict::Reopen,
         // Refused: the process is gone. A handoff cycle fails it alone,
         // pinging nobody else (O(1), not O(members)).
-        (ProbeCause::Closed, Err(PingFailure::Refused(_))) => Verdict::Refused {
-            disconnected: false,
-        },
+        (ProbeCause::Closed | ProbeCause::ClosedAgain, Err(PingFailure::Refused(_))) => {
+            Verdict::Refused {
+                disconnected: false,
+            }
+        }
+        // Reset: perhaps a process still being torn down; asked once more
+        // before every member is pinged. A second reset proves nothing
+        // either, so it is treated as silence.
+        (ProbeCause::Closed, Err(PingFailure::Unavailable(_))) => Verdict::Again,
         // Silent or unavailable: a full cycle looks at everyone.
-        (ProbeCause::Closed, Err(_)) => Verdict::Cycle,
+        (ProbeCause::Closed | ProbeCause::ClosedAgain, Err(_)) => Verdict::Cycle,
     }
 }
 
@@ -271,6 +284,32 @@ mod tests {
         assert_eq!(
             verdict(&ProbeCause::Closed, &timeout, false),
             Verdict::Cycle
+        );
+    }
+
+    #[test]
+    fn a_reset_probe_after_a_close_is_asked_once_more_and_then_treated_as_silence() {
+        let reset = Err(PingFailure::Unavailable("connection reset".into()));
+        assert_eq!(verdict(&ProbeCause::Closed, &reset, false), Verdict::Again);
+        assert_eq!(
+            verdict(&ProbeCause::ClosedAgain, &reset, false),
+            Verdict::Cycle
+        );
+        assert_eq!(
+            verdict(&ProbeCause::ClosedAgain, &refused(), false),
+            Verdict::Refused {
+                disconnected: false
+            }
+        );
+        assert_eq!(
+            verdict(&ProbeCause::ClosedAgain, &Ok(Duration::ZERO), false),
+            Verdict::Reopen
+        );
+        let timeout = Err(PingFailure::Timeout);
+        assert_eq!(
+            verdict(&ProbeCause::Closed, &timeout, false),
+            Verdict::Cycle,
+            "a timeout is not asked again: it took a whole ping timeout"
         );
     }
 }
