@@ -105,6 +105,35 @@ mod tests {
         crate::core::sticky::tests::solve_sticky(inp, current, also_held, weights, false).0
     }
 
+    /// A table of `(member, unit)` index pairs, as `m<i>` and `u<jj>`.
+    fn starting_table(pairs: &[(usize, usize)]) -> MatchingTable {
+        let mut rows: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (m, u) in pairs {
+            rows.entry(format!("m{m}"))
+                .or_default()
+                .push(format!("u{u:02}"));
+        }
+        MatchingTable::from_rows(rows.into_iter().map(|(m, us)| (m, us.join(","))))
+    }
+
+    /// `t` with the units `in_transit` marks taken out of their rows, and
+    /// those units as (destination, unit) pairs.
+    fn partly_in_transit(
+        t: &MatchingTable,
+        in_transit: &[bool],
+    ) -> (MatchingTable, Vec<(String, String)>) {
+        let mut granted = BTreeMap::new();
+        let mut also = Vec::new();
+        for (m, row) in t.rows() {
+            let (moving, kept): (Vec<&str>, Vec<&str>) = decode_row(row)
+                .into_iter()
+                .partition(|u| in_transit[u[1..].parse::<usize>().unwrap()]);
+            also.extend(moving.iter().map(|u| (m.clone(), u.to_string())));
+            granted.insert(m.clone(), kept.join(","));
+        }
+        (MatchingTable::from_rows(granted), also)
+    }
+
     proptest::proptest! {
         /// A sticky result, in any state of its handoff (some units still in
         /// transit towards their member), is recognised, and solving from it
@@ -121,25 +150,12 @@ mod tests {
             let unit_names: Vec<String> = (0..units).map(|i| format!("u{i:02}")).collect();
             let inp = Inputs::one_group("g", &names, &unit_names);
             // Any starting table: members that left, units twice, unlisted ones.
-            let mut rows: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for (m, u) in start {
-                rows.entry(format!("m{m}")).or_default().push(format!("u{u:02}"));
-            }
-            let x = MatchingTable::from_rows(rows.into_iter().map(|(m, us)| (m, us.join(","))));
+            let x = starting_table(&start);
             let t = solve(&inp, &x, &[], &weights);
             proptest::prop_assert!(holds_exactly(t.rows(), &[], &t));
             proptest::prop_assert_eq!(&solve(&inp, &t, &[], &weights), &t);
             // Part of the way there: some units in transit to their member.
-            let mut granted = BTreeMap::new();
-            let mut also: Vec<(String, String)> = Vec::new();
-            for (m, row) in t.rows() {
-                let (moving, kept): (Vec<&str>, Vec<&str>) = decode_row(row)
-                    .into_iter()
-                    .partition(|u| in_transit[u[1..].parse::<usize>().unwrap()]);
-                also.extend(moving.iter().map(|u| (m.clone(), u.to_string())));
-                granted.insert(m.clone(), kept.join(","));
-            }
-            let granted = MatchingTable::from_rows(granted);
+            let (granted, also) = partly_in_transit(&t, &in_transit);
             let also: Vec<(&str, &str)> = also.iter().map(|(m, u)| (m.as_str(), u.as_str())).collect();
             proptest::prop_assert!(holds_exactly(granted.rows(), &also, &t));
             proptest::prop_assert_eq!(&solve(&inp, &granted, &also, &weights), &t);
@@ -181,11 +197,7 @@ mod tests {
             let names: Vec<String> = (0..members).map(|i| format!("m{i}")).collect();
             let unit_names: Vec<String> = (0..units).map(|i| format!("u{i:02}")).collect();
             let inp = Inputs::one_group("g", &names, &unit_names);
-            let mut rows: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for (m, u) in start {
-                rows.entry(format!("m{m}")).or_default().push(format!("u{u:02}"));
-            }
-            let x = MatchingTable::from_rows(rows.into_iter().map(|(m, us)| (m, us.join(","))));
+            let x = starting_table(&start);
             let mut controls = crate::core::controls::Controls::default();
             for (u, m) in pins {
                 controls.pins.insert(format!("u{:02}", u % units), format!("m{m}"));
@@ -193,16 +205,7 @@ mod tests {
             let t = solve_pinned(&inp, &x, &[], &controls);
             proptest::prop_assert!(holds_exactly(t.rows(), &[], &t));
             proptest::prop_assert_eq!(&solve_pinned(&inp, &t, &[], &controls), &t);
-            let mut granted = BTreeMap::new();
-            let mut also: Vec<(String, String)> = Vec::new();
-            for (m, row) in t.rows() {
-                let (moving, kept): (Vec<&str>, Vec<&str>) = decode_row(row)
-                    .into_iter()
-                    .partition(|u| in_transit[u[1..].parse::<usize>().unwrap()]);
-                also.extend(moving.iter().map(|u| (m.clone(), u.to_string())));
-                granted.insert(m.clone(), kept.join(","));
-            }
-            let granted = MatchingTable::from_rows(granted);
+            let (granted, also) = partly_in_transit(&t, &in_transit);
             let also: Vec<(&str, &str)> = also.iter().map(|(m, u)| (m.as_str(), u.as_str())).collect();
             proptest::prop_assert!(holds_exactly(granted.rows(), &also, &t));
             proptest::prop_assert_eq!(&solve_pinned(&inp, &granted, &also, &controls), &t);
