@@ -641,13 +641,7 @@ pub fn spawn_server_fleet(total: usize, processes: usize) -> (Vec<Proc>, Vec<Str
 /// returns it with the member id.
 pub fn spawn_member(redis_url: &str) -> (Proc, String) {
     let (mut proc, mut out) = spawn_self(&["member", redis_url]);
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let id = line
-        .trim()
-        .strip_prefix("ID ")
-        .unwrap_or_else(|| panic!("member child said {line:?}"))
-        .to_string();
+    let id = member_id(&mut out);
     proc.name = id.clone();
     (proc, id)
 }
@@ -655,23 +649,23 @@ pub fn spawn_member(redis_url: &str) -> (Proc, String) {
 /// A process running `n` real [`distributor::Member`]s on one runtime (each
 /// registers itself); returns it with their ids. Members on other hosts
 /// cost the holder's host nothing when a write wakes them; on the bench's
-/// two cores a process per member does (see BENCHMARKS.md, "Where a death's
-/// milliseconds go").
+/// two cores a process per member does (see BENCHMARKS.md, "A death while a
+/// quarantine tries units").
 pub fn spawn_member_host(redis_url: &str, n: usize) -> (Proc, Vec<String>) {
     let (mut proc, mut out) = spawn_self(&["members", redis_url, &n.to_string()]);
-    let mut ids = Vec::with_capacity(n);
-    for _ in 0..n {
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let id = line
-            .trim()
-            .strip_prefix("ID ")
-            .unwrap_or_else(|| panic!("member host said {line:?}"))
-            .to_string();
-        ids.push(id);
-    }
+    let ids = (0..n).map(|_| member_id(&mut out)).collect();
     proc.name = format!("{n} members");
     (proc, ids)
+}
+
+/// The next `ID <member id>` line a member child prints.
+fn member_id(out: &mut BufReader<std::process::ChildStdout>) -> String {
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    line.trim()
+        .strip_prefix("ID ")
+        .unwrap_or_else(|| panic!("member child said {line:?}"))
+        .to_string()
 }
 
 /// Lease and cycle timing of a `distributor` replica process.
