@@ -127,14 +127,15 @@ impl HolderView {
                     && !self.handoff.controls.cordoned(m)
             })
             .collect();
-        // One pass over the table finds every trial's owner (the tick asks
-        // only of units on trial when it starts).
+        // One pass over the table finds every trial's owner: the tick asks
+        // only of units on trial when it starts (it never adds a trial
+        // before it asks).
         let owners = owners_of(granted, &before);
         self.quarantine.tick(
             now_ms,
-            |u| match owners.get(u) {
-                Some(owner) => owner.map(str::to_string),
-                None => owner_of(granted, u).map(str::to_string),
+            |u| {
+                debug_assert!(before.contains(u), "{u} was not on trial");
+                owners.get(u).copied().flatten().map(str::to_string)
             },
             &eligible,
         );
@@ -182,9 +183,10 @@ impl HolderView {
     }
 }
 
-/// [`owner_of`] each of `units`, in one pass over the rows that ends once
-/// every unit is found: the rows are read in id order, so the first row
-/// found holding a unit is its first by id.
+/// The member whose row in `table` holds each of `units` (the first, by
+/// id), in one pass over the rows that ends once every unit is found: the
+/// rows are read in id order, so the first row found holding a unit is its
+/// first by id.
 fn owners_of<'t, 'u>(
     table: &'t MatchingTable,
     units: &'u BTreeSet<String>,
@@ -204,15 +206,6 @@ fn owners_of<'t, 'u>(
         }
     }
     owners
-}
-
-/// The member whose row in `table` holds `unit` (the first, by id).
-fn owner_of<'t>(table: &'t MatchingTable, unit: &str) -> Option<&'t str> {
-    table
-        .rows()
-        .iter()
-        .find(|(_, row)| split_row(row).any(|u| u == unit))
-        .map(|(m, _)| m.as_str())
 }
 
 #[cfg(test)]
@@ -291,6 +284,16 @@ mod tests {
         };
         v.count_deaths(RULE, &burst, Some(&t), 2_003, 5);
         assert_eq!(v.quarantine.deaths_of("p"), 0);
+    }
+
+    /// The member whose row in `table` holds `unit` (the first, by id),
+    /// by a scan of its own.
+    fn owner_of<'t>(table: &'t MatchingTable, unit: &str) -> Option<&'t str> {
+        table
+            .rows()
+            .iter()
+            .find(|(_, row)| split_row(row).any(|u| u == unit))
+            .map(|(m, _)| m.as_str())
     }
 
     #[test]
