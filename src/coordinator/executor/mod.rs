@@ -406,8 +406,9 @@ impl Executor {
                         }
                         (Verdict::Again, result) => {
                             tracing::debug!(member, ?result, "a member's connection ended and a probe was reset; probing once more");
-                            book.start(&member);
-                            probe(&self.pinger, &self.store, member, ProbeCause::ClosedAgain, &mut probes);
+                            if book.start(&member) {
+                                probe(&self.pinger, &self.store, member, ProbeCause::ClosedAgain, &mut probes);
+                            }
                             continue;
                         }
                         (Verdict::Cycle, result) => {
