@@ -32,8 +32,8 @@ struct Fleet {
     conn: redis::aio::MultiplexedConnection,
     _servers: Vec<Proc>,
     /// The members that are never killed, in one process, when
-    /// `BENCH_SCALE_MEMBER_HOST=1`.
-    _host: Option<Proc>,
+    /// `BENCH_SCALE_MEMBER_HOST=1`, and how many they are.
+    host: Option<(Proc, usize)>,
     members: Vec<(Proc, String)>,
     replica: Replica,
 }
@@ -70,8 +70,8 @@ impl Fleet {
         // The victims are processes of their own (each is SIGKILLed); the
         // rest share one with `BENCH_SCALE_MEMBER_HOST=1`.
         let (host, own) = if member_host() && members > VICTIMS {
-            let (host, _) = spawn_member_host(&redis.url(), members - VICTIMS);
-            (Some(host), VICTIMS)
+            let (host, ids) = spawn_member_host(&redis.url(), members - VICTIMS);
+            (Some((host, ids.len())), VICTIMS)
         } else {
             (None, members)
         };
@@ -87,7 +87,7 @@ impl Fleet {
             redis,
             conn,
             _servers: servers,
-            _host: host,
+            host,
             members,
             replica,
         };
@@ -380,10 +380,9 @@ async fn kills(
     let mut f = Fleet::start_of(bin, workers, units, members, &[flag.as_str()]).await;
     let mut rng = Rng::new(0x5ca1e ^ workers as u64 ^ units as u64 ^ seed().rotate_left(32));
     let k = f.kills(&mut rng, trials).await;
-    let hosted = if member_host() && members > VICTIMS {
-        format!(", {} in one process", members - VICTIMS)
-    } else {
-        String::new()
+    let hosted = match &f.host {
+        Some((_, n)) => format!(", {n} in one process"),
+        None => String::new(),
     };
     let label = format!(
         "{build}, {assignment}, {workers} workers ({members} members{hosted}) x {units} units"
