@@ -101,8 +101,9 @@ pub struct Solve<'a> {
     pub waiting: Option<&'a BTreeSet<String>>,
     /// The caller vouches that `current` is a table a solve returned for
     /// these units in one group (every listed unit in exactly one row, rows
-    /// sorted): a plain sticky solve then reads only the rows that change
-    /// ([`sticky::reassign`]), and gives the same table.
+    /// sorted): a plain sticky solve (pins aside, no controls) then reads
+    /// only the rows that change ([`sticky::reassign`]), and gives the same
+    /// table.
     pub current_is_solved: bool,
 }
 
@@ -406,27 +407,43 @@ impl MatchingTable {
     }
 
     /// [`MatchingTable::solve_counted`] of a plain sticky solve (one group,
-    /// the count balance, no limit, controls, waiting newcomer or unit in
-    /// transit) from a table a solve returned for these units: only the
-    /// rows that change are decoded and encoded again. `None` where the
-    /// full solve runs.
+    /// the count balance, no limit, no controls but pins, no waiting
+    /// newcomer or unit in transit) from a table a solve returned for these
+    /// units and pins: only the rows that change (and those holding pinned
+    /// units) are decoded and encoded again. `None` where the full solve
+    /// runs.
     fn reassign(
         inputs: &Inputs,
         is_live: &impl Fn(&str) -> bool,
         how: &Solve<'_>,
     ) -> Option<(MatchingTable, Option<Moves>)> {
+        let pins_only = how
+            .controls
+            .is_none_or(|c| c.members.is_empty() && !c.paused());
         let plain = how.assignment == Assignment::Sticky
             && how.balance == Balance::Count
             && how.max_moves == 0
             && how.also_held.is_empty()
-            && how.controls.is_none_or(Controls::is_empty)
+            && pins_only
             && how.waiting.is_none_or(BTreeSet::is_empty);
         let [group] = &inputs.groups[..] else {
             return None;
         };
         let current = how.current.filter(|_| plain && how.current_is_solved)?;
         let live = live_weighted(group, is_live, how.weight);
-        let r = sticky::reassign::reassign(&current.rows, &live, inputs.units.len())?;
+        // What `Controls::split` fixes under pins alone: each listed unit
+        // pinned to a live member.
+        let fixed: Vec<(&str, &str)> = how
+            .controls
+            .into_iter()
+            .flat_map(|c| &c.pins)
+            .filter(|(unit, _)| inputs.units.binary_search(unit).is_ok())
+            .filter_map(|(unit, to)| {
+                let &(m, _) = live.iter().find(|(m, _)| *m == to.as_str())?;
+                Some((m, unit.as_str()))
+            })
+            .collect();
+        let r = sticky::reassign::reassign_fixed(&current.rows, &live, inputs.units.len(), &fixed)?;
         let rows = r.rows.into_iter().map(|(member, row)| {
             let row = match row {
                 sticky::reassign::Row::Same(row) => row.to_string(),

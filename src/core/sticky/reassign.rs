@@ -10,6 +10,12 @@
 //! must be the one `current` was solved for: a unit listed or unlisted
 //! since goes through the full solve.
 //!
+//! Under pins (a quarantine's trials), [`reassign_fixed`] returns what the
+//! full solve under them returns: that solve sets each pinned unit apart
+//! and solves the others from the rows without it, which is [`reassign`]
+//! of those rows when `current` was solved under the same pins (each
+//! pinned unit in its member's row). A second property test compares them.
+//!
 //! Why it is the same: in a partition nothing is contested, a unit is free
 //! exactly when its row's member left, and a live member holds its whole
 //! row. So the full solve's steps need, per member, only its row's length
@@ -58,19 +64,100 @@ pub fn reassign<'a, 'c>(
     members: &[(&'a str, u32)],
     units: usize,
 ) -> Option<Reassigned<'a, 'c>> {
+    reassign_fixed(current, members, units, &[])
+}
+
+/// [`reassign`] with `fixed` (live member, unit) pairs set apart, as the
+/// full solve sets pinned units apart (`Controls::split`): the other units
+/// are reassigned from the rows without the fixed ones, and each fixed unit
+/// joins its member's row after; it counts as kept. `current` must
+/// partition all `units`, fixed ones included, with every fixed unit in
+/// its member's row (a table solved under these pins): `None` where one is
+/// not (a pin set since), and the full solve runs.
+///
+/// Cost: [`reassign`]'s, plus decoding the rows of the members with fixed
+/// units (a quarantine's trials: a few rows).
+pub fn reassign_fixed<'a, 'c>(
+    current: &'c BTreeMap<String, String>,
+    members: &[(&'a str, u32)],
+    units: usize,
+    fixed: &[(&'a str, &str)],
+) -> Option<Reassigned<'a, 'c>> {
+    // Each member's fixed units, and its row without them.
+    let mut apart: BTreeMap<&str, (Vec<&str>, String)> = BTreeMap::new();
+    for &(m, u) in fixed {
+        apart.entry(m).or_default().0.push(u);
+    }
+    for (m, (fixed_units, without)) in &mut apart {
+        fixed_units.sort_unstable();
+        let row = decode_row(current.get(*m)?);
+        let mut left = Vec::with_capacity(row.len());
+        let mut wanted = fixed_units.iter().peekable();
+        for unit in row {
+            if wanted.next_if(|&&f| f == unit).is_none() {
+                left.push(unit);
+            }
+        }
+        if wanted.next().is_some() {
+            return None;
+        }
+        *without = encode(left.into_iter(), 0);
+    }
+    let row_of = |m: &str| match apart.get(m) {
+        Some((_, without)) => Some(without.as_str()),
+        None => current.get(m).map(String::as_str),
+    };
+    let rows = current
+        .keys()
+        .map(|m| (m.as_str(), row_of(m).unwrap_or("")));
+    let free_units = units.checked_sub(fixed.len())?;
+    let (names, new, mut counts) = reassign_rows(row_of, rows, members, free_units)?;
+    counts.kept += fixed.len();
+    let rows = names
+        .into_iter()
+        .zip(new)
+        .map(|(name, new)| {
+            let same = current.get(name).map_or("", String::as_str);
+            let row = match (new, apart.get(name)) {
+                (None, _) => Row::Same(same),
+                (Some(new), None) => Row::New(new),
+                (Some(new), Some((fixed_units, _))) => {
+                    let merged = Merge {
+                        a: decode_row(&new).into_iter().peekable(),
+                        b: fixed_units.iter().copied().peekable(),
+                    };
+                    let extra: usize = fixed_units.iter().map(|u| u.len() + 1).sum();
+                    Row::New(encode(merged, new.len() + extra))
+                }
+            };
+            (name, row)
+        })
+        .collect();
+    Some(Reassigned { rows, counts })
+}
+
+/// The reassignment itself, over rows given by `row_of` (a live member's
+/// stored row) and `stored_rows` (every stored row, for those of members
+/// that left):
+/// the live members in name order, each one's new row (`None`: its stored
+/// one), and the counts.
+#[allow(clippy::type_complexity)]
+fn reassign_rows<'a, 's>(
+    row_of: impl Fn(&str) -> Option<&'s str>,
+    stored_rows: impl Iterator<Item = (&'s str, &'s str)>,
+    members: &[(&'a str, u32)],
+    units: usize,
+) -> Option<(Vec<&'a str>, Vec<Option<String>>, Counts)> {
     let (names, weights) = ring::normalize_weighted(members);
     if names.is_empty() {
         return None;
     }
-    let stored: Vec<&'c str> = names
-        .iter()
-        .map(|m| current.get(*m).map_or("", String::as_str))
-        .collect();
+    let stored: Vec<&'s str> = names.iter().map(|m| row_of(m).unwrap_or("")).collect();
     let held: Vec<usize> = stored.iter().map(|row| row_len(row)).collect();
     // Step 5's free units start as the rows of members that left.
-    let mut free: Vec<&'c str> = Vec::new();
-    for (m, row) in current {
-        if names.binary_search(&m.as_str()).is_err() {
+    let mut free: Vec<&'s str> = Vec::new();
+    for (m, row) in stored_rows {
+        if names.binary_search(&m).is_err() {
             free.extend(decode_row(row));
         }
     }
@@ -93,14 +180,14 @@ pub fn reassign<'a, 'c>(
         if excess == 0 {
             continue;
         }
-        let mut scored: Vec<(u64, &'c str)> = decode_row(stored[m])
+        let mut scored: Vec<(u64, &'s str)> = decode_row(stored[m])
             .into_iter()
             .map(|u| (xxh3_64_with_seed(u.as_bytes(), positions[m]), u))
             .collect();
         let keep = scored.len() - excess;
         scored.select_nth_unstable(keep);
         free.extend(scored[keep..].iter().map(|&(_, u)| u));
-        let mut kept: Vec<&'c str> = scored[..keep].iter().map(|&(_, u)| u).collect();
+        let mut kept: Vec<&'s str> = scored[..keep].iter().map(|&(_, u)| u).collect();
         kept.sort_unstable();
         rows[m] = Some(encode(kept.iter().copied(), stored[m].len()));
     }
@@ -108,7 +195,7 @@ pub fn reassign<'a, 'c>(
 
     // Step 5 (step 4 has nothing to do: no unit is contested): free units
     // in hash order into the room's slots in hash order.
-    let mut order: Vec<(u64, &'c str)> = free
+    let mut order: Vec<(u64, &'s str)> = free
         .iter()
         .map(|&u| (xxh3_64_with_seed(u.as_bytes(), FREE_SEED), u))
         .collect();
@@ -123,7 +210,7 @@ pub fn reassign<'a, 'c>(
     assert_eq!(order.len(), slots.len(), "room and free units differ");
     order.sort_unstable();
     slots.sort_unstable();
-    let mut received: BTreeMap<u32, Vec<&'c str>> = BTreeMap::new();
+    let mut received: BTreeMap<u32, Vec<&'s str>> = BTreeMap::new();
     for (&(_, unit), &(_, m)) in order.iter().zip(&slots) {
         received.entry(m).or_default().push(unit);
     }
@@ -140,21 +227,12 @@ pub fn reassign<'a, 'c>(
         rows[m] = Some(encode(merged, stored[m].len() + extra));
     }
 
-    let rows = names
-        .iter()
-        .zip(rows)
-        .zip(&stored)
-        .map(|((&name, row), &same)| match row {
-            None => (name, Row::Same(same)),
-            Some(row) => (name, Row::New(row)),
-        })
-        .collect();
     let counts = Counts {
         moved: given_up,
         kept: kept_before - given_up,
         minimum,
     };
-    Some(Reassigned { rows, counts })
+    Some((names, rows, counts))
 }
 
 /// Sorted units as a stored row.
@@ -257,6 +335,97 @@ mod tests {
             let full = solve_sticky(&inp, &current, &[], &weights, false);
             let fast = solve_sticky(&inp, &current, &[], &weights, true);
             prop_assert_eq!(fast, full);
+        }
+    }
+
+    /// [`MatchingTable::solve_counted`] of a sticky solve under `pins`
+    /// (unit → member), weights by member index as `solve_sticky` gives
+    /// them; `solved` vouches for `current` as the last solve's table.
+    fn solve_pinned(
+        inp: &Inputs,
+        current: &MatchingTable,
+        pins: &[(String, String)],
+        weights: &[u32],
+        solved: bool,
+    ) -> (MatchingTable, Option<crate::core::table::Moves>) {
+        use crate::core::controls::Controls;
+        use crate::core::table::{Assignment, Solve};
+        let weight = |m: &str| weights[m[1..].parse::<usize>().unwrap() % weights.len()];
+        let mut controls = Controls::default();
+        controls.pins.extend(pins.iter().cloned());
+        let how = Solve {
+            assignment: Assignment::Sticky,
+            current: Some(current),
+            weight: &weight,
+            controls: Some(&controls),
+            current_is_solved: solved,
+            ..Solve::ring()
+        };
+        MatchingTable::solve_counted(inp, |_| true, &how)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Under pins (a quarantine's trials), from a table solved under
+        /// the same pins, after any change of the members and weights, the
+        /// rows read alone give the full solve's table and counts; the
+        /// shortcut declines a pin set since (its unit elsewhere), and the
+        /// full solve runs.
+        #[test]
+        fn under_pins_gives_what_the_full_solve_gives(
+            before in proptest::collection::vec(any::<bool>(), 1..12),
+            after in proptest::collection::vec(any::<bool>(), 1..12),
+            units in 0usize..80,
+            owners in proptest::collection::vec(any::<proptest::sample::Index>(), 80),
+            weights in proptest::collection::vec(1u32..5, 1..6),
+            pins_before in proptest::collection::vec((0..80usize, 0..12usize), 0..6),
+            pins_after in proptest::collection::vec((0..80usize, 0..12usize), 0..6),
+            same_pins in any::<bool>(),
+        ) {
+            let before = names("m", &before);
+            let after = names("m", &after);
+            prop_assume!(!before.is_empty() && units > 0);
+            let units: Vec<String> = (0..units).map(|i| format!("u{i:03}")).collect();
+            let pins = |p: &[(usize, usize)]| -> Vec<(String, String)> {
+                p.iter().map(|&(u, m)| (units[u % units.len()].clone(), format!("m{m}"))).collect()
+            };
+            let (pins_before, pins_after) = (pins(&pins_before), pins(&pins_after));
+            let mut rows: BTreeMap<String, Vec<&str>> =
+                before.iter().map(|m| (m.clone(), Vec::new())).collect();
+            for (u, owner) in units.iter().zip(&owners) {
+                rows.get_mut(&before[owner.index(before.len())]).unwrap().push(u);
+            }
+            let start = MatchingTable::from_rows(rows.into_iter().map(|(m, r)| (m, r.join(","))));
+            let before_inp = Inputs::one_group("g", &before, &units);
+            let (current, _) = solve_pinned(&before_inp, &start, &pins_before, &weights, false);
+            let pins_now = if same_pins { &pins_before } else { &pins_after };
+            let inp = Inputs::one_group("g", &after, &units);
+            let full = solve_pinned(&inp, &current, pins_now, &weights, false);
+            let fast = solve_pinned(&inp, &current, pins_now, &weights, true);
+            prop_assert_eq!(&fast, &full);
+            // The shortcut is taken where it applies: the same pins, each
+            // fixed unit's member fixed at the first solve too, and a live
+            // member holding a unit that is not fixed.
+            let pinned: BTreeMap<&str, &str> =
+                pins_now.iter().map(|(u, m)| (u.as_str(), m.as_str())).collect();
+            let fixed: Vec<(&str, &str)> = pinned
+                .iter()
+                .filter(|(_, m)| after.iter().any(|a| a == *m))
+                .map(|(u, m)| (*m, *u))
+                .collect();
+            let live: Vec<(&str, u32)> = after
+                .iter()
+                .map(|m| (m.as_str(), weights[m[1..].parse::<usize>().unwrap() % weights.len()]))
+                .collect();
+            let holds_free = after.iter().any(|m| {
+                current.units_of(m).iter().any(|&u| !fixed.contains(&(m.as_str(), u)))
+            });
+            let applies = same_pins && fixed.iter().all(|(m, _)| before.iter().any(|b| b == m)) && holds_free;
+            let taken = reassign_fixed(current.rows(), &live, units.len(), &fixed).is_some();
+            if applies {
+                prop_assert!(taken);
+            }
         }
     }
 
