@@ -40,6 +40,7 @@
 //!   calls, and its key names it exactly.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use xxhash_rust::xxh3::Xxh3;
 
@@ -188,8 +189,10 @@ impl QuarantineEvents {
 pub struct Quarantine {
     rule: Option<QuarantineRule>,
     /// Unit → the deaths of members holding it, within the window, oldest
-    /// first.
-    evidence: BTreeMap<String, Vec<Counted>>,
+    /// first. Shared until written: the holder hands a copy of its view to
+    /// every cycle, and a death at 100 × 100,000 leaves evidence on 1,000
+    /// units, which only deaths and their window's end change.
+    evidence: Arc<BTreeMap<String, Vec<Counted>>>,
     /// `{T}:quarantine` as last read or confirmed written: unit → its
     /// record (`None`: a value that does not parse).
     stored: BTreeMap<String, Option<Record>>,
@@ -229,7 +232,7 @@ impl Quarantine {
         }
         self.rule = rule;
         if rule.is_none() {
-            self.evidence.clear();
+            self.evidence = Arc::default();
             self.tried.clear();
         }
         self.rehold();
@@ -265,7 +268,7 @@ impl Quarantine {
                     continue;
                 }
                 let trial = self.trials.get(unit).is_some_and(|t| t.pin == member);
-                self.evidence
+                Arc::make_mut(&mut self.evidence)
                     .entry(unit.to_string())
                     .or_default()
                     .push(Counted {
@@ -286,8 +289,7 @@ impl Quarantine {
         let records: Vec<(String, Vec<Death>)> = reached
             .iter()
             .map(|unit| {
-                let deaths = self
-                    .evidence
+                let deaths = Arc::make_mut(&mut self.evidence)
                     .remove(unit)
                     .unwrap_or_default()
                     .into_iter()
@@ -299,8 +301,9 @@ impl Quarantine {
                 (unit.clone(), deaths)
             })
             .collect();
+        let evidence = Arc::make_mut(&mut self.evidence);
         for (_, deaths) in &records {
-            for by in self.evidence.values_mut() {
+            for by in evidence.values_mut() {
                 by.retain(|c| {
                     !deaths
                         .iter()
@@ -319,7 +322,7 @@ impl Quarantine {
             self.unrecorded.insert(unit.clone());
             self.tried.remove(unit);
         }
-        self.evidence.retain(|_, by| !by.is_empty());
+        Arc::make_mut(&mut self.evidence).retain(|_, by| !by.is_empty());
         self.rehold();
         reached
     }
@@ -337,10 +340,14 @@ impl Quarantine {
     /// Forgets the deaths counted at or after `since_ms`: they turned out
     /// to be part of a mass failure (the guard fired for their burst).
     pub fn retract_since(&mut self, since_ms: u64) {
-        for by in self.evidence.values_mut() {
-            by.retain(|c| c.at_ms < since_ms);
+        let counted_since = |by: &Vec<Counted>| by.iter().any(|c| c.at_ms >= since_ms);
+        if self.evidence.values().any(counted_since) {
+            let evidence = Arc::make_mut(&mut self.evidence);
+            for by in evidence.values_mut() {
+                by.retain(|c| c.at_ms < since_ms);
+            }
+            evidence.retain(|_, by| !by.is_empty());
         }
-        self.evidence.retain(|_, by| !by.is_empty());
         self.rehold();
     }
 
@@ -370,7 +377,9 @@ impl Quarantine {
             }
         }
         for unit in &released {
-            self.evidence.remove(unit);
+            if self.evidence.contains_key(unit) {
+                Arc::make_mut(&mut self.evidence).remove(unit);
+            }
             self.tried.remove(unit);
         }
         self.unsaved.retain(|u, _| !stored.contains_key(u));
@@ -551,10 +560,15 @@ impl Quarantine {
     fn prune(&mut self, now_ms: u64) {
         let Some(rule) = self.rule else { return };
         let oldest = now_ms.saturating_sub(rule.window_ms);
-        for by in self.evidence.values_mut() {
-            by.retain(|c| c.at_ms >= oldest);
+        // Written only when a death left the window (every tick asks).
+        let expired = |by: &Vec<Counted>| by.iter().any(|c| c.at_ms < oldest);
+        if self.evidence.values().any(expired) {
+            let evidence = Arc::make_mut(&mut self.evidence);
+            for by in evidence.values_mut() {
+                by.retain(|c| c.at_ms >= oldest);
+            }
+            evidence.retain(|_, by| !by.is_empty());
         }
-        self.evidence.retain(|_, by| !by.is_empty());
         self.tried.retain(|u| self.evidence.contains_key(u));
     }
 
