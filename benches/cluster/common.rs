@@ -510,7 +510,7 @@ pub fn one_group(members: &[String], units: &[String]) -> distributor::core::inp
             members: sorted(members),
             malformed: vec![],
         }],
-        units: sorted(units),
+        units: sorted(units).into(),
         rejections: vec![],
     }
 }

@@ -477,7 +477,7 @@ mod tests {
                         members: MEMBERS.iter().map(|m| m.to_string()).collect(),
                         malformed: vec![],
                     }],
-                    units: units.clone(),
+                    units: units.clone().into(),
                     rejections: vec![],
                 };
                 // Who gets units: live and not drained (the daemon's rule).

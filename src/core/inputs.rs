@@ -60,7 +60,7 @@ pub struct Malformed {
 pub struct Inputs {
     pub groups: Vec<Group>,
     /// Distinct valid work units, sorted.
-    pub units: Vec<String>,
+    pub units: std::sync::Arc<Vec<String>>,
     pub rejections: Vec<Rejection>,
 }
 
@@ -82,7 +82,7 @@ impl Inputs {
                 members: sorted(members),
                 malformed: vec![],
             }],
-            units: sorted(units),
+            units: sorted(units).into(),
             rejections: vec![],
         }
     }
@@ -248,7 +248,7 @@ pub fn normalize(raw: &RawInputs) -> Inputs {
     rejections.extend(group_rejections);
     Inputs {
         groups,
-        units,
+        units: units.into(),
         rejections,
     }
 }
@@ -407,7 +407,7 @@ mod tests {
     #[test]
     fn units_are_checked_and_reported_with_key_and_value() {
         let inputs = normalize(&raw(&[], &["a", "", "b,c", "a", "d"]));
-        assert_eq!(inputs.units, ["a", "d"]);
+        assert_eq!(*inputs.units, ["a", "d"]);
         assert_eq!(
             inputs.rejections,
             [

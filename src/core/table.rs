@@ -648,7 +648,11 @@ mod tests {
                     malformed: vec![],
                 })
                 .collect(),
-            units: units.iter().map(|s| s.to_string()).collect(),
+            units: units
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .into(),
             rejections: vec![],
         }
     }

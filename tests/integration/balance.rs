@@ -38,7 +38,7 @@ async fn loads_now(fleet: &Fleet, units: &[String]) -> (MatchingTable, balance::
             members: t.rows().keys().cloned().collect(),
             malformed: vec![],
         }],
-        units: sorted,
+        units: sorted.into(),
         rejections: vec![],
     };
     let summary = t.loads(

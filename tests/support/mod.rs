@@ -404,7 +404,7 @@ impl Fleet {
                 let mut u = units.to_vec();
                 u.sort();
                 u.dedup();
-                u
+                u.into()
             },
             rejections: vec![],
         };

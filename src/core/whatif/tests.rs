@@ -214,7 +214,7 @@ fn several_groups_are_planned_each_on_its_own() {
                     malformed: vec![],
                 },
             ],
-            units: units.clone(),
+            units: units.clone().into(),
             rejections: vec![],
         },
         ..Fleet::default()

@@ -141,7 +141,7 @@ mod tests {
         )]);
         let inputs = Inputs {
             groups,
-            units: vec!["u1".into()],
+            units: vec!["u1".into()].into(),
             rejections: Vec::new(),
         };
         let bad = inputs.groups[0].malformed[0].name.clone();

@@ -487,7 +487,7 @@ pub(super) mod tests {
         let (units, _) = crate::core::inputs::normalize_units("units", &units);
         Arc::new(Inputs {
             groups,
-            units,
+            units: units.into(),
             rejections: Vec::new(),
         })
     }

@@ -287,7 +287,7 @@ mod tests {
         let (groups, _) = crate::core::inputs::normalize_groups(&[("g", raw.as_slice())]);
         let inputs = Inputs {
             groups,
-            units: vec!["u1".into()],
+            units: vec!["u1".into()].into(),
             rejections: Vec::new(),
         };
         let bad = inputs.groups[0].malformed[0].name.clone();

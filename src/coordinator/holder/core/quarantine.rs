@@ -160,14 +160,24 @@ impl HolderView {
         {
             return Arc::clone(&e.inputs);
         }
-        let excluded = self.quarantine.excluded();
-        let units: Vec<String> = inputs
-            .units
-            .iter()
-            .filter(|u| !excluded.contains(u.as_str()))
-            .cloned()
-            .collect();
-        let units_key = crate::coordinator::holder::solve::units_key(&units);
+        // The same units under other members (a join, a death): the units
+        // left are those of the last time, shared.
+        let (units, units_key) = match &self.excluded {
+            Some(e) if e.key == key && Arc::ptr_eq(&e.source.units, &inputs.units) => {
+                (Arc::clone(&e.inputs.units), e.units_key)
+            }
+            _ => {
+                let excluded = self.quarantine.excluded();
+                let units: Vec<String> = inputs
+                    .units
+                    .iter()
+                    .filter(|u| !excluded.contains(u.as_str()))
+                    .cloned()
+                    .collect();
+                let units_key = crate::coordinator::holder::solve::units_key(&units);
+                (Arc::new(units), units_key)
+            }
+        };
         let without = Arc::new(Inputs {
             groups: inputs.groups.clone(),
             units,
@@ -243,9 +253,19 @@ mod tests {
         let t2 = table(&[("b:1", "p,u2"), ("c:1", "u1")]);
         v.count_deaths(RULE, &died("b:1"), Some(&t2), 2_000, 5);
         let without = v.without_excluded(&inputs, &t2, 2_000);
-        assert_eq!(without.units, vec!["u1".to_string(), "u2".to_string()]);
+        assert_eq!(*without.units, vec!["u1".to_string(), "u2".to_string()]);
         let again = v.without_excluded(&inputs, &t2, 2_001);
         assert!(Arc::ptr_eq(&again, &without), "unchanged: the same Arc");
+        // Another member list over the same units (a join): new inputs,
+        // the units left shared rather than copied again.
+        let mut joined =
+            (*super::super::tests::inputs(&["a:1", "b:1", "c:1", "d:1"], &["p", "u1", "u2"]))
+                .clone();
+        joined.units = Arc::clone(&inputs.units);
+        let joined = Arc::new(joined);
+        let after_join = v.without_excluded(&joined, &t2, 2_002);
+        assert_eq!(after_join.groups, joined.groups);
+        assert!(Arc::ptr_eq(&after_join.units, &without.units));
         assert_eq!(v.quarantine.unsaved().len(), 1);
         v.quarantine.saved(&["p".to_string()]);
         // Released by an operator: placed again.
