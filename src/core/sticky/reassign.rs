@@ -293,6 +293,36 @@ mod tests {
             .collect()
     }
 
+    /// `units` over `members` (not empty), each to the member its `owners`
+    /// index picks.
+    fn partition(
+        members: &[String],
+        units: &[String],
+        owners: &[proptest::sample::Index],
+    ) -> MatchingTable {
+        let mut rows: BTreeMap<String, Vec<&str>> =
+            members.iter().map(|m| (m.clone(), Vec::new())).collect();
+        for (u, owner) in units.iter().zip(owners) {
+            rows.get_mut(&members[owner.index(members.len())])
+                .unwrap()
+                .push(u);
+        }
+        MatchingTable::from_rows(rows.into_iter().map(|(m, r)| (m, r.join(","))))
+    }
+
+    /// `members` with the weight `solve_sticky` gives each (by its index).
+    fn weighted<'a>(members: &'a [String], weights: &[u32]) -> Vec<(&'a str, u32)> {
+        members
+            .iter()
+            .map(|m| {
+                (
+                    m.as_str(),
+                    weights[m[1..].parse::<usize>().unwrap() % weights.len()],
+                )
+            })
+            .collect()
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -313,23 +343,13 @@ mod tests {
             let after = names("m", &after);
             let units: Vec<String> = (0..units).map(|i| format!("u{i:03}")).collect();
             prop_assume!(!before.is_empty());
-            let mut rows: BTreeMap<String, Vec<&str>> =
-                before.iter().map(|m| (m.clone(), Vec::new())).collect();
-            for (u, owner) in units.iter().zip(&owners) {
-                rows.get_mut(&before[owner.index(before.len())]).unwrap().push(u);
-            }
-            let mut current = MatchingTable::from_rows(
-                rows.into_iter().map(|(m, r)| (m, r.join(","))),
-            );
+            let mut current = partition(&before, &units, &owners);
             if solve_first {
                 current = solve_sticky(&Inputs::one_group("g", &before, &units), &current, &[], &weights, false).0;
             }
             let inp = Inputs::one_group("g", &after, &units);
             // The shortcut is taken whenever a live member holds a unit.
-            let live: Vec<(&str, u32)> = after
-                .iter()
-                .map(|m| (m.as_str(), weights[m[1..].parse::<usize>().unwrap() % weights.len()]))
-                .collect();
+            let live = weighted(&after, &weights);
             let holds = after.iter().any(|m| !current.units_of(m).is_empty());
             prop_assert_eq!(reassign(current.rows(), &live, units.len()).is_some(), holds);
             let full = solve_sticky(&inp, &current, &[], &weights, false);
@@ -391,12 +411,7 @@ mod tests {
                 p.iter().map(|&(u, m)| (units[u % units.len()].clone(), format!("m{m}"))).collect()
             };
             let (pins_before, pins_after) = (pins(&pins_before), pins(&pins_after));
-            let mut rows: BTreeMap<String, Vec<&str>> =
-                before.iter().map(|m| (m.clone(), Vec::new())).collect();
-            for (u, owner) in units.iter().zip(&owners) {
-                rows.get_mut(&before[owner.index(before.len())]).unwrap().push(u);
-            }
-            let start = MatchingTable::from_rows(rows.into_iter().map(|(m, r)| (m, r.join(","))));
+            let start = partition(&before, &units, &owners);
             let before_inp = Inputs::one_group("g", &before, &units);
             let (current, _) = solve_pinned(&before_inp, &start, &pins_before, &weights, false);
             let pins_now = if same_pins { &pins_before } else { &pins_after };
@@ -414,10 +429,7 @@ mod tests {
                 .filter(|(_, m)| after.iter().any(|a| a == *m))
                 .map(|(u, m)| (*m, *u))
                 .collect();
-            let live: Vec<(&str, u32)> = after
-                .iter()
-                .map(|m| (m.as_str(), weights[m[1..].parse::<usize>().unwrap() % weights.len()]))
-                .collect();
+            let live = weighted(&after, &weights);
             let holds_free = after.iter().any(|m| {
                 current.units_of(m).iter().any(|&u| !fixed.contains(&(m.as_str(), u)))
             });
