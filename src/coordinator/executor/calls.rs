@@ -141,7 +141,9 @@ impl Executor {
                 detail,
             } => {
                 self.metrics.lease(transition.label());
-                // A standby's pings (its warm channels) speak for no holder.
+                // A standby speaks for no holder. Its warm-up only opens
+                // connections (`Pinger::warm`): no ping of it gives a member
+                // a hold.
                 self.pinger.set_view(None);
                 let why = match transition {
                     Transition::Lapsed => "could not renew the lease within the renew deadline",

@@ -59,8 +59,8 @@ pub(super) async fn warm_task(
         }
         members.sort_unstable();
         members.dedup();
-        let answered = pinger.warm(&members).await;
-        tracing::trace!(listed = members.len(), answered, "warm channels refreshed");
+        let opened = pinger.warm(&members).await;
+        tracing::trace!(listed = members.len(), opened, "warm channels refreshed");
     }
 }
 

@@ -124,7 +124,8 @@ impl Future for PingTask {
 /// A member's cached channel.
 struct Cached {
     channel: Channel,
-    /// Whether the member has answered on it yet.
+    /// Whether the member has answered on it yet, or a standby's warm-up
+    /// opened its connection ([`Pinger::warm`]): it works.
     answered: bool,
     /// The channel's number, which its connections' [`Closed`] carry.
     number: u64,
@@ -554,13 +555,19 @@ impl Pinger {
     }
 
     /// A standby's warm channels: opens a connection to every listed member
-    /// that has none known to answer (new, or closed since), with one ping
-    /// whose result judges nothing, and drops the channels of members no
-    /// longer listed, at most `WARM_CONCURRENCY` at a time. The connections
-    /// then stay open (HTTP/2 keepalive), so a standby that becomes the
-    /// holder pings over open connections at once instead of opening
-    /// thousands in its first cycle. Returns how many of the pinged members
-    /// answered.
+    /// that has none known to work (new, or closed since), and drops the
+    /// channels of members no longer listed, at most `WARM_CONCURRENCY` at a
+    /// time. The connections then stay open (HTTP/2 keepalive), so a
+    /// standby that becomes the holder pings over open connections at once
+    /// instead of opening thousands in its first cycle. Returns how many it
+    /// opened.
+    ///
+    /// It sends no ping. A ping that names no holder's view refreshes a
+    /// member's hold (protocol step 5): a process started on an address
+    /// after Redis lost writes would then start the units of its row as
+    /// Redis now holds it, which the lost writes may have given another
+    /// member, before the holder's first ping named the generation it
+    /// must not start below.
     pub async fn warm(&self, members: &[String]) -> usize {
         use futures::StreamExt as _;
         let listed: HashSet<&str> = members.iter().map(String::as_str).collect();
@@ -577,11 +584,53 @@ impl Pinger {
         // once would take the CPU the holder's pings need on a small machine
         // (and warmth is never urgent).
         futures::stream::iter(cold)
-            .map(|m| async move { self.ping(&m).await.is_ok() })
+            .map(|m| async move { self.connect(&m).await })
             .buffer_unordered(WARM_CONCURRENCY)
-            .filter(|answered| std::future::ready(*answered))
+            .filter(|opened| std::future::ready(*opened))
             .count()
             .await
+    }
+
+    /// Opens `member`'s channel with its connection (and TLS) now, without
+    /// a call, and caches it as one that works, so that the holder's first
+    /// call on it is not paced as a first contact. A channel that works
+    /// already is kept.
+    async fn connect(&self, member: &str) -> bool {
+        let Ok(ep) = self.endpoint(member) else {
+            return false;
+        };
+        let number = self.numbering.fetch_add(1, Ordering::Relaxed);
+        let timeout = self.timeout.max(FIRST_CONTACT);
+        let hints = self.hints.clone();
+        let name = member.to_string();
+        let opening = self.spawn(async move {
+            let connected = match hints {
+                Some(hints) => {
+                    let connector = WatchingConnector::new(&name, number, timeout, hints);
+                    tokio::time::timeout(timeout, ep.connect_with_connector(connector)).await
+                }
+                None => tokio::time::timeout(timeout, ep.connect()).await,
+            };
+            connected.ok().and_then(Result::ok)
+        });
+        let Ok(Some(channel)) = opening.await else {
+            return false;
+        };
+        let mut cache = self.channels.lock().expect("pinger cache poisoned");
+        if cache.get(member).is_some_and(|c| c.answered) {
+            return false;
+        }
+        cache.insert(
+            member.to_string(),
+            Cached {
+                channel,
+                answered: true,
+                number,
+                beats: Link::Untried,
+                beats_in_row: 0,
+            },
+        );
+        true
     }
 
     /// Drops cached channels of members that are no longer listed.
