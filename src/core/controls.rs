@@ -172,6 +172,30 @@ impl Controls {
         self.paused_since.is_some()
     }
 
+    /// Whether pins are all there is (no member control, no pause): the
+    /// pinned units are set apart and the rest is a plain solve of its own.
+    pub fn pins_only(&self) -> bool {
+        self.members.is_empty() && !self.paused()
+    }
+
+    /// The pins that fix a unit: each pinned unit listed in `units`
+    /// (sorted), with its position there, and the member `live` names for
+    /// its pin (`None`: not live, and the pin counts for nothing). Found by
+    /// binary search: a few pins, such as a quarantine's trials, cost
+    /// nothing per unit.
+    pub fn live_pins<'a, 'm>(
+        &'a self,
+        units: &'a [impl AsRef<str>],
+        live: impl Fn(&str) -> Option<&'m str> + 'a,
+    ) -> impl Iterator<Item = (usize, &'m str)> + 'a {
+        self.pins.iter().filter_map(move |(unit, to)| {
+            let i = units
+                .binary_search_by(|u| u.as_ref().cmp(unit.as_str()))
+                .ok()?;
+            Some((i, live(to)?))
+        })
+    }
+
     /// Whether `member` gets no new units (cordoned or drained).
     pub fn cordoned(&self, member: &str) -> bool {
         self.members.contains_key(member)
@@ -223,16 +247,11 @@ impl Controls {
         R: IntoIterator<Item = &'c str>,
     {
         let member: HashMap<&str, &'a str> = live.iter().map(|(m, _)| (*m, *m)).collect();
-        // A pin finds its unit by binary search (the units are sorted): a
-        // few pins, such as a quarantine's trials, cost nothing per unit.
         // Only a pause or a cordon reads every held unit by name.
         debug_assert!(units.is_sorted(), "units must be sorted");
-        let find = |unit: &str| units.binary_search(&unit).ok();
         let mut owner: Vec<Option<&'a str>> = vec![None; units.len()];
-        for (unit, to) in &self.pins {
-            if let (Some(i), Some(&m)) = (find(unit), member.get(to.as_str())) {
-                owner[i] = Some(m);
-            }
+        for (i, m) in self.live_pins(units, |to| member.get(to).copied()) {
+            owner[i] = Some(m);
         }
         if self.keeps_units() {
             let position: HashMap<&str, usize> =

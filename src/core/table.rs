@@ -19,7 +19,7 @@
 //!   read of the stored table. Redis computes the same digest in Lua
 //!   (`store/prelude.lua`), so the stored table can be checked where it is.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::OnceLock;
 
 use crate::core::balance::{self, Balance};
@@ -417,31 +417,24 @@ impl MatchingTable {
         is_live: &impl Fn(&str) -> bool,
         how: &Solve<'_>,
     ) -> Option<(MatchingTable, Option<Moves>)> {
-        let pins_only = how
-            .controls
-            .is_none_or(|c| c.members.is_empty() && !c.paused());
         let plain = how.assignment == Assignment::Sticky
             && how.balance == Balance::Count
             && how.max_moves == 0
             && how.also_held.is_empty()
-            && pins_only
+            && how.controls.is_none_or(Controls::pins_only)
             && how.waiting.is_none_or(BTreeSet::is_empty);
         let [group] = &inputs.groups[..] else {
             return None;
         };
         let current = how.current.filter(|_| plain && how.current_is_solved)?;
         let live = live_weighted(group, is_live, how.weight);
-        // What `Controls::split` fixes under pins alone: each listed unit
-        // pinned to a live member.
+        // What `Controls::split` fixes under pins alone.
+        let member: HashMap<&str, &str> = live.iter().map(|(m, _)| (*m, *m)).collect();
         let fixed: Vec<(&str, &str)> = how
             .controls
             .into_iter()
-            .flat_map(|c| &c.pins)
-            .filter(|(unit, _)| inputs.units.binary_search(unit).is_ok())
-            .filter_map(|(unit, to)| {
-                let &(m, _) = live.iter().find(|(m, _)| *m == to.as_str())?;
-                Some((m, unit.as_str()))
-            })
+            .flat_map(|c| c.live_pins(&inputs.units, |to| member.get(to).copied()))
+            .map(|(i, m)| (m, inputs.units[i].as_str()))
             .collect();
         let r = sticky::reassign::reassign_fixed(&current.rows, &live, inputs.units.len(), &fixed)?;
         let rows = r.rows.into_iter().map(|(member, row)| {

@@ -236,7 +236,7 @@ pub(super) async fn desired(
     // newcomers make a table that later solves change. Pins alone (a
     // quarantine's trials) do not: the pinned units are placed apart and
     // the others solved from the result alone (`sticky::fixed_point`).
-    let pins_only = controls.members.is_empty() && !controls.paused();
+    let pins_only = controls.pins_only();
     let plain_sticky = how.assignment == Assignment::Sticky
         && how.balance == Balance::Count
         && how.max_moves == 0
