@@ -107,9 +107,12 @@ pub fn reassign_fixed<'a, 'c>(
         Some((_, without)) => Some(without.as_str()),
         None => current.get(m).map(String::as_str),
     };
-    let rows = current
-        .keys()
-        .map(|m| (m.as_str(), row_of(m).unwrap_or("")));
+    let rows = current.iter().map(|(m, row)| {
+        let row = apart
+            .get(m.as_str())
+            .map_or(row.as_str(), |(_, w)| w.as_str());
+        (m.as_str(), row)
+    });
     let free_units = units.checked_sub(fixed.len())?;
     let (names, new, mut counts) = reassign_rows(row_of, rows, members, free_units)?;
     counts.kept += fixed.len();
