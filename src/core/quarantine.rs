@@ -301,16 +301,12 @@ impl Quarantine {
                 (unit.clone(), deaths)
             })
             .collect();
-        let evidence = Arc::make_mut(&mut self.evidence);
-        for (_, deaths) in &records {
-            for by in evidence.values_mut() {
-                by.retain(|c| {
-                    !deaths
-                        .iter()
-                        .any(|d| d.member == c.member && d.at_ms == c.at_ms)
-                });
-            }
-        }
+        self.forget_deaths(|c| {
+            records
+                .iter()
+                .flat_map(|(_, deaths)| deaths)
+                .any(|d| d.member == c.member && d.at_ms == c.at_ms)
+        });
         for (unit, deaths) in records {
             let unit = &unit;
             let record = Record {
@@ -322,7 +318,6 @@ impl Quarantine {
             self.unrecorded.insert(unit.clone());
             self.tried.remove(unit);
         }
-        Arc::make_mut(&mut self.evidence).retain(|_, by| !by.is_empty());
         self.rehold();
         reached
     }
@@ -340,14 +335,7 @@ impl Quarantine {
     /// Forgets the deaths counted at or after `since_ms`: they turned out
     /// to be part of a mass failure (the guard fired for their burst).
     pub fn retract_since(&mut self, since_ms: u64) {
-        let counted_since = |by: &Vec<Counted>| by.iter().any(|c| c.at_ms >= since_ms);
-        if self.evidence.values().any(counted_since) {
-            let evidence = Arc::make_mut(&mut self.evidence);
-            for by in evidence.values_mut() {
-                by.retain(|c| c.at_ms < since_ms);
-            }
-            evidence.retain(|_, by| !by.is_empty());
-        }
+        self.forget_deaths(|c| c.at_ms >= since_ms);
         self.rehold();
     }
 
@@ -560,16 +548,22 @@ impl Quarantine {
     fn prune(&mut self, now_ms: u64) {
         let Some(rule) = self.rule else { return };
         let oldest = now_ms.saturating_sub(rule.window_ms);
-        // Written only when a death left the window (every tick asks).
-        let expired = |by: &Vec<Counted>| by.iter().any(|c| c.at_ms < oldest);
-        if self.evidence.values().any(expired) {
-            let evidence = Arc::make_mut(&mut self.evidence);
-            for by in evidence.values_mut() {
-                by.retain(|c| c.at_ms >= oldest);
-            }
-            evidence.retain(|_, by| !by.is_empty());
-        }
+        self.forget_deaths(|c| c.at_ms < oldest);
         self.tried.retain(|u| self.evidence.contains_key(u));
+    }
+
+    /// Forgets the counted deaths `gone` names, and the units left with
+    /// none. The shared evidence is written (copied, while a cycle's view
+    /// shares it) only when one is: every tick asks.
+    fn forget_deaths(&mut self, gone: impl Fn(&Counted) -> bool) {
+        if !self.evidence.values().flatten().any(&gone) {
+            return;
+        }
+        let evidence = Arc::make_mut(&mut self.evidence);
+        for by in evidence.values_mut() {
+            by.retain(|c| !gone(c));
+        }
+        evidence.retain(|_, by| !by.is_empty());
     }
 
     /// The held units from the evidence: one death short of the threshold
