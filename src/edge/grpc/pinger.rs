@@ -135,6 +135,19 @@ struct Cached {
     beats_in_row: u32,
 }
 
+impl Cached {
+    /// A new channel, numbered `number`, no beat stream tried on it yet.
+    fn new(channel: Channel, number: u64, answered: bool) -> Cached {
+        Cached {
+            channel,
+            answered,
+            number,
+            beats: Link::Untried,
+            beats_in_row: 0,
+        }
+    }
+}
+
 /// The holder's pinger. Cheap to clone; clones share the channel cache.
 #[derive(Clone)]
 pub struct Pinger {
@@ -331,16 +344,7 @@ impl Pinger {
             )),
             None => ep.connect_lazy(),
         };
-        cache.insert(
-            member.to_string(),
-            Cached {
-                channel: ch.clone(),
-                answered: false,
-                number,
-                beats: Link::Untried,
-                beats_in_row: 0,
-            },
-        );
+        cache.insert(member.to_string(), Cached::new(ch.clone(), number, false));
         Ok((ch, false, true))
     }
 
@@ -620,16 +624,7 @@ impl Pinger {
         if cache.get(member).is_some_and(|c| c.answered) {
             return false;
         }
-        cache.insert(
-            member.to_string(),
-            Cached {
-                channel,
-                answered: true,
-                number,
-                beats: Link::Untried,
-                beats_in_row: 0,
-            },
-        );
+        cache.insert(member.to_string(), Cached::new(channel, number, true));
         true
     }
 
