@@ -428,14 +428,17 @@ impl MatchingTable {
         };
         let current = how.current.filter(|_| plain && how.current_is_solved)?;
         let live = live_weighted(group, is_live, how.weight);
-        // What `Controls::split` fixes under pins alone.
-        let member: HashMap<&str, &str> = live.iter().map(|(m, _)| (*m, *m)).collect();
-        let fixed: Vec<(&str, &str)> = how
-            .controls
-            .into_iter()
-            .flat_map(|c| c.live_pins(&inputs.units, |to| member.get(to).copied()))
-            .map(|(i, m)| (m, inputs.units[i].as_str()))
-            .collect();
+        // What `Controls::split` fixes under pins alone (nothing without
+        // pins: the plain case reads no member twice).
+        let fixed: Vec<(&str, &str)> = match how.controls {
+            Some(c) if !c.pins.is_empty() => {
+                let member: HashMap<&str, &str> = live.iter().map(|(m, _)| (*m, *m)).collect();
+                c.live_pins(&inputs.units, |to| member.get(to).copied())
+                    .map(|(i, m)| (m, inputs.units[i].as_str()))
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
         let r = sticky::reassign::reassign_fixed(&current.rows, &live, inputs.units.len(), &fixed)?;
         let rows = r.rows.into_iter().map(|(member, row)| {
             let row = match row {
